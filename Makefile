@@ -1,0 +1,84 @@
+# Makefile: builds libmemsnap.so and the memsnap CLI, runs the tests and the demo.
+#
+#   make            build/libmemsnap.so and build/memsnap
+#   make test       build and run every test (ends with "N passed, N failed")
+#   make demo       install what is missing, build, run the sample end to end
+#   make deps       install the system packages the build needs (Debian/Ubuntu)
+#   make gpu-bench  build what the GPU benchmark needs into build/ (run it with tests/gpu/run.sh)
+#
+# Dependencies come from the distribution by package name through pkg-config: libunwind,
+# sqlite3, libcjson; and the CUDA toolkit's headers (CUDA_HOME, default /usr/local/cuda).
+
+CC ?= cc
+CXX ?= c++
+CUDA_HOME ?= /usr/local/cuda
+BUILD := build
+PKGS := libunwind sqlite3 libcjson
+
+OPT ?= -O2
+CFLAGS_COMMON := $(OPT) -g -fPIC -fexceptions -Wall -Wextra -Wshadow -Wstrict-prototypes \
+  -std=gnu11 -D_GNU_SOURCE -Irecorder -I$(CUDA_HOME)/include
+CXXFLAGS_COMMON := $(OPT) -g -fPIC -Wall -Wextra -std=c++17
+EXTRA_CFLAGS ?=
+EXTRA_LDFLAGS ?=
+
+# pkg-config is asked only when building, so `make deps` works on a bare machine.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+LIB_SRCS := recorder/alloc.c recorder/api.c recorder/backend_cuda.c recorder/backend_sim.c \
+  recorder/blocktree.c recorder/check.c recorder/error.c recorder/options.c recorder/ptrmap.c recorder/stats.c
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o
+CLI_SRCS := analyzer/main.c
+TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress
+SAMPLES := $(BUILD)/samples/train_loop
+
+.PHONY: all test demo deps check-deps clean gpu-bench
+all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/memsnap
+
+check-deps:
+	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
+	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
+
+$(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
+
+$(BUILD)/recorder/oom_throw.o: recorder/oom_throw.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
+
+# rpath $ORIGIN: the library finds libunwind/libcjson copied beside it (the GPU machine has none).
+$(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
+	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
+	  -Wl,-rpath,'$$ORIGIN' $(PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
+
+$(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libmemsnap.so
+	$(CC) -o $@ $(CLI_SRCS:%.c=$(BUILD)/%.o) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' $(PKG_LIBS) $(EXTRA_LDFLAGS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
+	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
+
+$(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
+	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
+
+$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h recorder/memsnap.h | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
+
+test: all $(TEST_BINS) $(SAMPLES)
+	@tests/run_tests.sh $(BUILD)
+
+demo: deps
+	@$(MAKE) --no-print-directory all $(SAMPLES)
+	@scripts/demo.sh $(BUILD)
+
+deps:
+	@scripts/install-deps.sh
+
+gpu-bench: all $(BUILD)/bench_alloc
+$(BUILD)/bench_alloc: tests/gpu/bench_alloc.c $(BUILD)/libmemsnap.so
+	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread
+
+clean:
+	rm -rf $(BUILD)

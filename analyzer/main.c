@@ -1,0 +1,68 @@
+/* main.c: the memsnap command-line tool: one table of commands, one function each.
+ *
+ * Exit codes: 0 success, 1 error, 2 usage. Messages: "error: ..." on stderr.
+ * The analyzer commands (analyze, info, diff, import, export) arrive with later work; until
+ * then the table lists what exists.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "memsnap.h"
+
+typedef struct command {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *usage;
+} command;
+
+static int cmd_help(int argc, char **argv);
+
+static int cmd_version(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  printf("memsnap %s\n", MEMSNAP_VERSION);
+  return 0;
+}
+
+/* Prints the options table: the environment variable, its default and what it does. */
+static int cmd_options(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  const char *var, *def, *comment;
+  for (int i = 0; (var = memsnap_option_info(i, &def, &comment)) != NULL; i++)
+    printf("%-40s %-10s %s\n", var, def, comment);
+  return 0;
+}
+
+static const command commands[] = {
+    {"help", cmd_help, "memsnap help                show this help"},
+    {"version", cmd_version, "memsnap version             print the version"},
+    {"options", cmd_options, "memsnap options             list the MEMSNAP_* environment variables"},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: memsnap <command> [<args>]\n\ncommands:\n");
+  for (size_t i = 0; i < NCOMMANDS; i++) fprintf(out, "  %s\n", commands[i].usage);
+}
+
+static int cmd_help(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  usage(stdout);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return cmd_help(argc, argv);
+  if (!strcmp(argv[1], "--version")) return cmd_version(argc, argv);
+  fprintf(stderr, "error: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

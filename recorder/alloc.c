@@ -1,0 +1,667 @@
+/* alloc.c: the caching allocator of one device, making PyTorch's decisions.
+ *
+ * This follows c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.11) rule for rule, so that users
+ * reason about memsnap exactly as about PyTorch's native allocator:
+ *   - sizes round up to 512 bytes, or to a power-of-two division (roundup_power2_divisions);
+ *   - requests up to 1 MiB come from the small pool (2 MiB segments), larger ones from the
+ *     large pool (20 MiB segments below 10 MiB, else the request rounded up to 2 MiB);
+ *   - a request takes the smallest cached block of its pool and stream that fits (lowest
+ *     address among equals), split when the remainder is worth keeping; freed blocks merge
+ *     with free neighbours of the same segment;
+ *   - blocks of max_split_size or more are never split, and never serve smaller requests;
+ *   - a block used on other streams (record_stream) is reused only once events recorded on
+ *     those streams at free time have completed;
+ *   - when the device refuses memory: free cached oversize blocks, retry; free every unsplit
+ *     cached segment, retry (num_alloc_retries); then fail (num_ooms);
+ *   - with a memory fraction set, reserved memory stays under the cap, and
+ *     garbage_collection_threshold frees the oldest cached segments above it.
+ * The data structures differ (see blocktree.c, ptrmap.c): decisions are the same.
+ *
+ * Locking: one mutex per device guards everything in msi_device. Nothing here allocates host
+ * memory on the fast path (block structs come from a free list refilled in slabs) and nothing
+ * does I/O. Entry points: msi_device_malloc, msi_device_free, msi_device_record_stream,
+ * msi_device_empty_cache, msi_device_set_fraction (each takes the lock itself).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SLAB_BLOCKS 256
+
+/* ---- sizes ----------------------------------------------------------------------------- */
+
+static inline int log2_floor(size_t v) { return 63 - __builtin_clzll((unsigned long long)v); }
+
+static uint32_t divisions_for(size_t size) {
+  int log = log2_floor(size);
+  int index = log > 20 ? log - 20 : 0;
+  if (index > MSI_POWER2_INTERVALS - 1) index = MSI_POWER2_INTERVALS - 1;
+  return msi_opt.power2_divisions[index];
+}
+
+static size_t next_division(size_t size, uint32_t divisions) {
+  if ((size & (size - 1)) == 0) return size;
+  size_t floor = (size_t)1 << log2_floor(size);
+  size_t step = floor >> log2_floor(divisions);
+  if (step == 0) return floor << 1;
+  size_t down = size & ~(step - 1);
+  return down == size ? size : down + step;
+}
+
+size_t msi_round_size(size_t size) {
+  if (size < MSI_MIN_BLOCK_SIZE) return MSI_MIN_BLOCK_SIZE;
+  uint32_t divisions = divisions_for(size);
+  if (divisions > 1 && size > MSI_MIN_BLOCK_SIZE * divisions) return next_division(size, divisions);
+  return MSI_MIN_BLOCK_SIZE * ((size + MSI_MIN_BLOCK_SIZE - 1) / MSI_MIN_BLOCK_SIZE);
+}
+
+size_t msi_allocation_size(size_t size) {
+  if (size <= MSI_SMALL_SIZE) return MSI_SMALL_BUFFER;
+  if (size < MSI_MIN_LARGE_ALLOC) return MSI_LARGE_BUFFER;
+  return MSI_ROUND_LARGE * ((size + MSI_ROUND_LARGE - 1) / MSI_ROUND_LARGE);
+}
+
+static inline bool is_split(const msi_block *b) { return b->prev || b->next; }
+
+static bool should_split(const msi_block *b, size_t size) {
+  size_t remaining = b->size - size;
+  if (b->pool->is_small) return remaining >= MSI_MIN_BLOCK_SIZE;
+  return size < msi_opt.max_split_size && remaining > MSI_SMALL_SIZE;
+}
+
+/* ---- block structs --------------------------------------------------------------------- */
+
+/* Makes sure at least two spare block structs exist, so that one malloc (a new segment plus a
+ * split) never fails half way. Returns 0, or -1 if out of host memory. */
+static int reserve_blocks(msi_device *d) {
+  if (MSI_LIKELY(d->spare_blocks && d->spare_blocks->next)) return 0;
+  if (d->nslabs == d->slabs_cap) {
+    int cap = d->slabs_cap ? d->slabs_cap * 2 : 16;
+    void **grown = realloc(d->block_slabs, sizeof *grown * (size_t)cap);
+    if (!grown) return -1;
+    d->block_slabs = grown;
+    d->slabs_cap = cap;
+  }
+  msi_block *slab = calloc(SLAB_BLOCKS, sizeof *slab);
+  if (!slab) return -1;
+  d->block_slabs[d->nslabs++] = slab;
+  for (int i = 0; i < SLAB_BLOCKS; i++) {
+    slab[i].next = d->spare_blocks;
+    d->spare_blocks = &slab[i];
+  }
+  return 0;
+}
+
+static msi_block *block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_stream_t stream, msi_pool *pool) {
+  msi_block *b = d->spare_blocks; /* reserve_blocks() ran first */
+  d->spare_blocks = b->next;
+  memset(b, 0, sizeof *b);
+  b->ptr = ptr;
+  b->size = size;
+  b->stream = stream;
+  b->pool = pool;
+  return b;
+}
+
+static void block_put(msi_device *d, msi_block *b) {
+  free(b->uses);
+  b->uses = NULL;
+  b->next = d->spare_blocks;
+  d->spare_blocks = b;
+}
+
+/* ---- pools ----------------------------------------------------------------------------- */
+
+/* The free-block set of `stream` in `pool`, created when `create`; NULL if absent or out of
+ * host memory. Streams repeat, so the last one found is checked first. */
+static msi_stream_set *stream_set(msi_pool *p, memsnap_stream_t stream, bool create) {
+  if (MSI_LIKELY(p->nsets && p->sets[p->last_set].stream == stream)) return &p->sets[p->last_set];
+  for (int i = 0; i < p->nsets; i++) {
+    if (p->sets[i].stream == stream) {
+      p->last_set = i;
+      return &p->sets[i];
+    }
+  }
+  if (!create) return NULL;
+  if (p->nsets == p->sets_cap) {
+    int cap = p->sets_cap ? p->sets_cap * 2 : 4;
+    msi_stream_set *grown = realloc(p->sets, sizeof *grown * (size_t)cap);
+    if (!grown) return NULL;
+    p->sets = grown;
+    p->sets_cap = cap;
+  }
+  p->sets[p->nsets] = (msi_stream_set){stream, NULL, 0};
+  p->last_set = p->nsets;
+  return &p->sets[p->nsets++];
+}
+
+/* Caches a free block. Its stream's set exists: the block was allocated on that stream. */
+static void pool_insert(msi_block *b) {
+  msi_pool *p = b->pool;
+  msi_stream_set *set = stream_set(p, b->stream, false);
+  b->gc_count_base = p->get_free_blocks_call_count;
+  msi_tree_insert(&set->root, b);
+  set->count++;
+}
+
+static void pool_erase(msi_block *b) {
+  msi_stream_set *set = stream_set(b->pool, b->stream, false);
+  msi_tree_erase(&set->root, b);
+  set->count--;
+}
+
+static inline uint64_t gc_age(const msi_block *b) {
+  return b->pool->get_free_blocks_call_count - b->gc_count_base;
+}
+
+/* ---- segments -------------------------------------------------------------------------- */
+
+/* What one malloc is looking for. */
+typedef struct request {
+  size_t size;        /* rounded */
+  size_t alloc_size;  /* segment size if a new segment is needed */
+  memsnap_stream_t stream;
+  msi_pool *pool;
+  msi_stream_set *set;
+} request;
+
+/* Asks the device for a new segment. Returns MSI_BE_OK with *out set, MSI_BE_OOM, or
+ * MSI_BE_ERR. The memory fraction is checked before the device is asked. */
+static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_block **out) {
+  size_t size = r->alloc_size;
+  int k = r->pool->stat_kind;
+  if (is_retry) d->stats.num_alloc_retries++;
+  if (d->set_fraction && d->total_allocated_memory + size > d->allowed_memory_maximum) return MSI_BE_OOM;
+  uintptr_t ptr;
+  int rc = msi_be->mem_alloc(d->index, size, &ptr);
+  if (rc != MSI_BE_OK) return rc;
+  d->total_allocated_memory += size;
+  *out = block_new(d, ptr, size, r->stream, r->pool);
+  MSI_STAT_INC(d->stats.segment, k, 1);
+  MSI_STAT_INC(d->stats.reserved_bytes, k, (int64_t)size);
+  if (size >= msi_opt.max_split_size) msi_stat_inc(&d->stats.oversize_segments, 1);
+  d->stats.num_device_alloc++;
+  return MSI_BE_OK;
+}
+
+/* Returns a whole cached segment to the device and forgets it. */
+static void release_segment(msi_device *d, msi_block *b) {
+  int k = b->pool->stat_kind;
+  if (msi_be->mem_free(d->index, b->ptr, b->size) != MSI_BE_OK)
+    msi_error("device %d: freeing segment %#lx failed", d->index, (unsigned long)b->ptr);
+  d->total_allocated_memory -= b->size;
+  MSI_STAT_DEC(d->stats.segment, k, 1);
+  MSI_STAT_DEC(d->stats.reserved_bytes, k, (int64_t)b->size);
+  if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_segments, 1);
+  d->stats.num_device_free++;
+  pool_erase(b);
+  block_put(d, b);
+}
+
+/* ---- freeing and merging --------------------------------------------------------------- */
+
+/* Merges the free neighbour `src` into `dst` if it may. Returns the bytes taken over. */
+static size_t try_merge(msi_device *d, msi_block *dst, msi_block *src) {
+  if (!src || src->allocated || src->event_count > 0 || src->nuses > 0) return 0;
+  if (dst->prev == src) {
+    dst->ptr = src->ptr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  size_t taken = src->size;
+  dst->size += taken;
+  pool_erase(src);
+  block_put(d, src);
+  return taken;
+}
+
+/* Puts an inactive block (freed, events done) back in its pool, merged with its neighbours. */
+static void free_block(msi_device *d, msi_block *b) {
+  int k = b->pool->stat_kind;
+  int64_t orig_size = (int64_t)b->size, requested = (int64_t)b->requested_size;
+  int64_t net_blocks = 0, net_bytes = 0;
+  msi_block *neighbours[2] = {b->prev, b->next};
+  for (int i = 0; i < 2; i++) {
+    size_t taken = try_merge(d, b, neighbours[i]);
+    if (taken) {
+      net_blocks -= 1;
+      net_bytes -= (int64_t)taken;
+    }
+  }
+  pool_insert(b);
+  if (is_split(b)) {
+    net_blocks += 1;
+    net_bytes += (int64_t)b->size;
+  }
+  if (net_blocks > 0) MSI_STAT_INC(d->stats.inactive_split, k, net_blocks);
+  else if (net_blocks < 0) MSI_STAT_DEC(d->stats.inactive_split, k, -net_blocks);
+  if (net_bytes > 0) MSI_STAT_INC(d->stats.inactive_split_bytes, k, net_bytes);
+  else if (net_bytes < 0) MSI_STAT_DEC(d->stats.inactive_split_bytes, k, -net_bytes);
+  MSI_STAT_DEC(d->stats.active, k, 1);
+  MSI_STAT_DEC(d->stats.active_bytes, k, orig_size);
+  MSI_STAT_DEC(d->stats.requested_bytes, k, requested);
+}
+
+/* ---- cross-stream events --------------------------------------------------------------- */
+
+static void *event_get(msi_device *d) {
+  if (d->nevent_cache) return d->event_cache[--d->nevent_cache];
+  void *ev = NULL;
+  if (msi_be->event_create(d->index, &ev) != MSI_BE_OK) return NULL;
+  return ev;
+}
+
+static void event_put(msi_device *d, void *ev) {
+  if (d->nevent_cache == d->event_cache_cap) {
+    int cap = d->event_cache_cap ? d->event_cache_cap * 2 : 16;
+    void **grown = realloc(d->event_cache, sizeof *grown * (size_t)cap);
+    if (!grown) {
+      msi_be->event_destroy(d->index, ev);
+      return;
+    }
+    d->event_cache = grown;
+    d->event_cache_cap = cap;
+  }
+  d->event_cache[d->nevent_cache++] = ev;
+}
+
+static msi_event_queue *event_queue(msi_device *d, memsnap_stream_t stream) {
+  for (int i = 0; i < d->nqueues; i++)
+    if (d->queues[i].stream == stream) return &d->queues[i];
+  if (d->nqueues == d->queues_cap) {
+    int cap = d->queues_cap ? d->queues_cap * 2 : 4;
+    msi_event_queue *grown = realloc(d->queues, sizeof *grown * (size_t)cap);
+    if (!grown) return NULL;
+    d->queues = grown;
+    d->queues_cap = cap;
+  }
+  d->queues[d->nqueues] = (msi_event_queue){stream, NULL, NULL};
+  return &d->queues[d->nqueues++];
+}
+
+/* Records an event on every stream the block was used on; the block stays inactive until they
+ * complete. If the driver refuses an event, that use cannot be tracked: the error is kept and
+ * the block waits only for the others. */
+static void insert_events(msi_device *d, msi_block *b) {
+  for (uint32_t i = 0; i < b->nuses; i++) {
+    msi_event_queue *q = event_queue(d, b->uses[i]);
+    msi_pending_event *pe = q ? malloc(sizeof *pe) : NULL;
+    void *ev = pe ? event_get(d) : NULL;
+    if (!ev || msi_be->event_record(d->index, ev, b->uses[i]) != MSI_BE_OK) {
+      if (ev) event_put(d, ev);
+      free(pe);
+      msi_error("device %d: cannot record a stream event for block %#lx", d->index, (unsigned long)b->ptr);
+      continue;
+    }
+    *pe = (msi_pending_event){ev, b, NULL};
+    if (q->tail) q->tail->next = pe;
+    else q->head = pe;
+    q->tail = pe;
+    b->event_count++;
+    d->pending_events++;
+  }
+  b->nuses = 0;
+  if (b->event_count == 0) free_block(d, b);
+}
+
+static void event_done(msi_device *d, msi_event_queue *q) {
+  msi_pending_event *pe = q->head;
+  q->head = pe->next;
+  if (!q->head) q->tail = NULL;
+  event_put(d, pe->event);
+  d->pending_events--;
+  if (--pe->block->event_count == 0) free_block(d, pe->block);
+  free(pe);
+}
+
+/* Frees the blocks whose events completed. A stream's events complete in order, so each
+ * queue is read from its head until the first pending one. */
+static void process_events(msi_device *d) {
+  for (int i = 0; i < d->nqueues; i++) {
+    msi_event_queue *q = &d->queues[i];
+    while (q->head) {
+      int done = msi_be->event_query(d->index, q->head->event);
+      if (done == 0) break;
+      event_done(d, q); /* an error counts as complete: the context is lost anyway */
+    }
+  }
+}
+
+/* Waits for every outstanding event and frees their blocks. */
+static void synchronize_and_free_events(msi_device *d) {
+  d->stats.num_sync_all_streams++;
+  for (int i = 0; i < d->nqueues; i++) {
+    msi_event_queue *q = &d->queues[i];
+    while (q->head) {
+      msi_be->event_synchronize(d->index, q->head->event);
+      event_done(d, q);
+    }
+  }
+}
+
+/* ---- finding memory -------------------------------------------------------------------- */
+
+static msi_block *get_free_block(msi_device *d, const request *r) {
+  if (MSI_UNLIKELY(d->set_fraction && msi_opt.gc_threshold > 0)) r->pool->get_free_blocks_call_count++;
+  msi_block *b = msi_tree_lower_bound(r->set->root, r->size);
+  if (!b) return NULL;
+  size_t max_split = msi_opt.max_split_size;
+  if (r->size < max_split && b->size >= max_split) return NULL; /* no oversize block for small */
+  if (r->size >= max_split && b->size >= r->size + msi_opt.max_non_split_rounding) return NULL;
+  pool_erase(b);
+  return b;
+}
+
+/* Frees cached segments of the large pool that have waited longest, until reserved memory is
+ * under garbage_collection_threshold of the fraction cap. */
+static void garbage_collect(msi_device *d) {
+  size_t threshold = (size_t)(msi_opt.gc_threshold * (double)d->allowed_memory_maximum);
+  if (d->total_allocated_memory <= threshold) return;
+  size_t target = d->total_allocated_memory - threshold, reclaimed = 0;
+  msi_pool *p = &d->large;
+  uint64_t total_age = 0;
+  int64_t freeable = 0;
+  for (int s = 0; s < p->nsets; s++)
+    for (msi_block *b = msi_tree_first(p->sets[s].root); b; b = msi_tree_next(b))
+      if (!is_split(b)) {
+        total_age += gc_age(b);
+        freeable++;
+      }
+  bool freed = true;
+  while (reclaimed < target && freed && freeable > 0) {
+    double age_threshold = (double)total_age / (double)freeable;
+    freed = false;
+    for (int s = 0; s < p->nsets; s++) {
+      msi_block *b = msi_tree_first(p->sets[s].root);
+      while (b) {
+        msi_block *next = msi_tree_next(b);
+        if (!is_split(b) && (double)gc_age(b) >= age_threshold) {
+          freed = true;
+          reclaimed += b->size;
+          total_age -= gc_age(b);
+          freeable--;
+          release_segment(d, b);
+        }
+        b = next;
+      }
+    }
+  }
+}
+
+/* Frees oversize cached blocks of the request's stream: one that alone covers the request,
+ * else the largest ones until enough is freed. Returns whether it freed enough. */
+static bool release_available_cached_blocks(msi_device *d, const request *r) {
+  size_t max_split = msi_opt.max_split_size;
+  if (max_split == SIZE_MAX) return false;
+  size_t key = r->size < max_split ? max_split : r->size;
+  msi_block *b = msi_tree_lower_bound(r->set->root, key);
+  if (b) {
+    if (is_split(b)) return false; /* never happens: oversize blocks are whole segments */
+    release_segment(d, b);
+    return true;
+  }
+  size_t released = 0;
+  for (b = msi_tree_last(r->set->root); b && released < key && b->size >= max_split;) {
+    msi_block *prev = msi_tree_prev(b);
+    if (!is_split(b)) {
+      released += b->size;
+      release_segment(d, b);
+    }
+    b = prev;
+  }
+  return released >= key;
+}
+
+/* Releases every cached segment that is not split (empty_cache). */
+static void release_cached_blocks(msi_device *d) {
+  synchronize_and_free_events(d);
+  msi_pool *pools[2] = {&d->large, &d->small};
+  for (int i = 0; i < 2; i++) {
+    msi_pool *p = pools[i];
+    for (int s = 0; s < p->nsets; s++) {
+      msi_block *b = msi_tree_first(p->sets[s].root);
+      while (b) {
+        msi_block *next = msi_tree_next(b);
+        if (!is_split(b)) release_segment(d, b);
+        b = next;
+      }
+    }
+  }
+}
+
+/* Turns the block found for `r` into an allocated block of r->size bytes, splitting off the
+ * remainder when worth it. */
+static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_t orig_size) {
+  int k = r->pool->stat_kind;
+  bool already_split = is_split(b);
+  if (should_split(b, r->size)) {
+    msi_block *rest = b;
+    b = block_new(d, rest->ptr, r->size, r->stream, r->pool);
+    b->prev = rest->prev;
+    if (b->prev) b->prev->next = b;
+    b->next = rest;
+    rest->prev = b;
+    rest->ptr += r->size;
+    rest->size -= r->size;
+    pool_insert(rest);
+    if (already_split) {
+      MSI_STAT_DEC(d->stats.inactive_split_bytes, k, (int64_t)b->size);
+    } else {
+      MSI_STAT_INC(d->stats.inactive_split_bytes, k, (int64_t)rest->size);
+      MSI_STAT_INC(d->stats.inactive_split, k, 1);
+    }
+  } else if (already_split) {
+    MSI_STAT_DEC(d->stats.inactive_split_bytes, k, (int64_t)b->size);
+    MSI_STAT_DEC(d->stats.inactive_split, k, 1);
+  }
+  b->allocated = true;
+  b->requested_size = orig_size;
+  MSI_STAT_INC(d->stats.allocation, k, 1);
+  MSI_STAT_INC(d->stats.allocated_bytes, k, (int64_t)b->size);
+  MSI_STAT_INC(d->stats.active, k, 1);
+  MSI_STAT_INC(d->stats.active_bytes, k, (int64_t)b->size);
+  MSI_STAT_INC(d->stats.requested_bytes, k, (int64_t)orig_size);
+  if (b->size >= msi_opt.max_split_size) msi_stat_inc(&d->stats.oversize_allocations, 1);
+  return b;
+}
+
+static void format_size(char *buf, size_t len, size_t bytes) {
+  if (bytes < 1024) snprintf(buf, len, "%zu bytes", bytes);
+  else if (bytes < ((size_t)1 << 20)) snprintf(buf, len, "%.2f KiB", (double)bytes / 1024.0);
+  else if (bytes < ((size_t)1 << 30)) snprintf(buf, len, "%.2f MiB", (double)bytes / 1048576.0);
+  else snprintf(buf, len, "%.2f GiB", (double)bytes / 1073741824.0);
+}
+
+/* Leaves PyTorch's out-of-memory message, with memsnap's names, in the last error. */
+static void report_oom(msi_device *d, size_t size) {
+  size_t free_bytes = 0, total = 0;
+  msi_be->device_info(d->index, &free_bytes, &total, NULL, 0);
+  int64_t allocated = d->stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
+  int64_t reserved = d->stats.reserved_bytes[MEMSNAP_POOL_ALL].current;
+  char s_req[32], s_total[32], s_free[32], s_alloc[32], s_unused[32], s_allowed[48] = "";
+  format_size(s_req, sizeof s_req, size);
+  format_size(s_total, sizeof s_total, total);
+  format_size(s_free, sizeof s_free, free_bytes);
+  format_size(s_alloc, sizeof s_alloc, (size_t)allocated);
+  format_size(s_unused, sizeof s_unused, (size_t)(reserved - allocated));
+  if (d->set_fraction) {
+    format_size(s_allowed, sizeof s_allowed - 12, d->allowed_memory_maximum);
+    strcat(s_allowed, " allowed; ");
+  }
+  msi_error("CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
+            "free. %sOf the allocated memory %s is allocated by memsnap, and %s is reserved by memsnap "
+            "but unallocated. If reserved but unallocated memory is large try setting "
+            "MEMSNAP_MAX_SPLIT_SIZE_MB to avoid fragmentation.",
+            s_req, d->index, s_total, s_free, s_allowed, s_alloc, s_unused);
+}
+
+int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, void **out) {
+  int rc = MEMSNAP_OK;
+  msi_block *b = NULL;
+  pthread_mutex_lock(&d->lock);
+  if (MSI_UNLIKELY(d->pending_events)) process_events(d);
+  request r;
+  r.size = msi_round_size(orig_size);
+  r.pool = r.size <= MSI_SMALL_SIZE ? &d->small : &d->large;
+  r.alloc_size = msi_allocation_size(r.size);
+  r.stream = stream;
+  r.set = stream_set(r.pool, stream, true);
+  if (MSI_UNLIKELY(!r.set || reserve_blocks(d) != 0)) {
+    msi_error("device %d: out of host memory", d->index);
+    rc = MEMSNAP_ENOMEM;
+    goto cleanup;
+  }
+  b = get_free_block(d, &r);
+  if (!b) {
+    if (MSI_UNLIKELY(d->set_fraction && msi_opt.gc_threshold > 0)) garbage_collect(d);
+    int be = alloc_segment(d, &r, false, &b);
+    if (be == MSI_BE_OOM && release_available_cached_blocks(d, &r)) be = alloc_segment(d, &r, false, &b);
+    if (be == MSI_BE_OOM) {
+      release_cached_blocks(d);
+      be = alloc_segment(d, &r, true, &b);
+    }
+    if (be == MSI_BE_OOM) {
+      d->stats.num_ooms++;
+      report_oom(d, r.size);
+      rc = MEMSNAP_ENOMEM;
+      goto cleanup;
+    }
+    if (be != MSI_BE_OK) {
+      rc = MEMSNAP_EBACKEND;
+      goto cleanup;
+    }
+  }
+  b = use_block(d, &r, b, orig_size);
+  if (MSI_UNLIKELY(msi_ptrmap_put(&d->live, b) != 0)) {
+    /* Cannot track it: give it back rather than hand out memory that cannot be freed. */
+    msi_error("device %d: out of host memory", d->index);
+    b->allocated = false;
+    MSI_STAT_DEC(d->stats.allocation, r.pool->stat_kind, 1);
+    MSI_STAT_DEC(d->stats.allocated_bytes, r.pool->stat_kind, (int64_t)b->size);
+    if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
+    free_block(d, b);
+    rc = MEMSNAP_ENOMEM;
+    goto cleanup;
+  }
+  *out = (void *)b->ptr;
+cleanup:
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+int msi_device_free(msi_device *d, void *ptr) {
+  pthread_mutex_lock(&d->lock);
+  msi_block *b = msi_ptrmap_take(&d->live, (uintptr_t)ptr);
+  if (MSI_UNLIKELY(!b)) {
+    pthread_mutex_unlock(&d->lock);
+    return MEMSNAP_EINVAL;
+  }
+  int k = b->pool->stat_kind;
+  b->allocated = false;
+  MSI_STAT_DEC(d->stats.allocation, k, 1);
+  MSI_STAT_DEC(d->stats.allocated_bytes, k, (int64_t)b->size);
+  if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
+  if (MSI_UNLIKELY(b->nuses)) insert_events(d, b);
+  else free_block(d, b);
+  pthread_mutex_unlock(&d->lock);
+  return MEMSNAP_OK;
+}
+
+int msi_device_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream) {
+  int found = 0;
+  pthread_mutex_lock(&d->lock);
+  msi_block *b = msi_ptrmap_get(&d->live, (uintptr_t)ptr);
+  if (!b) goto out;
+  found = 1;
+  if (stream == b->stream) goto out; /* uses on the allocation stream need no event */
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (b->uses[i] == stream) goto out;
+  if (b->nuses == b->uses_cap) {
+    uint32_t cap = b->uses_cap ? b->uses_cap * 2 : 2;
+    memsnap_stream_t *grown = realloc(b->uses, sizeof *grown * cap);
+    if (!grown) {
+      msi_error("device %d: out of host memory in record_stream", d->index);
+      found = -1;
+      goto out;
+    }
+    b->uses = grown;
+    b->uses_cap = cap;
+  }
+  b->uses[b->nuses++] = stream;
+out:
+  pthread_mutex_unlock(&d->lock);
+  return found;
+}
+
+void msi_device_empty_cache(msi_device *d) {
+  pthread_mutex_lock(&d->lock);
+  release_cached_blocks(d);
+  pthread_mutex_unlock(&d->lock);
+}
+
+int msi_device_set_fraction(msi_device *d, double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    msi_error("invalid memory fraction %g: it must be between 0 and 1", fraction);
+    return MEMSNAP_EINVAL;
+  }
+  pthread_mutex_lock(&d->lock);
+  d->set_fraction = fraction < 1.0;
+  d->allowed_memory_maximum = d->set_fraction ? (size_t)(fraction * (double)d->device_total) : 0;
+  pthread_mutex_unlock(&d->lock);
+  return MEMSNAP_OK;
+}
+
+int msi_device_init(msi_device *d, int index) {
+  memset(d, 0, sizeof *d);
+  d->index = index;
+  d->small.is_small = true;
+  d->small.stat_kind = MEMSNAP_POOL_SMALL;
+  d->large.stat_kind = MEMSNAP_POOL_LARGE;
+  d->stats.max_split_size = msi_opt.max_split_size == SIZE_MAX ? -1 : (int64_t)msi_opt.max_split_size;
+  if (msi_ptrmap_init(&d->live, 1024) != 0) {
+    msi_error("device %d: out of host memory", index);
+    return -1;
+  }
+  if (msi_be->device_info(index, NULL, &d->device_total, NULL, 0) != MSI_BE_OK) {
+    msi_ptrmap_destroy(&d->live);
+    return -1;
+  }
+  pthread_mutex_init(&d->lock, NULL);
+  if (msi_opt.memory_fraction < 1.0) msi_device_set_fraction(d, msi_opt.memory_fraction);
+  return 0;
+}
+
+void msi_device_destroy(msi_device *d) {
+  pthread_mutex_lock(&d->lock);
+  /* Free every live block (dropping stream uses), wait for events, then every segment is whole
+   * and cached, and release_cached_blocks returns them all. */
+  for (size_t i = 0; i <= d->live.mask; i++) {
+    msi_block *b;
+    while ((b = d->live.slots[i]) != NULL) {
+      msi_ptrmap_take(&d->live, b->ptr);
+      b->allocated = false;
+      b->nuses = 0;
+      free_block(d, b);
+    }
+  }
+  release_cached_blocks(d);
+  for (int i = 0; i < d->nevent_cache; i++) msi_be->event_destroy(d->index, d->event_cache[i]);
+  for (int i = 0; i < d->nslabs; i++) {
+    msi_block *slab = d->block_slabs[i];
+    for (int j = 0; j < SLAB_BLOCKS; j++) free(slab[j].uses);
+    free(slab);
+  }
+  free(d->block_slabs);
+  free(d->event_cache);
+  free(d->queues);
+  free(d->small.sets);
+  free(d->large.sets);
+  msi_ptrmap_destroy(&d->live);
+  pthread_mutex_unlock(&d->lock);
+  pthread_mutex_destroy(&d->lock);
+}

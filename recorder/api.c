@@ -1,0 +1,203 @@
+/* api.c: the public entry points of libmemsnap (memsnap.h) and lazy initialisation.
+ *
+ * The first call of any entry point reads the options, starts the backend and learns the
+ * device count; each device's state is made on first use. After that, memsnap_malloc and
+ * memsnap_free cost one flag test and one table load before the device lock. memsnap_shutdown
+ * undoes everything, so tests can run several configurations in one process.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+const msi_backend *msi_be;
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int ready;       /* 1 once options, backend and device count are set */
+static int ndevices;
+static _Atomic(msi_device *) devices[MSI_MAX_DEVICES];
+
+/* Declared in oom_throw.cc: raises the out-of-memory error in the calling C++ frame. */
+void msi_throw_oom(const char *message);
+
+static int init_slow(void) {
+  int rc = 0;
+  pthread_mutex_lock(&init_lock);
+  if (atomic_load(&ready)) goto out;
+  msi_options_load();
+  msi_be = strcmp(msi_opt.backend, "sim") == 0 ? &msi_backend_sim : &msi_backend_cuda;
+  if (msi_be->init() != MSI_BE_OK) {
+    rc = -1;
+    goto out;
+  }
+  ndevices = msi_be->device_count();
+  if (ndevices > MSI_MAX_DEVICES) ndevices = MSI_MAX_DEVICES;
+  atomic_store(&ready, 1);
+out:
+  pthread_mutex_unlock(&init_lock);
+  return rc;
+}
+
+static inline int ensure_ready(void) {
+  if (MSI_LIKELY(atomic_load_explicit(&ready, memory_order_acquire))) return 0;
+  return init_slow();
+}
+
+static msi_device *device_create(int device) {
+  pthread_mutex_lock(&init_lock);
+  msi_device *d = atomic_load(&devices[device]);
+  if (!d) {
+    d = malloc(sizeof *d);
+    if (!d) msi_error("out of host memory");
+    else if (msi_device_init(d, device) != 0) {
+      free(d);
+      d = NULL;
+    } else {
+      atomic_store(&devices[device], d);
+    }
+  }
+  pthread_mutex_unlock(&init_lock);
+  return d;
+}
+
+msi_device *msi_device_get(int device) {
+  if (MSI_UNLIKELY(ensure_ready() != 0)) return NULL;
+  if (MSI_UNLIKELY(device < 0 || device >= ndevices)) {
+    msi_error("invalid device %d: the %s backend has %d device(s)", device, msi_be->name, ndevices);
+    return NULL;
+  }
+  msi_device *d = atomic_load_explicit(&devices[device], memory_order_acquire);
+  return MSI_LIKELY(d != NULL) ? d : device_create(device);
+}
+
+int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) {
+  *out = NULL;
+  if (size == 0) return MEMSNAP_OK;
+  msi_device *d = msi_device_get(device);
+  if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
+  return msi_device_malloc(d, size, stream, out);
+}
+
+void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream) {
+  void *ptr = NULL;
+  if (MSI_UNLIKELY(size < 0)) {
+    msi_error("memsnap_malloc: negative size %zd", size);
+    return NULL;
+  }
+  int rc = memsnap_alloc(&ptr, (size_t)size, device, stream);
+  if (MSI_LIKELY(rc == MEMSNAP_OK)) return ptr;
+  if (rc == MEMSNAP_ENOMEM && msi_opt.oom == MSI_OOM_THROW) msi_throw_oom(memsnap_last_error());
+  if (msi_opt.oom == MSI_OOM_ABORT || (rc != MEMSNAP_ENOMEM && msi_opt.oom == MSI_OOM_THROW)) {
+    fprintf(stderr, "memsnap: fatal: %s\n", memsnap_last_error());
+    abort();
+  }
+  return NULL;
+}
+
+/* Frees `ptr` on whichever device owns it, trying `hint` first. */
+static int release_on(void *ptr, int hint) {
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (hint >= 0 && hint < ndevices) {
+    msi_device *d = atomic_load(&devices[hint]);
+    if (d && msi_device_free(d, ptr) == MEMSNAP_OK) return MEMSNAP_OK;
+  }
+  for (int i = 0; i < ndevices; i++) {
+    msi_device *d = atomic_load(&devices[i]);
+    if (i != hint && d && msi_device_free(d, ptr) == MEMSNAP_OK) return MEMSNAP_OK;
+  }
+  msi_error("free of %p, which memsnap did not allocate (or freed already)", ptr);
+  return MEMSNAP_EINVAL;
+}
+
+void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) {
+  (void)size;
+  (void)stream;
+  if (!ptr) return;
+  if (MSI_LIKELY(device >= 0 && device < MSI_MAX_DEVICES)) {
+    msi_device *d = atomic_load_explicit(&devices[device], memory_order_acquire);
+    if (MSI_LIKELY(d && msi_device_free(d, ptr) == MEMSNAP_OK)) return;
+  }
+  release_on(ptr, device);
+}
+
+int memsnap_release(void *ptr) { return ptr ? release_on(ptr, -1) : MEMSNAP_OK; }
+
+void memsnap_init(int device_count) {
+  (void)device_count; /* the backend knows the count; PyTorch's may include hidden devices */
+  ensure_ready();
+}
+
+void memsnap_empty_cache(void) {
+  if (ensure_ready() != 0) return;
+  for (int i = 0; i < ndevices; i++) {
+    msi_device *d = atomic_load(&devices[i]);
+    if (d) msi_device_empty_cache(d);
+  }
+}
+
+void memsnap_set_memory_fraction(double fraction, int device) {
+  msi_device *d = msi_device_get(device);
+  if (d) msi_device_set_fraction(d, fraction);
+}
+
+void memsnap_record_stream(void *ptr, memsnap_stream_t stream) {
+  if (!ptr || ensure_ready() != 0) return;
+  for (int i = 0; i < ndevices; i++) {
+    msi_device *d = atomic_load(&devices[i]);
+    if (d && msi_device_record_stream(d, ptr, stream) != 0) return;
+  }
+  msi_error("record_stream of %p, which memsnap did not allocate", ptr);
+}
+
+const char *memsnap_backend_name(void) { return ensure_ready() == 0 ? msi_be->name : NULL; }
+
+int memsnap_device_count(void) { return ensure_ready() == 0 ? ndevices : MEMSNAP_EBACKEND; }
+
+int memsnap_get_stats(int device, memsnap_stats_t *out) {
+  msi_device *d = msi_device_get(device);
+  if (!d) return MEMSNAP_EINVAL;
+  pthread_mutex_lock(&d->lock);
+  *out = d->stats;
+  pthread_mutex_unlock(&d->lock);
+  return MEMSNAP_OK;
+}
+
+static int reset_stats(int device, void (*reset)(memsnap_stats_t *)) {
+  msi_device *d = msi_device_get(device);
+  if (!d) return MEMSNAP_EINVAL;
+  pthread_mutex_lock(&d->lock);
+  reset(&d->stats);
+  pthread_mutex_unlock(&d->lock);
+  return MEMSNAP_OK;
+}
+
+int memsnap_reset_peak_stats(int device) { return reset_stats(device, msi_stats_reset_peak); }
+
+int memsnap_reset_accumulated_stats(int device) { return reset_stats(device, msi_stats_reset_accumulated); }
+
+int memsnap_sim_synchronize(memsnap_stream_t stream) {
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (msi_be != &msi_backend_sim) {
+    msi_error("memsnap_sim_synchronize needs MEMSNAP_BACKEND=sim (the backend is %s)", msi_be->name);
+    return MEMSNAP_EINVAL;
+  }
+  return msi_sim_synchronize(stream);
+}
+
+void memsnap_shutdown(void) {
+  pthread_mutex_lock(&init_lock);
+  if (atomic_load(&ready)) {
+    for (int i = 0; i < MSI_MAX_DEVICES; i++) {
+      msi_device *d = atomic_exchange(&devices[i], NULL);
+      if (d) {
+        msi_device_destroy(d);
+        free(d);
+      }
+    }
+    msi_be->shutdown();
+    atomic_store(&ready, 0);
+  }
+  pthread_mutex_unlock(&init_lock);
+}

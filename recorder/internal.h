@@ -1,0 +1,231 @@
+/* internal.h: types and functions shared between the recorder's files (prefix msi_).
+ *
+ * Architecture (one concept a file):
+ *   alloc.c        the caching allocator: PyTorch's CUDACachingAllocator decisions, per device
+ *   blocktree.c    the ordered set of free blocks of one pool and stream (a treap)
+ *   ptrmap.c       pointer -> allocated block hash map
+ *   stats.c        statistic updates, resets and the flat key table
+ *   api.c          public entry points, lazy initialisation, device table
+ *   options.c      the options table and environment parsing
+ *   error.c        error messages (thread-local last error, replaceable handler)
+ *   backend_sim.c  the simulated device
+ *   backend_cuda.c the CUDA driver backend (libcuda loaded at run time)
+ */
+#ifndef MEMSNAP_INTERNAL_H
+#define MEMSNAP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#include "memsnap.h"
+
+#define MSI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define MSI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define MSI_MAX_DEVICES 64
+
+/* PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp). */
+#define MSI_MIN_BLOCK_SIZE ((size_t)512)            /* all sizes are rounded to 512 bytes */
+#define MSI_SMALL_SIZE ((size_t)1 << 20)            /* largest request in the small pool */
+#define MSI_SMALL_BUFFER ((size_t)2 << 20)          /* small pool segment size */
+#define MSI_LARGE_BUFFER ((size_t)20 << 20)         /* segment size for requests 1..10 MiB */
+#define MSI_MIN_LARGE_ALLOC ((size_t)10 << 20)      /* requests from here get their own segment */
+#define MSI_ROUND_LARGE ((size_t)2 << 20)           /* ... rounded up to 2 MiB */
+#define MSI_POWER2_INTERVALS 16                     /* roundup_power2_divisions: 1 MiB .. 64 GiB */
+
+/* ---- errors (error.c) ------------------------------------------------------------------ */
+
+/* Formats a message into this thread's last-error buffer and passes it to the handler. */
+void msi_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Like msi_error but also prints "memsnap: warning: ..." on stderr (never on the hot path). */
+void msi_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void msi_clear_error(void);
+
+/* ---- options (options.c) --------------------------------------------------------------- */
+
+typedef enum { MSI_OOM_NULL, MSI_OOM_THROW, MSI_OOM_ABORT } msi_oom_action;
+
+typedef struct msi_options {
+  char backend[16];            /* "cuda" or "sim" */
+  size_t sim_capacity;         /* bytes per simulated device */
+  int sim_devices;             /* number of simulated devices */
+  size_t max_split_size;       /* SIZE_MAX: unlimited */
+  size_t max_non_split_rounding; /* slack allowed when an oversize request takes a cached block */
+  uint32_t power2_divisions[MSI_POWER2_INTERVALS]; /* 0 or 1: off for that interval */
+  double gc_threshold;         /* 0: off */
+  double memory_fraction;      /* below 1.0: cap every device at this share at start */
+  msi_oom_action oom;
+} msi_options;
+
+extern msi_options msi_opt;
+
+/* Reads every option from the environment into msi_opt, warning about invalid values (the
+ * default is kept). PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF supply the tuning knobs that
+ * no MEMSNAP_ variable sets. */
+void msi_options_load(void);
+
+/* Parses "512", "64K", "1.5G" (binary units) into *out. Returns 0, or -1 if malformed. */
+int msi_parse_size(const char *s, size_t *out);
+
+/* Parses roundup_power2_divisions ("4" or "[256:1,512:2,>:8]") into out[16]. 0 or -1. */
+int msi_parse_power2_divisions(const char *s, uint32_t out[MSI_POWER2_INTERVALS]);
+
+/* The option table, for `memsnap options` and the docs. */
+typedef struct msi_option_info {
+  const char *name;        /* lower case; the variable is MEMSNAP_ + upper case */
+  const char *default_str;
+  const char *comment;
+} msi_option_info;
+const msi_option_info *msi_option_table(int *count);
+
+/* ---- backends ------------------------------------------------------------------------- */
+
+#define MSI_BE_OK 0
+#define MSI_BE_OOM 1   /* the device is out of memory: the caller may free cache and retry */
+#define MSI_BE_ERR (-1) /* anything else; msi_error() has the details */
+
+typedef struct msi_backend {
+  const char *name;
+  int (*init)(void);                     /* MSI_BE_OK or MSI_BE_ERR */
+  int (*device_count)(void);             /* >= 0 */
+  /* free/total bytes and a printable name of a device. MSI_BE_OK or MSI_BE_ERR. */
+  int (*device_info)(int dev, size_t *free_bytes, size_t *total_bytes, char *name, size_t len);
+  int (*mem_alloc)(int dev, size_t size, uintptr_t *out); /* MSI_BE_OK / _OOM / _ERR */
+  int (*mem_free)(int dev, uintptr_t ptr, size_t size);
+  int (*event_create)(int dev, void **ev);
+  int (*event_record)(int dev, void *ev, memsnap_stream_t stream);
+  int (*event_query)(int dev, void *ev); /* 1 complete, 0 pending, MSI_BE_ERR */
+  int (*event_synchronize)(int dev, void *ev);
+  void (*event_destroy)(int dev, void *ev);
+  void (*shutdown)(void);
+} msi_backend;
+
+extern const msi_backend msi_backend_sim;
+extern const msi_backend msi_backend_cuda;
+extern const msi_backend *msi_be; /* the active backend, set by api.c */
+
+int msi_sim_synchronize(memsnap_stream_t stream); /* backend_sim.c */
+
+/* ---- blocks, pools, devices ------------------------------------------------------------ */
+
+typedef struct msi_pool msi_pool;
+typedef struct msi_block msi_block;
+
+struct msi_block {
+  uintptr_t ptr;
+  size_t size;            /* rounded size */
+  size_t requested_size;  /* size as asked for */
+  memsnap_stream_t stream;
+  msi_pool *pool;
+  msi_block *prev, *next; /* address neighbours inside the segment; NULL at its ends */
+  msi_block *left, *right, *parent; /* free-block tree links (blocktree.c) */
+  uint32_t prio;          /* tree priority */
+  bool allocated;
+  bool in_tree;
+  uint32_t event_count;   /* outstanding events before the block may be reused */
+  uint32_t nuses, uses_cap;
+  memsnap_stream_t *uses; /* streams from record_stream, until the block is freed */
+  uint64_t gc_count_base; /* pool's get_free_block count when the block was cached */
+};
+
+/* The free blocks of one pool that belong to one stream, ordered by (size, address). */
+typedef struct msi_stream_set {
+  memsnap_stream_t stream;
+  msi_block *root;
+  size_t count;
+} msi_stream_set;
+
+struct msi_pool {
+  bool is_small;
+  int stat_kind;               /* MEMSNAP_POOL_SMALL or MEMSNAP_POOL_LARGE */
+  msi_stream_set *sets;        /* one per stream seen, never shrinks */
+  int nsets, sets_cap;
+  int last_set;                /* index of the last set used: streams repeat */
+  uint64_t get_free_blocks_call_count; /* gc age clock, counted only when gc is on */
+};
+
+/* blocktree.c: an intrusive treap keyed by (size, ptr). */
+void msi_tree_insert(msi_block **root, msi_block *b);
+void msi_tree_erase(msi_block **root, msi_block *b);
+msi_block *msi_tree_lower_bound(msi_block *root, size_t size); /* smallest size >= size */
+msi_block *msi_tree_first(msi_block *root);
+msi_block *msi_tree_last(msi_block *root);
+msi_block *msi_tree_next(msi_block *b);
+msi_block *msi_tree_prev(msi_block *b);
+
+/* ptrmap.c: open-addressing hash map from block address to allocated block. */
+typedef struct msi_ptrmap {
+  msi_block **slots;
+  size_t mask;  /* capacity - 1; capacity is a power of two */
+  size_t count;
+} msi_ptrmap;
+int msi_ptrmap_init(msi_ptrmap *m, size_t capacity); /* 0, or -1 if out of host memory */
+void msi_ptrmap_destroy(msi_ptrmap *m);
+int msi_ptrmap_put(msi_ptrmap *m, msi_block *b);     /* 0, or -1 if out of host memory */
+msi_block *msi_ptrmap_get(const msi_ptrmap *m, uintptr_t ptr);
+msi_block *msi_ptrmap_take(msi_ptrmap *m, uintptr_t ptr); /* removes; NULL if absent */
+
+/* One outstanding cross-stream event: the block may be reused once it completed. */
+typedef struct msi_pending_event {
+  void *event;
+  msi_block *block;
+  struct msi_pending_event *next;
+} msi_pending_event;
+
+typedef struct msi_event_queue {
+  memsnap_stream_t stream;
+  msi_pending_event *head, *tail;
+} msi_event_queue;
+
+typedef struct msi_device {
+  pthread_mutex_t lock;
+  int index;
+  msi_pool small, large;
+  msi_ptrmap live;                 /* allocated blocks by address */
+  memsnap_stats_t stats;
+  size_t total_allocated_memory;   /* bytes of all segments held (reserved) */
+  size_t allowed_memory_maximum;   /* memory fraction cap, valid when set_fraction */
+  bool set_fraction;
+  size_t device_total;             /* total device memory, for the fraction */
+  msi_event_queue *queues;         /* one per stream with outstanding events */
+  int nqueues, queues_cap;
+  size_t pending_events;
+  void **event_cache;              /* completed events kept for reuse */
+  int nevent_cache, event_cache_cap;
+  msi_block *spare_blocks;         /* free list of block structs (linked through next) */
+  void **block_slabs;              /* slabs of block structs, freed at shutdown */
+  int nslabs, slabs_cap;
+} msi_device;
+
+/* alloc.c */
+int msi_device_init(msi_device *d, int index);       /* 0 or -1 */
+void msi_device_destroy(msi_device *d);              /* releases every segment */
+int msi_device_malloc(msi_device *d, size_t size, memsnap_stream_t stream, void **out);
+int msi_device_free(msi_device *d, void *ptr);       /* MEMSNAP_OK or MEMSNAP_EINVAL */
+int msi_device_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream); /* 1 found */
+void msi_device_empty_cache(msi_device *d);
+int msi_device_set_fraction(msi_device *d, double fraction);
+size_t msi_round_size(size_t size);
+size_t msi_allocation_size(size_t size);
+
+/* stats.c */
+static inline void msi_stat_inc(memsnap_stat_t *s, int64_t n) {
+  s->current += n;
+  if (s->current > s->peak) s->peak = s->current;
+  s->allocated += n;
+}
+static inline void msi_stat_dec(memsnap_stat_t *s, int64_t n) {
+  s->current -= n;
+  s->freed += n;
+}
+/* Updates the aggregate entry and the entry of the pool kind `k`. */
+#define MSI_STAT_INC(arr, k, n) (msi_stat_inc(&(arr)[MEMSNAP_POOL_ALL], (n)), msi_stat_inc(&(arr)[(k)], (n)))
+#define MSI_STAT_DEC(arr, k, n) (msi_stat_dec(&(arr)[MEMSNAP_POOL_ALL], (n)), msi_stat_dec(&(arr)[(k)], (n)))
+void msi_stats_reset_peak(memsnap_stats_t *s);
+void msi_stats_reset_accumulated(memsnap_stats_t *s);
+
+/* api.c: device table. Returns the device state, initialising it, or NULL (error set). */
+msi_device *msi_device_get(int device);
+
+#endif /* MEMSNAP_INTERNAL_H */

@@ -1,0 +1,160 @@
+/* memsnap.h: public API of libmemsnap, a CUDA caching allocator that records memory history.
+ *
+ * Two ways in:
+ *   - PyTorch's pluggable allocator ABI (memsnap_malloc / memsnap_free and the optional hooks
+ *     memsnap_init, memsnap_empty_cache, memsnap_set_memory_fraction, memsnap_record_stream);
+ *   - C and CUDA programs, which call the same functions directly and read statistics with
+ *     memsnap_get_stats().
+ *
+ * Streams are CUDA streams: memsnap_stream_t is the same type as cudaStream_t and CUstream, so
+ * a cudaStream_t can be passed as it is. Stream 0 is the legacy default stream.
+ *
+ * Configuration comes from environment variables (MEMSNAP_BACKEND, MEMSNAP_SIM_CAPACITY, ...),
+ * read once at initialisation; `memsnap options` lists them and README.md documents them.
+ *
+ * Errors: functions that can fail return NULL or a negative MEMSNAP_E* code and leave a
+ * message for memsnap_last_error(). The library never prints on the allocation path and never
+ * exits the process (except when MEMSNAP_OOM=abort asks it to).
+ */
+#ifndef MEMSNAP_H
+#define MEMSNAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MEMSNAP_VERSION "0.1.0"
+
+typedef struct CUstream_st *memsnap_stream_t; /* == cudaStream_t == CUstream */
+
+/* Error codes (negative return values). */
+#define MEMSNAP_OK 0
+#define MEMSNAP_ENOMEM (-1)   /* the device (or the memory fraction) has no room */
+#define MEMSNAP_EINVAL (-2)   /* bad argument: unknown device, pointer not ours, bad option */
+#define MEMSNAP_EBACKEND (-3) /* the device backend failed (driver error, no GPU) */
+
+/* ---- PyTorch pluggable allocator ABI ------------------------------------------------------ */
+
+/* Allocates `size` bytes on `device` for use on `stream`. Returns NULL for size 0 and on
+ * failure; on out-of-memory the MEMSNAP_OOM option decides what happens (see README.md). */
+void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream);
+
+/* Returns a block to the cache. `size` and `stream` are those of the allocation; the block is
+ * reused only after every stream recorded with memsnap_record_stream() has passed this point.
+ * Freeing NULL does nothing; freeing a pointer memsnap does not own is reported through
+ * memsnap_last_error() and otherwise ignored. */
+void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream);
+
+/* Initialises the library for `device_count` devices (PyTorch's init_fn). Optional: the first
+ * allocation initialises lazily. Safe to call more than once. */
+void memsnap_init(int device_count);
+
+/* Releases every cached, unused segment of every device back to the device (PyTorch's
+ * reset_fn, so torch.cuda.empty_cache() works). Waits for outstanding stream events first. */
+void memsnap_empty_cache(void);
+
+/* Caps the memory memsnap may reserve on `device` at fraction * total device memory, like
+ * torch.cuda.set_per_process_memory_fraction(). fraction must be in [0, 1]. */
+void memsnap_set_memory_fraction(double fraction, int device);
+
+/* Marks `ptr` as used on `stream` (torch.Tensor.record_stream): when the block is freed, it is
+ * not reused until the work queued on `stream` at free time has completed. */
+void memsnap_record_stream(void *ptr, memsnap_stream_t stream);
+
+/* ---- Direct C API ------------------------------------------------------------------------- */
+
+/* Allocates like memsnap_malloc() but returns MEMSNAP_OK and stores the pointer in *out, or a
+ * negative MEMSNAP_E* code with *out set to NULL. Never throws, never aborts. */
+int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream);
+
+/* Frees a pointer from memsnap_alloc()/memsnap_malloc(), looking up its device and stream.
+ * Returns MEMSNAP_OK, or MEMSNAP_EINVAL if memsnap does not own `ptr`. */
+int memsnap_release(void *ptr);
+
+/* Message for the last error on this thread ("" if none). Valid until the next call. */
+const char *memsnap_last_error(void);
+
+/* Name of the active backend ("cuda" or "sim"), initialising the library if needed; NULL if
+ * initialisation failed. */
+const char *memsnap_backend_name(void);
+
+/* Describes option i of the options table: returns its environment variable name
+ * ("MEMSNAP_BACKEND", ...) and sets *default_value and *comment, or returns NULL past the end. */
+const char *memsnap_option_info(int i, const char **default_value, const char **comment);
+
+/* Number of devices the backend sees, or a negative MEMSNAP_E* code. */
+int memsnap_device_count(void);
+
+/* Verifies every invariant of `device`'s allocator state (block states, segment links, free
+ * trees, statistics recomputed from the blocks). Returns MEMSNAP_OK, or MEMSNAP_EINVAL with the
+ * first broken invariant in memsnap_last_error(). Slow: for tests and debugging. */
+int memsnap_check(int device);
+
+/* Releases every block and segment and forgets all state; the next call re-reads the
+ * environment. Pointers handed out before are invalid afterwards. For tests and for programs
+ * that want a clean exit. */
+void memsnap_shutdown(void);
+
+/* ---- Statistics (same keys and meanings as torch.cuda.memory_stats()) --------------------- */
+
+typedef struct memsnap_stat {
+  int64_t current; /* value now */
+  int64_t peak;    /* highest value since the last peak reset */
+  int64_t allocated; /* sum of all increases since the last accumulated reset */
+  int64_t freed;     /* sum of all decreases since the last accumulated reset */
+} memsnap_stat_t;
+
+enum { MEMSNAP_POOL_ALL = 0, MEMSNAP_POOL_SMALL = 1, MEMSNAP_POOL_LARGE = 2, MEMSNAP_POOL_KINDS = 3 };
+
+typedef struct memsnap_stats {
+  memsnap_stat_t allocation[MEMSNAP_POOL_KINDS];     /* number of allocated blocks */
+  memsnap_stat_t segment[MEMSNAP_POOL_KINDS];        /* number of device allocations held */
+  memsnap_stat_t active[MEMSNAP_POOL_KINDS];         /* allocated or waiting on stream events */
+  memsnap_stat_t inactive_split[MEMSNAP_POOL_KINDS]; /* free blocks inside partly used segments */
+  memsnap_stat_t allocated_bytes[MEMSNAP_POOL_KINDS];
+  memsnap_stat_t reserved_bytes[MEMSNAP_POOL_KINDS];
+  memsnap_stat_t active_bytes[MEMSNAP_POOL_KINDS];
+  memsnap_stat_t inactive_split_bytes[MEMSNAP_POOL_KINDS];
+  memsnap_stat_t requested_bytes[MEMSNAP_POOL_KINDS]; /* sizes as asked for, before rounding */
+  memsnap_stat_t oversize_allocations; /* allocations of at least max_split_size */
+  memsnap_stat_t oversize_segments;    /* segments of at least max_split_size */
+  int64_t num_alloc_retries;    /* device allocations retried after freeing the cache */
+  int64_t num_ooms;             /* out-of-memory errors returned */
+  int64_t num_sync_all_streams; /* waits for every outstanding event (empty_cache) */
+  int64_t num_device_alloc;     /* device allocation calls (cudaMalloc) */
+  int64_t num_device_free;      /* device free calls (cudaFree) */
+  int64_t max_split_size;       /* the option in bytes; -1 when unlimited, as in PyTorch */
+} memsnap_stats_t;
+
+/* Copies the statistics of `device` into *out. Returns MEMSNAP_OK or MEMSNAP_EINVAL. A device
+ * that never allocated reports zeros. */
+int memsnap_get_stats(int device, memsnap_stats_t *out);
+
+/* Resets peak values to current values (torch.cuda.reset_peak_memory_stats). */
+int memsnap_reset_peak_stats(int device);
+
+/* Resets the allocated/freed sums and the counters (torch.cuda.reset_accumulated_memory_stats). */
+int memsnap_reset_accumulated_stats(int device);
+
+/* Flat view for bindings: the number of statistics, the dotted key of statistic i in
+ * torch.cuda.memory_stats() spelling ("allocated_bytes.all.current", "num_ooms", ...) or NULL
+ * past the end, and the values of `device` in that order. memsnap_get_stats_flat() returns the
+ * number of values written, or a negative MEMSNAP_E* code. */
+int memsnap_stat_count(void);
+const char *memsnap_stat_key(int i);
+int memsnap_get_stats_flat(int device, int64_t *values, int capacity);
+
+/* ---- Simulated device (MEMSNAP_BACKEND=sim) ----------------------------------------------- */
+
+/* Completes all work queued on `stream` of the simulated device, so events recorded on it
+ * become complete. Returns MEMSNAP_OK, or MEMSNAP_EINVAL when the backend is not sim. */
+int memsnap_sim_synchronize(memsnap_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MEMSNAP_H */
