@@ -56,13 +56,21 @@ $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 $(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $(CLI_SRCS:%.c=$(BUILD)/%.o) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' $(PKG_LIBS) $(EXTRA_LDFLAGS)
 
+# test_options calls internal parsers: it links their objects instead of the library.
+$(BUILD)/tests/test_options: $(BUILD)/tests/test_options.o $(BUILD)/recorder/options.o $(BUILD)/recorder/error.o
+	$(CC) -o $@ $^ -lm $(EXTRA_LDFLAGS)
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
+
+$(BUILD)/samples/%.o: samples/%.c recorder/memsnap.h | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 
 $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
 
-$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h recorder/memsnap.h | check-deps
+$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h recorder/memsnap.h recorder/internal.h | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -82,3 +90,4 @@ $(BUILD)/bench_alloc: tests/gpu/bench_alloc.c $(BUILD)/libmemsnap.so
 
 clean:
 	rm -rf $(BUILD)
+.SECONDARY:

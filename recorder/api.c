@@ -151,6 +151,12 @@ void memsnap_record_stream(void *ptr, memsnap_stream_t stream) {
   msi_error("record_stream of %p, which memsnap did not allocate", ptr);
 }
 
+int memsnap_set_option(const char *name, const char *value) {
+  if (!name || !value) return MEMSNAP_EINVAL;
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  return msi_option_set(name, value);
+}
+
 const char *memsnap_backend_name(void) { return ensure_ready() == 0 ? msi_be->name : NULL; }
 
 int memsnap_device_count(void) { return ensure_ready() == 0 ? ndevices : MEMSNAP_EBACKEND; }

@@ -65,6 +65,10 @@ extern msi_options msi_opt;
  * no MEMSNAP_ variable sets. */
 void msi_options_load(void);
 
+/* Sets one option by name ("oom" or "MEMSNAP_OOM") at run time. MEMSNAP_OK, or MEMSNAP_EINVAL
+ * (error set) for unknown names, invalid values and options read only at initialisation. */
+int msi_option_set(const char *name, const char *value);
+
 /* Parses "512", "64K", "1.5G" (binary units) into *out. Returns 0, or -1 if malformed. */
 int msi_parse_size(const char *s, size_t *out);
 

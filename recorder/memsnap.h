@@ -86,6 +86,12 @@ const char *memsnap_backend_name(void);
  * ("MEMSNAP_BACKEND", ...) and sets *default_value and *comment, or returns NULL past the end. */
 const char *memsnap_option_info(int i, const char **default_value, const char **comment);
 
+/* Changes an option while running (after initialising the library with the environment):
+ * `name` is the option ("oom") or its variable ("MEMSNAP_OOM"). Only MEMSNAP_OOM and
+ * MEMSNAP_GARBAGE_COLLECTION_THRESHOLD may change at run time; the others shape the segments
+ * and are read from the environment once. Returns MEMSNAP_OK or MEMSNAP_EINVAL (message set). */
+int memsnap_set_option(const char *name, const char *value);
+
 /* Number of devices the backend sees, or a negative MEMSNAP_E* code. */
 int memsnap_device_count(void);
 

@@ -241,6 +241,25 @@ static void apply_pytorch_conf(const char *var) {
   }
 }
 
+/* Options that may change while blocks exist: the rest shape segments and statistics, so they
+ * are read only when the library initialises. */
+static bool runtime_settable(int opt) { return opt == OPT_OOM || opt == OPT_GC_THRESHOLD; }
+
+int msi_option_set(const char *name, const char *value) {
+  for (int i = 0; i < OPT_COUNT; i++) {
+    char var[48];
+    env_name(table[i].name, var, sizeof var);
+    if (strcmp(name, table[i].name) != 0 && strcmp(name, var) != 0) continue;
+    if (!runtime_settable(i)) {
+      msi_error("option %s is read only at initialisation: set %s in the environment", table[i].name, var);
+      return MEMSNAP_EINVAL;
+    }
+    return apply(i, value, var) == 0 ? MEMSNAP_OK : MEMSNAP_EINVAL;
+  }
+  msi_error("unknown option '%s' (memsnap options lists them)", name);
+  return MEMSNAP_EINVAL;
+}
+
 void msi_options_load(void) {
   set_defaults();
   apply_pytorch_conf("PYTORCH_ALLOC_CONF");

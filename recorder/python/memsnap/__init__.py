@@ -1,0 +1,253 @@
+"""memsnap: Python bindings (ctypes, no compiled extension) for libmemsnap.
+
+Two uses:
+
+* With PyTorch: ``memsnap.enable()`` before the first CUDA call makes memsnap PyTorch's CUDA
+  allocator (``CUDAPluggableAllocator``), hooks ``torch.cuda.empty_cache()``,
+  ``set_per_process_memory_fraction()`` and ``Tensor.record_stream()``, serves
+  ``torch.cuda.memory_stats()`` and the functions built on it, and turns an out-of-memory into
+  ``torch.OutOfMemoryError`` instead of a tensor with a null data pointer.
+* Without PyTorch: allocate, free and read statistics directly (``malloc``, ``free``,
+  ``memory_stats``...), for example on the simulated device (``MEMSNAP_BACKEND=sim``).
+
+The library is found through ``MEMSNAP_LIB``, else ``build/libmemsnap.so`` of the source tree
+this package sits in, else ``libmemsnap.so`` beside this file or on the loader's path.
+"""
+
+import collections
+import ctypes
+import os
+
+__all__ = [
+    "enable", "library_path", "load", "malloc", "free", "empty_cache", "set_memory_fraction",
+    "record_stream", "memory_stats", "memory_stats_as_nested_dict", "reset_peak_stats",
+    "reset_accumulated_stats", "check", "backend", "device_count", "last_error", "options",
+    "set_option", "sim_synchronize", "shutdown", "MemsnapError",
+]
+
+_lib = None
+_enabled = None
+
+
+class MemsnapError(RuntimeError):
+    """A libmemsnap call failed; the message is the library's."""
+
+
+def library_path():
+    """Returns the path of libmemsnap.so that load() would use."""
+    env = os.environ.get("MEMSNAP_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [
+        os.path.join(here, "..", "..", "..", "build", "libmemsnap.so"),  # source tree
+        os.path.join(here, "libmemsnap.so"),  # installed beside the package
+    ]
+    for path in candidates:
+        if os.path.exists(path):
+            return os.path.normpath(path)
+    return "libmemsnap.so"
+
+
+def _declare(lib):
+    c = ctypes
+    sigs = {
+        "memsnap_malloc": (c.c_void_p, [c.c_ssize_t, c.c_int, c.c_void_p]),
+        "memsnap_free": (None, [c.c_void_p, c.c_ssize_t, c.c_int, c.c_void_p]),
+        "memsnap_init": (None, [c.c_int]),
+        "memsnap_empty_cache": (None, []),
+        "memsnap_set_memory_fraction": (None, [c.c_double, c.c_int]),
+        "memsnap_record_stream": (None, [c.c_void_p, c.c_void_p]),
+        "memsnap_release": (c.c_int, [c.c_void_p]),
+        "memsnap_last_error": (c.c_char_p, []),
+        "memsnap_backend_name": (c.c_char_p, []),
+        "memsnap_device_count": (c.c_int, []),
+        "memsnap_check": (c.c_int, [c.c_int]),
+        "memsnap_shutdown": (None, []),
+        "memsnap_stat_count": (c.c_int, []),
+        "memsnap_stat_key": (c.c_char_p, [c.c_int]),
+        "memsnap_get_stats_flat": (c.c_int, [c.c_int, c.POINTER(c.c_int64), c.c_int]),
+        "memsnap_reset_peak_stats": (c.c_int, [c.c_int]),
+        "memsnap_reset_accumulated_stats": (c.c_int, [c.c_int]),
+        "memsnap_option_info": (c.c_char_p, [c.c_int, c.POINTER(c.c_char_p), c.POINTER(c.c_char_p)]),
+        "memsnap_set_option": (c.c_int, [c.c_char_p, c.c_char_p]),
+        "memsnap_sim_synchronize": (c.c_int, [c.c_void_p]),
+        "memsnap_set_python_oom_error": (None, [c.py_object]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def load(path=None):
+    """Loads libmemsnap (once) and returns the ctypes handle."""
+    global _lib
+    if _lib is None:
+        lib = ctypes.CDLL(path or library_path())
+        _declare(lib)
+        _lib = lib
+    return _lib
+
+
+def last_error():
+    """The library's last error message on this thread ("" if none)."""
+    return load().memsnap_last_error().decode("utf-8", "replace")
+
+
+def _check(rc):
+    if rc < 0:
+        raise MemsnapError(last_error())
+    return rc
+
+
+def backend():
+    """Name of the active backend ("cuda" or "sim"); raises MemsnapError if it cannot start."""
+    name = load().memsnap_backend_name()
+    if name is None:
+        raise MemsnapError(last_error())
+    return name.decode()
+
+
+def device_count():
+    return _check(load().memsnap_device_count())
+
+
+def malloc(size, device=0, stream=0):
+    """Allocates `size` bytes; returns the address (an int), 0 for size 0. Raises MemoryError
+    on out of memory (with the library's message) and MemsnapError on other failures."""
+    ptr = load().memsnap_malloc(size, device, stream)
+    if ptr:
+        return ptr
+    if size == 0:
+        return 0
+    msg = last_error()
+    raise (MemoryError if "out of memory" in msg else MemsnapError)(msg)
+
+
+def free(ptr):
+    """Frees an address returned by malloc(); raises MemsnapError for a foreign address."""
+    if ptr:
+        _check(load().memsnap_release(ptr))
+
+
+def empty_cache():
+    load().memsnap_empty_cache()
+
+
+def set_memory_fraction(fraction, device=0):
+    load().memsnap_set_memory_fraction(float(fraction), device)
+
+
+def record_stream(ptr, stream):
+    load().memsnap_record_stream(ptr, stream)
+
+
+def sim_synchronize(stream):
+    """Completes the queued work of `stream` on the simulated device."""
+    _check(load().memsnap_sim_synchronize(stream))
+
+
+def check(device=0):
+    """Verifies the allocator's invariants; raises MemsnapError naming the first broken one."""
+    _check(load().memsnap_check(device))
+
+
+def shutdown():
+    load().memsnap_shutdown()
+
+
+def options():
+    """The options table: a list of (environment variable, default, description)."""
+    lib = load()
+    out = []
+    i = 0
+    while True:
+        default, comment = ctypes.c_char_p(), ctypes.c_char_p()
+        var = lib.memsnap_option_info(i, ctypes.byref(default), ctypes.byref(comment))
+        if var is None:
+            return out
+        out.append((var.decode(), default.value.decode(), comment.value.decode()))
+        i += 1
+
+
+def set_option(name, value):
+    """Changes a run-time option (MEMSNAP_OOM, MEMSNAP_GARBAGE_COLLECTION_THRESHOLD)."""
+    _check(load().memsnap_set_option(str(name).encode(), str(value).encode()))
+
+
+def _flat_stats(device):
+    lib = load()
+    n = lib.memsnap_stat_count()
+    values = (ctypes.c_int64 * n)()
+    _check(lib.memsnap_get_stats_flat(int(device), values, n))
+    return [(lib.memsnap_stat_key(i).decode(), values[i]) for i in range(n)]
+
+
+def memory_stats_as_nested_dict(device=0):
+    """Statistics of `device` as torch.cuda.memory_stats_as_nested_dict() returns them."""
+    nested = {}
+    for key, value in _flat_stats(device):
+        parts = key.split(".")
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return nested
+
+
+def memory_stats(device=0):
+    """Statistics of `device` as torch.cuda.memory_stats() returns them: a sorted OrderedDict
+    with dotted keys ("allocated_bytes.all.current", "num_ooms", ...)."""
+    return collections.OrderedDict(sorted(_flat_stats(device)))
+
+
+def reset_peak_stats(device=0):
+    _check(load().memsnap_reset_peak_stats(int(device)))
+
+
+def reset_accumulated_stats(device=0):
+    _check(load().memsnap_reset_accumulated_stats(int(device)))
+
+
+def _fn_addr(lib, name):
+    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+
+def enable(path=None):
+    """Makes memsnap PyTorch's CUDA allocator. Call it before anything touches CUDA.
+
+    Returns the torch.cuda.memory.CUDAPluggableAllocator. Raises ImportError without torch and
+    RuntimeError when CUDA is already initialised (PyTorch cannot swap its allocator then)."""
+    global _enabled
+    if _enabled is not None:
+        return _enabled
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("memsnap.enable() needs PyTorch; the rest of memsnap works without it") from e
+    if torch.cuda.is_initialized():
+        raise RuntimeError("memsnap.enable() must run before CUDA is initialised: call it before the "
+                           "first tensor on the GPU (PyTorch cannot swap an initialised allocator)")
+    so = path or library_path()
+    lib = load(so)
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(so, "memsnap_malloc", "memsnap_free")
+    hooks = allocator.allocator()
+    hooks.set_init_fn(_fn_addr(lib, "memsnap_init"))
+    hooks.set_reset_fn(_fn_addr(lib, "memsnap_empty_cache"))
+    hooks.set_memory_fraction_fn(_fn_addr(lib, "memsnap_set_memory_fraction"))
+    hooks.set_record_stream_fn(_fn_addr(lib, "memsnap_record_stream"))
+    torch.cuda.memory.change_current_allocator(allocator)
+
+    # Out of memory raises torch.OutOfMemoryError (see docs/pytorch.md for how).
+    oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    lib.memsnap_set_python_oom_error(oom_type)
+    if not os.environ.get("MEMSNAP_OOM"):
+        set_option("oom", "throw")
+
+    # PyTorch's memory_stats() family reads these three bindings at call time.
+    torch._C._cuda_memoryStats = lambda device: memory_stats_as_nested_dict(device)
+    torch._C._cuda_resetPeakMemoryStats = lambda device: reset_peak_stats(device)
+    torch._C._cuda_resetAccumulatedMemoryStats = lambda device: reset_accumulated_stats(device)
+    _enabled = allocator
+    return allocator

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs the system packages memsnap's build and tests need, on Debian or
+# Ubuntu, naming each one it installs; does nothing for what is already there.
+#   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev
+#   tests:  python3
+# The CUDA toolkit (headers in $CUDA_HOME/include, default /usr/local/cuda) is not a Debian
+# package of the same version everywhere: it is checked, and its absence explained.
+set -eu
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev python3; do
+  have_pkg "$pkg" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null; then
+    echo "error: missing packages (${need[*]}) and no apt-get to install them" >&2
+    exit 1
+  fi
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "install-deps: installing ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+else
+  echo "install-deps: all system packages present"
+fi
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -f "$cuda/include/cuda.h" ]; then
+  echo "error: CUDA toolkit headers not found in $cuda/include; install the CUDA toolkit (NVIDIA's" >&2
+  echo "       packages, or Debian's nvidia-cuda-toolkit) or set CUDA_HOME" >&2
+  exit 1
+fi

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# test_cli.sh BUILD_DIR: the memsnap command-line tool: usage, exit codes, the options table,
+# and that README.md documents every option the library has.
+set -u
+build=$1
+root=$(cd "$(dirname "$0")/.." && pwd)
+cli=$build/memsnap
+passed=0
+failed=0
+check() { # check NAME CMD...
+  local name=$1
+  shift
+  if "$@" >/dev/null 2>&1; then passed=$((passed + 1)); echo "ok   $name"; else failed=$((failed + 1)); echo "FAIL $name"; fi
+}
+check "cli: no command is a usage error (exit 2)" bash -c "'$cli'; test \$? -eq 2"
+check "cli: unknown command names itself, exit 2" bash -c "'$cli' frobnicate 2>&1 | grep -q \"error: unknown command 'frobnicate'\"; '$cli' frobnicate; test \$? -eq 2"
+check "cli: help lists commands" bash -c "'$cli' help | grep -q 'memsnap options'"
+check "cli: version" bash -c "'$cli' version | grep -Eq '^memsnap [0-9]+\.[0-9]+\.[0-9]+$'"
+check "cli: options lists MEMSNAP_BACKEND" bash -c "'$cli' options | grep -q '^MEMSNAP_BACKEND '"
+missing=$("$cli" options | awk '{print $1}' | while read -r var; do grep -q "\`$var\`" "$root/README.md" || echo "$var"; done)
+check "README documents every option (missing: ${missing:-none})" test -z "$missing"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

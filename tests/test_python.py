@@ -1,0 +1,103 @@
+"""test_python.py: the memsnap Python module without PyTorch, on the simulated device.
+
+Prints "ok NAME" / "FAIL NAME" per check and "N passed, N failed" at the end.
+"""
+import os
+import sys
+
+os.environ["MEMSNAP_BACKEND"] = "sim"
+os.environ["MEMSNAP_SIM_CAPACITY"] = "256M"
+
+import memsnap  # noqa: E402
+
+passed = failed = 0
+
+
+def check(name, cond):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok  ", name)
+    else:
+        failed += 1
+        print("FAIL", name)
+
+
+check("module: loads the library and starts the sim backend", memsnap.backend() == "sim")
+check("module: one simulated device", memsnap.device_count() == 1)
+
+a = memsnap.malloc(1000)
+b = memsnap.malloc(3 << 20, stream=0x10)
+flat = memsnap.memory_stats()
+check("memory_stats: flat keys in torch spelling and sorted order",
+      list(flat) == sorted(flat) and flat["allocated_bytes.all.current"] == 1024 + (3 << 20))
+check("memory_stats: requested bytes", flat["requested_bytes.all.current"] == 1000 + (3 << 20))
+nested = memsnap.memory_stats_as_nested_dict()
+check("nested stats: torch's shape",
+      nested["reserved_bytes"]["small_pool"]["current"] == 2 << 20 and
+      nested["reserved_bytes"]["large_pool"]["current"] == 20 << 20 and
+      nested["num_ooms"] == 0 and nested["max_split_size"] == -1 and
+      set(nested["oversize_allocations"]) == {"current", "peak", "allocated", "freed"})
+check("nested stats: every key PyTorch's memory_summary() reads",
+      all(k in nested for k in ["allocation", "segment", "active", "inactive_split", "allocated_bytes",
+                                "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
+                                "num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc",
+                                "num_device_free", "oversize_allocations", "oversize_segments"]))
+memsnap.free(b)
+memsnap.reset_peak_stats()
+check("reset_peak_stats: peak drops to current", memsnap.memory_stats()["allocated_bytes.all.peak"] == 1024)
+memsnap.reset_accumulated_stats()
+check("reset_accumulated_stats: counters zeroed", memsnap.memory_stats()["num_device_alloc"] == 0)
+
+try:
+    memsnap.malloc(1 << 30)
+    check("out of memory raises MemoryError", False)
+except MemoryError as e:
+    check("out of memory raises MemoryError with the message", "CUDA out of memory" in str(e))
+check("out of memory counted", memsnap.memory_stats()["num_ooms"] == 1)
+
+try:
+    memsnap.free(12345 * 512)
+    check("foreign free raises MemsnapError", False)
+except memsnap.MemsnapError as e:
+    check("foreign free raises MemsnapError", "did not allocate" in str(e))
+
+p = memsnap.malloc(4 << 20, stream=0x10)
+memsnap.record_stream(p, 0x20)
+memsnap.free(p)
+q = memsnap.malloc(4 << 20, stream=0x10)
+memsnap.sim_synchronize(0x20)
+r = memsnap.malloc(4 << 20, stream=0x10)
+check("record_stream: reuse only after the other stream's work completed", q != p and r == p)
+memsnap.free(q)
+memsnap.free(r)
+memsnap.free(a)
+memsnap.check()
+memsnap.empty_cache()
+check("empty_cache: nothing reserved", memsnap.memory_stats()["reserved_bytes.all.current"] == 0)
+
+opts = memsnap.options()
+check("options: the table with defaults", opts[0][0] == "MEMSNAP_BACKEND" and
+      any(o[0] == "MEMSNAP_MAX_SPLIT_SIZE_MB" for o in opts))
+memsnap.set_option("MEMSNAP_OOM", "abort")
+try:
+    memsnap.set_option("max_split_size_mb", "64")
+    check("set_option: init-only options refused", False)
+except memsnap.MemsnapError as e:
+    check("set_option: init-only options refused", "read only at initialisation" in str(e))
+memsnap.set_option("oom", "null")
+
+try:
+    import torch  # noqa: F401
+    have_torch = True
+except ImportError:
+    have_torch = False
+if not have_torch:
+    try:
+        memsnap.enable()
+        check("enable without torch: clear ImportError", False)
+    except ImportError as e:
+        check("enable without torch: clear ImportError", "needs PyTorch" in str(e))
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
