@@ -85,8 +85,8 @@ deps:
 	@scripts/install-deps.sh
 
 gpu-bench: all $(BUILD)/bench_alloc
-$(BUILD)/bench_alloc: tests/gpu/bench_alloc.c $(BUILD)/libmemsnap.so
-	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread
+$(BUILD)/bench_alloc: tests/gpu/bench_alloc.c tests/gpu/bench_workload.h $(BUILD)/libmemsnap.so
+	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 
 clean:
 	rm -rf $(BUILD)

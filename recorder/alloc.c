@@ -52,7 +52,7 @@ static size_t next_division(size_t size, uint32_t divisions) {
 
 size_t msi_round_size(size_t size) {
   if (size < MSI_MIN_BLOCK_SIZE) return MSI_MIN_BLOCK_SIZE;
-  uint32_t divisions = divisions_for(size);
+  uint32_t divisions = MSI_UNLIKELY(msi_opt.any_power2_divisions) ? divisions_for(size) : 0;
   if (divisions > 1 && size > MSI_MIN_BLOCK_SIZE * divisions) return next_division(size, divisions);
   return MSI_MIN_BLOCK_SIZE * ((size + MSI_MIN_BLOCK_SIZE - 1) / MSI_MIN_BLOCK_SIZE);
 }
@@ -114,43 +114,42 @@ static void block_put(msi_device *d, msi_block *b) {
 
 /* ---- pools ----------------------------------------------------------------------------- */
 
-/* The free-block set of `stream` in `pool`, created when `create`; NULL if absent or out of
- * host memory. Streams repeat, so the last one found is checked first. */
-static msi_stream_set *stream_set(msi_pool *p, memsnap_stream_t stream, bool create) {
-  if (MSI_LIKELY(p->nsets && p->sets[p->last_set].stream == stream)) return &p->sets[p->last_set];
+/* Index of the free-block set of `stream` in `pool`, created when missing; -1 if out of host
+ * memory. */
+static __attribute__((noinline)) int stream_set_slow(msi_pool *p, memsnap_stream_t stream) {
   for (int i = 0; i < p->nsets; i++) {
     if (p->sets[i].stream == stream) {
       p->last_set = i;
-      return &p->sets[i];
+      return i;
     }
   }
-  if (!create) return NULL;
   if (p->nsets == p->sets_cap) {
     int cap = p->sets_cap ? p->sets_cap * 2 : 4;
     msi_stream_set *grown = realloc(p->sets, sizeof *grown * (size_t)cap);
-    if (!grown) return NULL;
+    if (!grown) return -1;
     p->sets = grown;
     p->sets_cap = cap;
   }
-  p->sets[p->nsets] = (msi_stream_set){stream, NULL, 0};
+  memset(&p->sets[p->nsets], 0, sizeof p->sets[p->nsets]);
+  p->sets[p->nsets].stream = stream;
   p->last_set = p->nsets;
-  return &p->sets[p->nsets++];
+  return p->nsets++;
 }
 
-/* Caches a free block. Its stream's set exists: the block was allocated on that stream. */
+/* Streams repeat, so the set used last is checked first. */
+static inline int stream_set(msi_pool *p, memsnap_stream_t stream) {
+  if (MSI_LIKELY(p->nsets && p->sets[p->last_set].stream == stream)) return p->last_set;
+  return stream_set_slow(p, stream);
+}
+
+/* Caches a free block in the set of its stream (set_index was fixed when it was allocated). */
 static void pool_insert(msi_block *b) {
   msi_pool *p = b->pool;
-  msi_stream_set *set = stream_set(p, b->stream, false);
   b->gc_count_base = p->get_free_blocks_call_count;
-  msi_tree_insert(&set->root, b);
-  set->count++;
+  msi_set_insert(&p->sets[b->set_index], b);
 }
 
-static void pool_erase(msi_block *b) {
-  msi_stream_set *set = stream_set(b->pool, b->stream, false);
-  msi_tree_erase(&set->root, b);
-  set->count--;
-}
+static void pool_erase(msi_block *b) { msi_set_erase(&b->pool->sets[b->set_index], b); }
 
 static inline uint64_t gc_age(const msi_block *b) {
   return b->pool->get_free_blocks_call_count - b->gc_count_base;
@@ -165,6 +164,7 @@ typedef struct request {
   memsnap_stream_t stream;
   msi_pool *pool;
   msi_stream_set *set;
+  uint32_t set_index;
 } request;
 
 /* Asks the device for a new segment. Returns MSI_BE_OK with *out set, MSI_BE_OOM, or
@@ -179,6 +179,7 @@ static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_blo
   if (rc != MSI_BE_OK) return rc;
   d->total_allocated_memory += size;
   *out = block_new(d, ptr, size, r->stream, r->pool);
+  (*out)->set_index = r->set_index;
   MSI_STAT_INC(d->stats.segment, k, 1);
   MSI_STAT_INC(d->stats.reserved_bytes, k, (int64_t)size);
   if (size >= msi_opt.max_split_size) msi_stat_inc(&d->stats.oversize_segments, 1);
@@ -348,7 +349,7 @@ static void synchronize_and_free_events(msi_device *d) {
 
 static msi_block *get_free_block(msi_device *d, const request *r) {
   if (MSI_UNLIKELY(d->set_fraction && msi_opt.gc_threshold > 0)) r->pool->get_free_blocks_call_count++;
-  msi_block *b = msi_tree_lower_bound(r->set->root, r->size);
+  msi_block *b = msi_set_lower_bound(r->set, r->size);
   if (!b) return NULL;
   size_t max_split = msi_opt.max_split_size;
   if (r->size < max_split && b->size >= max_split) return NULL; /* no oversize block for small */
@@ -367,7 +368,7 @@ static void garbage_collect(msi_device *d) {
   uint64_t total_age = 0;
   int64_t freeable = 0;
   for (int s = 0; s < p->nsets; s++)
-    for (msi_block *b = msi_tree_first(p->sets[s].root); b; b = msi_tree_next(b))
+    for (msi_block *b = msi_set_first(&p->sets[s]); b; b = msi_set_next(&p->sets[s], b))
       if (!is_split(b)) {
         total_age += gc_age(b);
         freeable++;
@@ -377,9 +378,9 @@ static void garbage_collect(msi_device *d) {
     double age_threshold = (double)total_age / (double)freeable;
     freed = false;
     for (int s = 0; s < p->nsets; s++) {
-      msi_block *b = msi_tree_first(p->sets[s].root);
+      msi_block *b = msi_set_first(&p->sets[s]);
       while (b) {
-        msi_block *next = msi_tree_next(b);
+        msi_block *next = msi_set_next(&p->sets[s], b);
         if (!is_split(b) && (double)gc_age(b) >= age_threshold) {
           freed = true;
           reclaimed += b->size;
@@ -399,15 +400,15 @@ static bool release_available_cached_blocks(msi_device *d, const request *r) {
   size_t max_split = msi_opt.max_split_size;
   if (max_split == SIZE_MAX) return false;
   size_t key = r->size < max_split ? max_split : r->size;
-  msi_block *b = msi_tree_lower_bound(r->set->root, key);
+  msi_block *b = msi_set_lower_bound(r->set, key);
   if (b) {
     if (is_split(b)) return false; /* never happens: oversize blocks are whole segments */
     release_segment(d, b);
     return true;
   }
   size_t released = 0;
-  for (b = msi_tree_last(r->set->root); b && released < key && b->size >= max_split;) {
-    msi_block *prev = msi_tree_prev(b);
+  for (b = msi_set_last(r->set); b && released < key && b->size >= max_split;) {
+    msi_block *prev = msi_set_prev(r->set, b);
     if (!is_split(b)) {
       released += b->size;
       release_segment(d, b);
@@ -424,9 +425,9 @@ static void release_cached_blocks(msi_device *d) {
   for (int i = 0; i < 2; i++) {
     msi_pool *p = pools[i];
     for (int s = 0; s < p->nsets; s++) {
-      msi_block *b = msi_tree_first(p->sets[s].root);
+      msi_block *b = msi_set_first(&p->sets[s]);
       while (b) {
-        msi_block *next = msi_tree_next(b);
+        msi_block *next = msi_set_next(&p->sets[s], b);
         if (!is_split(b)) release_segment(d, b);
         b = next;
       }
@@ -442,6 +443,7 @@ static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_
   if (should_split(b, r->size)) {
     msi_block *rest = b;
     b = block_new(d, rest->ptr, r->size, r->stream, r->pool);
+    b->set_index = rest->set_index;
     b->prev = rest->prev;
     if (b->prev) b->prev->next = b;
     b->next = rest;
@@ -510,12 +512,14 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
   r.pool = r.size <= MSI_SMALL_SIZE ? &d->small : &d->large;
   r.alloc_size = msi_allocation_size(r.size);
   r.stream = stream;
-  r.set = stream_set(r.pool, stream, true);
-  if (MSI_UNLIKELY(!r.set || reserve_blocks(d) != 0)) {
+  int set_index = stream_set(r.pool, stream);
+  if (MSI_UNLIKELY(set_index < 0 || reserve_blocks(d) != 0)) {
     msi_error("device %d: out of host memory", d->index);
     rc = MEMSNAP_ENOMEM;
     goto cleanup;
   }
+  r.set_index = (uint32_t)set_index;
+  r.set = &r.pool->sets[set_index];
   b = get_free_block(d, &r);
   if (!b) {
     if (MSI_UNLIKELY(d->set_fraction && msi_opt.gc_threshold > 0)) garbage_collect(d);
@@ -642,7 +646,7 @@ void msi_device_destroy(msi_device *d) {
    * and cached, and release_cached_blocks returns them all. */
   for (size_t i = 0; i <= d->live.mask; i++) {
     msi_block *b;
-    while ((b = d->live.slots[i]) != NULL) {
+    while ((b = d->live.slots[i].block) != NULL) {
       msi_ptrmap_take(&d->live, b->ptr);
       b->allocated = false;
       b->nuses = 0;

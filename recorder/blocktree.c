@@ -2,12 +2,18 @@
  *
  * PyTorch keeps free blocks in a std::set ordered by (stream, size, address) and asks it for
  * the first block not smaller than a request (best fit, lowest address among equals). memsnap
- * keeps one set per stream instead, so the stream never enters a comparison, and makes each
- * set an intrusive treap: the links live in the block itself, so inserting and erasing never
- * allocate. The priority of a node comes from a hash of its address, which keeps the shape,
- * and so every decision, deterministic from run to run.
+ * answers the same question faster:
+ *   - one set per stream, so the stream never enters a comparison;
+ *   - inside a set, size classes as in TLSF: 8 classes per power of two of the size in 512-byte
+ *     units, with a bitmap of the non-empty ones. All blocks of a lower class are smaller than
+ *     all blocks of a higher one, so the answer is the lower bound inside the request's class,
+ *     or else the smallest block of the next non-empty class (one bitmap scan);
+ *   - each class an intrusive treap ordered by (size, address): links live in the block, so
+ *     insert and erase never allocate, and a class holds few blocks, so searches touch few
+ *     cache lines. Priorities hash the address, so shapes, and decisions, are deterministic.
  *
- * Invariants: in-order traversal is sorted by (size, ptr); a parent's prio >= its children's.
+ * Invariants: in-order traversal of a class is sorted by (size, ptr); a parent's prio >= its
+ * children's; bit c of `nonempty` is set iff bins[c] is not NULL.
  */
 #include "internal.h"
 
@@ -45,7 +51,7 @@ static void rotate_up(msi_block **root, msi_block *x) {
   p->parent = x;
 }
 
-void msi_tree_insert(msi_block **root, msi_block *b) {
+static void tree_insert(msi_block **root, msi_block *b) {
   b->left = b->right = NULL;
   b->prio = prio_of(b->ptr);
   b->in_tree = true;
@@ -59,7 +65,7 @@ void msi_tree_insert(msi_block **root, msi_block *b) {
   while (b->parent && b->parent->prio < b->prio) rotate_up(root, b);
 }
 
-void msi_tree_erase(msi_block **root, msi_block *b) {
+static void tree_erase(msi_block **root, msi_block *b) {
   while (b->left && b->right)
     rotate_up(root, b->left->prio > b->right->prio ? b->left : b->right);
   relink(root, b, b->left ? b->left : b->right);
@@ -67,7 +73,7 @@ void msi_tree_erase(msi_block **root, msi_block *b) {
   b->in_tree = false;
 }
 
-msi_block *msi_tree_lower_bound(msi_block *n, size_t size) {
+static msi_block *tree_lower_bound(msi_block *n, size_t size) {
   msi_block *best = NULL;
   while (n) {
     if (n->size >= size) {
@@ -80,26 +86,105 @@ msi_block *msi_tree_lower_bound(msi_block *n, size_t size) {
   return best;
 }
 
-msi_block *msi_tree_first(msi_block *n) {
+static msi_block *tree_first(msi_block *n) {
   if (n)
     while (n->left) n = n->left;
   return n;
 }
 
-msi_block *msi_tree_last(msi_block *n) {
+static msi_block *tree_last(msi_block *n) {
   if (n)
     while (n->right) n = n->right;
   return n;
 }
 
-msi_block *msi_tree_next(msi_block *b) {
-  if (b->right) return msi_tree_first(b->right);
+static const msi_block *tree_next(const msi_block *b) {
+  if (b->right) return tree_first(b->right);
   while (b->parent && b->parent->right == b) b = b->parent;
   return b->parent;
 }
 
-msi_block *msi_tree_prev(msi_block *b) {
-  if (b->left) return msi_tree_last(b->left);
+static const msi_block *tree_prev(const msi_block *b) {
+  if (b->left) return tree_last(b->left);
   while (b->parent && b->parent->left == b) b = b->parent;
   return b->parent;
+}
+
+/* ---- size classes ---------------------------------------------------------------------- */
+
+int msi_set_bin_of(size_t size) {
+  size_t units = size >> 9; /* sizes are multiples of 512, at least 512 */
+  if (units < 8) return (int)units;
+  int e = 63 - __builtin_clzll((unsigned long long)units);
+  return 8 * (e - 2) + (int)((units >> (e - 3)) & 7);
+}
+
+/* First non-empty class at or after c, or -1. */
+static int next_bin(const msi_stream_set *s, int c) {
+  if (c >= MSI_BINS) return -1;
+  int w = c >> 6;
+  uint64_t bits = s->nonempty[w] & (~0ull << (c & 63));
+  for (;;) {
+    if (bits) return (w << 6) + __builtin_ctzll(bits);
+    if (++w == MSI_BINS / 64) return -1;
+    bits = s->nonempty[w];
+  }
+}
+
+/* Last non-empty class at or before c, or -1. */
+static int prev_bin(const msi_stream_set *s, int c) {
+  if (c < 0) return -1;
+  int w = c >> 6;
+  uint64_t bits = s->nonempty[w] & (~0ull >> (63 - (c & 63)));
+  for (;;) {
+    if (bits) return (w << 6) + 63 - __builtin_clzll(bits);
+    if (--w < 0) return -1;
+    bits = s->nonempty[w];
+  }
+}
+
+void msi_set_insert(msi_stream_set *s, msi_block *b) {
+  int c = msi_set_bin_of(b->size);
+  tree_insert(&s->bins[c], b);
+  s->nonempty[c >> 6] |= 1ull << (c & 63);
+  s->count++;
+}
+
+void msi_set_erase(msi_stream_set *s, msi_block *b) {
+  int c = msi_set_bin_of(b->size);
+  tree_erase(&s->bins[c], b);
+  if (!s->bins[c]) s->nonempty[c >> 6] &= ~(1ull << (c & 63));
+  s->count--;
+}
+
+msi_block *msi_set_lower_bound(const msi_stream_set *s, size_t size) {
+  int c = msi_set_bin_of(size);
+  msi_block *b = s->bins[c] ? tree_lower_bound(s->bins[c], size) : NULL;
+  if (b) return b;
+  c = next_bin(s, c + 1);
+  return c < 0 ? NULL : tree_first(s->bins[c]);
+}
+
+msi_block *msi_set_first(const msi_stream_set *s) {
+  int c = next_bin(s, 0);
+  return c < 0 ? NULL : tree_first(s->bins[c]);
+}
+
+msi_block *msi_set_last(const msi_stream_set *s) {
+  int c = prev_bin(s, MSI_BINS - 1);
+  return c < 0 ? NULL : tree_last(s->bins[c]);
+}
+
+msi_block *msi_set_next(const msi_stream_set *s, const msi_block *b) {
+  const msi_block *n = tree_next(b);
+  if (n) return (msi_block *)n;
+  int c = next_bin(s, msi_set_bin_of(b->size) + 1);
+  return c < 0 ? NULL : tree_first(s->bins[c]);
+}
+
+msi_block *msi_set_prev(const msi_stream_set *s, const msi_block *b) {
+  const msi_block *p = tree_prev(b);
+  if (p) return (msi_block *)p;
+  int c = prev_bin(s, msi_set_bin_of(b->size) - 1);
+  return c < 0 ? NULL : tree_last(s->bins[c]);
 }

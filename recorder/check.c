@@ -55,8 +55,9 @@ static int cmp_ptr(const void *a, const void *b) {
 static int check_tree(const msi_stream_set *set, msi_pool *pool, walk *w) {
   size_t count = 0;
   msi_block *prev = NULL;
-  for (msi_block *b = msi_tree_first(set->root); b; b = msi_tree_next(b)) {
-    if (!b->in_tree || b->allocated || b->event_count || b->pool != pool || b->stream != set->stream) {
+  for (msi_block *b = msi_set_first(set); b; b = msi_set_next(set, b)) {
+    if (!b->in_tree || b->allocated || b->event_count || b->pool != pool || b->stream != set->stream ||
+        &pool->sets[b->set_index] != set) {
       msi_error("cached block %#lx has a wrong state, pool or stream", (unsigned long)b->ptr);
       return -1;
     }
@@ -67,6 +68,13 @@ static int check_tree(const msi_stream_set *set, msi_pool *pool, walk *w) {
     if ((b->left && (b->left->parent != b || b->left->prio > b->prio)) ||
         (b->right && (b->right->parent != b || b->right->prio > b->prio))) {
       msi_error("free tree links or priorities broken at block %#lx", (unsigned long)b->ptr);
+      return -1;
+    }
+    int c = msi_set_bin_of(b->size);
+    msi_block *root = b;
+    while (root->parent) root = root->parent;
+    if (set->bins[c] != root || !(set->nonempty[c >> 6] & (1ull << (c & 63)))) {
+      msi_error("block %#lx of %zu bytes is not in its size class %d", (unsigned long)b->ptr, b->size, c);
       return -1;
     }
     push(w, b);
@@ -88,8 +96,9 @@ int memsnap_check(int device) {
   pthread_mutex_lock(&d->lock);
   size_t nlive = 0;
   for (size_t i = 0; i <= d->live.mask; i++) {
-    msi_block *b = d->live.slots[i];
+    msi_block *b = d->live.slots[i].block;
     if (!b) continue;
+    if (d->live.slots[i].key != b->ptr) FAIL("pointer map key %#lx differs from its block %#lx", (unsigned long)d->live.slots[i].key, (unsigned long)b->ptr);
     if (!b->allocated || b->in_tree) FAIL("live block %#lx is not marked allocated", (unsigned long)b->ptr);
     if (msi_ptrmap_get(&d->live, b->ptr) != b) FAIL("pointer map cannot find block %#lx", (unsigned long)b->ptr);
     push(&w, b);

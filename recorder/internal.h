@@ -53,6 +53,7 @@ typedef struct msi_options {
   size_t max_split_size;       /* SIZE_MAX: unlimited */
   size_t max_non_split_rounding; /* slack allowed when an oversize request takes a cached block */
   uint32_t power2_divisions[MSI_POWER2_INTERVALS]; /* 0 or 1: off for that interval */
+  bool any_power2_divisions;   /* some interval has divisions > 1 */
   double gc_threshold;         /* 0: off */
   double memory_fraction;      /* below 1.0: cap every device at this share at start */
   msi_oom_action oom;
@@ -125,6 +126,7 @@ struct msi_block {
   msi_block *prev, *next; /* address neighbours inside the segment; NULL at its ends */
   msi_block *left, *right, *parent; /* free-block tree links (blocktree.c) */
   uint32_t prio;          /* tree priority */
+  uint32_t set_index;     /* pool->sets[set_index] is the block's stream's free set */
   bool allocated;
   bool in_tree;
   uint32_t event_count;   /* outstanding events before the block may be reused */
@@ -133,11 +135,15 @@ struct msi_block {
   uint64_t gc_count_base; /* pool's get_free_block count when the block was cached */
 };
 
-/* The free blocks of one pool that belong to one stream, ordered by (size, address). */
+/* The free blocks of one pool that belong to one stream, ordered by (size, address): size-class
+ * bins (8 per power of two, as in TLSF) with a bitmap of the non-empty ones, each bin a treap
+ * ordered by (size, address). blocktree.c has the operations. */
+#define MSI_BINS 448
 typedef struct msi_stream_set {
   memsnap_stream_t stream;
-  msi_block *root;
   size_t count;
+  uint64_t nonempty[MSI_BINS / 64];
+  msi_block *bins[MSI_BINS];
 } msi_stream_set;
 
 struct msi_pool {
@@ -149,18 +155,23 @@ struct msi_pool {
   uint64_t get_free_blocks_call_count; /* gc age clock, counted only when gc is on */
 };
 
-/* blocktree.c: an intrusive treap keyed by (size, ptr). */
-void msi_tree_insert(msi_block **root, msi_block *b);
-void msi_tree_erase(msi_block **root, msi_block *b);
-msi_block *msi_tree_lower_bound(msi_block *root, size_t size); /* smallest size >= size */
-msi_block *msi_tree_first(msi_block *root);
-msi_block *msi_tree_last(msi_block *root);
-msi_block *msi_tree_next(msi_block *b);
-msi_block *msi_tree_prev(msi_block *b);
+/* blocktree.c: the ordered free-block set of one stream. Order is (size, ptr) throughout. */
+void msi_set_insert(msi_stream_set *s, msi_block *b);
+void msi_set_erase(msi_stream_set *s, msi_block *b);
+msi_block *msi_set_lower_bound(const msi_stream_set *s, size_t size); /* first with size >= size */
+msi_block *msi_set_first(const msi_stream_set *s);
+msi_block *msi_set_last(const msi_stream_set *s);
+msi_block *msi_set_next(const msi_stream_set *s, const msi_block *b); /* NULL after the last */
+msi_block *msi_set_prev(const msi_stream_set *s, const msi_block *b); /* NULL before the first */
+int msi_set_bin_of(size_t size);
 
 /* ptrmap.c: open-addressing hash map from block address to allocated block. */
+typedef struct msi_ptrmap_slot {
+  uintptr_t key; /* the block's address; 0: empty */
+  msi_block *block;
+} msi_ptrmap_slot;
 typedef struct msi_ptrmap {
-  msi_block **slots;
+  msi_ptrmap_slot *slots;
   size_t mask;  /* capacity - 1; capacity is a power of two */
   size_t count;
 } msi_ptrmap;

@@ -270,4 +270,7 @@ void msi_options_load(void) {
     const char *value = getenv(var);
     if (value && *value) apply(i, value, var);
   }
+  msi_opt.any_power2_divisions = false;
+  for (int i = 0; i < MSI_POWER2_INTERVALS; i++)
+    if (msi_opt.power2_divisions[i] > 1) msi_opt.any_power2_divisions = true;
 }

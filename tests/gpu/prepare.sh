@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# prepare.sh: on the development machine, before a GPU run: builds what tests/gpu/run.sh needs
+# into build/ and copies beside libmemsnap.so the shared libraries the GPU machine lacks
+# (libunwind, cJSON, SQLite; the library's rpath $ORIGIN finds them). Then carry build/.
+set -eu
+cd "$(dirname "$0")/../.."
+make --no-print-directory gpu-bench >/dev/null
+for lib in libunwind.so.8 libcjson.so.1 libsqlite3.so.0 liblzma.so.5; do
+  src=$(ldd build/libmemsnap.so | awk -v l="$lib" '$1 == l {print $3}')
+  [ -n "$src" ] && cp -L "$src" build/
+done
+ls build/*.so* | tr '\n' ' '
+echo

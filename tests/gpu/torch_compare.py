@@ -1,0 +1,344 @@
+"""torch_compare.py: PyTorch with memsnap against PyTorch's native allocator, on one GPU.
+
+Run by tests/gpu/run.sh on the GPU machine. PyTorch cannot swap its allocator once CUDA is
+initialised, so every measurement runs in a child process per allocator (native, memsnap),
+alternating the two so that drifts in clocks hit both sides alike. The parent prints a table.
+
+Tasks (each child prints one JSON line):
+  train   a small CNN trained 30 steps with fixed seeds and deterministic algorithms: the losses
+          (must be identical), memory_stats() keys, empty_cache(), record_stream().
+  empty   `x = torch.empty(n, device="cuda"); del x` loops: microseconds per op.
+  resnet  torchvision resnet50, batch 64, SGD: milliseconds per training step, peak allocated
+          and reserved memory.
+  oom     allocation beyond a memory fraction: what the user gets, and whether CUDA still works.
+  parity  (native process only) a random trace of allocations, frees and empty_cache on two
+          streams replayed through PyTorch's caching allocator and through memsnap on its
+          simulated device with the GPU's capacity: all statistics compared after every step.
+
+usage: python3 torch_compare.py [--bench FILE] [--reps N]
+"""
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+
+# ---- children ------------------------------------------------------------------------------
+
+def setup(mode):
+    import torch
+    if mode == "memsnap":
+        sys.path.insert(0, os.path.join(ROOT, "recorder", "python"))
+        import memsnap
+        memsnap.enable()
+    return torch
+
+
+def task_train(torch, mode):
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    dev = "cuda"
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(4),
+        torch.nn.Flatten(), torch.nn.Linear(64 * 16, 10)).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    data = torch.randn(30, 64, 3, 32, 32, generator=g)
+    labels = torch.randint(0, 10, (30, 64), generator=g)
+    losses = []
+    for step in range(30):
+        x, y = data[step].to(dev), labels[step].to(dev)
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    stats = torch.cuda.memory_stats()
+    out = {"losses": losses, "stat_keys": sorted(stats), "allocated": torch.cuda.memory_allocated(),
+           "max_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+    # record_stream: a tensor used on a side stream is not reused before that stream finishes.
+    side = torch.cuda.Stream()
+    t = torch.empty(1 << 22, device=dev)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        t.mul_(2)
+    t.record_stream(side)
+    ptr = t.data_ptr()
+    del t
+    u = torch.empty(1 << 22, device=dev)
+    out["record_stream_not_reused_early"] = u.data_ptr() != ptr
+    side.synchronize()
+    del u
+    del model, opt, x, y, loss
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    out["empty_cache_released"] = before - torch.cuda.memory_reserved()
+    torch.cuda.reset_peak_memory_stats()
+    out["peak_after_reset"] = torch.cuda.max_memory_allocated()
+    if mode == "memsnap":
+        import memsnap
+        memsnap.check(0)
+        out["invariants"] = "ok"
+    return out
+
+
+def task_empty(torch, mode):
+    out = {}
+    for label, numel in (("4KiB", 1024), ("1MiB", 1 << 18)):
+        for _ in range(2000):
+            x = torch.empty(numel, device="cuda")
+            del x
+        times = []
+        n = 100000
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                x = torch.empty(numel, device="cuda")
+                del x
+            times.append((time.perf_counter() - t0) / n * 1e6)
+        out[label] = statistics.median(times)
+    return out
+
+
+def task_resnet(torch, mode):
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(64, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (64,), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(20):
+            step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / 20 * 1e3)
+    return {"step_ms": statistics.median(times), "peak_allocated": torch.cuda.max_memory_allocated(),
+            "peak_reserved": torch.cuda.max_memory_reserved()}
+
+
+def task_oom(torch, mode):
+    torch.cuda.set_per_process_memory_fraction(0.05)
+    keep = torch.empty(1 << 20, device="cuda")
+    total = torch.cuda.get_device_properties(0).total_memory
+    out = {}
+    try:
+        x = torch.empty(int(total * 0.1) // 4, device="cuda")
+        out["raised"] = "nothing"
+        out["data_ptr"] = x.data_ptr()
+    except Exception as e:  # noqa: BLE001 - we report what type arrives
+        out["raised"] = type(e).__module__ + "." + type(e).__qualname__
+        out["is_torch_oom"] = isinstance(e, torch.OutOfMemoryError)
+        out["message"] = str(e).splitlines()[0][:160]
+    y = torch.randn(1000, device="cuda")
+    out["cuda_works_after"] = abs(float((y * 2).sum()) - 2 * float(y.sum())) < 1e-3
+    out["num_ooms"] = torch.cuda.memory_stats().get("num_ooms")
+    del keep
+    return out
+
+
+def task_parity(torch, mode):
+    """Replays one random trace through PyTorch's allocator and memsnap's sim device."""
+    props = torch.cuda.get_device_properties(0)
+    os.environ["MEMSNAP_BACKEND"] = "sim"
+    os.environ["MEMSNAP_SIM_CAPACITY"] = str(props.total_memory)
+    sys.path.insert(0, os.path.join(ROOT, "recorder", "python"))
+    import random
+    import memsnap
+    fraction = float(os.environ.get("PARITY_FRACTION", "0"))
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.empty_cache()
+    if fraction:
+        torch.cuda.set_per_process_memory_fraction(fraction)
+        memsnap.set_memory_fraction(fraction)
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.reset_accumulated_memory_stats()
+    rng = random.Random(int(os.environ.get("PARITY_SEED", "7")))
+    live = []
+    mismatches = []
+    steps = int(os.environ.get("PARITY_STEPS", "3000"))
+    native_keys = set(torch.cuda.memory_stats())
+    memsnap_keys = set(memsnap.memory_stats())
+    ooms = 0
+    for step in range(steps):
+        r = rng.random()
+        if r < 0.005:
+            torch.cuda.empty_cache()
+            memsnap.empty_cache()
+            op = "empty_cache"
+        elif live and (r < 0.45 or len(live) > 300):
+            i = rng.randrange(len(live))
+            np, mp, s = live.pop(i)
+            torch.cuda.caching_allocator_delete(np)
+            memsnap.free(mp)
+            op = "free"
+        else:
+            small = rng.random() < 0.6
+            lo, hi = (1, 1 << 20) if small else ((1 << 20) + 1, 96 << 20)
+            size = int(2 ** rng.uniform(math.log2(lo), math.log2(hi)))  # log-uniform
+            s = streams[rng.randrange(2)]
+            op = "alloc %d" % size
+            try:
+                np = torch.cuda.caching_allocator_alloc(size, 0, s)
+            except torch.OutOfMemoryError:
+                np = None
+            try:
+                mp = memsnap.malloc(size, 0, s.cuda_stream)
+            except MemoryError:
+                mp = None
+            if (np is None) != (mp is None):
+                mismatches.append({"step": step, "op": op, "what": "oom differs", "native": np is None})
+            if np is not None:
+                live.append((np, mp, s))
+            if mp is not None and np is None:
+                memsnap.free(mp)
+            if np is None:
+                ooms += 1
+        a, b = torch.cuda.memory_stats(), memsnap.memory_stats()
+        for k in sorted(native_keys & memsnap_keys):
+            if a[k] != b[k]:
+                mismatches.append({"step": step, "op": op, "key": k, "native": a[k], "memsnap": b[k]})
+        if len(mismatches) > 20:
+            break
+    for np, mp, s in live:
+        torch.cuda.caching_allocator_delete(np)
+        memsnap.free(mp)
+    memsnap.check(0)
+    return {"steps": step + 1, "mismatches": len(mismatches), "first": mismatches[:5], "ooms": ooms,
+            "only_native": sorted(native_keys - memsnap_keys), "only_memsnap": sorted(memsnap_keys - native_keys),
+            "segments_seen": torch.cuda.memory_stats()["segment.all.peak"]}
+
+
+def child(mode, task):
+    torch = setup(mode)
+    result = globals()["task_" + task](torch, mode)
+    print("RESULT " + json.dumps(result))
+
+
+# ---- parent --------------------------------------------------------------------------------
+
+def run_child(mode, task, env=None, timeout=300):
+    e = dict(os.environ)
+    e["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    e.update(env or {})
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", mode, task], env=e,
+                       capture_output=True, text=True, timeout=timeout)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return {"error": "exit %d: %s" % (p.returncode, (p.stderr or p.stdout)[-600:])}
+
+
+def main(argv):
+    if len(argv) > 2 and argv[1] == "--child":
+        child(argv[2], argv[3])
+        return 0
+    bench_file = argv[argv.index("--bench") + 1] if "--bench" in argv else None
+    reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 3
+    results = {}
+    import torch
+    results["gpu"] = torch.cuda.get_device_name(0)
+    results["torch"] = torch.__version__
+    for task in ("train", "oom"):
+        for mode in ("native", "memsnap"):
+            results[task + "_" + mode] = run_child(mode, task)
+    for task in ("empty", "resnet"):
+        for mode in ("native", "memsnap"):
+            results[task + "_" + mode] = []
+        for _ in range(reps):
+            for mode in ("native", "memsnap"):
+                results[task + "_" + mode].append(run_child(mode, task))
+    parity_configs = [
+        ("default", {}),
+        ("max_split_size_mb:64,roundup_power2_divisions:4",
+         {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64,roundup_power2_divisions:4"}),
+        ("fraction 0.03 + garbage_collection_threshold:0.5 + max_split_size_mb:40",
+         {"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.5,max_split_size_mb:40", "PARITY_FRACTION": "0.03"}),
+    ]
+    results["parity"] = [(name, run_child("native", "parity", env)) for name, env in parity_configs]
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        with open(os.path.join(out_dir, "torch_compare.json"), "w") as f:
+            json.dump(results, f, indent=1)
+    print_table(results, bench_file)
+    return 0
+
+
+def med(runs, key):
+    vals = [r[key] for r in runs if key in r]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def print_table(r, bench_file):
+    rows = []
+    tn, tm = r["train_native"], r["train_memsnap"]
+    if "losses" in tn and "losses" in tm:
+        diff = max(abs(a - b) for a, b in zip(tn["losses"], tm["losses"]))
+        rows.append(("small CNN, 30 steps: losses", "%.6f" % tn["losses"][-1], "%.6f" % tm["losses"][-1],
+                     "identical" if tn["losses"] == tm["losses"] else "max diff %.3g" % diff))
+        rows.append(("memory_stats() keys", str(len(tn["stat_keys"])), str(len(tm["stat_keys"])),
+                     "same" if tn["stat_keys"] == tm["stat_keys"] else "DIFFER"))
+        rows.append(("record_stream: no early reuse", str(tn["record_stream_not_reused_early"]),
+                     str(tm["record_stream_not_reused_early"]), ""))
+        rows.append(("empty_cache() released bytes", str(tn["empty_cache_released"]), str(tm["empty_cache_released"]), ""))
+        rows.append(("memsnap invariants after training", "", tm.get("invariants", "?"), ""))
+    else:
+        rows.append(("train", str(tn)[:60], str(tm)[:200], "ERROR"))
+    for label in ("4KiB", "1MiB"):
+        a, b = med(r["empty_native"], label), med(r["empty_memsnap"], label)
+        rows.append(("torch.empty+del %s (us/op)" % label, "%.3f" % a, "%.3f" % b, "ratio %.3f" % (b / a)))
+    a, b = med(r["resnet_native"], "step_ms"), med(r["resnet_memsnap"], "step_ms")
+    rows.append(("resnet50 b64 train step (ms)", "%.2f" % a, "%.2f" % b, "ratio %.4f" % (b / a)))
+    for key in ("peak_allocated", "peak_reserved"):
+        a, b = med(r["resnet_native"], key), med(r["resnet_memsnap"], key)
+        rows.append(("resnet50 %s (MiB)" % key, "%.1f" % (a / 2**20), "%.1f" % (b / 2**20), "ratio %.4f" % (b / a)))
+    on, om = r["oom_native"], r["oom_memsnap"]
+    rows.append(("OOM: exception", on.get("raised", on.get("error", "?"))[:28], om.get("raised", om.get("error", "?"))[:28],
+                 "torch.OutOfMemoryError" if om.get("is_torch_oom") else "NOT torch OOM"))
+    rows.append(("OOM: CUDA usable afterwards", str(on.get("cuda_works_after")), str(om.get("cuda_works_after")),
+                 "num_ooms %s/%s" % (on.get("num_ooms"), om.get("num_ooms"))))
+    for name, p in r["parity"]:
+        if "mismatches" in p:
+            rows.append(("parity: " + name[:40], "%d steps" % p["steps"], "%d OOMs" % p["ooms"],
+                         "%d mismatches" % p["mismatches"]))
+        else:
+            rows.append(("parity: " + name[:40], "", "", "ERROR " + str(p)[:100]))
+    if bench_file and os.path.exists(bench_file):
+        vals = {}
+        for line in open(bench_file):
+            parts = line.split()
+            if len(parts) == 3:
+                vals.setdefault((parts[0], parts[1]), []).append(float(parts[2]))
+        for case in ("same_512B", "same_1MiB", "random_20k"):
+            a = vals.get(("native", case))
+            b = vals.get(("memsnap", case))
+            if a and b:
+                rows.append(("C malloc+free pair %s (ns)" % case, "%.1f" % statistics.median(a),
+                             "%.1f" % statistics.median(b), "ratio %.3f" % (statistics.median(b) / statistics.median(a))))
+    print("\n%s, torch %s" % (r["gpu"], r["torch"]))
+    print("%-46s %-18s %-18s %s" % ("check", "native", "memsnap", "result"))
+    for row in rows:
+        print("%-46s %-18s %-18s %s" % row)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
