@@ -84,8 +84,9 @@ static int reserve_blocks(msi_device *d) {
     d->block_slabs = grown;
     d->slabs_cap = cap;
   }
-  msi_block *slab = calloc(SLAB_BLOCKS, sizeof *slab);
+  msi_block *slab = aligned_alloc(64, SLAB_BLOCKS * sizeof *slab);
   if (!slab) return -1;
+  memset(slab, 0, SLAB_BLOCKS * sizeof *slab);
   d->block_slabs[d->nslabs++] = slab;
   for (int i = 0; i < SLAB_BLOCKS; i++) {
     slab[i].next = d->spare_blocks;
@@ -97,17 +98,15 @@ static int reserve_blocks(msi_device *d) {
 static msi_block *block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_stream_t stream, msi_pool *pool) {
   msi_block *b = d->spare_blocks; /* reserve_blocks() ran first */
   d->spare_blocks = b->next;
-  memset(b, 0, sizeof *b);
-  b->ptr = ptr;
-  b->size = size;
-  b->stream = stream;
-  b->pool = pool;
+  *b = (msi_block){.ptr = ptr, .size = size, .stream = stream, .pool = pool};
   return b;
 }
 
 static void block_put(msi_device *d, msi_block *b) {
-  free(b->uses);
-  b->uses = NULL;
+  if (MSI_UNLIKELY(b->uses != NULL)) {
+    free(b->uses);
+    b->uses = NULL;
+  }
   b->next = d->spare_blocks;
   d->spare_blocks = b;
 }
@@ -123,6 +122,7 @@ static __attribute__((noinline)) int stream_set_slow(msi_pool *p, memsnap_stream
       return i;
     }
   }
+  if (p->nsets == UINT16_MAX) return -1; /* set_index is 16 bits */
   if (p->nsets == p->sets_cap) {
     int cap = p->sets_cap ? p->sets_cap * 2 : 4;
     msi_stream_set *grown = realloc(p->sets, sizeof *grown * (size_t)cap);
@@ -164,7 +164,7 @@ typedef struct request {
   memsnap_stream_t stream;
   msi_pool *pool;
   msi_stream_set *set;
-  uint32_t set_index;
+  uint16_t set_index;
 } request;
 
 /* Asks the device for a new segment. Returns MSI_BE_OK with *out set, MSI_BE_OOM, or
@@ -518,7 +518,7 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
     rc = MEMSNAP_ENOMEM;
     goto cleanup;
   }
-  r.set_index = (uint32_t)set_index;
+  r.set_index = (uint16_t)set_index;
   r.set = &r.pool->sets[set_index];
   b = get_free_block(d, &r);
   if (!b) {

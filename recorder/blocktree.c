@@ -4,8 +4,8 @@
  * the first block not smaller than a request (best fit, lowest address among equals). memsnap
  * answers the same question faster:
  *   - one set per stream, so the stream never enters a comparison;
- *   - inside a set, size classes as in TLSF: 8 classes per power of two of the size in 512-byte
- *     units, with a bitmap of the non-empty ones. All blocks of a lower class are smaller than
+ *   - inside a set, size classes as in TLSF: 16 classes per power of two of the size in 512-byte
+ *     units (sizes in one class differ by at most 6%), with a bitmap of the non-empty ones. All blocks of a lower class are smaller than
  *     all blocks of a higher one, so the answer is the lower bound inside the request's class,
  *     or else the smallest block of the next non-empty class (one bitmap scan);
  *   - each class an intrusive treap ordered by (size, address): links live in the block, so
@@ -112,11 +112,16 @@ static const msi_block *tree_prev(const msi_block *b) {
 
 /* ---- size classes ---------------------------------------------------------------------- */
 
+/* The largest class: units just under 2^55 (sizes under 2^64), exponent 54. */
+_Static_assert((1 << MSI_BIN_SUB_BITS) * (54 - MSI_BIN_SUB_BITS + 2) <= MSI_BINS, "MSI_BINS too small");
+_Static_assert(MSI_BINS % 64 == 0, "MSI_BINS must fill bitmap words");
+
 int msi_set_bin_of(size_t size) {
+  enum { SUB = 1 << MSI_BIN_SUB_BITS };
   size_t units = size >> 9; /* sizes are multiples of 512, at least 512 */
-  if (units < 8) return (int)units;
-  int e = 63 - __builtin_clzll((unsigned long long)units);
-  return 8 * (e - 2) + (int)((units >> (e - 3)) & 7);
+  if (units < SUB) return (int)units;
+  int e = 63 - __builtin_clzll((unsigned long long)units); /* e >= MSI_BIN_SUB_BITS */
+  return SUB * (e - MSI_BIN_SUB_BITS + 1) + (int)((units >> (e - MSI_BIN_SUB_BITS)) & (SUB - 1));
 }
 
 /* First non-empty class at or after c, or -1. */

@@ -117,28 +117,33 @@ int msi_sim_synchronize(memsnap_stream_t stream); /* backend_sim.c */
 typedef struct msi_pool msi_pool;
 typedef struct msi_block msi_block;
 
+/* A block: a piece of a segment, allocated or free. 128 bytes in two cache lines: the first
+ * holds what free-set searches and merges read, the second the rest. */
 struct msi_block {
   uintptr_t ptr;
   size_t size;            /* rounded size */
-  size_t requested_size;  /* size as asked for */
-  memsnap_stream_t stream;
-  msi_pool *pool;
   msi_block *prev, *next; /* address neighbours inside the segment; NULL at its ends */
-  msi_block *left, *right, *parent; /* free-block tree links (blocktree.c) */
+  msi_block *left, *right, *parent; /* free-set tree links (blocktree.c) */
   uint32_t prio;          /* tree priority */
-  uint32_t set_index;     /* pool->sets[set_index] is the block's stream's free set */
+  uint16_t set_index;     /* pool->sets[set_index] is the block's stream's free set */
   bool allocated;
   bool in_tree;
+  /* second cache line */
+  msi_pool *pool;
+  memsnap_stream_t stream;
+  size_t requested_size;  /* size as asked for */
+  uint64_t gc_count_base; /* pool's get_free_block count when the block was cached */
   uint32_t event_count;   /* outstanding events before the block may be reused */
   uint32_t nuses, uses_cap;
   memsnap_stream_t *uses; /* streams from record_stream, until the block is freed */
-  uint64_t gc_count_base; /* pool's get_free_block count when the block was cached */
-};
+} __attribute__((aligned(64)));
+_Static_assert(sizeof(msi_block) == 128, "msi_block should fill two cache lines");
 
 /* The free blocks of one pool that belong to one stream, ordered by (size, address): size-class
- * bins (8 per power of two, as in TLSF) with a bitmap of the non-empty ones, each bin a treap
+ * bins (16 per power of two, as in TLSF) with a bitmap of the non-empty ones, each bin a treap
  * ordered by (size, address). blocktree.c has the operations. */
-#define MSI_BINS 448
+#define MSI_BIN_SUB_BITS 4
+#define MSI_BINS 832 /* classes of sizes up to 2^64 bytes: 16 * 52 */
 typedef struct msi_stream_set {
   memsnap_stream_t stream;
   size_t count;

@@ -45,10 +45,12 @@ def task_train(torch, mode):
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     dev = "cuda"
+    # Only layers with deterministic CUDA kernels (pooling backward has none).
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(4),
-        torch.nn.Flatten(), torch.nn.Linear(64 * 16, 10)).to(dev)
+        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 3, stride=2, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(64, 64, 3, stride=2, padding=1), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 10)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(1)
     data = torch.randn(30, 64, 3, 32, 32, generator=g)
@@ -156,6 +158,21 @@ def task_oom(torch, mode):
     return out
 
 
+def recount_inactive_split(torch):
+    """Counts, from PyTorch's own snapshot, the free blocks of split segments per pool."""
+    counts = {"small": [0, 0], "large": [0, 0]}
+    for seg in torch.cuda.memory_snapshot():
+        blocks = seg["blocks"]
+        if len(blocks) < 2:
+            continue
+        for blk in blocks:
+            if blk["state"] == "inactive":
+                c = counts[seg["segment_type"]]
+                c[0] += 1
+                c[1] += blk["size"]
+    return counts
+
+
 def task_parity(torch, mode):
     """Replays one random trace through PyTorch's allocator and memsnap's sim device."""
     props = torch.cuda.get_device_properties(0)
@@ -217,6 +234,11 @@ def task_parity(torch, mode):
         for k in sorted(native_keys & memsnap_keys):
             if a[k] != b[k]:
                 mismatches.append({"step": step, "op": op, "key": k, "native": a[k], "memsnap": b[k]})
+        if mismatches and "native_recount" not in locals():
+            native_recount = recount_inactive_split(torch)
+            print("first mismatch at step %d (%s): native stats %s, native blocks recounted %s, memsnap %s" % (
+                step, op, {k: a[k] for k in a if k.startswith("inactive_split.") and k.endswith(".current")},
+                native_recount, {k: b[k] for k in b if k.startswith("inactive_split.") and k.endswith(".current")}))
         if len(mismatches) > 20:
             break
     for np, mp, s in live:
@@ -252,6 +274,10 @@ def main(argv):
     if len(argv) > 2 and argv[1] == "--child":
         child(argv[2], argv[3])
         return 0
+    if len(argv) > 3 and argv[1] == "--only":  # one task in a child, its output shown as it is
+        e = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8")
+        return subprocess.run([sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--child",
+                               argv[3], argv[2]], env=e).returncode
     bench_file = argv[argv.index("--bench") + 1] if "--bench" in argv else None
     reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 3
     results = {}
