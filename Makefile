@@ -49,9 +49,14 @@ $(BUILD)/recorder/oom_throw.o: recorder/oom_throw.cc
 	$(CXX) $(CXXFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 
 # rpath $ORIGIN: the library finds libunwind/libcjson copied beside it (the GPU machine has none).
+# libgcc_s comes first among the library's dependencies: libunwind.so also exports the _Unwind_*
+# functions, and a C++ exception (oom_throw.cc) raised by libgcc_s's unwinder but resumed by
+# libunwind's aborts the process. Inside Python (ctypes loads with RTLD_LOCAL) the library's own
+# dependency order decides which one its calls reach; tests/test_oom_throw.py checks it.
+GCC_S_FIRST := -Wl,--push-state,--no-as-needed -lgcc_s -Wl,--pop-state
 $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
-	  -Wl,-rpath,'$$ORIGIN' $(PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
+	  -Wl,-rpath,'$$ORIGIN' $(GCC_S_FIRST) $(PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
 
 $(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $(CLI_SRCS:%.c=$(BUILD)/%.o) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' $(PKG_LIBS) $(EXTRA_LDFLAGS)
@@ -74,7 +79,12 @@ $(BUILD)/tests/%.o: tests/%.c tests/testhelper.h recorder/memsnap.h recorder/int
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 
-test: all $(TEST_BINS) $(SAMPLES)
+# A C++ host that catches memsnap's out-of-memory exception the way PyTorch does.
+$(BUILD)/tests/liboom_catcher.so: tests/oom_catcher.cc $(BUILD)/libmemsnap.so
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_COMMON) -shared -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..'
+
+test: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so
 	@tests/run_tests.sh $(BUILD)
 
 demo: deps

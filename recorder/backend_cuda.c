@@ -130,12 +130,12 @@ static int cuda_device_info(int dev, size_t *free_bytes, size_t *total, char *na
   bool pushed;
   if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
   size_t f = 0, t = 0;
+  CUdevice d;
   CUresult r = p_cuMemGetInfo_v2(&f, &t);
-  if (r == CUDA_SUCCESS && name) {
-    CUdevice d;
-    r = p_cuDeviceGet(&d, dev);
-    if (r == CUDA_SUCCESS) r = p_cuDeviceGetName(name, (int)len, d);
-  }
+  if (r == CUDA_SUCCESS) r = p_cuDeviceGet(&d, dev);
+  /* totalGlobalMem, which PyTorch's set_per_process_memory_fraction multiplies */
+  if (r == CUDA_SUCCESS) r = p_cuDeviceTotalMem_v2(&t, d);
+  if (r == CUDA_SUCCESS && name) r = p_cuDeviceGetName(name, (int)len, d);
   leave(pushed);
   if (r != CUDA_SUCCESS) return fail("reading device memory info", r);
   if (free_bytes) *free_bytes = f;

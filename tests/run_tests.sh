@@ -42,6 +42,8 @@ run test_cli "$here/test_cli.sh" "$build"
 run test_sample "$here/test_sample.sh" "$build"
 run test_python env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$here/../recorder/python" \
   python3 "$here/test_python.py"
+run test_oom_throw env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$here/../recorder/python" \
+  python3 "$here/test_oom_throw.py"
 
 echo
 echo "$passed passed, $failed failed"

@@ -70,7 +70,7 @@ def task_train(torch, mode):
     side = torch.cuda.Stream()
     t = torch.empty(1 << 22, device=dev)
     with torch.cuda.stream(side):
-        torch.cuda._sleep(50_000_000)
+        torch.cuda._sleep(2_000_000_000)  # about a second: the side stream is still busy below
         t.mul_(2)
     t.record_stream(side)
     ptr = t.data_ptr()
@@ -158,55 +158,32 @@ def task_oom(torch, mode):
     return out
 
 
-def recount_inactive_split(torch):
-    """Counts, from PyTorch's own snapshot, the free blocks of split segments per pool."""
-    counts = {"small": [0, 0], "large": [0, 0]}
-    for seg in torch.cuda.memory_snapshot():
-        blocks = seg["blocks"]
-        if len(blocks) < 2:
-            continue
-        for blk in blocks:
-            if blk["state"] == "inactive":
-                c = counts[seg["segment_type"]]
-                c[0] += 1
-                c[1] += blk["size"]
-    return counts
-
-
 def task_parity(torch, mode):
-    """Replays one random trace through PyTorch's allocator and memsnap's sim device."""
-    props = torch.cuda.get_device_properties(0)
-    os.environ["MEMSNAP_BACKEND"] = "sim"
-    os.environ["MEMSNAP_SIM_CAPACITY"] = str(props.total_memory)
-    sys.path.insert(0, os.path.join(ROOT, "recorder", "python"))
+    """Replays one random trace of allocations, frees and empty_cache on two streams through
+    torch.cuda.caching_allocator_alloc/delete and records every statistic after every step.
+    Run once per allocator (memsnap serves the same torch calls); the parent compares the two
+    sequences. Both processes make the same device allocations in the same order, so the driver
+    hands out addresses in the same order, and best-fit ties break alike."""
     import random
-    import memsnap
     fraction = float(os.environ.get("PARITY_FRACTION", "0"))
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     torch.cuda.empty_cache()
     if fraction:
         torch.cuda.set_per_process_memory_fraction(fraction)
-        memsnap.set_memory_fraction(fraction)
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.reset_accumulated_memory_stats()
     rng = random.Random(int(os.environ.get("PARITY_SEED", "7")))
     live = []
-    mismatches = []
     steps = int(os.environ.get("PARITY_STEPS", "3000"))
-    native_keys = set(torch.cuda.memory_stats())
-    memsnap_keys = set(memsnap.memory_stats())
-    ooms = 0
+    keys = sorted(torch.cuda.memory_stats())
+    trace, ooms = [], 0
     for step in range(steps):
         r = rng.random()
         if r < 0.005:
             torch.cuda.empty_cache()
-            memsnap.empty_cache()
             op = "empty_cache"
         elif live and (r < 0.45 or len(live) > 300):
-            i = rng.randrange(len(live))
-            np, mp, s = live.pop(i)
-            torch.cuda.caching_allocator_delete(np)
-            memsnap.free(mp)
+            torch.cuda.caching_allocator_delete(live.pop(rng.randrange(len(live))))
             op = "free"
         else:
             small = rng.random() < 0.6
@@ -215,39 +192,46 @@ def task_parity(torch, mode):
             s = streams[rng.randrange(2)]
             op = "alloc %d" % size
             try:
-                np = torch.cuda.caching_allocator_alloc(size, 0, s)
+                live.append(torch.cuda.caching_allocator_alloc(size, 0, s))
             except torch.OutOfMemoryError:
-                np = None
-            try:
-                mp = memsnap.malloc(size, 0, s.cuda_stream)
-            except MemoryError:
-                mp = None
-            if (np is None) != (mp is None):
-                mismatches.append({"step": step, "op": op, "what": "oom differs", "native": np is None})
-            if np is not None:
-                live.append((np, mp, s))
-            if mp is not None and np is None:
-                memsnap.free(mp)
-            if np is None:
                 ooms += 1
-        a, b = torch.cuda.memory_stats(), memsnap.memory_stats()
-        for k in sorted(native_keys & memsnap_keys):
-            if a[k] != b[k]:
-                mismatches.append({"step": step, "op": op, "key": k, "native": a[k], "memsnap": b[k]})
-        if mismatches and "native_recount" not in locals():
-            native_recount = recount_inactive_split(torch)
-            print("first mismatch at step %d (%s): native stats %s, native blocks recounted %s, memsnap %s" % (
-                step, op, {k: a[k] for k in a if k.startswith("inactive_split.") and k.endswith(".current")},
-                native_recount, {k: b[k] for k in b if k.startswith("inactive_split.") and k.endswith(".current")}))
-        if len(mismatches) > 20:
-            break
-    for np, mp, s in live:
-        torch.cuda.caching_allocator_delete(np)
-        memsnap.free(mp)
-    memsnap.check(0)
-    return {"steps": step + 1, "mismatches": len(mismatches), "first": mismatches[:5], "ooms": ooms,
-            "only_native": sorted(native_keys - memsnap_keys), "only_memsnap": sorted(memsnap_keys - native_keys),
-            "segments_seen": torch.cuda.memory_stats()["segment.all.peak"]}
+                op += " oom"
+        stats = torch.cuda.memory_stats()
+        trace.append([op] + [stats[k] for k in keys])
+    for p in live:
+        torch.cuda.caching_allocator_delete(p)
+    path = os.path.join(os.environ.get("OUT", "/tmp"), "parity_%s_%s.json" % (os.environ.get("PARITY_NAME", "x"), mode))
+    with open(path, "w") as f:
+        json.dump({"keys": keys, "trace": trace}, f)
+    out = {"steps": steps, "ooms": ooms, "file": path}
+    if mode == "memsnap":
+        import memsnap
+        memsnap.check(0)
+        out["invariants"] = "ok"
+    return out
+
+
+def compare_parity(a, b):
+    """Compares two recorded parity traces: returns (steps compared, mismatching steps, first)."""
+    if "file" not in a or "file" not in b:
+        return 0, -1, [a.get("error", "")[-300:], b.get("error", "")[-300:]]
+    ta, tb = json.load(open(a["file"])), json.load(open(b["file"]))
+    common = [k for k in ta["keys"] if k in tb["keys"]]
+    ia = [ta["keys"].index(k) + 1 for k in common]
+    ib = [tb["keys"].index(k) + 1 for k in common]
+    bad, first = 0, []
+    for step, (ra, rb) in enumerate(zip(ta["trace"], tb["trace"])):
+        diff = [(common[n], ra[i], rb[j]) for n, (i, j) in enumerate(zip(ia, ib)) if ra[i] != rb[j]]
+        if ra[0] != rb[0]:
+            diff.append(("op", ra[0], rb[0]))
+        if diff:
+            bad += 1
+            if len(first) < 3:
+                first.append({"step": step, "op": ra[0], "diff": diff[:6]})
+    missing = sorted(set(ta["keys"]) ^ set(tb["keys"]))
+    if missing:
+        first.append({"keys only on one side": missing})
+    return min(len(ta["trace"]), len(tb["trace"])), bad, first
 
 
 def child(mode, task):
@@ -300,7 +284,11 @@ def main(argv):
         ("fraction 0.03 + garbage_collection_threshold:0.5 + max_split_size_mb:40",
          {"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.5,max_split_size_mb:40", "PARITY_FRACTION": "0.03"}),
     ]
-    results["parity"] = [(name, run_child("native", "parity", env)) for name, env in parity_configs]
+    results["parity"] = []
+    for n, (name, env) in enumerate(parity_configs):
+        env = dict(env, PARITY_NAME=str(n))
+        a, b = run_child("native", "parity", env), run_child("memsnap", "parity", env)
+        results["parity"].append((name, {"native": a, "memsnap": b, "compare": compare_parity(a, b)}))
     out_dir = os.environ.get("OUT")
     if out_dir:
         with open(os.path.join(out_dir, "torch_compare.json"), "w") as f:
@@ -343,11 +331,13 @@ def print_table(r, bench_file):
     rows.append(("OOM: CUDA usable afterwards", str(on.get("cuda_works_after")), str(om.get("cuda_works_after")),
                  "num_ooms %s/%s" % (on.get("num_ooms"), om.get("num_ooms"))))
     for name, p in r["parity"]:
-        if "mismatches" in p:
-            rows.append(("parity: " + name[:40], "%d steps" % p["steps"], "%d OOMs" % p["ooms"],
-                         "%d mismatches" % p["mismatches"]))
-        else:
-            rows.append(("parity: " + name[:40], "", "", "ERROR " + str(p)[:100]))
+        steps, bad, first = p["compare"]
+        rows.append(("parity: " + name[:40], "%d steps, %s OOMs" % (steps, p["native"].get("ooms")),
+                     "%s OOMs" % p["memsnap"].get("ooms"),
+                     ("%d of %d steps differ" % (bad, steps)) if bad else "all %d stats equal at every step" % len(
+                         json.load(open(p["native"]["file"]))["keys"])))
+        if bad:
+            print("parity %s: %s" % (name, json.dumps(first)[:1500]))
     if bench_file and os.path.exists(bench_file):
         vals = {}
         for line in open(bench_file):

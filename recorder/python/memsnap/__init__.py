@@ -27,6 +27,7 @@ __all__ = [
 
 _lib = None
 _enabled = None
+_oom_type = None
 
 
 class MemsnapError(RuntimeError):
@@ -72,7 +73,7 @@ def _declare(lib):
         "memsnap_option_info": (c.c_char_p, [c.c_int, c.POINTER(c.c_char_p), c.POINTER(c.c_char_p)]),
         "memsnap_set_option": (c.c_int, [c.c_char_p, c.c_char_p]),
         "memsnap_sim_synchronize": (c.c_int, [c.c_void_p]),
-        "memsnap_set_python_oom_error": (None, [c.py_object]),
+        "memsnap_set_python_oom_error": (None, [c.c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -240,8 +241,9 @@ def enable(path=None):
     torch.cuda.memory.change_current_allocator(allocator)
 
     # Out of memory raises torch.OutOfMemoryError (see docs/pytorch.md for how).
-    oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    lib.memsnap_set_python_oom_error(oom_type)
+    global _oom_type
+    _oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    lib.memsnap_set_python_oom_error(id(_oom_type))  # borrowed: _oom_type keeps it alive
     if not os.environ.get("MEMSNAP_OOM"):
         set_option("oom", "throw")
 
