@@ -7,7 +7,7 @@
  *   stats.c        statistic updates, resets and the flat key table
  *   api.c          public entry points, lazy initialisation, device table
  *   options.c      the options table and environment parsing
- *   error.c        error messages (thread-local last error, replaceable handler)
+ *   error.c        error messages (thread-local last error; option warnings on stderr)
  *   backend_sim.c  the simulated device
  *   backend_cuda.c the CUDA driver backend (libcuda loaded at run time)
  */
@@ -36,7 +36,7 @@
 
 /* ---- errors (error.c) ------------------------------------------------------------------ */
 
-/* Formats a message into this thread's last-error buffer and passes it to the handler. */
+/* Formats a message into this thread's last-error buffer (memsnap_last_error). */
 void msi_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Like msi_error but also prints "memsnap: warning: ..." on stderr (never on the hot path). */
 void msi_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
