@@ -16,7 +16,7 @@ BUILD := build
 PKGS := libunwind sqlite3 libcjson
 
 OPT ?= -O2
-CFLAGS_COMMON := $(OPT) -g -fPIC -fexceptions -Wall -Wextra -Wshadow -Wstrict-prototypes \
+CFLAGS_COMMON := $(OPT) -g -fPIC -fno-semantic-interposition -fexceptions -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -std=gnu11 -D_GNU_SOURCE -Irecorder -I$(CUDA_HOME)/include
 CXXFLAGS_COMMON := $(OPT) -g -fPIC -Wall -Wextra -std=c++17
 EXTRA_CFLAGS ?=

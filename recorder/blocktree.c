@@ -4,8 +4,9 @@
  * the first block not smaller than a request (best fit, lowest address among equals). memsnap
  * answers the same question faster:
  *   - one set per stream, so the stream never enters a comparison;
- *   - inside a set, size classes as in TLSF: 16 classes per power of two of the size in 512-byte
- *     units (sizes in one class differ by at most 6%), with a bitmap of the non-empty ones. All blocks of a lower class are smaller than
+ *   - inside a set, size classes: one per size up to 1 MiB (every small-pool size, so a class
+ *     rarely holds more than a few blocks), then 16 per power of two as in TLSF (sizes in one
+ *     class differ by at most 6%), with a bitmap of the non-empty ones. All blocks of a lower class are smaller than
  *     all blocks of a higher one, so the answer is the lower bound inside the request's class,
  *     or else the smallest block of the next non-empty class (one bitmap scan);
  *   - each class an intrusive treap ordered by (size, address): links live in the block, so
@@ -13,7 +14,8 @@
  *     cache lines. Priorities hash the address, so shapes, and decisions, are deterministic.
  *
  * Invariants: in-order traversal of a class is sorted by (size, ptr); a parent's prio >= its
- * children's; bit c of `nonempty` is set iff bins[c] is not NULL.
+ * children's; bit c of `nonempty` is set iff bins[c] is not NULL; bit w of `summary` iff word w
+ * of `nonempty` is not 0.
  */
 #include "internal.h"
 
@@ -112,28 +114,33 @@ static const msi_block *tree_prev(const msi_block *b) {
 
 /* ---- size classes ---------------------------------------------------------------------- */
 
-/* The largest class: units just under 2^55 (sizes under 2^64), exponent 54. */
-_Static_assert((1 << MSI_BIN_SUB_BITS) * (54 - MSI_BIN_SUB_BITS + 2) <= MSI_BINS, "MSI_BINS too small");
-_Static_assert(MSI_BINS % 64 == 0, "MSI_BINS must fill bitmap words");
+/* Classes: units of 512 bytes up to MSI_BIN_EXACT each have their own; above, class boundaries
+ * are the powers of two and 16 equal steps between them. Larger sizes map to larger or equal
+ * classes. The largest: units just under 2^55 (sizes under 2^64), exponent 54. */
+#define SUB (1 << MSI_BIN_SUB_BITS)
+#define EXACT_LOG 11 /* log2(MSI_BIN_EXACT) */
+_Static_assert(MSI_BIN_EXACT == 1 << EXACT_LOG, "MSI_BIN_EXACT must be 2^EXACT_LOG");
+_Static_assert(MSI_BIN_EXACT + 1 + SUB * (54 - EXACT_LOG + 1) <= MSI_BINS, "MSI_BINS too small");
+_Static_assert(MSI_BINS % 64 == 0 && MSI_BINS / 64 <= 64, "MSI_BINS must fill at most 64 bitmap words");
 
 int msi_set_bin_of(size_t size) {
-  enum { SUB = 1 << MSI_BIN_SUB_BITS };
   size_t units = size >> 9; /* sizes are multiples of 512, at least 512 */
-  if (units < SUB) return (int)units;
-  int e = 63 - __builtin_clzll((unsigned long long)units); /* e >= MSI_BIN_SUB_BITS */
-  return SUB * (e - MSI_BIN_SUB_BITS + 1) + (int)((units >> (e - MSI_BIN_SUB_BITS)) & (SUB - 1));
+  if (units <= MSI_BIN_EXACT) return (int)units;
+  int e = 63 - __builtin_clzll((unsigned long long)units); /* e >= EXACT_LOG */
+  return MSI_BIN_EXACT + 1 + SUB * (e - EXACT_LOG) + (int)((units >> (e - MSI_BIN_SUB_BITS)) & (SUB - 1));
 }
 
-/* First non-empty class at or after c, or -1. */
+/* First non-empty class at or after c, or -1: the class's word, else the summary names the
+ * next word with a non-empty class, so the search is O(1) however many classes there are. */
 static int next_bin(const msi_stream_set *s, int c) {
   if (c >= MSI_BINS) return -1;
   int w = c >> 6;
   uint64_t bits = s->nonempty[w] & (~0ull << (c & 63));
-  for (;;) {
-    if (bits) return (w << 6) + __builtin_ctzll(bits);
-    if (++w == MSI_BINS / 64) return -1;
-    bits = s->nonempty[w];
-  }
+  if (bits) return (w << 6) + __builtin_ctzll(bits);
+  uint64_t words = w + 1 < 64 ? s->summary & (~0ull << (w + 1)) : 0;
+  if (!words) return -1;
+  w = __builtin_ctzll(words);
+  return (w << 6) + __builtin_ctzll(s->nonempty[w]);
 }
 
 /* Last non-empty class at or before c, or -1. */
@@ -141,24 +148,28 @@ static int prev_bin(const msi_stream_set *s, int c) {
   if (c < 0) return -1;
   int w = c >> 6;
   uint64_t bits = s->nonempty[w] & (~0ull >> (63 - (c & 63)));
-  for (;;) {
-    if (bits) return (w << 6) + 63 - __builtin_clzll(bits);
-    if (--w < 0) return -1;
-    bits = s->nonempty[w];
-  }
+  if (bits) return (w << 6) + 63 - __builtin_clzll(bits);
+  uint64_t words = w > 0 ? s->summary & (~0ull >> (64 - w)) : 0;
+  if (!words) return -1;
+  w = 63 - __builtin_clzll(words);
+  return (w << 6) + 63 - __builtin_clzll(s->nonempty[w]);
 }
 
 void msi_set_insert(msi_stream_set *s, msi_block *b) {
   int c = msi_set_bin_of(b->size);
   tree_insert(&s->bins[c], b);
   s->nonempty[c >> 6] |= 1ull << (c & 63);
+  s->summary |= 1ull << (c >> 6);
   s->count++;
 }
 
 void msi_set_erase(msi_stream_set *s, msi_block *b) {
   int c = msi_set_bin_of(b->size);
   tree_erase(&s->bins[c], b);
-  if (!s->bins[c]) s->nonempty[c >> 6] &= ~(1ull << (c & 63));
+  if (!s->bins[c]) {
+    s->nonempty[c >> 6] &= ~(1ull << (c & 63));
+    if (!s->nonempty[c >> 6]) s->summary &= ~(1ull << (c >> 6));
+  }
   s->count--;
 }
 

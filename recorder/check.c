@@ -54,6 +54,18 @@ static int cmp_ptr(const void *a, const void *b) {
 /* Checks one tree; appends its nodes to w. Returns 0 or -1 (error set). */
 static int check_tree(const msi_stream_set *set, msi_pool *pool, walk *w) {
   size_t count = 0;
+  for (int c = 0; c < MSI_BINS; c++) {
+    bool bit = set->nonempty[c >> 6] & (1ull << (c & 63));
+    if (bit != (set->bins[c] != NULL) || (bit && !(set->summary & (1ull << (c >> 6))))) {
+      msi_error("free-set bitmaps disagree with size class %d", c);
+      return -1;
+    }
+  }
+  for (int wd = 0; wd < MSI_BINS / 64; wd++)
+    if (!set->nonempty[wd] != !(set->summary & (1ull << wd))) {
+      msi_error("free-set summary bit %d is wrong", wd);
+      return -1;
+    }
   msi_block *prev = NULL;
   for (msi_block *b = msi_set_first(set); b; b = msi_set_next(set, b)) {
     if (!b->in_tree || b->allocated || b->event_count || b->pool != pool || b->stream != set->stream ||

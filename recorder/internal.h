@@ -140,14 +140,17 @@ struct msi_block {
 _Static_assert(sizeof(msi_block) == 128, "msi_block should fill two cache lines");
 
 /* The free blocks of one pool that belong to one stream, ordered by (size, address): size-class
- * bins (16 per power of two, as in TLSF) with a bitmap of the non-empty ones, each bin a treap
- * ordered by (size, address). blocktree.c has the operations. */
+ * bins with a bitmap of the non-empty ones, each bin a treap ordered by (size, address). Every
+ * small-pool size (512 B steps up to 1 MiB) has a class of its own; above that, 16 classes per
+ * power of two, as in TLSF. blocktree.c has the operations. */
+#define MSI_BIN_EXACT 2048 /* sizes up to 2048 * 512 B = 1 MiB: one class per size */
 #define MSI_BIN_SUB_BITS 4
-#define MSI_BINS 832 /* classes of sizes up to 2^64 bytes: 16 * 52 */
+#define MSI_BINS 2816 /* all classes of sizes below 2^64, rounded up to whole bitmap words */
 typedef struct msi_stream_set {
   memsnap_stream_t stream;
   size_t count;
-  uint64_t nonempty[MSI_BINS / 64];
+  uint64_t summary;                 /* bit w: nonempty[w] != 0 */
+  uint64_t nonempty[MSI_BINS / 64]; /* bit c: bins[c] != NULL */
   msi_block *bins[MSI_BINS];
 } msi_stream_set;
 

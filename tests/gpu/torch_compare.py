@@ -71,6 +71,7 @@ def task_train(torch, mode):
     m = torch.randn(8192, 8192, device=dev)
     t = torch.empty(1 << 22, device=dev)
     side.wait_stream(torch.cuda.current_stream())
+    t0 = time.perf_counter()
     with torch.cuda.stream(side):
         for _ in range(60):  # about a second of matrix products keeps the side stream busy
             m2 = m @ m
@@ -81,7 +82,9 @@ def task_train(torch, mode):
     u = torch.empty(1 << 22, device=dev)
     out["record_stream_not_reused_early"] = u.data_ptr() != ptr
     out["side_stream_still_busy"] = not side.query()
+    t1 = time.perf_counter()
     side.synchronize()
+    out["side_launch_s"], out["side_total_s"] = t1 - t0, time.perf_counter() - t0
     del u, m, m2
     del model, opt, x, y, loss
     before = torch.cuda.memory_reserved()
@@ -317,7 +320,9 @@ def print_table(r, bench_file):
                      "same" if tn["stat_keys"] == tm["stat_keys"] else "DIFFER"))
         rows.append(("record_stream: no reuse while side stream busy", str(tn["record_stream_not_reused_early"]),
                      str(tm["record_stream_not_reused_early"]),
-                     "side stream busy: %s/%s" % (tn["side_stream_still_busy"], tm["side_stream_still_busy"])))
+                     "side busy %s/%s; launch %.3f/%.3f s of %.3f/%.3f s" % (
+                         tn["side_stream_still_busy"], tm["side_stream_still_busy"], tn["side_launch_s"],
+                         tm["side_launch_s"], tn["side_total_s"], tm["side_total_s"])))
         rows.append(("empty_cache() released bytes", str(tn["empty_cache_released"]), str(tm["empty_cache_released"]), ""))
         rows.append(("memsnap invariants after training", "", tm.get("invariants", "?"), ""))
     else:
