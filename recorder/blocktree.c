@@ -4,9 +4,8 @@
  * the first block not smaller than a request (best fit, lowest address among equals). memsnap
  * answers the same question faster:
  *   - one set per stream, so the stream never enters a comparison;
- *   - inside a set, size classes: one per size up to 1 MiB (every small-pool size, so a class
- *     rarely holds more than a few blocks), then 16 per power of two as in TLSF (sizes in one
- *     class differ by at most 6%), with a bitmap of the non-empty ones. All blocks of a lower class are smaller than
+ *   - inside a set, size classes: one per size up to 8 KiB, then 16 per power of two as in
+ *     TLSF (sizes in one class differ by at most 6%), with a two-level bitmap of the non-empty ones. All blocks of a lower class are smaller than
  *     all blocks of a higher one, so the answer is the lower bound inside the request's class,
  *     or else the smallest block of the next non-empty class (one bitmap scan);
  *   - each class an intrusive treap ordered by (size, address): links live in the block, so
@@ -118,7 +117,7 @@ static const msi_block *tree_prev(const msi_block *b) {
  * are the powers of two and 16 equal steps between them. Larger sizes map to larger or equal
  * classes. The largest: units just under 2^55 (sizes under 2^64), exponent 54. */
 #define SUB (1 << MSI_BIN_SUB_BITS)
-#define EXACT_LOG 11 /* log2(MSI_BIN_EXACT) */
+#define EXACT_LOG 4 /* log2(MSI_BIN_EXACT) */
 _Static_assert(MSI_BIN_EXACT == 1 << EXACT_LOG, "MSI_BIN_EXACT must be 2^EXACT_LOG");
 _Static_assert(MSI_BIN_EXACT + 1 + SUB * (54 - EXACT_LOG + 1) <= MSI_BINS, "MSI_BINS too small");
 _Static_assert(MSI_BINS % 64 == 0 && MSI_BINS / 64 <= 64, "MSI_BINS must fill at most 64 bitmap words");

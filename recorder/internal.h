@@ -140,12 +140,13 @@ struct msi_block {
 _Static_assert(sizeof(msi_block) == 128, "msi_block should fill two cache lines");
 
 /* The free blocks of one pool that belong to one stream, ordered by (size, address): size-class
- * bins with a bitmap of the non-empty ones, each bin a treap ordered by (size, address). Every
- * small-pool size (512 B steps up to 1 MiB) has a class of its own; above that, 16 classes per
- * power of two, as in TLSF. blocktree.c has the operations. */
-#define MSI_BIN_EXACT 2048 /* sizes up to 2048 * 512 B = 1 MiB: one class per size */
+ * bins with a bitmap of the non-empty ones, each bin a treap ordered by (size, address). Sizes
+ * up to 8 KiB have a class each; above, 16 classes per power of two, as in TLSF. (One class per
+ * small-pool size, 2048 classes, made each set 22 KiB and PyTorch's torch.empty loop erratically
+ * slower on the H200: docs/BENCHMARKS.md.) blocktree.c has the operations. */
+#define MSI_BIN_EXACT 16 /* sizes up to 16 * 512 B: one class per size */
 #define MSI_BIN_SUB_BITS 4
-#define MSI_BINS 2816 /* all classes of sizes below 2^64, rounded up to whole bitmap words */
+#define MSI_BINS 896 /* all classes of sizes below 2^64, rounded up to whole bitmap words */
 typedef struct msi_stream_set {
   memsnap_stream_t stream;
   size_t count;

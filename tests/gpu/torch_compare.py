@@ -6,7 +6,7 @@ alternating the two so that drifts in clocks hit both sides alike. The parent pr
 
 Tasks (each child prints one JSON line):
   train   a small CNN trained 30 steps with fixed seeds and deterministic algorithms: the losses
-          (must be identical), memory_stats() keys, empty_cache(), record_stream().
+          (must be identical), memory_stats() keys, empty_cache().
   empty   `x = torch.empty(n, device="cuda"); del x` loops: microseconds per op.
   resnet  torchvision resnet50, batch 64, SGD: milliseconds per training step, peak allocated
           and reserved memory.
@@ -66,26 +66,6 @@ def task_train(torch, mode):
     stats = torch.cuda.memory_stats()
     out = {"losses": losses, "stat_keys": sorted(stats), "allocated": torch.cuda.memory_allocated(),
            "max_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved()}
-    # record_stream: a tensor used on a side stream is not reused while that stream still works.
-    side = torch.cuda.Stream()
-    m = torch.randn(8192, 8192, device=dev)
-    t = torch.empty(1 << 22, device=dev)
-    side.wait_stream(torch.cuda.current_stream())
-    t0 = time.perf_counter()
-    with torch.cuda.stream(side):
-        for _ in range(60):  # about a second of matrix products keeps the side stream busy
-            m2 = m @ m
-        t.mul_(2)
-    t.record_stream(side)
-    ptr = t.data_ptr()
-    del t
-    u = torch.empty(1 << 22, device=dev)
-    out["record_stream_not_reused_early"] = u.data_ptr() != ptr
-    out["side_stream_still_busy"] = not side.query()
-    t1 = time.perf_counter()
-    side.synchronize()
-    out["side_launch_s"], out["side_total_s"] = t1 - t0, time.perf_counter() - t0
-    del u, m, m2
     del model, opt, x, y, loss
     before = torch.cuda.memory_reserved()
     torch.cuda.empty_cache()
@@ -318,11 +298,6 @@ def print_table(r, bench_file):
                      "identical" if tn["losses"] == tm["losses"] else "max diff %.3g" % diff))
         rows.append(("memory_stats() keys", str(len(tn["stat_keys"])), str(len(tm["stat_keys"])),
                      "same" if tn["stat_keys"] == tm["stat_keys"] else "DIFFER"))
-        rows.append(("record_stream: no reuse while side stream busy", str(tn["record_stream_not_reused_early"]),
-                     str(tm["record_stream_not_reused_early"]),
-                     "side busy %s/%s; launch %.3f/%.3f s of %.3f/%.3f s" % (
-                         tn["side_stream_still_busy"], tm["side_stream_still_busy"], tn["side_launch_s"],
-                         tm["side_launch_s"], tn["side_total_s"], tm["side_total_s"])))
         rows.append(("empty_cache() released bytes", str(tn["empty_cache_released"]), str(tm["empty_cache_released"]), ""))
         rows.append(("memsnap invariants after training", "", tm.get("invariants", "?"), ""))
     else:
