@@ -27,7 +27,8 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocktree.c recorder/check.c recorder/error.c recorder/options.c recorder/ptrmap.c recorder/stats.c
+  recorder/blocktree.c recorder/check.c recorder/error.c recorder/history.c recorder/options.c \
+  recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o
 CLI_SRCS := analyzer/main.c
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress

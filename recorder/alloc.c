@@ -110,6 +110,7 @@ static msi_block *block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_s
   b->event_count = 0;
   b->nuses = b->uses_cap = 0;
   b->uses = NULL; /* block_put freed it */
+  b->stack_id = 0;
   return b;
 }
 
@@ -195,12 +196,16 @@ static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_blo
   MSI_STAT_INC(d->stats.reserved_bytes, k, (int64_t)size);
   if (size >= msi_opt.max_split_size) msi_stat_inc(&d->stats.oversize_segments, 1);
   d->stats.num_device_alloc++;
+  if (msi_is_recording())
+    msi_history_add(MSI_EV_SEGMENT_ALLOC, d->index, r->stream, ptr, size, size, 0, msi_current_stack);
   return MSI_BE_OK;
 }
 
 /* Returns a whole cached segment to the device and forgets it. */
 static void release_segment(msi_device *d, msi_block *b) {
   int k = b->pool->stat_kind;
+  if (msi_is_recording())
+    msi_history_add(MSI_EV_SEGMENT_FREE, d->index, b->stream, b->ptr, b->size, b->size, 0, msi_current_stack);
   if (msi_be->mem_free(d->index, b->ptr, b->size) != MSI_BE_OK)
     msi_error("device %d: freeing segment %#lx failed", d->index, (unsigned long)b->ptr);
   d->total_allocated_memory -= b->size;
@@ -235,6 +240,9 @@ static size_t try_merge(msi_device *d, msi_block *dst, msi_block *src) {
 /* Puts an inactive block (freed, events done) back in its pool, merged with its neighbours. */
 static void free_block(msi_device *d, msi_block *b) {
   int k = b->pool->stat_kind;
+  if (msi_is_recording())
+    msi_history_add(MSI_EV_FREE_COMPLETED, d->index, b->stream, b->ptr, b->size, b->requested_size, 0,
+                    msi_current_stack);
   int64_t orig_size = (int64_t)b->size, requested = (int64_t)b->requested_size;
   int64_t net_blocks = 0, net_bytes = 0;
   msi_block *neighbours[2] = {b->prev, b->next};
@@ -474,6 +482,9 @@ static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_
   }
   b->allocated = true;
   b->requested_size = orig_size;
+  b->stack_id = msi_current_stack;
+  if (msi_is_recording())
+    msi_history_add(MSI_EV_ALLOC, d->index, r->stream, b->ptr, b->size, orig_size, 0, msi_current_stack);
   MSI_STAT_INC(d->stats.allocation, k, 1);
   MSI_STAT_INC(d->stats.allocated_bytes, k, (int64_t)b->size);
   MSI_STAT_INC(d->stats.active, k, 1);
@@ -491,11 +502,15 @@ static void format_size(char *buf, size_t len, size_t bytes) {
 }
 
 /* Leaves PyTorch's out-of-memory message, with memsnap's names, in the last error. */
-static void report_oom(msi_device *d, size_t size) {
+static void report_oom(msi_device *d, const request *r, size_t orig_size) {
+  size_t size = r->size;
   size_t free_bytes = 0, total = 0;
   msi_be->device_info(d->index, &free_bytes, &total, NULL, 0);
   int64_t allocated = d->stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
   int64_t reserved = d->stats.reserved_bytes[MEMSNAP_POOL_ALL].current;
+  if (msi_is_recording())
+    msi_history_add(MSI_EV_OOM, d->index, r->stream, free_bytes, size, orig_size, (uint64_t)(reserved - allocated),
+                    msi_current_stack);
   char s_req[32], s_total[32], s_free[32], s_alloc[32], s_unused[32], s_allowed[48] = "";
   format_size(s_req, sizeof s_req, size);
   format_size(s_total, sizeof s_total, total);
@@ -542,7 +557,7 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
     }
     if (be == MSI_BE_OOM) {
       d->stats.num_ooms++;
-      report_oom(d, r.size);
+      report_oom(d, &r, orig_size);
       rc = MEMSNAP_ENOMEM;
       goto cleanup;
     }
@@ -578,6 +593,9 @@ int msi_device_free(msi_device *d, void *ptr) {
   }
   int k = b->pool->stat_kind;
   b->allocated = false;
+  if (msi_is_recording())
+    msi_history_add(MSI_EV_FREE_REQUESTED, d->index, b->stream, b->ptr, b->size, b->requested_size, 0,
+                    msi_current_stack);
   MSI_STAT_DEC(d->stats.allocation, k, 1);
   MSI_STAT_DEC(d->stats.allocated_bytes, k, (int64_t)b->size);
   if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
@@ -629,6 +647,56 @@ int msi_device_set_fraction(msi_device *d, double fraction) {
   d->allowed_memory_maximum = d->set_fraction ? (size_t)(fraction * (double)d->device_total) : 0;
   pthread_mutex_unlock(&d->lock);
   return MEMSNAP_OK;
+}
+
+static int cmp_block_ptr(const void *a, const void *b) {
+  uintptr_t x = (*(msi_block *const *)a)->ptr, y = (*(msi_block *const *)b)->ptr;
+  return x < y ? -1 : x > y;
+}
+
+size_t msi_device_segments(msi_device *d, msi_block ***out) {
+  /* Each segment's first block (prev == NULL) is allocated, cached or waiting on events. */
+  size_t n = 0, cap = 64;
+  msi_block **heads = malloc(sizeof *heads * cap);
+#define ADD_HEAD(b)                                                 \
+  do {                                                              \
+    if (heads && !(b)->prev) {                                      \
+      if (n == cap) {                                               \
+        msi_block **g = realloc(heads, sizeof *heads * cap * 2);    \
+        if (!g) {                                                   \
+          free(heads);                                              \
+          heads = NULL;                                             \
+        } else {                                                    \
+          heads = g;                                                \
+          cap *= 2;                                                 \
+        }                                                           \
+      }                                                             \
+      if (heads) heads[n++] = (b);                                  \
+    }                                                               \
+  } while (0)
+  for (size_t i = 0; i <= d->live.mask; i++)
+    if (d->live.slots[i].block) ADD_HEAD(d->live.slots[i].block);
+  msi_pool *pools[2] = {&d->small, &d->large};
+  for (int p = 0; p < 2; p++)
+    for (int s = 0; s < pools[p]->nsets; s++)
+      for (msi_block *b = msi_set_first(&pools[p]->sets[s]); b; b = msi_set_next(&pools[p]->sets[s], b)) ADD_HEAD(b);
+  for (int q = 0; q < d->nqueues; q++)
+    for (msi_pending_event *pe = d->queues[q].head; pe; pe = pe->next)
+      if (pe->block->event_count && !pe->block->prev) {
+        bool seen = false; /* a block waits on one event per stream: add it once */
+        for (msi_pending_event *e2 = d->queues[q].head; e2 != pe && !seen; e2 = e2->next) seen = e2->block == pe->block;
+        for (int q2 = 0; q2 < q && !seen; q2++)
+          for (msi_pending_event *e2 = d->queues[q2].head; e2 && !seen; e2 = e2->next) seen = e2->block == pe->block;
+        if (!seen) ADD_HEAD(pe->block);
+      }
+#undef ADD_HEAD
+  if (!heads) {
+    msi_error("device %d: out of host memory listing segments", d->index);
+    return SIZE_MAX;
+  }
+  qsort(heads, n, sizeof *heads, cmp_block_ptr);
+  *out = heads;
+  return n;
 }
 
 int msi_device_init(msi_device *d, int index) {

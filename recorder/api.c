@@ -5,10 +5,12 @@
  * memsnap_free cost one flag test and one table load before the device lock. memsnap_shutdown
  * undoes everything, so tests can run several configurations in one process.
  */
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -21,6 +23,70 @@ static _Atomic(msi_device *) devices[MSI_MAX_DEVICES];
 
 /* Declared in oom_throw.cc: raises the out-of-memory error in the calling C++ frame. */
 void msi_throw_oom(const char *message);
+
+__thread uint32_t msi_current_stack;
+static atomic_int oom_dumped;
+
+static atomic_int exit_dumped; /* MEMSNAP_DUMP written by memsnap_shutdown: not again at exit */
+
+/* Writes the MEMSNAP_DUMP snapshot of a running library (at exit, or from memsnap_shutdown
+ * before the state goes). */
+static void dump_at_exit(void) {
+  if (!msi_opt.dump[0] || !atomic_load(&ready) || atomic_exchange(&exit_dumped, 1)) return;
+  if (memsnap_dump(msi_opt.dump) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+}
+
+/* Dump on a signal: the handler only writes a byte to a pipe; a thread waiting on the pipe
+ * writes the snapshot, outside the handler. */
+static int signal_pipe[2] = {-1, -1};
+
+static void on_dump_signal(int sig) {
+  (void)sig;
+  char c = 1;
+  ssize_t ignored = write(signal_pipe[1], &c, 1);
+  (void)ignored;
+}
+
+static void *signal_dumper(void *arg) {
+  (void)arg;
+  char c;
+  while (read(signal_pipe[0], &c, 1) > 0) {
+    const char *path = msi_opt.dump[0] ? msi_opt.dump : "memsnap-%p.db";
+    if (memsnap_dump(path) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+  }
+  return NULL;
+}
+
+static void start_signal_dumper(void) {
+  static bool started;
+  if (started || !msi_opt.dump_signal) return;
+  pthread_t t;
+  pthread_attr_t attr;
+  if (pipe(signal_pipe) != 0) return;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, signal_dumper, NULL) == 0) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_dump_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(msi_opt.dump_signal, &sa, NULL);
+    started = true;
+  }
+  pthread_attr_destroy(&attr);
+}
+
+/* Starts what the environment asks for once the library is up: recording, dumps. */
+static void start_from_environment(void) {
+  static bool atexit_set;
+  if (msi_opt.record && msi_history_start(msi_opt.max_entries) != MEMSNAP_OK)
+    fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+  if (msi_opt.dump[0] && !atexit_set) {
+    atexit(dump_at_exit);
+    atexit_set = true;
+  }
+  start_signal_dumper();
+}
 
 static int init_slow(void) {
   int rc = 0;
@@ -35,6 +101,7 @@ static int init_slow(void) {
   ndevices = msi_be->device_count();
   if (ndevices > MSI_MAX_DEVICES) ndevices = MSI_MAX_DEVICES;
   atomic_store(&ready, 1);
+  start_from_environment();
 out:
   pthread_mutex_unlock(&init_lock);
   return rc;
@@ -77,7 +144,16 @@ int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) 
   if (size == 0) return MEMSNAP_OK;
   msi_device *d = msi_device_get(device);
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
-  return msi_device_malloc(d, size, stream, out);
+  msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0;
+  int rc = msi_device_malloc(d, size, stream, out);
+  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM) && msi_opt.dump_on_oom[0] && atomic_exchange(&oom_dumped, 1) == 0) {
+    char message[512];
+    snprintf(message, sizeof message, "%s", memsnap_last_error());
+    if (memsnap_dump(msi_opt.dump_on_oom) != MEMSNAP_OK)
+      fprintf(stderr, "memsnap: error: snapshot at out of memory: %s\n", memsnap_last_error());
+    msi_error("%s", message); /* the caller wants the OOM message, not the dump's */
+  }
+  return rc;
 }
 
 void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream) {
@@ -115,6 +191,7 @@ void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) 
   (void)size;
   (void)stream;
   if (!ptr) return;
+  msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0;
   if (MSI_LIKELY(device >= 0 && device < MSI_MAX_DEVICES)) {
     msi_device *d = atomic_load_explicit(&devices[device], memory_order_acquire);
     if (MSI_LIKELY(d && msi_device_free(d, ptr) == MEMSNAP_OK)) return;
@@ -122,7 +199,34 @@ void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) 
   release_on(ptr, device);
 }
 
-int memsnap_release(void *ptr) { return ptr ? release_on(ptr, -1) : MEMSNAP_OK; }
+int memsnap_release(void *ptr) {
+  if (!ptr) return MEMSNAP_OK;
+  msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0;
+  return release_on(ptr, -1);
+}
+
+void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *arg) {
+  msi_device *devs[MSI_MAX_DEVICES] = {0};
+  int n = ensure_ready() == 0 ? ndevices : 0;
+  for (int i = 0; i < n; i++) {
+    devs[i] = atomic_load(&devices[i]);
+    if (devs[i]) pthread_mutex_lock(&devs[i]->lock);
+  }
+  fn(devs, n, arg);
+  for (int i = n; i-- > 0;)
+    if (devs[i]) pthread_mutex_unlock(&devs[i]->lock);
+}
+
+int memsnap_record_start(size_t max_entries, const char *stacks) {
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (stacks && msi_option_set("stacks", stacks) != MEMSNAP_OK) return MEMSNAP_EINVAL;
+  return msi_history_start(max_entries ? max_entries : msi_opt.max_entries);
+}
+
+int memsnap_record_stop(void) {
+  msi_history_stop();
+  return MEMSNAP_OK;
+}
 
 void memsnap_init(int device_count) {
   (void)device_count; /* the backend knows the count; PyTorch's may include hidden devices */
@@ -193,6 +297,7 @@ int memsnap_sim_synchronize(memsnap_stream_t stream) {
 }
 
 void memsnap_shutdown(void) {
+  dump_at_exit();
   pthread_mutex_lock(&init_lock);
   if (atomic_load(&ready)) {
     for (int i = 0; i < MSI_MAX_DEVICES; i++) {
@@ -203,6 +308,8 @@ void memsnap_shutdown(void) {
       }
     }
     msi_be->shutdown();
+    msi_history_reset();
+    msi_stacks_reset();
     atomic_store(&ready, 0);
   }
   pthread_mutex_unlock(&init_lock);

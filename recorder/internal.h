@@ -45,6 +45,7 @@ void msi_clear_error(void);
 /* ---- options (options.c) --------------------------------------------------------------- */
 
 typedef enum { MSI_OOM_NULL, MSI_OOM_THROW, MSI_OOM_ABORT } msi_oom_action;
+enum { MSI_STACKS_NONE = 0, MSI_STACKS_NATIVE = 1, MSI_STACKS_PYTHON = 2, MSI_STACKS_ALL = 3 };
 
 typedef struct msi_options {
   char backend[16];            /* "cuda" or "sim" */
@@ -57,6 +58,12 @@ typedef struct msi_options {
   double gc_threshold;         /* 0: off */
   double memory_fraction;      /* below 1.0: cap every device at this share at start */
   msi_oom_action oom;
+  bool record;                 /* record from the first call */
+  uint64_t max_entries;        /* events kept by the ring */
+  int stacks;                  /* MSI_STACKS_* */
+  char dump[1024];             /* snapshot written at exit ("" none) */
+  char dump_on_oom[1024];      /* snapshot written at the first out of memory ("" none) */
+  int dump_signal;             /* signal that writes a snapshot (0 none) */
 } msi_options;
 
 extern msi_options msi_opt;
@@ -69,6 +76,9 @@ void msi_options_load(void);
 /* Sets one option by name ("oom" or "MEMSNAP_OOM") at run time. MEMSNAP_OK, or MEMSNAP_EINVAL
  * (error set) for unknown names, invalid values and options read only at initialisation. */
 int msi_option_set(const char *name, const char *value);
+
+/* Writes the effective value of option i (the table's order) into out. */
+void msi_option_value(int i, char *out, size_t len);
 
 /* Parses "512", "64K", "1.5G" (binary units) into *out. Returns 0, or -1 if malformed. */
 int msi_parse_size(const char *s, size_t *out);
@@ -134,6 +144,7 @@ struct msi_block {
   size_t requested_size;  /* size as asked for */
   uint64_t gc_count_base; /* pool's get_free_block count when the block was cached */
   uint32_t event_count;   /* outstanding events before the block may be reused */
+  uint32_t stack_id;      /* stack that allocated it, while recording (0: none) */
   uint32_t nuses, uses_cap;
   memsnap_stream_t *uses; /* streams from record_stream, until the block is freed */
 } __attribute__((aligned(64)));
@@ -222,6 +233,97 @@ typedef struct msi_device {
   int nslabs, slabs_cap;
 } msi_device;
 
+/* ---- history (history.c), stacks (stacks.c), snapshots (snapshot.c) -------------------- */
+
+typedef enum {
+  MSI_EV_ALLOC = 1,
+  MSI_EV_FREE_REQUESTED,
+  MSI_EV_FREE_COMPLETED,
+  MSI_EV_SEGMENT_ALLOC,
+  MSI_EV_SEGMENT_FREE,
+  MSI_EV_OOM,
+  MSI_EV_SNAPSHOT,
+  MSI_EV_MARK,
+  MSI_EV_RANGE_PUSH,
+  MSI_EV_RANGE_POP,
+  MSI_EV_KINDS
+} msi_event_kind;
+
+/* One recorded event, 64 bytes. For OOM: addr is the device's free bytes, aux the bytes the
+ * cache held reserved but unallocated. For marks and ranges: aux is the label id, requested the
+ * range depth. */
+typedef struct msi_event {
+  uint64_t time_ns;   /* monotonic */
+  uint64_t addr;
+  uint64_t size;      /* rounded block size, or segment size */
+  uint64_t requested; /* size asked for */
+  uint64_t stream;
+  uint64_t aux;
+  uint32_t stack_id;
+  uint32_t tid;
+  int16_t device;     /* -1: no device (marks) */
+  uint8_t kind;       /* msi_event_kind */
+  uint8_t pad[5];
+} msi_event;
+_Static_assert(sizeof(msi_event) == 64, "msi_event should be 64 bytes");
+
+#include <stdatomic.h>
+extern atomic_int msi_recording;
+static inline bool msi_is_recording(void) { return atomic_load_explicit(&msi_recording, memory_order_relaxed); }
+uint64_t msi_now_ns(void);
+uint32_t msi_thread_id(void);
+int msi_history_start(uint64_t max_entries); /* MEMSNAP_OK or MEMSNAP_ENOMEM */
+void msi_history_stop(void);
+void msi_history_reset(void);                /* frees the ring and labels */
+void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                     uint64_t requested, uint64_t aux, uint32_t stack_id);
+/* Copies the ring, oldest first, into a new array (*out, caller frees). Returns the count, or
+ * UINT64_MAX when out of host memory. */
+uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns);
+const char *msi_label(uint32_t id);
+
+/* Stack of the calling thread (per MEMSNAP_STACKS), interned: its id, or 0 for none. */
+uint32_t msi_stack_capture(void);
+void msi_stacks_reset(void);
+/* The stack that the allocator attributes to the current call (set by api.c around it). */
+extern __thread uint32_t msi_current_stack;
+
+typedef struct msi_frame {
+  bool python;
+  char *name;     /* function; demangled */
+  char *file;     /* Python: source file; native: "" (not resolved yet) */
+  char *module;   /* native: shared object path */
+  int64_t line;   /* Python: line; native: 0 */
+  uint64_t pc;    /* native: program counter (return address) */
+  uint64_t offset; /* native: pc - symbol start, or - module base without a symbol */
+} msi_frame;
+
+typedef struct msi_symbolized {
+  msi_frame *frames;
+  size_t nframes;
+  struct {
+    int64_t *frames; /* frame indices, innermost first */
+    uint32_t depth;
+  } *stacks;        /* by stack id; [0] is empty */
+  uint32_t nstacks;
+} msi_symbolized;
+int msi_stacks_symbolize(msi_symbolized *out); /* MEMSNAP_OK or MEMSNAP_ENOMEM */
+
+/* symbols.c: function names from the ELF symbol tables of the loaded modules. */
+typedef struct msi_symbols msi_symbols;
+msi_symbols *msi_symbols_open(void); /* NULL if out of host memory */
+void msi_symbols_close(msi_symbols *s);
+/* Finds the module (and function, if its tables name one) holding pc. Returns false if no
+ * loaded module holds it. *name may be NULL; *offset is from the function, else the module. */
+bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const char **name, uint64_t *offset);
+void msi_symbolized_free(msi_symbolized *s);
+
+/* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */
+int msi_expand_path(const char *pattern, char *out, size_t len);
+
+/* api.c: calls fn with every device's state locked (in index order), for snapshots. */
+void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *arg);
+
 /* alloc.c */
 int msi_device_init(msi_device *d, int index);       /* 0 or -1 */
 void msi_device_destroy(msi_device *d);              /* releases every segment */
@@ -231,6 +333,9 @@ int msi_device_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream);
 void msi_device_empty_cache(msi_device *d);
 int msi_device_set_fraction(msi_device *d, double fraction);
 size_t msi_round_size(size_t size);
+/* The first block of every segment of `d`, by address, in a new array (*out, caller frees);
+ * walk ->next for the rest. Lock held. Returns the count, or SIZE_MAX when out of host memory. */
+size_t msi_device_segments(msi_device *d, msi_block ***out);
 size_t msi_allocation_size(size_t size);
 
 /* stats.c */
@@ -247,6 +352,8 @@ static inline void msi_stat_dec(memsnap_stat_t *s, int64_t n) {
 #define MSI_STAT_INC(arr, k, n) (msi_stat_inc(&(arr)[MEMSNAP_POOL_ALL], (n)), msi_stat_inc(&(arr)[(k)], (n)))
 #define MSI_STAT_DEC(arr, k, n) (msi_stat_dec(&(arr)[MEMSNAP_POOL_ALL], (n)), msi_stat_dec(&(arr)[(k)], (n)))
 void msi_stats_reset_peak(memsnap_stats_t *s);
+/* Writes the values in memsnap_stat_key() order; returns how many. */
+int msi_stats_flatten(const memsnap_stats_t *s, int64_t *values, int capacity);
 void msi_stats_reset_accumulated(memsnap_stats_t *s);
 
 /* api.c: device table. Returns the device state, initialising it, or NULL (error set). */

@@ -100,8 +100,8 @@ int memsnap_device_count(void);
  * first broken invariant in memsnap_last_error(). Slow: for tests and debugging. */
 int memsnap_check(int device);
 
-/* Releases every block and segment and forgets all state; the next call re-reads the
- * environment. Pointers handed out before are invalid afterwards. For tests and for programs
+/* Writes the MEMSNAP_DUMP snapshot if one is set (and not written yet), then releases every
+ * block and segment and forgets all state; the next call re-reads the environment. Pointers handed out before are invalid afterwards. For tests and for programs
  * that want a clean exit. */
 void memsnap_shutdown(void);
 
@@ -153,6 +153,32 @@ int memsnap_reset_accumulated_stats(int device);
 int memsnap_stat_count(void);
 const char *memsnap_stat_key(int i);
 int memsnap_get_stats_flat(int device, int64_t *values, int capacity);
+
+/* ---- History recording and snapshots ----------------------------------------------------- */
+
+/* Starts recording allocator events into a ring of `max_entries` events (0: MEMSNAP_MAX_ENTRIES)
+ * with stacks per `stacks` ("none", "native", "python", "all"; NULL: MEMSNAP_STACKS). Starting
+ * again with another size starts a new, empty ring. Returns MEMSNAP_OK, MEMSNAP_EINVAL for a bad
+ * `stacks`, or MEMSNAP_ENOMEM when the ring cannot be allocated. */
+int memsnap_record_start(size_t max_entries, const char *stacks);
+
+/* Stops recording; the ring keeps what it holds for memsnap_dump(). Returns MEMSNAP_OK. */
+int memsnap_record_stop(void);
+
+/* Writes a snapshot (docs/snapshot-format.md): the allocator's state now, the recorded events,
+ * marks, ranges and stacks, as one SQLite file, atomically (a reader sees the old file or the
+ * new one). `path` may hold %p (pid), %r (rank), %h (host), %t (Unix time). Works without
+ * recording (state only). Returns MEMSNAP_OK, or a negative code with the reason set. */
+int memsnap_dump(const char *path);
+
+/* Records an instant mark; each mark starts an iteration that lasts until the next mark with
+ * the same label. Returns MEMSNAP_OK (also when not recording: nothing is recorded). */
+int memsnap_mark(const char *label);
+
+/* Opens a nested range on the calling thread (NVTX style) / closes the innermost one.
+ * memsnap_range_pop returns MEMSNAP_EINVAL when no range is open on this thread. */
+int memsnap_range_push(const char *label);
+int memsnap_range_pop(void);
 
 /* ---- Simulated device (MEMSNAP_BACKEND=sim) ----------------------------------------------- */
 

@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@
 msi_options msi_opt;
 
 enum { OPT_BACKEND, OPT_SIM_CAPACITY, OPT_SIM_DEVICES, OPT_MAX_SPLIT_SIZE_MB, OPT_MAX_NON_SPLIT_ROUNDING_MB,
-       OPT_ROUNDUP_POWER2_DIVISIONS, OPT_GC_THRESHOLD, OPT_MEMORY_FRACTION, OPT_OOM, OPT_COUNT };
+       OPT_ROUNDUP_POWER2_DIVISIONS, OPT_GC_THRESHOLD, OPT_MEMORY_FRACTION, OPT_OOM, OPT_RECORD,
+       OPT_MAX_ENTRIES, OPT_STACKS, OPT_DUMP, OPT_DUMP_ON_OOM, OPT_DUMP_SIGNAL, OPT_COUNT };
 
 static const msi_option_info table[OPT_COUNT] = {
     [OPT_BACKEND] = {"backend", "cuda", "device backend: cuda (the GPU, through libcuda) or sim (simulated device)"},
@@ -32,6 +34,12 @@ static const msi_option_info table[OPT_COUNT] = {
     [OPT_GC_THRESHOLD] = {"garbage_collection_threshold", "0", "with a memory fraction set, free old cached blocks above this share of it (0 < t < 1)"},
     [OPT_MEMORY_FRACTION] = {"memory_fraction", "1.0", "cap each device at this share of its memory (0..1; 1 is no cap), like set_per_process_memory_fraction"},
     [OPT_OOM] = {"oom", "null", "on out of memory in memsnap_malloc: null (return NULL), throw (raise torch.OutOfMemoryError; set by memsnap.enable), abort"},
+    [OPT_RECORD] = {"record", "0", "1: record history from the first allocation (else memsnap_record_start)"},
+    [OPT_MAX_ENTRIES] = {"max_entries", "100000", "events kept in the ring (64 bytes each); older ones are dropped and counted"},
+    [OPT_STACKS] = {"stacks", "all", "stacks recorded with each event: none, native, python or all"},
+    [OPT_DUMP] = {"dump", "", "write a snapshot to this path at exit (%p pid, %r rank, %h host, %t time)"},
+    [OPT_DUMP_ON_OOM] = {"dump_on_oom", "", "write a snapshot to this path at the first out of memory (same patterns)"},
+    [OPT_DUMP_SIGNAL] = {"dump_signal", "", "signal (USR1, USR2 or a number) that writes a snapshot to MEMSNAP_DUMP"},
 };
 
 const msi_option_info *msi_option_table(int *count) {
@@ -184,6 +192,34 @@ static int apply(int opt, const char *value, const char *source) {
       else if (!strcmp(value, "abort")) msi_opt.oom = MSI_OOM_ABORT;
       else break;
       return 0;
+    case OPT_RECORD:
+      if (strcmp(value, "0") && strcmp(value, "1")) break;
+      msi_opt.record = value[0] == '1';
+      return 0;
+    case OPT_MAX_ENTRIES:
+      if (parse_uint(value, value + strlen(value), &n) || n < 16 || n > 1000000000ul) break;
+      msi_opt.max_entries = n;
+      return 0;
+    case OPT_STACKS:
+      if (!strcmp(value, "none")) msi_opt.stacks = MSI_STACKS_NONE;
+      else if (!strcmp(value, "native")) msi_opt.stacks = MSI_STACKS_NATIVE;
+      else if (!strcmp(value, "python")) msi_opt.stacks = MSI_STACKS_PYTHON;
+      else if (!strcmp(value, "all")) msi_opt.stacks = MSI_STACKS_ALL;
+      else break;
+      return 0;
+    case OPT_DUMP:
+    case OPT_DUMP_ON_OOM: {
+      char *dst = opt == OPT_DUMP ? msi_opt.dump : msi_opt.dump_on_oom;
+      if (strlen(value) >= sizeof msi_opt.dump) break;
+      snprintf(dst, sizeof msi_opt.dump, "%s", value);
+      return 0;
+    }
+    case OPT_DUMP_SIGNAL:
+      if (!strcmp(value, "USR1") || !strcmp(value, "SIGUSR1")) msi_opt.dump_signal = SIGUSR1;
+      else if (!strcmp(value, "USR2") || !strcmp(value, "SIGUSR2")) msi_opt.dump_signal = SIGUSR2;
+      else if (!parse_uint(value, value + strlen(value), &n) && n > 0 && n < 65) msi_opt.dump_signal = (int)n;
+      else break;
+      return 0;
     default:
       break;
   }
@@ -201,6 +237,8 @@ static void set_defaults(void) {
   msi_opt.max_non_split_rounding = MSI_LARGE_BUFFER;
   msi_opt.memory_fraction = 1.0;
   msi_opt.oom = MSI_OOM_NULL;
+  msi_opt.max_entries = 100000;
+  msi_opt.stacks = MSI_STACKS_ALL;
 }
 
 /* Applies the knobs of a PyTorch allocator config string that memsnap understands. */
@@ -243,7 +281,9 @@ static void apply_pytorch_conf(const char *var) {
 
 /* Options that may change while blocks exist: the rest shape segments and statistics, so they
  * are read only when the library initialises. */
-static bool runtime_settable(int opt) { return opt == OPT_OOM || opt == OPT_GC_THRESHOLD; }
+static bool runtime_settable(int opt) {
+  return opt == OPT_OOM || opt == OPT_GC_THRESHOLD || opt == OPT_STACKS || opt == OPT_DUMP || opt == OPT_DUMP_ON_OOM;
+}
 
 int msi_option_set(const char *name, const char *value) {
   for (int i = 0; i < OPT_COUNT; i++) {
@@ -258,6 +298,38 @@ int msi_option_set(const char *name, const char *value) {
   }
   msi_error("unknown option '%s' (memsnap options lists them)", name);
   return MEMSNAP_EINVAL;
+}
+
+void msi_option_value(int i, char *out, size_t len) {
+  static const char *const oom[] = {"null", "throw", "abort"}, *const stacks[] = {"none", "native", "python", "all"};
+  out[0] = '\0';
+  switch (i) {
+    case OPT_BACKEND: snprintf(out, len, "%s", msi_opt.backend); break;
+    case OPT_SIM_CAPACITY: snprintf(out, len, "%zu", msi_opt.sim_capacity); break;
+    case OPT_SIM_DEVICES: snprintf(out, len, "%d", msi_opt.sim_devices); break;
+    case OPT_MAX_SPLIT_SIZE_MB:
+      if (msi_opt.max_split_size == SIZE_MAX) snprintf(out, len, "unlimited");
+      else snprintf(out, len, "%zu", msi_opt.max_split_size >> 20);
+      break;
+    case OPT_MAX_NON_SPLIT_ROUNDING_MB: snprintf(out, len, "%zu", msi_opt.max_non_split_rounding >> 20); break;
+    case OPT_ROUNDUP_POWER2_DIVISIONS: {
+      size_t o = (size_t)snprintf(out, len, "[");
+      for (int k = 0; k < MSI_POWER2_INTERVALS && o < len; k++)
+        o += (size_t)snprintf(out + o, len - o, "%s%u:%u", k ? "," : "", 1u << k, msi_opt.power2_divisions[k]);
+      if (o < len) snprintf(out + o, len - o, "]");
+      break;
+    }
+    case OPT_GC_THRESHOLD: snprintf(out, len, "%g", msi_opt.gc_threshold); break;
+    case OPT_MEMORY_FRACTION: snprintf(out, len, "%g", msi_opt.memory_fraction); break;
+    case OPT_OOM: snprintf(out, len, "%s", oom[msi_opt.oom]); break;
+    case OPT_RECORD: snprintf(out, len, "%d", msi_opt.record); break;
+    case OPT_MAX_ENTRIES: snprintf(out, len, "%llu", (unsigned long long)msi_opt.max_entries); break;
+    case OPT_STACKS: snprintf(out, len, "%s", stacks[msi_opt.stacks & 3]); break;
+    case OPT_DUMP: snprintf(out, len, "%s", msi_opt.dump); break;
+    case OPT_DUMP_ON_OOM: snprintf(out, len, "%s", msi_opt.dump_on_oom); break;
+    case OPT_DUMP_SIGNAL: if (msi_opt.dump_signal) snprintf(out, len, "%d", msi_opt.dump_signal); break;
+    default: break;
+  }
 }
 
 void msi_options_load(void) {

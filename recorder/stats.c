@@ -93,12 +93,15 @@ const char *memsnap_stat_key(int i) {
   return i >= 0 && i < N_STATS ? flat[i].key : NULL;
 }
 
+int msi_stats_flatten(const memsnap_stats_t *s, int64_t *values, int capacity) {
+  pthread_once(&flat_once, build_flat);
+  int n = capacity < N_STATS ? capacity : N_STATS;
+  for (int i = 0; i < n; i++) memcpy(&values[i], (const char *)s + flat[i].offset, sizeof(int64_t));
+  return n;
+}
+
 int memsnap_get_stats_flat(int device, int64_t *values, int capacity) {
   memsnap_stats_t s;
   int rc = memsnap_get_stats(device, &s);
-  if (rc != MEMSNAP_OK) return rc;
-  pthread_once(&flat_once, build_flat);
-  int n = capacity < N_STATS ? capacity : N_STATS;
-  for (int i = 0; i < n; i++) memcpy(&values[i], (const char *)&s + flat[i].offset, sizeof(int64_t));
-  return n;
+  return rc != MEMSNAP_OK ? rc : msi_stats_flatten(&s, values, capacity);
 }

@@ -22,7 +22,8 @@ __all__ = [
     "enable", "library_path", "load", "malloc", "free", "empty_cache", "set_memory_fraction",
     "record_stream", "memory_stats", "memory_stats_as_nested_dict", "reset_peak_stats",
     "reset_accumulated_stats", "check", "backend", "device_count", "last_error", "options",
-    "set_option", "sim_synchronize", "shutdown", "MemsnapError",
+    "set_option", "sim_synchronize", "shutdown", "MemsnapError", "record", "stop_recording", "dump",
+    "mark", "range", "range_push", "range_pop",
 ]
 
 _lib = None
@@ -74,6 +75,12 @@ def _declare(lib):
         "memsnap_set_option": (c.c_int, [c.c_char_p, c.c_char_p]),
         "memsnap_sim_synchronize": (c.c_int, [c.c_void_p]),
         "memsnap_set_python_oom_error": (None, [c.c_void_p]),
+        "memsnap_record_start": (c.c_int, [c.c_size_t, c.c_char_p]),
+        "memsnap_record_stop": (c.c_int, []),
+        "memsnap_dump": (c.c_int, [c.c_char_p]),
+        "memsnap_mark": (c.c_int, [c.c_char_p]),
+        "memsnap_range_push": (c.c_int, [c.c_char_p]),
+        "memsnap_range_pop": (c.c_int, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -82,10 +89,14 @@ def _declare(lib):
 
 
 def load(path=None):
-    """Loads libmemsnap (once) and returns the ctypes handle."""
+    """Loads libmemsnap (once) and returns the ctypes handle.
+
+    The handle is a ctypes.PyDLL: calls keep the GIL, as PyTorch's ops do when they allocate, so
+    the recorder sees the calling Python frames (it reads them only on a thread that holds the
+    GIL; a plain ctypes.CDLL would release it)."""
     global _lib
     if _lib is None:
-        lib = ctypes.CDLL(path or library_path())
+        lib = ctypes.PyDLL(path or library_path())
         _declare(lib)
         _lib = lib
     return _lib
@@ -209,6 +220,75 @@ def reset_peak_stats(device=0):
 
 def reset_accumulated_stats(device=0):
     _check(load().memsnap_reset_accumulated_stats(int(device)))
+
+
+class _Recording:
+    """Returned by record(): recording is on; as a context manager, stops at the end."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        stop_recording()
+        return False
+
+
+def record(max_entries=0, stacks=None):
+    """Starts recording allocator events with stacks ("none", "native", "python", "all"; None:
+    MEMSNAP_STACKS) into a ring of `max_entries` events (0: MEMSNAP_MAX_ENTRIES). Use it plainly
+    or as `with memsnap.record(): ...` to stop recording at the end of the block."""
+    _check(load().memsnap_record_start(int(max_entries), stacks.encode() if stacks else None))
+    return _Recording()
+
+
+def stop_recording():
+    """Stops recording; what was recorded stays for dump()."""
+    load().memsnap_record_stop()
+
+
+def dump(path):
+    """Writes a snapshot to `path` (SQLite, docs/snapshot-format.md) atomically; %p, %r, %h and
+    %t in the path expand to the pid, rank, host and time. Raises MemsnapError on failure."""
+    _check(load().memsnap_dump(os.fsencode(path)))
+    return path
+
+
+def mark(label):
+    """Records an instant mark; each mark starts an iteration until the next with this label."""
+    _check(load().memsnap_mark(str(label).encode()))
+
+
+def range_push(label):
+    _check(load().memsnap_range_push(str(label).encode()))
+
+
+def range_pop():
+    _check(load().memsnap_range_pop())
+
+
+class range:  # noqa: A001 - memsnap.range, like NVTX's ranges
+    """`with memsnap.range("forward"): ...` records a nested range on this thread; also usable as
+    a decorator."""
+
+    def __init__(self, label):
+        self.label = label
+
+    def __enter__(self):
+        range_push(self.label)
+        return self
+
+    def __exit__(self, *exc):
+        range_pop()
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with range(self.label):
+                return fn(*args, **kwargs)
+        return wrapper
 
 
 def _fn_addr(lib, name):

@@ -1,0 +1,543 @@
+/* snapshot.c: writes a snapshot (memsnap_dump) as an SQLite file; docs/snapshot-format.md is
+ * the specification of the file, table by table and column by column.
+ *
+ * Steps:
+ *   1. with every device locked (one consistent instant): copy the segments and blocks, the
+ *      statistics and the device facts; add a `snapshot` event; copy the event ring;
+ *   2. with no allocator lock held: symbolize the stacks that the blocks and events name;
+ *   3. write everything into "<path>.tmp-<pid>-<n>" in one transaction with prepared statements
+ *      (no journal: the file is private until renamed), fsync it, rename it over <path>, fsync
+ *      the directory. A reader sees the old file or the new one, never half of one; a crash
+ *      leaves the old file and at worst a stray temporary.
+ *
+ * Paths may hold %p (pid), %r (rank: $RANK, $LOCAL_RANK, $OMPI_COMM_WORLD_RANK, $PMI_RANK or
+ * $SLURM_PROCID; else 0), %h (host name), %t (Unix time in seconds) and %% (a percent sign), so
+ * the processes of a job never write the same file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define FORMAT_VERSION 1
+
+typedef struct snap_block {
+  uint64_t address, size, requested;
+  uint32_t stack_id;
+  uint8_t state; /* 0 allocated, 1 free (cached), 2 pending_free (waiting on stream events) */
+} snap_block;
+
+typedef struct snap_segment {
+  int device;
+  uint64_t address, size, stream;
+  bool small;
+  size_t first_block, nblocks; /* in the block array */
+} snap_segment;
+
+typedef struct snap_device {
+  int index;
+  char name[256];
+  size_t total, free_bytes;
+  size_t cap; /* memory fraction cap, 0 for none */
+  int64_t stats[256];
+  int nstats;
+} snap_device;
+
+typedef struct snapshot {
+  snap_segment *segs;
+  size_t nsegs, segs_cap;
+  snap_block *blocks;
+  size_t nblocks, blocks_cap;
+  snap_device devs[MSI_MAX_DEVICES];
+  int ndevs;
+  bool failed;
+} snapshot;
+
+static const char *const kind_names[MSI_EV_KINDS] = {
+    [MSI_EV_ALLOC] = "alloc",
+    [MSI_EV_FREE_REQUESTED] = "free_requested",
+    [MSI_EV_FREE_COMPLETED] = "free_completed",
+    [MSI_EV_SEGMENT_ALLOC] = "segment_alloc",
+    [MSI_EV_SEGMENT_FREE] = "segment_free",
+    [MSI_EV_OOM] = "oom",
+    [MSI_EV_SNAPSHOT] = "snapshot",
+    [MSI_EV_MARK] = "mark",
+    [MSI_EV_RANGE_PUSH] = "range_push",
+    [MSI_EV_RANGE_POP] = "range_pop",
+};
+
+/* ---- 1. gather ------------------------------------------------------------------------- */
+
+static bool push_block(snapshot *s, const msi_block *b) {
+  if (s->nblocks == s->blocks_cap) {
+    size_t cap = s->blocks_cap ? s->blocks_cap * 2 : 1024;
+    snap_block *g = realloc(s->blocks, sizeof *g * cap);
+    if (!g) return false;
+    s->blocks = g;
+    s->blocks_cap = cap;
+  }
+  uint8_t state = b->allocated ? 0 : b->in_tree ? 1 : 2;
+  s->blocks[s->nblocks++] = (snap_block){b->ptr, b->size, b->allocated || state == 2 ? b->requested_size : 0,
+                                         b->stack_id, state};
+  return true;
+}
+
+static void gather(msi_device **devs, int n, void *arg) {
+  snapshot *s = arg;
+  for (int i = 0; i < n; i++) {
+    msi_device *d = devs[i];
+    if (!d) continue;
+    snap_device *sd = &s->devs[s->ndevs++];
+    sd->index = d->index;
+    msi_be->device_info(d->index, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name);
+    sd->cap = d->set_fraction ? d->allowed_memory_maximum : 0;
+    memsnap_stats_t st = d->stats;
+    sd->nstats = memsnap_stat_count();
+    msi_stats_flatten(&st, sd->stats, sd->nstats);
+    msi_block **heads;
+    size_t nh = msi_device_segments(d, &heads);
+    if (nh == SIZE_MAX) {
+      s->failed = true;
+      continue;
+    }
+    for (size_t h = 0; h < nh && !s->failed; h++) {
+      if (s->nsegs == s->segs_cap) {
+        size_t cap = s->segs_cap ? s->segs_cap * 2 : 256;
+        snap_segment *g = realloc(s->segs, sizeof *g * cap);
+        if (!g) {
+          s->failed = true;
+          break;
+        }
+        s->segs = g;
+        s->segs_cap = cap;
+      }
+      snap_segment *seg = &s->segs[s->nsegs++];
+      *seg = (snap_segment){d->index, heads[h]->ptr, 0, (uint64_t)(uintptr_t)heads[h]->stream,
+                            heads[h]->pool->is_small, s->nblocks, 0};
+      for (msi_block *b = heads[h]; b; b = b->next) {
+        if (!push_block(s, b)) {
+          s->failed = true;
+          break;
+        }
+        seg->size += b->size;
+        seg->nblocks++;
+      }
+    }
+    free(heads);
+  }
+  /* Still under every device lock: the snapshot event and the ring copy see the same instant. */
+  if (msi_is_recording()) msi_history_add(MSI_EV_SNAPSHOT, -1, NULL, 0, 0, 0, 0, 0);
+}
+
+/* ---- paths ----------------------------------------------------------------------------- */
+
+int msi_expand_path(const char *pattern, char *out, size_t len) {
+  size_t o = 0;
+  for (const char *p = pattern; *p; p++) {
+    char buf[256] = "";
+    const char *piece = buf;
+    if (*p != '%') {
+      buf[0] = *p;
+      buf[1] = '\0';
+    } else {
+      p++;
+      switch (*p) {
+        case 'p': snprintf(buf, sizeof buf, "%d", (int)getpid()); break;
+        case 'h': if (gethostname(buf, sizeof buf - 1) != 0) snprintf(buf, sizeof buf, "host"); break;
+        case 't': snprintf(buf, sizeof buf, "%lld", (long long)time(NULL)); break;
+        case '%': snprintf(buf, sizeof buf, "%%"); break;
+        case 'r': {
+          static const char *const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+          snprintf(buf, sizeof buf, "0");
+          for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+            const char *v = getenv(vars[i]);
+            if (v && *v && strspn(v, "0123456789") == strlen(v)) {
+              snprintf(buf, sizeof buf, "%s", v);
+              break;
+            }
+          }
+          break;
+        }
+        default:
+          msi_error("snapshot path '%s': unknown pattern '%%%c' (use %%p, %%r, %%h, %%t or %%%%)", pattern, *p ? *p : ' ');
+          return MEMSNAP_EINVAL;
+      }
+    }
+    size_t l = strlen(piece);
+    if (o + l + 1 > len) {
+      msi_error("snapshot path '%s' is too long", pattern);
+      return MEMSNAP_EINVAL;
+    }
+    memcpy(out + o, piece, l);
+    o += l;
+  }
+  out[o] = '\0';
+  if (o == 0) {
+    msi_error("snapshot path is empty");
+    return MEMSNAP_EINVAL;
+  }
+  return MEMSNAP_OK;
+}
+
+/* ---- 3. write -------------------------------------------------------------------------- */
+
+static const char *const schema =
+    "PRAGMA user_version = 1;"
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
+    "CREATE TABLE options(name TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;"
+    "CREATE TABLE devices(device INTEGER PRIMARY KEY, name TEXT, total_bytes INTEGER, free_bytes INTEGER,"
+    " cap_bytes INTEGER);"
+    "CREATE TABLE stats(device INTEGER, key TEXT, value INTEGER, PRIMARY KEY(device, key)) WITHOUT ROWID;"
+    "CREATE TABLE segments(id INTEGER PRIMARY KEY, device INTEGER, address INTEGER, size INTEGER, pool TEXT,"
+    " stream INTEGER);"
+    "CREATE TABLE blocks(id INTEGER PRIMARY KEY, segment_id INTEGER, address INTEGER, size INTEGER,"
+    " requested_size INTEGER, state TEXT, stack_id INTEGER);"
+    "CREATE TABLE event_kinds(id INTEGER PRIMARY KEY, name TEXT);"
+    "CREATE TABLE events(id INTEGER PRIMARY KEY, time_ns INTEGER, kind INTEGER, device INTEGER, stream INTEGER,"
+    " address INTEGER, size INTEGER, requested_size INTEGER, extra INTEGER, thread INTEGER, stack_id INTEGER);"
+    "CREATE TABLE labels(id INTEGER PRIMARY KEY, text TEXT);"
+    "CREATE TABLE marks(event_id INTEGER PRIMARY KEY, time_ns INTEGER, label_id INTEGER, thread INTEGER,"
+    " stack_id INTEGER);"
+    "CREATE TABLE ranges(id INTEGER PRIMARY KEY, label_id INTEGER, thread INTEGER, depth INTEGER,"
+    " start_ns INTEGER, end_ns INTEGER, stack_id INTEGER);"
+    "CREATE TABLE stacks(id INTEGER PRIMARY KEY, depth INTEGER);"
+    "CREATE TABLE stack_frames(stack_id INTEGER, position INTEGER, frame_id INTEGER,"
+    " PRIMARY KEY(stack_id, position)) WITHOUT ROWID;"
+    "CREATE TABLE frames(id INTEGER PRIMARY KEY, kind TEXT, name TEXT, file TEXT, line INTEGER, module TEXT,"
+    " pc INTEGER, offset INTEGER);";
+
+typedef struct writer {
+  sqlite3 *db;
+  const char *path;
+  int rc;
+} writer;
+
+static bool ok(writer *w, int rc, const char *what) {
+  if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) return true;
+  if (w->rc == MEMSNAP_OK)
+    msi_error("snapshot '%s': %s failed: %s", w->path, what, w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc));
+  w->rc = MEMSNAP_EBACKEND;
+  return false;
+}
+
+static sqlite3_stmt *prepare(writer *w, const char *sql) {
+  sqlite3_stmt *st = NULL;
+  ok(w, sqlite3_prepare_v2(w->db, sql, -1, &st, NULL), sql);
+  return st;
+}
+
+/* Binds the int64 values in order and runs the statement. */
+static void insert_ints(writer *w, sqlite3_stmt *st, const int64_t *v, int n) {
+  if (!st || w->rc) return;
+  for (int i = 0; i < n; i++) sqlite3_bind_int64(st, i + 1, v[i]);
+  ok(w, sqlite3_step(st), "insert");
+  sqlite3_reset(st);
+}
+
+static void insert_kv(writer *w, sqlite3_stmt *st, const char *key, const char *text, int64_t num, bool is_text) {
+  if (!st || w->rc) return;
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  if (is_text) sqlite3_bind_text(st, 2, text, -1, SQLITE_TRANSIENT);
+  else sqlite3_bind_int64(st, 2, num);
+  ok(w, sqlite3_step(st), "insert");
+  sqlite3_reset(st);
+}
+
+static void read_cmdline(char *buf, size_t len) {
+  buf[0] = '\0';
+  FILE *f = fopen("/proc/self/cmdline", "rb");
+  if (!f) return;
+  size_t n = fread(buf, 1, len - 1, f);
+  fclose(f);
+  for (size_t i = 0; i + 1 < n; i++)
+    if (buf[i] == '\0') buf[i] = ' ';
+  buf[n] = '\0';
+}
+
+static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_t nev, uint64_t dropped,
+                      uint64_t max_entries, uint64_t start_ns, const msi_symbolized *sym) {
+  ok(w, sqlite3_exec(w->db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=65536;", NULL, NULL, NULL),
+     "pragmas");
+  ok(w, sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL), "begin");
+  ok(w, sqlite3_exec(w->db, schema, NULL, NULL, NULL), "schema");
+
+  /* meta */
+  sqlite3_stmt *st = prepare(w, "INSERT INTO meta VALUES(?,?)");
+  char host[256] = "", cmd[4096];
+  gethostname(host, sizeof host - 1);
+  read_cmdline(cmd, sizeof cmd);
+  struct timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  uint64_t now = msi_now_ns(), unix_now = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+  static const char *const stack_modes[] = {"none", "native", "python", "all"};
+  insert_kv(w, st, "format_version", NULL, FORMAT_VERSION, false);
+  insert_kv(w, st, "tool", "memsnap", 0, true);
+  insert_kv(w, st, "tool_version", MEMSNAP_VERSION, 0, true);
+  insert_kv(w, st, "pid", NULL, getpid(), false);
+  insert_kv(w, st, "host", host, 0, true);
+  insert_kv(w, st, "command_line", cmd, 0, true);
+  insert_kv(w, st, "backend", msi_be->name, 0, true);
+  insert_kv(w, st, "device_count", NULL, msi_be->device_count(), false);
+  insert_kv(w, st, "recording", NULL, msi_is_recording(), false);
+  insert_kv(w, st, "stacks", stack_modes[msi_opt.stacks & 3], 0, true);
+  insert_kv(w, st, "max_entries", NULL, (int64_t)max_entries, false);
+  insert_kv(w, st, "recorded_events", NULL, (int64_t)(nev + dropped), false);
+  insert_kv(w, st, "dropped_events", NULL, (int64_t)dropped, false);
+  insert_kv(w, st, "start_unix_ns", NULL, (int64_t)(unix_now - (now - start_ns)), false);
+  insert_kv(w, st, "snapshot_ns", NULL, (int64_t)(now - start_ns), false);
+  sqlite3_finalize(st);
+
+  /* options: every variable's effective value */
+  st = prepare(w, "INSERT INTO options VALUES(?,?)");
+  const char *var;
+  for (int i = 0; (var = memsnap_option_info(i, NULL, NULL)) != NULL; i++) {
+    char value[1100];
+    msi_option_value(i, value, sizeof value);
+    insert_kv(w, st, var, value, 0, true);
+  }
+  sqlite3_finalize(st);
+
+  /* devices and statistics */
+  st = prepare(w, "INSERT INTO devices VALUES(?,?,?,?,?)");
+  sqlite3_stmt *st2 = prepare(w, "INSERT INTO stats VALUES(?,?,?)");
+  for (int i = 0; i < s->ndevs && !w->rc; i++) {
+    const snap_device *d = &s->devs[i];
+    sqlite3_bind_int(st, 1, d->index);
+    sqlite3_bind_text(st, 2, d->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (int64_t)d->total);
+    sqlite3_bind_int64(st, 4, (int64_t)d->free_bytes);
+    if (d->cap) sqlite3_bind_int64(st, 5, (int64_t)d->cap);
+    else sqlite3_bind_null(st, 5);
+    ok(w, sqlite3_step(st), "insert device");
+    sqlite3_reset(st);
+    for (int k = 0; k < d->nstats && !w->rc; k++) {
+      sqlite3_bind_int(st2, 1, d->index);
+      sqlite3_bind_text(st2, 2, memsnap_stat_key(k), -1, SQLITE_STATIC);
+      sqlite3_bind_int64(st2, 3, d->stats[k]);
+      ok(w, sqlite3_step(st2), "insert stat");
+      sqlite3_reset(st2);
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_finalize(st2);
+
+  /* segments and blocks */
+  static const char *const states[] = {"allocated", "free", "pending_free"};
+  st = prepare(w, "INSERT INTO segments VALUES(?,?,?,?,?,?)");
+  st2 = prepare(w, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)");
+  for (size_t i = 0; i < s->nsegs && !w->rc; i++) {
+    const snap_segment *g = &s->segs[i];
+    sqlite3_bind_int64(st, 1, (int64_t)i + 1);
+    sqlite3_bind_int(st, 2, g->device);
+    sqlite3_bind_int64(st, 3, (int64_t)g->address);
+    sqlite3_bind_int64(st, 4, (int64_t)g->size);
+    sqlite3_bind_text(st, 5, g->small ? "small" : "large", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, (int64_t)g->stream);
+    ok(w, sqlite3_step(st), "insert segment");
+    sqlite3_reset(st);
+    for (size_t b = g->first_block; b < g->first_block + g->nblocks && !w->rc; b++) {
+      const snap_block *k = &s->blocks[b];
+      sqlite3_bind_int64(st2, 1, (int64_t)i + 1);
+      sqlite3_bind_int64(st2, 2, (int64_t)k->address);
+      sqlite3_bind_int64(st2, 3, (int64_t)k->size);
+      sqlite3_bind_int64(st2, 4, (int64_t)k->requested);
+      sqlite3_bind_text(st2, 5, states[k->state], -1, SQLITE_STATIC);
+      if (k->stack_id) sqlite3_bind_int64(st2, 6, k->stack_id);
+      else sqlite3_bind_null(st2, 6);
+      ok(w, sqlite3_step(st2), "insert block");
+      sqlite3_reset(st2);
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_finalize(st2);
+
+  /* events, marks, ranges */
+  st = prepare(w, "INSERT INTO event_kinds VALUES(?,?)");
+  for (int k = 1; k < MSI_EV_KINDS && !w->rc; k++) {
+    sqlite3_bind_int(st, 1, k);
+    sqlite3_bind_text(st, 2, kind_names[k], -1, SQLITE_STATIC);
+    ok(w, sqlite3_step(st), "insert kind");
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+  st = prepare(w, "INSERT INTO events VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+  st2 = prepare(w, "INSERT INTO marks VALUES(?,?,?,?,?)");
+  sqlite3_stmt *st3 = prepare(w, "INSERT INTO ranges VALUES(NULL,?,?,?,?,?,?)");
+  uint32_t max_label = 0;
+  /* Open ranges per thread: a small stack of (push event index) per thread, found by scan. */
+  typedef struct open_range { uint32_t tid; uint64_t idx; } open_range;
+  open_range *open = malloc(sizeof *open * (nev ? nev : 1));
+  size_t nopen = 0;
+  for (uint64_t i = 0; i < nev && !w->rc; i++) {
+    const msi_event *e = &ev[i];
+    int64_t id = (int64_t)(dropped + i + 1);
+    int64_t t = (int64_t)(e->time_ns - start_ns);
+    if (e->kind == MSI_EV_MARK) {
+      int64_t v[] = {id, t, (int64_t)e->aux, e->tid, e->stack_id};
+      insert_ints(w, st2, v, 5);
+      if (e->aux > max_label) max_label = (uint32_t)e->aux;
+    } else if (e->kind == MSI_EV_RANGE_PUSH) {
+      if (open) open[nopen++] = (open_range){e->tid, i};
+      if (e->aux > max_label) max_label = (uint32_t)e->aux;
+    } else if (e->kind == MSI_EV_RANGE_POP && open) {
+      for (size_t k = nopen; k-- > 0;)
+        if (open[k].tid == e->tid) {
+          const msi_event *p = &ev[open[k].idx];
+          int64_t v[] = {(int64_t)p->aux, p->tid, (int64_t)p->requested, (int64_t)(p->time_ns - start_ns), t, p->stack_id};
+          insert_ints(w, st3, v, 6);
+          memmove(&open[k], &open[k + 1], sizeof *open * (nopen - k - 1));
+          nopen--;
+          break;
+        }
+    }
+    int64_t v[] = {id, t, e->kind, e->device, (int64_t)e->stream, (int64_t)e->addr, (int64_t)e->size,
+                   (int64_t)e->requested, (int64_t)e->aux, e->tid, e->stack_id};
+    if (!st || w->rc) break;
+    for (int k = 0; k < 11; k++) {
+      bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
+                  (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH);
+      if (null) sqlite3_bind_null(st, k + 1);
+      else sqlite3_bind_int64(st, k + 1, v[k]);
+    }
+    ok(w, sqlite3_step(st), "insert event");
+    sqlite3_reset(st);
+  }
+  for (size_t k = 0; k < nopen && !w->rc; k++) { /* still open at the snapshot: end_ns NULL */
+    const msi_event *p = &ev[open[k].idx];
+    sqlite3_bind_int64(st3, 1, (int64_t)p->aux);
+    sqlite3_bind_int64(st3, 2, p->tid);
+    sqlite3_bind_int64(st3, 3, (int64_t)p->requested);
+    sqlite3_bind_int64(st3, 4, (int64_t)(p->time_ns - start_ns));
+    sqlite3_bind_null(st3, 5);
+    sqlite3_bind_int64(st3, 6, p->stack_id);
+    ok(w, sqlite3_step(st3), "insert range");
+    sqlite3_reset(st3);
+  }
+  free(open);
+  sqlite3_finalize(st);
+  sqlite3_finalize(st2);
+  sqlite3_finalize(st3);
+  st = prepare(w, "INSERT INTO labels VALUES(?,?)");
+  for (uint32_t i = 0; i <= max_label && !w->rc; i++) {
+    sqlite3_bind_int(st, 1, (int)i);
+    sqlite3_bind_text(st, 2, msi_label(i), -1, SQLITE_TRANSIENT);
+    ok(w, sqlite3_step(st), "insert label");
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+
+  /* stacks and frames */
+  st = prepare(w, "INSERT INTO stacks VALUES(?,?)");
+  st2 = prepare(w, "INSERT INTO stack_frames VALUES(?,?,?)");
+  for (uint32_t id = 1; id < sym->nstacks && !w->rc; id++) {
+    int64_t v[] = {id, sym->stacks[id].depth};
+    insert_ints(w, st, v, 2);
+    for (uint32_t p = 0; p < sym->stacks[id].depth && !w->rc; p++) {
+      int64_t f[] = {id, p, sym->stacks[id].frames[p] + 1};
+      insert_ints(w, st2, f, 3);
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_finalize(st2);
+  st = prepare(w, "INSERT INTO frames VALUES(?,?,?,?,?,?,?,?)");
+  for (size_t i = 0; i < sym->nframes && !w->rc; i++) {
+    const msi_frame *f = &sym->frames[i];
+    sqlite3_bind_int64(st, 1, (int64_t)i + 1);
+    sqlite3_bind_text(st, 2, f->python ? "python" : "native", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, f->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, f->file, -1, SQLITE_STATIC);
+    if (f->python) sqlite3_bind_int64(st, 5, f->line);
+    else sqlite3_bind_null(st, 5);
+    sqlite3_bind_text(st, 6, f->module, -1, SQLITE_STATIC);
+    if (f->python) {
+      sqlite3_bind_null(st, 7);
+      sqlite3_bind_null(st, 8);
+    } else {
+      sqlite3_bind_int64(st, 7, (int64_t)f->pc);
+      sqlite3_bind_int64(st, 8, (int64_t)f->offset);
+    }
+    ok(w, sqlite3_step(st), "insert frame");
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+  if (!w->rc) ok(w, sqlite3_exec(w->db, "COMMIT", NULL, NULL, NULL), "commit");
+}
+
+static atomic_uint tmp_counter;
+
+/* fsyncs a file or directory by path; returns 0 or -1. */
+static int sync_path(const char *path, int flags) {
+  int fd = open(path, flags | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+int memsnap_dump(const char *pattern) {
+  char path[1024], tmp[1100];
+  if (!pattern) {
+    msi_error("memsnap_dump: no path");
+    return MEMSNAP_EINVAL;
+  }
+  int rc = msi_expand_path(pattern, path, sizeof path);
+  if (rc != MEMSNAP_OK) return rc;
+  if (!memsnap_backend_name()) return MEMSNAP_EBACKEND;
+
+  snapshot s = {0};
+  msi_devices_locked(gather, &s);
+  msi_event *ev = NULL;
+  uint64_t dropped = 0, max_entries = 0, start_ns = msi_now_ns();
+  uint64_t nev = msi_history_copy(&ev, &dropped, &max_entries, &start_ns);
+  msi_symbolized sym = {0};
+  if (s.failed || nev == UINT64_MAX) {
+    if (s.failed) msi_error("snapshot '%s': out of host memory", path);
+    rc = MEMSNAP_ENOMEM;
+    goto cleanup;
+  }
+  if (!max_entries) start_ns = msi_now_ns(); /* never recorded: times count from now */
+  rc = msi_stacks_symbolize(&sym);
+  if (rc != MEMSNAP_OK) goto cleanup;
+
+  snprintf(tmp, sizeof tmp, "%s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&tmp_counter, 1));
+  unlink(tmp);
+  writer w = {NULL, path, MEMSNAP_OK};
+  if (!ok(&w, sqlite3_open_v2(tmp, &w.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL), "open")) {
+    rc = w.rc;
+    sqlite3_close(w.db);
+    unlink(tmp);
+    goto cleanup;
+  }
+  write_all(&w, &s, ev, nev, dropped, max_entries, start_ns, &sym);
+  if (sqlite3_close(w.db) != SQLITE_OK && !w.rc) ok(&w, SQLITE_ERROR, "close");
+  rc = w.rc;
+  if (rc == MEMSNAP_OK && sync_path(tmp, O_RDONLY) != 0) {
+    msi_error("snapshot '%s': fsync failed: %s", path, strerror(errno));
+    rc = MEMSNAP_EBACKEND;
+  }
+  if (rc == MEMSNAP_OK && rename(tmp, path) != 0) {
+    msi_error("snapshot '%s': cannot rename the finished file into place: %s", path, strerror(errno));
+    rc = MEMSNAP_EBACKEND;
+  }
+  if (rc != MEMSNAP_OK) {
+    unlink(tmp);
+  } else {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    sync_path(dirname(dir), O_RDONLY | O_DIRECTORY);
+  }
+cleanup:
+  msi_symbolized_free(&sym);
+  free(ev);
+  free(s.segs);
+  free(s.blocks);
+  return rc;
+}

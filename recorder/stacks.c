@@ -1,0 +1,450 @@
+/* stacks.c: call stacks of allocations: captured cheaply, interned, symbolized when written.
+ *
+ * Capture (on the allocation path, only while recording):
+ *   - native: program counters from libunwind's unw_backtrace, frames inside libmemsnap itself
+ *     dropped;
+ *   - python: when the calling thread holds the GIL, the interpreter's frames as (code object,
+ *     line) pairs, read through the C API found with dlsym (libmemsnap does not link libpython;
+ *     in a process without Python this finds nothing). A thread without the GIL (PyTorch's
+ *     autograd threads) gets native frames only.
+ * MEMSNAP_STACKS chooses none, native, python or all (both).
+ *
+ * Interning: a stack is the word array [pcs..., code, line, code, line, ...]; equal arrays get
+ * the same id, so a loop that allocates from one place stores its stack once. Ids start at 1
+ * (0 means "no stack"). Code objects of interned stacks are kept alive (one reference each), so
+ * an address never names two code objects.
+ *
+ * Symbolization (msi_stacks_symbolize, at snapshot time, never while allocating): native frames
+ * through the modules' ELF symbol tables (symbols.c; dladdr as a fallback) and the C++
+ * demangler (function, module, offset); Python frames through the
+ * code objects (function, file, line), with the GIL taken. File and line of native frames are
+ * not resolved yet.
+ */
+#include <dlfcn.h>
+#include <libunwind.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* From libstdc++ (linked for oom_throw.cc): the C++ ABI's demangler. */
+char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+#define MAX_NATIVE 64
+#define MAX_PYTHON 64
+
+typedef struct stack_rec {
+  uint64_t hash;
+  uint32_t offset;  /* first word in `words` */
+  uint16_t n_native, n_python;
+} stack_rec;
+
+static pthread_mutex_t stack_lock = PTHREAD_MUTEX_INITIALIZER;
+static stack_rec *recs;       /* recs[0] unused: id 0 is "no stack" */
+static uint32_t nrecs, recs_cap;
+static uint64_t *words;
+static size_t nwords, words_cap;
+static uint32_t *table;       /* open addressing: stack ids by hash */
+static size_t table_mask;
+static __thread int in_capture; /* recursion guard */
+
+/* ---- the Python C API, found at run time ---------------------------------------------- */
+
+typedef struct _object PyObject;
+static struct {
+  int state; /* 0 unknown, 1 usable, -1 absent */
+  int (*IsInitialized)(void);
+  int (*GILState_Check)(void);
+  void *(*GILState_GetThisThreadState)(void);
+  PyObject *(*ThreadState_GetFrame)(void *);
+  PyObject *(*Frame_GetBack)(PyObject *);
+  PyObject *(*Frame_GetCode)(PyObject *);
+  int (*Frame_GetLineNumber)(PyObject *);
+  void (*IncRef)(PyObject *);
+  void (*DecRef)(PyObject *);
+  int (*GILState_Ensure)(void);
+  void (*GILState_Release)(int);
+  PyObject *(*GetAttrString)(PyObject *, const char *);
+  const char *(*Unicode_AsUTF8)(PyObject *);
+  void (*Err_Clear)(void);
+} py;
+
+static void python_resolve(void) {
+#define SYM(field, name) *(void **)&py.field = dlsym(RTLD_DEFAULT, name)
+  SYM(IsInitialized, "Py_IsInitialized");
+  SYM(GILState_Check, "PyGILState_Check");
+  SYM(GILState_GetThisThreadState, "PyGILState_GetThisThreadState");
+  SYM(ThreadState_GetFrame, "PyThreadState_GetFrame");
+  SYM(Frame_GetBack, "PyFrame_GetBack");
+  SYM(Frame_GetCode, "PyFrame_GetCode");
+  SYM(Frame_GetLineNumber, "PyFrame_GetLineNumber");
+  SYM(IncRef, "Py_IncRef");
+  SYM(DecRef, "Py_DecRef");
+  SYM(GILState_Ensure, "PyGILState_Ensure");
+  SYM(GILState_Release, "PyGILState_Release");
+  SYM(GetAttrString, "PyObject_GetAttrString");
+  SYM(Unicode_AsUTF8, "PyUnicode_AsUTF8");
+  SYM(Err_Clear, "PyErr_Clear");
+#undef SYM
+  /* PyThreadState_GetFrame and friends exist from Python 3.9 on. */
+  bool ok = py.IsInitialized && py.GILState_Check && py.GILState_GetThisThreadState && py.ThreadState_GetFrame &&
+            py.Frame_GetBack && py.Frame_GetCode && py.Frame_GetLineNumber && py.IncRef && py.DecRef &&
+            py.GILState_Ensure && py.GILState_Release && py.GetAttrString && py.Unicode_AsUTF8 && py.Err_Clear;
+  py.state = ok ? 1 : -1;
+}
+
+/* Appends (code, line) pairs of the calling thread's Python stack, innermost first. */
+static int python_frames(uint64_t *out, int max) {
+  if (MSI_UNLIKELY(py.state == 0)) python_resolve();
+  if (py.state < 0 || !py.IsInitialized() || !py.GILState_Check()) return 0;
+  void *ts = py.GILState_GetThisThreadState();
+  PyObject *f = ts ? py.ThreadState_GetFrame(ts) : NULL; /* new reference */
+  int n = 0;
+  while (f && n < max) {
+    PyObject *code = py.Frame_GetCode(f); /* new reference; the frame keeps it alive */
+    out[2 * n] = (uint64_t)(uintptr_t)code;
+    out[2 * n + 1] = (uint64_t)py.Frame_GetLineNumber(f);
+    py.DecRef(code);
+    n++;
+    PyObject *back = py.Frame_GetBack(f);
+    py.DecRef(f);
+    f = back;
+  }
+  if (f) py.DecRef(f);
+  return n;
+}
+
+/* ---- native frames ---------------------------------------------------------------------- */
+
+static uintptr_t self_start, self_end; /* libmemsnap's code, whose frames are dropped */
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  uintptr_t probe = (uintptr_t)arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (probe >= lo && probe < hi) {
+      self_start = lo;
+      self_end = hi;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int native_frames(uint64_t *out, int max) {
+  if (MSI_UNLIKELY(!self_end)) dl_iterate_phdr(find_self, (void *)(uintptr_t)&native_frames);
+  void *pcs[MAX_NATIVE + 8];
+  int got = unw_backtrace(pcs, MAX_NATIVE + 8), n = 0;
+  int i = 0;
+  while (i < got && (uintptr_t)pcs[i] >= self_start && (uintptr_t)pcs[i] < self_end) i++;
+  for (; i < got && n < max; i++) out[n++] = (uint64_t)(uintptr_t)pcs[i];
+  return n;
+}
+
+/* ---- interning -------------------------------------------------------------------------- */
+
+static uint64_t hash_words(const uint64_t *w, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull ^ n;
+  for (size_t i = 0; i < n; i++) {
+    h ^= w[i];
+    h *= 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+static int grow_table(void) {
+  size_t cap = table_mask ? (table_mask + 1) * 2 : 1024;
+  uint32_t *t = calloc(cap, sizeof *t);
+  if (!t) return -1;
+  for (uint32_t id = 1; id < nrecs; id++) {
+    size_t i = recs[id].hash & (cap - 1);
+    while (t[i]) i = (i + 1) & (cap - 1);
+    t[i] = id;
+  }
+  free(table);
+  table = t;
+  table_mask = cap - 1;
+  return 0;
+}
+
+/* Returns the id of the stack, adding it if new; 0 if out of host memory. stack_lock held. */
+static uint32_t intern(const uint64_t *w, int n_native, int n_python) {
+  size_t n = (size_t)n_native + 2 * (size_t)n_python;
+  uint64_t h = hash_words(w, n) ^ ((uint64_t)n_native << 48);
+  if (table_mask == 0 && grow_table() != 0) return 0;
+  size_t i = h & table_mask;
+  for (; table[i]; i = (i + 1) & table_mask) {
+    stack_rec *r = &recs[table[i]];
+    if (r->hash == h && r->n_native == n_native && r->n_python == n_python &&
+        memcmp(&words[r->offset], w, n * sizeof *w) == 0)
+      return table[i];
+  }
+  if ((size_t)(nrecs + 1) * 2 > table_mask + 1) {
+    if (grow_table() != 0) return 0;
+    return intern(w, n_native, n_python);
+  }
+  if (nrecs == 0) nrecs = 1; /* id 0 stays unused */
+  if (nrecs >= recs_cap) {
+    uint32_t cap = recs_cap ? recs_cap * 2 : 1024;
+    stack_rec *grown = realloc(recs, sizeof *grown * cap);
+    if (!grown) return 0;
+    recs = grown;
+    recs_cap = cap;
+  }
+  if (nwords + n > words_cap) {
+    size_t cap = words_cap ? words_cap * 2 : 65536;
+    while (cap < nwords + n) cap *= 2;
+    uint64_t *grown = realloc(words, sizeof *grown * cap);
+    if (!grown) return 0;
+    words = grown;
+    words_cap = cap;
+  }
+  memcpy(&words[nwords], w, n * sizeof *w);
+  recs[nrecs] = (stack_rec){h, (uint32_t)nwords, (uint16_t)n_native, (uint16_t)n_python};
+  nwords += n;
+  for (int k = 0; k < n_python; k++) py.IncRef((PyObject *)(uintptr_t)w[n_native + 2 * k]); /* keep code alive */
+  table[i] = nrecs;
+  return nrecs++;
+}
+
+uint32_t msi_stack_capture(void) {
+  int mode = msi_opt.stacks;
+  if (mode == MSI_STACKS_NONE || in_capture) return 0;
+  in_capture = 1;
+  uint64_t w[MAX_NATIVE + 2 * MAX_PYTHON];
+  int nn = (mode & MSI_STACKS_NATIVE) ? native_frames(w, MAX_NATIVE) : 0;
+  int np = (mode & MSI_STACKS_PYTHON) ? python_frames(w + nn, MAX_PYTHON) : 0;
+  uint32_t id = 0;
+  if (nn + np > 0) {
+    pthread_mutex_lock(&stack_lock);
+    id = intern(w, nn, np);
+    pthread_mutex_unlock(&stack_lock);
+  }
+  in_capture = 0;
+  return id;
+}
+
+/* ---- symbolization ---------------------------------------------------------------------- */
+
+static char *demangle(const char *name) {
+  int status = 0;
+  char *d = (name && name[0] == '_' && name[1] == 'Z') ? __cxa_demangle(name, NULL, NULL, &status) : NULL;
+  if (d && status == 0) return d;
+  free(d);
+  return strdup(name ? name : "");
+}
+
+static bool is_interpreter(const char *name) {
+  return strncmp(name, "_PyEval_EvalFrame", 17) == 0 || strncmp(name, "PyEval_EvalCode", 15) == 0;
+}
+
+void msi_stacks_reset(void) {
+  pthread_mutex_lock(&stack_lock);
+  free(recs);
+  free(words);
+  free(table);
+  recs = NULL;
+  words = NULL;
+  table = NULL;
+  nrecs = recs_cap = 0;
+  nwords = words_cap = table_mask = 0;
+  pthread_mutex_unlock(&stack_lock);
+}
+
+/* Frame table under construction: dedups frames by key (pc, or code and line). */
+typedef struct frame_tab {
+  msi_frame *frames;
+  size_t n, cap;
+  uint64_t *keys; /* 2 per frame */
+  uint32_t *index;
+  size_t mask;
+} frame_tab;
+
+static int64_t frame_find_or_add(frame_tab *t, uint64_t k0, uint64_t k1, bool *added) {
+  *added = false;
+  if ((t->n + 1) * 2 > t->mask + 1) {
+    size_t cap = t->mask ? (t->mask + 1) * 2 : 4096;
+    uint32_t *idx = calloc(cap, sizeof *idx);
+    if (!idx) return -1;
+    for (size_t f = 0; f < t->n; f++) {
+      size_t i = (t->keys[2 * f] * 0x9E3779B97F4A7C15ull ^ t->keys[2 * f + 1]) & (cap - 1);
+      while (idx[i]) i = (i + 1) & (cap - 1);
+      idx[i] = (uint32_t)f + 1;
+    }
+    free(t->index);
+    t->index = idx;
+    t->mask = cap - 1;
+  }
+  size_t i = (k0 * 0x9E3779B97F4A7C15ull ^ k1) & t->mask;
+  for (; t->index[i]; i = (i + 1) & t->mask) {
+    size_t f = t->index[i] - 1;
+    if (t->keys[2 * f] == k0 && t->keys[2 * f + 1] == k1) return (int64_t)f;
+  }
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 1024;
+    msi_frame *fr = realloc(t->frames, sizeof *fr * cap);
+    uint64_t *ks = realloc(t->keys, sizeof *ks * 2 * cap);
+    if (fr) t->frames = fr;
+    if (ks) t->keys = ks;
+    if (!fr || !ks) return -1;
+    t->cap = cap;
+  }
+  t->keys[2 * t->n] = k0;
+  t->keys[2 * t->n + 1] = k1;
+  memset(&t->frames[t->n], 0, sizeof t->frames[t->n]);
+  t->index[i] = (uint32_t)t->n + 1;
+  *added = true;
+  return (int64_t)t->n++;
+}
+
+static void symbolize_native(msi_frame *f, uint64_t pc, msi_symbols *syms) {
+  Dl_info info;
+  const char *path, *name;
+  uint64_t offset;
+  f->python = false;
+  f->pc = pc;
+  /* pc is a return address: pc - 1 lies inside the calling function. */
+  if (msi_symbols_lookup(syms, pc - 1, &path, &name, &offset)) {
+    f->module = strdup(path);
+    f->name = name ? demangle(name) : NULL;
+    f->offset = offset + 1;
+  }
+  if (!f->name && dladdr((void *)(uintptr_t)(pc - 1), &info) && info.dli_fname) {
+    free(f->module);
+    f->module = strdup(info.dli_fname);
+    f->name = info.dli_sname ? demangle(info.dli_sname) : NULL;
+    f->offset = info.dli_sname ? pc - (uint64_t)(uintptr_t)info.dli_saddr : pc - (uint64_t)(uintptr_t)info.dli_fbase;
+  }
+  if (!f->name) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)pc);
+    f->name = strdup(buf);
+  }
+  if (!f->module) f->module = strdup("");
+  f->file = strdup("");
+}
+
+static char *code_attr(PyObject *code, const char *attr) {
+  PyObject *v = py.GetAttrString(code, attr);
+  const char *s = v ? py.Unicode_AsUTF8(v) : NULL;
+  char *copy = s ? strdup(s) : NULL;
+  if (v) py.DecRef(v);
+  if (!s) py.Err_Clear();
+  return copy;
+}
+
+static void symbolize_python(msi_frame *f, uint64_t code, uint64_t line, bool have_gil) {
+  f->python = true;
+  f->line = (int64_t)line;
+  if (have_gil) {
+    f->name = code_attr((PyObject *)(uintptr_t)code, "co_qualname");
+    if (!f->name) f->name = code_attr((PyObject *)(uintptr_t)code, "co_name");
+    f->file = code_attr((PyObject *)(uintptr_t)code, "co_filename");
+  }
+  if (!f->name) f->name = strdup("<python code>");
+  if (!f->file) f->file = strdup("");
+  f->module = strdup("");
+}
+
+int msi_stacks_symbolize(msi_symbolized *out) {
+  memset(out, 0, sizeof *out);
+  frame_tab t = {0};
+  msi_symbols *syms = msi_symbols_open();
+  bool have_gil = false;
+  int gil = 0;
+  pthread_mutex_lock(&stack_lock);
+  uint32_t n = nrecs ? nrecs : 1;
+  if (py.state == 1 && py.IsInitialized()) {
+    gil = py.GILState_Ensure();
+    have_gil = true;
+  }
+  out->stacks = calloc(n, sizeof *out->stacks);
+  if (!out->stacks) goto oom;
+  out->nstacks = n;
+  for (uint32_t id = 1; id < nrecs; id++) {
+    stack_rec *r = &recs[id];
+    const uint64_t *w = &words[r->offset];
+    size_t total = (size_t)r->n_native + r->n_python;
+    int64_t *ids = malloc(sizeof *ids * (total ? total : 1));
+    if (!ids) goto oom;
+    int64_t *native_ids = ids, python_ids[MAX_PYTHON];
+    for (int k = 0; k < r->n_native; k++) {
+      bool added;
+      int64_t f = frame_find_or_add(&t, w[k], UINT64_MAX, &added);
+      if (f < 0) goto oom_ids;
+      if (added) symbolize_native(&t.frames[f], w[k], syms);
+      native_ids[k] = f;
+    }
+    for (int k = 0; k < r->n_python; k++) {
+      bool added;
+      uint64_t code = w[r->n_native + 2 * k], line = w[r->n_native + 2 * k + 1];
+      int64_t f = frame_find_or_add(&t, code, line, &added);
+      if (f < 0) goto oom_ids;
+      if (added) symbolize_python(&t.frames[f], code, line, have_gil);
+      python_ids[k] = f;
+    }
+    /* Merge: native frames down to the first interpreter frame, the Python frames there, then
+       the native frames after the last interpreter frame. */
+    int first = -1, last = -1;
+    for (int k = 0; k < r->n_native; k++)
+      if (is_interpreter(t.frames[native_ids[k]].name)) {
+        if (first < 0) first = k;
+        last = k;
+      }
+    int64_t *merged = malloc(sizeof *merged * (total ? total : 1));
+    if (!merged) goto oom_ids;
+    size_t m = 0;
+    if (r->n_python && first >= 0) {
+      for (int k = 0; k < first; k++) merged[m++] = native_ids[k];
+      for (int k = 0; k < r->n_python; k++) merged[m++] = python_ids[k];
+      for (int k = last + 1; k < r->n_native; k++) merged[m++] = native_ids[k];
+    } else {
+      for (int k = 0; k < r->n_native; k++) merged[m++] = native_ids[k];
+      for (int k = 0; k < r->n_python; k++) merged[m++] = python_ids[k];
+    }
+    free(ids);
+    out->stacks[id].frames = merged;
+    out->stacks[id].depth = (uint32_t)m;
+    continue;
+  oom_ids:
+    free(ids);
+    goto oom;
+  }
+  if (have_gil) py.GILState_Release(gil);
+  pthread_mutex_unlock(&stack_lock);
+  msi_symbols_close(syms);
+  out->frames = t.frames;
+  out->nframes = t.n;
+  free(t.keys);
+  free(t.index);
+  return MEMSNAP_OK;
+oom:
+  if (have_gil) py.GILState_Release(gil);
+  pthread_mutex_unlock(&stack_lock);
+  msi_symbols_close(syms);
+  out->frames = t.frames;
+  out->nframes = t.n;
+  free(t.keys);
+  free(t.index);
+  msi_symbolized_free(out);
+  msi_error("snapshot: out of host memory while symbolizing stacks");
+  return MEMSNAP_ENOMEM;
+}
+
+void msi_symbolized_free(msi_symbolized *s) {
+  for (size_t i = 0; i < s->nframes; i++) {
+    free(s->frames[i].name);
+    free(s->frames[i].file);
+    free(s->frames[i].module);
+  }
+  for (uint32_t i = 0; i < s->nstacks && s->stacks; i++) free(s->stacks[i].frames);
+  free(s->frames);
+  free(s->stacks);
+  memset(s, 0, sizeof *s);
+}

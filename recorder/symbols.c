@@ -1,0 +1,171 @@
+/* symbols.c: function names of program counters, from the ELF symbol tables of loaded modules.
+ *
+ * dladdr() knows only exported (dynamic) symbols, so it names a static function after the
+ * nearest exported one before it. This reads each module's .symtab (static and global
+ * functions) or, when the file was stripped, its .dynsym, once per module per snapshot, and
+ * finds the function whose [start, start + size) holds the address. Used only when writing a
+ * snapshot (stacks.c), never while allocating.
+ *
+ * msi_symbols_open() starts a cache, msi_symbols_lookup() answers, msi_symbols_close() frees.
+ * Every field of every file read is untrusted: offsets and sizes are checked against the file.
+ */
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+typedef struct fn_sym {
+  uint64_t start, size; /* run-time address range */
+  const char *name;     /* into the module's mapping of its string table */
+} fn_sym;
+
+typedef struct module {
+  char *path;
+  uint64_t lo, hi;   /* executable address range */
+  uint64_t bias;     /* load bias: run-time address - file address */
+  void *map;         /* the file, mapped read-only */
+  size_t map_len;
+  fn_sym *syms;
+  size_t nsyms;
+  bool loaded;
+} module;
+
+struct msi_symbols {
+  module *mods;
+  size_t nmods, cap;
+};
+
+static int collect(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  msi_symbols *s = arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    if (s->nmods == s->cap) {
+      size_t cap = s->cap ? s->cap * 2 : 32;
+      module *g = realloc(s->mods, sizeof *g * cap);
+      if (!g) return 1;
+      s->mods = g;
+      s->cap = cap;
+    }
+    char exe[4096];
+    const char *name = info->dlpi_name;
+    if (!name || !name[0]) { /* the main program */
+      ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+      exe[n > 0 ? n : 0] = '\0';
+      name = n > 0 ? exe : "/proc/self/exe";
+    }
+    module *m = &s->mods[s->nmods];
+    memset(m, 0, sizeof *m);
+    m->path = strdup(name);
+    if (!m->path) return 1;
+    m->lo = info->dlpi_addr + ph->p_vaddr;
+    m->hi = m->lo + ph->p_memsz;
+    m->bias = info->dlpi_addr;
+    s->nmods++;
+  }
+  return 0;
+}
+
+msi_symbols *msi_symbols_open(void) {
+  msi_symbols *s = calloc(1, sizeof *s);
+  if (s) dl_iterate_phdr(collect, s);
+  return s;
+}
+
+void msi_symbols_close(msi_symbols *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->nmods; i++) {
+    free(s->mods[i].path);
+    free(s->mods[i].syms);
+    if (s->mods[i].map) munmap(s->mods[i].map, s->mods[i].map_len);
+  }
+  free(s->mods);
+  free(s);
+}
+
+static int cmp_sym(const void *a, const void *b) {
+  const fn_sym *x = a, *y = b;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Reads the function symbols of one symbol table section. */
+static void read_table(module *m, const ElfW(Ehdr) *eh, const ElfW(Shdr) *sh, const ElfW(Shdr) *shdrs) {
+  const char *base = m->map;
+  if (sh->sh_link >= eh->e_shnum || sh->sh_entsize != sizeof(ElfW(Sym))) return;
+  const ElfW(Shdr) *str = &shdrs[sh->sh_link];
+  if (sh->sh_offset > m->map_len || sh->sh_size > m->map_len - sh->sh_offset || str->sh_offset > m->map_len ||
+      str->sh_size > m->map_len - str->sh_offset)
+    return;
+  size_t n = sh->sh_size / sizeof(ElfW(Sym));
+  const ElfW(Sym) *syms = (const void *)(base + sh->sh_offset);
+  fn_sym *out = realloc(m->syms, sizeof *out * (m->nsyms + n));
+  if (!out) return;
+  m->syms = out;
+  for (size_t i = 0; i < n; i++) {
+    if (ELF64_ST_TYPE(syms[i].st_info) != STT_FUNC || syms[i].st_value == 0 || syms[i].st_name >= str->sh_size)
+      continue;
+    const char *name = base + str->sh_offset + syms[i].st_name;
+    if (!memchr(name, '\0', str->sh_size - syms[i].st_name)) continue; /* unterminated */
+    out[m->nsyms++] = (fn_sym){m->bias + syms[i].st_value, syms[i].st_size ? syms[i].st_size : 1, name};
+  }
+}
+
+static void load(module *m) {
+  m->loaded = true;
+  int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(ElfW(Ehdr))) {
+    m->map_len = (size_t)st.st_size;
+    m->map = mmap(NULL, m->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m->map == MAP_FAILED) m->map = NULL;
+  }
+  close(fd);
+  if (!m->map) return;
+  const ElfW(Ehdr) *eh = m->map;
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_shoff > m->map_len ||
+      (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) > m->map_len - eh->e_shoff)
+    return;
+  const ElfW(Shdr) *shdrs = (const void *)((const char *)m->map + eh->e_shoff);
+  bool have_symtab = false;
+  for (int i = 0; i < eh->e_shnum; i++) have_symtab |= shdrs[i].sh_type == SHT_SYMTAB;
+  for (int i = 0; i < eh->e_shnum; i++)
+    if (shdrs[i].sh_type == (have_symtab ? SHT_SYMTAB : SHT_DYNSYM)) read_table(m, eh, &shdrs[i], shdrs);
+  if (m->nsyms) qsort(m->syms, m->nsyms, sizeof *m->syms, cmp_sym);
+}
+
+bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const char **name, uint64_t *offset) {
+  if (!s) return false;
+  for (size_t i = 0; i < s->nmods; i++) {
+    module *m = &s->mods[i];
+    if (pc < m->lo || pc >= m->hi) continue;
+    *path = m->path;
+    *name = NULL;
+    *offset = pc - m->bias;
+    if (!m->loaded) load(m);
+    /* The last symbol starting at or before pc, if pc falls inside it. */
+    size_t lo = 0, hi = m->nsyms;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (m->syms[mid].start <= pc) lo = mid + 1;
+      else hi = mid;
+    }
+    for (size_t k = lo; k-- > 0 && m->syms[k].start + 65536 > pc;) {
+      if (pc < m->syms[k].start + m->syms[k].size) {
+        *name = m->syms[k].name;
+        *offset = pc - m->syms[k].start;
+        break;
+      }
+    }
+    return true;
+  }
+  return false;
+}
