@@ -31,7 +31,8 @@ LIB_SRCS := recorder/alloc.c recorder/api.c recorder/backend_cuda.c recorder/bac
   recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o
 CLI_SRCS := analyzer/main.c
-TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress
+TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
+  $(BUILD)/tests/test_record
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test demo deps check-deps clean gpu-bench
@@ -65,6 +66,10 @@ $(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libmemsnap.so
 # test_options calls internal parsers: it links their objects instead of the library.
 $(BUILD)/tests/test_options: $(BUILD)/tests/test_options.o $(BUILD)/recorder/options.o $(BUILD)/recorder/error.o
 	$(CC) -o $@ $^ -lm $(EXTRA_LDFLAGS)
+
+# test_record reads snapshots back with SQLite.
+$(BUILD)/tests/test_record: $(BUILD)/tests/test_record.o $(BUILD)/libmemsnap.so
+	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread $(EXTRA_LDFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)

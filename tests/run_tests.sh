@@ -37,6 +37,7 @@ run() {
 
 run test_alloc "$build/tests/test_alloc"
 run test_options "$build/tests/test_options"
+run test_record "$build/tests/test_record"
 run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"
 run test_cli "$here/test_cli.sh" "$build"
 run test_sample "$here/test_sample.sh" "$build"

@@ -87,6 +87,48 @@ except memsnap.MemsnapError as e:
     check("set_option: init-only options refused", "read only at initialisation" in str(e))
 memsnap.set_option("oom", "null")
 
+# Recording from Python: Python frames in the stacks, marks, ranges, a readable snapshot.
+import sqlite3  # noqa: E402
+import tempfile  # noqa: E402
+
+
+def load_the_model_weights():
+    return memsnap.malloc(3 << 20)
+
+
+def forward_pass():
+    with memsnap.range("forward"):
+        return memsnap.malloc(1 << 20)
+
+
+with memsnap.record(stacks="all"):
+    weights = load_the_model_weights()
+    for step in range(2):
+        memsnap.mark("step")
+        memsnap.free(forward_pass())
+snap = os.path.join(tempfile.mkdtemp(), "py-%p.db")
+written = memsnap.dump(snap).replace("%p", str(os.getpid()))
+db = sqlite3.connect(written)
+rows = db.execute("""select f.kind, f.name, f.file, f.line from blocks b
+                     join stack_frames sf on sf.stack_id = b.stack_id join frames f on f.id = sf.frame_id
+                     where b.state = 'allocated' order by sf.position""").fetchall()
+names = [r[1] for r in rows if r[0] == "python"]
+check("python frames: the allocating Python functions, innermost first",
+      names[:3] == ["malloc", "load_the_model_weights", "<module>"] and
+      any(r[2].endswith("test_python.py") and r[3] > 0 for r in rows if r[1] == "load_the_model_weights"))
+check("python frames: merged where the interpreter was (no _PyEval_EvalFrameDefault)",
+      not any("_PyEval_EvalFrame" in r[1] for r in rows) and rows[0][0] == "native")
+check("python: marks and ranges recorded",
+      db.execute("select count(*) from marks").fetchone()[0] == 2 and
+      db.execute("select count(*) from ranges r join labels l on l.id = r.label_id where l.text = 'forward'").fetchone()[0] == 2)
+db.close()
+memsnap.free(weights)
+try:
+    memsnap.range_pop()
+    check("python: range_pop without push raises", False)
+except memsnap.MemsnapError:
+    check("python: range_pop without push raises", True)
+
 try:
     import torch  # noqa: F401
     have_torch = True

@@ -14,9 +14,12 @@ The library is found through ``MEMSNAP_LIB``, else ``build/libmemsnap.so`` of th
 this package sits in, else ``libmemsnap.so`` beside this file or on the loader's path.
 """
 
+import builtins
 import collections
 import ctypes
 import os
+
+_builtin_range = builtins.range  # the module defines memsnap.range (a context manager)
 
 __all__ = [
     "enable", "library_path", "load", "malloc", "free", "empty_cache", "set_memory_fraction",
@@ -193,7 +196,7 @@ def _flat_stats(device):
     n = lib.memsnap_stat_count()
     values = (ctypes.c_int64 * n)()
     _check(lib.memsnap_get_stats_flat(int(device), values, n))
-    return [(lib.memsnap_stat_key(i).decode(), values[i]) for i in range(n)]
+    return [(lib.memsnap_stat_key(i).decode(), values[i]) for i in _builtin_range(n)]
 
 
 def memory_stats_as_nested_dict(device=0):

@@ -1,0 +1,291 @@
+/* test_record.c: history recording and snapshots, on the simulated device.
+ *
+ * Reads every snapshot back with SQLite's C API and checks it against what the test did:
+ * the ring's bound and dropped count over 10 million events, stacks naming this file's own
+ * functions, a full round trip (events, blocks, segments, statistics, marks, ranges), dumps
+ * killed midway, path patterns and bad paths, and the dumps at out of memory and on a signal.
+ */
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memsnap.h"
+#include "testhelper.h"
+
+#define MiB ((size_t)1 << 20)
+#define S1 ((memsnap_stream_t)(uintptr_t)0x1000)
+
+static char dir[256];
+
+static void fresh(const char *settings) {
+  memsnap_shutdown();
+  static const char *vars[] = {"MEMSNAP_RECORD", "MEMSNAP_MAX_ENTRIES", "MEMSNAP_STACKS", "MEMSNAP_DUMP",
+                               "MEMSNAP_DUMP_ON_OOM", "MEMSNAP_DUMP_SIGNAL", "MEMSNAP_SIM_CAPACITY"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  setenv("MEMSNAP_BACKEND", "sim", 1);
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", settings);
+  for (char *item = strtok(buf, ";"); item; item = strtok(NULL, ";")) {
+    char *eq = strchr(item, '=');
+    *eq = '\0';
+    setenv(item, eq + 1, 1);
+  }
+}
+
+static char *path_of(const char *name) {
+  static char p[4][512];
+  static int k;
+  k = (k + 1) % 4;
+  snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+  return p[k];
+}
+
+/* Runs a query returning one integer; -1 on any error. */
+static int64_t q1(const char *db_path, const char *sql) {
+  sqlite3 *db;
+  int64_t v = -1;
+  if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+      if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+      sqlite3_finalize(st);
+    } else {
+      printf("  query failed: %s: %s\n", sql, sqlite3_errmsg(db));
+    }
+  }
+  sqlite3_close(db);
+  return v;
+}
+
+static long rss_kib(void) {
+  long pages = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void test_ring_bounded(void) {
+  fresh("MEMSNAP_STACKS=none");
+  CHECK("record: start with 1000 entries", memsnap_record_start(1000, NULL) == MEMSNAP_OK);
+  uint64_t events = 0;
+  long rss_start = 0;
+  while (events < 10000000) { /* alloc, free_requested, free_completed: 3 events a pair */
+    void *p = memsnap_malloc(4096, 0, S1);
+    memsnap_free(p, 0, 0, S1);
+    events += 3;
+    if (events == 300000) rss_start = rss_kib();
+  }
+  long rss_end = rss_kib();
+  printf("  %llu events, RSS %ld KiB after 300k, %ld KiB after all\n", (unsigned long long)events, rss_start, rss_end);
+  CHECK("ring: memory flat over 10 million events", rss_end - rss_start < 1024);
+  char *db = path_of("ring.db");
+  CHECK("ring: dump succeeds", memsnap_dump(db) == MEMSNAP_OK);
+  /* +1: the dump's own `snapshot` event; the first segment_alloc was dropped long ago. */
+  int64_t total = (int64_t)events + 1 + 1;
+  CHECK("ring: keeps exactly max_entries events", q1(db, "select count(*) from events") == 1000);
+  CHECK("ring: dropped count right", q1(db, "select value from meta where key='dropped_events'") == total - 1000);
+  CHECK("ring: ids count every event, dropped or not", q1(db, "select max(id) from events") == total &&
+                                                           q1(db, "select min(id) from events") == total - 999);
+  CHECK("ring: the last event is the snapshot", q1(db, "select kind from events order by id desc limit 1") == 7);
+  memsnap_record_stop();
+}
+
+/* noipa: neither inlined nor folded with its twin (identical code folding would merge them). */
+static __attribute__((noipa)) void *allocate_weights_for_test(size_t n) {
+  void *p = memsnap_malloc((ssize_t)n, 0, S1);
+  __asm__ volatile("" ::: "memory"); /* not a tail call: keep this frame */
+  return p;
+}
+static __attribute__((noipa)) void *allocate_activation_for_test(size_t n) {
+  void *p = memsnap_malloc((ssize_t)n, 0, S1);
+  __asm__ volatile("" ::: "memory"); /* keep the call a call */
+  return p;
+}
+
+static void test_round_trip(void) {
+  fresh("MEMSNAP_STACKS=native");
+  memsnap_record_start(0, NULL);
+  void *w = allocate_weights_for_test(3 * MiB);
+  memsnap_mark("iteration");
+  memsnap_range_push("forward");
+  void *a = allocate_activation_for_test(1000);
+  void *b = allocate_activation_for_test(12 * MiB + 5);
+  memsnap_range_pop();
+  memsnap_free(a, 0, 0, S1);
+  void *loop[3];
+  volatile int three = 3; /* not unrolled: one call site */
+  for (int i = 0; i < three; i++) loop[i] = allocate_activation_for_test(2048);
+  for (int i = 0; i < three; i++) memsnap_free(loop[i], 0, 0, S1);
+  memsnap_mark("iteration");
+  memsnap_range_push("open at the snapshot");
+  char *db = path_of("round.db");
+  CHECK("round trip: dump", memsnap_dump(db) == MEMSNAP_OK);
+  memsnap_range_pop();
+  CHECK("round trip: schema version 1", q1(db, "pragma user_version") == 1 &&
+                                            q1(db, "select value from meta where key='format_version'") == 1);
+  CHECK("round trip: event counts by kind",
+        q1(db, "select count(*) from events where kind=1") == 6 && q1(db, "select count(*) from events where kind=2") == 4 &&
+            q1(db, "select count(*) from events where kind=3") == 4 && q1(db, "select count(*) from events where kind=4") == 2);
+  char sql[512];
+  snprintf(sql, sizeof sql, "select count(*) from events where kind=1 and address=%llu and size=%zu and requested_size=%zu",
+           (unsigned long long)(uintptr_t)b, 12 * MiB + 512, 12 * MiB + 5);
+  CHECK("round trip: alloc event has address, rounded and requested size", q1(db, sql) == 1);
+  snprintf(sql, sizeof sql, "select count(*) from blocks where state='allocated' and address in (%llu, %llu)",
+           (unsigned long long)(uintptr_t)w, (unsigned long long)(uintptr_t)b);
+  CHECK("round trip: live blocks are the allocated ones", q1(db, sql) == 2 &&
+                                                              q1(db, "select count(*) from blocks where state='allocated'") == 2);
+  CHECK("round trip: every live block has its stack", q1(db, "select count(*) from blocks where state='allocated' and stack_id is null") == 0);
+  memsnap_stats_t s;
+  memsnap_get_stats(0, &s);
+  snprintf(sql, sizeof sql, "select (select sum(size) from segments) = %lld and (select value from stats where key='allocated_bytes.all.current') = %lld",
+           (long long)s.reserved_bytes[0].current, (long long)s.allocated_bytes[0].current);
+  CHECK("round trip: segments and statistics match the allocator", q1(db, sql) == 1);
+  CHECK("round trip: segments made of their blocks",
+        q1(db, "select count(*) from segments g where size != (select sum(size) from blocks where segment_id = g.id)") == 0);
+  CHECK("round trip: two marks with their label",
+        q1(db, "select count(*) from marks m join labels l on l.id = m.label_id where l.text='iteration'") == 2);
+  CHECK("round trip: a closed range and one still open",
+        q1(db, "select count(*) from ranges r join labels l on l.id=r.label_id where l.text='forward' and end_ns > start_ns and depth=0") == 1 &&
+            q1(db, "select count(*) from ranges where end_ns is null") == 1);
+  CHECK("round trip: times increase with ids", q1(db, "select count(*) from events a join events b on b.id = a.id + 1 where b.time_ns < a.time_ns") == 0);
+  CHECK("stacks: name this test's own functions",
+        q1(db, "select count(*) from frames where name='allocate_weights_for_test'") == 1 &&
+            q1(db, "select count(*) from frames where name='allocate_activation_for_test'") == 1);
+  snprintf(sql, sizeof sql,
+           "select count(*) from blocks bl join stack_frames sf on sf.stack_id = bl.stack_id and sf.position = 0 "
+           "join frames f on f.id = sf.frame_id where bl.address = %llu and f.name = 'allocate_weights_for_test'",
+           (unsigned long long)(uintptr_t)w);
+  CHECK("stacks: a block's innermost frame is the function that allocated it", q1(db, sql) == 1);
+  CHECK("stacks: a repeated stack is stored once, other call sites apart",
+        q1(db, "select count(distinct stack_id) from events where kind=1 and size=2048") == 1 &&
+            q1(db, "select count(distinct stack_id) from events where kind=1 and stack_id in (select stack_id from stack_frames sf join frames f on f.id=sf.frame_id where f.name='allocate_activation_for_test')") == 3);
+  CHECK("stacks: frames name their module", q1(db, "select count(*) from frames where kind='native' and module like '%test_record'") >= 2);
+  memsnap_free(w, 0, 0, S1);
+  memsnap_free(b, 0, 0, S1);
+
+  fresh("MEMSNAP_STACKS=none;MEMSNAP_RECORD=1");
+  void *p = memsnap_malloc(100, 0, S1);
+  db = path_of("nostacks.db");
+  memsnap_dump(db);
+  CHECK("stacks none: events without stacks", q1(db, "select count(*) from events where stack_id is not null") == 0 &&
+                                                  q1(db, "select count(*) from events where kind=1") == 1);
+  memsnap_free(p, 0, 0, S1);
+}
+
+static void test_paths_and_errors(void) {
+  fresh("");
+  char pattern[512], expect[512];
+  snprintf(pattern, sizeof pattern, "%s/snap-%%p-%%r.db", dir);
+  snprintf(expect, sizeof expect, "%s/snap-%d-0.db", dir, (int)getpid());
+  unsetenv("RANK");
+  CHECK("paths: %p and %r expand", memsnap_dump(pattern) == MEMSNAP_OK && access(expect, R_OK) == 0);
+  setenv("RANK", "3", 1);
+  snprintf(expect, sizeof expect, "%s/snap-%d-3.db", dir, (int)getpid());
+  CHECK("paths: %r reads RANK", memsnap_dump(pattern) == MEMSNAP_OK && access(expect, R_OK) == 0);
+  unsetenv("RANK");
+  CHECK("paths: without recording the state is still written",
+        q1(expect, "select count(*) from events") == 0 && q1(expect, "select count(*) from devices") >= 0);
+  CHECK("paths: unknown pattern refused", memsnap_dump("x-%q.db") == MEMSNAP_EINVAL &&
+                                              strstr(memsnap_last_error(), "unknown pattern '%q'") != NULL);
+  CHECK("paths: missing directory reports the path",
+        memsnap_dump("/nonexistent-dir/x.db") != MEMSNAP_OK && strstr(memsnap_last_error(), "/nonexistent-dir/x.db") != NULL);
+  CHECK("paths: no temporary left behind", access("/nonexistent-dir", F_OK) != 0);
+  CHECK("range_pop without push is an error", memsnap_range_pop() == MEMSNAP_EINVAL);
+  CHECK("record_start refuses a bad stacks mode", memsnap_record_start(0, "everything") == MEMSNAP_EINVAL);
+}
+
+/* Kills a process that keeps rewriting a large snapshot, at a random moment, many times: the
+ * file is always the previous complete snapshot or the new one. */
+static void test_killed_dumps(void) {
+  char *db = path_of("killed.db");
+  unlink(db);
+  int readable = 0, runs = 20;
+  unsigned seed = 7;
+  for (int i = 0; i < runs; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      fresh("MEMSNAP_STACKS=native");
+      memsnap_record_start(200000, NULL);
+      void *keep[64];
+      for (int k = 0; k < 64; k++) keep[k] = allocate_activation_for_test((size_t)(k + 1) * 4096);
+      for (int k = 0; k < 70000; k++) memsnap_free(allocate_activation_for_test(1 << 16), 0, 0, S1);
+      (void)keep;
+      for (;;) memsnap_dump(db);
+    }
+    seed = seed * 1103515245u + 12345u;
+    usleep(150000 + (seed >> 8) % 400000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (access(db, F_OK) != 0) continue; /* killed before the first dump finished */
+    if (q1(db, "pragma quick_check") == -1) continue;
+    sqlite3 *h;
+    bool ok = false;
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+      sqlite3_stmt *st;
+      if (sqlite3_prepare_v2(h, "pragma integrity_check", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        ok = strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0;
+      sqlite3_finalize(st);
+    }
+    sqlite3_close(h);
+    if (ok && q1(db, "select count(*) from events") == 200000) readable++;
+  }
+  printf("  %d of %d kills found a complete snapshot (the others came before the first dump ended)\n", readable, runs);
+  CHECK("killed dumps: the file is always complete and consistent", readable > 0);
+}
+
+static void test_dump_on_oom_and_signal(void) {
+  char env[600];
+  char *oom_db = path_of("oom.db");
+  unlink(oom_db);
+  snprintf(env, sizeof env, "MEMSNAP_SIM_CAPACITY=64M;MEMSNAP_RECORD=1;MEMSNAP_DUMP_ON_OOM=%s", oom_db);
+  fresh(env);
+  void *a = memsnap_malloc(40 * MiB, 0, S1);
+  void *b = memsnap_malloc(40 * MiB, 0, S1);
+  CHECK("dump on oom: the allocation fails with the OOM message", a && !b && strstr(memsnap_last_error(), "out of memory"));
+  CHECK("dump on oom: the snapshot holds the oom event and the block that filled the device",
+        q1(oom_db, "select count(*) from events where kind=6 and requested_size=41943040") == 1 &&
+            q1(oom_db, "select count(*) from blocks where state='allocated' and size=41943040") == 1);
+  memsnap_free(a, 0, 0, S1);
+
+  char *sig_db = path_of("signal.db");
+  unlink(sig_db);
+  snprintf(env, sizeof env, "MEMSNAP_RECORD=1;MEMSNAP_DUMP_SIGNAL=USR1;MEMSNAP_DUMP=%s", sig_db);
+  fresh(env);
+  void *p = memsnap_malloc(1000, 0, S1);
+  raise(SIGUSR1);
+  for (int i = 0; i < 200 && access(sig_db, F_OK) != 0; i++) usleep(10000);
+  CHECK("dump on signal: written by the dump thread", q1(sig_db, "select count(*) from events where kind=1") == 1);
+  memsnap_free(p, 0, 0, S1);
+  unlink(sig_db);
+  memsnap_shutdown(); /* MEMSNAP_DUMP: shutdown writes it once */
+  CHECK("dump at shutdown: MEMSNAP_DUMP written", q1(sig_db, "select count(*) from events where kind=2") == 1);
+  unsetenv("MEMSNAP_DUMP");
+  unsetenv("MEMSNAP_DUMP_SIGNAL");
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/memsnap-test-record-%d", (int)getpid());
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+  if (system(cmd) != 0) return 1;
+  test_round_trip();
+  test_paths_and_errors();
+  test_dump_on_oom_and_signal();
+  test_killed_dumps();
+  test_ring_bounded();
+  memsnap_shutdown();
+  snprintf(cmd, sizeof cmd, "ls %s | grep tmp- | grep -qv killed", dir); /* killed dumps may leave one */
+  CHECK("no temporary files left by finished dumps", system(cmd) != 0);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) return 1;
+  TEST_DONE();
+}
