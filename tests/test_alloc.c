@@ -19,20 +19,12 @@
 
 static void fresh(const char *settings) {
   memsnap_shutdown();
-  static const char *vars[] = {"MEMSNAP_SIM_CAPACITY", "MEMSNAP_SIM_DEVICES", "MEMSNAP_MAX_SPLIT_SIZE_MB",
-                               "MEMSNAP_ROUNDUP_POWER2_DIVISIONS", "MEMSNAP_GARBAGE_COLLECTION_THRESHOLD",
-                               "MEMSNAP_MEMORY_FRACTION", "MEMSNAP_OOM", "PYTORCH_CUDA_ALLOC_CONF",
-                               "PYTORCH_ALLOC_CONF", "MEMSNAP_MAX_NON_SPLIT_ROUNDING_MB"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  static const char *const vars[] = {"MEMSNAP_SIM_CAPACITY", "MEMSNAP_SIM_DEVICES", "MEMSNAP_MAX_SPLIT_SIZE_MB",
+                                     "MEMSNAP_ROUNDUP_POWER2_DIVISIONS", "MEMSNAP_GARBAGE_COLLECTION_THRESHOLD",
+                                     "MEMSNAP_MEMORY_FRACTION", "MEMSNAP_OOM", "PYTORCH_CUDA_ALLOC_CONF",
+                                     "PYTORCH_ALLOC_CONF", "MEMSNAP_MAX_NON_SPLIT_ROUNDING_MB", NULL};
+  th_environment(vars, settings);
   setenv("MEMSNAP_BACKEND", "sim", 1);
-  /* settings: "NAME=value;NAME=value" */
-  char buf[512];
-  snprintf(buf, sizeof buf, "%s", settings);
-  for (char *item = strtok(buf, ";"); item; item = strtok(NULL, ";")) {
-    char *eq = strchr(item, '=');
-    *eq = '\0';
-    setenv(item, eq + 1, 1);
-  }
 }
 
 static memsnap_stats_t stats(void) {

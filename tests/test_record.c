@@ -25,17 +25,10 @@ static char dir[256];
 
 static void fresh(const char *settings) {
   memsnap_shutdown();
-  static const char *vars[] = {"MEMSNAP_RECORD", "MEMSNAP_MAX_ENTRIES", "MEMSNAP_STACKS", "MEMSNAP_DUMP",
-                               "MEMSNAP_DUMP_ON_OOM", "MEMSNAP_DUMP_SIGNAL", "MEMSNAP_SIM_CAPACITY"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  static const char *const vars[] = {"MEMSNAP_RECORD", "MEMSNAP_MAX_ENTRIES", "MEMSNAP_STACKS", "MEMSNAP_DUMP",
+                                     "MEMSNAP_DUMP_ON_OOM", "MEMSNAP_DUMP_SIGNAL", "MEMSNAP_SIM_CAPACITY", NULL};
+  th_environment(vars, settings);
   setenv("MEMSNAP_BACKEND", "sim", 1);
-  char buf[512];
-  snprintf(buf, sizeof buf, "%s", settings);
-  for (char *item = strtok(buf, ";"); item; item = strtok(NULL, ";")) {
-    char *eq = strchr(item, '=');
-    *eq = '\0';
-    setenv(item, eq + 1, 1);
-  }
 }
 
 static char *path_of(const char *name) {
