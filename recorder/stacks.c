@@ -4,7 +4,7 @@
  *   - native: program counters from libunwind's unw_backtrace, frames inside libmemsnap itself
  *     dropped;
  *   - python: when the calling thread holds the GIL, the interpreter's frames as (code object,
- *     line) pairs, read through the C API found with dlsym (libmemsnap does not link libpython;
+ *     instruction offset) pairs (lines are computed at snapshot time), read through the C API found with dlsym (libmemsnap does not link libpython;
  *     in a process without Python this finds nothing). A thread without the GIL (PyTorch's
  *     autograd threads) gets native frames only.
  * MEMSNAP_STACKS chooses none, native, python or all (both).
@@ -62,6 +62,8 @@ static struct {
   PyObject *(*Frame_GetBack)(PyObject *);
   PyObject *(*Frame_GetCode)(PyObject *);
   int (*Frame_GetLineNumber)(PyObject *);
+  int (*Frame_GetLasti)(PyObject *);         /* 3.11+: the instruction offset, cheap */
+  int (*Code_Addr2Line)(PyObject *, int);    /* offset -> line, at snapshot time */
   void (*IncRef)(PyObject *);
   void (*DecRef)(PyObject *);
   int (*GILState_Ensure)(void);
@@ -80,6 +82,9 @@ static void python_resolve(void) {
   SYM(Frame_GetBack, "PyFrame_GetBack");
   SYM(Frame_GetCode, "PyFrame_GetCode");
   SYM(Frame_GetLineNumber, "PyFrame_GetLineNumber");
+  SYM(Frame_GetLasti, "PyFrame_GetLasti");
+  SYM(Code_Addr2Line, "PyCode_Addr2Line");
+  if (!py.Code_Addr2Line) py.Frame_GetLasti = NULL;
   SYM(IncRef, "Py_IncRef");
   SYM(DecRef, "Py_DecRef");
   SYM(GILState_Ensure, "PyGILState_Ensure");
@@ -95,7 +100,11 @@ static void python_resolve(void) {
   py.state = ok ? 1 : -1;
 }
 
-/* Appends (code, line) pairs of the calling thread's Python stack, innermost first. */
+/* Appends (code, position) pairs of the calling thread's Python stack, innermost first. The
+ * position is the instruction offset where Python has PyFrame_GetLasti (3.11+; the line is
+ * computed when the snapshot is written, which spares a scan of the line table per frame), else
+ * the line number with bit 63 set. */
+#define LINE_FLAG (1ull << 63)
 static int python_frames(uint64_t *out, int max) {
   if (MSI_UNLIKELY(py.state == 0)) python_resolve();
   if (py.state < 0 || !py.IsInitialized() || !py.GILState_Check()) return 0;
@@ -105,7 +114,8 @@ static int python_frames(uint64_t *out, int max) {
   while (f && n < max) {
     PyObject *code = py.Frame_GetCode(f); /* new reference; the frame keeps it alive */
     out[2 * n] = (uint64_t)(uintptr_t)code;
-    out[2 * n + 1] = (uint64_t)py.Frame_GetLineNumber(f);
+    out[2 * n + 1] = py.Frame_GetLasti ? (uint64_t)(uint32_t)py.Frame_GetLasti(f)
+                                       : LINE_FLAG | (uint64_t)(uint32_t)py.Frame_GetLineNumber(f);
     py.DecRef(code);
     n++;
     PyObject *back = py.Frame_GetBack(f);
@@ -339,9 +349,11 @@ static char *code_attr(PyObject *code, const char *attr) {
   return copy;
 }
 
-static void symbolize_python(msi_frame *f, uint64_t code, uint64_t line, bool have_gil) {
+static void symbolize_python(msi_frame *f, uint64_t code, uint64_t position, bool have_gil) {
   f->python = true;
-  f->line = (int64_t)line;
+  f->line = -1;
+  if (position & LINE_FLAG) f->line = (int64_t)(uint32_t)position;
+  else if (have_gil) f->line = py.Code_Addr2Line((PyObject *)(uintptr_t)code, (int)position);
   if (have_gil) {
     f->name = code_attr((PyObject *)(uintptr_t)code, "co_qualname");
     if (!f->name) f->name = code_attr((PyObject *)(uintptr_t)code, "co_name");

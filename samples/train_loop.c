@@ -7,8 +7,11 @@
  *
  * Runs on the simulated device (MEMSNAP_BACKEND=sim, what `make demo` does without a GPU) or on
  * the GPU (MEMSNAP_BACKEND=cuda). Prints one line per iteration and the statistics at the end.
+ * Each iteration starts with a mark ("iteration") and has forward, backward and optimizer
+ * ranges; with MEMSNAP_RECORD=1 (or --record) they are recorded, and --dump PATH writes a
+ * snapshot after the last iteration, while the leaked buffers are still alive.
  *
- * usage: train_loop [--iterations N] [--no-leak]
+ * usage: train_loop [--iterations N] [--no-leak] [--record] [--dump PATH]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +24,23 @@
 static const size_t weight_bytes[LAYERS] = {4 << 20, 16 << 20, 16 << 20, 16 << 20, 16 << 20, 16 << 20, 16 << 20, 1 << 20};
 static const size_t activation_bytes[LAYERS] = {24 << 20, 24 << 20, 12 << 20, 12 << 20, 6 << 20, 6 << 20, 3 << 20, 64 << 10};
 
-static void *xalloc(size_t size) {
+static inline __attribute__((always_inline)) void *xalloc(size_t size);
+
+/* Named allocation sites, so that stacks in a snapshot say what each allocation is for. noipa
+ * and the barrier keep each one a frame of its own (no inlining, folding or tail call). */
+#define ALLOCATION_SITE(name)                                 \
+  static __attribute__((noipa)) void *name(size_t size) {     \
+    void *p = xalloc(size);                                   \
+    __asm__ volatile("" ::: "memory");                        \
+    return p;                                                 \
+  }
+ALLOCATION_SITE(alloc_weights)
+ALLOCATION_SITE(alloc_activation)
+ALLOCATION_SITE(alloc_gradient)
+ALLOCATION_SITE(alloc_optimizer_state)
+ALLOCATION_SITE(keep_loss_for_logging) /* the leak */
+
+static inline __attribute__((always_inline)) void *xalloc(size_t size) {
   void *p = memsnap_malloc((ssize_t)size, 0, NULL);
   if (!p) {
     fprintf(stderr, "train_loop: %s\n", memsnap_last_error());
@@ -36,12 +55,15 @@ static void print_mib(const char *label, int64_t bytes) { printf(" %s %8.2f MiB"
 
 int main(int argc, char **argv) {
   int iterations = 10;
-  int leak = 1;
+  int leak = 1, record = 0;
+  const char *dump = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-leak")) leak = 0;
+    else if (!strcmp(argv[i], "--record")) record = 1;
+    else if (!strcmp(argv[i], "--dump") && i + 1 < argc) dump = argv[++i];
     else {
-      fprintf(stderr, "usage: train_loop [--iterations N] [--no-leak]\n");
+      fprintf(stderr, "usage: train_loop [--iterations N] [--no-leak] [--record] [--dump PATH]\n");
       return 2;
     }
   }
@@ -53,30 +75,41 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_loop: %s\n", memsnap_last_error());
     return 1;
   }
+  if (record && memsnap_record_start(0, NULL) != MEMSNAP_OK) {
+    fprintf(stderr, "train_loop: %s\n", memsnap_last_error());
+    return 1;
+  }
   printf("memsnap %s, backend %s, %d iterations%s\n", MEMSNAP_VERSION, memsnap_backend_name(), iterations,
          leak ? ", leaking the loss of every step" : "");
 
   void *weights[LAYERS], *momentum[LAYERS] = {0};
-  for (int l = 0; l < LAYERS; l++) weights[l] = xalloc(weight_bytes[l]);
+  for (int l = 0; l < LAYERS; l++) weights[l] = alloc_weights(weight_bytes[l]);
   void **losses = calloc((size_t)iterations, sizeof *losses);
   if (!losses) return 1;
 
   for (int it = 0; it < iterations; it++) {
     memsnap_reset_peak_stats(0);
+    memsnap_mark("iteration");
     void *act[LAYERS], *grad[LAYERS];
-    for (int l = 0; l < LAYERS; l++) act[l] = xalloc(activation_bytes[l]); /* forward */
-    void *loss = xalloc(4);
-    for (int l = LAYERS - 1; l >= 0; l--) { /* backward */
-      grad[l] = xalloc(weight_bytes[l]);
-      void *tmp = xalloc(activation_bytes[l] / 2); /* a temporary of the layer's backward */
+    memsnap_range_push("forward");
+    for (int l = 0; l < LAYERS; l++) act[l] = alloc_activation(activation_bytes[l]);
+    void *loss = alloc_activation(4);
+    memsnap_range_pop();
+    memsnap_range_push("backward");
+    for (int l = LAYERS - 1; l >= 0; l--) {
+      grad[l] = alloc_gradient(weight_bytes[l]);
+      void *tmp = alloc_activation(activation_bytes[l] / 2); /* a temporary of the layer's backward */
       xfree(tmp);
       xfree(act[l]);
     }
-    for (int l = 0; l < LAYERS; l++) { /* optimizer step */
-      if (!momentum[l]) momentum[l] = xalloc(weight_bytes[l]);
+    memsnap_range_pop();
+    memsnap_range_push("optimizer");
+    for (int l = 0; l < LAYERS; l++) {
+      if (!momentum[l]) momentum[l] = alloc_optimizer_state(weight_bytes[l]);
       xfree(grad[l]);
     }
-    if (leak) losses[it] = xalloc(LEAK_BYTES); /* the bug: kept forever */
+    memsnap_range_pop();
+    if (leak) losses[it] = keep_loss_for_logging(LEAK_BYTES); /* the bug: kept forever */
     xfree(loss);
     memsnap_stats_t s;
     memsnap_get_stats(0, &s);
@@ -94,6 +127,13 @@ int main(int argc, char **argv) {
     const char *key = memsnap_stat_key(i);
     if (strstr(key, ".all.current") || strstr(key, ".all.peak") || strncmp(key, "num_", 4) == 0)
       printf("  %-32s %lld\n", key, (long long)v[i]);
+  }
+  if (dump) {
+    if (memsnap_dump(dump) != MEMSNAP_OK) {
+      fprintf(stderr, "train_loop: %s\n", memsnap_last_error());
+      return 1;
+    }
+    printf("\nsnapshot written to %s\n", dump);
   }
   if (memsnap_check(0) != 0) {
     fprintf(stderr, "train_loop: allocator invariant broken: %s\n", memsnap_last_error());
