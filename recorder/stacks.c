@@ -3,13 +3,15 @@
  * Capture (on the allocation path, only while recording):
  *   - native: program counters from libunwind's unw_backtrace, frames inside libmemsnap itself
  *     dropped;
- *   - python: when the calling thread holds the GIL, the interpreter's frames as (code object,
- *     instruction offset) pairs (lines are computed at snapshot time), read through the C API found with dlsym (libmemsnap does not link libpython;
- *     in a process without Python this finds nothing). A thread without the GIL (PyTorch's
- *     autograd threads) gets native frames only.
+ *   - python: the interpreter's frames of the calling thread as (code object, instruction
+ *     offset) pairs (lines are computed at snapshot time), read through the C API found with
+ *     dlsym (libmemsnap does not link libpython; in a process without Python this finds
+ *     nothing). A Python thread that released the GIL around an op takes it back for the read,
+ *     as PyTorch's recorder does; a thread without a Python thread state (PyTorch's autograd
+ *     threads) gets native frames only.
  * MEMSNAP_STACKS chooses none, native, python or all (both).
  *
- * Interning: a stack is the word array [pcs..., code, line, code, line, ...]; equal arrays get
+ * Interning: a stack is the word array [pcs..., code, offset, code, offset, ...]; equal arrays get
  * the same id, so a loop that allocates from one place stores its stack once. Ids start at 1
  * (0 means "no stack"). Code objects of interned stacks are kept alive (one reference each), so
  * an address never names two code objects.
@@ -32,7 +34,7 @@
 /* From libstdc++ (linked for oom_throw.cc): the C++ ABI's demangler. */
 char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
-#define MAX_NATIVE 64
+#define MAX_NATIVE 128 /* PyTorch's dispatcher alone puts ~50 frames between an op and Python */
 #define MAX_PYTHON 64
 
 typedef struct stack_rec {
@@ -107,9 +109,16 @@ static void python_resolve(void) {
 #define LINE_FLAG (1ull << 63)
 static int python_frames(uint64_t *out, int max) {
   if (MSI_UNLIKELY(py.state == 0)) python_resolve();
-  if (py.state < 0 || !py.IsInitialized() || !py.GILState_Check()) return 0;
+  if (py.state < 0 || !py.IsInitialized()) return 0;
+  /* A Python thread inside an op that released the GIL (PyTorch's bindings do, around ATen)
+   * still has its frames: take the GIL back to read them, as PyTorch's own recorder does. A
+   * thread that never ran Python (no thread state: PyTorch's autograd workers, C++ threads)
+   * gets no Python frames and never waits for the GIL. */
   void *ts = py.GILState_GetThisThreadState();
-  PyObject *f = ts ? py.ThreadState_GetFrame(ts) : NULL; /* new reference */
+  if (!ts) return 0;
+  bool took_gil = !py.GILState_Check();
+  int gil = took_gil ? py.GILState_Ensure() : 0;
+  PyObject *f = py.ThreadState_GetFrame(ts); /* new reference */
   int n = 0;
   while (f && n < max) {
     PyObject *code = py.Frame_GetCode(f); /* new reference; the frame keeps it alive */
@@ -123,6 +132,7 @@ static int python_frames(uint64_t *out, int max) {
     f = back;
   }
   if (f) py.DecRef(f);
+  if (took_gil) py.GILState_Release(gil);
   return n;
 }
 

@@ -88,6 +88,7 @@ except memsnap.MemsnapError as e:
 memsnap.set_option("oom", "null")
 
 # Recording from Python: Python frames in the stacks, marks, ranges, a readable snapshot.
+import ctypes  # noqa: E402
 import sqlite3  # noqa: E402
 import tempfile  # noqa: E402
 
@@ -123,6 +124,27 @@ check("python: marks and ranges recorded",
       db.execute("select count(*) from ranges r join labels l on l.id = r.label_id where l.text = 'forward'").fetchone()[0] == 2)
 db.close()
 memsnap.free(weights)
+
+# A call that released the GIL (PyTorch's bindings release it around ATen; ctypes.CDLL does
+# too) still gets its Python frames: the recorder takes the GIL back to read them.
+cdll = ctypes.CDLL(memsnap.library_path())
+cdll.memsnap_malloc.restype = ctypes.c_void_p
+cdll.memsnap_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+
+
+def allocate_without_the_gil():
+    return cdll.memsnap_malloc(4096, 0, None)
+
+
+with memsnap.record(stacks="all"):
+    nogil = allocate_without_the_gil()
+written = memsnap.dump(snap).replace("%p", str(os.getpid()))
+db = sqlite3.connect(written)
+names = [r[0] for r in db.execute("""select f.name from blocks b join stack_frames sf on sf.stack_id = b.stack_id
+    join frames f on f.id = sf.frame_id where b.state = 'allocated' and f.kind = 'python' order by sf.position""")]
+check("python frames: also when the call released the GIL", names[:2] == ["allocate_without_the_gil", "<module>"])
+db.close()
+memsnap.free(nogil)
 try:
     memsnap.range_pop()
     check("python: range_pop without push raises", False)
