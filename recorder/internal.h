@@ -291,9 +291,9 @@ extern __thread uint32_t msi_current_stack;
 typedef struct msi_frame {
   bool python;
   char *name;     /* function; demangled */
-  char *file;     /* Python: source file; native: "" (not resolved yet) */
+  char *file;     /* source file; native: "" without debug information */
   char *module;   /* native: shared object path */
-  int64_t line;   /* Python: line; native: 0 */
+  int64_t line;   /* line; native: 0 without debug information */
   uint64_t pc;    /* native: program counter (return address) */
   uint64_t offset; /* native: pc - symbol start, or - module base without a symbol */
 } msi_frame;
@@ -316,6 +316,8 @@ void msi_symbols_close(msi_symbols *s);
 /* Finds the module (and function, if its tables name one) holding pc. Returns false if no
  * loaded module holds it. *name may be NULL; *offset is from the function, else the module. */
 bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const char **name, uint64_t *offset);
+/* Sets file and line of the native frames whose modules have DWARF line tables (addr2line). */
+void msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n);
 void msi_symbolized_free(msi_symbolized *s);
 
 /* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */

@@ -454,7 +454,7 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     sqlite3_bind_text(st, 2, f->python ? "python" : "native", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, f->name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, f->file, -1, SQLITE_STATIC);
-    if (f->python) sqlite3_bind_int64(st, 5, f->line);
+    if (f->python || f->line > 0) sqlite3_bind_int64(st, 5, f->line);
     else sqlite3_bind_null(st, 5);
     sqlite3_bind_text(st, 6, f->module, -1, SQLITE_STATIC);
     if (f->python) {

@@ -19,8 +19,8 @@
  * Symbolization (msi_stacks_symbolize, at snapshot time, never while allocating): native frames
  * through the modules' ELF symbol tables (symbols.c; dladdr as a fallback) and the C++
  * demangler (function, module, offset); Python frames through the
- * code objects (function, file, line), with the GIL taken. File and line of native frames are
- * not resolved yet.
+ * code objects (function, file, line), with the GIL taken; file and line of native frames from
+ * DWARF line tables where the module has them (symbols.c, through addr2line).
  */
 #include <dlfcn.h>
 #include <libunwind.h>
@@ -440,6 +440,7 @@ int msi_stacks_symbolize(msi_symbolized *out) {
   }
   if (have_gil) py.GILState_Release(gil);
   pthread_mutex_unlock(&stack_lock);
+  msi_symbols_lines(syms, t.frames, t.n);
   msi_symbols_close(syms);
   out->frames = t.frames;
   out->nframes = t.n;

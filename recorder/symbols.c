@@ -7,16 +7,24 @@
  * snapshot (stacks.c), never while allocating.
  *
  * msi_symbols_open() starts a cache, msi_symbols_lookup() answers, msi_symbols_close() frees.
+ * msi_symbols_lines() adds file and line to native frames of modules with DWARF line tables,
+ * through binutils' addr2line when it is installed (one run per module); without it, or
+ * without debug information, frames keep their names only.
  * Every field of every file read is untrusted: offsets and sizes are checked against the file.
  */
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #include "internal.h"
 
@@ -34,6 +42,7 @@ typedef struct module {
   fn_sym *syms;
   size_t nsyms;
   bool loaded;
+  bool has_lines; /* the file has DWARF line tables (.debug_line) */
 } module;
 
 struct msi_symbols {
@@ -137,6 +146,14 @@ static void load(module *m) {
   const ElfW(Shdr) *shdrs = (const void *)((const char *)m->map + eh->e_shoff);
   bool have_symtab = false;
   for (int i = 0; i < eh->e_shnum; i++) have_symtab |= shdrs[i].sh_type == SHT_SYMTAB;
+  if (eh->e_shstrndx < eh->e_shnum) {
+    const ElfW(Shdr) *names = &shdrs[eh->e_shstrndx];
+    if (names->sh_offset <= m->map_len && names->sh_size <= m->map_len - names->sh_offset)
+      for (int i = 0; i < eh->e_shnum; i++)
+        if (shdrs[i].sh_name + sizeof ".debug_line" <= names->sh_size &&
+            memcmp((const char *)m->map + names->sh_offset + shdrs[i].sh_name, ".debug_line", sizeof ".debug_line") == 0)
+          m->has_lines = true;
+  }
   for (int i = 0; i < eh->e_shnum; i++)
     if (shdrs[i].sh_type == (have_symtab ? SHT_SYMTAB : SHT_DYNSYM)) read_table(m, eh, &shdrs[i], shdrs);
   if (m->nsyms) qsort(m->syms, m->nsyms, sizeof *m->syms, cmp_sym);
@@ -168,4 +185,81 @@ bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const ch
     return true;
   }
   return false;
+}
+
+/* ---- file and line, from DWARF through binutils' addr2line ------------------------------ */
+
+#define MAX_LINES_MODULE ((size_t)512 << 20) /* larger files take addr2line too long at a dump */
+
+/* Runs `addr2line -e path` on the addresses written to in_fd; returns its stdout, or NULL. */
+static FILE *run_addr2line(const char *path, int in_fd, pid_t *pid) {
+  int out[2];
+  if (pipe(out) != 0) return NULL;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  char *argv[] = {"addr2line", "-e", (char *)path, NULL};
+  int rc = posix_spawnp(pid, "addr2line", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  if (rc != 0) {
+    close(out[0]);
+    return NULL;
+  }
+  return fdopen(out[0], "r");
+}
+
+void msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n) {
+  if (!s) return;
+  for (size_t mi = 0; mi < s->nmods; mi++) {
+    module *m = &s->mods[mi];
+    if (!m->loaded || !m->has_lines || m->map_len > MAX_LINES_MODULE) continue;
+    char tmpl[] = "/tmp/memsnap-addr-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd < 0) return;
+    unlink(tmpl);
+    FILE *in = fdopen(fd, "w+");
+    if (!in) {
+      close(fd);
+      return;
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++)
+      if (!frames[i].python && frames[i].pc - 1 >= m->lo && frames[i].pc - 1 < m->hi) {
+        fprintf(in, "%llx\n", (unsigned long long)(frames[i].pc - 1 - m->bias));
+        count++;
+      }
+    fflush(in);
+    if (count == 0 || lseek(fd, 0, SEEK_SET) != 0) {
+      fclose(in);
+      continue;
+    }
+    pid_t pid;
+    FILE *out = run_addr2line(m->path, fd, &pid);
+    fclose(in);
+    if (!out) return; /* no addr2line: names only */
+    char line[4096];
+    for (size_t i = 0; i < n; i++) {
+      if (frames[i].python || frames[i].pc - 1 < m->lo || frames[i].pc - 1 >= m->hi) continue;
+      if (!fgets(line, sizeof line, out)) break;
+      char *disc = strstr(line, " (discriminator");
+      if (disc) *disc = '\0';
+      line[strcspn(line, "\n")] = '\0';
+      char *colon = strrchr(line, ':');
+      if (!colon || line[0] == '?') continue;
+      *colon = '\0';
+      long number = strtol(colon + 1, NULL, 10);
+      if (number <= 0) continue;
+      char *file = strdup(line);
+      if (!file) continue;
+      free(frames[i].file);
+      frames[i].file = file;
+      frames[i].line = number;
+    }
+    fclose(out);
+    waitpid(pid, NULL, 0);
+  }
 }

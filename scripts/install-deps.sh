@@ -2,13 +2,13 @@
 # install-deps.sh: installs the system packages memsnap's build and tests need, on Debian or
 # Ubuntu, naming each one it installs; does nothing for what is already there.
 #   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev
-#   tests:  python3
+#   tests:  python3, binutils (addr2line names the file and line of native frames)
 # The CUDA toolkit (headers in $CUDA_HOME/include, default /usr/local/cuda) is not a Debian
 # package of the same version everywhere: it is checked, and its absence explained.
 set -eu
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev python3; do
+for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev python3 binutils; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -161,6 +161,8 @@ static void test_round_trip(void) {
   CHECK("stacks: a repeated stack is stored once, other call sites apart",
         q1(db, "select count(distinct stack_id) from events where kind=1 and size=2048") == 1 &&
             q1(db, "select count(distinct stack_id) from events where kind=1 and stack_id in (select stack_id from stack_frames sf join frames f on f.id=sf.frame_id where f.name='allocate_activation_for_test')") == 3);
+  CHECK("stacks: native frames have file and line from debug information (addr2line)",
+        q1(db, "select count(*) from frames where name='allocate_weights_for_test' and file like '%tests/test_record.c' and line > 0") == 1);
   CHECK("stacks: frames name their module", q1(db, "select count(*) from frames where kind='native' and module like '%test_record'") >= 2);
   memsnap_free(w, 0, 0, S1);
   memsnap_free(b, 0, 0, S1);
