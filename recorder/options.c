@@ -149,8 +149,9 @@ static int parse_fraction(const char *s, double lo, double hi, bool lo_open, boo
   return 0;
 }
 
-/* Applies one option value. Returns 0, or -1 with a warning naming `source`. */
-static int apply(int opt, const char *value, const char *source) {
+/* Applies one option value. Returns 0, or -1 with an error naming `source` (also printed as a
+ * warning when `warn`: values from the environment; API callers get the error only). */
+static int apply(int opt, const char *value, const char *source, bool warn) {
   size_t sz;
   double d;
   unsigned long n;
@@ -223,8 +224,11 @@ static int apply(int opt, const char *value, const char *source) {
     default:
       break;
   }
-  msi_warn("invalid value '%s' for %s (%s); using the default %s", value, source, table[opt].comment,
-           table[opt].default_str);
+  if (warn)
+    msi_warn("invalid value '%s' for %s (%s); using the default %s", value, source, table[opt].comment,
+             table[opt].default_str);
+  else
+    msi_error("invalid value '%s' for %s (%s)", value, source, table[opt].comment);
   return -1;
 }
 
@@ -271,7 +275,7 @@ static void apply_pytorch_conf(const char *var) {
         if (strcmp(p, keys[i].key) == 0) {
           char source[96];
           snprintf(source, sizeof source, "%s key %s", var, keys[i].key);
-          apply(keys[i].opt, colon + 1, source);
+          apply(keys[i].opt, colon + 1, source, true);
         }
       }
     }
@@ -294,7 +298,7 @@ int msi_option_set(const char *name, const char *value) {
       msi_error("option %s is read only at initialisation: set %s in the environment", table[i].name, var);
       return MEMSNAP_EINVAL;
     }
-    return apply(i, value, var) == 0 ? MEMSNAP_OK : MEMSNAP_EINVAL;
+    return apply(i, value, var, false) == 0 ? MEMSNAP_OK : MEMSNAP_EINVAL;
   }
   msi_error("unknown option '%s' (memsnap options lists them)", name);
   return MEMSNAP_EINVAL;
@@ -340,7 +344,7 @@ void msi_options_load(void) {
     char var[48];
     env_name(table[i].name, var, sizeof var);
     const char *value = getenv(var);
-    if (value && *value) apply(i, value, var);
+    if (value && *value) apply(i, value, var, true);
   }
   msi_opt.any_power2_divisions = false;
   for (int i = 0; i < MSI_POWER2_INTERVALS; i++)

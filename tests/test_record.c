@@ -176,6 +176,24 @@ static void test_round_trip(void) {
   memsnap_free(p, 0, 0, S1);
 }
 
+static void test_several_devices(void) {
+  fresh("MEMSNAP_SIM_DEVICES=3;MEMSNAP_RECORD=1");
+  setenv("MEMSNAP_SIM_DEVICES", "3", 1);
+  void *p0 = memsnap_malloc(1000, 0, S1), *p2 = memsnap_malloc(5 * MiB, 2, S1);
+  char *db = path_of("devices.db");
+  CHECK("devices: one snapshot", memsnap_dump(db) == MEMSNAP_OK);
+  CHECK("devices: covers every device used, with its segments and events",
+        q1(db, "select count(*) from devices") == 2 && q1(db, "select count(distinct device) from segments") == 2 &&
+            q1(db, "select count(*) from events where kind=1 and device=2 and size=5242880") == 1 &&
+            q1(db, "select value from meta where key='device_count'") == 3);
+  CHECK("devices: statistics per device",
+        q1(db, "select value from stats where device=2 and key='allocated_bytes.all.current'") == 5 * (int64_t)MiB &&
+            q1(db, "select value from stats where device=0 and key='allocated_bytes.all.current'") == 1024);
+  memsnap_release(p0);
+  memsnap_release(p2);
+  unsetenv("MEMSNAP_SIM_DEVICES");
+}
+
 static void test_paths_and_errors(void) {
   fresh("");
   char pattern[512], expect[512];
@@ -195,7 +213,8 @@ static void test_paths_and_errors(void) {
         memsnap_dump("/nonexistent-dir/x.db") != MEMSNAP_OK && strstr(memsnap_last_error(), "/nonexistent-dir/x.db") != NULL);
   CHECK("paths: no temporary left behind", access("/nonexistent-dir", F_OK) != 0);
   CHECK("range_pop without push is an error", memsnap_range_pop() == MEMSNAP_EINVAL);
-  CHECK("record_start refuses a bad stacks mode", memsnap_record_start(0, "everything") == MEMSNAP_EINVAL);
+  CHECK("record_start refuses a bad stacks mode, naming it", memsnap_record_start(0, "everything") == MEMSNAP_EINVAL &&
+                                                                 strstr(memsnap_last_error(), "'everything'") != NULL);
 }
 
 /* Kills a process that keeps rewriting a large snapshot, at a random moment, many times: the
@@ -273,6 +292,7 @@ int main(void) {
   snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
   if (system(cmd) != 0) return 1;
   test_round_trip();
+  test_several_devices();
   test_paths_and_errors();
   test_dump_on_oom_and_signal();
   test_killed_dumps();

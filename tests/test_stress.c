@@ -6,7 +6,9 @@
  * live blocks never overlap anyone's (a shared interval table would serialise the threads, so
  * each block is filled with its owner's tag in a shadow map keyed by address instead: a block
  * handed out twice would be seen by the second owner). A checker thread runs memsnap_check()
- * throughout. At the end everything is freed, statistics return to zero and invariants hold.
+ * throughout, and a dumper thread writes snapshots of the recorded history while the workers
+ * run; each one must read back whole. At the end everything is freed, statistics return to
+ * zero and invariants hold.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -90,6 +92,33 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+static atomic_int dumps, bad_dumps;
+
+/* Writes snapshots while the workers allocate; each must be a consistent SQLite file whose
+ * blocks tile their segments. */
+static void *dumper(void *arg) {
+  (void)arg;
+  char path[128], cmd[512];
+  snprintf(path, sizeof path, "/tmp/memsnap-stress-%d.db", (int)getpid());
+  while (!atomic_load(&stop_checker)) {
+    if (memsnap_dump(path) != MEMSNAP_OK) {
+      printf("  dump: %s\n", memsnap_last_error());
+      atomic_fetch_add(&bad_dumps, 1);
+    } else {
+      snprintf(cmd, sizeof cmd,
+               "python3 -c \"import sqlite3,sys; db=sqlite3.connect('%s'); "
+               "sys.exit(db.execute('select count(*) from segments g where size != (select sum(size) from blocks where segment_id=g.id)').fetchone()[0] "
+               "+ (db.execute('pragma integrity_check').fetchone()[0] != 'ok'))\"",
+               path);
+      if (system(cmd) != 0) atomic_fetch_add(&bad_dumps, 1);
+      atomic_fetch_add(&dumps, 1);
+    }
+    usleep(50000);
+  }
+  unlink(path);
+  return NULL;
+}
+
 static void *checker(void *arg) {
   (void)arg;
   while (!atomic_load(&stop_checker)) {
@@ -107,12 +136,18 @@ int main(void) {
   if (getenv("ITER")) iters = atol(getenv("ITER"));
   setenv("MEMSNAP_BACKEND", "sim", 1);
   setenv("MEMSNAP_SIM_CAPACITY", "64G", 1);
-  pthread_t tids[64], check_tid;
+  setenv("MEMSNAP_STACKS", "native", 1);
+  memsnap_record_start(200000, NULL);
+  pthread_t tids[64], check_tid, dump_tid;
   pthread_create(&check_tid, NULL, checker, NULL);
+  pthread_create(&dump_tid, NULL, dumper, NULL);
   for (int i = 0; i < threads && i < 64; i++) pthread_create(&tids[i], NULL, worker, (void *)(uintptr_t)i);
   for (int i = 0; i < threads && i < 64; i++) pthread_join(tids[i], NULL);
   atomic_store(&stop_checker, 1);
   pthread_join(check_tid, NULL);
+  pthread_join(dump_tid, NULL);
+  printf("  %d snapshots written during the run\n", atomic_load(&dumps));
+  CHECK("stress: snapshots under load are whole and consistent", atomic_load(&dumps) > 0 && atomic_load(&bad_dumps) == 0);
   printf("  %d threads x %ld operations\n", threads, iters);
   CHECK("stress: no allocation failed", atomic_load(&alloc_failures) == 0);
   CHECK("stress: no address handed out twice", atomic_load(&overlap_failures) == 0);
