@@ -30,10 +30,16 @@ static atomic_int oom_dumped;
 static atomic_int exit_dumped; /* MEMSNAP_DUMP written by memsnap_shutdown: not again at exit */
 
 /* Writes the MEMSNAP_DUMP snapshot of a running library (at exit, or from memsnap_shutdown
- * before the state goes). */
+ * before the state goes), once. */
 static void dump_at_exit(void) {
   if (!msi_opt.dump[0] || !atomic_load(&ready) || atomic_exchange(&exit_dumped, 1)) return;
   if (memsnap_dump(msi_opt.dump) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+}
+
+int memsnap_dump_exit(void) {
+  if (!msi_opt.dump[0] || !atomic_load(&ready)) return MEMSNAP_OK;
+  if (atomic_exchange(&exit_dumped, 1)) return MEMSNAP_OK;
+  return memsnap_dump(msi_opt.dump);
 }
 
 /* Dump on a signal: the handler only writes a byte to a pipe; a thread waiting on the pipe

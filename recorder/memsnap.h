@@ -171,6 +171,12 @@ int memsnap_record_stop(void);
  * recording (state only). Returns MEMSNAP_OK, or a negative code with the reason set. */
 int memsnap_dump(const char *path);
 
+/* Writes the MEMSNAP_DUMP snapshot now if one is set and not written yet; the dump at exit is
+ * then skipped. For hosts whose own exit runs first (memsnap's Python module calls it from
+ * Python's atexit, while Python frames can still be named). Returns MEMSNAP_OK or the dump's
+ * error. */
+int memsnap_dump_exit(void);
+
 /* Records an instant mark; each mark starts an iteration that lasts until the next mark with
  * the same label. Returns MEMSNAP_OK (also when not recording: nothing is recorded). */
 int memsnap_mark(const char *label);

@@ -107,18 +107,24 @@ static void python_resolve(void) {
  * computed when the snapshot is written, which spares a scan of the line table per frame), else
  * the line number with bit 63 set. */
 #define LINE_FLAG (1ull << 63)
-static int python_frames(uint64_t *out, int max) {
+/* Takes the GIL for reading this thread's Python frames, if the thread has any: returns 1 and
+ * sets *gil when it took it, 0 when the thread holds it already, -1 when there is nothing to
+ * read (no Python, or a thread that never ran Python). A Python thread inside an op that released
+ * the GIL (PyTorch's bindings do, around ATen) takes it back, as PyTorch's own recorder does; a
+ * thread without a thread state (PyTorch's autograd workers, C++ threads) never waits for it.
+ * Lock order: the GIL before stack_lock, everywhere. */
+static int python_enter(int *gil) {
   if (MSI_UNLIKELY(py.state == 0)) python_resolve();
-  if (py.state < 0 || !py.IsInitialized()) return 0;
-  /* A Python thread inside an op that released the GIL (PyTorch's bindings do, around ATen)
-   * still has its frames: take the GIL back to read them, as PyTorch's own recorder does. A
-   * thread that never ran Python (no thread state: PyTorch's autograd workers, C++ threads)
-   * gets no Python frames and never waits for the GIL. */
+  if (py.state < 0 || !py.IsInitialized() || !py.GILState_GetThisThreadState()) return -1;
+  if (py.GILState_Check()) return 0;
+  *gil = py.GILState_Ensure();
+  return 1;
+}
+
+/* GIL held. */
+static int python_frames(uint64_t *out, int max) {
   void *ts = py.GILState_GetThisThreadState();
-  if (!ts) return 0;
-  bool took_gil = !py.GILState_Check();
-  int gil = took_gil ? py.GILState_Ensure() : 0;
-  PyObject *f = py.ThreadState_GetFrame(ts); /* new reference */
+  PyObject *f = ts ? py.ThreadState_GetFrame(ts) : NULL; /* new reference */
   int n = 0;
   while (f && n < max) {
     PyObject *code = py.Frame_GetCode(f); /* new reference; the frame keeps it alive */
@@ -132,7 +138,6 @@ static int python_frames(uint64_t *out, int max) {
     f = back;
   }
   if (f) py.DecRef(f);
-  if (took_gil) py.GILState_Release(gil);
   return n;
 }
 
@@ -239,13 +244,15 @@ uint32_t msi_stack_capture(void) {
   in_capture = 1;
   uint64_t w[MAX_NATIVE + 2 * MAX_PYTHON];
   int nn = (mode & MSI_STACKS_NATIVE) ? native_frames(w, MAX_NATIVE) : 0;
-  int np = (mode & MSI_STACKS_PYTHON) ? python_frames(w + nn, MAX_PYTHON) : 0;
+  int gil = 0, entered = (mode & MSI_STACKS_PYTHON) ? python_enter(&gil) : -1;
+  int np = entered >= 0 ? python_frames(w + nn, MAX_PYTHON) : 0;
   uint32_t id = 0;
-  if (nn + np > 0) {
+  if (nn + np > 0) { /* with the GIL still held: intern takes references to new code objects */
     pthread_mutex_lock(&stack_lock);
     id = intern(w, nn, np);
     pthread_mutex_unlock(&stack_lock);
   }
+  if (entered == 1) py.GILState_Release(gil);
   in_capture = 0;
   return id;
 }
@@ -380,12 +387,13 @@ int msi_stacks_symbolize(msi_symbolized *out) {
   msi_symbols *syms = msi_symbols_open();
   bool have_gil = false;
   int gil = 0;
-  pthread_mutex_lock(&stack_lock);
-  uint32_t n = nrecs ? nrecs : 1;
-  if (py.state == 1 && py.IsInitialized()) {
+  if (MSI_UNLIKELY(py.state == 0)) python_resolve();
+  if (py.state == 1 && py.IsInitialized()) { /* the GIL before stack_lock, as in capture */
     gil = py.GILState_Ensure();
     have_gil = true;
   }
+  pthread_mutex_lock(&stack_lock);
+  uint32_t n = nrecs ? nrecs : 1;
   out->stacks = calloc(n, sizeof *out->stacks);
   if (!out->stacks) goto oom;
   out->nstacks = n;
@@ -438,8 +446,8 @@ int msi_stacks_symbolize(msi_symbolized *out) {
     free(ids);
     goto oom;
   }
-  if (have_gil) py.GILState_Release(gil);
   pthread_mutex_unlock(&stack_lock);
+  if (have_gil) py.GILState_Release(gil);
   msi_symbols_lines(syms, t.frames, t.n);
   msi_symbols_close(syms);
   out->frames = t.frames;
@@ -448,8 +456,8 @@ int msi_stacks_symbolize(msi_symbolized *out) {
   free(t.index);
   return MEMSNAP_OK;
 oom:
-  if (have_gil) py.GILState_Release(gil);
   pthread_mutex_unlock(&stack_lock);
+  if (have_gil) py.GILState_Release(gil);
   msi_symbols_close(syms);
   out->frames = t.frames;
   out->nframes = t.n;

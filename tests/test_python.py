@@ -145,6 +145,16 @@ names = [r[0] for r in db.execute("""select f.name from blocks b join stack_fram
 check("python frames: also when the call released the GIL", names[:2] == ["allocate_without_the_gil", "<module>"])
 db.close()
 memsnap.free(nogil)
+# MEMSNAP_DUMP at exit from a Python program: written while Python frames can still be named.
+import subprocess  # noqa: E402
+exit_db = os.path.join(tempfile.mkdtemp(), "exit.db")
+code = "import memsnap\ndef leaky_function():\n    return memsnap.malloc(4096)\nkept = leaky_function()\n"
+proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, MEMSNAP_DUMP=exit_db, MEMSNAP_RECORD="1"))
+names = []
+if proc.returncode == 0 and os.path.exists(exit_db):
+    names = [r[0] for r in sqlite3.connect(exit_db).execute("select name from frames where kind = 'python'")]
+check("dump at exit: Python frames named (written before the interpreter ends)", "leaky_function" in names)
+
 try:
     memsnap.range_pop()
     check("python: range_pop without push raises", False)

@@ -84,6 +84,7 @@ def _declare(lib):
         "memsnap_mark": (c.c_int, [c.c_char_p]),
         "memsnap_range_push": (c.c_int, [c.c_char_p]),
         "memsnap_range_pop": (c.c_int, []),
+        "memsnap_dump_exit": (c.c_int, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -102,6 +103,10 @@ def load(path=None):
         lib = ctypes.PyDLL(path or library_path())
         _declare(lib)
         _lib = lib
+        import atexit
+        # MEMSNAP_DUMP: write it while Python frames can still be named (the library's own
+        # exit handler runs after the interpreter is gone).
+        atexit.register(lib.memsnap_dump_exit)
     return _lib
 
 
