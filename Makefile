@@ -30,19 +30,20 @@ LIB_SRCS := recorder/alloc.c recorder/api.c recorder/backend_cuda.c recorder/bac
   recorder/blocktree.c recorder/check.c recorder/error.c recorder/history.c recorder/options.c \
   recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o
-CLI_SRCS := analyzer/main.c
+CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/report.c analyzer/cmd_info.c \
+  analyzer/cmd_analyze.c
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
-  $(BUILD)/tests/test_record
+  $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots
 SAMPLES := $(BUILD)/samples/train_loop
 
-.PHONY: all test demo deps check-deps clean gpu-bench
+.PHONY: all test demo deps check-deps clean gpu-bench regen-golden
 all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/memsnap
 
 check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
 	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
 
-$(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h | check-deps
+$(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h analyzer/analyzer.h analyzer/commands.h | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -92,6 +93,10 @@ $(BUILD)/tests/liboom_catcher.so: tests/oom_catcher.cc $(BUILD)/libmemsnap.so
 
 test: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so
 	@tests/run_tests.sh $(BUILD)
+
+# Rewrites the golden reports in tests/golden/ from the current build (review the diff).
+regen-golden: all $(TEST_BINS)
+	REGEN=1 tests/test_analyze.sh $(BUILD)
 
 demo: deps
 	@$(MAKE) --no-print-directory all $(SAMPLES)

@@ -1,12 +1,12 @@
 /* main.c: the memsnap command-line tool: one table of commands, one function each.
  *
  * Exit codes: 0 success, 1 error, 2 usage. Messages: "error: ..." on stderr.
- * The analyzer commands (analyze, info, diff, import, export) arrive with later work; until
- * then the table lists what exists.
+ * Commands still to come (diff, import, export) are not in the table until they exist.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "commands.h"
 #include "memsnap.h"
 
 typedef struct command {
@@ -35,6 +35,10 @@ static int cmd_options(int argc, char **argv) {
 }
 
 static const command commands[] = {
+    {"analyze", cmd_analyze,
+     "memsnap analyze [--json] [--full-stacks] [--frames N] [--iterations LABEL] SNAPSHOT.db\n"
+     "                            peaks, iterations, leak candidates, OOMs, top sites"},
+    {"info", cmd_info, "memsnap info SNAPSHOT.db... what a snapshot holds"},
     {"help", cmd_help, "memsnap help                show this help"},
     {"version", cmd_version, "memsnap version             print the version"},
     {"options", cmd_options, "memsnap options             list the MEMSNAP_* environment variables"},
@@ -44,6 +48,13 @@ static const command commands[] = {
 static void usage(FILE *out) {
   fprintf(out, "usage: memsnap <command> [<args>]\n\ncommands:\n");
   for (size_t i = 0; i < NCOMMANDS; i++) fprintf(out, "  %s\n", commands[i].usage);
+}
+
+int ms_usage_error(const char *name, const char *message) {
+  fprintf(stderr, "error: %s: %s\n", name, message);
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    if (strcmp(commands[i].name, name) == 0) fprintf(stderr, "usage: %s\n", commands[i].usage);
+  return 2;
 }
 
 static int cmd_help(int argc, char **argv) {

@@ -1,0 +1,505 @@
+/* analysis.c: what a snapshot says about memory: peaks, iterations, leak candidates, OOMs.
+ *
+ * Two streaming passes over the events (memory follows the live blocks and the number of
+ * allocation sites, never the length of the history):
+ *   1. replay allocations and frees: allocated and reserved totals and their peaks, the peak of
+ *      every iteration, per site (= allocation stack) its live bytes at every iteration boundary
+ *      (the evidence for leaks), and what was live at each OOM;
+ *   2. replay up to the allocated peak again to list what was live there.
+ * Then the blocks table (the state at the snapshot) gives what is alive at the end.
+ *
+ * Iterations come from marks, else from ranges: the label that repeats most (outermost ranges
+ * first), labels that differ only by numbers ("step 1", "step 2") counting as one.
+ *
+ * Leak kinds: `growing` (live bytes rose at most iteration boundaries and end above where they
+ * started), `retained` (allocated in the first iterations and held flat since: weights,
+ * optimizer state, caches), `alive` (alive at the snapshot, neither). Growing sites rank first
+ * whatever their size: that is the evidence a leak leaves.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyzer.h"
+
+/* ---- live blocks: address -> (site, size) ------------------------------------------------ */
+
+typedef struct live_slot {
+  uint64_t key; /* address; 0 empty */
+  uint32_t site;
+  int64_t size;
+} live_slot;
+
+typedef struct live_map {
+  live_slot *slots;
+  size_t mask, count;
+} live_map;
+
+static size_t live_hash(uint64_t a, size_t mask) { return (size_t)((a >> 9) * 0x9E3779B97F4A7C15ull >> 20) & mask; }
+
+static int live_put(live_map *m, uint64_t key, uint32_t site, int64_t size) {
+  if ((m->count + 1) * 2 > m->mask + 1) {
+    size_t cap = m->mask ? (m->mask + 1) * 2 : 4096;
+    live_slot *s = calloc(cap, sizeof *s);
+    if (!s) return -1;
+    for (size_t i = 0; m->slots && i <= m->mask; i++)
+      if (m->slots[i].key) {
+        size_t j = live_hash(m->slots[i].key, cap - 1);
+        while (s[j].key) j = (j + 1) & (cap - 1);
+        s[j] = m->slots[i];
+      }
+    free(m->slots);
+    m->slots = s;
+    m->mask = cap - 1;
+  }
+  size_t i = live_hash(key, m->mask);
+  while (m->slots[i].key && m->slots[i].key != key) i = (i + 1) & m->mask;
+  if (!m->slots[i].key) m->count++;
+  m->slots[i] = (live_slot){key, site, size};
+  return 0;
+}
+
+/* Removes key; returns false if absent (allocated before the recorded history). */
+static bool live_take(live_map *m, uint64_t key, uint32_t *site, int64_t *size) {
+  if (!m->slots || !key) return false;
+  size_t i = live_hash(key, m->mask);
+  for (; m->slots[i].key; i = (i + 1) & m->mask)
+    if (m->slots[i].key == key) break;
+  if (!m->slots[i].key) return false;
+  *site = m->slots[i].site;
+  *size = m->slots[i].size;
+  size_t hole = i;
+  for (size_t j = (i + 1) & m->mask; m->slots[j].key; j = (j + 1) & m->mask) {
+    size_t home = live_hash(m->slots[j].key, m->mask);
+    bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!stays) {
+      m->slots[hole] = m->slots[j];
+      hole = j;
+    }
+  }
+  m->slots[hole].key = 0;
+  m->count--;
+  return true;
+}
+
+/* ---- labels and iterations --------------------------------------------------------------- */
+
+void ms_label_key(const char *label, char *out, size_t len) {
+  size_t o = 0;
+  for (const char *p = label; *p && o + 1 < len; p++) {
+    if (isdigit((unsigned char)*p)) continue;
+    out[o++] = *p;
+  }
+  while (o > 0 && (out[o - 1] == ' ' || out[o - 1] == '#' || out[o - 1] == '-' || out[o - 1] == '_' ||
+                   out[o - 1] == ':' || out[o - 1] == '.'))
+    o--;
+  out[o] = '\0';
+}
+
+typedef struct boundary {
+  int64_t id;   /* mark: its event id; range: 0 */
+  int64_t time; /* range: start time */
+} boundary;
+
+/* Chooses the iteration label and fills the boundaries; returns how many (0: none). */
+static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **out) {
+  ms_snapshot *s = a->snap;
+  static const char *const queries[2] = {
+      "select m.event_id, m.time_ns, l.text, 0 from marks m join labels l on l.id = m.label_id order by m.event_id",
+      "select 0, r.start_ns, l.text, r.depth from ranges r join labels l on l.id = r.label_id order by r.start_ns"};
+  char best[256] = "";
+  int best_source = -1, best_depth = 1 << 30;
+  int64_t best_count = 1;
+  char forced_key[256] = "";
+  if (forced) ms_label_key(forced, forced_key, sizeof forced_key);
+  /* Count label keys in each source, pick the most repeated (outermost depth first for ranges). */
+  for (int src = 0; src < 2 && best_source < 0; src++) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, queries[src], -1, &st, NULL) != SQLITE_OK) continue;
+    typedef struct { char key[256]; int64_t n; int depth; } tally;
+    tally *t = NULL;
+    size_t nt = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      char key[256];
+      const unsigned char *txt = sqlite3_column_text(st, 2);
+      ms_label_key(txt ? (const char *)txt : "", key, sizeof key);
+      int depth = (int)sqlite3_column_int64(st, 3);
+      size_t i = 0;
+      while (i < nt && strcmp(t[i].key, key) != 0) i++;
+      if (i == nt) {
+        tally *g = realloc(t, sizeof *t * (nt + 1));
+        if (!g) break;
+        t = g;
+        snprintf(t[nt].key, sizeof t[nt].key, "%s", key);
+        t[nt].n = 0;
+        t[nt].depth = depth;
+        nt++;
+      }
+      t[i].n++;
+      if (depth < t[i].depth) t[i].depth = depth;
+    }
+    sqlite3_finalize(st);
+    for (size_t i = 0; i < nt; i++) {
+      bool better = forced ? strcmp(t[i].key, forced_key) == 0
+                           : t[i].n >= 2 && (t[i].depth < best_depth || (t[i].depth == best_depth && t[i].n > best_count));
+      if (better) {
+        snprintf(best, sizeof best, "%s", t[i].key);
+        best_count = t[i].n;
+        best_depth = t[i].depth;
+        best_source = src;
+      }
+    }
+    free(t);
+  }
+  if (best_source < 0) return 0;
+  snprintf(a->iteration_label, sizeof a->iteration_label, "%s", best);
+  snprintf(a->iteration_source, sizeof a->iteration_source, "%s", best_source == 0 ? "marks" : "ranges");
+  sqlite3_stmt *st;
+  size_t n = 0, cap = 0;
+  boundary *b = NULL;
+  if (sqlite3_prepare_v2(s->db, queries[best_source], -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      char key[256];
+      const unsigned char *txt = sqlite3_column_text(st, 2);
+      ms_label_key(txt ? (const char *)txt : "", key, sizeof key);
+      if (strcmp(key, best) != 0 || (best_source == 1 && sqlite3_column_int64(st, 3) != best_depth)) continue;
+      if (n == cap) {
+        cap = cap ? cap * 2 : 64;
+        boundary *g = realloc(b, sizeof *b * cap);
+        if (!g) break;
+        b = g;
+      }
+      b[n++] = (boundary){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1)};
+    }
+    sqlite3_finalize(st);
+  }
+  *out = b;
+  return n;
+}
+
+/* ---- pass 1 ------------------------------------------------------------------------------ */
+
+typedef struct pass {
+  ms_analysis *a;
+  live_map live;
+  int64_t *site_of_stack; /* stack id -> site index + 1 (0: none yet) */
+  size_t sites_cap;
+  boundary *bounds;
+  size_t nbounds, next_bound;
+  int cur_iter; /* -1 before the first boundary */
+  int64_t allocated, reserved;
+  int64_t stop_at; /* pass 2: replay up to this event id */
+  bool failed;
+} pass;
+
+static int64_t site_index(pass *p, uint32_t stack_id) {
+  ms_analysis *a = p->a;
+  if (p->site_of_stack[stack_id]) return p->site_of_stack[stack_id] - 1;
+  if (a->nsites == p->sites_cap) {
+    size_t cap = p->sites_cap ? p->sites_cap * 2 : 256;
+    ms_site *g = realloc(a->sites, sizeof *g * cap);
+    if (!g) return -1;
+    a->sites = g;
+    p->sites_cap = cap;
+  }
+  ms_site *s = &a->sites[a->nsites];
+  memset(s, 0, sizeof *s);
+  s->stack_id = stack_id;
+  s->first_iteration = p->cur_iter;
+  p->site_of_stack[stack_id] = (int64_t)a->nsites + 1;
+  return (int64_t)a->nsites++;
+}
+
+/* Closes the current iteration: records every site's live bytes at the boundary. */
+static void close_iteration(pass *p, int64_t end_ns) {
+  ms_analysis *a = p->a;
+  if (p->cur_iter >= 0) {
+    a->iters[p->cur_iter].end_ns = end_ns;
+    for (size_t i = 0; i < a->nsites; i++) {
+      ms_site *s = &a->sites[i];
+      if (p->cur_iter == 0 || s->observed == 0) {
+        if (p->cur_iter == 0) s->first_iter_live = s->live_bytes;
+      }
+      if (p->cur_iter > 0) {
+        s->observed++;
+        if (s->live_bytes > s->prev_iter_live) s->increases++;
+        else if (s->live_bytes < s->prev_iter_live) s->decreases++;
+      }
+      s->prev_iter_live = s->live_bytes;
+      s->last_iter_live = s->live_bytes;
+    }
+  }
+}
+
+static void open_iteration(pass *p, int64_t start_ns) {
+  ms_analysis *a = p->a;
+  p->cur_iter++;
+  ms_iteration *it = &a->iters[p->cur_iter];
+  it->index = p->cur_iter;
+  it->start_ns = start_ns;
+  it->end_ns = start_ns;
+  it->peak_allocated = p->allocated;
+  it->peak_reserved = p->reserved;
+  it->peak_ns = start_ns;
+}
+
+static int compare_live(const void *x, const void *y) {
+  const ms_site_bytes *a = x, *b = y;
+  return a->bytes < b->bytes ? 1 : a->bytes > b->bytes ? -1 : (a->site > b->site) - (a->site < b->site);
+}
+
+/* The largest live sites now, into out[max]. */
+static int top_live(ms_analysis *a, ms_site_bytes *out, int max) {
+  int n = 0;
+  for (size_t i = 0; i < a->nsites; i++) {
+    if (a->sites[i].live_bytes <= 0) continue;
+    ms_site_bytes c = {(uint32_t)i, a->sites[i].live_bytes, a->sites[i].live_count};
+    if (n < max) out[n++] = c;
+    else if (c.bytes > out[n - 1].bytes) out[n - 1] = c;
+    else continue;
+    qsort(out, (size_t)n, sizeof *out, compare_live);
+  }
+  return n;
+}
+
+static int pass1_event(const ms_event *e, void *arg) {
+  pass *p = arg;
+  ms_analysis *a = p->a;
+  /* Iteration boundaries: marks by event id, ranges by start time. */
+  while (p->next_bound < p->nbounds &&
+         (p->bounds[p->next_bound].id ? e->id >= p->bounds[p->next_bound].id : e->time_ns >= p->bounds[p->next_bound].time)) {
+    close_iteration(p, e->time_ns);
+    open_iteration(p, e->time_ns);
+    p->next_bound++;
+  }
+  int64_t site;
+  uint32_t s32;
+  int64_t size;
+  switch (e->kind) {
+    case MS_ALLOC:
+      site = site_index(p, e->stack_id);
+      if (site < 0 || live_put(&p->live, e->address, (uint32_t)site, e->size) != 0) {
+        p->failed = true;
+        return 1;
+      }
+      {
+        ms_site *s = &a->sites[site];
+        if (s->allocs == 0) s->first_ns = e->time_ns;
+        s->allocs++;
+        s->alloc_bytes += e->size;
+        s->live_bytes += e->size;
+        s->live_count++;
+        s->last_ns = e->time_ns;
+      }
+      p->allocated += e->size;
+      if (p->allocated > a->peak_allocated) {
+        a->peak_allocated = p->allocated;
+        a->peak_allocated_ns = e->time_ns;
+        a->peak_event_id = e->id;
+      }
+      if (p->cur_iter >= 0 && p->allocated > a->iters[p->cur_iter].peak_allocated) {
+        a->iters[p->cur_iter].peak_allocated = p->allocated;
+        a->iters[p->cur_iter].peak_ns = e->time_ns;
+      }
+      break;
+    case MS_FREE_REQUESTED:
+      if (live_take(&p->live, e->address, &s32, &size)) {
+        a->sites[s32].live_bytes -= size;
+        a->sites[s32].live_count--;
+        p->allocated -= size;
+      }
+      break;
+    case MS_SEGMENT_ALLOC:
+      p->reserved += e->size;
+      if (p->reserved > a->peak_reserved) {
+        a->peak_reserved = p->reserved;
+        a->peak_reserved_ns = e->time_ns;
+      }
+      if (p->cur_iter >= 0 && p->reserved > a->iters[p->cur_iter].peak_reserved) a->iters[p->cur_iter].peak_reserved = p->reserved;
+      break;
+    case MS_SEGMENT_FREE:
+      p->reserved -= e->size;
+      break;
+    case MS_OOM: {
+      ms_oom *g = realloc(a->ooms, sizeof *g * (a->nooms + 1));
+      if (!g) {
+        p->failed = true;
+        return 1;
+      }
+      a->ooms = g;
+      ms_oom *o = &a->ooms[a->nooms++];
+      memset(o, 0, sizeof *o);
+      o->time_ns = e->time_ns;
+      o->requested = e->requested;
+      o->device_free = (int64_t)e->address;
+      o->cached_unallocated = e->extra;
+      o->live_bytes = p->allocated;
+      o->device = e->device;
+      o->stack_id = e->stack_id;
+      o->ntop = top_live(a, o->top, 5);
+      break;
+    }
+    default:
+      break;
+  }
+  return 0;
+}
+
+static int pass2_event(const ms_event *e, void *arg) {
+  pass *p = arg;
+  if (e->id > p->stop_at) return 1;
+  uint32_t s32;
+  int64_t size;
+  if (e->kind == MS_ALLOC) {
+    int64_t site = p->site_of_stack[e->stack_id] - 1;
+    if (site < 0 || live_put(&p->live, e->address, (uint32_t)site, e->size) != 0) {
+      p->failed = true;
+      return 1;
+    }
+    p->a->sites[site].live_bytes += e->size;
+    p->a->sites[site].live_count++;
+  } else if (e->kind == MS_FREE_REQUESTED && live_take(&p->live, e->address, &s32, &size)) {
+    p->a->sites[s32].live_bytes -= size;
+    p->a->sites[s32].live_count--;
+  }
+  return 0;
+}
+
+/* ---- ranking ----------------------------------------------------------------------------- */
+
+static const ms_analysis *sort_ctx;
+
+static int compare_leaks(const void *x, const void *y) {
+  const ms_site *a = &sort_ctx->sites[*(const uint32_t *)x], *b = &sort_ctx->sites[*(const uint32_t *)y];
+  if (a->score != b->score) return a->score < b->score ? 1 : -1;
+  if (a->end_bytes != b->end_bytes) return a->end_bytes < b->end_bytes ? 1 : -1;
+  return (a->stack_id > b->stack_id) - (a->stack_id < b->stack_id);
+}
+
+static int compare_top(const void *x, const void *y) {
+  const ms_site *a = &sort_ctx->sites[*(const uint32_t *)x], *b = &sort_ctx->sites[*(const uint32_t *)y];
+  if (a->alloc_bytes != b->alloc_bytes) return a->alloc_bytes < b->alloc_bytes ? 1 : -1;
+  return (a->stack_id > b->stack_id) - (a->stack_id < b->stack_id);
+}
+
+static void classify(ms_analysis *a) {
+  int transitions = a->niters > 1 ? (int)a->niters - 1 : 0;
+  a->leaks = malloc(sizeof *a->leaks * (a->nsites ? a->nsites : 1));
+  a->top = malloc(sizeof *a->top * (a->nsites ? a->nsites : 1));
+  if (!a->leaks || !a->top) return;
+  for (size_t i = 0; i < a->nsites; i++) {
+    ms_site *s = &a->sites[i];
+    a->top[a->ntop++] = (uint32_t)i;
+    bool growing = transitions >= 2 && s->observed > 0 && s->increases * 10 >= transitions * 6 &&
+                   s->decreases * 5 <= transitions && s->last_iter_live > s->first_iter_live;
+    if (growing) {
+      s->kind = MS_LEAK_GROWING;
+      s->bytes_per_iteration = (double)(s->last_iter_live - s->first_iter_live) / transitions;
+      s->score = 0.6 + 0.4 * (double)s->increases / transitions;
+    } else if (s->end_bytes > 0 && a->niters > 0 && s->first_iteration <= 1 && s->increases <= 1) {
+      s->kind = MS_LEAK_RETAINED;
+      s->score = 0.3;
+    } else if (s->end_bytes > 0) {
+      s->kind = MS_LEAK_ALIVE;
+      s->score = 0.1;
+    } else {
+      continue;
+    }
+    a->leaks[a->nleaks++] = (uint32_t)i;
+  }
+  sort_ctx = a;
+  qsort(a->leaks, a->nleaks, sizeof *a->leaks, compare_leaks);
+  qsort(a->top, a->ntop, sizeof *a->top, compare_top);
+}
+
+int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
+  memset(a, 0, sizeof *a);
+  a->snap = s;
+  snprintf(a->iteration_source, sizeof a->iteration_source, "none");
+  a->truncated = s->dropped > 0;
+  if (ms_load_stacks(s) != 0) return -1;
+  pass p = {0};
+  p.a = a;
+  p.cur_iter = -1;
+  p.site_of_stack = calloc(s->nstacks ? s->nstacks : 1, sizeof *p.site_of_stack);
+  p.nbounds = choose_iterations(a, label, &p.bounds);
+  if (label && p.nbounds == 0) {
+    snprintf(s->error, sizeof s->error, "no marks or ranges labelled '%s' in '%s'", label, s->path);
+    free(p.site_of_stack);
+    return -1;
+  }
+  a->iters = calloc(p.nbounds ? p.nbounds : 1, sizeof *a->iters);
+  if (!p.site_of_stack || !a->iters) {
+    snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->path);
+    return -1;
+  }
+  a->niters = p.nbounds;
+  int rc = ms_events_each(s, pass1_event, &p);
+  if (rc < 0 || p.failed) {
+    if (p.failed) snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->path);
+    goto fail;
+  }
+  close_iteration(&p, s->last_ns);
+  /* What is alive at the snapshot, by site, from the blocks table. */
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), sum(size), count(*) from blocks where state = 'allocated' group by 1",
+                         -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      int64_t sid = sqlite3_column_int64(st, 0);
+      if (sid < 0 || (size_t)sid >= s->nstacks) sid = 0;
+      int64_t site = site_index(&p, (uint32_t)sid);
+      if (site < 0) break;
+      a->sites[site].end_bytes += sqlite3_column_int64(st, 1);
+      a->sites[site].end_count += sqlite3_column_int64(st, 2);
+    }
+    sqlite3_finalize(st);
+  }
+  if (sqlite3_prepare_v2(s->db,
+                         "select (select count(*) from segments), "
+                         "(select count(*) from blocks b where state = 'free' and (select count(*) from blocks c where c.segment_id = b.segment_id) > 1), "
+                         "(select coalesce(sum(size), 0) from blocks b where state = 'free' and (select count(*) from blocks c where c.segment_id = b.segment_id) > 1), "
+                         "(select coalesce(sum(value), 0) from stats where key = 'allocated_bytes.all.current'), "
+                         "(select coalesce(sum(value), 0) from stats where key = 'reserved_bytes.all.current')",
+                         -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    a->segments = sqlite3_column_int64(st, 0);
+    a->free_blocks_in_split_segments = sqlite3_column_int64(st, 1);
+    a->split_free_bytes = sqlite3_column_int64(st, 2);
+    a->end_allocated = sqlite3_column_int64(st, 3);
+    a->end_reserved = sqlite3_column_int64(st, 4);
+  }
+  sqlite3_finalize(st);
+  classify(a);
+  /* Pass 2: what was live at the allocated peak. */
+  if (a->peak_event_id > 0) {
+    for (size_t i = 0; i < a->nsites; i++) a->sites[i].live_bytes = a->sites[i].live_count = 0;
+    pass p2 = {0};
+    p2.a = a;
+    p2.site_of_stack = p.site_of_stack;
+    p2.stop_at = a->peak_event_id;
+    ms_events_each(s, pass2_event, &p2);
+    a->at_peak = malloc(sizeof *a->at_peak * 8);
+    if (a->at_peak) a->nat_peak = (size_t)top_live(a, a->at_peak, 8);
+    free(p2.live.slots);
+  }
+  free(p.live.slots);
+  free(p.site_of_stack);
+  free(p.bounds);
+  return 0;
+fail:
+  free(p.live.slots);
+  free(p.site_of_stack);
+  free(p.bounds);
+  return -1;
+}
+
+void ms_analysis_free(ms_analysis *a) {
+  free(a->sites);
+  free(a->at_peak);
+  free(a->iters);
+  free(a->ooms);
+  free(a->leaks);
+  free(a->top);
+  memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,142 @@
+/* analyzer.h: what the memsnap CLI's files share (prefix ms_).
+ *
+ *   main.c      the command table and usage
+ *   reader.c    opening and reading a snapshot (docs/snapshot-format.md)
+ *   analysis.c  the analysis: peaks, iterations, leak candidates, OOMs, top sites
+ *   report.c    the analysis as text for a terminal, and as JSON (docs/analysis-json.md)
+ *   cmd_info.c  `memsnap info`
+ */
+#ifndef MEMSNAP_ANALYZER_H
+#define MEMSNAP_ANALYZER_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap.h"
+
+enum { MS_ALLOC = 1, MS_FREE_REQUESTED, MS_FREE_COMPLETED, MS_SEGMENT_ALLOC, MS_SEGMENT_FREE, MS_OOM, MS_SNAPSHOT,
+       MS_MARK, MS_RANGE_PUSH, MS_RANGE_POP };
+
+typedef struct ms_frame {
+  bool python;
+  char *name, *file, *module;
+  int64_t line;
+} ms_frame;
+
+typedef struct ms_stack {
+  uint32_t *frames; /* frame ids, innermost first */
+  uint32_t depth;
+} ms_stack;
+
+typedef struct ms_snapshot {
+  const char *path;
+  sqlite3 *db;
+  char error[1024];
+  int format_version;
+  int64_t pid, dropped, recorded, max_entries, snapshot_ns, device_count, nevents, first_ns, last_ns;
+  char host[256], backend[32], tool_version[32], stacks_mode[16], command_line[4096];
+  ms_frame *frames; /* by id; [0] unused */
+  size_t nframes;
+  ms_stack *stacks; /* by id; [0] is "no stack" */
+  size_t nstacks;
+} ms_snapshot;
+
+typedef struct ms_event {
+  int64_t id, time_ns, size, requested, extra, thread;
+  uint64_t address, stream;
+  int kind, device;
+  uint32_t stack_id;
+} ms_event;
+
+/* reader.c: 0 on success, -1 with s->error set. */
+int ms_open(ms_snapshot *s, const char *path);
+void ms_close(ms_snapshot *s);
+int ms_load_stacks(ms_snapshot *s);
+/* Calls fn for every event in order; stops when fn returns non-zero and returns that. */
+int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg);
+
+/* ---- the analysis (analysis.c) ---------------------------------------------------------- */
+
+typedef enum { MS_LEAK_GROWING, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
+
+typedef struct ms_site {
+  uint32_t stack_id;
+  int64_t allocs, alloc_bytes;     /* over the recorded history */
+  int64_t live_bytes, live_count;  /* replayed, at the end of the history */
+  int64_t end_bytes, end_count;    /* allocated at the snapshot (blocks table) */
+  int64_t first_ns, last_ns;       /* first and last allocation */
+  /* per-iteration evidence */
+  int64_t prev_iter_live, first_iter_live, last_iter_live;
+  int increases, decreases, observed; /* iteration boundaries seen after the first */
+  int first_iteration;                /* iteration of the first allocation (-1: before) */
+  ms_leak_kind kind;
+  double score, bytes_per_iteration;
+} ms_site;
+
+typedef struct ms_iteration {
+  int index;
+  int64_t start_ns, end_ns;
+  int64_t peak_allocated, peak_reserved;
+  int64_t peak_ns;
+} ms_iteration;
+
+typedef struct ms_site_bytes {
+  uint32_t site; /* index into sites */
+  int64_t bytes, count;
+} ms_site_bytes;
+
+typedef struct ms_oom {
+  int64_t time_ns, requested, device_free, cached_unallocated, live_bytes;
+  int device;
+  uint32_t stack_id;
+  ms_site_bytes top[5]; /* what was live, largest sites first */
+  int ntop;
+} ms_oom;
+
+typedef struct ms_analysis {
+  ms_snapshot *snap;
+  ms_site *sites; /* sites[i].stack_id; index 0 is the site of allocations without a stack */
+  size_t nsites;
+  int64_t peak_allocated, peak_reserved, peak_allocated_ns, peak_reserved_ns, peak_event_id;
+  int64_t end_allocated, end_reserved;
+  ms_site_bytes *at_peak; /* live by site at the allocated peak, largest first */
+  size_t nat_peak;
+  ms_iteration *iters;
+  size_t niters;
+  char iteration_label[256];
+  char iteration_source[32]; /* "marks", "ranges" or "none" */
+  ms_oom *ooms;
+  size_t nooms;
+  uint32_t *leaks; /* site indices, best candidate first */
+  size_t nleaks;
+  uint32_t *top; /* site indices by bytes allocated, largest first */
+  size_t ntop;
+  int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
+  bool truncated;
+} ms_analysis;
+
+/* Runs the analysis; `label` forces the iteration label (NULL: choose). 0 or -1 (s->error). */
+int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label);
+void ms_analysis_free(ms_analysis *a);
+/* Normalises a label for grouping: digits and the separators before them dropped. */
+void ms_label_key(const char *label, char *out, size_t len);
+
+/* ---- output (report.c) ------------------------------------------------------------------ */
+
+typedef struct ms_report_options {
+  bool full_stacks;
+  int max_frames; /* frames shown per stack when not full */
+} ms_report_options;
+
+void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
+/* Writes the JSON document; 0, or -1 when out of memory. */
+int ms_report_json(const ms_analysis *a, FILE *out);
+/* The frames of a stack that matter (allocator, dispatcher and interpreter frames folded away),
+ * innermost first, into ids[max]; returns how many. */
+size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint32_t *ids, size_t max);
+void ms_format_bytes(int64_t bytes, char *out, size_t len);
+void ms_format_ns(int64_t ns, char *out, size_t len);
+
+#endif

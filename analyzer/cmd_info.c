@@ -1,0 +1,55 @@
+/* cmd_info.c: `memsnap info SNAPSHOT.db...`: what a snapshot is (its meta table, devices,
+ * counts), without analysing the history. */
+#include <stdio.h>
+
+#include "analyzer.h"
+#include "commands.h"
+
+static void print_count(ms_snapshot *s, const char *label, const char *sql) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+    printf("  %-18s %lld\n", label, (long long)sqlite3_column_int64(st, 0));
+  sqlite3_finalize(st);
+}
+
+int cmd_info(int argc, char **argv) {
+  if (argc < 2) return ms_usage_error("info", "no snapshot given");
+  int rc = 0;
+  for (int i = 1; i < argc; i++) {
+    ms_snapshot s;
+    if (ms_open(&s, argv[i]) != 0) {
+      fprintf(stderr, "error: %s\n", s.error);
+      rc = 1;
+      continue;
+    }
+    char t[32];
+    ms_format_ns(s.last_ns - s.first_ns, t, sizeof t);
+    printf("%s\n", argv[i]);
+    printf("  %-18s %d\n", "format", s.format_version);
+    printf("  %-18s memsnap %s\n", "written by", s.tool_version);
+    printf("  %-18s %lld on %s\n", "process", (long long)s.pid, s.host);
+    printf("  %-18s %s\n", "command line", s.command_line);
+    printf("  %-18s %s, %lld device(s)\n", "backend", s.backend, (long long)s.device_count);
+    printf("  %-18s %s\n", "stacks", s.stacks_mode);
+    printf("  %-18s %lld kept of %lld recorded (%lld dropped; ring of %lld)\n", "events", (long long)s.nevents,
+           (long long)s.recorded, (long long)s.dropped, (long long)s.max_entries);
+    printf("  %-18s %s\n", "history spans", t);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s.db, "select device, name, total_bytes from devices order by device", -1, &st, NULL) == SQLITE_OK) {
+      while (sqlite3_step(st) == SQLITE_ROW) {
+        char b[32];
+        ms_format_bytes(sqlite3_column_int64(st, 2), b, sizeof b);
+        const unsigned char *name = sqlite3_column_text(st, 1);
+        printf("  %-18s %lld: %s, %s\n", "device", (long long)sqlite3_column_int64(st, 0), name ? (const char *)name : "", b);
+      }
+    }
+    sqlite3_finalize(st);
+    print_count(&s, "segments", "select count(*) from segments");
+    print_count(&s, "live blocks", "select count(*) from blocks where state = 'allocated'");
+    print_count(&s, "marks", "select count(*) from marks");
+    print_count(&s, "ranges", "select count(*) from ranges");
+    print_count(&s, "distinct stacks", "select count(*) from stacks");
+    ms_close(&s);
+  }
+  return rc;
+}

@@ -1,0 +1,220 @@
+/* reader.c: opens a snapshot for the CLI's commands and reads it (docs/snapshot-format.md).
+ *
+ * Everything in the file is untrusted: the reader checks that it is a file, that it is SQLite,
+ * its format version (refusing newer ones, naming both versions), the tables it needs, and the
+ * types of what it reads. Events are streamed (ms_events_each) rather than loaded, so memory
+ * follows what a command keeps, not the length of the history. Stacks and frames, which are
+ * small (each distinct stack once), are loaded whole by ms_load_stacks.
+ *
+ * Every function returns 0 on success or -1 with a message in the reader's `error`.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "analyzer.h"
+
+#define READ_VERSION 1
+
+static const char *const required_tables[] = {"meta", "devices", "stats", "segments", "blocks", "events",
+                                              "labels", "marks", "ranges", "stacks", "stack_frames", "frames"};
+
+static int fail(ms_snapshot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(ms_snapshot *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->error, sizeof s->error, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int64_t meta_int(ms_snapshot *s, const char *key, int64_t fallback) {
+  sqlite3_stmt *st;
+  int64_t v = fallback;
+  if (sqlite3_prepare_v2(s->db, "select value from meta where key = ?", -1, &st, NULL) != SQLITE_OK) return v;
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+static void meta_text(ms_snapshot *s, const char *key, char *out, size_t len) {
+  sqlite3_stmt *st;
+  out[0] = '\0';
+  if (sqlite3_prepare_v2(s->db, "select value from meta where key = ?", -1, &st, NULL) != SQLITE_OK) return;
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    if (t) snprintf(out, len, "%s", (const char *)t);
+  }
+  sqlite3_finalize(st);
+}
+
+int ms_open(ms_snapshot *s, const char *path) {
+  memset(s, 0, sizeof *s);
+  s->path = path;
+  struct stat stt;
+  if (stat(path, &stt) != 0) return fail(s, "cannot open '%s': %s", path, strerror(errno));
+  if (!S_ISREG(stt.st_mode)) return fail(s, "cannot open '%s': not a regular file", path);
+  if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    fail(s, "cannot open '%s': %s", path, sqlite3_errmsg(s->db));
+    ms_close(s);
+    return -1;
+  }
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(s->db, "pragma user_version", -1, &st, NULL);
+  if (rc != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
+    fail(s, "cannot open '%s': %s", path, rc == SQLITE_NOTADB || sqlite3_errcode(s->db) == SQLITE_NOTADB ? "file is not a database" : sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    ms_close(s);
+    return -1;
+  }
+  int version = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  if (version > READ_VERSION) {
+    fail(s, "'%s' has snapshot format %d; this memsnap (%s) reads format %d: use a newer memsnap", path, version,
+         MEMSNAP_VERSION, READ_VERSION);
+    ms_close(s);
+    return -1;
+  }
+  if (version < 1) {
+    fail(s, "'%s' is an SQLite file but not a memsnap snapshot (format version %d)", path, version);
+    ms_close(s);
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof required_tables / sizeof required_tables[0]; i++) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "select 1 from sqlite_master where type = 'table' and name = '%s'", required_tables[i]);
+    bool found = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (!found) {
+      fail(s, "'%s' is not a complete snapshot: table '%s' is missing", path, required_tables[i]);
+      ms_close(s);
+      return -1;
+    }
+  }
+  s->format_version = version;
+  s->pid = meta_int(s, "pid", 0);
+  s->dropped = meta_int(s, "dropped_events", 0);
+  s->recorded = meta_int(s, "recorded_events", 0);
+  s->max_entries = meta_int(s, "max_entries", 0);
+  s->snapshot_ns = meta_int(s, "snapshot_ns", 0);
+  s->device_count = meta_int(s, "device_count", 0);
+  meta_text(s, "host", s->host, sizeof s->host);
+  meta_text(s, "backend", s->backend, sizeof s->backend);
+  meta_text(s, "tool_version", s->tool_version, sizeof s->tool_version);
+  meta_text(s, "command_line", s->command_line, sizeof s->command_line);
+  meta_text(s, "stacks", s->stacks_mode, sizeof s->stacks_mode);
+  if (sqlite3_prepare_v2(s->db, "select count(*), min(time_ns), max(time_ns) from events", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    s->nevents = sqlite3_column_int64(st, 0);
+    s->first_ns = sqlite3_column_int64(st, 1);
+    s->last_ns = sqlite3_column_int64(st, 2);
+  }
+  sqlite3_finalize(st);
+  return 0;
+}
+
+void ms_close(ms_snapshot *s) {
+  if (s->db) sqlite3_close(s->db);
+  s->db = NULL;
+  for (size_t i = 0; i < s->nframes; i++) {
+    free(s->frames[i].name);
+    free(s->frames[i].file);
+    free(s->frames[i].module);
+  }
+  free(s->frames);
+  for (size_t i = 0; i < s->nstacks; i++) free(s->stacks[i].frames);
+  free(s->stacks);
+  s->frames = NULL;
+  s->stacks = NULL;
+  s->nframes = s->nstacks = 0;
+}
+
+static char *column_text(sqlite3_stmt *st, int col) {
+  const unsigned char *t = sqlite3_column_text(st, col);
+  return strdup(t ? (const char *)t : "");
+}
+
+int ms_load_stacks(ms_snapshot *s) {
+  sqlite3_stmt *st;
+  int64_t max_frame = 0, max_stack = 0;
+  if (sqlite3_prepare_v2(s->db, "select coalesce(max(id), 0) from frames", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    max_frame = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (sqlite3_prepare_v2(s->db, "select coalesce(max(id), 0) from stacks", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    max_stack = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (max_frame < 0 || max_frame > 100000000 || max_stack < 0 || max_stack > 100000000)
+    return fail(s, "'%s': implausible frame or stack ids", s->path);
+  s->frames = calloc((size_t)max_frame + 1, sizeof *s->frames);
+  s->stacks = calloc((size_t)max_stack + 1, sizeof *s->stacks);
+  if (!s->frames || !s->stacks) return fail(s, "out of memory loading stacks of '%s'", s->path);
+  s->nframes = (size_t)max_frame + 1;
+  s->nstacks = (size_t)max_stack + 1;
+  if (sqlite3_prepare_v2(s->db, "select id, kind, name, file, line, module from frames", -1, &st, NULL) != SQLITE_OK)
+    return fail(s, "'%s': cannot read frames: %s", s->path, sqlite3_errmsg(s->db));
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0);
+    if (id < 1 || id > max_frame) continue;
+    ms_frame *f = &s->frames[id];
+    const unsigned char *kind = sqlite3_column_text(st, 1);
+    f->python = kind && strcmp((const char *)kind, "python") == 0;
+    f->name = column_text(st, 2);
+    f->file = column_text(st, 3);
+    f->line = sqlite3_column_type(st, 4) == SQLITE_INTEGER ? sqlite3_column_int64(st, 4) : 0;
+    f->module = column_text(st, 5);
+  }
+  sqlite3_finalize(st);
+  if (sqlite3_prepare_v2(s->db, "select stack_id, position, frame_id from stack_frames order by stack_id, position", -1,
+                         &st, NULL) != SQLITE_OK)
+    return fail(s, "'%s': cannot read stacks: %s", s->path, sqlite3_errmsg(s->db));
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    int64_t sid = sqlite3_column_int64(st, 0), pos = sqlite3_column_int64(st, 1), fid = sqlite3_column_int64(st, 2);
+    if (sid < 1 || sid > max_stack || fid < 1 || fid > max_frame || pos < 0 || pos > 4096) continue;
+    ms_stack *k = &s->stacks[sid];
+    if ((size_t)pos != k->depth) continue; /* positions must count up from 0 */
+    uint32_t *g = realloc(k->frames, sizeof *g * (k->depth + 1));
+    if (!g) return fail(s, "out of memory loading stacks of '%s'", s->path);
+    k->frames = g;
+    k->frames[k->depth++] = (uint32_t)fid;
+  }
+  sqlite3_finalize(st);
+  return 0;
+}
+
+int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(s->db,
+                         "select id, time_ns, kind, coalesce(device, -1), coalesce(stream, 0), coalesce(address, 0), "
+                         "coalesce(size, 0), coalesce(requested_size, 0), coalesce(extra, 0), coalesce(thread, 0), "
+                         "coalesce(stack_id, 0) from events order by id",
+                         -1, &st, NULL) != SQLITE_OK)
+    return fail(s, "'%s': cannot read events: %s", s->path, sqlite3_errmsg(s->db));
+  int rc = 0, step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    ms_event e;
+    e.id = sqlite3_column_int64(st, 0);
+    e.time_ns = sqlite3_column_int64(st, 1);
+    e.kind = (int)sqlite3_column_int64(st, 2);
+    e.device = (int)sqlite3_column_int64(st, 3);
+    e.stream = (uint64_t)sqlite3_column_int64(st, 4);
+    e.address = (uint64_t)sqlite3_column_int64(st, 5);
+    e.size = sqlite3_column_int64(st, 6);
+    e.requested = sqlite3_column_int64(st, 7);
+    e.extra = sqlite3_column_int64(st, 8);
+    e.thread = sqlite3_column_int64(st, 9);
+    int64_t stack = sqlite3_column_int64(st, 10);
+    e.stack_id = stack > 0 && (size_t)stack < s->nstacks ? (uint32_t)stack : 0;
+    if (e.size < 0 || e.requested < 0) continue; /* malformed row: skip */
+    if ((rc = fn(&e, arg)) != 0) break;
+  }
+  if (step != SQLITE_ROW && step != SQLITE_DONE) rc = fail(s, "'%s': reading events failed: %s", s->path, sqlite3_errmsg(s->db));
+  sqlite3_finalize(st);
+  return rc;
+}

@@ -1,0 +1,330 @@
+/* report.c: an analysis as a text report for a terminal, and as JSON (docs/analysis-json.md).
+ *
+ * Stacks are shortened to the frames that matter: when a stack has Python frames, the Python
+ * frames (without memsnap's own module and PyTorch's module-call plumbing); otherwise native
+ * frames without the allocator, dispatcher, interpreter, ctypes and C start-up frames. The full
+ * stack stays available (--full-stacks, and always in JSON's `full_stack`).
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyzer.h"
+
+void ms_format_bytes(int64_t bytes, char *out, size_t len) {
+  const char *sign = bytes < 0 ? "-" : "";
+  double v = (double)(bytes < 0 ? -bytes : bytes);
+  if (v < 1024) snprintf(out, len, "%s%.0f B", sign, v);
+  else if (v < 1048576.0) snprintf(out, len, "%s%.2f KiB", sign, v / 1024.0);
+  else if (v < 1073741824.0) snprintf(out, len, "%s%.2f MiB", sign, v / 1048576.0);
+  else snprintf(out, len, "%s%.2f GiB", sign, v / 1073741824.0);
+}
+
+void ms_format_ns(int64_t ns, char *out, size_t len) {
+  double v = (double)ns;
+  if (ns < 1000) snprintf(out, len, "%lld ns", (long long)ns);
+  else if (ns < 1000000) snprintf(out, len, "%.1f us", v / 1e3);
+  else if (ns < 1000000000) snprintf(out, len, "%.1f ms", v / 1e6);
+  else snprintf(out, len, "%.2f s", v / 1e9);
+}
+
+static bool starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+static bool ends(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static bool folded(const ms_frame *f, bool has_python) {
+  if (f->python) {
+    return ends(f->file, "memsnap/__init__.py") ||
+           (strstr(f->file, "torch/nn/modules/module.py") && strstr(f->name, "call_impl"));
+  }
+  if (has_python) return true; /* the Python frames say where; native ones are plumbing then */
+  static const char *const prefixes[] = {"c10::", "at::", "torch::", "_Py", "Py", "__libc_start", "_start", "0x",
+                                         "ffi_", "_ctypes", "std::", "pybind11::", "cfunction_", "method_vectorcall"};
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+    if (starts(f->name, prefixes[i])) return true;
+  return false;
+}
+
+size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint32_t *ids, size_t max) {
+  if (stack_id == 0 || stack_id >= s->nstacks) return 0;
+  const ms_stack *k = &s->stacks[stack_id];
+  bool has_python = false;
+  for (uint32_t i = 0; i < k->depth; i++) has_python |= s->frames[k->frames[i]].python;
+  size_t n = 0;
+  for (uint32_t i = 0; i < k->depth && n < max; i++)
+    if (!folded(&s->frames[k->frames[i]], has_python)) ids[n++] = k->frames[i];
+  for (uint32_t i = 0; n == 0 && i < k->depth && i < max; i++) ids[i] = k->frames[i], n = i + 1; /* all folded */
+  return n;
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+static void print_stack(const ms_snapshot *s, uint32_t stack_id, const ms_report_options *o, const char *indent, FILE *out) {
+  if (stack_id == 0) {
+    fprintf(out, "%s(no stack recorded)\n", indent);
+    return;
+  }
+  uint32_t ids[4096];
+  size_t n;
+  if (o->full_stacks) {
+    const ms_stack *k = &s->stacks[stack_id];
+    n = k->depth < 4096 ? k->depth : 4096;
+    memcpy(ids, k->frames, sizeof *ids * n);
+  } else {
+    n = ms_stack_frames_that_matter(s, stack_id, ids, (size_t)o->max_frames);
+  }
+  for (size_t i = 0; i < n; i++) {
+    const ms_frame *f = &s->frames[ids[i]];
+    if (f->file[0] && f->line > 0) fprintf(out, "%s%s (%s:%lld)\n", indent, f->name, o->full_stacks ? f->file : base_name(f->file), (long long)f->line);
+    else if (!f->python && f->module[0]) fprintf(out, "%s%s [%s]\n", indent, f->name, base_name(f->module));
+    else fprintf(out, "%s%s\n", indent, f->name);
+  }
+}
+
+static const char *kind_name(ms_leak_kind k) {
+  return k == MS_LEAK_GROWING ? "growing" : k == MS_LEAK_RETAINED ? "retained" : "alive";
+}
+
+void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
+  const ms_snapshot *s = a->snap;
+  char b1[32], b2[32], b3[32], t1[32], t2[32];
+  fprintf(out, "memsnap analyze: %s\n", s->path);
+  fprintf(out, "  snapshot of pid %lld on %s, %s backend, memsnap %s, stacks %s\n", (long long)s->pid, s->host, s->backend,
+          s->tool_version, s->stacks_mode);
+  ms_format_ns(s->last_ns - s->first_ns, t1, sizeof t1);
+  fprintf(out, "  history: %lld events over %s, %lld dropped%s\n", (long long)s->nevents, t1, (long long)s->dropped,
+          a->truncated ? " (truncated: the oldest events are gone; allocations made before the kept history are not "
+                         "in the peaks)"
+                       : " (complete since recording started)");
+  ms_format_bytes(a->end_allocated, b1, sizeof b1);
+  ms_format_bytes(a->end_reserved, b2, sizeof b2);
+  fprintf(out, "  at the snapshot: %s allocated, %s reserved in %lld segments\n", b1, b2, (long long)a->segments);
+
+  fprintf(out, "\npeak\n");
+  ms_format_bytes(a->peak_allocated, b1, sizeof b1);
+  ms_format_bytes(a->peak_reserved, b2, sizeof b2);
+  ms_format_ns(a->peak_allocated_ns, t1, sizeof t1);
+  ms_format_ns(a->peak_reserved_ns, t2, sizeof t2);
+  fprintf(out, "  allocated %s at %s (event %lld); reserved %s at %s\n", b1, t1, (long long)a->peak_event_id, b2, t2);
+  if (a->nat_peak) fprintf(out, "  live at the allocated peak, by allocation site:\n");
+  for (size_t i = 0; i < a->nat_peak; i++) {
+    ms_format_bytes(a->at_peak[i].bytes, b1, sizeof b1);
+    fprintf(out, "    %12s in %lld blocks\n", b1, (long long)a->at_peak[i].count);
+    print_stack(s, a->sites[a->at_peak[i].site].stack_id, o, "        ", out);
+  }
+
+  fprintf(out, "\niterations\n");
+  if (a->niters == 0) {
+    fprintf(out, "  none: the snapshot has no repeated mark or range (memsnap_mark, memsnap.mark, record_function)\n");
+  } else {
+    fprintf(out, "  %zu from %s labelled '%s'\n", a->niters, a->iteration_source, a->iteration_label);
+    fprintf(out, "  %5s %12s %16s %16s\n", "#", "start", "peak allocated", "peak reserved");
+    for (size_t i = 0; i < a->niters; i++) {
+      ms_format_ns(a->iters[i].start_ns, t1, sizeof t1);
+      ms_format_bytes(a->iters[i].peak_allocated, b1, sizeof b1);
+      ms_format_bytes(a->iters[i].peak_reserved, b2, sizeof b2);
+      fprintf(out, "  %5zu %12s %16s %16s\n", i, t1, b1, b2);
+    }
+  }
+
+  fprintf(out, "\nleak candidates (best first)\n");
+  if (a->nleaks == 0) fprintf(out, "  none: nothing is alive at the snapshot\n");
+  for (size_t i = 0; i < a->nleaks && i < 10; i++) {
+    const ms_site *st = &a->sites[a->leaks[i]];
+    ms_format_bytes(st->end_bytes, b1, sizeof b1);
+    ms_format_ns(st->first_ns, t1, sizeof t1);
+    ms_format_ns(st->last_ns, t2, sizeof t2);
+    if (st->kind == MS_LEAK_GROWING) {
+      ms_format_bytes((int64_t)st->bytes_per_iteration, b2, sizeof b2);
+      fprintf(out, "  %zu. growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks; first %s, last %s; score %.2f\n",
+              i + 1, b2, st->increases, a->niters > 1 ? a->niters - 1 : 0, b1, (long long)st->end_count, t1, t2, st->score);
+    } else {
+      fprintf(out, "  %zu. %s: %s live in %lld blocks%s; first %s, last %s; score %.2f\n", i + 1, kind_name(st->kind), b1,
+              (long long)st->end_count, st->kind == MS_LEAK_RETAINED ? ", held since the first iterations" : "", t1, t2,
+              st->score);
+    }
+    print_stack(s, st->stack_id, o, "       ", out);
+  }
+
+  fprintf(out, "\nout of memory\n");
+  if (a->nooms == 0) fprintf(out, "  none recorded\n");
+  for (size_t i = 0; i < a->nooms; i++) {
+    const ms_oom *m = &a->ooms[i];
+    ms_format_ns(m->time_ns, t1, sizeof t1);
+    ms_format_bytes(m->requested, b1, sizeof b1);
+    ms_format_bytes(m->device_free, b2, sizeof b2);
+    ms_format_bytes(m->cached_unallocated, b3, sizeof b3);
+    fprintf(out, "  at %s on device %d: %s requested; the device had %s free; the cache held %s reserved but unallocated\n",
+            t1, m->device, b1, b2, b3);
+    print_stack(s, m->stack_id, o, "      ", out);
+    ms_format_bytes(m->live_bytes, b1, sizeof b1);
+    fprintf(out, "    %s was allocated, largest sites:\n", b1);
+    for (int k = 0; k < m->ntop; k++) {
+      const ms_site *st = &a->sites[m->top[k].site];
+      ms_format_bytes(m->top[k].bytes, b1, sizeof b1);
+      fprintf(out, "      %12s in %lld blocks (%s)\n", b1, (long long)m->top[k].count,
+              st->kind == MS_LEAK_GROWING ? "growing" : "site");
+      print_stack(s, st->stack_id, o, "          ", out);
+    }
+    if (m->cached_unallocated >= m->requested)
+      fprintf(out, "    would have fit: the cache held enough, but in pieces; try MEMSNAP_MAX_SPLIT_SIZE_MB "
+                   "(PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb) or empty_cache() before this step\n");
+    for (int k = 0; k < m->ntop; k++)
+      if (a->sites[m->top[k].site].kind == MS_LEAK_GROWING && m->top[k].bytes >= m->requested) {
+        fprintf(out, "    would have fit: without the growing site listed above (%d), which holds more than the request\n", k + 1);
+        break;
+      }
+  }
+
+  fprintf(out, "\nfragmentation at the snapshot\n");
+  ms_format_bytes(a->end_reserved - a->end_allocated, b1, sizeof b1);
+  ms_format_bytes(a->split_free_bytes, b2, sizeof b2);
+  fprintf(out, "  %s reserved but unallocated; %lld free blocks inside partly used segments hold %s\n", b1,
+          (long long)a->free_blocks_in_split_segments, b2);
+
+  fprintf(out, "\ntop allocation sites (bytes allocated over the history)\n");
+  for (size_t i = 0; i < a->ntop && i < 5; i++) {
+    const ms_site *st = &a->sites[a->top[i]];
+    if (st->allocs == 0) continue;
+    ms_format_bytes(st->alloc_bytes, b1, sizeof b1);
+    fprintf(out, "  %12s in %lld allocations\n", b1, (long long)st->allocs);
+    print_stack(s, st->stack_id, o, "      ", out);
+  }
+}
+
+/* ---- JSON ------------------------------------------------------------------------------- */
+
+static cJSON *json_frames(const ms_snapshot *s, const uint32_t *ids, size_t n) {
+  cJSON *arr = cJSON_CreateArray();
+  for (size_t i = 0; arr && i < n; i++) {
+    const ms_frame *f = &s->frames[ids[i]];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", f->name);
+    cJSON_AddStringToObject(o, "file", f->file);
+    cJSON_AddNumberToObject(o, "line", (double)f->line);
+    cJSON_AddStringToObject(o, "kind", f->python ? "python" : "native");
+    if (!f->python) cJSON_AddStringToObject(o, "module", f->module);
+    cJSON_AddItemToArray(arr, o);
+  }
+  return arr;
+}
+
+static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id) {
+  uint32_t ids[256];
+  size_t n = ms_stack_frames_that_matter(s, stack_id, ids, 256);
+  cJSON_AddItemToObject(o, "stack", json_frames(s, ids, n));
+  if (stack_id && stack_id < s->nstacks)
+    cJSON_AddItemToObject(o, "full_stack", json_frames(s, s->stacks[stack_id].frames, s->stacks[stack_id].depth));
+  else
+    cJSON_AddItemToObject(o, "full_stack", cJSON_CreateArray());
+  cJSON_AddNumberToObject(o, "stack_id", stack_id);
+}
+
+int ms_report_json(const ms_analysis *a, FILE *out) {
+  const ms_snapshot *s = a->snap;
+  cJSON *root = cJSON_CreateObject();
+  cJSON *summary = cJSON_AddObjectToObject(root, "summary");
+  cJSON_AddStringToObject(summary, "path", s->path);
+  cJSON_AddNumberToObject(summary, "format_version", s->format_version);
+  cJSON_AddNumberToObject(summary, "pid", (double)s->pid);
+  cJSON_AddStringToObject(summary, "host", s->host);
+  cJSON_AddStringToObject(summary, "backend", s->backend);
+  cJSON_AddNumberToObject(summary, "events", (double)s->nevents);
+  cJSON_AddNumberToObject(summary, "recorded_events", (double)s->recorded);
+  cJSON_AddNumberToObject(summary, "dropped_events", (double)s->dropped);
+  cJSON_AddBoolToObject(summary, "truncated", a->truncated);
+  cJSON_AddNumberToObject(summary, "duration_ns", (double)(s->last_ns - s->first_ns));
+  cJSON_AddNumberToObject(summary, "peak_allocated_bytes", (double)a->peak_allocated);
+  cJSON_AddNumberToObject(summary, "peak_allocated_ns", (double)a->peak_allocated_ns);
+  cJSON_AddNumberToObject(summary, "peak_reserved_bytes", (double)a->peak_reserved);
+  cJSON_AddNumberToObject(summary, "peak_reserved_ns", (double)a->peak_reserved_ns);
+  cJSON_AddNumberToObject(summary, "allocated_bytes", (double)a->end_allocated);
+  cJSON_AddNumberToObject(summary, "reserved_bytes", (double)a->end_reserved);
+  cJSON_AddNumberToObject(summary, "segments", (double)a->segments);
+  cJSON_AddStringToObject(summary, "iteration_source", a->iteration_source);
+  cJSON_AddStringToObject(summary, "iteration_label", a->iteration_label);
+
+  cJSON *peak = cJSON_AddArrayToObject(root, "live_at_peak");
+  for (size_t i = 0; i < a->nat_peak; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "live_bytes", (double)a->at_peak[i].bytes);
+    cJSON_AddNumberToObject(o, "live_count", (double)a->at_peak[i].count);
+    add_stacks(o, s, a->sites[a->at_peak[i].site].stack_id);
+    cJSON_AddItemToArray(peak, o);
+  }
+  cJSON *iters = cJSON_AddArrayToObject(root, "iterations");
+  for (size_t i = 0; i < a->niters; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", (double)i);
+    cJSON_AddStringToObject(o, "label", a->iteration_label);
+    cJSON_AddNumberToObject(o, "start_ns", (double)a->iters[i].start_ns);
+    cJSON_AddNumberToObject(o, "end_ns", (double)a->iters[i].end_ns);
+    cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)a->iters[i].peak_allocated);
+    cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)a->iters[i].peak_reserved);
+    cJSON_AddItemToArray(iters, o);
+  }
+  cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");
+  for (size_t i = 0; i < a->nleaks; i++) {
+    const ms_site *st = &a->sites[a->leaks[i]];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", kind_name(st->kind));
+    cJSON_AddNumberToObject(o, "score", st->score);
+    cJSON_AddNumberToObject(o, "live_bytes", (double)st->end_bytes);
+    cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
+    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING ? st->bytes_per_iteration : 0);
+    cJSON_AddNumberToObject(o, "iterations_grown", st->increases);
+    cJSON_AddNumberToObject(o, "first_seen_ns", (double)st->first_ns);
+    cJSON_AddNumberToObject(o, "last_seen_ns", (double)st->last_ns);
+    add_stacks(o, s, st->stack_id);
+    cJSON_AddItemToArray(leaks, o);
+  }
+  cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
+  for (size_t i = 0; i < a->nooms; i++) {
+    const ms_oom *m = &a->ooms[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "time_ns", (double)m->time_ns);
+    cJSON_AddNumberToObject(o, "device", m->device);
+    cJSON_AddNumberToObject(o, "requested_bytes", (double)m->requested);
+    cJSON_AddNumberToObject(o, "device_free_bytes", (double)m->device_free);
+    cJSON_AddNumberToObject(o, "cached_unallocated_bytes", (double)m->cached_unallocated);
+    cJSON_AddNumberToObject(o, "live_bytes", (double)m->live_bytes);
+    add_stacks(o, s, m->stack_id);
+    cJSON *top = cJSON_AddArrayToObject(o, "live_by_site");
+    for (int k = 0; k < m->ntop; k++) {
+      cJSON *t = cJSON_CreateObject();
+      cJSON_AddNumberToObject(t, "live_bytes", (double)m->top[k].bytes);
+      cJSON_AddNumberToObject(t, "live_count", (double)m->top[k].count);
+      add_stacks(t, s, a->sites[m->top[k].site].stack_id);
+      cJSON_AddItemToArray(top, t);
+    }
+    cJSON_AddItemToArray(ooms, o);
+  }
+  cJSON *top = cJSON_AddArrayToObject(root, "top_sites");
+  for (size_t i = 0; i < a->ntop && i < 20; i++) {
+    const ms_site *st = &a->sites[a->top[i]];
+    if (st->allocs == 0) continue;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "allocated_bytes", (double)st->alloc_bytes);
+    cJSON_AddNumberToObject(o, "allocations", (double)st->allocs);
+    add_stacks(o, s, st->stack_id);
+    cJSON_AddItemToArray(top, o);
+  }
+  cJSON *frag = cJSON_AddObjectToObject(root, "fragmentation");
+  cJSON_AddNumberToObject(frag, "reserved_unallocated_bytes", (double)(a->end_reserved - a->end_allocated));
+  cJSON_AddNumberToObject(frag, "free_blocks_in_split_segments", (double)a->free_blocks_in_split_segments);
+  cJSON_AddNumberToObject(frag, "free_bytes_in_split_segments", (double)a->split_free_bytes);
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!text) return -1;
+  fputs(text, out);
+  fputc('\n', out);
+  cJSON_free(text);
+  return 0;
+}

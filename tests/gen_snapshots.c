@@ -1,0 +1,86 @@
+/* gen_snapshots.c DIR: records snapshots with known answers for the analyzer's tests, on the
+ * simulated device (exact sizes, no GPU):
+ *   leak.db       six iterations marked "step 1".."step 6": weights and optimizer state held from
+ *                 the start (retained, 96 MiB and 64 MiB), one site growing by 1 MiB per step (the
+ *                 leak), and 2 x 8 MiB of activations freed every step;
+ *   oom.db        a 40 MiB request on a 64 MiB device that holds 40 MiB: one OOM;
+ *   truncated.db  the same steps through a ring of 32 events: history truncated;
+ *   empty.db      a snapshot of a library that never recorded.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memsnap.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* Allocation sites, each its own frame (no inlining, folding or tail call). */
+#define SITE(name)                                          \
+  static __attribute__((noipa)) void *name(size_t n) {      \
+    void *p = memsnap_malloc((ssize_t)n, 0, NULL);          \
+    __asm__ volatile("" ::: "memory");                      \
+    return p;                                               \
+  }
+SITE(load_weights)
+SITE(make_optimizer_state)
+SITE(keep_history)
+SITE(activation)
+
+static void train(int steps) {
+  void *w = load_weights(96 * MiB), *state = NULL;
+  for (int i = 0; i < steps; i++) {
+    char label[32];
+    snprintf(label, sizeof label, "step %d", i + 1);
+    memsnap_mark(label);
+    void *a = activation(8 * MiB), *b = activation(8 * MiB);
+    if (!state) state = make_optimizer_state(64 * MiB);
+    keep_history(1 * MiB); /* the leak */
+    memsnap_free(a, 0, 0, NULL);
+    memsnap_free(b, 0, 0, NULL);
+  }
+  (void)w;
+}
+
+static int dump(const char *dir, const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (memsnap_dump(path) != MEMSNAP_OK) {
+    fprintf(stderr, "gen_snapshots: %s\n", memsnap_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: gen_snapshots DIR\n");
+    return 2;
+  }
+  setenv("MEMSNAP_BACKEND", "sim", 1);
+  setenv("MEMSNAP_STACKS", "native", 1);
+  setenv("MEMSNAP_SIM_CAPACITY", "4G", 1);
+  memsnap_record_start(0, NULL);
+  train(6);
+  int rc = dump(argv[1], "leak.db");
+  memsnap_shutdown();
+
+  setenv("MEMSNAP_SIM_CAPACITY", "64M", 1);
+  memsnap_record_start(0, NULL);
+  void *held = keep_history(40 * MiB);
+  if (activation(40 * MiB) != NULL) rc = 1;
+  rc |= dump(argv[1], "oom.db");
+  (void)held;
+  memsnap_shutdown();
+
+  setenv("MEMSNAP_SIM_CAPACITY", "4G", 1);
+  memsnap_record_start(32, NULL);
+  train(6);
+  rc |= dump(argv[1], "truncated.db");
+  memsnap_shutdown();
+
+  memsnap_backend_name();
+  rc |= dump(argv[1], "empty.db");
+  memsnap_shutdown();
+  return rc;
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# test_analyze.sh BUILD_DIR: `memsnap analyze` and `memsnap info` on snapshots with known answers
+# (tests/gen_snapshots.c), the text report against a golden file, and bad input.
+#   REGEN=1 tests/test_analyze.sh build   rewrites tests/golden/*.txt (make regen-golden)
+set -u
+build=$1
+here=$(cd "$(dirname "$0")" && pwd)
+cli=$build/memsnap
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi; }
+# json FILE EXPR: evaluates a Python expression over the JSON document `j`.
+json() { python3 -c "import json,sys; j=json.load(open('$1')); sys.exit(0 if ($2) else 1)"; }
+
+"$build/tests/gen_snapshots" "$dir" || { echo "FAIL gen_snapshots"; echo "0 passed, 1 failed"; exit 1; }
+MiB=1048576
+"$cli" analyze --json "$dir/leak.db" >"$dir/leak.json"
+check "analyze --json: exits 0" "[ $? -eq 0 ]"
+check "iterations: six, from marks, 'step 1'..'step 6' counted as one label" \
+  "json $dir/leak.json \"len(j['iterations']) == 6 and j['summary']['iteration_source'] == 'marks' and j['iterations'][0]['label'] == 'step'\""
+# Peak of step k (0-based): weights 96 + state 64 + 2 x 8 activations + the leak's k + 1 MiB,
+# reached when the step's leak block is allocated while its activations are still live.
+check "iterations: peaks to the byte" \
+  "json $dir/leak.json \"[i['peak_allocated_bytes'] for i in j['iterations']] == [(96 + 64 + 16 + k + 1) * $MiB for k in range(6)]\""
+check "summary: peak allocated to the byte" "json $dir/leak.json \"j['summary']['peak_allocated_bytes'] == (96 + 64 + 16 + 6) * $MiB\""
+check "leaks: the growing site first, although the retained ones hold more" \
+  "json $dir/leak.json \"j['leaks'][0]['kind'] == 'growing' and j['leaks'][0]['stack'][0]['name'] == 'keep_history' and j['leaks'][0]['bytes_per_iteration'] == $MiB and j['leaks'][0]['live_bytes'] == 6 * $MiB and j['leaks'][0]['live_count'] == 6\""
+check "leaks: weights and optimizer state are retained, not growing" \
+  "json $dir/leak.json \"sorted(l['stack'][0]['name'] for l in j['leaks'][1:3]) == ['load_weights', 'make_optimizer_state'] and all(l['kind'] == 'retained' for l in j['leaks'][1:3])\""
+check "leaks: activations are no candidates (freed every step)" \
+  "json $dir/leak.json \"not any(l['stack'][0]['name'] == 'activation' for l in j['leaks'])\""
+check "top sites: by bytes allocated; the two activation call sites 6 x 8 MiB each" \
+  "json $dir/leak.json \"j['top_sites'][0]['stack'][0]['name'] == 'load_weights' and [t['allocated_bytes'] for t in j['top_sites'] if t['stack'][0]['name'] == 'activation'] == [48 * $MiB, 48 * $MiB] and [t['allocations'] for t in j['top_sites'] if t['stack'][0]['name'] == 'activation'] == [6, 6]\""
+check "json: contract keys present" \
+  "json $dir/leak.json \"all(k in j['summary'] for k in ('events','dropped_events','peak_allocated_bytes','peak_reserved_bytes')) and all(k in j['leaks'][0] for k in ('kind','score','live_bytes','live_count','bytes_per_iteration','stack')) and set(j['leaks'][0]['stack'][0]) >= {'name','file','line'} and 'top_sites' in j and 'oom' in j\""
+
+"$cli" analyze --json "$dir/oom.db" >"$dir/oom.json"
+check "oom: the request, the free memory and what was live" \
+  "json $dir/oom.json \"len(j['oom']) == 1 and j['oom'][0]['requested_bytes'] == 40 * $MiB and j['oom'][0]['live_bytes'] == 40 * $MiB and j['oom'][0]['stack'][0]['name'] == 'activation' and j['oom'][0]['live_by_site'][0]['stack'][0]['name'] == 'keep_history' and j['oom'][0]['device_free_bytes'] == 24 * $MiB\""
+"$cli" analyze "$dir/oom.db" | grep -q "40.00 MiB requested; the device had 24.00 MiB free"
+check "oom: the text report says it" "[ $? -eq 0 ]"
+
+"$cli" analyze --json "$dir/truncated.db" >"$dir/trunc.json"
+check "truncated history: flagged, analysis still runs" \
+  "json $dir/trunc.json \"j['summary']['truncated'] and j['summary']['dropped_events'] > 0 and j['summary']['events'] == 32\""
+"$cli" analyze "$dir/truncated.db" | grep -q "truncated: the oldest events are gone"
+check "truncated history: the text report says so" "[ $? -eq 0 ]"
+
+"$cli" analyze "$dir/empty.db" >"$dir/empty.txt" 2>&1
+check "empty snapshot: a report that says there is nothing" "[ $? -eq 0 ] && grep -q 'none: the snapshot has no repeated mark' $dir/empty.txt"
+"$cli" analyze --iterations nosuchlabel "$dir/leak.db" >/dev/null 2>"$dir/err"
+check "--iterations with an unknown label: error 1 naming it" "[ $? -eq 1 ] && grep -q \"no marks or ranges labelled 'nosuchlabel'\" $dir/err"
+"$cli" analyze --iterations "step 3" --json "$dir/leak.db" >"$dir/forced.json"
+check "--iterations LABEL chooses the label (numbers ignored)" "json $dir/forced.json \"len(j['iterations']) == 6\""
+
+# Golden text report: times, pid and host vary from run to run and are masked.
+mask() { sed -E 's/[0-9]+(\.[0-9]+)? (ns|us|ms|s)\b/T/g; s/pid [0-9]+ on [^,]+/pid P on H/; s/event [0-9]+/event E/; s#^memsnap analyze: .*#memsnap analyze: SNAPSHOT#'; }
+"$cli" analyze "$dir/leak.db" | mask >"$dir/leak.txt"
+if [ "${REGEN:-}" = 1 ]; then mkdir -p "$here/golden" && cp "$dir/leak.txt" "$here/golden/analyze-leak.txt"; fi
+diff -u "$here/golden/analyze-leak.txt" "$dir/leak.txt" >"$dir/diff"
+check "golden: the text report of leak.db (make regen-golden refreshes)" "[ $? -eq 0 ] || { cat $dir/diff; false; }"
+
+"$cli" info "$dir/leak.db" >"$dir/info.txt"
+check "info: metadata" "[ $? -eq 0 ] && grep -q 'format             1' $dir/info.txt && grep -q 'live blocks' $dir/info.txt"
+
+# Bad input: clear errors, exit 1, never a crash.
+bad() { # bad NAME FILE PATTERN
+  "$cli" analyze "$2" >/dev/null 2>"$dir/err"
+  local rc=$?
+  check "bad input: $1 (exit 1, '$3')" "[ $rc -eq 1 ] && grep -q \"$3\" $dir/err"
+}
+bad "missing file" "$dir/nope.db" "No such file"
+bad "a directory" "$dir" "not a regular file"
+echo "hello, not a database" >"$dir/text.db"
+bad "not SQLite" "$dir/text.db" "file is not a database"
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/newer.db'); c.execute('pragma user_version = 99'); c.execute('create table meta(key, value)'); c.commit()"
+bad "a newer format" "$dir/newer.db" "has snapshot format 99; this memsnap (.*) reads format 1"
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/partial.db'); c.execute('pragma user_version = 1'); c.execute('create table meta(key, value)'); c.commit()"
+bad "missing tables" "$dir/partial.db" "table 'devices' is missing"
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/other.db'); c.execute('create table t(x)'); c.commit()"
+bad "another SQLite file" "$dir/other.db" "not a memsnap snapshot"
+"$cli" analyze >/dev/null 2>&1
+check "usage: no snapshot is exit 2" "[ $? -eq 2 ]"
+"$cli" analyze --bogus "$dir/leak.db" >/dev/null 2>"$dir/err"
+check "usage: unknown option is exit 2 and named" "[ $? -eq 2 ] && grep -q \"unknown option '--bogus'\" $dir/err"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
