@@ -5,6 +5,8 @@
  * memsnap_free cost one flag test and one table load before the device lock. memsnap_shutdown
  * undoes everything, so tests can run several configurations in one process.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,19 +29,21 @@ void msi_throw_oom(const char *message);
 __thread uint32_t msi_current_stack;
 static atomic_int oom_dumped;
 
-static atomic_int exit_dumped; /* MEMSNAP_DUMP written by memsnap_shutdown: not again at exit */
+static atomic_int exit_dumped; /* MEMSNAP_DUMP written (or inherited by a fork child): not at exit */
+/* Serialises the dumps of the signal thread with memsnap_shutdown, which frees what they read. */
+static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int memsnap_dump_exit(void) {
+  char path[1024];
+  if (!atomic_load(&ready) || !msi_dump_path(false, path, sizeof path)) return MEMSNAP_OK;
+  if (atomic_exchange(&exit_dumped, 1)) return MEMSNAP_OK;
+  return memsnap_dump(path);
+}
 
 /* Writes the MEMSNAP_DUMP snapshot of a running library (at exit, or from memsnap_shutdown
  * before the state goes), once. */
 static void dump_at_exit(void) {
-  if (!msi_opt.dump[0] || !atomic_load(&ready) || atomic_exchange(&exit_dumped, 1)) return;
-  if (memsnap_dump(msi_opt.dump) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
-}
-
-int memsnap_dump_exit(void) {
-  if (!msi_opt.dump[0] || !atomic_load(&ready)) return MEMSNAP_OK;
-  if (atomic_exchange(&exit_dumped, 1)) return MEMSNAP_OK;
-  return memsnap_dump(msi_opt.dump);
+  if (memsnap_dump_exit() != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
 }
 
 /* Dump on a signal: the handler only writes a byte to a pipe; a thread waiting on the pipe
@@ -48,27 +52,38 @@ static int signal_pipe[2] = {-1, -1};
 
 static void on_dump_signal(int sig) {
   (void)sig;
+  int saved = errno;
   char c = 1;
-  ssize_t ignored = write(signal_pipe[1], &c, 1);
-  (void)ignored;
+  if (signal_pipe[1] >= 0) { /* non-blocking: a burst of signals during a dump is one dump */
+    ssize_t ignored = write(signal_pipe[1], &c, 1);
+    (void)ignored;
+  }
+  errno = saved;
 }
 
 static void *signal_dumper(void *arg) {
   (void)arg;
-  char c;
-  while (read(signal_pipe[0], &c, 1) > 0) {
-    const char *path = msi_opt.dump[0] ? msi_opt.dump : "memsnap-%p.db";
-    if (memsnap_dump(path) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+  char c, path[1024];
+  int fd = signal_pipe[0];
+  while (read(fd, &c, 1) > 0) {
+    pthread_mutex_lock(&dump_lock);
+    if (atomic_load(&ready)) { /* never re-initialise a library that was shut down */
+      if (!msi_dump_path(false, path, sizeof path)) snprintf(path, sizeof path, "memsnap-%%p.db");
+      if (memsnap_dump(path) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+    }
+    pthread_mutex_unlock(&dump_lock);
   }
   return NULL;
 }
 
+static bool signal_started;
+
 static void start_signal_dumper(void) {
-  static bool started;
-  if (started || !msi_opt.dump_signal) return;
+  if (signal_started || !msi_opt.dump_signal) return;
   pthread_t t;
   pthread_attr_t attr;
-  if (pipe(signal_pipe) != 0) return;
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0) return;
+  fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   if (pthread_create(&t, &attr, signal_dumper, NULL) == 0) {
@@ -77,20 +92,56 @@ static void start_signal_dumper(void) {
     sa.sa_handler = on_dump_signal;
     sa.sa_flags = SA_RESTART;
     sigaction(msi_opt.dump_signal, &sa, NULL);
-    started = true;
+    signal_started = true;
   }
   pthread_attr_destroy(&attr);
 }
 
+/* fork(): every lock of the library is taken before (init, devices in order, ring, labels,
+ * stacks: the order of every other path), so none is held by a thread that the child lacks. The
+ * child keeps the allocator (its pointers are the parent's CUDA memory: it must not use them;
+ * CUDA does not survive fork) but not the recording, the exit dump or the signal thread. */
+static void fork_phase(int phase) {
+  if (phase == MSI_FORK_PREPARE) {
+    pthread_mutex_lock(&init_lock);
+    for (int i = 0; i < MSI_MAX_DEVICES; i++) {
+      msi_device *d = atomic_load(&devices[i]);
+      if (d) pthread_mutex_lock(&d->lock);
+    }
+    msi_history_fork(phase);
+    msi_stacks_fork(phase);
+    return;
+  }
+  msi_stacks_fork(phase);
+  msi_history_fork(phase);
+  for (int i = MSI_MAX_DEVICES; i-- > 0;) {
+    msi_device *d = atomic_load(&devices[i]);
+    if (d) pthread_mutex_unlock(&d->lock);
+  }
+  if (phase == MSI_FORK_CHILD) {
+    atomic_store(&exit_dumped, 1);
+    if (signal_pipe[0] >= 0) close(signal_pipe[0]);
+    if (signal_pipe[1] >= 0) close(signal_pipe[1]);
+    signal_pipe[0] = signal_pipe[1] = -1; /* the handler stays, inert */
+    signal_started = false;
+    pthread_mutex_init(&dump_lock, NULL);
+  }
+  pthread_mutex_unlock(&init_lock);
+}
+static void fork_prepare(void) { fork_phase(MSI_FORK_PREPARE); }
+static void fork_parent(void) { fork_phase(MSI_FORK_PARENT); }
+static void fork_child(void) { fork_phase(MSI_FORK_CHILD); }
+
 /* Starts what the environment asks for once the library is up: recording, dumps. */
 static void start_from_environment(void) {
-  static bool atexit_set;
+  static bool once;
+  if (!once) { /* the exit dump reads MEMSNAP_DUMP then: it may be set at run time */
+    atexit(dump_at_exit);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    once = true;
+  }
   if (msi_opt.record && msi_history_start(msi_opt.max_entries) != MEMSNAP_OK)
     fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
-  if (msi_opt.dump[0] && !atexit_set) {
-    atexit(dump_at_exit);
-    atexit_set = true;
-  }
   start_signal_dumper();
 }
 
@@ -117,6 +168,8 @@ static inline int ensure_ready(void) {
   if (MSI_LIKELY(atomic_load_explicit(&ready, memory_order_acquire))) return 0;
   return init_slow();
 }
+
+int msi_ensure_ready(void) { return ensure_ready(); }
 
 static msi_device *device_create(int device) {
   pthread_mutex_lock(&init_lock);
@@ -152,10 +205,12 @@ int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) 
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
   msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0;
   int rc = msi_device_malloc(d, size, stream, out);
-  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM) && msi_opt.dump_on_oom[0] && atomic_exchange(&oom_dumped, 1) == 0) {
+  char oom_path[1024];
+  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM) && msi_dump_path(true, oom_path, sizeof oom_path) &&
+      atomic_exchange(&oom_dumped, 1) == 0) {
     char message[512];
     snprintf(message, sizeof message, "%s", memsnap_last_error());
-    if (memsnap_dump(msi_opt.dump_on_oom) != MEMSNAP_OK)
+    if (memsnap_dump(oom_path) != MEMSNAP_OK)
       fprintf(stderr, "memsnap: error: snapshot at out of memory: %s\n", memsnap_last_error());
     msi_error("%s", message); /* the caller wants the OOM message, not the dump's */
   }
@@ -241,6 +296,7 @@ void memsnap_init(int device_count) {
 
 void memsnap_empty_cache(void) {
   if (ensure_ready() != 0) return;
+  msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0; /* its segment_free events */
   for (int i = 0; i < ndevices; i++) {
     msi_device *d = atomic_load(&devices[i]);
     if (d) msi_device_empty_cache(d);
@@ -304,6 +360,8 @@ int memsnap_sim_synchronize(memsnap_stream_t stream) {
 
 void memsnap_shutdown(void) {
   dump_at_exit();
+  msi_current_stack = 0;
+  pthread_mutex_lock(&dump_lock);
   pthread_mutex_lock(&init_lock);
   if (atomic_load(&ready)) {
     for (int i = 0; i < MSI_MAX_DEVICES; i++) {
@@ -317,6 +375,8 @@ void memsnap_shutdown(void) {
     msi_history_reset();
     msi_stacks_reset();
     atomic_store(&ready, 0);
+    atomic_store(&exit_dumped, 0);
   }
   pthread_mutex_unlock(&init_lock);
+  pthread_mutex_unlock(&dump_lock);
 }

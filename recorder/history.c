@@ -30,6 +30,8 @@ static uint64_t ring_start_ns;   /* monotonic time when recording started */
 
 static char **labels;            /* label id -> text; id 0 is "" */
 static uint32_t nlabels, labels_cap;
+static uint32_t *label_index;    /* open addressing: label id + 1 by hash of the text */
+static size_t label_mask;
 static pthread_mutex_t label_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static __thread uint32_t tls_tid;
@@ -82,19 +84,21 @@ void msi_history_reset(void) {
   pthread_mutex_lock(&label_lock);
   for (uint32_t i = 0; i < nlabels; i++) free(labels[i]);
   free(labels);
+  free(label_index);
   labels = NULL;
+  label_index = NULL;
   nlabels = labels_cap = 0;
+  label_mask = 0;
   pthread_mutex_unlock(&label_lock);
 }
 
 void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                      uint64_t requested, uint64_t aux, uint32_t stack_id) {
-  uint64_t now = msi_now_ns();
   uint32_t tid = msi_thread_id();
   pthread_mutex_lock(&ring_lock);
   if (ring) {
     msi_event *e = &ring[ring_total % ring_cap];
-    e->time_ns = now;
+    e->time_ns = msi_now_ns(); /* under the lock: ids and times increase together */
     e->addr = addr;
     e->size = size;
     e->requested = requested;
@@ -129,24 +133,56 @@ uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entr
 
 /* ---- labels, marks and ranges ---------------------------------------------------------- */
 
-static uint32_t label_id(const char *label) {
-  if (!label) label = "";
-  pthread_mutex_lock(&label_lock);
-  uint32_t id = UINT32_MAX;
-  for (uint32_t i = 0; i < nlabels; i++)
-    if (strcmp(labels[i], label) == 0) {
-      id = i;
-      goto out;
+static size_t label_hash(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return (size_t)h;
+}
+
+/* Adds `text` as the next id; label_lock held. Returns false when out of host memory. */
+static bool label_add(const char *text) {
+  if ((nlabels + 1) * 2 > label_mask + 1 || !label_index) {
+    size_t cap = label_mask ? (label_mask + 1) * 2 : 256;
+    uint32_t *idx = calloc(cap, sizeof *idx);
+    if (!idx) return false;
+    for (uint32_t i = 0; i < nlabels; i++) {
+      size_t k = label_hash(labels[i]) & (cap - 1);
+      while (idx[k]) k = (k + 1) & (cap - 1);
+      idx[k] = i + 1;
     }
+    free(label_index);
+    label_index = idx;
+    label_mask = cap - 1;
+  }
   if (nlabels == labels_cap) {
     uint32_t cap = labels_cap ? labels_cap * 2 : 64;
     char **grown = realloc(labels, sizeof *grown * cap);
-    if (!grown) goto out;
+    if (!grown) return false;
     labels = grown;
     labels_cap = cap;
   }
-  labels[nlabels] = strdup(label);
-  if (labels[nlabels]) id = nlabels++;
+  char *copy = strdup(text);
+  if (!copy) return false;
+  size_t k = label_hash(copy) & label_mask;
+  while (label_index[k]) k = (k + 1) & label_mask;
+  labels[nlabels] = copy;
+  label_index[k] = ++nlabels;
+  return true;
+}
+
+/* Interns a label (each distinct text is kept once, for the life of the recording). Returns its
+ * id, or UINT32_MAX when out of host memory. */
+static uint32_t label_id(const char *label) {
+  if (!label) label = "";
+  uint32_t id = UINT32_MAX;
+  pthread_mutex_lock(&label_lock);
+  if (nlabels == 0 && !label_add("")) goto out; /* id 0 is "" */
+  for (size_t k = label_hash(label) & label_mask; label_index[k]; k = (k + 1) & label_mask)
+    if (strcmp(labels[label_index[k] - 1], label) == 0) {
+      id = label_index[k] - 1;
+      goto out;
+    }
+  if (label_add(label)) id = nlabels - 1;
 out:
   pthread_mutex_unlock(&label_lock);
   return id;
@@ -160,6 +196,7 @@ const char *msi_label(uint32_t id) {
 }
 
 static int add_label_event(msi_event_kind kind, const char *label) {
+  msi_ensure_ready(); /* a first mark before any allocation still sees MEMSNAP_RECORD */
   if (!atomic_load_explicit(&msi_recording, memory_order_relaxed)) return MEMSNAP_OK;
   uint32_t id = label_id(label);
   if (id == UINT32_MAX) {
@@ -185,4 +222,21 @@ int memsnap_range_pop(void) {
   }
   tls_range_depth--;
   return add_label_event(MSI_EV_RANGE_POP, NULL);
+}
+
+void msi_history_fork(int phase) {
+  if (phase == MSI_FORK_PREPARE) {
+    pthread_mutex_lock(&ring_lock);
+    pthread_mutex_lock(&label_lock);
+    return;
+  }
+  if (phase == MSI_FORK_CHILD) {
+    /* The child is not the recorded process: its history starts empty (memsnap_record_start). */
+    atomic_store(&msi_recording, 0);
+    ring_total = 0;
+    tls_tid = 0;
+    tls_range_depth = 0;
+  }
+  pthread_mutex_unlock(&label_lock);
+  pthread_mutex_unlock(&ring_lock);
 }

@@ -77,6 +77,10 @@ void msi_options_load(void);
  * (error set) for unknown names, invalid values and options read only at initialisation. */
 int msi_option_set(const char *name, const char *value);
 
+/* Copies MEMSNAP_DUMP (or MEMSNAP_DUMP_ON_OOM) into out, consistently while another thread may
+ * set it; returns whether one is set. */
+bool msi_dump_path(bool on_oom, char *out, size_t len);
+
 /* Writes the effective value of option i (the table's order) into out. */
 void msi_option_value(int i, char *out, size_t len);
 
@@ -281,6 +285,10 @@ void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, u
  * UINT64_MAX when out of host memory. */
 uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns);
 const char *msi_label(uint32_t id);
+/* fork(): take (prepare), release (parent) or reset (child) the history's and stacks' locks. */
+void msi_history_fork(int phase);
+void msi_stacks_fork(int phase);
+enum { MSI_FORK_PREPARE, MSI_FORK_PARENT, MSI_FORK_CHILD };
 
 /* Stack of the calling thread (per MEMSNAP_STACKS), interned: its id, or 0 for none. */
 uint32_t msi_stack_capture(void);
@@ -322,6 +330,9 @@ void msi_symbolized_free(msi_symbolized *s);
 
 /* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */
 int msi_expand_path(const char *pattern, char *out, size_t len);
+
+/* api.c: initialises the library (options, backend, MEMSNAP_RECORD) if needed; 0 or -1. */
+int msi_ensure_ready(void);
 
 /* api.c: calls fn with every device's state locked (in index order), for snapshots. */
 void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *arg);

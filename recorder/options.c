@@ -19,6 +19,7 @@
 #include "internal.h"
 
 msi_options msi_opt;
+static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER; /* msi_opt.dump, .dump_on_oom */
 
 enum { OPT_BACKEND, OPT_SIM_CAPACITY, OPT_SIM_DEVICES, OPT_MAX_SPLIT_SIZE_MB, OPT_MAX_NON_SPLIT_ROUNDING_MB,
        OPT_ROUNDUP_POWER2_DIVISIONS, OPT_GC_THRESHOLD, OPT_MEMORY_FRACTION, OPT_OOM, OPT_RECORD,
@@ -212,7 +213,9 @@ static int apply(int opt, const char *value, const char *source, bool warn) {
     case OPT_DUMP_ON_OOM: {
       char *dst = opt == OPT_DUMP ? msi_opt.dump : msi_opt.dump_on_oom;
       if (strlen(value) >= sizeof msi_opt.dump) break;
+      pthread_mutex_lock(&path_lock); /* dumps read it from other threads */
       snprintf(dst, sizeof msi_opt.dump, "%s", value);
+      pthread_mutex_unlock(&path_lock);
       return 0;
     }
     case OPT_DUMP_SIGNAL:
@@ -304,6 +307,13 @@ int msi_option_set(const char *name, const char *value) {
   return MEMSNAP_EINVAL;
 }
 
+bool msi_dump_path(bool on_oom, char *out, size_t len) {
+  pthread_mutex_lock(&path_lock);
+  snprintf(out, len, "%s", on_oom ? msi_opt.dump_on_oom : msi_opt.dump);
+  pthread_mutex_unlock(&path_lock);
+  return out[0] != '\0';
+}
+
 void msi_option_value(int i, char *out, size_t len) {
   static const char *const oom[] = {"null", "throw", "abort"}, *const stacks[] = {"none", "native", "python", "all"};
   out[0] = '\0';
@@ -329,8 +339,8 @@ void msi_option_value(int i, char *out, size_t len) {
     case OPT_RECORD: snprintf(out, len, "%d", msi_opt.record); break;
     case OPT_MAX_ENTRIES: snprintf(out, len, "%llu", (unsigned long long)msi_opt.max_entries); break;
     case OPT_STACKS: snprintf(out, len, "%s", stacks[msi_opt.stacks & 3]); break;
-    case OPT_DUMP: snprintf(out, len, "%s", msi_opt.dump); break;
-    case OPT_DUMP_ON_OOM: snprintf(out, len, "%s", msi_opt.dump_on_oom); break;
+    case OPT_DUMP: msi_dump_path(false, out, len); break;
+    case OPT_DUMP_ON_OOM: msi_dump_path(true, out, len); break;
     case OPT_DUMP_SIGNAL: if (msi_opt.dump_signal) snprintf(out, len, "%d", msi_opt.dump_signal); break;
     default: break;
   }

@@ -52,6 +52,8 @@ typedef struct snap_device {
 } snap_device;
 
 typedef struct snapshot {
+  msi_event *ev;                 /* the ring, copied under the device locks */
+  uint64_t nev, dropped, max_entries, start_ns;
   snap_segment *segs;
   size_t nsegs, segs_cap;
   snap_block *blocks;
@@ -85,8 +87,8 @@ static bool push_block(snapshot *s, const msi_block *b) {
     s->blocks_cap = cap;
   }
   uint8_t state = b->allocated ? 0 : b->in_tree ? 1 : 2;
-  s->blocks[s->nblocks++] = (snap_block){b->ptr, b->size, b->allocated || state == 2 ? b->requested_size : 0,
-                                         b->stack_id, state};
+  bool in_use = b->allocated || state == 2; /* a free block's stack_id is a stale leftover */
+  s->blocks[s->nblocks++] = (snap_block){b->ptr, b->size, in_use ? b->requested_size : 0, in_use ? b->stack_id : 0, state};
   return true;
 }
 
@@ -133,8 +135,10 @@ static void gather(msi_device **devs, int n, void *arg) {
     }
     free(heads);
   }
-  /* Still under every device lock: the snapshot event and the ring copy see the same instant. */
+  /* Still under every device lock: the snapshot event and the ring copy see the same instant
+   * as the blocks (lock order: device locks, then the ring's). */
   if (msi_is_recording()) msi_history_add(MSI_EV_SNAPSHOT, -1, NULL, 0, 0, 0, 0, 0);
+  s->nev = msi_history_copy(&s->ev, &s->dropped, &s->max_entries, &s->start_ns);
 }
 
 /* ---- paths ----------------------------------------------------------------------------- */
@@ -235,9 +239,14 @@ static sqlite3_stmt *prepare(writer *w, const char *sql) {
 }
 
 /* Binds the int64 values in order and runs the statement. */
-static void insert_ints(writer *w, sqlite3_stmt *st, const int64_t *v, int n) {
+/* Binds the values in order (those at positions in `null_if_zero`, a bit mask, as NULL when 0)
+ * and runs the statement. */
+static void insert_ints(writer *w, sqlite3_stmt *st, const int64_t *v, int n, unsigned null_if_zero) {
   if (!st || w->rc) return;
-  for (int i = 0; i < n; i++) sqlite3_bind_int64(st, i + 1, v[i]);
+  for (int i = 0; i < n; i++) {
+    if ((null_if_zero >> i & 1) && v[i] == 0) sqlite3_bind_null(st, i + 1);
+    else sqlite3_bind_int64(st, i + 1, v[i]);
+  }
   ok(w, sqlite3_step(st), "insert");
   sqlite3_reset(st);
 }
@@ -382,17 +391,19 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     int64_t t = (int64_t)(e->time_ns - start_ns);
     if (e->kind == MSI_EV_MARK) {
       int64_t v[] = {id, t, (int64_t)e->aux, e->tid, e->stack_id};
-      insert_ints(w, st2, v, 5);
+      insert_ints(w, st2, v, 5, 1u << 4);
       if (e->aux > max_label) max_label = (uint32_t)e->aux;
     } else if (e->kind == MSI_EV_RANGE_PUSH) {
       if (open) open[nopen++] = (open_range){e->tid, i};
       if (e->aux > max_label) max_label = (uint32_t)e->aux;
     } else if (e->kind == MSI_EV_RANGE_POP && open) {
+      /* The pop closes the open push of its thread at its depth (a push records the depth
+         before it, a pop the depth after it); a pop whose push is not in the ring matches none. */
       for (size_t k = nopen; k-- > 0;)
-        if (open[k].tid == e->tid) {
+        if (open[k].tid == e->tid && ev[open[k].idx].requested == e->requested) {
           const msi_event *p = &ev[open[k].idx];
           int64_t v[] = {(int64_t)p->aux, p->tid, (int64_t)p->requested, (int64_t)(p->time_ns - start_ns), t, p->stack_id};
-          insert_ints(w, st3, v, 6);
+          insert_ints(w, st3, v, 6, 1u << 5);
           memmove(&open[k], &open[k + 1], sizeof *open * (nopen - k - 1));
           nopen--;
           break;
@@ -417,7 +428,8 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     sqlite3_bind_int64(st3, 3, (int64_t)p->requested);
     sqlite3_bind_int64(st3, 4, (int64_t)(p->time_ns - start_ns));
     sqlite3_bind_null(st3, 5);
-    sqlite3_bind_int64(st3, 6, p->stack_id);
+    if (p->stack_id) sqlite3_bind_int64(st3, 6, p->stack_id);
+    else sqlite3_bind_null(st3, 6);
     ok(w, sqlite3_step(st3), "insert range");
     sqlite3_reset(st3);
   }
@@ -439,10 +451,10 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   st2 = prepare(w, "INSERT INTO stack_frames VALUES(?,?,?)");
   for (uint32_t id = 1; id < sym->nstacks && !w->rc; id++) {
     int64_t v[] = {id, sym->stacks[id].depth};
-    insert_ints(w, st, v, 2);
+    insert_ints(w, st, v, 2, 0);
     for (uint32_t p = 0; p < sym->stacks[id].depth && !w->rc; p++) {
       int64_t f[] = {id, p, sym->stacks[id].frames[p] + 1};
-      insert_ints(w, st2, f, 3);
+      insert_ints(w, st2, f, 3, 0);
     }
   }
   sqlite3_finalize(st);
@@ -493,10 +505,10 @@ int memsnap_dump(const char *pattern) {
   if (!memsnap_backend_name()) return MEMSNAP_EBACKEND;
 
   snapshot s = {0};
+  s.start_ns = msi_now_ns();
   msi_devices_locked(gather, &s);
-  msi_event *ev = NULL;
-  uint64_t dropped = 0, max_entries = 0, start_ns = msi_now_ns();
-  uint64_t nev = msi_history_copy(&ev, &dropped, &max_entries, &start_ns);
+  msi_event *ev = s.ev;
+  uint64_t dropped = s.dropped, max_entries = s.max_entries, start_ns = s.start_ns, nev = s.nev;
   msi_symbolized sym = {0};
   if (s.failed || nev == UINT64_MAX) {
     if (s.failed) msi_error("snapshot '%s': out of host memory", path);

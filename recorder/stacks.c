@@ -268,7 +268,7 @@ static char *demangle(const char *name) {
 }
 
 static bool is_interpreter(const char *name) {
-  return strncmp(name, "_PyEval_EvalFrame", 17) == 0 || strncmp(name, "PyEval_EvalCode", 15) == 0;
+  return name && (strncmp(name, "_PyEval_EvalFrame", 17) == 0 || strncmp(name, "PyEval_EvalCode", 15) == 0);
 }
 
 void msi_stacks_reset(void) {
@@ -357,6 +357,9 @@ static void symbolize_native(msi_frame *f, uint64_t pc, msi_symbols *syms) {
   f->file = strdup("");
 }
 
+/* A frame whose strings could not all be allocated. */
+static bool frame_incomplete(const msi_frame *f) { return !f->name || !f->file || !f->module; }
+
 static char *code_attr(PyObject *code, const char *attr) {
   PyObject *v = py.GetAttrString(code, attr);
   const char *s = v ? py.Unicode_AsUTF8(v) : NULL;
@@ -369,7 +372,7 @@ static char *code_attr(PyObject *code, const char *attr) {
 static void symbolize_python(msi_frame *f, uint64_t code, uint64_t position, bool have_gil) {
   f->python = true;
   f->line = -1;
-  if (position & LINE_FLAG) f->line = (int64_t)(uint32_t)position;
+  if (position & LINE_FLAG) f->line = (int64_t)(int32_t)(uint32_t)position;
   else if (have_gil) f->line = py.Code_Addr2Line((PyObject *)(uintptr_t)code, (int)position);
   if (have_gil) {
     f->name = code_attr((PyObject *)(uintptr_t)code, "co_qualname");
@@ -409,6 +412,7 @@ int msi_stacks_symbolize(msi_symbolized *out) {
       int64_t f = frame_find_or_add(&t, w[k], UINT64_MAX, &added);
       if (f < 0) goto oom_ids;
       if (added) symbolize_native(&t.frames[f], w[k], syms);
+      if (frame_incomplete(&t.frames[f])) goto oom_ids;
       native_ids[k] = f;
     }
     for (int k = 0; k < r->n_python; k++) {
@@ -417,6 +421,7 @@ int msi_stacks_symbolize(msi_symbolized *out) {
       int64_t f = frame_find_or_add(&t, code, line, &added);
       if (f < 0) goto oom_ids;
       if (added) symbolize_python(&t.frames[f], code, line, have_gil);
+      if (frame_incomplete(&t.frames[f])) goto oom_ids;
       python_ids[k] = f;
     }
     /* Merge: native frames down to the first interpreter frame, the Python frames there, then
@@ -478,4 +483,10 @@ void msi_symbolized_free(msi_symbolized *s) {
   free(s->frames);
   free(s->stacks);
   memset(s, 0, sizeof *s);
+}
+
+void msi_stacks_fork(int phase) {
+  if (phase == MSI_FORK_PREPARE) pthread_mutex_lock(&stack_lock);
+  else pthread_mutex_unlock(&stack_lock);
+  if (phase == MSI_FORK_CHILD) in_capture = 0;
 }

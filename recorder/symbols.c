@@ -113,6 +113,7 @@ static void read_table(module *m, const ElfW(Ehdr) *eh, const ElfW(Shdr) *sh, co
       str->sh_size > m->map_len - str->sh_offset)
     return;
   size_t n = sh->sh_size / sizeof(ElfW(Sym));
+  if (n == 0) return; /* realloc(p, 0) would free p */
   const ElfW(Sym) *syms = (const void *)(base + sh->sh_offset);
   fn_sym *out = realloc(m->syms, sizeof *out * (m->nsyms + n));
   if (!out) return;
@@ -128,10 +129,10 @@ static void read_table(module *m, const ElfW(Ehdr) *eh, const ElfW(Shdr) *sh, co
 
 static void load(module *m) {
   m->loaded = true;
-  int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+  int fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never block on a FIFO */
   if (fd < 0) return;
   struct stat st;
-  if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(ElfW(Ehdr))) {
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)sizeof(ElfW(Ehdr))) {
     m->map_len = (size_t)st.st_size;
     m->map = mmap(NULL, m->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m->map == MAP_FAILED) m->map = NULL;
@@ -194,7 +195,7 @@ bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const ch
 /* Runs `addr2line -e path` on the addresses written to in_fd; returns its stdout, or NULL. */
 static FILE *run_addr2line(const char *path, int in_fd, pid_t *pid) {
   int out[2];
-  if (pipe(out) != 0) return NULL;
+  if (pipe2(out, O_CLOEXEC) != 0) return NULL; /* other children must not hold the write end */
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
@@ -209,7 +210,12 @@ static FILE *run_addr2line(const char *path, int in_fd, pid_t *pid) {
     close(out[0]);
     return NULL;
   }
-  return fdopen(out[0], "r");
+  FILE *f = fdopen(out[0], "r");
+  if (!f) {
+    close(out[0]);
+    waitpid(*pid, NULL, 0);
+  }
+  return f;
 }
 
 void msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n) {
@@ -218,7 +224,7 @@ void msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n) {
     module *m = &s->mods[mi];
     if (!m->loaded || !m->has_lines || m->map_len > MAX_LINES_MODULE) continue;
     char tmpl[] = "/tmp/memsnap-addr-XXXXXX";
-    int fd = mkstemp(tmpl);
+    int fd = mkostemp(tmpl, O_CLOEXEC);
     if (fd < 0) return;
     unlink(tmpl);
     FILE *in = fdopen(fd, "w+");

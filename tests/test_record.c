@@ -5,6 +5,7 @@
  * functions, a full round trip (events, blocks, segments, statistics, marks, ranges), dumps
  * killed midway, path patterns and bad paths, and the dumps at out of memory and on a signal.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdbool.h>
@@ -194,6 +195,64 @@ static void test_several_devices(void) {
   unsetenv("MEMSNAP_SIM_DEVICES");
 }
 
+static void *churn(void *arg) {
+  volatile int *stop = arg;
+  while (!*stop) memsnap_free(allocate_activation_for_test(4096), 0, 0, S1);
+  return NULL;
+}
+
+/* Defects found in review: fork under load, ranges across a pause, labels, stale stacks. */
+static void test_review_regressions(void) {
+  char env[600];
+  char *parent_db = path_of("parent.db");
+  unlink(parent_db);
+  snprintf(env, sizeof env, "MEMSNAP_RECORD=1;MEMSNAP_DUMP=%s", parent_db);
+  fresh(env);
+  volatile int stop = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, churn, (void *)&stop);
+  void *mine = memsnap_malloc(3 * MiB, 0, S1);
+  memsnap_mark("parent");
+  bool child_ok = true;
+  for (int i = 0; i < 20 && child_ok; i++) {
+    pid_t pid = fork(); /* another thread allocates and records all the while */
+    if (pid == 0) {
+      void *p = memsnap_malloc(1000, 0, S1); /* locks must be usable in the child */
+      memsnap_free(p, 0, 0, S1);
+      exit(0); /* must not write the parent's MEMSNAP_DUMP */
+    }
+    int status = 0;
+    child_ok = waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  stop = 1;
+  pthread_join(t, NULL);
+  CHECK("fork: children allocate and exit without deadlock", child_ok);
+  CHECK("fork: no child wrote the parent's snapshot", access(parent_db, F_OK) != 0);
+  memsnap_free(mine, 0, 0, S1);
+  memsnap_shutdown();
+  CHECK("fork: the parent's snapshot is the parent's", q1(parent_db, "select value from meta where key='pid'") == getpid() &&
+                                                          q1(parent_db, "select count(*) from marks") == 1);
+  unsetenv("MEMSNAP_DUMP");
+
+  fresh("MEMSNAP_RECORD=1");
+  memsnap_range_push("A");
+  memsnap_record_stop();
+  memsnap_range_push("B"); /* not recorded */
+  memsnap_record_start(0, NULL);
+  memsnap_range_pop(); /* closes B: no match in the ring */
+  memsnap_range_pop(); /* closes A */
+  memsnap_mark(NULL);
+  void *p = memsnap_malloc(4096, 0, S1);
+  memsnap_free(p, 0, 0, S1);
+  char *db = path_of("ranges.db");
+  memsnap_dump(db);
+  CHECK("ranges: paired by depth across a recording pause",
+        q1(db, "select count(*) from ranges") == 1 && q1(db, "select count(*) from ranges r join labels l on l.id=r.label_id where l.text='A' and end_ns is not null") == 1);
+  CHECK("labels: id 0 is the empty label", q1(db, "select count(*) from labels where id=0 and text=''") == 1 &&
+                                               q1(db, "select count(*) from marks where label_id=0") == 1);
+  CHECK("blocks: free blocks carry no stale stack", q1(db, "select count(*) from blocks where state='free' and stack_id is not null") == 0);
+}
+
 static void test_paths_and_errors(void) {
   fresh("");
   char pattern[512], expect[512];
@@ -293,6 +352,7 @@ int main(void) {
   if (system(cmd) != 0) return 1;
   test_round_trip();
   test_several_devices();
+  test_review_regressions();
   test_paths_and_errors();
   test_dump_on_oom_and_signal();
   test_killed_dumps();
