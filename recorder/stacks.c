@@ -387,42 +387,55 @@ static void symbolize_python(msi_frame *f, uint64_t code, uint64_t position, boo
 int msi_stacks_symbolize(msi_symbolized *out) {
   memset(out, 0, sizeof *out);
   frame_tab t = {0};
-  msi_symbols *syms = msi_symbols_open();
-  bool have_gil = false;
-  int gil = 0;
-  if (MSI_UNLIKELY(py.state == 0)) python_resolve();
-  if (py.state == 1 && py.IsInitialized()) { /* the GIL before stack_lock, as in capture */
-    gil = py.GILState_Ensure();
-    have_gil = true;
-  }
+  /* 1. Copy the interned stacks; recording goes on meanwhile (code objects stay alive: every
+   *    interned one holds a reference). */
   pthread_mutex_lock(&stack_lock);
   uint32_t n = nrecs ? nrecs : 1;
+  stack_rec *r_copy = malloc(sizeof *r_copy * n);
+  uint64_t *w_copy = malloc(sizeof *w_copy * (nwords ? nwords : 1));
+  if (r_copy && w_copy) {
+    if (nrecs) memcpy(r_copy, recs, sizeof *r_copy * nrecs);
+    if (nwords) memcpy(w_copy, words, sizeof *w_copy * nwords);
+  }
+  uint32_t count = nrecs;
+  pthread_mutex_unlock(&stack_lock);
+  msi_symbols *syms = msi_symbols_open();
+  if (!r_copy || !w_copy || !syms) goto oom;
   out->stacks = calloc(n, sizeof *out->stacks);
   if (!out->stacks) goto oom;
   out->nstacks = n;
-  for (uint32_t id = 1; id < nrecs; id++) {
-    stack_rec *r = &recs[id];
-    const uint64_t *w = &words[r->offset];
+  /* 2. Native frames named and stacks merged, with no lock held. Python frames are entered in
+   *    the frame table here and named in step 3. */
+  for (uint32_t id = 1; id < count; id++) {
+    stack_rec *r = &r_copy[id];
+    const uint64_t *w = &w_copy[r->offset];
     size_t total = (size_t)r->n_native + r->n_python;
-    int64_t *ids = malloc(sizeof *ids * (total ? total : 1));
-    if (!ids) goto oom;
-    int64_t *native_ids = ids, python_ids[MAX_PYTHON];
-    for (int k = 0; k < r->n_native; k++) {
+    int64_t *native_ids = malloc(sizeof *native_ids * (r->n_native ? r->n_native : 1)), python_ids[MAX_PYTHON];
+    int64_t *merged = malloc(sizeof *merged * (total ? total : 1));
+    if (!native_ids || !merged) {
+      free(native_ids);
+      free(merged);
+      goto oom;
+    }
+    bool failed = false;
+    for (int k = 0; k < r->n_native && !failed; k++) {
       bool added;
       int64_t f = frame_find_or_add(&t, w[k], UINT64_MAX, &added);
-      if (f < 0) goto oom_ids;
-      if (added) symbolize_native(&t.frames[f], w[k], syms);
-      if (frame_incomplete(&t.frames[f])) goto oom_ids;
+      if (f >= 0 && added) symbolize_native(&t.frames[f], w[k], syms);
+      failed = f < 0 || frame_incomplete(&t.frames[f]);
       native_ids[k] = f;
     }
-    for (int k = 0; k < r->n_python; k++) {
+    for (int k = 0; k < r->n_python && !failed; k++) {
       bool added;
-      uint64_t code = w[r->n_native + 2 * k], line = w[r->n_native + 2 * k + 1];
-      int64_t f = frame_find_or_add(&t, code, line, &added);
-      if (f < 0) goto oom_ids;
-      if (added) symbolize_python(&t.frames[f], code, line, have_gil);
-      if (frame_incomplete(&t.frames[f])) goto oom_ids;
+      int64_t f = frame_find_or_add(&t, w[r->n_native + 2 * k], w[r->n_native + 2 * k + 1], &added);
+      if (f >= 0 && added) t.frames[f].python = true; /* named in step 3 */
+      failed = f < 0;
       python_ids[k] = f;
+    }
+    if (failed) {
+      free(native_ids);
+      free(merged);
+      goto oom;
     }
     /* Merge: native frames down to the first interpreter frame, the Python frames there, then
        the native frames after the last interpreter frame. */
@@ -432,8 +445,6 @@ int msi_stacks_symbolize(msi_symbolized *out) {
         if (first < 0) first = k;
         last = k;
       }
-    int64_t *merged = malloc(sizeof *merged * (total ? total : 1));
-    if (!merged) goto oom_ids;
     size_t m = 0;
     if (r->n_python && first >= 0) {
       for (int k = 0; k < first; k++) merged[m++] = native_ids[k];
@@ -443,27 +454,39 @@ int msi_stacks_symbolize(msi_symbolized *out) {
       for (int k = 0; k < r->n_native; k++) merged[m++] = native_ids[k];
       for (int k = 0; k < r->n_python; k++) merged[m++] = python_ids[k];
     }
-    free(ids);
+    free(native_ids);
     out->stacks[id].frames = merged;
     out->stacks[id].depth = (uint32_t)m;
-    continue;
-  oom_ids:
-    free(ids);
-    goto oom;
   }
-  pthread_mutex_unlock(&stack_lock);
+  /* 3. Python frames, with the GIL (only for this). */
+  bool have_gil = false;
+  int gil = 0;
+  if (MSI_UNLIKELY(py.state == 0)) python_resolve();
+  if (py.state == 1 && py.IsInitialized()) {
+    gil = py.GILState_Ensure();
+    have_gil = true;
+  }
+  bool failed = false;
+  for (size_t f = 0; f < t.n; f++) {
+    if (!t.frames[f].python) continue;
+    symbolize_python(&t.frames[f], t.keys[2 * f], t.keys[2 * f + 1], have_gil);
+    failed |= frame_incomplete(&t.frames[f]);
+  }
   if (have_gil) py.GILState_Release(gil);
+  if (failed) goto oom;
   msi_symbols_lines(syms, t.frames, t.n);
   msi_symbols_close(syms);
+  free(r_copy);
+  free(w_copy);
   out->frames = t.frames;
   out->nframes = t.n;
   free(t.keys);
   free(t.index);
   return MEMSNAP_OK;
 oom:
-  pthread_mutex_unlock(&stack_lock);
-  if (have_gil) py.GILState_Release(gil);
   msi_symbols_close(syms);
+  free(r_copy);
+  free(w_copy);
   out->frames = t.frames;
   out->nframes = t.n;
   free(t.keys);
