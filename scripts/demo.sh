@@ -12,8 +12,8 @@ echo "== memsnap demo on the $backend backend (set MEMSNAP_BACKEND=sim|cuda to c
 MEMSNAP_BACKEND=$backend MEMSNAP_SIM_CAPACITY=${MEMSNAP_SIM_CAPACITY:-2G} \
   "$build/samples/train_loop" --iterations 8 --record --dump "$build/demo.db"
 echo
-echo "== the snapshot, $build/demo.db (SQLite; docs/snapshot-format.md):"
-python3 "$(dirname "$0")/show_snapshot.py" "$build/demo.db"
+echo "== memsnap analyze $build/demo.db (the snapshot is SQLite: docs/snapshot-format.md)"
+"$build/memsnap" analyze "$build/demo.db"
 echo
-echo "== the leak: keep_loss_for_logging holds one block per iteration, and allocated memory"
-echo "== grows by the same amount every iteration (see the 'iter' lines)"
+echo "== the leak: keep_loss_for_logging is the first leak candidate, growing every iteration,"
+echo "== ranked above the weights and optimizer state that hold more but do not grow"

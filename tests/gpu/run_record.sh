@@ -6,7 +6,7 @@ OUT=${OUT:-/tmp/memsnap-gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MEMSNAP_LIB=$PWD/build/libmemsnap.so OUT
 PYTHONPATH=recorder/python python3 samples/torch_train.py --steps 10 --out "$OUT/torch_train.db" 2>&1 | tail -3
-python3 scripts/show_snapshot.py "$OUT/torch_train.db" 2>&1 | tail -12
+build/memsnap analyze "$OUT/torch_train.db" 2>&1 | head -40
 python3 -c "
 import sqlite3; db = sqlite3.connect('$OUT/torch_train.db')
 print('innermost python frames of live blocks:')
