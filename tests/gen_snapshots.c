@@ -6,12 +6,16 @@
  *   oom.db        a 40 MiB request on a 64 MiB device that holds 40 MiB: one OOM;
  *   truncated.db  the same steps through a ring of 32 events: history truncated;
  *   empty.db      a snapshot of a library that never recorded.
+ * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
+ * activations, a slow leak), for the analyzer's speed benchmark (tests/bench_analyze.sh).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "memsnap.h"
+
+static int dump(const char *dir, const char *name);
 
 #define MiB ((size_t)1 << 20)
 
@@ -52,12 +56,34 @@ static int dump(const char *dir, const char *name) {
   return 0;
 }
 
+static int big(const char *dir, long events) {
+  setenv("MEMSNAP_SIM_CAPACITY", "64G", 1);
+  memsnap_record_start((size_t)events + 64, NULL);
+  void *w = load_weights(512 * MiB);
+  long pairs = events / 3, per_step = pairs / 100 > 1 ? pairs / 100 : 1;
+  for (long i = 0; i < pairs; i++) {
+    if (i % per_step == 0) {
+      char label[32];
+      snprintf(label, sizeof label, "step %ld", i / per_step);
+      memsnap_mark(label);
+      keep_history(4096);
+    }
+    memsnap_free(activation((size_t)(1 + i % 97) * 65536), 0, 0, NULL);
+  }
+  (void)w;
+  return dump(dir, "big.db");
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: gen_snapshots DIR\n");
+  if (argc != 2 && argc != 3) {
+    fprintf(stderr, "usage: gen_snapshots DIR [EVENTS]\n");
     return 2;
   }
   setenv("MEMSNAP_BACKEND", "sim", 1);
+  if (argc == 3) {
+    setenv("MEMSNAP_STACKS", "native", 1);
+    return big(argv[1], atol(argv[2]));
+  }
   setenv("MEMSNAP_STACKS", "native", 1);
   setenv("MEMSNAP_SIM_CAPACITY", "4G", 1);
   memsnap_record_start(0, NULL);
