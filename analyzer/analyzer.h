@@ -131,6 +131,8 @@ typedef struct ms_report_options {
 } ms_report_options;
 
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
+/* One line per snapshot (one per rank, say): peaks, iterations, the first leak candidate. */
+void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out);
 /* Writes the JSON document; 0, or -1 when out of memory. */
 int ms_report_json(const ms_analysis *a, FILE *out);
 /* The frames of a stack that matter (allocator, dispatcher and interpreter frames folded away),

@@ -1,5 +1,6 @@
-/* cmd_analyze.c: `memsnap analyze [options] SNAPSHOT.db`: the analysis as a report (analysis.c,
- * report.c). */
+/* cmd_analyze.c: `memsnap analyze [options] SNAPSHOT.db...`: the analysis as a report (analysis.c,
+ * report.c). With several snapshots (one per rank, say): a table side by side, then each
+ * report; with --json, {"snapshots": [analysis, ...]}. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,9 @@
 int cmd_analyze(int argc, char **argv) {
   ms_report_options o = {false, 4};
   bool json = false;
-  const char *label = NULL, *path = NULL;
+  const char *label = NULL;
+  const char *paths[64];
+  int npaths = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = true;
     else if (!strcmp(argv[i], "--full-stacks")) o.full_stacks = true;
@@ -22,32 +25,52 @@ int cmd_analyze(int argc, char **argv) {
       char msg[128];
       snprintf(msg, sizeof msg, "unknown option '%s'", argv[i]);
       return ms_usage_error("analyze", msg);
-    } else if (path) {
-      return ms_usage_error("analyze", "one snapshot at a time");
+    } else if (npaths == 64) {
+      return ms_usage_error("analyze", "at most 64 snapshots at once");
     } else {
-      path = argv[i];
+      paths[npaths++] = argv[i];
     }
   }
-  if (!path) return ms_usage_error("analyze", "no snapshot given");
-  ms_snapshot s;
-  if (ms_open(&s, path) != 0) {
-    fprintf(stderr, "error: %s\n", s.error);
+  if (!npaths) return ms_usage_error("analyze", "no snapshot given");
+  ms_snapshot *s = calloc((size_t)npaths, sizeof *s);
+  ms_analysis *a = calloc((size_t)npaths, sizeof *a);
+  if (!s || !a) {
+    free(s);
+    free(a);
+    fprintf(stderr, "error: out of memory\n");
     return 1;
   }
-  ms_analysis a;
-  int rc = 0;
-  if (ms_analyze(&s, &a, label) != 0) {
-    fprintf(stderr, "error: %s\n", s.error);
-    rc = 1;
-  } else if (json) {
-    if (ms_report_json(&a, stdout) != 0) {
-      fprintf(stderr, "error: out of memory writing JSON\n");
+  int rc = 0, done = 0;
+  for (; done < npaths; done++) {
+    if (ms_open(&s[done], paths[done]) != 0 || ms_analyze(&s[done], &a[done], label) != 0) {
+      fprintf(stderr, "error: %s\n", s[done].error);
+      ms_close(&s[done]);
       rc = 1;
+      break;
     }
-  } else {
-    ms_report_text(&a, &o, stdout);
   }
-  ms_analysis_free(&a);
-  ms_close(&s);
+  if (rc == 0 && json) {
+    if (npaths > 1) printf("{\"snapshots\": [\n");
+    for (int i = 0; i < npaths && rc == 0; i++) {
+      if (i) printf(",\n");
+      if (ms_report_json(&a[i], stdout) != 0) {
+        fprintf(stderr, "error: out of memory writing JSON\n");
+        rc = 1;
+      }
+    }
+    if (npaths > 1) printf("]}\n");
+  } else if (rc == 0) {
+    if (npaths > 1) ms_report_side_by_side(a, (size_t)npaths, stdout);
+    for (int i = 0; i < npaths; i++) {
+      if (npaths > 1) printf("\n");
+      ms_report_text(&a[i], &o, stdout);
+    }
+  }
+  for (int i = 0; i < done; i++) {
+    ms_analysis_free(&a[i]);
+    ms_close(&s[i]);
+  }
+  free(s);
+  free(a);
   return rc;
 }

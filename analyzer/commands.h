@@ -5,6 +5,7 @@
 /* Each returns the exit code: 0 ok, 1 error, 2 usage. argv[0] is the command name. */
 int cmd_info(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 
 /* Prints "error: <command>: <message>" and the command's usage on stderr; returns 2. */
 int ms_usage_error(const char *command, const char *message);

@@ -38,6 +38,7 @@ static const command commands[] = {
     {"analyze", cmd_analyze,
      "memsnap analyze [--json] [--full-stacks] [--frames N] [--iterations LABEL] SNAPSHOT.db\n"
      "                            peaks, iterations, leak candidates, OOMs, top sites"},
+    {"diff", cmd_diff, "memsnap diff [--full-stacks] A.db B.db\n                            what grew between two snapshots, by allocation site"},
     {"info", cmd_info, "memsnap info SNAPSHOT.db... what a snapshot holds"},
     {"help", cmd_help, "memsnap help                show this help"},
     {"version", cmd_version, "memsnap version             print the version"},

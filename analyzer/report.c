@@ -199,6 +199,29 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   }
 }
 
+void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
+  fprintf(out, "memsnap analyze: %zu snapshots side by side\n", n);
+  fprintf(out, "  %-28s %8s %10s %14s %14s %6s  %s\n", "snapshot", "pid", "events", "peak allocated", "peak reserved",
+          "iters", "first leak candidate");
+  for (size_t i = 0; i < n; i++) {
+    const ms_snapshot *s = a[i].snap;
+    char b1[32], b2[32], lead[160] = "none";
+    ms_format_bytes(a[i].peak_allocated, b1, sizeof b1);
+    ms_format_bytes(a[i].peak_reserved, b2, sizeof b2);
+    if (a[i].nleaks) {
+      const ms_site *st = &a[i].sites[a[i].leaks[0]];
+      uint32_t ids[1];
+      char bytes[32];
+      size_t nf = ms_stack_frames_that_matter(s, st->stack_id, ids, 1);
+      ms_format_bytes(st->kind == MS_LEAK_GROWING ? (int64_t)st->bytes_per_iteration : st->end_bytes, bytes, sizeof bytes);
+      snprintf(lead, sizeof lead, "%s %s%s in %s", kind_name(st->kind), st->kind == MS_LEAK_GROWING ? "+" : "", bytes,
+               nf ? s->frames[ids[0]].name : "(no stack)");
+    }
+    fprintf(out, "  %-28s %8lld %10lld %14s %14s %6zu  %s\n", base_name(s->path), (long long)s->pid, (long long)s->nevents,
+            b1, b2, a[i].niters, lead);
+  }
+}
+
 /* ---- JSON ------------------------------------------------------------------------------- */
 
 static cJSON *json_frames(const ms_snapshot *s, const uint32_t *ids, size_t n) {

@@ -2,7 +2,8 @@
  * simulated device (exact sizes, no GPU):
  *   leak.db       six iterations marked "step 1".."step 6": weights and optimizer state held from
  *                 the start (retained, 96 MiB and 64 MiB), one site growing by 1 MiB per step (the
- *                 leak), and 2 x 8 MiB of activations freed every step;
+ *                 leak), and 2 x 8 MiB of activations freed every step; early.db: the same run
+ *                 after step 2;
  *   oom.db        a 40 MiB request on a 64 MiB device that holds 40 MiB: one OOM;
  *   truncated.db  the same steps through a ring of 32 events: history truncated;
  *   empty.db      a snapshot of a library that never recorded.
@@ -31,6 +32,8 @@ SITE(make_optimizer_state)
 SITE(keep_history)
 SITE(activation)
 
+static const char *early_dir; /* set: write early.db after step 2 */
+
 static void train(int steps) {
   void *w = load_weights(96 * MiB), *state = NULL;
   for (int i = 0; i < steps; i++) {
@@ -42,6 +45,7 @@ static void train(int steps) {
     keep_history(1 * MiB); /* the leak */
     memsnap_free(a, 0, 0, NULL);
     memsnap_free(b, 0, 0, NULL);
+    if (i == 1 && early_dir) dump(early_dir, "early.db");
   }
   (void)w;
 }
@@ -87,7 +91,9 @@ int main(int argc, char **argv) {
   setenv("MEMSNAP_STACKS", "native", 1);
   setenv("MEMSNAP_SIM_CAPACITY", "4G", 1);
   memsnap_record_start(0, NULL);
+  early_dir = argv[1];
   train(6);
+  early_dir = NULL;
   int rc = dump(argv[1], "leak.db");
   memsnap_shutdown();
 

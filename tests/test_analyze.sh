@@ -62,6 +62,19 @@ if [ "${REGEN:-}" = 1 ]; then mkdir -p "$here/golden" && cp "$dir/leak.txt" "$he
 diff -u "$here/golden/analyze-leak.txt" "$dir/leak.txt" >"$dir/diff"
 check "golden: the text report of leak.db (make regen-golden refreshes)" "[ $? -eq 0 ] || { cat $dir/diff; false; }"
 
+"$cli" diff "$dir/early.db" "$dir/leak.db" >"$dir/diff.txt"
+check "diff: only the leak grew between step 2 and step 6 (+4 MiB, 2 -> 6 blocks)" \
+  "[ \$? -eq 0 ] && grep -q 'allocated: 162.00 MiB -> 166.00 MiB (+4.00 MiB)' $dir/diff.txt && grep -A1 '+4.00 MiB' $dir/diff.txt | grep -q keep_history && [ \$(grep -c '^  [+-]' $dir/diff.txt) -eq 1 ]"
+"$cli" diff "$dir/leak.db" >/dev/null 2>&1
+check "diff: one snapshot is a usage error" "[ \$? -eq 2 ]"
+"$cli" diff "$dir/leak.db" "$dir/nope.db" >/dev/null 2>"$dir/err"
+check "diff: a missing snapshot is an error naming it" "[ \$? -eq 1 ] && grep -q nope.db $dir/err"
+"$cli" analyze "$dir/early.db" "$dir/leak.db" >"$dir/side.txt"
+check "several snapshots: side by side, then each report" \
+  "[ \$? -eq 0 ] && grep -q '2 snapshots side by side' $dir/side.txt && grep -q 'leak.db .* growing +1.00 MiB in keep_history' $dir/side.txt && [ \$(grep -c '^memsnap analyze: .*db' $dir/side.txt) -eq 2 ]"
+"$cli" analyze --json "$dir/early.db" "$dir/leak.db" >"$dir/side.json"
+check "several snapshots: --json is {snapshots: [...]}" "json $dir/side.json \"len(j['snapshots']) == 2 and j['snapshots'][1]['leaks'][0]['kind'] == 'growing'\""
+
 "$cli" info "$dir/leak.db" >"$dir/info.txt"
 check "info: metadata" "[ $? -eq 0 ] && grep -q 'format             1' $dir/info.txt && grep -q 'live blocks' $dir/info.txt"
 
