@@ -56,7 +56,7 @@ check "--iterations with an unknown label: error 1 naming it" "[ $? -eq 1 ] && g
 check "--iterations LABEL chooses the label (numbers ignored)" "json $dir/forced.json \"len(j['iterations']) == 6\""
 
 # Golden text report: times, pid and host vary from run to run and are masked.
-mask() { sed -E 's/[0-9]+(\.[0-9]+)? (ns|us|ms|s)\b/T/g; s/pid [0-9]+ on [^,]+/pid P on H/; s/event [0-9]+/event E/; s#^memsnap analyze: .*#memsnap analyze: SNAPSHOT#'; }
+mask() { sed -E 's/ *[0-9]+(\.[0-9]+)? (ns|us|ms|s)\b/ T/g; s/pid [0-9]+ on [^,]+/pid P on H/; s/event [0-9]+/event E/; s#^memsnap analyze: .*#memsnap analyze: SNAPSHOT#'; }
 "$cli" analyze "$dir/leak.db" | mask >"$dir/leak.txt"
 if [ "${REGEN:-}" = 1 ]; then mkdir -p "$here/golden" && cp "$dir/leak.txt" "$here/golden/analyze-leak.txt"; fi
 diff -u "$here/golden/analyze-leak.txt" "$dir/leak.txt" >"$dir/diff"
