@@ -216,6 +216,7 @@ static void close_iteration(pass *p, int64_t end_ns) {
   ms_analysis *a = p->a;
   if (p->cur_iter >= 0) {
     a->iters[p->cur_iter].end_ns = end_ns;
+    a->iters[p->cur_iter].end_unallocated = p->reserved - p->allocated;
     for (size_t i = 0; i < a->nsites; i++) {
       ms_site *s = &a->sites[i];
       if (p->cur_iter == 0 || s->observed == 0) {

@@ -80,6 +80,7 @@ typedef struct ms_iteration {
   int64_t start_ns, end_ns;
   int64_t peak_allocated, peak_reserved;
   int64_t peak_ns;
+  int64_t end_unallocated; /* reserved but unallocated at the iteration's end: fragmentation */
 } ms_iteration;
 
 typedef struct ms_site_bytes {

@@ -36,8 +36,8 @@ static int cmd_options(int argc, char **argv) {
 
 static const command commands[] = {
     {"analyze", cmd_analyze,
-     "memsnap analyze [--json] [--full-stacks] [--frames N] [--iterations LABEL] SNAPSHOT.db\n"
-     "                            peaks, iterations, leak candidates, OOMs, top sites"},
+     "memsnap analyze [--json | --html OUT.html] [--full-stacks] [--frames N] [--iterations LABEL]\n"
+     "                SNAPSHOT.db...  peaks, iterations, leak candidates, OOMs, top sites"},
     {"diff", cmd_diff, "memsnap diff [--full-stacks] A.db B.db\n                            what grew between two snapshots, by allocation site"},
     {"info", cmd_info, "memsnap info SNAPSHOT.db... what a snapshot holds"},
     {"help", cmd_help, "memsnap help                show this help"},

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "analyzer.h"
 
@@ -197,7 +198,14 @@ int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void
                          -1, &st, NULL) != SQLITE_OK)
     return fail(s, "'%s': cannot read events: %s", s->path, sqlite3_errmsg(s->db));
   int rc = 0, step;
+  /* Progress on stderr for long work, when a person watches (stderr is a terminal). */
+  bool progress = s->nevents > 500000 && isatty(2);
+  int64_t rows = 0, shown = -1;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (progress && (++rows & 0xffff) == 0 && rows * 100 / s->nevents != shown) {
+      shown = rows * 100 / s->nevents;
+      fprintf(stderr, "\rreading %s: %3lld%%", s->path, (long long)shown);
+    }
     ms_event e;
     e.id = sqlite3_column_int64(st, 0);
     e.time_ns = sqlite3_column_int64(st, 1);
@@ -214,6 +222,7 @@ int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void
     if (e.size < 0 || e.requested < 0) continue; /* malformed row: skip */
     if ((rc = fn(&e, arg)) != 0) break;
   }
+  if (progress) fprintf(stderr, "\r%*s\r", (int)strlen(s->path) + 20, "");
   if (step != SQLITE_ROW && step != SQLITE_DONE) rc = fail(s, "'%s': reading events failed: %s", s->path, sqlite3_errmsg(s->db));
   sqlite3_finalize(st);
   return rc;

@@ -125,12 +125,13 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     fprintf(out, "  none: the snapshot has no repeated mark or range (memsnap_mark, memsnap.mark, record_function)\n");
   } else {
     fprintf(out, "  %zu from %s labelled '%s'\n", a->niters, a->iteration_source, a->iteration_label);
-    fprintf(out, "  %5s %12s %16s %16s\n", "#", "start", "peak allocated", "peak reserved");
+    fprintf(out, "  %5s %12s %16s %16s %22s\n", "#", "start", "peak allocated", "peak reserved", "cached unused at end");
     for (size_t i = 0; i < a->niters; i++) {
       ms_format_ns(a->iters[i].start_ns, t1, sizeof t1);
       ms_format_bytes(a->iters[i].peak_allocated, b1, sizeof b1);
       ms_format_bytes(a->iters[i].peak_reserved, b2, sizeof b2);
-      fprintf(out, "  %5zu %12s %16s %16s\n", i, t1, b1, b2);
+      ms_format_bytes(a->iters[i].end_unallocated, b3, sizeof b3);
+      fprintf(out, "  %5zu %12s %16s %16s %22s\n", i, t1, b1, b2, b3);
     }
   }
 
@@ -291,6 +292,7 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON_AddNumberToObject(o, "end_ns", (double)a->iters[i].end_ns);
     cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)a->iters[i].peak_allocated);
     cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)a->iters[i].peak_reserved);
+    cJSON_AddNumberToObject(o, "unallocated_at_end_bytes", (double)a->iters[i].end_unallocated);
     cJSON_AddItemToArray(iters, o);
   }
   cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");

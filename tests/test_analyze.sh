@@ -75,6 +75,15 @@ check "several snapshots: side by side, then each report" \
 "$cli" analyze --json "$dir/early.db" "$dir/leak.db" >"$dir/side.json"
 check "several snapshots: --json is {snapshots: [...]}" "json $dir/side.json \"len(j['snapshots']) == 2 and j['snapshots'][1]['leaks'][0]['kind'] == 'growing'\""
 
+cp "$dir/leak.db" "$dir/hostile.db"
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/hostile.db'); c.execute(\"update frames set name = '</pre><script>alert(1)</script><img src=x onerror=alert(2)>' where name = 'keep_history'\"); c.commit()"
+"$cli" analyze --html "$dir/report.html" "$dir/hostile.db"
+check "html: written, with a policy that forbids loading anything" "[ \$? -eq 0 ] && grep -q \"default-src 'none'\" $dir/report.html"
+check "html: hostile frame names are escaped, no markup gets through" \
+  "! grep -q '<script' $dir/report.html && ! grep -q '<img' $dir/report.html && grep -q '&lt;/pre&gt;&lt;script&gt;alert(1)' $dir/report.html"
+"$cli" analyze --html "$dir/leak.db" "$dir/leak.db" 2>"$dir/err"
+check "html: never overwrites an input snapshot" "[ \$? -eq 1 ] && grep -q 'refusing to overwrite' $dir/err && json $dir/leak.json 'True' && python3 -c \"import sqlite3; sqlite3.connect('$dir/leak.db').execute('select 1 from meta')\""
+
 "$cli" info "$dir/leak.db" >"$dir/info.txt"
 check "info: metadata" "[ $? -eq 0 ] && grep -q 'format             1' $dir/info.txt && grep -q 'live blocks' $dir/info.txt"
 
