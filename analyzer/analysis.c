@@ -9,7 +9,8 @@
  * Then the blocks table (the state at the snapshot) gives what is alive at the end.
  *
  * Iterations come from marks, else from ranges: the label that repeats most (outermost ranges
- * first), labels that differ only by numbers ("step 1", "step 2") counting as one.
+ * first), labels that differ only by numbers ("step 1", "step 2") counting as one; with neither,
+ * from the period of the allocation pattern (infer_iterations), and the report says so.
  *
  * Leak kinds: `growing` (live bytes rose at most iteration boundaries and end above where they
  * started), `retained` (allocated in the first iterations and held flat since: weights,
@@ -98,8 +99,9 @@ void ms_label_key(const char *label, char *out, size_t len) {
 }
 
 typedef struct boundary {
-  int64_t id;   /* mark: its event id; range: 0 */
-  int64_t time; /* range: start time */
+  int64_t id;    /* mark: its event id; else 0 */
+  int64_t time;  /* range: start time */
+  int64_t alloc; /* inferred: the ordinal of the allocation that starts it; else -1 */
 } boundary;
 
 /* Chooses the iteration label and fills the boundaries; returns how many (0: none). */
@@ -170,12 +172,60 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
         if (!g) break;
         b = g;
       }
-      b[n++] = (boundary){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1)};
+      b[n++] = (boundary){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), -1};
     }
     sqlite3_finalize(st);
   }
   *out = b;
   return n;
+}
+
+/* With no repeated mark or range: the period of the allocation pattern. Each allocation is a
+ * token (its stack and size); anchored in the middle of the run (past any set-up), the period is
+ * the distance to the anchor's next occurrence if at least 90% of a window repeats at that
+ * distance and the run holds it three times. Iterations then start every `period` allocations
+ * from the earliest position the pattern reaches going back from the anchor. Returns the number
+ * of boundaries (0: no period found). */
+static size_t infer_iterations(ms_analysis *a, boundary **out) {
+  ms_snapshot *s = a->snap;
+  enum { MAX_TOKENS = 400000, WINDOW = 20000, MAX_PERIOD = 50000 };
+  sqlite3_stmt *st;
+  uint64_t *tok = malloc(sizeof *tok * MAX_TOKENS);
+  size_t n = 0;
+  int64_t total = 0;
+  if (!tok) return 0;
+  if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), size from events where kind = 1 order by id", -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      if (n < MAX_TOKENS) tok[n++] = (uint64_t)sqlite3_column_int64(st, 0) * 0x9E3779B97F4A7C15ull ^ (uint64_t)sqlite3_column_int64(st, 1);
+      total++;
+    }
+    sqlite3_finalize(st);
+  }
+  size_t period = 0, anchor = n / 2;
+  for (size_t d = 1; n >= 8 && d <= MAX_PERIOD && anchor + d < n && !period; d++) {
+    if (tok[anchor + d] != tok[anchor] || d < 2 || 3 * d > n) continue;
+    size_t w = n - anchor - d < WINDOW ? n - anchor - d : WINDOW, same = 0;
+    for (size_t i = 0; i < w; i++) same += tok[anchor + i] == tok[anchor + i + d];
+    if (w >= d && same * 10 >= w * 9) period = d;
+  }
+  size_t n_out = 0;
+  if (period) {
+    size_t first = anchor;
+    while (first >= period && tok[first - period] == tok[first]) first -= period;
+    size_t count = (size_t)((total - (int64_t)first + (int64_t)period - 1) / (int64_t)period);
+    boundary *b = count ? malloc(sizeof *b * count) : NULL;
+    for (size_t k = 0; b && k < count; k++) b[k] = (boundary){0, 0, (int64_t)(first + k * period)};
+    if (b && count >= 3) {
+      *out = b;
+      n_out = count;
+      snprintf(a->iteration_label, sizeof a->iteration_label, "a period of %zu allocations", period);
+      snprintf(a->iteration_source, sizeof a->iteration_source, "inferred");
+    } else {
+      free(b);
+    }
+  }
+  free(tok);
+  return n_out;
 }
 
 /* ---- pass 1 ------------------------------------------------------------------------------ */
@@ -189,6 +239,7 @@ typedef struct pass {
   size_t nbounds, next_bound;
   int cur_iter; /* -1 before the first boundary */
   int64_t allocated, reserved;
+  int64_t allocs;  /* allocations seen: the clock of inferred iterations */
   int64_t stop_at; /* pass 2: replay up to this event id */
   bool failed;
 } pass;
@@ -269,7 +320,9 @@ static int pass1_event(const ms_event *e, void *arg) {
   ms_analysis *a = p->a;
   /* Iteration boundaries: marks by event id, ranges by start time. */
   while (p->next_bound < p->nbounds &&
-         (p->bounds[p->next_bound].id ? e->id >= p->bounds[p->next_bound].id : e->time_ns >= p->bounds[p->next_bound].time)) {
+         (p->bounds[p->next_bound].alloc >= 0 ? e->kind == MS_ALLOC && p->allocs >= p->bounds[p->next_bound].alloc
+          : p->bounds[p->next_bound].id      ? e->id >= p->bounds[p->next_bound].id
+                                             : e->time_ns >= p->bounds[p->next_bound].time)) {
     close_iteration(p, e->time_ns);
     open_iteration(p, e->time_ns);
     p->next_bound++;
@@ -293,6 +346,7 @@ static int pass1_event(const ms_event *e, void *arg) {
         s->live_count++;
         s->last_ns = e->time_ns;
       }
+      p->allocs++;
       p->allocated += e->size;
       if (p->allocated > a->peak_allocated) {
         a->peak_allocated = p->allocated;
@@ -425,6 +479,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   p.cur_iter = -1;
   p.site_of_stack = calloc(s->nstacks ? s->nstacks : 1, sizeof *p.site_of_stack);
   p.nbounds = choose_iterations(a, label, &p.bounds);
+  if (!label && p.nbounds == 0) p.nbounds = infer_iterations(a, &p.bounds);
   if (label && p.nbounds == 0) {
     snprintf(s->error, sizeof s->error, "no marks or ranges labelled '%s' in '%s'", label, s->path);
     free(p.site_of_stack);

@@ -124,7 +124,11 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   if (a->niters == 0) {
     fprintf(out, "  none: the snapshot has no repeated mark or range (memsnap_mark, memsnap.mark, record_function)\n");
   } else {
-    fprintf(out, "  %zu from %s labelled '%s'\n", a->niters, a->iteration_source, a->iteration_label);
+    if (strcmp(a->iteration_source, "inferred") == 0)
+      fprintf(out, "  %zu, inferred from the allocation pattern (%s; no repeated mark or range)\n", a->niters,
+              a->iteration_label);
+    else
+      fprintf(out, "  %zu from %s labelled '%s'\n", a->niters, a->iteration_source, a->iteration_label);
     fprintf(out, "  %5s %12s %16s %16s %22s\n", "#", "start", "peak allocated", "peak reserved", "cached unused at end");
     for (size_t i = 0; i < a->niters; i++) {
       ms_format_ns(a->iters[i].start_ns, t1, sizeof t1);

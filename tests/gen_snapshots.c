@@ -6,6 +6,7 @@
  *                 after step 2;
  *   oom.db        a 40 MiB request on a 64 MiB device that holds 40 MiB: one OOM;
  *   truncated.db  the same steps through a ring of 32 events: history truncated;
+ *   nomarks.db    the leak run without marks: iterations must be inferred;
  *   empty.db      a snapshot of a library that never recorded.
  * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
  * activations, a slow leak), for the analyzer's speed benchmark (tests/bench_analyze.sh).
@@ -33,13 +34,14 @@ SITE(keep_history)
 SITE(activation)
 
 static const char *early_dir; /* set: write early.db after step 2 */
+static int with_marks = 1;
 
 static void train(int steps) {
   void *w = load_weights(96 * MiB), *state = NULL;
   for (int i = 0; i < steps; i++) {
     char label[32];
     snprintf(label, sizeof label, "step %d", i + 1);
-    memsnap_mark(label);
+    if (with_marks) memsnap_mark(label);
     void *a = activation(8 * MiB), *b = activation(8 * MiB);
     if (!state) state = make_optimizer_state(64 * MiB);
     keep_history(1 * MiB); /* the leak */
@@ -109,6 +111,12 @@ int main(int argc, char **argv) {
   memsnap_record_start(32, NULL);
   train(6);
   rc |= dump(argv[1], "truncated.db");
+  memsnap_shutdown();
+
+  memsnap_record_start(0, NULL);
+  with_marks = 0;
+  train(6);
+  rc |= dump(argv[1], "nomarks.db");
   memsnap_shutdown();
 
   memsnap_backend_name();

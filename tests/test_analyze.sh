@@ -48,6 +48,12 @@ check "truncated history: flagged, analysis still runs" \
 "$cli" analyze "$dir/truncated.db" | grep -q "truncated: the oldest events are gone"
 check "truncated history: the text report says so" "[ $? -eq 0 ]"
 
+"$cli" analyze --json "$dir/nomarks.db" >"$dir/nomarks.json"
+check "no marks: iterations inferred from the allocation pattern, and the leak still found" \
+  "json $dir/nomarks.json \"j['summary']['iteration_source'] == 'inferred' and len(j['iterations']) >= 4 and j['leaks'][0]['kind'] == 'growing' and j['leaks'][0]['stack'][0]['name'] == 'keep_history' and j['leaks'][0]['bytes_per_iteration'] == $MiB\""
+"$cli" analyze "$dir/nomarks.db" | grep -q "inferred from the allocation pattern"
+check "no marks: the report says the iterations were inferred" "[ \$? -eq 0 ]"
+
 "$cli" analyze "$dir/empty.db" >"$dir/empty.txt" 2>&1
 check "empty snapshot: a report that says there is nothing" "[ $? -eq 0 ] && grep -q 'none: the snapshot has no repeated mark' $dir/empty.txt"
 "$cli" analyze --iterations nosuchlabel "$dir/leak.db" >/dev/null 2>"$dir/err"
