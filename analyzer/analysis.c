@@ -13,8 +13,9 @@
  * from the period of the allocation pattern (infer_iterations), and the report says so.
  *
  * Leak kinds: `growing` (live bytes rose at most iteration boundaries and end above where they
- * started), `retained` (allocated in the first iterations and held flat since: weights,
- * optimizer state, caches), `alive` (alive at the snapshot, neither). Growing sites rank first
+ * started), `retained` (allocated only before or in the first two iterations, and held since:
+ * weights, optimizer state, caches), `alive` (alive at the snapshot, neither: e.g. the last
+ * batch of a site that allocates every iteration). Growing sites rank first
  * whatever their size: that is the evidence a leak leaves.
  */
 #include <ctype.h>
@@ -345,6 +346,7 @@ static int pass1_event(const ms_event *e, void *arg) {
         s->live_bytes += e->size;
         s->live_count++;
         s->last_ns = e->time_ns;
+        s->last_iteration = p->cur_iter;
       }
       p->allocs++;
       p->allocated += e->size;
@@ -452,7 +454,8 @@ static void classify(ms_analysis *a) {
       s->kind = MS_LEAK_GROWING;
       s->bytes_per_iteration = (double)(s->last_iter_live - s->first_iter_live) / transitions;
       s->score = 0.6 + 0.4 * (double)s->increases / transitions;
-    } else if (s->end_bytes > 0 && a->niters > 0 && s->first_iteration <= 1 && s->increases <= 1) {
+    } else if (s->end_bytes > 0 && a->niters > 0 && s->last_iteration <= 1 && s->increases <= 1) {
+      /* allocated before or in the first iterations only, and held since */
       s->kind = MS_LEAK_RETAINED;
       s->score = 0.3;
     } else if (s->end_bytes > 0) {

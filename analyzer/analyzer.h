@@ -71,6 +71,7 @@ typedef struct ms_site {
   int64_t prev_iter_live, first_iter_live, last_iter_live;
   int increases, decreases, observed; /* iteration boundaries seen after the first */
   int first_iteration;                /* iteration of the first allocation (-1: before) */
+  int last_iteration;                 /* iteration of the last allocation */
   ms_leak_kind kind;
   double score, bytes_per_iteration;
 } ms_site;
