@@ -140,7 +140,7 @@ int memsnap_check(int device) {
   /* Recompute the statistics from the segments. */
   memsnap_stats_t c = {0};
   size_t reached = 0, reserved_total = 0;
-  qsort(w.blocks, w.n, sizeof *w.blocks, cmp_ptr);
+  if (w.n) qsort(w.blocks, w.n, sizeof *w.blocks, cmp_ptr);
   for (size_t i = 0; i < w.n; i++) {
     msi_block *head = w.blocks[i];
     if (i && w.blocks[i - 1]->ptr + w.blocks[i - 1]->size > head->ptr)

@@ -109,6 +109,40 @@ python3 -c "import sqlite3; c=sqlite3.connect('$dir/partial.db'); c.execute('pra
 bad "missing tables" "$dir/partial.db" "table 'devices' is missing"
 python3 -c "import sqlite3; c=sqlite3.connect('$dir/other.db'); c.execute('create table t(x)'); c.commit()"
 bad "another SQLite file" "$dir/other.db" "not a memsnap snapshot"
+# Hostile values inside a well-formed snapshot: the analyzer must answer (exit 0 or 1), never crash.
+crashes=$(python3 - "$cli" "$dir" <<'PY'
+import shutil, sqlite3, subprocess, sys
+cli, d = sys.argv[1], sys.argv[2]
+mutations = [
+    "update events set size = 'not a number'", "update events set size = -5", "update events set stack_id = 999999999",
+    "update events set kind = 77", "update events set address = null", "delete from frames",
+    "update frames set name = null, file = null", "update stack_frames set frame_id = -5",
+    "update stack_frames set position = 1000000", "update stacks set id = 2000000000",
+    "update marks set label_id = 12345", "delete from labels", "update blocks set segment_id = 99, stack_id = -1",
+    "update meta set value = 'x' where key = 'dropped_events'", "delete from meta",
+    "update frames set name = '" + "A" * 1000000 + "'", "update events set time_ns = -time_ns",
+    "insert into stack_frames values (1, 0, 1)", "update ranges set depth = -3, end_ns = null",
+]
+bad = []
+for i, m in enumerate(mutations):
+    path = "%s/mut%d.db" % (d, i)
+    shutil.copy("%s/leak.db" % d, path)
+    c = sqlite3.connect(path)
+    try:
+        c.execute(m)
+        c.commit()
+    except sqlite3.Error:
+        pass
+    c.close()
+    for args in (["analyze", path], ["analyze", "--json", path], ["info", path], ["diff", path, "%s/leak.db" % d]):
+        r = subprocess.run([cli] + args, capture_output=True)
+        if r.returncode not in (0, 1):
+            bad.append("%s: %s -> %d" % (m[:60], " ".join(args[:-1]), r.returncode))
+print("\n".join(bad))
+PY
+)
+check "hostile values: analyze, --json, info and diff answer without crashing${crashes:+ ($crashes)}" "[ -z \"$crashes\" ]"
+
 "$cli" analyze >/dev/null 2>&1
 check "usage: no snapshot is exit 2" "[ $? -eq 2 ]"
 "$cli" analyze --bogus "$dir/leak.db" >/dev/null 2>"$dir/err"
