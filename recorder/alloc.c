@@ -197,7 +197,7 @@ static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_blo
   if (size >= msi_opt.max_split_size) msi_stat_inc(&d->stats.oversize_segments, 1);
   d->stats.num_device_alloc++;
   if (msi_is_recording())
-    msi_history_add(MSI_EV_SEGMENT_ALLOC, d->index, r->stream, ptr, size, size, 0, msi_current_stack);
+    msi_history_add(MSI_EV_SEGMENT_ALLOC, d->index, r->stream, ptr, size, size, 0, d->event_stack);
   return MSI_BE_OK;
 }
 
@@ -205,7 +205,7 @@ static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_blo
 static void release_segment(msi_device *d, msi_block *b) {
   int k = b->pool->stat_kind;
   if (msi_is_recording())
-    msi_history_add(MSI_EV_SEGMENT_FREE, d->index, b->stream, b->ptr, b->size, b->size, 0, msi_current_stack);
+    msi_history_add(MSI_EV_SEGMENT_FREE, d->index, b->stream, b->ptr, b->size, b->size, 0, d->event_stack);
   if (msi_be->mem_free(d->index, b->ptr, b->size) != MSI_BE_OK)
     msi_error("device %d: freeing segment %#lx failed", d->index, (unsigned long)b->ptr);
   d->total_allocated_memory -= b->size;
@@ -242,7 +242,7 @@ static void free_block(msi_device *d, msi_block *b) {
   int k = b->pool->stat_kind;
   if (msi_is_recording())
     msi_history_add(MSI_EV_FREE_COMPLETED, d->index, b->stream, b->ptr, b->size, b->requested_size, 0,
-                    msi_current_stack);
+                    d->event_stack);
   int64_t orig_size = (int64_t)b->size, requested = (int64_t)b->requested_size;
   int64_t net_blocks = 0, net_bytes = 0;
   msi_block *neighbours[2] = {b->prev, b->next};
@@ -482,9 +482,9 @@ static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_
   }
   b->allocated = true;
   b->requested_size = orig_size;
-  b->stack_id = msi_current_stack;
+  b->stack_id = d->event_stack;
   if (msi_is_recording())
-    msi_history_add(MSI_EV_ALLOC, d->index, r->stream, b->ptr, b->size, orig_size, 0, msi_current_stack);
+    msi_history_add(MSI_EV_ALLOC, d->index, r->stream, b->ptr, b->size, orig_size, 0, d->event_stack);
   MSI_STAT_INC(d->stats.allocation, k, 1);
   MSI_STAT_INC(d->stats.allocated_bytes, k, (int64_t)b->size);
   MSI_STAT_INC(d->stats.active, k, 1);
@@ -510,7 +510,7 @@ static void report_oom(msi_device *d, const request *r, size_t orig_size) {
   int64_t reserved = d->stats.reserved_bytes[MEMSNAP_POOL_ALL].current;
   if (msi_is_recording())
     msi_history_add(MSI_EV_OOM, d->index, r->stream, free_bytes, size, orig_size, (uint64_t)(reserved - allocated),
-                    msi_current_stack);
+                    d->event_stack);
   char s_req[32], s_total[32], s_free[32], s_alloc[32], s_unused[32], s_allowed[48] = "";
   format_size(s_req, sizeof s_req, size);
   format_size(s_total, sizeof s_total, total);
@@ -528,10 +528,11 @@ static void report_oom(msi_device *d, const request *r, size_t orig_size) {
             s_req, d->index, s_total, s_free, s_allowed, s_alloc, s_unused);
 }
 
-int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, void **out) {
+int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, uint32_t stack, void **out) {
   int rc = MEMSNAP_OK;
   msi_block *b = NULL;
   pthread_mutex_lock(&d->lock);
+  d->event_stack = stack;
   if (MSI_UNLIKELY(d->pending_events)) process_events(d);
   request r;
   r.size = msi_round_size(orig_size);
@@ -584,8 +585,9 @@ cleanup:
   return rc;
 }
 
-int msi_device_free(msi_device *d, void *ptr) {
+int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
   pthread_mutex_lock(&d->lock);
+  d->event_stack = stack;
   msi_block *b = msi_ptrmap_take(&d->live, (uintptr_t)ptr);
   if (MSI_UNLIKELY(!b)) {
     pthread_mutex_unlock(&d->lock);
@@ -595,7 +597,7 @@ int msi_device_free(msi_device *d, void *ptr) {
   b->allocated = false;
   if (msi_is_recording())
     msi_history_add(MSI_EV_FREE_REQUESTED, d->index, b->stream, b->ptr, b->size, b->requested_size, 0,
-                    msi_current_stack);
+                    d->event_stack);
   MSI_STAT_DEC(d->stats.allocation, k, 1);
   MSI_STAT_DEC(d->stats.allocated_bytes, k, (int64_t)b->size);
   if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
@@ -631,8 +633,9 @@ out:
   return found;
 }
 
-void msi_device_empty_cache(msi_device *d) {
+void msi_device_empty_cache(msi_device *d, uint32_t stack) {
   pthread_mutex_lock(&d->lock);
+  d->event_stack = stack;
   release_cached_blocks(d);
   pthread_mutex_unlock(&d->lock);
 }
@@ -721,6 +724,7 @@ int msi_device_init(msi_device *d, int index) {
 
 void msi_device_destroy(msi_device *d) {
   pthread_mutex_lock(&d->lock);
+  d->event_stack = 0;
   /* Free every live block (dropping stream uses), wait for events, then every segment is whole
    * and cached, and release_cached_blocks returns them all. */
   for (size_t i = 0; i <= d->live.mask; i++) {

@@ -26,7 +26,8 @@ static _Atomic(msi_device *) devices[MSI_MAX_DEVICES];
 /* Declared in oom_throw.cc: raises the out-of-memory error in the calling C++ frame. */
 void msi_throw_oom(const char *message);
 
-__thread uint32_t msi_current_stack;
+/* The caller's stack while recording (0 otherwise): captured before any lock is taken. */
+static inline uint32_t call_stack(void) { return MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0; }
 static atomic_int oom_dumped;
 
 static atomic_int exit_dumped; /* MEMSNAP_DUMP written (or inherited by a fork child): not at exit */
@@ -203,8 +204,7 @@ int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) 
   if (size == 0) return MEMSNAP_OK;
   msi_device *d = msi_device_get(device);
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
-  msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0;
-  int rc = msi_device_malloc(d, size, stream, out);
+  int rc = msi_device_malloc(d, size, stream, call_stack(), out);
   char oom_path[1024];
   if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM) && msi_dump_path(true, oom_path, sizeof oom_path) &&
       atomic_exchange(&oom_dumped, 1) == 0) {
@@ -234,15 +234,15 @@ void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream) {
 }
 
 /* Frees `ptr` on whichever device owns it, trying `hint` first. */
-static int release_on(void *ptr, int hint) {
+static int release_on(void *ptr, int hint, uint32_t stack) {
   if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
   if (hint >= 0 && hint < ndevices) {
     msi_device *d = atomic_load(&devices[hint]);
-    if (d && msi_device_free(d, ptr) == MEMSNAP_OK) return MEMSNAP_OK;
+    if (d && msi_device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
   }
   for (int i = 0; i < ndevices; i++) {
     msi_device *d = atomic_load(&devices[i]);
-    if (i != hint && d && msi_device_free(d, ptr) == MEMSNAP_OK) return MEMSNAP_OK;
+    if (i != hint && d && msi_device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
   }
   msi_error("free of %p, which memsnap did not allocate (or freed already)", ptr);
   return MEMSNAP_EINVAL;
@@ -252,18 +252,17 @@ void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) 
   (void)size;
   (void)stream;
   if (!ptr) return;
-  msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0;
+  uint32_t stack = call_stack();
   if (MSI_LIKELY(device >= 0 && device < MSI_MAX_DEVICES)) {
     msi_device *d = atomic_load_explicit(&devices[device], memory_order_acquire);
-    if (MSI_LIKELY(d && msi_device_free(d, ptr) == MEMSNAP_OK)) return;
+    if (MSI_LIKELY(d && msi_device_free(d, ptr, stack) == MEMSNAP_OK)) return;
   }
-  release_on(ptr, device);
+  release_on(ptr, device, stack);
 }
 
 int memsnap_release(void *ptr) {
   if (!ptr) return MEMSNAP_OK;
-  msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0;
-  return release_on(ptr, -1);
+  return release_on(ptr, -1, call_stack());
 }
 
 void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *arg) {
@@ -296,10 +295,10 @@ void memsnap_init(int device_count) {
 
 void memsnap_empty_cache(void) {
   if (ensure_ready() != 0) return;
-  msi_current_stack = MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0; /* its segment_free events */
+  uint32_t stack = call_stack(); /* for its segment_free events */
   for (int i = 0; i < ndevices; i++) {
     msi_device *d = atomic_load(&devices[i]);
-    if (d) msi_device_empty_cache(d);
+    if (d) msi_device_empty_cache(d, stack);
   }
 }
 
@@ -360,7 +359,6 @@ int memsnap_sim_synchronize(memsnap_stream_t stream) {
 
 void memsnap_shutdown(void) {
   dump_at_exit();
-  msi_current_stack = 0;
   pthread_mutex_lock(&dump_lock);
   pthread_mutex_lock(&init_lock);
   if (atomic_load(&ready)) {

@@ -232,6 +232,7 @@ typedef struct msi_device {
   size_t pending_events;
   void **event_cache;              /* completed events kept for reuse */
   int nevent_cache, event_cache_cap;
+  uint32_t event_stack;            /* stack id of the call in progress, for its events (lock held) */
   msi_block *spare_blocks;         /* free list of block structs (linked through next) */
   void **block_slabs;              /* slabs of block structs, freed at shutdown */
   int nslabs, slabs_cap;
@@ -293,8 +294,6 @@ enum { MSI_FORK_PREPARE, MSI_FORK_PARENT, MSI_FORK_CHILD };
 /* Stack of the calling thread (per MEMSNAP_STACKS), interned: its id, or 0 for none. */
 uint32_t msi_stack_capture(void);
 void msi_stacks_reset(void);
-/* The stack that the allocator attributes to the current call (set by api.c around it). */
-extern __thread uint32_t msi_current_stack;
 
 typedef struct msi_frame {
   bool python;
@@ -340,10 +339,11 @@ void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *a
 /* alloc.c */
 int msi_device_init(msi_device *d, int index);       /* 0 or -1 */
 void msi_device_destroy(msi_device *d);              /* releases every segment */
-int msi_device_malloc(msi_device *d, size_t size, memsnap_stream_t stream, void **out);
-int msi_device_free(msi_device *d, void *ptr);       /* MEMSNAP_OK or MEMSNAP_EINVAL */
+/* `stack` is the caller's stack id (0: none), given to the events of the call. */
+int msi_device_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32_t stack, void **out);
+int msi_device_free(msi_device *d, void *ptr, uint32_t stack); /* MEMSNAP_OK or MEMSNAP_EINVAL */
 int msi_device_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream); /* 1 found */
-void msi_device_empty_cache(msi_device *d);
+void msi_device_empty_cache(msi_device *d, uint32_t stack);
 int msi_device_set_fraction(msi_device *d, double fraction);
 size_t msi_round_size(size_t size);
 /* The first block of every segment of `d`, by address, in a new array (*out, caller frees);
