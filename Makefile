@@ -31,7 +31,8 @@ LIB_SRCS := recorder/alloc.c recorder/api.c recorder/backend_cuda.c recorder/bac
   recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/report.c analyzer/cmd_info.c \
-  analyzer/cmd_analyze.c analyzer/cmd_diff.c
+  analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c
+WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots
 SAMPLES := $(BUILD)/samples/train_loop
@@ -61,8 +62,14 @@ $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
 	  -Wl,-rpath,'$$ORIGIN' $(GCC_S_FIRST) $(PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
 
-$(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/libmemsnap.so
-	$(CC) -o $@ $(CLI_SRCS:%.c=$(BUILD)/%.o) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' $(PKG_LIBS) $(EXTRA_LDFLAGS)
+# The page's files, embedded into the CLI as they are (no bundler): symbols _binary_<file>_start/_end.
+$(BUILD)/web_assets.o: $(WEB_ASSETS)
+	@mkdir -p $(BUILD)
+	cd web && ld -r -b binary -z noexecstack -o $(abspath $@) $(notdir $(WEB_ASSETS))
+
+$(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/web_assets.o $(BUILD)/libmemsnap.so
+	$(CC) -o $@ $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/web_assets.o -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' \
+	  -Wl,-z,noexecstack $(PKG_LIBS) $(EXTRA_LDFLAGS)
 
 # test_options calls internal parsers: it links their objects instead of the library.
 $(BUILD)/tests/test_options: $(BUILD)/tests/test_options.o $(BUILD)/recorder/options.o $(BUILD)/recorder/error.o

@@ -316,6 +316,27 @@ static int top_live(ms_analysis *a, ms_site_bytes *out, int max) {
   return n;
 }
 
+/* Adds the value at time t to a curve of buckets [first_ns + k * width, ...). */
+static void curve_add(ms_curve *c, int64_t first_ns, int64_t width, int64_t t, int64_t v) {
+  if (!c) return;
+  int64_t start = first_ns + (t - first_ns) / width * width;
+  if (c->n > 0 && c->t[c->n - 1] == start) {
+    if (v < c->lo[c->n - 1]) c->lo[c->n - 1] = v;
+    if (v > c->hi[c->n - 1]) c->hi[c->n - 1] = v;
+  } else if (c->n < MS_BUCKETS) {
+    c->t[c->n] = start;
+    c->lo[c->n] = c->hi[c->n] = v;
+    c->n++;
+  }
+}
+
+static void curves_add(pass *p, int64_t t) {
+  ms_snapshot *s = p->a->snap;
+  int64_t width = (s->last_ns - s->first_ns) / (MS_BUCKETS - 1) + 1;
+  curve_add(p->a->allocated_curve, s->first_ns, width, t, p->allocated);
+  curve_add(p->a->reserved_curve, s->first_ns, width, t, p->reserved);
+}
+
 static int pass1_event(const ms_event *e, void *arg) {
   pass *p = arg;
   ms_analysis *a = p->a;
@@ -400,6 +421,7 @@ static int pass1_event(const ms_event *e, void *arg) {
     default:
       break;
   }
+  curves_add(p, e->time_ns);
   return 0;
 }
 
@@ -489,7 +511,9 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     return -1;
   }
   a->iters = calloc(p.nbounds ? p.nbounds : 1, sizeof *a->iters);
-  if (!p.site_of_stack || !a->iters) {
+  a->allocated_curve = calloc(1, sizeof *a->allocated_curve);
+  a->reserved_curve = calloc(1, sizeof *a->reserved_curve);
+  if (!p.site_of_stack || !a->iters || !a->allocated_curve || !a->reserved_curve) {
     snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->path);
     return -1;
   }
@@ -554,6 +578,8 @@ fail:
 }
 
 void ms_analysis_free(ms_analysis *a) {
+  free(a->allocated_curve);
+  free(a->reserved_curve);
   free(a->sites);
   free(a->at_peak);
   free(a->iters);

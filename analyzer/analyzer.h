@@ -4,6 +4,7 @@
  *   reader.c    opening and reading a snapshot (docs/snapshot-format.md)
  *   analysis.c  the analysis: peaks, iterations, leak candidates, OOMs, top sites
  *   report.c    the analysis as text for a terminal, and as JSON (docs/analysis-json.md)
+ *   html.c      the report page (web/ inlined, the analysis embedded)
  *   cmd_info.c  `memsnap info`
  */
 #ifndef MEMSNAP_ANALYZER_H
@@ -97,8 +98,17 @@ typedef struct ms_oom {
   int ntop;
 } ms_oom;
 
+/* A total over time in at most MS_BUCKETS time buckets, each with the lowest and highest value
+ * it took: drawn at any zoom, a peak is never lost. */
+#define MS_BUCKETS 4000
+typedef struct ms_curve {
+  int64_t t[MS_BUCKETS], lo[MS_BUCKETS], hi[MS_BUCKETS];
+  int n; /* buckets used, in time order */
+} ms_curve;
+
 typedef struct ms_analysis {
   ms_snapshot *snap;
+  ms_curve *allocated_curve, *reserved_curve;
   ms_site *sites; /* sites[i].stack_id; index 0 is the site of allocations without a stack */
   size_t nsites;
   int64_t peak_allocated, peak_reserved, peak_allocated_ns, peak_reserved_ns, peak_event_id;
@@ -135,6 +145,8 @@ typedef struct ms_report_options {
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
 /* One line per snapshot (one per rank, say): peaks, iterations, the first leak candidate. */
 void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out);
+/* Writes the report page (html.c): web/viewer.html with the analysis embedded; 0 or -1. */
+int ms_report_html(const ms_analysis *a, FILE *out);
 /* Writes the JSON document; 0, or -1 when out of memory. */
 int ms_report_json(const ms_analysis *a, FILE *out);
 /* The frames of a stack that matter (allocator, dispatcher and interpreter frames folded away),

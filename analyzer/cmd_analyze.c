@@ -11,54 +11,27 @@
 #include "analyzer.h"
 #include "commands.h"
 
-/* Writes text as HTML with every character that could open markup escaped. */
-static void write_escaped(FILE *out, const char *text, size_t len) {
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)text[i];
-    if (c == '<') fputs("&lt;", out);
-    else if (c == '>') fputs("&gt;", out);
-    else if (c == '&') fputs("&amp;", out);
-    else if (c == '"') fputs("&quot;", out);
-    else if (c == '\'') fputs("&#39;", out);
-    else if (c < 32 && c != '\n' && c != '\t') fprintf(out, "&#%u;", c);
-    else fputc(c, out);
-  }
-}
-
-/* The report page (until the viewer exists: the text report in a page that loads nothing).
- * Written beside `out` and renamed over it; never over one of the inputs. 0, or 1 (message). */
-static int write_html(const char *out, ms_analysis *a, size_t n, const ms_report_options *o) {
+/* The report page (html.c). Written beside `out` and renamed over it; never over one of the
+ * inputs. 0, or 1 (message). */
+static int write_html(const char *out, ms_analysis *a, size_t n) {
   char real_out[PATH_MAX], real_in[PATH_MAX], tmp[PATH_MAX + 32];
   for (size_t i = 0; i < n; i++)
     if (realpath(a[i].snap->path, real_in) && realpath(out, real_out) && strcmp(real_in, real_out) == 0) {
       fprintf(stderr, "error: --html '%s' is an input snapshot: refusing to overwrite it\n", out);
       return 1;
     }
-  char *text = NULL;
-  size_t len = 0;
-  FILE *mem = open_memstream(&text, &len);
-  if (!mem) {
-    fprintf(stderr, "error: out of memory\n");
-    return 1;
-  }
-  if (n > 1) ms_report_side_by_side(a, n, mem);
-  for (size_t i = 0; i < n; i++) ms_report_text(&a[i], o, mem);
-  fclose(mem);
   snprintf(tmp, sizeof tmp, "%s.tmp-%d", out, (int)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f) {
     fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
-    free(text);
     return 1;
   }
-  fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n"
-        "<title>memsnap report</title>\n<style>body{font:14px system-ui,sans-serif;margin:2em}"
-        "pre{font:13px ui-monospace,monospace;background:#f6f6f6;padding:1em;overflow:auto}</style>\n"
-        "</head><body>\n<h1>memsnap report</h1>\n<pre>", f);
-  write_escaped(f, text, len);
-  fputs("</pre>\n</body></html>\n", f);
-  free(text);
+  if (ms_report_html(&a[0], f) != 0) {
+    fclose(f);
+    unlink(tmp);
+    fprintf(stderr, "error: out of memory writing '%s'\n", out);
+    return 1;
+  }
   bool ok = !ferror(f);
   ok = (fclose(f) == 0) && ok;
   if (!ok || rename(tmp, out) != 0) {
@@ -94,6 +67,8 @@ int cmd_analyze(int argc, char **argv) {
     }
   }
   if (!npaths) return ms_usage_error("analyze", "no snapshot given");
+  if (html && npaths > 1) return ms_usage_error("analyze", "--html takes one snapshot");
+  if (html && json) return ms_usage_error("analyze", "--html and --json: choose one");
   ms_snapshot *s = calloc((size_t)npaths, sizeof *s);
   ms_analysis *a = calloc((size_t)npaths, sizeof *a);
   if (!s || !a) {
@@ -112,7 +87,7 @@ int cmd_analyze(int argc, char **argv) {
     }
   }
   if (rc == 0 && html) {
-    rc = write_html(html, a, (size_t)npaths, &o);
+    rc = write_html(html, a, (size_t)npaths);
   } else if (rc == 0 && json) {
     if (npaths > 1) printf("{\"snapshots\": [\n");
     for (int i = 0; i < npaths && rc == 0; i++) {

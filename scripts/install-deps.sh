@@ -2,7 +2,8 @@
 # install-deps.sh: installs the system packages memsnap's build and tests need, on Debian or
 # Ubuntu, naming each one it installs; does nothing for what is already there.
 #   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev
-#   tests:  python3, binutils (addr2line names the file and line of native frames)
+#   tests:  python3, binutils (addr2line names the file and line of native frames), nodejs
+#           (unless a node is already on the PATH)
 # The CUDA toolkit (headers in $CUDA_HOME/include, default /usr/local/cuda) is not a Debian
 # package of the same version everywhere: it is checked, and its absence explained.
 set -eu
@@ -11,6 +12,7 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok
 for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev python3 binutils; do
   have_pkg "$pkg" || need+=("$pkg")
 done
+command -v node >/dev/null || need+=(nodejs) # the viewer's data code is tested with node
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "error: missing packages (${need[*]}) and no apt-get to install them" >&2
