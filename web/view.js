@@ -7,6 +7,8 @@
   const readout = document.getElementById("readout"), details = document.getElementById("details");
   const full = { t0: d.summary.first_ns, t1: Math.max(d.summary.last_ns, d.summary.first_ns + 1) };
   const st = Object.assign({ t0: full.t0, t1: full.t1, leak: null }, Model.decodeState(location.hash));
+  st.t0 = Math.max(full.t0, Math.min(st.t0, full.t1)); // a link may hold any numbers: clamp them
+  st.t1 = Math.min(full.t1, Math.max(st.t1, full.t0));
   if (!(st.t1 > st.t0)) { st.t0 = full.t0; st.t1 = full.t1; }
 
   const text = (el, s) => { el.textContent = s; return el; };
@@ -54,8 +56,19 @@
     ctx.strokeRect(x(st.t0), 1, Math.max(2, x(st.t1) - x(st.t0)), H - 2);
   }
 
+  function axes() { // the scale and the window shown (text made here, never from the snapshot)
+    const ctx = tl.getContext("2d");
+    ctx.fillStyle = "#37474f";
+    ctx.font = "12px sans-serif";
+    ctx.fillText(Model.formatBytes(Math.round(yMax)), 4, 14);
+    ctx.fillText(Model.formatTime(Math.round(st.t0 - full.t0)), 4, tl.height - 4);
+    const end = Model.formatTime(Math.round(st.t1 - full.t0));
+    ctx.fillText(end, tl.width - ctx.measureText(end).width - 4, tl.height - 4);
+  }
+
   function redraw() {
     plot(tl, st.t0, st.t1, true);
+    axes();
     drawOverview();
     history.replaceState(null, "", Model.encodeState(st));
   }
@@ -83,7 +96,7 @@
       const li = add(oomList, "li", Model.formatTime(o.time_ns) + ": " + Model.formatBytes(o.requested) + " requested, " + Model.formatBytes(o.device_free) + " free");
       li.addEventListener("click", () => { showStack("Out of memory " + (i + 1), o.stack); st.t0 = Math.max(full.t0, o.time_ns - (full.t1 - full.t0) / 20); st.t1 = Math.min(full.t1, o.time_ns + (full.t1 - full.t0) / 20); redraw(); });
     });
-    if (!d.oom.length) add(oomList, "li", "none recorded", "muted");
+    document.getElementById("no-ooms").hidden = d.oom.length > 0;
   }
   const search = document.getElementById("search");
   search.addEventListener("input", () => fillLists(search.value));
