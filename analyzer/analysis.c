@@ -445,6 +445,82 @@ static int pass2_event(const ms_event *e, void *arg) {
   return 0;
 }
 
+/* ---- pass 3: allocated memory by site over time --------------------------------------- */
+
+typedef struct band_pass {
+  ms_analysis *a;
+  live_map live;
+  int64_t *site_of_stack;
+  int8_t *band_of_site; /* site -> band (nsites: other) */
+  int64_t band_live[MS_BANDS + 1];
+  int64_t allocated, width, best; /* best: highest total in the current bucket */
+  bool failed;
+} band_pass;
+
+static int bands_event(const ms_event *e, void *arg) {
+  band_pass *p = arg;
+  ms_bands *b = p->a->bands;
+  ms_snapshot *s = p->a->snap;
+  uint32_t site;
+  int64_t size;
+  if (e->kind == MS_ALLOC) {
+    int64_t idx = p->site_of_stack[e->stack_id] - 1;
+    if (idx < 0 || live_put(&p->live, e->address, (uint32_t)idx, e->size) != 0) {
+      p->failed = true;
+      return 1;
+    }
+    p->band_live[p->band_of_site[idx]] += e->size;
+    p->allocated += e->size;
+  } else if (e->kind == MS_FREE_REQUESTED && live_take(&p->live, e->address, &site, &size)) {
+    p->band_live[p->band_of_site[site]] -= size;
+    p->allocated -= size;
+  }
+  /* Every event, as for the curves: the same buckets. */
+  int64_t start = s->first_ns + (e->time_ns - s->first_ns) / p->width * p->width;
+  if (b->n == 0 || b->t[b->n - 1] != start) {
+    if (b->n == MS_BUCKETS) return 0;
+    b->t[b->n++] = start;
+    p->best = -1;
+  }
+  if (p->allocated > p->best) { /* the bucket's peak so far: record how it splits by site */
+    p->best = p->allocated;
+    memcpy(b->bytes[b->n - 1], p->band_live, sizeof p->band_live);
+  }
+  return 0;
+}
+
+/* Chooses the sites shown as bands (leak candidates first, then what was live at the peak, then
+ * the top allocators) and replays the history into them. */
+static void compute_bands(ms_analysis *a, int64_t *site_of_stack) {
+  ms_bands *b = a->bands;
+  int8_t *band_of = malloc(a->nsites ? a->nsites : 1);
+  if (!b || !band_of) {
+    free(band_of);
+    return;
+  }
+  memset(band_of, -1, a->nsites);
+  uint32_t order[3 * MS_BANDS];
+  size_t norder = 0;
+  for (size_t i = 0; i < a->nleaks && i < MS_BANDS / 2; i++) order[norder++] = a->leaks[i];
+  for (size_t i = 0; i < a->nat_peak && i < MS_BANDS; i++) order[norder++] = a->at_peak[i].site;
+  for (size_t i = 0; i < a->ntop && i < MS_BANDS; i++) order[norder++] = a->top[i];
+  for (size_t i = 0; i < norder && b->nsites < MS_BANDS; i++)
+    if (band_of[order[i]] < 0) {
+      band_of[order[i]] = (int8_t)b->nsites;
+      b->site[b->nsites++] = order[i];
+    }
+  for (size_t i = 0; i < a->nsites; i++)
+    if (band_of[i] < 0) band_of[i] = (int8_t)b->nsites;
+  band_pass p = {0};
+  p.a = a;
+  p.site_of_stack = site_of_stack;
+  p.band_of_site = band_of;
+  p.width = (a->snap->last_ns - a->snap->first_ns) / (MS_BUCKETS - 1) + 1;
+  ms_events_each(a->snap, bands_event, &p);
+  free(p.live.slots);
+  free(band_of);
+}
+
 /* ---- ranking ----------------------------------------------------------------------------- */
 
 static const ms_analysis *sort_ctx;
@@ -566,6 +642,8 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     if (a->at_peak) a->nat_peak = (size_t)top_live(a, a->at_peak, 8);
     free(p2.live.slots);
   }
+  a->bands = calloc(1, sizeof *a->bands);
+  compute_bands(a, p.site_of_stack);
   free(p.live.slots);
   free(p.site_of_stack);
   free(p.bounds);
@@ -578,6 +656,7 @@ fail:
 }
 
 void ms_analysis_free(ms_analysis *a) {
+  free(a->bands);
   free(a->allocated_curve);
   free(a->reserved_curve);
   free(a->sites);

@@ -106,9 +106,23 @@ typedef struct ms_curve {
   int n; /* buckets used, in time order */
 } ms_curve;
 
+/* Allocated memory split by allocation site, for the timeline's stacked bands: per time bucket
+ * (those of allocated_curve), each band's bytes at the moment allocated memory was highest in
+ * that bucket, so the bands add up to the curve's peaks. Band k < nsites is sites[site[k]];
+ * band nsites is every other site. */
+#define MS_BANDS 12
+typedef struct ms_bands {
+  uint32_t site[MS_BANDS];
+  int nsites;
+  int n;                                 /* buckets */
+  int64_t t[MS_BUCKETS];
+  int64_t bytes[MS_BUCKETS][MS_BANDS + 1];
+} ms_bands;
+
 typedef struct ms_analysis {
   ms_snapshot *snap;
   ms_curve *allocated_curve, *reserved_curve;
+  ms_bands *bands;
   ms_site *sites; /* sites[i].stack_id; index 0 is the site of allocations without a stack */
   size_t nsites;
   int64_t peak_allocated, peak_reserved, peak_allocated_ns, peak_reserved_ns, peak_event_id;

@@ -143,6 +143,31 @@ static char *page_json(const ms_analysis *a) {
     cJSON_AddNumberToObject(o, "stack", add_stack(&p, m->stack_id));
     cJSON_AddItemToArray(ooms, o);
   }
+  /* Allocated memory by site: bands[k] is {site: leak-list index or -1, stack, kind} and
+     bytes[k] its column over bands_t; the last band is every other site. */
+  const ms_bands *b = a->bands;
+  cJSON *bands = cJSON_AddObjectToObject(root, "bands"), *bt = cJSON_AddArrayToObject(bands, "t");
+  cJSON *sites = cJSON_AddArrayToObject(bands, "sites"), *cols = cJSON_AddArrayToObject(bands, "bytes");
+  for (int i = 0; b && i < b->n; i++) cJSON_AddItemToArray(bt, cJSON_CreateNumber((double)b->t[i]));
+  for (int k = 0; b && k <= b->nsites; k++) {
+    cJSON *site = cJSON_CreateObject();
+    if (k < b->nsites) {
+      const ms_site *st = &a->sites[b->site[k]];
+      int leak = -1;
+      for (size_t i = 0; i < a->nleaks && i < 200; i++)
+        if (a->leaks[i] == b->site[k]) leak = (int)i;
+      cJSON_AddNumberToObject(site, "leak", leak);
+      cJSON_AddNumberToObject(site, "stack", add_stack(&p, st->stack_id));
+    } else {
+      cJSON_AddNumberToObject(site, "leak", -1);
+      cJSON_AddNumberToObject(site, "stack", 0);
+      cJSON_AddBoolToObject(site, "other", 1);
+    }
+    cJSON_AddItemToArray(sites, site);
+    cJSON *col = cJSON_CreateArray();
+    for (int i = 0; i < b->n; i++) cJSON_AddItemToArray(col, cJSON_CreateNumber((double)b->bytes[i][k]));
+    cJSON_AddItemToArray(cols, col);
+  }
   cJSON_AddItemToObject(root, "strings", p.strings.array);
   char *text = p.frame_of ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);

@@ -98,9 +98,13 @@ assert d["format"] == "memsnap-viewer-1"
 assert d["leaks"][0]["kind"] == "growing" and "<script>" in d["strings"][d["frames"][d["stacks"][str(d["leaks"][0]["stack"])][0]][0]]
 assert len(d["curves"]["allocated"]["t"]) <= 4000 and max(d["curves"]["allocated"]["hi"]) == d["summary"]["peak_allocated"]
 assert len(d["iterations"]) == 6
+b = d["bands"]  # allocated memory by site: same buckets as the curve, summing to its peaks
+assert b["t"] == d["curves"]["allocated"]["t"]
+assert all(sum(col[i] for col in b["bytes"]) == d["curves"]["allocated"]["hi"][i] for i in range(len(b["t"])))
+assert b["sites"][0]["leak"] == 0 and b["sites"][-1].get("other")
 print("ok")
 PY
-check "html: the data block is the analysis (leaks, iterations, peak-preserving curves)" "grep -q '^ok' $dir/page.check || { cat $dir/page.check; false; }"
+check "html: the data block is the analysis (leaks, iterations, peak-preserving curves, bands by site)" "grep -q '^ok' $dir/page.check || { cat $dir/page.check; false; }"
 "$build/tests/gen_snapshots" "$dir" 300000 >/dev/null && "$cli" analyze --html "$dir/big.html" "$dir/big.db"
 check "html: page size grows slower than the history (300k events in under 1 MiB)" "[ \$(stat -c %s $dir/big.html) -lt 1048576 ]"
 "$cli" analyze --html "$dir/leak.db" "$dir/leak.db" 2>"$dir/err"

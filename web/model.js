@@ -44,6 +44,35 @@ const Model = {
     return { lo, hi };
   },
 
+  // For each of `width` pixels between t0 and t1, the bucket of `bands` to draw there: the one
+  // whose total (all bands) is highest among the buckets in that pixel, so the stacked drawing
+  // keeps every peak; a pixel without a bucket repeats the last one before it (-1: none yet).
+  bandColumns(bands, t0, t1, width) {
+    const span = t1 - t0 || 1, cols = new Array(width).fill(-1), best = new Array(width).fill(-Infinity);
+    let before = -1;
+    for (let i = 0; i < bands.t.length; i++) {
+      const x = Math.floor(((bands.t[i] - t0) / span) * width);
+      if (x < 0) { before = i; continue; }
+      if (x >= width) break;
+      let total = 0;
+      for (const col of bands.bytes) total += col[i];
+      if (total > best[x]) { best[x] = total; cols[x] = i; }
+    }
+    let cur = before;
+    for (let x = 0; x < width; x++) { if (cols[x] < 0) cols[x] = cur; else cur = cols[x]; }
+    return cols;
+  },
+
+  // The band under height `v` (bytes from the bottom) in bucket i: its index, or -1 above them.
+  bandAt(bands, i, v) {
+    let sum = 0;
+    for (let k = 0; k < bands.bytes.length; k++) {
+      sum += bands.bytes[k][i];
+      if (v < sum) return k;
+    }
+    return -1;
+  },
+
   // The value of a curve at time t (the last bucket at or before t): {lo, hi} or null.
   valueAt(curve, t) {
     let a = 0, b = curve.t.length - 1, found = -1;

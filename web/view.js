@@ -20,6 +20,13 @@
     "; peak allocated " + Model.formatBytes(d.summary.peak_allocated) + ", reserved " + Model.formatBytes(d.summary.peak_reserved) +
     (d.iterations.length ? "; " + d.iterations.length + " iterations (" + d.summary.iteration_source + ")" : ""));
 
+  const palette = ["#1e88e5", "#43a047", "#fb8c00", "#8e24aa", "#00897b", "#6d4c41", "#3949ab", "#c0ca33", "#d81b60", "#546e7a", "#7cb342", "#5e35b1"];
+  function bandColor(k, selected) {
+    if (selected) return "#e53935";
+    return d.bands.sites[k] && d.bands.sites[k].other ? "#90a4ae" : palette[k % palette.length];
+  }
+  function selectedBand() { return st.leak === null ? -2 : d.bands.sites.findIndex((b) => b.leak === st.leak); }
+
   function maxOf(curve) { return curve.hi.reduce((m, v) => Math.max(m, v), 1); }
   const yMax = Math.max(maxOf(d.curves.reserved), maxOf(d.curves.allocated)) * 1.05;
 
@@ -33,10 +40,26 @@
       ctx.fillStyle = "#c62828";
       ctx.fillRect(x(it.peak_ns) - 1, y(it.peak_allocated), 3, 3); // the iteration's peak
     });
-    for (const [curve, color] of [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]]) {
+    const curves = withBands && d.bands.t.length ? [[d.curves.reserved, "#cfd8dc"]] : [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]];
+    for (const [curve, color] of curves) {
       const r = Model.resample(curve, t0, t1, W);
       ctx.fillStyle = color;
       for (let px = 0; px < W; px++) ctx.fillRect(px, y(r.hi[px]), 1, H - y(r.hi[px]));
+    }
+    if (withBands && d.bands.t.length) { // allocated memory stacked by allocation site
+      const cols = Model.bandColumns(d.bands, t0, t1, W);
+      for (let px = 0; px < W; px++) {
+        const i = cols[px];
+        if (i < 0) continue;
+        let base = 0;
+        for (let k = 0; k < d.bands.bytes.length; k++) {
+          const v = d.bands.bytes[k][i];
+          if (!v) continue;
+          ctx.fillStyle = bandColor(k, k === selectedBand());
+          ctx.fillRect(px, y(base + v), 1, y(base) - y(base + v));
+          base += v;
+        }
+      }
     }
     ctx.fillStyle = "#c62828";
     d.oom.forEach((o) => ctx.fillRect(x(o.time_ns), 0, 2, H));
@@ -106,7 +129,19 @@
     if (drag) return;
     const t = toTime(tl, ev, st.t0, st.t1), a = Model.valueAt(d.curves.allocated, t), r = Model.valueAt(d.curves.reserved, t);
     const it = d.iterations.findIndex((x) => t >= x.start_ns && t < x.end_ns);
-    text(readout, Model.formatTime(Math.max(0, t)) + "  allocated " + (a ? Model.formatBytes(a.hi) : "-") + "  reserved " + (r ? Model.formatBytes(r.hi) : "-") + (it >= 0 ? "  iteration " + it : ""));
+    let site = "";
+    if (d.bands.t.length) { // the band under the cursor: its site, bytes and stack
+      const rect = tl.getBoundingClientRect(), px = Math.floor(((ev.clientX - rect.left) / rect.width) * tl.width);
+      const i = Model.bandColumns(d.bands, st.t0, st.t1, tl.width)[px];
+      const v = ((rect.bottom - ev.clientY) / rect.height) * yMax;
+      const k = i >= 0 ? Model.bandAt(d.bands, i, v) : -1;
+      if (k >= 0) {
+        const b = d.bands.sites[k], top = Model.stackFrames(d, b.stack)[0];
+        site = "  site: " + (b.other ? "other sites" : top ? top.name : "?") + " " + Model.formatBytes(d.bands.bytes[k][i]);
+        if (!b.other) showStack(b.leak >= 0 ? "Leak candidate " + (b.leak + 1) : "Allocation site", b.stack);
+      }
+    }
+    text(readout, Model.formatTime(Math.max(0, t - full.t0)) + "  allocated " + (a ? Model.formatBytes(a.hi) : "-") + "  reserved " + (r ? Model.formatBytes(r.hi) : "-") + (it >= 0 ? "  iteration " + it : "") + site);
   });
   tl.addEventListener("wheel", (ev) => {
     ev.preventDefault();

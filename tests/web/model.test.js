@@ -59,3 +59,18 @@ test("formats like the CLI", () => {
   assert.strictEqual(Model.formatBytes(3 * 1048576), "3.00 MiB");
   assert.strictEqual(Model.formatTime(2500000), "2.5 ms");
 });
+
+test("band columns keep the peak bucket of each pixel and carry into empty pixels", () => {
+  const bands = { t: [0, 1, 2, 3, 50], bytes: [[1, 1, 9, 1, 2], [1, 1, 1, 1, 2]] };
+  const cols = Model.bandColumns(bands, 0, 100, 4); // pixel 0 covers t 0..24: buckets 0-3
+  assert.strictEqual(cols[0], 2); // total 10 at bucket 2: the peak
+  assert.deepStrictEqual(cols.slice(1), [2, 4, 4]);
+});
+
+test("band under a height", () => {
+  const bands = { t: [0], bytes: [[5], [3], [2]] };
+  assert.strictEqual(Model.bandAt(bands, 0, 0), 0);
+  assert.strictEqual(Model.bandAt(bands, 0, 6), 1);
+  assert.strictEqual(Model.bandAt(bands, 0, 9), 2);
+  assert.strictEqual(Model.bandAt(bands, 0, 11), -1);
+});
