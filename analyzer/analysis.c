@@ -642,10 +642,8 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     if (a->at_peak) a->nat_peak = (size_t)top_live(a, a->at_peak, 8);
     free(p2.live.slots);
   }
-  a->bands = calloc(1, sizeof *a->bands);
-  compute_bands(a, p.site_of_stack);
   free(p.live.slots);
-  free(p.site_of_stack);
+  a->site_of_stack = p.site_of_stack; /* for ms_analyze_bands */
   free(p.bounds);
   return 0;
 fail:
@@ -655,8 +653,17 @@ fail:
   return -1;
 }
 
+int ms_analyze_bands(ms_analysis *a) {
+  if (a->bands) return 0;
+  a->bands = calloc(1, sizeof *a->bands);
+  if (!a->bands || !a->site_of_stack) return -1;
+  compute_bands(a, a->site_of_stack);
+  return 0;
+}
+
 void ms_analysis_free(ms_analysis *a) {
   free(a->bands);
+  free(a->site_of_stack);
   free(a->allocated_curve);
   free(a->reserved_curve);
   free(a->sites);

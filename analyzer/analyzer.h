@@ -122,7 +122,8 @@ typedef struct ms_bands {
 typedef struct ms_analysis {
   ms_snapshot *snap;
   ms_curve *allocated_curve, *reserved_curve;
-  ms_bands *bands;
+  ms_bands *bands;          /* NULL until ms_analyze_bands */
+  int64_t *site_of_stack;   /* stack id -> site index + 1 */
   ms_site *sites; /* sites[i].stack_id; index 0 is the site of allocations without a stack */
   size_t nsites;
   int64_t peak_allocated, peak_reserved, peak_allocated_ns, peak_reserved_ns, peak_event_id;
@@ -146,6 +147,8 @@ typedef struct ms_analysis {
 /* Runs the analysis; `label` forces the iteration label (NULL: choose). 0 or -1 (s->error). */
 int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label);
 void ms_analysis_free(ms_analysis *a);
+/* Fills a->bands (allocated memory by site over time: a third pass, for the page). 0 or -1. */
+int ms_analyze_bands(ms_analysis *a);
 /* Normalises a label for grouping: digits and the separators before them dropped. */
 void ms_label_key(const char *label, char *out, size_t len);
 
@@ -160,7 +163,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
 /* One line per snapshot (one per rank, say): peaks, iterations, the first leak candidate. */
 void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out);
 /* Writes the report page (html.c): web/viewer.html with the analysis embedded; 0 or -1. */
-int ms_report_html(const ms_analysis *a, FILE *out);
+int ms_report_html(ms_analysis *a, FILE *out);
 /* Writes the JSON document; 0, or -1 when out of memory. */
 int ms_report_json(const ms_analysis *a, FILE *out);
 /* The frames of a stack that matter (allocator, dispatcher and interpreter frames folded away),

@@ -179,7 +179,8 @@ static char *page_json(const ms_analysis *a) {
 
 static void put_asset(FILE *out, const char *start, const char *end) { fwrite(start, 1, (size_t)(end - start), out); }
 
-int ms_report_html(const ms_analysis *a, FILE *out) {
+int ms_report_html(ms_analysis *a, FILE *out) {
+  if (ms_analyze_bands(a) != 0) return -1;
   char *json = page_json(a);
   if (!json) return -1;
   const char *t = _binary_viewer_html_start, *end = _binary_viewer_html_end;
