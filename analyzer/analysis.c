@@ -122,26 +122,53 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
     if (sqlite3_prepare_v2(s->db, queries[src], -1, &st, NULL) != SQLITE_OK) continue;
     typedef struct { char key[256]; int64_t n; int depth; } tally;
     tally *t = NULL;
-    size_t nt = 0;
+    size_t nt = 0, cap = 0, mask = 0;
+    uint32_t *index = NULL; /* open addressing: tally index + 1 by hash of the key */
     while (sqlite3_step(st) == SQLITE_ROW) {
       char key[256];
       const unsigned char *txt = sqlite3_column_text(st, 2);
       ms_label_key(txt ? (const char *)txt : "", key, sizeof key);
       int depth = (int)sqlite3_column_int64(st, 3);
-      size_t i = 0;
-      while (i < nt && strcmp(t[i].key, key) != 0) i++;
-      if (i == nt) {
-        tally *g = realloc(t, sizeof *t * (nt + 1));
+      uint64_t h = 0xcbf29ce484222325ull;
+      for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+      if ((nt + 1) * 2 > mask + 1 || !index) { /* grow the index */
+        size_t icap = mask ? (mask + 1) * 2 : 256;
+        uint32_t *g = calloc(icap, sizeof *g);
         if (!g) break;
-        t = g;
-        snprintf(t[nt].key, sizeof t[nt].key, "%s", key);
-        t[nt].n = 0;
-        t[nt].depth = depth;
-        nt++;
+        for (size_t i = 0; i < nt; i++) {
+          uint64_t hh = 0xcbf29ce484222325ull;
+          for (const char *c = t[i].key; *c; c++) hh = (hh ^ (unsigned char)*c) * 0x100000001b3ull;
+          size_t j = hh & (icap - 1);
+          while (g[j]) j = (j + 1) & (icap - 1);
+          g[j] = (uint32_t)i + 1;
+        }
+        free(index);
+        index = g;
+        mask = icap - 1;
+      }
+      size_t j = h & mask, i = SIZE_MAX;
+      for (; index[j]; j = (j + 1) & mask)
+        if (strcmp(t[index[j] - 1].key, key) == 0) {
+          i = index[j] - 1;
+          break;
+        }
+      if (i == SIZE_MAX) {
+        if (nt == cap) {
+          cap = cap ? cap * 2 : 64;
+          tally *g = realloc(t, sizeof *t * cap);
+          if (!g) break;
+          t = g;
+        }
+        i = nt++;
+        snprintf(t[i].key, sizeof t[i].key, "%s", key);
+        t[i].n = 0;
+        t[i].depth = depth;
+        index[j] = (uint32_t)i + 1;
       }
       t[i].n++;
       if (depth < t[i].depth) t[i].depth = depth;
     }
+    free(index);
     sqlite3_finalize(st);
     for (size_t i = 0; i < nt; i++) {
       bool better = forced ? strcmp(t[i].key, forced_key) == 0
@@ -202,12 +229,25 @@ static size_t infer_iterations(ms_analysis *a, boundary **out) {
     }
     sqlite3_finalize(st);
   }
+  /* Screen every shift at which the anchor's token recurs on a short window, keep the best
+   * matching one (the smallest among equals: not a sub-period that repetition inside an
+   * iteration makes look good, nor a multiple), then check it on a long window. */
   size_t period = 0, anchor = n / 2;
-  for (size_t d = 1; n >= 8 && d <= MAX_PERIOD && anchor + d < n && !period; d++) {
-    if (tok[anchor + d] != tok[anchor] || d < 2 || 3 * d > n) continue;
-    size_t w = n - anchor - d < WINDOW ? n - anchor - d : WINDOW, same = 0;
+  enum { SCREEN = 512 };
+  size_t best_same = 0, best_d = 0;
+  for (size_t d = 2; n >= 8 && d <= MAX_PERIOD && anchor + d < n && 3 * d <= n; d++) {
+    if (tok[anchor + d] != tok[anchor]) continue;
+    size_t w = n - anchor - d < SCREEN ? n - anchor - d : SCREEN, same = 0;
     for (size_t i = 0; i < w; i++) same += tok[anchor + i] == tok[anchor + i + d];
-    if (w >= d && same * 10 >= w * 9) period = d;
+    if (w && same * 1000 / w > best_same) {
+      best_same = same * 1000 / w;
+      best_d = d;
+    }
+  }
+  if (best_d) {
+    size_t w = n - anchor - best_d < WINDOW ? n - anchor - best_d : WINDOW, same = 0;
+    for (size_t i = 0; i < w; i++) same += tok[anchor + i] == tok[anchor + i + best_d];
+    if (w >= best_d && same * 10 >= w * 9) period = best_d;
   }
   size_t n_out = 0;
   if (period) {
@@ -316,10 +356,24 @@ static int top_live(ms_analysis *a, ms_site_bytes *out, int max) {
   return n;
 }
 
-/* Adds the value at time t to a curve of buckets [first_ns + k * width, ...). */
-static void curve_add(ms_curve *c, int64_t first_ns, int64_t width, int64_t t, int64_t v) {
+/* The bucket width for the snapshot's time span: at least 1, computed without overflow. */
+static int64_t bucket_width(const ms_snapshot *s) {
+  if (s->last_ns <= s->first_ns) return 1;
+  uint64_t span = (uint64_t)s->last_ns - (uint64_t)s->first_ns;
+  return (int64_t)(span / (MS_BUCKETS - 1) + 1);
+}
+
+/* Start of the bucket holding t (clamped into the snapshot's span). */
+static int64_t bucket_start(const ms_snapshot *s, int64_t width, int64_t t) {
+  if (t < s->first_ns) t = s->first_ns;
+  if (t > s->last_ns) t = s->last_ns;
+  uint64_t off = (uint64_t)t - (uint64_t)s->first_ns;
+  return (int64_t)((uint64_t)s->first_ns + off / (uint64_t)width * (uint64_t)width);
+}
+
+/* Adds the value v to the curve's bucket starting at `start`. */
+static void curve_add(ms_curve *c, int64_t start, int64_t v) {
   if (!c) return;
-  int64_t start = first_ns + (t - first_ns) / width * width;
   if (c->n > 0 && c->t[c->n - 1] == start) {
     if (v < c->lo[c->n - 1]) c->lo[c->n - 1] = v;
     if (v > c->hi[c->n - 1]) c->hi[c->n - 1] = v;
@@ -332,9 +386,9 @@ static void curve_add(ms_curve *c, int64_t first_ns, int64_t width, int64_t t, i
 
 static void curves_add(pass *p, int64_t t) {
   ms_snapshot *s = p->a->snap;
-  int64_t width = (s->last_ns - s->first_ns) / (MS_BUCKETS - 1) + 1;
-  curve_add(p->a->allocated_curve, s->first_ns, width, t, p->allocated);
-  curve_add(p->a->reserved_curve, s->first_ns, width, t, p->reserved);
+  int64_t start = bucket_start(s, bucket_width(s), t);
+  curve_add(p->a->allocated_curve, start, p->allocated);
+  curve_add(p->a->reserved_curve, start, p->reserved);
 }
 
 static int pass1_event(const ms_event *e, void *arg) {
@@ -476,7 +530,7 @@ static int bands_event(const ms_event *e, void *arg) {
     p->allocated -= size;
   }
   /* Every event, as for the curves: the same buckets. */
-  int64_t start = s->first_ns + (e->time_ns - s->first_ns) / p->width * p->width;
+  int64_t start = bucket_start(s, p->width, e->time_ns);
   if (b->n == 0 || b->t[b->n - 1] != start) {
     if (b->n == MS_BUCKETS) return 0;
     b->t[b->n++] = start;
@@ -515,7 +569,7 @@ static void compute_bands(ms_analysis *a, int64_t *site_of_stack) {
   p.a = a;
   p.site_of_stack = site_of_stack;
   p.band_of_site = band_of;
-  p.width = (a->snap->last_ns - a->snap->first_ns) / (MS_BUCKETS - 1) + 1;
+  p.width = bucket_width(a->snap);
   ms_events_each(a->snap, bands_event, &p);
   free(p.live.slots);
   free(band_of);
@@ -591,7 +645,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   a->reserved_curve = calloc(1, sizeof *a->reserved_curve);
   if (!p.site_of_stack || !a->iters || !a->allocated_curve || !a->reserved_curve) {
     snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->path);
-    return -1;
+    goto fail;
   }
   a->niters = p.nbounds;
   int rc = ms_events_each(s, pass1_event, &p);
@@ -650,6 +704,8 @@ fail:
   free(p.live.slots);
   free(p.site_of_stack);
   free(p.bounds);
+  ms_analysis_free(a);
+  a->snap = s;
   return -1;
 }
 

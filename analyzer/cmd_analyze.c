@@ -81,6 +81,7 @@ int cmd_analyze(int argc, char **argv) {
   for (; done < npaths; done++) {
     if (ms_open(&s[done], paths[done]) != 0 || ms_analyze(&s[done], &a[done], label) != 0) {
       fprintf(stderr, "error: %s\n", s[done].error);
+      ms_analysis_free(&a[done]);
       ms_close(&s[done]);
       rc = 1;
       break;
@@ -105,6 +106,7 @@ int cmd_analyze(int argc, char **argv) {
       ms_report_text(&a[i], &o, stdout);
     }
   }
+  if (rc == 0 && !html) rc = ms_output_status();
   for (int i = 0; i < done; i++) {
     ms_analysis_free(&a[i]);
     ms_close(&s[i]);

@@ -3,6 +3,7 @@
  * Stack ids are private to a file, so sites are matched by their frames (function, file and
  * line of every frame). For each site: bytes and blocks allocated at each snapshot, and the
  * change; the sites that grew most come first. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,8 @@
 
 typedef struct diff_site {
   char *key;           /* frames as text: the match key */
-  uint32_t stack[2];   /* the stack id in A and in B (0: absent) */
+  uint32_t stack[2];   /* the stack id in A and in B (0: none recorded) */
+  bool present[2];     /* the site has blocks in A, in B */
   int64_t bytes[2], count[2];
 } diff_site;
 
@@ -52,6 +54,7 @@ static int add(diff *d, char *key, int side, uint32_t stack, int64_t bytes, int6
       free(key);
       d->sites[i].bytes[side] += bytes;
       d->sites[i].count[side] += count;
+      d->sites[i].present[side] = true;
       if (!d->sites[i].stack[side]) d->sites[i].stack[side] = stack;
       return 0;
     }
@@ -66,6 +69,7 @@ static int add(diff *d, char *key, int side, uint32_t stack, int64_t bytes, int6
   memset(x, 0, sizeof *x);
   x->key = key;
   x->stack[side] = stack;
+  x->present[side] = true;
   x->bytes[side] = bytes;
   x->count[side] = count;
   return 0;
@@ -139,10 +143,16 @@ int cmd_diff(int argc, char **argv) {
     ms_format_bytes(x->bytes[1], b1, sizeof b1);
     ms_format_bytes(x->bytes[1] - x->bytes[0], bd, sizeof bd);
     printf("  %s%-12s %12s -> %-12s (%lld -> %lld blocks)%s\n", x->bytes[1] >= x->bytes[0] ? "+" : "", bd, b0, b1,
-           (long long)x->count[0], (long long)x->count[1], !x->stack[0] ? "  new in B" : !x->stack[1] ? "  gone in B" : "");
-    int side = x->stack[1] ? 1 : 0;
-    uint32_t ids[256];
-    size_t n = o.full_stacks ? 0 : ms_stack_frames_that_matter(&s[side], x->stack[side], ids, 4);
+           (long long)x->count[0], (long long)x->count[1], !x->present[0] ? "  new in B" : !x->present[1] ? "  gone in B" : "");
+    int side = x->present[1] ? 1 : 0;
+    uint32_t ids[4096];
+    size_t n = 0;
+    if (!o.full_stacks) {
+      n = ms_stack_frames_that_matter(&s[side], x->stack[side], ids, 4);
+    } else if (x->stack[side]) {
+      const ms_stack *k = &s[side].stacks[x->stack[side]];
+      for (uint32_t f = 0; f < k->depth && n < 4096; f++) ids[n++] = k->frames[f];
+    }
     for (size_t f = 0; f < n; f++) {
       const ms_frame *fr = &s[side].frames[ids[f]];
       const char *slash = strrchr(fr->file, '/');
@@ -152,7 +162,7 @@ int cmd_diff(int argc, char **argv) {
     shown++;
   }
   if (!shown) printf("  no site changed\n");
-  rc = 0;
+  rc = ms_output_status();
 out:
   for (int k = 0; k < opened && k < 2; k++) ms_close(&s[k]);
   for (size_t i = 0; i < d.n; i++) free(d.sites[i].key);

@@ -14,6 +14,12 @@ static void print_count(ms_snapshot *s, const char *label, const char *sql) {
 
 int cmd_info(int argc, char **argv) {
   if (argc < 2) return ms_usage_error("info", "no snapshot given");
+  for (int i = 1; i < argc; i++)
+    if (argv[i][0] == '-' && argv[i][1]) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "unknown option '%s'", argv[i]);
+      return ms_usage_error("info", msg);
+    }
   int rc = 0;
   for (int i = 1; i < argc; i++) {
     ms_snapshot s;
@@ -51,5 +57,5 @@ int cmd_info(int argc, char **argv) {
     print_count(&s, "distinct stacks", "select count(*) from stacks");
     ms_close(&s);
   }
-  return rc;
+  return rc ? rc : ms_output_status();
 }

@@ -3,6 +3,7 @@
  * Exit codes: 0 success, 1 error, 2 usage. Messages: "error: ..." on stderr.
  * Commands still to come (diff, import, export) are not in the table until they exist.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,12 @@ static const command commands[] = {
 static void usage(FILE *out) {
   fprintf(out, "usage: memsnap <command> [<args>]\n\ncommands:\n");
   for (size_t i = 0; i < NCOMMANDS; i++) fprintf(out, "  %s\n", commands[i].usage);
+}
+
+int ms_output_status(void) {
+  if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+  fprintf(stderr, "error: cannot write the output: %s\n", strerror(errno));
+  return 1;
 }
 
 int ms_usage_error(const char *name, const char *message) {

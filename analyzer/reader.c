@@ -32,6 +32,12 @@ static int fail(ms_snapshot *s, const char *fmt, ...) {
   return -1;
 }
 
+/* Control bytes of untrusted text become '?', so printing a name cannot drive the terminal. */
+static void neutralise(char *s) {
+  for (; s && *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
 static int64_t meta_int(ms_snapshot *s, const char *key, int64_t fallback) {
   sqlite3_stmt *st;
   int64_t v = fallback;
@@ -109,7 +115,13 @@ int ms_open(ms_snapshot *s, const char *path) {
   meta_text(s, "tool_version", s->tool_version, sizeof s->tool_version);
   meta_text(s, "command_line", s->command_line, sizeof s->command_line);
   meta_text(s, "stacks", s->stacks_mode, sizeof s->stacks_mode);
-  if (sqlite3_prepare_v2(s->db, "select count(*), min(time_ns), max(time_ns) from events", -1, &st, NULL) == SQLITE_OK &&
+  neutralise(s->host);
+  neutralise(s->backend);
+  neutralise(s->tool_version);
+  neutralise(s->command_line);
+  neutralise(s->stacks_mode);
+  if (sqlite3_prepare_v2(s->db, "select count(*), coalesce(min(time_ns), 0), coalesce(max(time_ns), 0) from events "
+                         "where typeof(time_ns) = 'integer'", -1, &st, NULL) == SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW) {
     s->nevents = sqlite3_column_int64(st, 0);
     s->first_ns = sqlite3_column_int64(st, 1);
@@ -137,7 +149,9 @@ void ms_close(ms_snapshot *s) {
 
 static char *column_text(sqlite3_stmt *st, int col) {
   const unsigned char *t = sqlite3_column_text(st, col);
-  return strdup(t ? (const char *)t : "");
+  char *s = strdup(t ? (const char *)t : "");
+  neutralise(s);
+  return s;
 }
 
 int ms_load_stacks(ms_snapshot *s) {
@@ -172,6 +186,13 @@ int ms_load_stacks(ms_snapshot *s) {
     f->module = column_text(st, 5);
   }
   sqlite3_finalize(st);
+  for (size_t i = 1; i < s->nframes; i++) /* ids with no row (a damaged file) read as unnamed */
+    if (!s->frames[i].name || !s->frames[i].file || !s->frames[i].module) {
+      free(s->frames[i].name), free(s->frames[i].file), free(s->frames[i].module);
+      s->frames[i].name = strdup(""), s->frames[i].file = strdup(""), s->frames[i].module = strdup("");
+      if (!s->frames[i].name || !s->frames[i].file || !s->frames[i].module)
+        return fail(s, "out of memory loading stacks of '%s'", s->path);
+    }
   if (sqlite3_prepare_v2(s->db, "select stack_id, position, frame_id from stack_frames order by stack_id, position", -1,
                          &st, NULL) != SQLITE_OK)
     return fail(s, "'%s': cannot read stacks: %s", s->path, sqlite3_errmsg(s->db));
@@ -181,7 +202,10 @@ int ms_load_stacks(ms_snapshot *s) {
     ms_stack *k = &s->stacks[sid];
     if ((size_t)pos != k->depth) continue; /* positions must count up from 0 */
     uint32_t *g = realloc(k->frames, sizeof *g * (k->depth + 1));
-    if (!g) return fail(s, "out of memory loading stacks of '%s'", s->path);
+    if (!g) {
+      sqlite3_finalize(st);
+      return fail(s, "out of memory loading stacks of '%s'", s->path);
+    }
     k->frames = g;
     k->frames[k->depth++] = (uint32_t)fid;
   }
@@ -219,7 +243,9 @@ int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void
     e.thread = sqlite3_column_int64(st, 9);
     int64_t stack = sqlite3_column_int64(st, 10);
     e.stack_id = stack > 0 && (size_t)stack < s->nstacks ? (uint32_t)stack : 0;
-    if (e.size < 0 || e.requested < 0) continue; /* malformed row: skip */
+    /* Malformed rows are skipped: sizes must be plausible (no device has 2^50 bytes), so that
+       sums over them cannot overflow. */
+    if (e.size < 0 || e.requested < 0 || e.size > ((int64_t)1 << 50) || e.requested > ((int64_t)1 << 50)) continue;
     if ((rc = fn(&e, arg)) != 0) break;
   }
   if (progress) fprintf(stderr, "\r%*s\r", (int)strlen(s->path) + 20, "");

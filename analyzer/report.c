@@ -14,7 +14,7 @@
 
 void ms_format_bytes(int64_t bytes, char *out, size_t len) {
   const char *sign = bytes < 0 ? "-" : "";
-  double v = (double)(bytes < 0 ? -bytes : bytes);
+  double v = (double)(bytes < 0 ? 0 - (uint64_t)bytes : (uint64_t)bytes); /* INT64_MIN too */
   if (v < 1024) snprintf(out, len, "%s%.0f B", sign, v);
   else if (v < 1048576.0) snprintf(out, len, "%s%.2f KiB", sign, v / 1024.0);
   else if (v < 1073741824.0) snprintf(out, len, "%s%.2f MiB", sign, v / 1048576.0);
@@ -57,7 +57,8 @@ size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint
   size_t n = 0;
   for (uint32_t i = 0; i < k->depth && n < max; i++)
     if (!folded(&s->frames[k->frames[i]], has_python)) ids[n++] = k->frames[i];
-  for (uint32_t i = 0; n == 0 && i < k->depth && i < max; i++) ids[i] = k->frames[i], n = i + 1; /* all folded */
+  if (n == 0) /* every frame folded: show the innermost ones rather than nothing */
+    for (uint32_t i = 0; i < k->depth && n < max; i++) ids[n++] = k->frames[i];
   return n;
 }
 

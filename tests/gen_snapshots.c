@@ -7,6 +7,8 @@
  *   oom.db        a 40 MiB request on a 64 MiB device that holds 40 MiB: one OOM;
  *   truncated.db  the same steps through a ring of 32 events: history truncated;
  *   nomarks.db    the leak run without marks: iterations must be inferred;
+ *   repeats.db    no marks; 30 iterations of 50 identical 4 KiB temporaries and one 1 MiB block
+ *                 kept: the period is 51 allocations, not the 1 the temporaries suggest;
  *   empty.db      a snapshot of a library that never recorded.
  * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
  * activations, a slow leak), for the analyzer's speed benchmark (tests/bench_analyze.sh).
@@ -117,6 +119,14 @@ int main(int argc, char **argv) {
   with_marks = 0;
   train(6);
   rc |= dump(argv[1], "nomarks.db");
+  memsnap_shutdown();
+
+  memsnap_record_start(0, NULL);
+  for (int it = 0; it < 30; it++) {
+    for (int k = 0; k < 50; k++) memsnap_free(activation(4096), 0, 0, NULL);
+    keep_history(1 * MiB);
+  }
+  rc |= dump(argv[1], "repeats.db");
   memsnap_shutdown();
 
   memsnap_backend_name();

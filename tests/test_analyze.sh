@@ -54,6 +54,10 @@ check "no marks: iterations inferred from the allocation pattern, and the leak s
 "$cli" analyze "$dir/nomarks.db" | grep -q "inferred from the allocation pattern"
 check "no marks: the report says the iterations were inferred" "[ \$? -eq 0 ]"
 
+"$cli" analyze --json "$dir/repeats.db" >"$dir/repeats.json"
+check "no marks: the period is the iteration's (51 allocations), not a repetition inside it" \
+  "json $dir/repeats.json \"j['summary']['iteration_label'] == 'a period of 51 allocations' and j['leaks'][0]['kind'] == 'growing' and j['leaks'][0]['bytes_per_iteration'] == $MiB\""
+
 "$cli" analyze "$dir/empty.db" >"$dir/empty.txt" 2>&1
 check "empty snapshot: a report that says there is nothing" "[ $? -eq 0 ] && grep -q 'none: the snapshot has no repeated mark' $dir/empty.txt"
 "$cli" analyze --iterations nosuchlabel "$dir/leak.db" >/dev/null 2>"$dir/err"
@@ -162,6 +166,22 @@ print("\n".join(bad))
 PY
 )
 check "hostile values: analyze, --json, info and diff answer without crashing${crashes:+ ($crashes)}" "[ -z \"$crashes\" ]"
+
+# Defects found in review: each must now be handled.
+cp "$dir/leak.db" "$dir/noframe.db"
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/noframe.db'); c.execute('delete from frames where id = 2'); c.commit()"
+"$cli" analyze --html "$dir/noframe.html" "$dir/noframe.db" && "$cli" analyze "$dir/noframe.db" >/dev/null && "$cli" diff "$dir/noframe.db" "$dir/leak.db" >/dev/null
+check "review: a stack naming a frame with no row is read as unnamed, not a crash" "[ \$? -eq 0 ]"
+cp "$dir/leak.db" "$dir/texttime.db"
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/texttime.db'); c.execute('update events set time_ns = time_ns + 5000'); c.execute(\"update events set time_ns = 'x' where id = 3\"); c.commit()"
+"$cli" analyze --html "$dir/texttime.html" "$dir/texttime.db" && "$cli" analyze "$dir/texttime.db" >/dev/null
+check "review: a text time among integer times does not divide by zero" "[ \$? -eq 0 ]"
+"$cli" analyze "$dir/leak.db" >/dev/full 2>"$dir/err"
+check "review: a failed write of the report exits 1" "[ \$? -eq 1 ] && grep -q 'cannot write the output' $dir/err"
+"$cli" info --json "$dir/leak.db" >/dev/null 2>&1
+check "review: info rejects an unknown option with exit 2" "[ \$? -eq 2 ]"
+"$cli" diff --full-stacks "$dir/early.db" "$dir/leak.db" >"$dir/fulldiff.txt"
+check "review: diff --full-stacks prints the full stack" "grep -q '__libc_start_main\\|_start' $dir/fulldiff.txt"
 
 "$cli" analyze >/dev/null 2>&1
 check "usage: no snapshot is exit 2" "[ $? -eq 2 ]"
