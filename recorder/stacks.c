@@ -386,6 +386,7 @@ static void symbolize_python(msi_frame *f, uint64_t code, uint64_t position, boo
 
 int msi_stacks_symbolize(msi_symbolized *out) {
   memset(out, 0, sizeof *out);
+  int rc = MEMSNAP_OK;
   frame_tab t = {0};
   /* 1. Copy the interned stacks; recording goes on meanwhile (code objects stay alive: every
    *    interned one holds a reference). */
@@ -475,25 +476,22 @@ int msi_stacks_symbolize(msi_symbolized *out) {
   if (have_gil) py.GILState_Release(gil);
   if (failed) goto oom;
   msi_symbols_lines(syms, t.frames, t.n);
-  msi_symbols_close(syms);
-  free(r_copy);
-  free(w_copy);
-  out->frames = t.frames;
-  out->nframes = t.n;
-  free(t.keys);
-  free(t.index);
-  return MEMSNAP_OK;
+  goto cleanup;
 oom:
+  rc = MEMSNAP_ENOMEM;
+cleanup:
   msi_symbols_close(syms);
   free(r_copy);
   free(w_copy);
-  out->frames = t.frames;
+  out->frames = t.frames; /* the frames belong to `out` from here on, also to free them */
   out->nframes = t.n;
   free(t.keys);
   free(t.index);
-  msi_symbolized_free(out);
-  msi_error("snapshot: out of host memory while symbolizing stacks");
-  return MEMSNAP_ENOMEM;
+  if (rc != MEMSNAP_OK) {
+    msi_symbolized_free(out);
+    msi_error("snapshot: out of host memory while symbolizing stacks");
+  }
+  return rc;
 }
 
 void msi_symbolized_free(msi_symbolized *s) {
