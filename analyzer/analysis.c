@@ -85,6 +85,24 @@ static bool live_take(live_map *m, uint64_t key, uint32_t *site, int64_t *size) 
   return true;
 }
 
+/* Replays an event into the live map: an allocation (of site `alloc_site`, which the caller
+ * resolved) adds its block, a free removes it. Returns the bytes live memory changed by
+ * (negative for a free; 0 for other events and for frees of blocks from before the kept history)
+ * and sets *site; sets *failed when out of memory. Every pass replays through this. */
+static int64_t replay(live_map *m, const ms_event *e, int64_t alloc_site, uint32_t *site, bool *failed) {
+  int64_t size;
+  if (e->kind == MS_ALLOC) {
+    if (alloc_site < 0 || live_put(m, e->address, (uint32_t)alloc_site, e->size) != 0) {
+      *failed = true;
+      return 0;
+    }
+    *site = (uint32_t)alloc_site;
+    return e->size;
+  }
+  if (e->kind == MS_FREE_REQUESTED && live_take(m, e->address, site, &size)) return -size;
+  return 0;
+}
+
 /* ---- labels and iterations --------------------------------------------------------------- */
 
 void ms_label_key(const char *label, char *out, size_t len) {
@@ -403,26 +421,19 @@ static int pass1_event(const ms_event *e, void *arg) {
     open_iteration(p, e->time_ns);
     p->next_bound++;
   }
-  int64_t site;
-  uint32_t s32;
-  int64_t size;
+  uint32_t site = 0;
+  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1, &site, &p->failed);
+  if (p->failed) return 1;
   switch (e->kind) {
-    case MS_ALLOC:
-      site = site_index(p, e->stack_id);
-      if (site < 0 || live_put(&p->live, e->address, (uint32_t)site, e->size) != 0) {
-        p->failed = true;
-        return 1;
-      }
-      {
-        ms_site *s = &a->sites[site];
-        if (s->allocs == 0) s->first_ns = e->time_ns;
-        s->allocs++;
-        s->alloc_bytes += e->size;
-        s->live_bytes += e->size;
-        s->live_count++;
-        s->last_ns = e->time_ns;
-        s->last_iteration = p->cur_iter;
-      }
+    case MS_ALLOC: {
+      ms_site *s = &a->sites[site];
+      if (s->allocs == 0) s->first_ns = e->time_ns;
+      s->allocs++;
+      s->alloc_bytes += e->size;
+      s->live_bytes += e->size;
+      s->live_count++;
+      s->last_ns = e->time_ns;
+      s->last_iteration = p->cur_iter;
       p->allocs++;
       p->allocated += e->size;
       if (p->allocated > a->peak_allocated) {
@@ -435,11 +446,12 @@ static int pass1_event(const ms_event *e, void *arg) {
         a->iters[p->cur_iter].peak_ns = e->time_ns;
       }
       break;
+    }
     case MS_FREE_REQUESTED:
-      if (live_take(&p->live, e->address, &s32, &size)) {
-        a->sites[s32].live_bytes -= size;
-        a->sites[s32].live_count--;
-        p->allocated -= size;
+      if (delta) {
+        a->sites[site].live_bytes += delta;
+        a->sites[site].live_count--;
+        p->allocated += delta;
       }
       break;
     case MS_SEGMENT_ALLOC:
@@ -482,19 +494,12 @@ static int pass1_event(const ms_event *e, void *arg) {
 static int pass2_event(const ms_event *e, void *arg) {
   pass *p = arg;
   if (e->id > p->stop_at) return 1;
-  uint32_t s32;
-  int64_t size;
-  if (e->kind == MS_ALLOC) {
-    int64_t site = p->site_of_stack[e->stack_id] - 1;
-    if (site < 0 || live_put(&p->live, e->address, (uint32_t)site, e->size) != 0) {
-      p->failed = true;
-      return 1;
-    }
-    p->a->sites[site].live_bytes += e->size;
-    p->a->sites[site].live_count++;
-  } else if (e->kind == MS_FREE_REQUESTED && live_take(&p->live, e->address, &s32, &size)) {
-    p->a->sites[s32].live_bytes -= size;
-    p->a->sites[s32].live_count--;
+  uint32_t site = 0;
+  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, &site, &p->failed);
+  if (p->failed) return 1;
+  if (delta) {
+    p->a->sites[site].live_bytes += delta;
+    p->a->sites[site].live_count += delta > 0 ? 1 : -1;
   }
   return 0;
 }
@@ -515,19 +520,12 @@ static int bands_event(const ms_event *e, void *arg) {
   band_pass *p = arg;
   ms_bands *b = p->a->bands;
   ms_snapshot *s = p->a->snap;
-  uint32_t site;
-  int64_t size;
-  if (e->kind == MS_ALLOC) {
-    int64_t idx = p->site_of_stack[e->stack_id] - 1;
-    if (idx < 0 || live_put(&p->live, e->address, (uint32_t)idx, e->size) != 0) {
-      p->failed = true;
-      return 1;
-    }
-    p->band_live[p->band_of_site[idx]] += e->size;
-    p->allocated += e->size;
-  } else if (e->kind == MS_FREE_REQUESTED && live_take(&p->live, e->address, &site, &size)) {
-    p->band_live[p->band_of_site[site]] -= size;
-    p->allocated -= size;
+  uint32_t site = 0;
+  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, &site, &p->failed);
+  if (p->failed) return 1;
+  if (delta) {
+    p->band_live[p->band_of_site[site]] += delta;
+    p->allocated += delta;
   }
   /* Every event, as for the curves: the same buckets. */
   int64_t start = bucket_start(s, p->width, e->time_ns);
