@@ -31,7 +31,7 @@ LIB_SRCS := recorder/alloc.c recorder/api.c recorder/backend_cuda.c recorder/bac
   recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/report.c analyzer/cmd_info.c \
-  analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c
+  analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/replay.c analyzer/timeline.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots

@@ -25,84 +25,6 @@
 
 #include "analyzer.h"
 
-/* ---- live blocks: address -> (site, size) ------------------------------------------------ */
-
-typedef struct live_slot {
-  uint64_t key; /* address; 0 empty */
-  uint32_t site;
-  int64_t size;
-} live_slot;
-
-typedef struct live_map {
-  live_slot *slots;
-  size_t mask, count;
-} live_map;
-
-static size_t live_hash(uint64_t a, size_t mask) { return (size_t)((a >> 9) * 0x9E3779B97F4A7C15ull >> 20) & mask; }
-
-static int live_put(live_map *m, uint64_t key, uint32_t site, int64_t size) {
-  if ((m->count + 1) * 2 > m->mask + 1) {
-    size_t cap = m->mask ? (m->mask + 1) * 2 : 4096;
-    live_slot *s = calloc(cap, sizeof *s);
-    if (!s) return -1;
-    for (size_t i = 0; m->slots && i <= m->mask; i++)
-      if (m->slots[i].key) {
-        size_t j = live_hash(m->slots[i].key, cap - 1);
-        while (s[j].key) j = (j + 1) & (cap - 1);
-        s[j] = m->slots[i];
-      }
-    free(m->slots);
-    m->slots = s;
-    m->mask = cap - 1;
-  }
-  size_t i = live_hash(key, m->mask);
-  while (m->slots[i].key && m->slots[i].key != key) i = (i + 1) & m->mask;
-  if (!m->slots[i].key) m->count++;
-  m->slots[i] = (live_slot){key, site, size};
-  return 0;
-}
-
-/* Removes key; returns false if absent (allocated before the recorded history). */
-static bool live_take(live_map *m, uint64_t key, uint32_t *site, int64_t *size) {
-  if (!m->slots || !key) return false;
-  size_t i = live_hash(key, m->mask);
-  for (; m->slots[i].key; i = (i + 1) & m->mask)
-    if (m->slots[i].key == key) break;
-  if (!m->slots[i].key) return false;
-  *site = m->slots[i].site;
-  *size = m->slots[i].size;
-  size_t hole = i;
-  for (size_t j = (i + 1) & m->mask; m->slots[j].key; j = (j + 1) & m->mask) {
-    size_t home = live_hash(m->slots[j].key, m->mask);
-    bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-    if (!stays) {
-      m->slots[hole] = m->slots[j];
-      hole = j;
-    }
-  }
-  m->slots[hole].key = 0;
-  m->count--;
-  return true;
-}
-
-/* Replays an event into the live map: an allocation (of site `alloc_site`, which the caller
- * resolved) adds its block, a free removes it. Returns the bytes live memory changed by
- * (negative for a free; 0 for other events and for frees of blocks from before the kept history)
- * and sets *site; sets *failed when out of memory. Every pass replays through this. */
-static int64_t replay(live_map *m, const ms_event *e, int64_t alloc_site, uint32_t *site, bool *failed) {
-  int64_t size;
-  if (e->kind == MS_ALLOC) {
-    if (alloc_site < 0 || live_put(m, e->address, (uint32_t)alloc_site, e->size) != 0) {
-      *failed = true;
-      return 0;
-    }
-    *site = (uint32_t)alloc_site;
-    return e->size;
-  }
-  if (e->kind == MS_FREE_REQUESTED && live_take(m, e->address, site, &size)) return -size;
-  return 0;
-}
-
 /* ---- labels and iterations --------------------------------------------------------------- */
 
 void ms_label_key(const char *label, char *out, size_t len) {
@@ -291,7 +213,7 @@ static size_t infer_iterations(ms_analysis *a, boundary **out) {
 
 typedef struct pass {
   ms_analysis *a;
-  live_map live;
+  ms_live_map live;
   int64_t *site_of_stack; /* stack id -> site index + 1 (0: none yet) */
   size_t sites_cap;
   boundary *bounds;
@@ -374,21 +296,6 @@ static int top_live(ms_analysis *a, ms_site_bytes *out, int max) {
   return n;
 }
 
-/* The bucket width for the snapshot's time span: at least 1, computed without overflow. */
-static int64_t bucket_width(const ms_snapshot *s) {
-  if (s->last_ns <= s->first_ns) return 1;
-  uint64_t span = (uint64_t)s->last_ns - (uint64_t)s->first_ns;
-  return (int64_t)(span / (MS_BUCKETS - 1) + 1);
-}
-
-/* Start of the bucket holding t (clamped into the snapshot's span). */
-static int64_t bucket_start(const ms_snapshot *s, int64_t width, int64_t t) {
-  if (t < s->first_ns) t = s->first_ns;
-  if (t > s->last_ns) t = s->last_ns;
-  uint64_t off = (uint64_t)t - (uint64_t)s->first_ns;
-  return (int64_t)((uint64_t)s->first_ns + off / (uint64_t)width * (uint64_t)width);
-}
-
 /* Adds the value v to the curve's bucket starting at `start`. */
 static void curve_add(ms_curve *c, int64_t start, int64_t v) {
   if (!c) return;
@@ -404,7 +311,7 @@ static void curve_add(ms_curve *c, int64_t start, int64_t v) {
 
 static void curves_add(pass *p, int64_t t) {
   ms_snapshot *s = p->a->snap;
-  int64_t start = bucket_start(s, bucket_width(s), t);
+  int64_t start = ms_bucket_start(s, ms_bucket_width(s), t);
   curve_add(p->a->allocated_curve, start, p->allocated);
   curve_add(p->a->reserved_curve, start, p->reserved);
 }
@@ -421,8 +328,9 @@ static int pass1_event(const ms_event *e, void *arg) {
     open_iteration(p, e->time_ns);
     p->next_bound++;
   }
-  uint32_t site = 0;
-  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1, &site, &p->failed);
+  ms_live_slot block = {0};
+  int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1, 0, &block, &p->failed);
+  uint32_t site = block.site;
   if (p->failed) return 1;
   switch (e->kind) {
     case MS_ALLOC: {
@@ -430,6 +338,7 @@ static int pass1_event(const ms_event *e, void *arg) {
       if (s->allocs == 0) s->first_ns = e->time_ns;
       s->allocs++;
       s->alloc_bytes += e->size;
+      a->size_hist[ms_size_bin(e->size)]++;
       s->live_bytes += e->size;
       s->live_count++;
       s->last_ns = e->time_ns;
@@ -494,83 +403,15 @@ static int pass1_event(const ms_event *e, void *arg) {
 static int pass2_event(const ms_event *e, void *arg) {
   pass *p = arg;
   if (e->id > p->stop_at) return 1;
-  uint32_t site = 0;
-  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, &site, &p->failed);
+  ms_live_slot block = {0};
+  int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, 0, &block, &p->failed);
+  uint32_t site = block.site;
   if (p->failed) return 1;
   if (delta) {
     p->a->sites[site].live_bytes += delta;
     p->a->sites[site].live_count += delta > 0 ? 1 : -1;
   }
   return 0;
-}
-
-/* ---- pass 3: allocated memory by site over time --------------------------------------- */
-
-typedef struct band_pass {
-  ms_analysis *a;
-  live_map live;
-  int64_t *site_of_stack;
-  int8_t *band_of_site; /* site -> band (nsites: other) */
-  int64_t band_live[MS_BANDS + 1];
-  int64_t allocated, width, best; /* best: highest total in the current bucket */
-  bool failed;
-} band_pass;
-
-static int bands_event(const ms_event *e, void *arg) {
-  band_pass *p = arg;
-  ms_bands *b = p->a->bands;
-  ms_snapshot *s = p->a->snap;
-  uint32_t site = 0;
-  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, &site, &p->failed);
-  if (p->failed) return 1;
-  if (delta) {
-    p->band_live[p->band_of_site[site]] += delta;
-    p->allocated += delta;
-  }
-  /* Every event, as for the curves: the same buckets. */
-  int64_t start = bucket_start(s, p->width, e->time_ns);
-  if (b->n == 0 || b->t[b->n - 1] != start) {
-    if (b->n == MS_BUCKETS) return 0;
-    b->t[b->n++] = start;
-    p->best = -1;
-  }
-  if (p->allocated > p->best) { /* the bucket's peak so far: record how it splits by site */
-    p->best = p->allocated;
-    memcpy(b->bytes[b->n - 1], p->band_live, sizeof p->band_live);
-  }
-  return 0;
-}
-
-/* Chooses the sites shown as bands (leak candidates first, then what was live at the peak, then
- * the top allocators) and replays the history into them. */
-static void compute_bands(ms_analysis *a, int64_t *site_of_stack) {
-  ms_bands *b = a->bands;
-  int8_t *band_of = malloc(a->nsites ? a->nsites : 1);
-  if (!b || !band_of) {
-    free(band_of);
-    return;
-  }
-  memset(band_of, -1, a->nsites);
-  uint32_t order[3 * MS_BANDS];
-  size_t norder = 0;
-  for (size_t i = 0; i < a->nleaks && i < MS_BANDS / 2; i++) order[norder++] = a->leaks[i];
-  for (size_t i = 0; i < a->nat_peak && i < MS_BANDS; i++) order[norder++] = a->at_peak[i].site;
-  for (size_t i = 0; i < a->ntop && i < MS_BANDS; i++) order[norder++] = a->top[i];
-  for (size_t i = 0; i < norder && b->nsites < MS_BANDS; i++)
-    if (band_of[order[i]] < 0) {
-      band_of[order[i]] = (int8_t)b->nsites;
-      b->site[b->nsites++] = order[i];
-    }
-  for (size_t i = 0; i < a->nsites; i++)
-    if (band_of[i] < 0) band_of[i] = (int8_t)b->nsites;
-  band_pass p = {0};
-  p.a = a;
-  p.site_of_stack = site_of_stack;
-  p.band_of_site = band_of;
-  p.width = bucket_width(a->snap);
-  ms_events_each(a->snap, bands_event, &p);
-  free(p.live.slots);
-  free(band_of);
 }
 
 /* ---- ranking ----------------------------------------------------------------------------- */
@@ -692,14 +533,14 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     ms_events_each(s, pass2_event, &p2);
     a->at_peak = malloc(sizeof *a->at_peak * 8);
     if (a->at_peak) a->nat_peak = (size_t)top_live(a, a->at_peak, 8);
-    free(p2.live.slots);
+    ms_live_free(&p2.live);
   }
-  free(p.live.slots);
-  a->site_of_stack = p.site_of_stack; /* for ms_analyze_bands */
+  ms_live_free(&p.live);
+  a->site_of_stack = p.site_of_stack; /* for ms_analyze_timeline */
   free(p.bounds);
   return 0;
 fail:
-  free(p.live.slots);
+  ms_live_free(&p.live);
   free(p.site_of_stack);
   free(p.bounds);
   ms_analysis_free(a);
@@ -707,16 +548,8 @@ fail:
   return -1;
 }
 
-int ms_analyze_bands(ms_analysis *a) {
-  if (a->bands) return 0;
-  a->bands = calloc(1, sizeof *a->bands);
-  if (!a->bands || !a->site_of_stack) return -1;
-  compute_bands(a, a->site_of_stack);
-  return 0;
-}
-
 void ms_analysis_free(ms_analysis *a) {
-  free(a->bands);
+  ms_timeline_free(a->timeline);
   free(a->site_of_stack);
   free(a->allocated_curve);
   free(a->reserved_curve);

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "memsnap.h"
 
@@ -58,6 +59,55 @@ int ms_load_stacks(ms_snapshot *s);
 /* Calls fn for every event in order; stops when fn returns non-zero and returns that. */
 int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg);
 
+/* ---- replaying the history (replay.c) -------------------------------------------------- */
+
+/* A live block: address (0: empty slot), its allocation site, a word the pass attaches. */
+typedef struct ms_live_slot {
+  uint64_t key;
+  uint32_t site, aux;
+  int64_t size;
+} ms_live_slot;
+
+typedef struct ms_live_map {
+  ms_live_slot *slots;
+  size_t mask, count;
+} ms_live_map;
+
+/* Adds or replaces slot.key's entry; 0, or -1 when out of memory. */
+int ms_live_put(ms_live_map *m, ms_live_slot slot);
+/* Removes key into *out; false if absent (allocated before the kept history). */
+bool ms_live_take(ms_live_map *m, uint64_t key, ms_live_slot *out);
+void ms_live_free(ms_live_map *m);
+/* Replays an event into the live map: an allocation (of site `alloc_site`, which the caller
+ * resolved, with `aux` attached) adds its block, a free_requested removes it. Returns the bytes
+ * live memory changed by (negative for a free; 0 for other events and for frees of blocks from
+ * before the kept history) and sets *taken to the block added or removed; sets *failed when out
+ * of memory. Every pass replays through this. */
+int64_t ms_replay(ms_live_map *m, const ms_event *e, int64_t alloc_site, uint32_t aux, ms_live_slot *taken,
+                  bool *failed);
+
+/* A total over time in at most MS_BUCKETS time buckets, each with the lowest and highest value
+ * it took: drawn at any zoom, a peak is never lost. */
+#define MS_BUCKETS 4000
+/* The bucket width for the snapshot's time span: at least 1, computed without overflow. */
+int64_t ms_bucket_width(const ms_snapshot *s);
+/* Start of the bucket holding t (clamped into the snapshot's span). */
+int64_t ms_bucket_start(const ms_snapshot *s, int64_t width, int64_t t);
+
+/* Allocation size classes: 4 per power of two. */
+#define MS_SIZE_BINS 256
+static inline int ms_size_bin(int64_t size) {
+  if (size < 4) return size < 0 ? 0 : (int)size;
+  int msb = 63 - __builtin_clzll((unsigned long long)size);
+  return msb * 4 + (int)((size >> (msb - 2)) & 3);
+}
+/* The smallest size in class `bin`. */
+static inline int64_t ms_size_bin_floor(int bin) {
+  if (bin < 4) return bin;
+  int msb = bin / 4;
+  return ((int64_t)4 + (bin & 3)) << (msb - 2);
+}
+
 /* ---- the analysis (analysis.c) ---------------------------------------------------------- */
 
 typedef enum { MS_LEAK_GROWING, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
@@ -98,31 +148,16 @@ typedef struct ms_oom {
   int ntop;
 } ms_oom;
 
-/* A total over time in at most MS_BUCKETS time buckets, each with the lowest and highest value
- * it took: drawn at any zoom, a peak is never lost. */
-#define MS_BUCKETS 4000
 typedef struct ms_curve {
   int64_t t[MS_BUCKETS], lo[MS_BUCKETS], hi[MS_BUCKETS];
   int n; /* buckets used, in time order */
 } ms_curve;
 
-/* Allocated memory split by allocation site, for the timeline's stacked bands: per time bucket
- * (those of allocated_curve), each band's bytes at the moment allocated memory was highest in
- * that bucket, so the bands add up to the curve's peaks. Band k < nsites is sites[site[k]];
- * band nsites is every other site. */
-#define MS_BANDS 12
-typedef struct ms_bands {
-  uint32_t site[MS_BANDS];
-  int nsites;
-  int n;                                 /* buckets */
-  int64_t t[MS_BUCKETS];
-  int64_t bytes[MS_BUCKETS][MS_BANDS + 1];
-} ms_bands;
-
 typedef struct ms_analysis {
   ms_snapshot *snap;
   ms_curve *allocated_curve, *reserved_curve;
-  ms_bands *bands;          /* NULL until ms_analyze_bands */
+  struct ms_timeline *timeline; /* NULL until ms_analyze_timeline */
+  int64_t size_hist[MS_SIZE_BINS]; /* allocations by size class (ms_size_bin) */
   int64_t *site_of_stack;   /* stack id -> site index + 1 */
   ms_site *sites; /* sites[i].stack_id; index 0 is the site of allocations without a stack */
   size_t nsites;
@@ -147,10 +182,81 @@ typedef struct ms_analysis {
 /* Runs the analysis; `label` forces the iteration label (NULL: choose). 0 or -1 (s->error). */
 int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label);
 void ms_analysis_free(ms_analysis *a);
-/* Fills a->bands (allocated memory by site over time: a third pass, for the page). 0 or -1. */
-int ms_analyze_bands(ms_analysis *a);
 /* Normalises a label for grouping: digits and the separators before them dropped. */
 void ms_label_key(const char *label, char *out, size_t len);
+
+/* ---- what the report page draws (timeline.c) --------------------------------------------- */
+
+/* Allocated memory split by allocation site, for the timeline's stacked bands: per time bucket
+ * (those of allocated_curve), each band's bytes at the moment allocated memory was highest in
+ * that bucket (tp), so the bands add up to the curve's peaks. Band k < nsites is
+ * sites[site[k]]; band nsites is every other site. */
+#define MS_BANDS 12
+typedef struct ms_bands {
+  uint32_t site[MS_BANDS];
+  int nsites;
+  int n; /* buckets */
+  int64_t t[MS_BUCKETS], tp[MS_BUCKETS];
+  int64_t bytes[MS_BUCKETS][MS_BANDS + 1];
+} ms_bands;
+
+/* One allocation the page knows by itself (the largest ones: hover, pin, search by address). */
+#define MS_DETAIL_MAX 20000
+typedef struct ms_detail {
+  int64_t alloc_ns, free_ns; /* free_ns -1: alive at the end of the history */
+  int64_t size, requested;
+  uint64_t address, stream;
+  uint32_t site;
+} ms_detail;
+
+/* The allocator's state at a checkpoint: each segment as runs of blocks in one state. */
+enum { MS_RUN_FREE, MS_RUN_ALLOCATED, MS_RUN_PENDING };
+typedef struct ms_run {
+  int64_t size;
+  uint32_t count; /* blocks merged into the run (free runs: 1) */
+  int state;
+} ms_run;
+
+typedef struct ms_segment_state {
+  uint64_t address, stream;
+  int64_t size;
+  int device;
+  size_t first_run, nruns;
+} ms_segment_state;
+
+typedef enum { MS_CP_EVEN, MS_CP_PEAK, MS_CP_ITERATION_PEAK, MS_CP_OOM, MS_CP_END } ms_checkpoint_kind;
+
+#define MS_CHECKPOINTS_EVEN 48
+#define MS_CHECKPOINT_SITES 200 /* sites listed per checkpoint; the rest are summed */
+#define MS_CHECKPOINT_RUNS 200000 /* runs kept over all evenly spaced checkpoints */
+typedef struct ms_checkpoint {
+  int64_t time_ns;
+  ms_checkpoint_kind kind;
+  int index; /* the iteration or OOM it marks */
+  int64_t allocated, reserved, pending;
+  size_t first_segment, nsegments;
+  size_t first_site, nsites; /* into site_bytes: live bytes by site, largest first */
+  int64_t other_bytes;       /* live in the sites past MS_CHECKPOINT_SITES */
+} ms_checkpoint;
+
+typedef struct ms_timeline {
+  ms_bands bands;
+  ms_detail *detail; /* in allocation order */
+  size_t ndetail;
+  int64_t detail_min_size, allocations; /* allocations smaller than detail_min_size are only in bands */
+  ms_checkpoint *checkpoints;           /* in time order */
+  size_t ncheckpoints, skipped_checkpoints;
+  ms_segment_state *segments;
+  size_t nsegments;
+  ms_run *runs;
+  size_t nruns;
+  ms_site_bytes *site_bytes;
+  size_t nsite_bytes;
+} ms_timeline;
+
+/* Fills a->timeline with one more pass over the events; 0, or -1 (s->error set). */
+int ms_analyze_timeline(ms_analysis *a);
+void ms_timeline_free(ms_timeline *t);
 
 /* ---- output (report.c) ------------------------------------------------------------------ */
 

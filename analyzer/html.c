@@ -5,11 +5,14 @@
  * snapshot can end the data block or start markup; the page's scripts show it with textContent.
  */
 #include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "analyzer.h"
+
+#define MS_PAGE_LEAKS 200 /* leak candidates listed on the page */
 
 #define ASSET(name)                                  \
   extern const char _binary_##name##_start[];        \
@@ -19,34 +22,57 @@ ASSET(viewer_css)
 ASSET(model_js)
 ASSET(view_js)
 
+/* The string table: each distinct string once, found through an open-addressing hash. */
 typedef struct strtab {
   cJSON *array;
   char **keys;
-  size_t n, cap;
+  int *slots; /* index + 1, 0 empty */
+  size_t n, mask;
 } strtab;
+
+static size_t str_hash(const char *s) {
+  size_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
 
 /* Index of s in the string table, adding it; -1 when out of memory. */
 static int str_index(strtab *t, const char *s) {
-  for (size_t i = 0; i < t->n; i++)
-    if (strcmp(t->keys[i], s) == 0) return (int)i;
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 64;
-    char **g = realloc(t->keys, sizeof *g * cap);
-    if (!g) return -1;
-    t->keys = g;
-    t->cap = cap;
+  if ((t->n + 1) * 2 > t->mask) { /* grow to keep the table at most half full */
+    size_t cap = t->mask ? (t->mask + 1) * 2 : 256;
+    int *slots = calloc(cap, sizeof *slots);
+    char **keys = realloc(t->keys, sizeof *keys * cap / 2);
+    if (!slots || !keys) {
+      free(slots);
+      if (keys) t->keys = keys;
+      return -1;
+    }
+    t->keys = keys;
+    for (size_t i = 0; i < t->n; i++) {
+      size_t j = str_hash(keys[i]) & (cap - 1);
+      while (slots[j]) j = (j + 1) & (cap - 1);
+      slots[j] = (int)i + 1;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->mask = cap - 1;
   }
-  t->keys[t->n] = strdup(s);
-  if (!t->keys[t->n]) return -1;
+  size_t j = str_hash(s) & t->mask;
+  for (; t->slots[j]; j = (j + 1) & t->mask)
+    if (strcmp(t->keys[t->slots[j] - 1], s) == 0) return t->slots[j] - 1;
+  if (!(t->keys[t->n] = strdup(s))) return -1;
+  t->slots[j] = (int)t->n + 1;
   cJSON_AddItemToArray(t->array, cJSON_CreateString(s));
   return (int)t->n++;
 }
 
 typedef struct page_data {
+  const ms_analysis *a;
   const ms_snapshot *s;
   strtab strings;
-  cJSON *frames, *stacks;
+  cJSON *frames, *stacks, *sites;
   uint32_t *frame_of; /* snapshot frame id -> page frame index + 1 */
+  uint32_t *site_of;  /* analysis site -> page site index + 1 */
 } page_data;
 
 /* Adds a stack (its frames that matter) to the document; returns the id to refer to it by. */
@@ -73,6 +99,70 @@ static uint32_t add_stack(page_data *p, uint32_t stack_id) {
   return stack_id;
 }
 
+/* The page's index of analysis site `site` ([stack, leak-list index or -1, band]), adding it. */
+static int page_site(page_data *p, uint32_t site) {
+  if (p->site_of[site]) return (int)p->site_of[site] - 1;
+  const ms_analysis *a = p->a;
+  int leak = -1, band = a->timeline->bands.nsites;
+  for (size_t i = 0; i < a->nleaks && i < MS_PAGE_LEAKS; i++)
+    if (a->leaks[i] == site) leak = (int)i;
+  for (int k = 0; k < a->timeline->bands.nsites; k++)
+    if (a->timeline->bands.site[k] == site) band = k;
+  cJSON *row = cJSON_CreateArray();
+  cJSON_AddItemToArray(row, cJSON_CreateNumber(add_stack(p, a->sites[site].stack_id)));
+  cJSON_AddItemToArray(row, cJSON_CreateNumber(leak));
+  cJSON_AddItemToArray(row, cJSON_CreateNumber(band));
+  cJSON_AddItemToArray(p->sites, row);
+  p->site_of[site] = (uint32_t)cJSON_GetArraySize(p->sites);
+  return (int)p->site_of[site] - 1;
+}
+
+/* ---- the large columns, written as text directly (a cJSON node per number would not scale) */
+
+typedef struct sbuf {
+  char *s;
+  size_t n, cap;
+  bool failed;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_put(sbuf *b, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = b->failed ? 0 : vsnprintf(b->s ? b->s + b->n : NULL, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    if (b->failed || k < 0) {
+      b->failed = true;
+      return;
+    }
+    if (b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = b->cap ? b->cap * 2 : 1 << 16;
+    while (cap <= b->n + (size_t)k) cap *= 2;
+    char *g = realloc(b->s, cap);
+    if (!g) {
+      b->failed = true;
+      return;
+    }
+    b->s = g;
+    b->cap = cap;
+  }
+}
+
+/* Writes `"name":[v0,v1,...]` for n values of an int64 column read at base + i * stride. */
+static void sb_column(sbuf *b, const char *name, const void *base, size_t n, size_t stride) {
+  sb_put(b, "%s\"%s\":[", b->n && b->s[b->n - 1] != '{' ? "," : "", name);
+  for (size_t i = 0; i < n; i++) {
+    int64_t v;
+    memcpy(&v, (const char *)base + i * stride, sizeof v);
+    sb_put(b, i ? ",%lld" : "%lld", (long long)v);
+  }
+  sb_put(b, "]");
+}
+
 static cJSON *curve_json(const ms_curve *c) {
   cJSON *o = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(o, "t"), *lo = cJSON_AddArrayToObject(o, "lo"),
         *hi = cJSON_AddArrayToObject(o, "hi");
@@ -84,9 +174,86 @@ static cJSON *curve_json(const ms_curve *c) {
   return o;
 }
 
+/* The bands, the detailed allocations and the checkpoints (timeline.c), as `,"name":...` text. */
+static void page_columns(page_data *p, sbuf *b) {
+  const ms_timeline *t = p->a->timeline;
+  const ms_bands *bd = &t->bands;
+  /* Allocated memory by site: sites[k] is {site: page site, leak, stack} (the last band is
+     every other site: {site: -1, other: true}) and bytes[k] its column over t. */
+  sb_put(b, ",\"bands\":{");
+  sb_column(b, "t", bd->t, (size_t)bd->n, sizeof bd->t[0]);
+  sb_column(b, "tp", bd->tp, (size_t)bd->n, sizeof bd->tp[0]);
+  sb_put(b, ",\"sites\":[");
+  for (int k = 0; k <= bd->nsites; k++) {
+    if (k == bd->nsites) {
+      sb_put(b, "%s{\"site\":-1,\"leak\":-1,\"stack\":0,\"other\":true}", k ? "," : "");
+      break;
+    }
+    int ps = page_site(p, bd->site[k]);
+    sb_put(b, "%s{\"site\":%d,\"leak\":%d,\"stack\":%u}", k ? "," : "", ps,
+           (int)cJSON_GetArrayItem(cJSON_GetArrayItem(p->sites, ps), 1)->valuedouble,
+           p->a->sites[bd->site[k]].stack_id);
+  }
+  sb_put(b, "],\"bytes\":[");
+  for (int k = 0; k <= bd->nsites; k++) {
+    sb_put(b, k ? ",[" : "[");
+    for (int i = 0; i < bd->n; i++) sb_put(b, i ? ",%lld" : "%lld", (long long)bd->bytes[i][k]);
+    sb_put(b, "]");
+  }
+  sb_put(b, "]}");
+
+  /* The largest allocations one by one, as columns. */
+  sb_put(b, ",\"detail\":{\"min_size\":%lld,\"allocations\":%lld", (long long)t->detail_min_size,
+         (long long)t->allocations);
+  const ms_detail *d = t->detail;
+  sb_column(b, "alloc", &d->alloc_ns, t->ndetail, sizeof *d);
+  sb_column(b, "free", &d->free_ns, t->ndetail, sizeof *d);
+  sb_column(b, "size", &d->size, t->ndetail, sizeof *d);
+  sb_column(b, "requested", &d->requested, t->ndetail, sizeof *d);
+  sb_column(b, "addr", &d->address, t->ndetail, sizeof *d);
+  sb_column(b, "stream", &d->stream, t->ndetail, sizeof *d);
+  sb_put(b, ",\"site\":[");
+  for (size_t i = 0; i < t->ndetail; i++) sb_put(b, i ? ",%d" : "%d", page_site(p, d[i].site));
+  sb_put(b, "]}");
+
+  /* Checkpoints: segs is [address, size, stream, device, runs] per segment, runs is
+     [state, size, blocks] per run, sites is [page site, bytes] largest first. */
+  static const char *const kinds[] = {"time", "peak", "iteration peak", "oom", "end"};
+  sb_put(b, ",\"checkpoints\":[");
+  for (size_t c = 0; c < t->ncheckpoints; c++) {
+    const ms_checkpoint *cp = &t->checkpoints[c];
+    sb_put(b, "%s{\"t\":%lld,\"kind\":\"%s\",\"index\":%d,\"allocated\":%lld,\"reserved\":%lld,"
+              "\"pending\":%lld,\"other\":%lld,\"segs\":[",
+           c ? "," : "", (long long)cp->time_ns, kinds[cp->kind], cp->index, (long long)cp->allocated,
+           (long long)cp->reserved, (long long)cp->pending, (long long)cp->other_bytes);
+    for (size_t i = 0; i < cp->nsegments; i++) {
+      const ms_segment_state *sg = &t->segments[cp->first_segment + i];
+      sb_put(b, "%s%llu,%lld,%llu,%d,%zu", i ? "," : "", (unsigned long long)sg->address, (long long)sg->size,
+             (unsigned long long)sg->stream, sg->device, sg->nruns);
+    }
+    sb_put(b, "],\"runs\":[");
+    size_t first_run = cp->nsegments ? t->segments[cp->first_segment].first_run : 0, nruns = 0;
+    for (size_t i = 0; i < cp->nsegments; i++) nruns += t->segments[cp->first_segment + i].nruns;
+    for (size_t i = 0; i < nruns; i++) {
+      const ms_run *r = &t->runs[first_run + i];
+      sb_put(b, "%s%d,%lld,%u", i ? "," : "", r->state, (long long)r->size, r->count);
+    }
+    sb_put(b, "],\"sites\":[");
+    for (size_t i = 0; i < cp->nsites; i++) {
+      const ms_site_bytes *sb = &t->site_bytes[cp->first_site + i];
+      sb_put(b, "%s%d,%lld", i ? "," : "", page_site(p, sb->site), (long long)sb->bytes);
+    }
+    sb_put(b, "]}");
+  }
+  sb_put(b, "]");
+}
+
+/* The page's data document (format memsnap-viewer-1, read by web/model.js); NULL when out of
+ * memory. */
 static char *page_json(const ms_analysis *a) {
   const ms_snapshot *s = a->snap;
-  page_data p = {s, {cJSON_CreateArray(), NULL, 0, 0}, NULL, NULL, calloc(s->nframes + 1, sizeof(uint32_t))};
+  page_data p = {a, s, {cJSON_CreateArray(), NULL, NULL, 0, 0}, NULL, NULL, NULL,
+                 calloc(s->nframes + 1, sizeof(uint32_t)), calloc(a->nsites + 1, sizeof(uint32_t))};
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "memsnap-viewer-1");
   cJSON *sum = cJSON_AddObjectToObject(root, "summary");
@@ -99,6 +266,7 @@ static char *page_json(const ms_analysis *a) {
   cJSON_AddNumberToObject(sum, "last_ns", (double)s->last_ns);
   cJSON_AddNumberToObject(sum, "peak_allocated", (double)a->peak_allocated);
   cJSON_AddNumberToObject(sum, "peak_reserved", (double)a->peak_reserved);
+  cJSON_AddNumberToObject(sum, "peak_ns", (double)a->peak_allocated_ns);
   cJSON_AddStringToObject(sum, "iteration_source", a->iteration_source);
   cJSON_AddStringToObject(sum, "iteration_label", a->iteration_label);
   cJSON *curves = cJSON_AddObjectToObject(root, "curves");
@@ -116,9 +284,10 @@ static char *page_json(const ms_analysis *a) {
   }
   p.frames = cJSON_AddArrayToObject(root, "frames");
   p.stacks = cJSON_AddObjectToObject(root, "stacks");
+  p.sites = cJSON_AddArrayToObject(root, "sites");
   cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");
   static const char *const kinds[] = {"growing", "retained", "alive"};
-  for (size_t i = 0; i < a->nleaks && i < 200; i++) {
+  for (size_t i = 0; i < a->nleaks && i < MS_PAGE_LEAKS; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", kinds[st->kind]);
@@ -143,44 +312,34 @@ static char *page_json(const ms_analysis *a) {
     cJSON_AddNumberToObject(o, "stack", add_stack(&p, m->stack_id));
     cJSON_AddItemToArray(ooms, o);
   }
-  /* Allocated memory by site: bands[k] is {site: leak-list index or -1, stack, kind} and
-     bytes[k] its column over bands_t; the last band is every other site. */
-  const ms_bands *b = a->bands;
-  cJSON *bands = cJSON_AddObjectToObject(root, "bands"), *bt = cJSON_AddArrayToObject(bands, "t");
-  cJSON *sites = cJSON_AddArrayToObject(bands, "sites"), *cols = cJSON_AddArrayToObject(bands, "bytes");
-  for (int i = 0; b && i < b->n; i++) cJSON_AddItemToArray(bt, cJSON_CreateNumber((double)b->t[i]));
-  for (int k = 0; b && k <= b->nsites; k++) {
-    cJSON *site = cJSON_CreateObject();
-    if (k < b->nsites) {
-      const ms_site *st = &a->sites[b->site[k]];
-      int leak = -1;
-      for (size_t i = 0; i < a->nleaks && i < 200; i++)
-        if (a->leaks[i] == b->site[k]) leak = (int)i;
-      cJSON_AddNumberToObject(site, "leak", leak);
-      cJSON_AddNumberToObject(site, "stack", add_stack(&p, st->stack_id));
-    } else {
-      cJSON_AddNumberToObject(site, "leak", -1);
-      cJSON_AddNumberToObject(site, "stack", 0);
-      cJSON_AddBoolToObject(site, "other", 1);
-    }
-    cJSON_AddItemToArray(sites, site);
-    cJSON *col = cJSON_CreateArray();
-    for (int i = 0; i < b->n; i++) cJSON_AddItemToArray(col, cJSON_CreateNumber((double)b->bytes[i][k]));
-    cJSON_AddItemToArray(cols, col);
-  }
+  sbuf cols = {0};
+  if (p.frame_of && p.site_of) page_columns(&p, &cols); /* adds sites, stacks and strings */
   cJSON_AddItemToObject(root, "strings", p.strings.array);
-  char *text = p.frame_of ? cJSON_PrintUnformatted(root) : NULL;
+  char *head = p.frame_of && p.site_of && !cols.failed ? cJSON_PrintUnformatted(root) : NULL, *text = NULL;
+  if (head) { /* head's closing brace, then the columns */
+    size_t n = strlen(head);
+    text = malloc(n + cols.n + 1);
+    if (text) {
+      memcpy(text, head, n - 1);
+      memcpy(text + n - 1, cols.s, cols.n);
+      strcpy(text + n - 1 + cols.n, "}");
+    }
+  }
+  cJSON_free(head);
+  free(cols.s);
   cJSON_Delete(root);
   for (size_t i = 0; i < p.strings.n; i++) free(p.strings.keys[i]);
   free(p.strings.keys);
+  free(p.strings.slots);
   free(p.frame_of);
+  free(p.site_of);
   return text;
 }
 
 static void put_asset(FILE *out, const char *start, const char *end) { fwrite(start, 1, (size_t)(end - start), out); }
 
 int ms_report_html(ms_analysis *a, FILE *out) {
-  if (ms_analyze_bands(a) != 0) return -1;
+  if (ms_analyze_timeline(a) != 0) return -1;
   char *json = page_json(a);
   if (!json) return -1;
   const char *t = _binary_viewer_html_start, *end = _binary_viewer_html_end;
@@ -207,6 +366,6 @@ int ms_report_html(ms_analysis *a, FILE *out) {
       }
     t = close + 2;
   }
-  cJSON_free(json);
+  free(json);
   return ferror(out) ? -1 : 0;
 }

@@ -2,8 +2,9 @@
 # install-deps.sh: installs the system packages memsnap's build and tests need, on Debian or
 # Ubuntu, naming each one it installs; does nothing for what is already there.
 #   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev
-#   tests:  python3, binutils (addr2line names the file and line of native frames), nodejs
-#           (unless a node is already on the PATH)
+#   tests:  python3, binutils (addr2line names the file and line of native frames), nodejs and
+#           npm (unless a node is already on the PATH), chromium (the report page's browser
+#           tests), and from npm playwright-core into tests/web/node_modules (tests/web/package.json)
 # The CUDA toolkit (headers in $CUDA_HOME/include, default /usr/local/cuda) is not a Debian
 # package of the same version everywhere: it is checked, and its absence explained.
 set -eu
@@ -12,7 +13,9 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok
 for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev python3 binutils; do
   have_pkg "$pkg" || need+=("$pkg")
 done
-command -v node >/dev/null || need+=(nodejs) # the viewer's data code is tested with node
+have_pkg chromium || [ -n "${CHROMIUM:-}" ] || need+=(chromium) # the page's browser tests
+command -v node >/dev/null || need+=(nodejs)                     # the viewer's tests run on node
+command -v npm >/dev/null || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "error: missing packages (${need[*]}) and no apt-get to install them" >&2
@@ -25,6 +28,11 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 else
   echo "install-deps: all system packages present"
+fi
+web=$(cd "$(dirname "$0")/../tests/web" && pwd)
+if [ ! -f "$web/node_modules/playwright-core/package.json" ]; then
+  echo "install-deps: installing playwright-core into tests/web/node_modules (npm ci)"
+  (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda/include/cuda.h" ]; then

@@ -1,9 +1,12 @@
 // model.js: the viewer's data code, apart from drawing (tested with node: tests/web/model.test.js).
 //
-// The page's data is one JSON document embedded by `memsnap analyze --html` (analyzer/html.c):
-// curves as columns ({t: [...], lo: [...], hi: [...]}: per time bucket, the lowest and highest
-// value, so a zoomed-out view never loses a peak), iterations, leak candidates, OOMs, and stacks
-// through a string table. Nothing here touches the DOM: view.js draws what these functions give.
+// The page's data is one JSON document embedded by `memsnap analyze --html` (analyzer/html.c,
+// analyzer/timeline.c; docs/viewer.md describes it): curves as columns ({t: [...], lo: [...],
+// hi: [...]}: per time bucket, the lowest and highest value, so a zoomed-out view never loses a
+// peak), allocated memory by site as bands, the largest allocations one by one (detail),
+// checkpoints of the allocator's state (segments as runs of blocks, live bytes by site),
+// iterations, leak candidates, OOMs, and stacks through a string table. Nothing here touches
+// the DOM: view.js draws what these functions give.
 "use strict";
 
 const Model = {
@@ -96,6 +99,107 @@ const Model = {
     return hits;
   },
 
+  // The detailed allocations of band k live at time t, in allocation order (the order the band
+  // stacks them in, oldest at the bottom): their indices into d.detail.
+  liveInBand(d, k, t) {
+    const dt = d.detail, out = [];
+    for (let i = 0; i < dt.alloc.length && dt.alloc[i] <= t; i++) {
+      if (dt.free[i] >= 0 && dt.free[i] <= t) continue;
+      const site = d.sites[dt.site[i]];
+      if (site && site[2] === k) out.push(i);
+    }
+    return out;
+  },
+
+  // What lies `offset` bytes above the bottom of band k in bucket i (drawn at the bucket's
+  // peak moment bands.tp[i]): {alloc: index into d.detail}, or {small: bytes} for the part of
+  // the band made of allocations too small to be listed one by one.
+  allocationAt(d, i, k, offset) {
+    const t = d.bands.tp ? d.bands.tp[i] : d.bands.t[i];
+    let base = 0;
+    for (const j of Model.liveInBand(d, k, t)) {
+      base += d.detail.size[j];
+      if (offset < base) return { alloc: j };
+    }
+    return { small: Math.max(0, d.bands.bytes[k][i] - base) };
+  },
+
+  // The allocation `j` of d.detail as plain values (times in ns; free -1: alive at the end).
+  allocation(d, j) {
+    const dt = d.detail, site = d.sites[dt.site[j]] || [0, -1, -1];
+    return { index: j, alloc: dt.alloc[j], free: dt.free[j], size: dt.size[j], requested: dt.requested[j],
+      addr: dt.addr[j], stream: dt.stream[j], stack: site[0], leak: site[1], band: site[2] };
+  },
+
+  // The checkpoint nearest to time t: its index, or -1 when there is none.
+  checkpointNear(d, t) {
+    let best = -1, dist = Infinity;
+    d.checkpoints.forEach((c, i) => { const x = Math.abs(c.t - t); if (x < dist) { dist = x; best = i; } });
+    return best;
+  },
+
+  // A checkpoint's segments, each with its runs ({state: "free"|"allocated"|"pending", size,
+  // count, offset}), and totals: free bytes in split segments, free pieces, the largest piece.
+  segments(cp) {
+    const states = ["free", "allocated", "pending"], segs = [];
+    let r = 0, freeBytes = 0, pieces = 0, largest = 0;
+    for (let s = 0; s + 4 < cp.segs.length; s += 5) {
+      const seg = { addr: cp.segs[s], size: cp.segs[s + 1], stream: cp.segs[s + 2], device: cp.segs[s + 3], runs: [] };
+      let off = 0;
+      for (let n = 0; n < cp.segs[s + 4] && r + 2 < cp.runs.length; n++, r += 3) {
+        const run = { state: states[cp.runs[r]] || "free", size: cp.runs[r + 1], count: cp.runs[r + 2], offset: off };
+        off += run.size;
+        seg.runs.push(run);
+        if (run.state === "free") { freeBytes += run.size; pieces++; largest = Math.max(largest, run.size); }
+      }
+      segs.push(seg);
+    }
+    return { segs, freeBytes, pieces, largest };
+  },
+
+  // Memory at a checkpoint by stack, as a tree for an icicle graph: {name, file, line, bytes,
+  // children}, the root being everything live, children the outermost frames first.
+  flameTree(d, cp) {
+    const root = { name: "all live memory", file: "", line: 0, bytes: 0, children: [], index: new Map() };
+    const add = (path, bytes) => {
+      let node = root;
+      root.bytes += bytes;
+      for (const f of path) {
+        const key = f.name + "\u0000" + f.file + "\u0000" + f.line;
+        let child = node.index.get(key);
+        if (!child) {
+          child = { name: f.name, file: f.file, line: f.line, bytes: 0, children: [], index: new Map() };
+          node.index.set(key, child);
+          node.children.push(child);
+        }
+        child.bytes += bytes;
+        node = child;
+      }
+    };
+    for (let i = 0; i + 1 < cp.sites.length; i += 2) {
+      const site = d.sites[cp.sites[i]];
+      const frames = site ? Model.stackFrames(d, site[0]).slice().reverse() : [];
+      add(frames.length ? frames : [{ name: "(no stack recorded)", file: "", line: 0 }], cp.sites[i + 1]);
+    }
+    if (cp.other > 0) add([{ name: "(smaller sites)", file: "", line: 0 }], cp.other);
+    const sort = (n) => { n.children.sort((a, b) => b.bytes - a.bytes); n.children.forEach(sort); };
+    sort(root);
+    return root;
+  },
+
+  // Detailed allocations whose address range holds the number `text` (hex with 0x, or decimal).
+  searchAddress(d, text) {
+    const q = String(text).trim().toLowerCase();
+    if (!/^(0x[0-9a-f]+|\d+)$/.test(q)) return [];
+    const a = Number(BigInt(q)); // BigInt reads both forms
+    const hits = [];
+    for (let j = 0; j < d.detail.addr.length && hits.length < 100; j++)
+      if (a >= d.detail.addr[j] && a < d.detail.addr[j] + d.detail.size[j]) hits.push(j);
+    return hits;
+  },
+
+  formatAddress(a) { return "0x" + Number(a).toString(16); },
+
   // Human-readable bytes, as the CLI prints them.
   formatBytes(n) {
     const a = Math.abs(n), s = n < 0 ? "-" : "";
@@ -112,17 +216,18 @@ const Model = {
     return (ns / 1e9).toFixed(2) + " s";
   },
 
-  // The view state in the URL fragment ("#t0=..&t1=..&leak=.."), and back.
+  // The view state in the URL fragment ("#t0=..&t1=..&leak=..&cur=..&pin=.."): the window, the
+  // selected leak, the time cursor and the pinned allocation; and back.
   encodeState(st) {
     const parts = [];
-    for (const k of ["t0", "t1", "leak"]) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));
+    for (const k of ["t0", "t1", "leak", "cur", "pin"]) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));
     return "#" + parts.join("&");
   },
   decodeState(hash) {
     const st = {};
     String(hash).replace(/^#/, "").split("&").forEach((p) => {
       const [k, v] = p.split("=");
-      if (["t0", "t1", "leak"].includes(k) && /^-?\d+$/.test(v || "")) st[k] = Number(v);
+      if (["t0", "t1", "leak", "cur", "pin"].includes(k) && /^-?\d+$/.test(v || "")) st[k] = Number(v);
     });
     return st;
   },

@@ -1,24 +1,33 @@
 // view.js: the report page's drawing and interaction (data code is in model.js).
-// Everything that came from a snapshot reaches the page through textContent, never innerHTML.
+// Everything that came from a snapshot reaches the page through textContent or canvas text,
+// never innerHTML. One time cursor links the views: the timeline draws it, the allocator state
+// and the flame graph show the checkpoint nearest to it.
 "use strict";
 (function () {
   const d = Model.decode(document.getElementById("memsnap-data").textContent);
-  const tl = document.getElementById("timeline"), ov = document.getElementById("overview");
-  const readout = document.getElementById("readout"), details = document.getElementById("details");
+  const $ = (id) => document.getElementById(id);
+  const tl = $("timeline"), ov = $("overview"), segCanvas = $("segments"), flame = $("flame");
+  const readout = $("readout"), details = $("details");
   const full = { t0: d.summary.first_ns, t1: Math.max(d.summary.last_ns, d.summary.first_ns + 1) };
-  const st = Object.assign({ t0: full.t0, t1: full.t1, leak: null }, Model.decodeState(location.hash));
+  const st = Object.assign({ t0: full.t0, t1: full.t1, leak: null, cur: d.summary.peak_ns, pin: null }, Model.decodeState(location.hash));
   st.t0 = Math.max(full.t0, Math.min(st.t0, full.t1)); // a link may hold any numbers: clamp them
   st.t1 = Math.min(full.t1, Math.max(st.t1, full.t0));
   if (!(st.t1 > st.t0)) { st.t0 = full.t0; st.t1 = full.t1; }
+  if (st.leak !== null && !d.leaks[st.leak]) st.leak = null;
+  if (st.pin !== null && !(st.pin >= 0 && st.pin < d.detail.alloc.length)) st.pin = null;
+  st.cur = Math.max(full.t0, Math.min(st.cur || full.t0, full.t1));
 
   const text = (el, s) => { el.textContent = s; return el; };
   const add = (parent, tag, s, cls) => { const e = document.createElement(tag); if (s !== undefined) text(e, s); if (cls) e.className = cls; parent.appendChild(e); return e; };
+  const rel = (t) => Model.formatTime(Math.max(0, Math.round(t - full.t0))); // times shown from the start
 
-  text(document.getElementById("summary"),
+  text($("summary"),
     d.summary.path + " \u2014 pid " + d.summary.pid + " on " + d.summary.host + ", " + d.summary.events + " events" +
     (d.summary.dropped ? " (" + d.summary.dropped + " dropped: history truncated)" : "") +
     "; peak allocated " + Model.formatBytes(d.summary.peak_allocated) + ", reserved " + Model.formatBytes(d.summary.peak_reserved) +
-    (d.iterations.length ? "; " + d.iterations.length + " iterations (" + d.summary.iteration_source + ")" : ""));
+    (d.iterations.length ? "; " + d.iterations.length + " iterations (" + d.summary.iteration_source + ")" : "") +
+    "; " + d.detail.alloc.length + " of " + d.detail.allocations + " allocations listed one by one" +
+    (d.detail.min_size ? " (those of " + Model.formatBytes(d.detail.min_size) + " or more)" : ""));
 
   const palette = ["#1e88e5", "#43a047", "#fb8c00", "#8e24aa", "#00897b", "#6d4c41", "#3949ab", "#c0ca33", "#d81b60", "#546e7a", "#7cb342", "#5e35b1"];
   function bandColor(k, selected) {
@@ -30,6 +39,9 @@
   function maxOf(curve) { return curve.hi.reduce((m, v) => Math.max(m, v), 1); }
   const yMax = Math.max(maxOf(d.curves.reserved), maxOf(d.curves.allocated)) * 1.05;
 
+  // ---- the timeline -----------------------------------------------------------------------
+
+  let cols = null; // the band bucket drawn in each pixel of the timeline (for hover)
   function plot(canvas, t0, t1, withBands) {
     const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
     ctx.clearRect(0, 0, W, H);
@@ -37,17 +49,23 @@
     if (withBands) d.iterations.forEach((it, i) => {
       ctx.fillStyle = i % 2 ? "#f4f6fb" : "#eaeef7";
       ctx.fillRect(x(it.start_ns), 0, Math.max(1, x(it.end_ns) - x(it.start_ns)), H);
-      ctx.fillStyle = "#c62828";
-      ctx.fillRect(x(it.peak_ns) - 1, y(it.peak_allocated), 3, 3); // the iteration's peak
     });
-    const curves = withBands && d.bands.t.length ? [[d.curves.reserved, "#cfd8dc"]] : [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]];
+    if (st.leak !== null) { // the selected leak: from its first to its last allocation,
+      // behind the bands, whose own colour shows its allocations
+      const l = d.leaks[st.leak];
+      ctx.fillStyle = "rgba(255, 179, 0, 0.3)";
+      ctx.fillRect(x(l.first_ns), 0, Math.max(2, x(l.last_ns) - x(l.first_ns)), H);
+    }
+    const banded = withBands && d.bands.t.length;
+    const curves = banded ? [[d.curves.reserved, "#cfd8dc"]] : [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]];
     for (const [curve, color] of curves) {
       const r = Model.resample(curve, t0, t1, W);
       ctx.fillStyle = color;
       for (let px = 0; px < W; px++) ctx.fillRect(px, y(r.hi[px]), 1, H - y(r.hi[px]));
     }
-    if (withBands && d.bands.t.length) { // allocated memory stacked by allocation site
-      const cols = Model.bandColumns(d.bands, t0, t1, W);
+    if (banded) { // allocated memory stacked by allocation site
+      cols = Model.bandColumns(d.bands, t0, t1, W);
+      const sel = selectedBand();
       for (let px = 0; px < W; px++) {
         const i = cols[px];
         if (i < 0) continue;
@@ -55,18 +73,31 @@
         for (let k = 0; k < d.bands.bytes.length; k++) {
           const v = d.bands.bytes[k][i];
           if (!v) continue;
-          ctx.fillStyle = bandColor(k, k === selectedBand());
+          ctx.fillStyle = bandColor(k, k === sel);
           ctx.fillRect(px, y(base + v), 1, y(base) - y(base + v));
           base += v;
         }
       }
     }
+    if (withBands) d.iterations.forEach((it) => { // each iteration's peak
+      ctx.fillStyle = "#c62828";
+      ctx.fillRect(x(it.peak_ns) - 1, y(it.peak_allocated), 3, 3);
+    });
     ctx.fillStyle = "#c62828";
     d.oom.forEach((o) => ctx.fillRect(x(o.time_ns), 0, 2, H));
-    if (st.leak !== null && d.leaks[st.leak]) { // the selected leak: first and last allocation
-      const l = d.leaks[st.leak];
-      ctx.fillStyle = "rgba(255, 179, 0, 0.35)";
-      ctx.fillRect(x(l.first_ns), 0, Math.max(2, x(l.last_ns) - x(l.first_ns)), H);
+    if (withBands && st.pin !== null) { // the pinned allocation's lifetime
+      const a = Model.allocation(d, st.pin), end = a.free >= 0 ? a.free : full.t1;
+      ctx.strokeStyle = "#212121";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(x(a.alloc), 1, Math.max(2, x(end) - x(a.alloc)), H - 2);
+      ctx.fillStyle = "rgba(33, 33, 33, 0.12)";
+      ctx.fillRect(x(a.alloc), 0, Math.max(2, x(end) - x(a.alloc)), H);
+    }
+    if (withBands) {
+      ctx.fillStyle = "#78909c"; // checkpoints: where the allocator state is known
+      d.checkpoints.forEach((c) => ctx.fillRect(x(c.t) - 1, 0, 3, 4));
+      ctx.fillStyle = "#000";
+      ctx.fillRect(x(st.cur), 0, 1, H); // the cursor
     }
   }
 
@@ -83,85 +114,245 @@
     const ctx = tl.getContext("2d");
     ctx.fillStyle = "#37474f";
     ctx.font = "12px sans-serif";
-    ctx.fillText(Model.formatBytes(Math.round(yMax)), 4, 14);
-    ctx.fillText(Model.formatTime(Math.round(st.t0 - full.t0)), 4, tl.height - 4);
-    const end = Model.formatTime(Math.round(st.t1 - full.t0));
+    ctx.fillText(Model.formatBytes(Math.round(yMax)), 4, 16);
+    ctx.fillText(rel(st.t0), 4, tl.height - 4);
+    const end = rel(st.t1);
     ctx.fillText(end, tl.width - ctx.measureText(end).width - 4, tl.height - 4);
+  }
+
+  // ---- the allocator state and the flame graph at the cursor ------------------------------
+
+  let shownCheckpoint = -1, segLayout = null, flameLayout = null;
+  function checkpointTitle(c) {
+    const why = c.kind === "iteration peak" ? "peak of iteration " + c.index : c.kind === "oom" ? "out of memory " + (c.index + 1) :
+      c.kind === "time" ? "nearest checkpoint" : c.kind;
+    return "at " + rel(c.t) + " (" + why + (c.t !== st.cur ? "; cursor at " + rel(st.cur) : "") + ")";
+  }
+
+  function drawSegments(c) {
+    const ctx = segCanvas.getContext("2d"), W = segCanvas.width;
+    const info = Model.segments(c);
+    text($("state-summary"), info.segs.length + " segments, reserved " + Model.formatBytes(c.reserved) + ", allocated " + Model.formatBytes(c.allocated) +
+      (c.pending ? ", pending " + Model.formatBytes(c.pending) : "") + "; cached free " + Model.formatBytes(info.freeBytes) + " in " + info.pieces +
+      " pieces, the largest " + Model.formatBytes(info.largest));
+    // Segments one after another, folded into rows; each at least 2 px so none disappears.
+    const total = info.segs.reduce((s, g) => s + g.size, 0) || 1, rowH = 16, rows = Math.max(1, Math.min(12, Math.ceil(info.segs.length / 40)));
+    const bpp = total / (W * rows - 2 * info.segs.length || 1);
+    segLayout = { segs: info.segs, starts: [], widths: [], W, rowH };
+    let at = 0;
+    for (const g of info.segs) { const w = Math.max(2, g.size / bpp); segLayout.starts.push(at); segLayout.widths.push(w); at += w + 2; }
+    const nrows = Math.max(1, Math.ceil(at / W));
+    segCanvas.height = nrows * (rowH + 4);
+    ctx.clearRect(0, 0, W, segCanvas.height);
+    const span = (p, w, color) => { // a horizontal span from global pixel p, folded into rows
+      while (w > 0) {
+        const row = Math.floor(p / W), x = p - row * W, len = Math.min(w, W - x);
+        ctx.fillStyle = color;
+        ctx.fillRect(x, row * (rowH + 4), Math.max(len, 0.5), rowH);
+        p += len; w -= len;
+      }
+    };
+    const color = { allocated: "#1e88e5", pending: "#fb8c00", free: "#e0e0e0" };
+    info.segs.forEach((g, s) => {
+      const p = segLayout.starts[s], w = segLayout.widths[s];
+      for (const r of g.runs) span(p + (r.offset / g.size) * w, (r.size / g.size) * w, color[r.state]);
+    });
+  }
+
+  function segmentAt(ev) {
+    if (!segLayout) return null;
+    const rect = segCanvas.getBoundingClientRect();
+    const x = ((ev.clientX - rect.left) / rect.width) * segCanvas.width, y = ((ev.clientY - rect.top) / rect.height) * segCanvas.height;
+    const p = Math.floor(y / (segLayout.rowH + 4)) * segLayout.W + x;
+    const s = segLayout.starts.findIndex((start, i) => p >= start && p < start + segLayout.widths[i]);
+    if (s < 0) return null;
+    const g = segLayout.segs[s], off = ((p - segLayout.starts[s]) / segLayout.widths[s]) * g.size;
+    return { seg: g, run: g.runs.find((r) => off >= r.offset && off < r.offset + r.size) };
+  }
+
+  let search = null;
+  function drawFlame(c) {
+    const root = Model.flameTree(d, c), ctx = flame.getContext("2d"), W = flame.width, rowH = 18;
+    let depth = 0;
+    const measure = (n, k) => { depth = Math.max(depth, k); n.children.forEach((ch) => measure(ch, k + 1)); };
+    measure(root, 1);
+    flame.height = depth * rowH;
+    ctx.clearRect(0, 0, W, flame.height);
+    ctx.font = "11px sans-serif";
+    const q = search && search.value.trim().toLowerCase();
+    flameLayout = [];
+    const draw = (n, x, k, w) => {
+      if (w < 1) return;
+      const hit = q && (n.name.toLowerCase().includes(q) || n.file.toLowerCase().includes(q));
+      ctx.fillStyle = hit ? "#ffb300" : k === 0 ? "#90a4ae" : ["#ef9a9a", "#f48fb1", "#ffcc80", "#ffab91"][k % 4];
+      ctx.fillRect(x, k * rowH, w - 1, rowH - 1);
+      flameLayout.push({ x, w, k, node: n });
+      if (w > 40) {
+        ctx.fillStyle = "#212121";
+        const label = n.name + " " + Model.formatBytes(n.bytes);
+        let s = label;
+        while (s.length > 1 && ctx.measureText(s).width > w - 6) s = s.slice(0, Math.max(1, Math.floor(s.length * 0.8)));
+        ctx.fillText(s === label ? s : s + "\u2026", x + 3, k * rowH + 13);
+      }
+      let cx = x;
+      for (const ch of n.children) { const cw = root.bytes ? (ch.bytes / root.bytes) * W : 0; draw(ch, cx, k + 1, cw); cx += cw; }
+    };
+    draw(root, 0, 0, W);
+    flameLayout.total = root.bytes;
+  }
+
+  function showCheckpoint() {
+    const i = Model.checkpointNear(d, st.cur);
+    if (i < 0) { text($("state-title"), "(no checkpoints)"); return; }
+    const c = d.checkpoints[i];
+    text($("state-title"), checkpointTitle(c));
+    text($("flame-title"), checkpointTitle(c));
+    if (i === shownCheckpoint && !showCheckpoint.force) return;
+    shownCheckpoint = i;
+    showCheckpoint.force = false;
+    drawSegments(c);
+    drawFlame(c);
   }
 
   function redraw() {
     plot(tl, st.t0, st.t1, true);
     axes();
     drawOverview();
+    showCheckpoint();
     history.replaceState(null, "", Model.encodeState(st));
   }
 
+  // ---- details and lists -----------------------------------------------------------------
+
+  function frameLines(frames) {
+    return frames.length ? frames.map((f) => f.name + (f.file ? "  (" + f.file + (f.line > 0 ? ":" + f.line : "") + ")" : "")).join("\n") : "(no stack recorded)";
+  }
   function showStack(title, stackId) {
-    text(document.getElementById("details-title"), title);
-    const frames = Model.stackFrames(d, stackId);
-    text(details, frames.length ? frames.map((f) => f.name + (f.file ? "  (" + f.file + (f.line ? ":" + f.line : "") + ")" : "")).join("\n") : "(no stack recorded)");
+    text($("details-title"), title);
+    text(details, frameLines(Model.stackFrames(d, stackId)));
+  }
+  function describe(a) {
+    return Model.formatBytes(a.size) + " at " + Model.formatAddress(a.addr) + ", stream " + Model.formatAddress(a.stream) +
+      ", allocated at " + rel(a.alloc) + (a.free >= 0 ? ", freed at " + rel(a.free) + " (held " + Model.formatTime(a.free - a.alloc) + ")" : ", alive at the end") +
+      (a.requested && a.requested !== a.size ? ", " + Model.formatBytes(a.requested) + " requested" : "");
+  }
+  function showAllocation(j, pinned) {
+    const a = Model.allocation(d, j);
+    text($("details-title"), (pinned ? "Pinned allocation" : "Allocation") + (a.leak >= 0 ? " (leak candidate " + (a.leak + 1) + ")" : ""));
+    text(details, describe(a) + "\n\n" + frameLines(Model.stackFrames(d, a.stack)));
+  }
+  function pin(j, zoom) {
+    st.pin = j;
+    if (j !== null) {
+      const a = Model.allocation(d, j);
+      st.cur = a.alloc;
+      if (zoom) {
+        const end = a.free >= 0 ? a.free : full.t1, pad = Math.max((end - a.alloc) * 0.25, 1000);
+        st.t0 = Math.max(full.t0, a.alloc - pad);
+        st.t1 = Math.min(full.t1, end + pad);
+      }
+      showAllocation(j, true);
+    }
+    redraw();
   }
 
-  const leakList = document.getElementById("leaks"), oomList = document.getElementById("ooms");
+  const leakList = $("leaks"), oomList = $("ooms"), results = $("results");
   function fillLists(filter) {
     leakList.textContent = "";
     oomList.textContent = "";
+    results.textContent = "";
     const only = filter ? new Set(Model.search(d, filter).map((h) => h.kind + h.index)) : null;
     d.leaks.forEach((l, i) => {
       if (only && !only.has("leak" + i)) return;
       const top = Model.stackFrames(d, l.stack)[0];
       const li = add(leakList, "li", (l.kind === "growing" ? "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, " : l.kind + ", ") +
         Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + (top ? top.name : "?"), l.kind + (st.leak === i ? " selected" : ""));
-      li.addEventListener("click", () => { st.leak = i; showStack("Leak candidate " + (i + 1), l.stack); fillLists(search.value); redraw(); });
+      li.addEventListener("click", () => { st.leak = st.leak === i ? null : i; showStack("Leak candidate " + (i + 1), l.stack); fillLists(search.value); redraw(); });
     });
     d.oom.forEach((o, i) => {
       if (only && !only.has("oom" + i)) return;
-      const li = add(oomList, "li", Model.formatTime(o.time_ns) + ": " + Model.formatBytes(o.requested) + " requested, " + Model.formatBytes(o.device_free) + " free");
-      li.addEventListener("click", () => { showStack("Out of memory " + (i + 1), o.stack); st.t0 = Math.max(full.t0, o.time_ns - (full.t1 - full.t0) / 20); st.t1 = Math.min(full.t1, o.time_ns + (full.t1 - full.t0) / 20); redraw(); });
+      const li = add(oomList, "li", rel(o.time_ns) + ": " + Model.formatBytes(o.requested) + " requested, " + Model.formatBytes(o.device_free) + " free on the device, " +
+        Model.formatBytes(o.cached) + " cached, " + Model.formatBytes(o.live) + " live");
+      li.addEventListener("click", () => {
+        showStack("Out of memory " + (i + 1), o.stack);
+        st.cur = o.time_ns;
+        st.t0 = Math.max(full.t0, o.time_ns - (full.t1 - full.t0) / 20);
+        st.t1 = Math.min(full.t1, o.time_ns + (full.t1 - full.t0) / 20);
+        redraw();
+      });
     });
-    document.getElementById("no-ooms").hidden = d.oom.length > 0;
+    $("no-ooms").hidden = d.oom.length > 0;
+    if (filter) for (const j of Model.searchAddress(d, filter)) {
+      const li = add(results, "li", "allocation " + describe(Model.allocation(d, j)));
+      li.addEventListener("click", () => pin(j, true));
+    }
   }
-  const search = document.getElementById("search");
-  search.addEventListener("input", () => fillLists(search.value));
+  search = $("search");
+  search.addEventListener("input", () => { fillLists(search.value); showCheckpoint.force = true; showCheckpoint(); });
+
+  // ---- interaction -----------------------------------------------------------------------
 
   const toTime = (canvas, ev, t0, t1) => { const r = canvas.getBoundingClientRect(); return t0 + ((ev.clientX - r.left) / r.width) * (t1 - t0); };
+  // What is under the pointer on the timeline: {t, band, alloc or small}.
+  function hit(ev) {
+    const t = toTime(tl, ev, st.t0, st.t1), out = { t, band: -1 };
+    if (!d.bands.t.length || !cols) return out;
+    const rect = tl.getBoundingClientRect(), px = Math.floor(((ev.clientX - rect.left) / rect.width) * tl.width);
+    const i = cols[Math.max(0, Math.min(tl.width - 1, px))];
+    const v = ((rect.bottom - ev.clientY) / rect.height) * yMax * (tl.height / (tl.height - 4));
+    if (i < 0) return out;
+    const k = Model.bandAt(d.bands, i, v);
+    if (k < 0) return out;
+    let base = 0;
+    for (let j = 0; j < k; j++) base += d.bands.bytes[j][i];
+    return Object.assign(out, { band: k, bucket: i }, Model.allocationAt(d, i, k, v - base));
+  }
+
   tl.addEventListener("mousemove", (ev) => {
-    if (drag) return;
-    const t = toTime(tl, ev, st.t0, st.t1), a = Model.valueAt(d.curves.allocated, t), r = Model.valueAt(d.curves.reserved, t);
-    const it = d.iterations.findIndex((x) => t >= x.start_ns && t < x.end_ns);
-    let site = "";
-    if (d.bands.t.length) { // the band under the cursor: its site, bytes and stack
-      const rect = tl.getBoundingClientRect(), px = Math.floor(((ev.clientX - rect.left) / rect.width) * tl.width);
-      const i = Model.bandColumns(d.bands, st.t0, st.t1, tl.width)[px];
-      const v = ((rect.bottom - ev.clientY) / rect.height) * yMax;
-      const k = i >= 0 ? Model.bandAt(d.bands, i, v) : -1;
-      if (k >= 0) {
-        const b = d.bands.sites[k], top = Model.stackFrames(d, b.stack)[0];
-        site = "  site: " + (b.other ? "other sites" : top ? top.name : "?") + " " + Model.formatBytes(d.bands.bytes[k][i]);
-        if (!b.other) showStack(b.leak >= 0 ? "Leak candidate " + (b.leak + 1) : "Allocation site", b.stack);
-      }
+    if (drag && drag.moved) return;
+    const h = hit(ev), a = Model.valueAt(d.curves.allocated, h.t), r = Model.valueAt(d.curves.reserved, h.t);
+    const it = d.iterations.findIndex((x) => h.t >= x.start_ns && h.t < x.end_ns);
+    let what = "";
+    if (h.alloc !== undefined) {
+      what = "\n" + describe(Model.allocation(d, h.alloc));
+      if (st.pin === null) showAllocation(h.alloc, false);
+    } else if (h.band >= 0) {
+      const b = d.bands.sites[h.band], top = Model.stackFrames(d, b.stack)[0];
+      what = "\n" + (b.other ? "other sites" : top ? top.name : "?") + ": " + Model.formatBytes(h.small) + " in allocations under " + Model.formatBytes(d.detail.min_size);
+      if (st.pin === null && !b.other) showStack(b.leak >= 0 ? "Leak candidate " + (b.leak + 1) : "Allocation site", b.stack);
     }
-    text(readout, Model.formatTime(Math.max(0, t - full.t0)) + "  allocated " + (a ? Model.formatBytes(a.hi) : "-") + "  reserved " + (r ? Model.formatBytes(r.hi) : "-") + (it >= 0 ? "  iteration " + it : "") + site);
+    text(readout, rel(h.t) + "  allocated " + (a ? Model.formatBytes(a.hi) : "-") + "  reserved " + (r ? Model.formatBytes(r.hi) : "-") + (it >= 0 ? "  iteration " + it : "") + what);
   });
   tl.addEventListener("wheel", (ev) => {
     ev.preventDefault();
     const t = toTime(tl, ev, st.t0, st.t1), k = ev.deltaY > 0 ? 1.25 : 0.8;
-    const span = Math.max(1000, (st.t1 - st.t0) * k);
+    const span = Math.min(full.t1 - full.t0, Math.max(1000, (st.t1 - st.t0) * k));
     st.t0 = Math.max(full.t0, t - (t - st.t0) * (span / (st.t1 - st.t0)));
     st.t1 = Math.min(full.t1, st.t0 + span);
+    st.t0 = Math.max(full.t0, st.t1 - span);
     redraw();
   }, { passive: false });
   let drag = null;
-  tl.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, t0: st.t0, t1: st.t1 }; });
-  window.addEventListener("mouseup", () => { drag = null; });
+  tl.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, t0: st.t0, t1: st.t1, moved: false }; });
+  window.addEventListener("mouseup", (ev) => {
+    if (drag && !drag.moved && ev.target === tl) { // a click: the cursor, and pin what is there
+      const h = hit(ev);
+      st.cur = h.t;
+      if (h.alloc !== undefined && st.pin !== h.alloc) pin(h.alloc, false);
+      else { st.pin = null; redraw(); }
+    }
+    drag = null;
+  });
   window.addEventListener("mousemove", (ev) => {
-    if (!drag) return;
+    if (!drag || Math.abs(ev.clientX - drag.x) < 3 && !drag.moved) return;
+    drag.moved = true;
     const dt = ((ev.clientX - drag.x) / tl.getBoundingClientRect().width) * (drag.t1 - drag.t0);
     const span = drag.t1 - drag.t0;
     st.t0 = Math.min(Math.max(full.t0, drag.t0 - dt), full.t1 - span);
     st.t1 = st.t0 + span;
     redraw();
   });
+  window.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && st.pin !== null) { st.pin = null; redraw(); } });
   let brush = null;
   ov.addEventListener("mousedown", (ev) => { brush = toTime(ov, ev, full.t0, full.t1); });
   ov.addEventListener("mouseup", (ev) => {
@@ -170,9 +361,25 @@
     if (Math.abs(t - brush) > (full.t1 - full.t0) / 1000) { st.t0 = Math.min(brush, t); st.t1 = Math.max(brush, t); redraw(); }
     brush = null;
   });
+  segCanvas.addEventListener("mousemove", (ev) => {
+    const h = segmentAt(ev);
+    if (!h) return;
+    const g = h.seg, r = h.run;
+    text($("state-readout"), "segment " + Model.formatAddress(g.addr) + " (" + Model.formatBytes(g.size) + ", stream " + Model.formatAddress(g.stream) + ", device " + g.device + ")" +
+      (r ? ": " + r.state + " " + Model.formatBytes(r.size) + (r.count > 1 ? " in " + r.count + " blocks" : "") + " at +" + Model.formatAddress(r.offset) : ""));
+  });
+  flame.addEventListener("mousemove", (ev) => {
+    if (!flameLayout) return;
+    const rect = flame.getBoundingClientRect(), x = ((ev.clientX - rect.left) / rect.width) * flame.width, k = Math.floor(((ev.clientY - rect.top) / rect.height) * flame.height / 18);
+    const n = flameLayout.find((b) => b.k === k && x >= b.x && x < b.x + b.w);
+    if (n) text($("flame-readout"), n.node.name + (n.node.file ? "  (" + n.node.file + (n.node.line > 0 ? ":" + n.node.line : "") + ")" : "") + ": " +
+      Model.formatBytes(n.node.bytes) + " (" + (flameLayout.total ? (100 * n.node.bytes / flameLayout.total).toFixed(1) : "0") + "%)");
+  });
 
   fillLists("");
-  if (st.leak !== null && d.leaks[st.leak]) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
+  if (st.pin !== null) showAllocation(st.pin, true);
+  else if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
   else if (d.leaks.length) showStack("Leak candidate 1", d.leaks[0].stack);
   redraw();
+  document.body.dataset.ready = "1"; // the first paint is done (the browser tests wait for it)
 })();

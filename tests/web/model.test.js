@@ -74,3 +74,78 @@ test("band under a height", () => {
   assert.strictEqual(Model.bandAt(bands, 0, 9), 2);
   assert.strictEqual(Model.bandAt(bands, 0, 11), -1);
 });
+
+// Two sites in two bands; four listed allocations (0x1000: band 0, alive; 0x9000: band 1, freed
+// at 30; 0x5000: band 0, from 20 to 40; 0x7000: band 1, from 50).
+const detailed = {
+  sites: [[5, 0, 0], [6, -1, 1]],
+  bands: { t: [0, 25], tp: [10, 30], bytes: [[100, 160], [50, 0]] },
+  detail: { alloc: [5, 8, 20, 50], free: [-1, 30, 40, -1], size: [100, 50, 60, 70], requested: [100, 50, 60, 70],
+    addr: [0x1000, 0x9000, 0x5000, 0x7000], stream: [0, 0, 0, 0], site: [0, 1, 0, 1] },
+};
+
+test("allocations live in a band at a time, oldest first", () => {
+  assert.deepStrictEqual(Model.liveInBand(detailed, 0, 25), [0, 2]);
+  assert.deepStrictEqual(Model.liveInBand(detailed, 1, 25), [1]);
+  assert.deepStrictEqual(Model.liveInBand(detailed, 1, 30), []); // freed at 30
+  assert.deepStrictEqual(Model.liveInBand(detailed, 1, 60), [3]);
+});
+
+test("the allocation under the pointer, at the bucket's peak moment", () => {
+  assert.deepStrictEqual(Model.allocationAt(detailed, 0, 0, 99), { alloc: 0 });
+  assert.deepStrictEqual(Model.allocationAt(detailed, 0, 1, 10), { alloc: 1 });
+  assert.deepStrictEqual(Model.allocationAt(detailed, 1, 0, 150), { alloc: 2 }); // tp 30: 0 and 2 live
+  const d2 = JSON.parse(JSON.stringify(detailed));
+  d2.bands.bytes[0][1] = 200; // 40 bytes of the band in allocations too small to list
+  assert.deepStrictEqual(Model.allocationAt(d2, 1, 0, 170), { small: 40 });
+  const a = Model.allocation(detailed, 2);
+  assert.strictEqual(a.addr, 0x5000);
+  assert.strictEqual(a.stack, 5);
+  assert.strictEqual(a.leak, 0);
+});
+
+test("search by address: inside a listed allocation, hex or decimal", () => {
+  assert.deepStrictEqual(Model.searchAddress(detailed, "0x5010"), [2]);
+  assert.deepStrictEqual(Model.searchAddress(detailed, String(0x1000)), [0]);
+  assert.deepStrictEqual(Model.searchAddress(detailed, "0x8fff"), []);
+  assert.deepStrictEqual(Model.searchAddress(detailed, "load"), []);
+  assert.strictEqual(Model.formatAddress(0x7f00aa000000), "0x7f00aa000000");
+});
+
+const cp = { t: 100, allocated: 150, reserved: 400, pending: 10, other: 5,
+  segs: [0x1000, 300, 0, 0, 3, 0x9000, 100, 0, 0, 2],
+  runs: [1, 100, 1, 0, 60, 1, 1, 140, 2, 2, 10, 1, 0, 90, 1],
+  sites: [0, 100, 1, 45] };
+
+test("a checkpoint's segments as runs, and its fragmentation", () => {
+  const s = Model.segments(cp);
+  assert.strictEqual(s.segs.length, 2);
+  assert.deepStrictEqual(s.segs[0].runs.map((r) => [r.state, r.size, r.count, r.offset]),
+    [["allocated", 100, 1, 0], ["free", 60, 1, 100], ["allocated", 140, 2, 160]]);
+  assert.deepStrictEqual(s.segs[1].runs.map((r) => r.state), ["pending", "free"]);
+  assert.strictEqual(s.freeBytes, 150);
+  assert.strictEqual(s.pieces, 2);
+  assert.strictEqual(s.largest, 90);
+});
+
+test("the checkpoint nearest a time", () => {
+  const d = { checkpoints: [{ t: 10 }, { t: 50 }, { t: 90 }] };
+  assert.strictEqual(Model.checkpointNear(d, 0), 0);
+  assert.strictEqual(Model.checkpointNear(d, 69), 1);
+  assert.strictEqual(Model.checkpointNear(d, 1e9), 2);
+  assert.strictEqual(Model.checkpointNear({ checkpoints: [] }, 5), -1);
+});
+
+test("memory by stack: a tree from the outermost frame, with the rest summed", () => {
+  const d = Object.assign({}, doc, { sites: detailed.sites, stacks: { 5: [1, 2], 6: [2] } });
+  const root = Model.flameTree(d, cp);
+  assert.strictEqual(root.bytes, 150);
+  assert.deepStrictEqual(root.children.map((c) => [c.name, c.bytes]), [["load_weights", 145], ["(smaller sites)", 5]]);
+  assert.deepStrictEqual(root.children[0].children.map((c) => [c.name, c.line, c.bytes]), [["keep_history", 37, 100]]);
+});
+
+test("the view state round-trips through the URL fragment, ignoring junk", () => {
+  const st = { t0: 5, t1: 99, leak: 2, cur: 50, pin: 7 };
+  assert.deepStrictEqual(Model.decodeState(Model.encodeState(st)), st);
+  assert.deepStrictEqual(Model.decodeState("#t0=1&pin=x&cur=<script>&evil=3"), { t0: 1 });
+});
