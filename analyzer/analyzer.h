@@ -4,6 +4,8 @@
  *   reader.c    opening and reading a snapshot (docs/snapshot-format.md)
  *   analysis.c  the analysis: peaks, iterations, leak candidates, OOMs, top sites
  *   report.c    the analysis as text for a terminal, and as JSON (docs/analysis-json.md)
+ *   replay.c    the live-block map and time buckets every pass over the events shares
+ *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
  *   html.c      the report page (web/ inlined, the analysis embedded)
  *   cmd_info.c  `memsnap info`
  */

@@ -11,7 +11,8 @@
  *                 kept: the period is 51 allocations, not the 1 the temporaries suggest;
  *   empty.db      a snapshot of a library that never recorded.
  * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
- * activations, a slow leak), for the analyzer's speed benchmark (tests/bench_analyze.sh).
+ * activations, a slow leak, the cache emptied every step), for the analyzer's and the page's speed
+ * benchmarks (tests/bench_analyze.sh, tests/web/bench_viewer.js).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +67,7 @@ static int dump(const char *dir, const char *name) {
 
 static int big(const char *dir, long events) {
   setenv("MEMSNAP_SIM_CAPACITY", "64G", 1);
-  memsnap_record_start((size_t)events + 64, NULL);
+  memsnap_record_start((size_t)events + (size_t)events / 4 + 1024, NULL); /* room for every event */
   void *w = load_weights(512 * MiB);
   long pairs = events / 3, per_step = pairs / 100 > 1 ? pairs / 100 : 1;
   for (long i = 0; i < pairs; i++) {
@@ -75,6 +76,7 @@ static int big(const char *dir, long events) {
       snprintf(label, sizeof label, "step %ld", i / per_step);
       memsnap_mark(label);
       keep_history(4096);
+      memsnap_empty_cache(); /* each step's segments come and go, as when memory runs short */
     }
     memsnap_free(activation((size_t)(1 + i % 97) * 65536), 0, 0, NULL);
   }
