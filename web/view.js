@@ -132,7 +132,7 @@
   function drawSegments(c) {
     const ctx = segCanvas.getContext("2d"), W = segCanvas.width;
     const info = Model.segments(c);
-    text($("state-summary"), info.segs.length + " segments, reserved " + Model.formatBytes(c.reserved) + ", allocated " + Model.formatBytes(c.allocated) +
+    text($("state-summary"), info.segs.length + (info.segs.length === 1 ? " segment" : " segments") + ", reserved " + Model.formatBytes(c.reserved) + ", allocated " + Model.formatBytes(c.allocated) +
       (c.pending ? ", pending " + Model.formatBytes(c.pending) : "") + "; cached free " + Model.formatBytes(info.freeBytes) + " in " + info.pieces +
       " pieces, the largest " + Model.formatBytes(info.largest));
     // Segments one after another, folded into rows; each at least 2 px so none disappears.
