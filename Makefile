@@ -2,6 +2,9 @@
 #
 #   make            build/libmemsnap.so and build/memsnap
 #   make test       build and run every test (ends with "N passed, N failed")
+#   make sanitize   the tests under ASan+UBSan, the concurrency tests under TSan (docs/RELIABILITY.md)
+#   make stress     the concurrency stress at full size: 20 million operations
+#   make fuzz       each fuzz target for FUZZ_SECONDS (default 60) with libFuzzer (docs/RELIABILITY.md)
 #   make demo       install what is missing, build, run the sample end to end
 #   make deps       install the system packages the build needs (Debian/Ubuntu)
 #   make gpu-bench  build what the GPU benchmark needs into build/ (run it with tests/gpu/run.sh)
@@ -37,7 +40,7 @@ TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/test
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots
 SAMPLES := $(BUILD)/samples/train_loop
 
-.PHONY: all test demo deps check-deps clean gpu-bench regen-golden
+.PHONY: all test test-programs sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden
 all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/memsnap
 
 check-deps:
@@ -98,8 +101,32 @@ $(BUILD)/tests/liboom_catcher.so: tests/oom_catcher.cc $(BUILD)/libmemsnap.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_COMMON) -shared -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..'
 
-test: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so
+test: test-programs
 	@tests/run_tests.sh $(BUILD)
+
+test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so
+
+# make sanitize: the whole suite built with AddressSanitizer + UndefinedBehaviorSanitizer in
+# build-asan/ (any report fails the test that triggered it), then the concurrency stress
+# (tests/test_stress.c: 8 threads allocating, recording, dumping and checking) with
+# ThreadSanitizer in build-tsan/. Python loads the instrumented library with the sanitizer's
+# runtime preloaded (PY_PRELOAD, read by tests/run_tests.sh).
+#
+# make stress: the concurrency stress at full size (8 threads x 2.5 million operations).
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+stress: $(BUILD)/tests/test_stress
+	THREADS=8 ITER=2500000 tests/run_tests.sh $(BUILD) stress
+
+sanitize:
+	@$(MAKE) --no-print-directory BUILD=build-asan EXTRA_CFLAGS="$(ASAN_FLAGS)" EXTRA_LDFLAGS="$(ASAN_FLAGS)" test-programs
+	ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  PY_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
+	  tests/run_tests.sh build-asan
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 EXTRA_CFLAGS="$(TSAN_FLAGS)" EXTRA_LDFLAGS="$(TSAN_FLAGS)" \
+	  build-tsan/tests/test_stress
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 tests/run_tests.sh build-tsan stress
 
 # Rewrites the golden reports in tests/golden/ from the current build (review the diff).
 regen-golden: all $(TEST_BINS)
@@ -119,3 +146,26 @@ $(BUILD)/bench_alloc: tests/gpu/bench_alloc.c tests/gpu/bench_workload.h $(BUILD
 clean:
 	rm -rf $(BUILD)
 .SECONDARY:
+
+# make fuzz: the fuzz targets of tests/fuzz/ built with clang's libFuzzer + ASan + UBSan in
+# build-fuzz/, each run for FUZZ_SECONDS from its corpus (tests/fuzz/corpus/NAME, kept in the
+# repository; what it finds new goes to build-fuzz/corpus/NAME, crashes to build-fuzz/crashes/).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := fuzz_snapshot fuzz_options
+FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_LINK := -fsanitize=fuzzer,address,undefined
+ANALYZER_OBJS = $(addprefix $(BUILD)/analyzer/,reader.o analysis.o report.o html.o replay.o timeline.o) $(BUILD)/web_assets.o
+fuzz: $(BUILD)/tests/gen_snapshots
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang CXX=clang++ OPT=-O1 EXTRA_CFLAGS="$(FUZZ_FLAGS)" \
+	  EXTRA_LDFLAGS="-fsanitize=address,undefined" fuzz-programs
+	@GEN_SNAPSHOTS=$(BUILD)/tests/gen_snapshots tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-programs: $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
+
+$(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(FUZZ_LINK) -o $@ $^ $(PKG_LIBS)
+
+$(BUILD)/fuzz/fuzz_options: $(BUILD)/tests/fuzz/fuzz_options.o $(BUILD)/recorder/options.o $(BUILD)/recorder/error.o
+	@mkdir -p $(dir $@)
+	$(CC) $(FUZZ_LINK) -o $@ $^ -lpthread -lm

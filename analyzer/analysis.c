@@ -37,6 +37,7 @@ void ms_label_key(const char *label, char *out, size_t len) {
                    out[o - 1] == ':' || out[o - 1] == '.'))
     o--;
   out[o] = '\0';
+  ms_neutralise(out); /* shown in reports: untrusted */
 }
 
 typedef struct boundary {

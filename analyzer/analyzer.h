@@ -23,6 +23,9 @@
 enum { MS_ALLOC = 1, MS_FREE_REQUESTED, MS_FREE_COMPLETED, MS_SEGMENT_ALLOC, MS_SEGMENT_FREE, MS_OOM, MS_SNAPSHOT,
        MS_MARK, MS_RANGE_PUSH, MS_RANGE_POP };
 
+/* Text from a snapshot (names, files, labels) longer than this is cut by the reader. */
+#define MS_TEXT_MAX 4096
+
 typedef struct ms_frame {
   bool python;
   char *name, *file, *module;
@@ -54,6 +57,9 @@ typedef struct ms_event {
   uint32_t stack_id;
 } ms_event;
 
+/* Makes untrusted text safe to print and to write as JSON, in place: control bytes and the bytes
+ * of invalid UTF-8 become '?' (reader.c). */
+void ms_neutralise(char *text);
 /* reader.c: 0 on success, -1 with s->error set. */
 int ms_open(ms_snapshot *s, const char *path);
 void ms_close(ms_snapshot *s);

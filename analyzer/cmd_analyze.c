@@ -29,7 +29,7 @@ static int write_html(const char *out, ms_analysis *a, size_t n) {
   if (ms_report_html(&a[0], f) != 0) {
     fclose(f);
     unlink(tmp);
-    fprintf(stderr, "error: out of memory writing '%s'\n", out);
+    fprintf(stderr, "error: writing '%s': %s\n", out, a[0].snap->error[0] ? a[0].snap->error : "out of memory");
     return 1;
   }
   bool ok = !ferror(f);

@@ -45,8 +45,10 @@ int cmd_info(int argc, char **argv) {
       while (sqlite3_step(st) == SQLITE_ROW) {
         char b[32];
         ms_format_bytes(sqlite3_column_int64(st, 2), b, sizeof b);
-        const unsigned char *name = sqlite3_column_text(st, 1);
-        printf("  %-18s %lld: %s, %s\n", "device", (long long)sqlite3_column_int64(st, 0), name ? (const char *)name : "", b);
+        char name[256];
+        snprintf(name, sizeof name, "%s", sqlite3_column_text(st, 1) ? (const char *)sqlite3_column_text(st, 1) : "");
+        ms_neutralise(name);
+        printf("  %-18s %lld: %s, %s\n", "device", (long long)sqlite3_column_int64(st, 0), name, b);
       }
     }
     sqlite3_finalize(st);

@@ -32,10 +32,33 @@ static int fail(ms_snapshot *s, const char *fmt, ...) {
   return -1;
 }
 
-/* Control bytes of untrusted text become '?', so printing a name cannot drive the terminal. */
-static void neutralise(char *s) {
-  for (; s && *s; s++)
-    if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+/* Length of the valid UTF-8 sequence at s (1 to 4), or 0 if it is not one. */
+static int utf8_length(const unsigned char *s) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  int n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (!n) return 0;
+  unsigned lo = 0x80, hi = 0xbf; /* the second byte's range: no overlongs, surrogates, > U+10FFFF */
+  if (c == 0xe0) lo = 0xa0;
+  else if (c == 0xed) hi = 0x9f;
+  else if (c == 0xf0) lo = 0x90;
+  else if (c == 0xf4) hi = 0x8f;
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (int i = 2; i < n; i++)
+    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+  return n;
+}
+
+/* Makes untrusted text safe to print and to write as JSON, in place: control bytes (which could
+ * drive a terminal) and every byte of invalid UTF-8 become '?'. */
+void ms_neutralise(char *text) {
+  unsigned char *s = (unsigned char *)text;
+  while (s && *s) {
+    int n = utf8_length(s);
+    if (n == 1 && (*s < 0x20 || *s == 0x7f)) *s = '?';
+    if (n == 0) *s++ = '?';
+    else s += n;
+  }
 }
 
 static int64_t meta_int(ms_snapshot *s, const char *key, int64_t fallback) {
@@ -115,11 +138,11 @@ int ms_open(ms_snapshot *s, const char *path) {
   meta_text(s, "tool_version", s->tool_version, sizeof s->tool_version);
   meta_text(s, "command_line", s->command_line, sizeof s->command_line);
   meta_text(s, "stacks", s->stacks_mode, sizeof s->stacks_mode);
-  neutralise(s->host);
-  neutralise(s->backend);
-  neutralise(s->tool_version);
-  neutralise(s->command_line);
-  neutralise(s->stacks_mode);
+  ms_neutralise(s->host);
+  ms_neutralise(s->backend);
+  ms_neutralise(s->tool_version);
+  ms_neutralise(s->command_line);
+  ms_neutralise(s->stacks_mode);
   if (sqlite3_prepare_v2(s->db, "select count(*), coalesce(min(time_ns), 0), coalesce(max(time_ns), 0) from events "
                          "where typeof(time_ns) = 'integer'", -1, &st, NULL) == SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW) {
@@ -147,10 +170,22 @@ void ms_close(ms_snapshot *s) {
   s->nframes = s->nstacks = 0;
 }
 
+/* A text column, neutralised and cut to MS_TEXT_MAX bytes (at a character boundary, with "..."
+ * at the end: a megabyte-long name serves no reader); NULL when out of memory. */
 static char *column_text(sqlite3_stmt *st, int col) {
   const unsigned char *t = sqlite3_column_text(st, col);
-  char *s = strdup(t ? (const char *)t : "");
-  neutralise(s);
+  size_t n = t ? strlen((const char *)t) : 0;
+  if (n <= MS_TEXT_MAX) {
+    char *s = strdup(t ? (const char *)t : "");
+    ms_neutralise(s);
+    return s;
+  }
+  char *s = malloc(MS_TEXT_MAX + 4);
+  if (!s) return NULL;
+  memcpy(s, t, MS_TEXT_MAX);
+  s[MS_TEXT_MAX] = '\0';
+  ms_neutralise(s); /* a sequence cut in half at the end becomes '?' */
+  strcat(s, "...");
   return s;
 }
 

@@ -10,7 +10,7 @@ static size_t live_hash(uint64_t a, size_t mask) { return (size_t)((a >> 9) * 0x
 
 int ms_live_put(ms_live_map *m, ms_live_slot slot) {
   if ((m->count + 1) * 2 > m->mask + 1) {
-    size_t cap = m->mask ? (m->mask + 1) * 2 : 4096;
+    size_t cap = m->mask ? (m->mask + 1) * 2 : 64;
     ms_live_slot *s = calloc(cap, sizeof *s);
     if (!s) return -1;
     for (size_t i = 0; m->slots && i <= m->mask; i++)

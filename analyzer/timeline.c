@@ -163,7 +163,7 @@ static bool list_sites(timeline_pass *p, ms_checkpoint *c) {
     t->site_bytes[t->nsite_bytes++] = (ms_site_bytes){(uint32_t)s, p->site_live[s], 0};
   }
   size_t n = t->nsite_bytes - first;
-  qsort(&t->site_bytes[first], n, sizeof *t->site_bytes, compare_site_bytes);
+  if (n > 1) qsort(&t->site_bytes[first], n, sizeof *t->site_bytes, compare_site_bytes);
   c->first_site = first;
   c->nsites = n < MS_CHECKPOINT_SITES ? n : MS_CHECKPOINT_SITES;
   for (size_t i = c->nsites; i < n; i++) c->other_bytes += t->site_bytes[first + i].bytes;
@@ -192,7 +192,7 @@ static void take_checkpoint(timeline_pass *p, const target *tg, int64_t now) {
       p->scratch[k] = p->pending.slots[i];
       p->scratch[k++].aux = UINT32_MAX; /* marks it pending */
     }
-  qsort(p->scratch, k, sizeof *p->scratch, compare_slot_address);
+  if (k > 1) qsort(p->scratch, k, sizeof *p->scratch, compare_slot_address);
   ms_checkpoint *c = &t->checkpoints[t->ncheckpoints++];
   *c = (ms_checkpoint){now, tg->kind, tg->index, p->allocated, p->reserved, p->pending_bytes, t->nsegments, 0, 0, 0, 0};
   if (!lay_out_segments(p, p->scratch, k) || !list_sites(p, c)) p->failed = true;

@@ -72,6 +72,8 @@ static struct {
   void (*GILState_Release)(int);
   PyObject *(*GetAttrString)(PyObject *, const char *);
   const char *(*Unicode_AsUTF8)(PyObject *);
+  PyObject *(*Unicode_AsEncodedString)(PyObject *, const char *, const char *); /* optional */
+  char *(*Bytes_AsString)(PyObject *);                                          /* optional */
   void (*Err_Clear)(void);
 } py;
 
@@ -93,6 +95,8 @@ static void python_resolve(void) {
   SYM(GILState_Release, "PyGILState_Release");
   SYM(GetAttrString, "PyObject_GetAttrString");
   SYM(Unicode_AsUTF8, "PyUnicode_AsUTF8");
+  SYM(Unicode_AsEncodedString, "PyUnicode_AsEncodedString");
+  SYM(Bytes_AsString, "PyBytes_AsString");
   SYM(Err_Clear, "PyErr_Clear");
 #undef SYM
   /* PyThreadState_GetFrame and friends exist from Python 3.9 on. */
@@ -144,6 +148,7 @@ static int python_frames(uint64_t *out, int max) {
 /* ---- native frames ---------------------------------------------------------------------- */
 
 static uintptr_t self_start, self_end; /* libmemsnap's code, whose frames are dropped */
+static pthread_once_t self_once = PTHREAD_ONCE_INIT;
 
 static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
@@ -161,8 +166,19 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
+static int native_frames(uint64_t *out, int max);
+static void find_self_once(void) { dl_iterate_phdr(find_self, (void *)(uintptr_t)&native_frames); }
+
+#ifdef __SANITIZE_THREAD__
+/* libunwind frees its per-thread cache in a thread-exit destructor that locks a mutex after
+ * ThreadSanitizer has retired the thread, which crashes TSan (make sanitize): under TSan,
+ * glibc's backtrace() (libgcc's unwinder) gives the same frames, more slowly. */
+#include <execinfo.h>
+#define unw_backtrace backtrace
+#endif
+
 static int native_frames(uint64_t *out, int max) {
-  if (MSI_UNLIKELY(!self_end)) dl_iterate_phdr(find_self, (void *)(uintptr_t)&native_frames);
+  pthread_once(&self_once, find_self_once); /* threads may start recording at once */
   void *pcs[MAX_NATIVE + 8];
   int got = unw_backtrace(pcs, MAX_NATIVE + 8), n = 0;
   int i = 0;
@@ -360,12 +376,23 @@ static void symbolize_native(msi_frame *f, uint64_t pc, msi_symbols *syms) {
 /* A frame whose strings could not all be allocated. */
 static bool frame_incomplete(const msi_frame *f) { return !f->name || !f->file || !f->module; }
 
+/* A code object's string attribute, copied; NULL if it has none. A name that is not valid UTF-8
+ * (a file name Python decoded with surrogateescape, a lone surrogate) is copied as the bytes
+ * surrogateescape gives back, invalid UTF-8 and all: readers of the snapshot must cope (the
+ * analyzer does). Any Python error raised here is cleared. */
 static char *code_attr(PyObject *code, const char *attr) {
   PyObject *v = py.GetAttrString(code, attr);
   const char *s = v ? py.Unicode_AsUTF8(v) : NULL;
   char *copy = s ? strdup(s) : NULL;
-  if (v) py.DecRef(v);
   if (!s) py.Err_Clear();
+  if (v && !s && py.Unicode_AsEncodedString && py.Bytes_AsString) {
+    PyObject *b = py.Unicode_AsEncodedString(v, "utf-8", "surrogateescape");
+    const char *raw = b ? py.Bytes_AsString(b) : NULL;
+    copy = raw ? strdup(raw) : NULL;
+    if (b) py.DecRef(b);
+    if (!raw) py.Err_Clear();
+  }
+  if (v) py.DecRef(v);
   return copy;
 }
 

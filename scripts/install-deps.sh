@@ -2,6 +2,7 @@
 # install-deps.sh: installs the system packages memsnap's build and tests need, on Debian or
 # Ubuntu, naming each one it installs; does nothing for what is already there.
 #   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev
+#   fuzz:   clang and its runtime libraries (libFuzzer, sanitizers)
 #   tests:  python3, binutils (addr2line names the file and line of native frames), nodejs and
 #           npm (unless a node is already on the PATH), chromium (the report page's browser
 #           tests), and from npm playwright-core into tests/web/node_modules (tests/web/package.json)
@@ -14,6 +15,8 @@ for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev pyt
   have_pkg "$pkg" || need+=("$pkg")
 done
 have_pkg chromium || [ -n "${CHROMIUM:-}" ] || need+=(chromium) # the page's browser tests
+have_pkg clang || need+=(clang)                                  # make fuzz: libFuzzer
+have_pkg libclang-rt-14-dev || ! apt-cache show libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
 command -v node >/dev/null || need+=(nodejs)                     # the viewer's tests run on node
 command -v npm >/dev/null || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then

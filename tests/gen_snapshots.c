@@ -39,7 +39,7 @@ SITE(activation)
 static const char *early_dir; /* set: write early.db after step 2 */
 static int with_marks = 1;
 
-static void train(int steps) {
+static __attribute__((noipa)) void train(int steps) { /* one name whatever the flags: no clone */
   void *w = load_weights(96 * MiB), *state = NULL;
   for (int i = 0; i < steps; i++) {
     char label[32];

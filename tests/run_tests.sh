@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# run_tests.sh BUILD_DIR: runs every test program and the Python tests, then prints the total
-# as "N passed, N failed" (the line CI reads) and exits non-zero if anything failed.
+# run_tests.sh BUILD_DIR [GROUP...]: runs every test program and the Python tests (or only the
+# groups named: alloc options record stress cli analyze web sample python), then prints the
+# total as "N passed, N failed" (the line CI reads) and exits non-zero if anything failed.
+# PY_PRELOAD: libraries preloaded into Python (a sanitizer's runtime, for `make sanitize`).
 set -u
 build=${1:-build}
+shift
+groups=" ${*:-alloc options record stress cli analyze web sample python} "
+want() { [[ $groups == *" $1 "* ]]; }
+py_env=(env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/../recorder/python")
+[ -n "${PY_PRELOAD:-}" ] && py_env+=(LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0")
 here=$(cd "$(dirname "$0")" && pwd)
+export MEMSNAP_TESTS_DIR=$here
 passed=0
 failed=0
 log=$(mktemp)
@@ -35,18 +43,17 @@ run() {
   fi
 }
 
-run test_alloc "$build/tests/test_alloc"
-run test_options "$build/tests/test_options"
-run test_record "$build/tests/test_record"
-run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"
-run test_cli "$here/test_cli.sh" "$build"
-run test_analyze "$here/test_analyze.sh" "$build"
-run test_web "$here/web/run.sh" "$build"
-run test_sample "$here/test_sample.sh" "$build"
-run test_python env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$here/../recorder/python" \
-  python3 "$here/test_python.py"
-run test_oom_throw env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$here/../recorder/python" \
-  python3 "$here/test_oom_throw.py"
+want alloc && run test_alloc "$build/tests/test_alloc"
+want options && run test_options "$build/tests/test_options"
+want record && run test_record "$build/tests/test_record"
+want stress && run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"
+want cli && run test_cli "$here/test_cli.sh" "$build"
+want analyze && run test_analyze "$here/test_analyze.sh" "$build"
+want web && run test_web "$here/web/run.sh" "$build"
+want sample && run test_sample "$here/test_sample.sh" "$build"
+want python && run test_python "${py_env[@]}" python3 "$here/test_python.py"
+want python && run test_oom_throw "${py_env[@]}" python3 "$here/test_oom_throw.py"
+want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "$build/memsnap"
 
 echo
 echo "$passed passed, $failed failed"

@@ -137,6 +137,11 @@ mkdir -p "$dir/100k" && "$build/tests/gen_snapshots" "$dir/100k" 100000 >/dev/nu
 "$build/tests/gen_snapshots" "$dir" 300000 >/dev/null && "$cli" analyze --html "$dir/big.html" "$dir/big.db"
 check "html: page size grows slower than the history (3x the events: under 1.5x the page, under 3 MiB)" \
   "[ \$(stat -c %s $dir/big.html) -lt \$((\$(stat -c %s $dir/100k.html) * 3 / 2)) ] && [ \$(stat -c %s $dir/big.html) -lt 3145728 ]"
+# The analyzer's memory follows the live state, not the history: 3x the events, about the same
+# peak memory (each measured in a fresh process).
+rss() { python3 -c "import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)" "$@"; }
+rss100=$(rss "$cli" analyze --json "$dir/100k/big.db") rss300=$(rss "$cli" analyze --json "$dir/big.db")
+check "analyze: memory bounded by live state (100k events: $rss100 KiB, 300k: $rss300 KiB)" "[ $rss300 -lt \$(($rss100 * 5 / 4 + 2048)) ]"
 "$cli" analyze --html "$dir/leak.db" "$dir/leak.db" 2>"$dir/err"
 check "html: never overwrites an input snapshot" "[ \$? -eq 1 ] && grep -q 'refusing to overwrite' $dir/err && json $dir/leak.json 'True' && python3 -c \"import sqlite3; sqlite3.connect('$dir/leak.db').execute('select 1 from meta')\""
 

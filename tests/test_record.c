@@ -6,6 +6,7 @@
  * killed midway, path patterns and bad paths, and the dumps at out of memory and on a signal.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdbool.h>
@@ -196,8 +197,8 @@ static void test_several_devices(void) {
 }
 
 static void *churn(void *arg) {
-  volatile int *stop = arg;
-  while (!*stop) {
+  atomic_int *stop = arg;
+  while (!atomic_load(stop)) {
     memsnap_free(allocate_activation_for_test(4096), 0, 0, S1);
     usleep(20); /* slow forks (sanitizers) must not push the parent's mark out of the ring */
   }
@@ -211,9 +212,9 @@ static void test_review_regressions(void) {
   unlink(parent_db);
   snprintf(env, sizeof env, "MEMSNAP_RECORD=1;MEMSNAP_MAX_ENTRIES=2000000;MEMSNAP_DUMP=%s", parent_db);
   fresh(env);
-  volatile int stop = 0;
+  atomic_int stop = 0;
   pthread_t t;
-  pthread_create(&t, NULL, churn, (void *)&stop);
+  pthread_create(&t, NULL, churn, &stop);
   void *mine = memsnap_malloc(3 * MiB, 0, S1);
   memsnap_mark("parent");
   bool child_ok = true;
@@ -227,7 +228,7 @@ static void test_review_regressions(void) {
     int status = 0;
     child_ok = waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
-  stop = 1;
+  atomic_store(&stop, 1);
   pthread_join(t, NULL);
   CHECK("fork: children allocate and exit without deadlock", child_ok);
   CHECK("fork: no child wrote the parent's snapshot", access(parent_db, F_OK) != 0);
@@ -284,7 +285,7 @@ static void test_paths_and_errors(void) {
  * says when its first dump is complete, so that every kill hits the rewriting loop. */
 static void test_killed_dumps(void) {
   char *db = path_of("killed.db");
-  int complete = 0, runs = 20;
+  int complete = 0, runs = getenv("KILLS") ? atoi(getenv("KILLS")) : 100;
   unsigned seed = 7;
   for (int i = 0; i < runs; i++) {
     unlink(db);
@@ -309,7 +310,7 @@ static void test_killed_dumps(void) {
     bool started = read(ready[0], &c, 1) == 1;
     close(ready[0]);
     seed = seed * 1103515245u + 12345u;
-    usleep((seed >> 8) % 400000); /* anywhere in the next dumps */
+    usleep((seed >> 8) % 150000); /* anywhere in the next dumps (each takes tens of ms) */
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     if (!started) continue;

@@ -263,11 +263,11 @@ def dump(path):
 
 def mark(label):
     """Records an instant mark; each mark starts an iteration until the next with this label."""
-    _check(load().memsnap_mark(str(label).encode()))
+    _check(load().memsnap_mark(str(label).encode("utf-8", "surrogateescape")))
 
 
 def range_push(label):
-    _check(load().memsnap_range_push(str(label).encode()))
+    _check(load().memsnap_range_push(str(label).encode("utf-8", "surrogateescape")))
 
 
 def range_pop():
