@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "memsnap.h"
@@ -32,17 +33,24 @@ static _Atomic(uintptr_t) shadow[1 << SHADOW_BITS]; /* block address -> owner ta
 
 static size_t shadow_slot(uintptr_t p) { return (size_t)((p >> 9) * 0x9E3779B97F4A7C15ull >> (64 - SHADOW_BITS)); }
 
+/* The shadow map: an insert-only open-addressing table of every block address ever handed
+ * out, each slot (address << 8 | owner tag), tag 0 when no one holds it. Addresses are never
+ * removed (no tombstones, so probe chains stay as short as the set of distinct addresses). */
+
 /* Claims address p for `tag`; fails if another live owner holds the same address. */
 static bool claim(uintptr_t p, uintptr_t tag) {
   size_t i = shadow_slot(p);
   for (;;) {
     uintptr_t cur = atomic_load(&shadow[i]);
-    if (cur == 0) {
-      uintptr_t want = (p << 8) | tag;
-      if (atomic_compare_exchange_strong(&shadow[i], &cur, want)) return true;
-      continue;
+    if (cur == 0) { /* a new address */
+      if (atomic_compare_exchange_strong(&shadow[i], &cur, (p << 8) | tag)) return true;
+      continue; /* someone took the slot: look at it again */
     }
-    if ((cur >> 8) == p) return false; /* the same address is live twice */
+    if ((cur >> 8) == p) {
+      uintptr_t free_slot = p << 8;
+      if (atomic_compare_exchange_strong(&shadow[i], &free_slot, (p << 8) | tag)) return true;
+      return false; /* held by a live owner: the same address handed out twice */
+    }
     i = (i + 1) & ((1u << SHADOW_BITS) - 1);
   }
 }
@@ -50,7 +58,7 @@ static bool claim(uintptr_t p, uintptr_t tag) {
 static void unclaim(uintptr_t p) {
   size_t i = shadow_slot(p);
   while ((atomic_load(&shadow[i]) >> 8) != p) i = (i + 1) & ((1u << SHADOW_BITS) - 1);
-  atomic_store(&shadow[i], (uintptr_t)1); /* tombstone: keeps probe chains intact */
+  atomic_store(&shadow[i], p << 8);
 }
 
 static void *worker(void *arg) {
@@ -117,14 +125,23 @@ static void *dumper(void *arg) {
   return NULL;
 }
 
+static long now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
 static void *checker(void *arg) {
   (void)arg;
   while (!atomic_load(&stop_checker)) {
+    long start = now_us();
     if (memsnap_check(0) != 0) {
       printf("  check: %s\n", memsnap_last_error());
       atomic_fetch_add(&check_failures, 1);
     }
-    usleep(2000); /* the check holds the device lock: let the workers run between checks */
+    /* The check holds the device lock for as long as it walks every block: let the workers run
+       ten times as long between checks, so the check's cost stays bounded as the cache grows. */
+    usleep((useconds_t)(2000 + 10 * (now_us() - start)));
   }
   return NULL;
 }
