@@ -13,8 +13,8 @@
  * from the period of the allocation pattern (infer_iterations), and the report says so.
  *
  * Leak kinds: `growing` (live bytes rose at most iteration boundaries and end above where they
- * started), `retained` (allocated only before or in the first two iterations, and held since:
- * weights, optimizer state, caches), `alive` (alive at the snapshot, neither: e.g. the last
+ * started), `retained` (what it holds at the end was allocated before or in the first two
+ * iterations, and held since: weights, optimizer state, gradients, caches), `alive` (alive at the snapshot, neither: e.g. the last
  * batch of a site that allocates every iteration). Growing sites rank first
  * whatever their size: that is the evidence a leak leaves.
  */
@@ -30,6 +30,7 @@
 typedef struct live_slot {
   uint64_t key; /* address; 0 empty */
   uint32_t site;
+  int32_t iteration; /* of the allocation (-1: before the first) */
   int64_t size;
 } live_slot;
 
@@ -40,7 +41,7 @@ typedef struct live_map {
 
 static size_t live_hash(uint64_t a, size_t mask) { return (size_t)((a >> 9) * 0x9E3779B97F4A7C15ull >> 20) & mask; }
 
-static int live_put(live_map *m, uint64_t key, uint32_t site, int64_t size) {
+static int live_put(live_map *m, uint64_t key, uint32_t site, int32_t iteration, int64_t size) {
   if ((m->count + 1) * 2 > m->mask + 1) {
     size_t cap = m->mask ? (m->mask + 1) * 2 : 4096;
     live_slot *s = calloc(cap, sizeof *s);
@@ -58,7 +59,7 @@ static int live_put(live_map *m, uint64_t key, uint32_t site, int64_t size) {
   size_t i = live_hash(key, m->mask);
   while (m->slots[i].key && m->slots[i].key != key) i = (i + 1) & m->mask;
   if (!m->slots[i].key) m->count++;
-  m->slots[i] = (live_slot){key, site, size};
+  m->slots[i] = (live_slot){key, site, iteration, size};
   return 0;
 }
 
@@ -86,13 +87,13 @@ static bool live_take(live_map *m, uint64_t key, uint32_t *site, int64_t *size) 
 }
 
 /* Replays an event into the live map: an allocation (of site `alloc_site`, which the caller
- * resolved) adds its block, a free removes it. Returns the bytes live memory changed by
+ * resolved, in iteration `iteration`) adds its block, a free removes it. Returns the bytes live memory changed by
  * (negative for a free; 0 for other events and for frees of blocks from before the kept history)
  * and sets *site; sets *failed when out of memory. Every pass replays through this. */
-static int64_t replay(live_map *m, const ms_event *e, int64_t alloc_site, uint32_t *site, bool *failed) {
+static int64_t replay(live_map *m, const ms_event *e, int64_t alloc_site, int iteration, uint32_t *site, bool *failed) {
   int64_t size;
   if (e->kind == MS_ALLOC) {
-    if (alloc_site < 0 || live_put(m, e->address, (uint32_t)alloc_site, e->size) != 0) {
+    if (alloc_site < 0 || live_put(m, e->address, (uint32_t)alloc_site, iteration, e->size) != 0) {
       *failed = true;
       return 0;
     }
@@ -317,6 +318,7 @@ static int64_t site_index(pass *p, uint32_t stack_id) {
   memset(s, 0, sizeof *s);
   s->stack_id = stack_id;
   s->first_iteration = p->cur_iter;
+  s->newest_live_iteration = -1;
   p->site_of_stack[stack_id] = (int64_t)a->nsites + 1;
   return (int64_t)a->nsites++;
 }
@@ -422,7 +424,7 @@ static int pass1_event(const ms_event *e, void *arg) {
     p->next_bound++;
   }
   uint32_t site = 0;
-  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1, &site, &p->failed);
+  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1, p->cur_iter, &site, &p->failed);
   if (p->failed) return 1;
   switch (e->kind) {
     case MS_ALLOC: {
@@ -455,6 +457,7 @@ static int pass1_event(const ms_event *e, void *arg) {
       }
       break;
     case MS_SEGMENT_ALLOC:
+    case MS_SEGMENT_MAP:
       p->reserved += e->size;
       if (p->reserved > a->peak_reserved) {
         a->peak_reserved = p->reserved;
@@ -463,6 +466,7 @@ static int pass1_event(const ms_event *e, void *arg) {
       if (p->cur_iter >= 0 && p->reserved > a->iters[p->cur_iter].peak_reserved) a->iters[p->cur_iter].peak_reserved = p->reserved;
       break;
     case MS_SEGMENT_FREE:
+    case MS_SEGMENT_UNMAP:
       p->reserved -= e->size;
       break;
     case MS_OOM: {
@@ -495,7 +499,7 @@ static int pass2_event(const ms_event *e, void *arg) {
   pass *p = arg;
   if (e->id > p->stop_at) return 1;
   uint32_t site = 0;
-  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, &site, &p->failed);
+  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, -1, &site, &p->failed);
   if (p->failed) return 1;
   if (delta) {
     p->a->sites[site].live_bytes += delta;
@@ -521,7 +525,7 @@ static int bands_event(const ms_event *e, void *arg) {
   ms_bands *b = p->a->bands;
   ms_snapshot *s = p->a->snap;
   uint32_t site = 0;
-  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, &site, &p->failed);
+  int64_t delta = replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, -1, &site, &p->failed);
   if (p->failed) return 1;
   if (delta) {
     p->band_live[p->band_of_site[site]] += delta;
@@ -604,8 +608,9 @@ static void classify(ms_analysis *a) {
       s->kind = MS_LEAK_GROWING;
       s->bytes_per_iteration = (double)(s->last_iter_live - s->first_iter_live) / transitions;
       s->score = 0.6 + 0.4 * (double)s->increases / transitions;
-    } else if (s->end_bytes > 0 && a->niters > 0 && s->last_iteration <= 1 && s->increases <= 1) {
-      /* allocated before or in the first iterations only, and held since */
+    } else if (s->end_bytes > 0 && a->niters > 0 && s->newest_live_iteration <= 1 && s->increases <= 1) {
+      /* what it holds was allocated before or in the first iterations, and held since (it may
+         allocate again later, as a backward op's temporaries beside the gradients it made) */
       s->kind = MS_LEAK_RETAINED;
       s->score = 0.3;
     } else if (s->end_bytes > 0) {
@@ -652,6 +657,11 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     goto fail;
   }
   close_iteration(&p, s->last_ns);
+  for (size_t i = 0; p.live.slots && i <= p.live.mask; i++) { /* when what is still live was allocated */
+    const live_slot *b = &p.live.slots[i];
+    if (b->key && b->iteration > a->sites[b->site].newest_live_iteration)
+      a->sites[b->site].newest_live_iteration = b->iteration;
+  }
   /* What is alive at the snapshot, by site, from the blocks table. */
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), sum(size), count(*) from blocks where state = 'allocated' group by 1",

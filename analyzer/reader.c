@@ -115,6 +115,10 @@ int ms_open(ms_snapshot *s, const char *path) {
   meta_text(s, "tool_version", s->tool_version, sizeof s->tool_version);
   meta_text(s, "command_line", s->command_line, sizeof s->command_line);
   meta_text(s, "stacks", s->stacks_mode, sizeof s->stacks_mode);
+  meta_text(s, "import_file", s->import_file, sizeof s->import_file);
+  meta_text(s, "import_source", s->import_source, sizeof s->import_source);
+  neutralise(s->import_file);
+  neutralise(s->import_source);
   neutralise(s->host);
   neutralise(s->backend);
   neutralise(s->tool_version);

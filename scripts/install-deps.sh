@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-deps.sh: installs the system packages memsnap's build and tests need, on Debian or
 # Ubuntu, naming each one it installs; does nothing for what is already there.
-#   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev
+#   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev zlib1g-dev
 #   tests:  python3, binutils (addr2line names the file and line of native frames), nodejs
 #           (unless a node is already on the PATH)
 # The CUDA toolkit (headers in $CUDA_HOME/include, default /usr/local/cuda) is not a Debian
@@ -9,7 +9,7 @@
 set -eu
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev python3 binutils; do
+for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev zlib1g-dev python3 binutils; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 command -v node >/dev/null || need+=(nodejs) # the viewer's data code is tested with node

@@ -41,6 +41,8 @@ run test_record "$build/tests/test_record"
 run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"
 run test_cli "$here/test_cli.sh" "$build"
 run test_analyze "$here/test_analyze.sh" "$build"
+run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/../../shared/snapshots}"
+run test_import "$here/test_import.sh" "$build"
 run test_web_model "$here/web/run.sh"
 run test_sample "$here/test_sample.sh" "$build"
 run test_python env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$here/../recorder/python" \
