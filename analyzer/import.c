@@ -865,11 +865,11 @@ static int finish(importer *im, const pk_value *root, const char *source) {
 /* ---- the run ------------------------------------------------------------------------------ */
 
 /* Before the schema: a private file until it is renamed, so no journal and no syncs (the
- * caller syncs the finished file); 64 KiB pages as the recorder writes; 32 MiB of cache each for
+ * caller syncs the finished file); 64 KiB pages as the recorder writes; 16 MiB of cache each for
  * the file and the temporary tables, which spill to a temporary file beyond that. */
 static const char *const setup_sql =
     "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA page_size = 65536; PRAGMA temp_store = FILE;"
-    "PRAGMA cache_size = -32768; PRAGMA temp.cache_size = -32768; BEGIN;";
+    "PRAGMA cache_size = -16384; PRAGMA temp.cache_size = -16384; BEGIN;";
 
 static const char *const stage_sql =
     "CREATE TEMP TABLE stage(seq INTEGER PRIMARY KEY, t INTEGER, kind INTEGER, list INTEGER, stream INTEGER,"

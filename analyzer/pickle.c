@@ -8,8 +8,9 @@
  *     memo are freed by pk_reader_free) and counts its references: the stack, the memo and
  *     containers hold one each; freeing is iterative (no recursion over the input's nesting);
  *   - the memo is dense (an index may be set only if it is at most the number of entries, as
- *     every pickler writes it); a slot is 0 (empty), an object pointer, a handle ((h << 2) | 1)
- *     or FORGOTTEN;
+ *     every pickler writes it) and costs 4 bytes an entry: a slot is 0 (empty), FORGOTTEN, a
+ *     handle h >= 1 as (h << 1) | 1, or an object the memo holds as (k + 1) << 1, k its place
+ *     in `held` (8 bytes per object held; places are reused);
  *   - every allocation is counted against limits.max_memory before it is made, and a length
  *     read from the input is checked against what is left of the input when its size is known;
  *     strings longer than 1 MiB grow as their bytes arrive, so a lying length costs nothing.
@@ -28,7 +29,8 @@
 
 const pk_limits pk_default_limits = {(size_t)1 << 30, 200, (size_t)1 << 20, (size_t)1 << 26};
 
-#define FORGOTTEN ((uintptr_t)2)
+#define FORGOTTEN 1u
+#define MAX_HANDLE ((int64_t)0x7fffffff)
 #define BIG_STRING ((size_t)1 << 20)
 
 struct pk_reader {
@@ -48,8 +50,12 @@ struct pk_reader {
   size_t nstack, cstack;
   size_t *marks;
   size_t nmarks, cmarks;
-  uintptr_t *memo;
+  uint32_t *memo;
   size_t nmemo, cmemo;
+  pk_obj **held; /* the objects the memo holds */
+  size_t nheld, cheld;
+  uint32_t *free_held; /* places of `held` to reuse */
+  size_t nfree, cfree;
   pk_obj *objects; /* every live object */
   pk_obj **freeq;  /* worklist of release() */
   size_t nfreeq, cfreeq;
@@ -421,9 +427,10 @@ static bool hashable(const pk_value *k) {
 /* d[k] = v, taking over both references. Keys are not merged: lookups take the last. */
 static int dict_set(pk_reader *r, pk_obj *d, pk_value k, pk_value v) {
   if (!hashable(&k)) {
+    pk_fail(r, "a dict key of type %s (unhashable)", pk_type_name(&k));
     release(r, k);
     release(r, v);
-    return pk_fail(r, "a dict key of type %s (unhashable)", pk_type_name(&k));
+    return -1;
   }
   if (add_item(r, d, k) != 0) {
     release(r, v);
@@ -478,6 +485,38 @@ static int append(pk_reader *r, pk_obj *l, pk_value v) {
 
 /* ---- memo --------------------------------------------------------------------------------- */
 
+/* Makes the memo hold o (taking over a reference): *word is the slot's value. 0 or -1. */
+static int hold(pk_reader *r, pk_obj *o, uint32_t *word) {
+  size_t k;
+  if (r->nfree) {
+    k = r->free_held[--r->nfree];
+  } else {
+    if (r->nheld >= 0x7ffffffe) return pk_fail(r, "the memo holds too many objects");
+    if (grow(r, (void **)&r->held, &r->cheld, r->nheld + 1, sizeof *r->held) != 0) return -1;
+    k = r->nheld++;
+  }
+  r->held[k] = o;
+  *word = (uint32_t)((k + 1) << 1);
+  return 0;
+}
+
+/* The object a slot's value holds, or NULL (empty, forgotten, a handle). */
+static pk_obj *held_obj(const pk_reader *r, uint32_t word) { return word && !(word & 1) ? r->held[(word >> 1) - 1] : NULL; }
+
+/* Lets go of the object a slot's value holds (its place is reused). */
+static void unhold(pk_reader *r, uint32_t word) {
+  size_t k = (word >> 1) - 1;
+  pk_obj *o = r->held[k];
+  r->held[k] = NULL;
+  if (r->nfree == r->cfree) { /* at most one per place of `held`, which is counted: not counted again */
+    size_t cap = r->cfree ? r->cfree * 2 : 64;
+    uint32_t *g = realloc(r->free_held, sizeof *g * cap);
+    if (g) r->free_held = g, r->cfree = cap;
+  }
+  if (r->nfree < r->cfree) r->free_held[r->nfree++] = (uint32_t)k; /* else the place is not reused */
+  release_obj(r, o);
+}
+
 static int memo_put(pk_reader *r, uint64_t index) {
   if (need(r, 1) != 0) return -1;
   if (index > r->nmemo)
@@ -488,57 +527,62 @@ static int memo_put(pk_reader *r, uint64_t index) {
     r->memo[r->nmemo++] = 0;
   }
   pk_value *top = &r->stack[r->nstack - 1];
-  uintptr_t word;
-  if (top->kind == PK_OBJ) {
-    top->o->refs++;
-    top->o->memo = index + 1;
-    word = (uintptr_t)top->o;
-  } else if (top->kind == PK_HANDLE) {
-    word = ((uintptr_t)top->i << 2) | 1;
-  } else { /* a scalar: boxed */
-    pk_obj *b = new_obj(r, PK_BOXED);
-    if (!b) return -1;
-    b->boxed = *top;
-    word = (uintptr_t)b;
+  uint32_t word = 0;
+  pk_obj *o = NULL;
+  if (top->kind == PK_HANDLE) { /* pushed by a GET of a handle: valid */
+    word = (uint32_t)top->i << 1 | 1;
+  } else {
+    if (top->kind == PK_OBJ) {
+      o = top->o;
+      o->refs++;
+    } else { /* a scalar: boxed */
+      if (!(o = new_obj(r, PK_BOXED))) return -1;
+      o->boxed = *top;
+    }
+    if (hold(r, o, &word) != 0) {
+      release_obj(r, o);
+      return -1;
+    }
   }
-  uintptr_t old = r->memo[index];
+  uint32_t old = r->memo[index];
   r->memo[index] = word;
-  if (old && old != FORGOTTEN && !(old & 1)) {
-    pk_obj *o = (pk_obj *)old;
-    if (o->memo == index + 1) o->memo = 0;
-    release_obj(r, o);
+  pk_obj *p = held_obj(r, old);
+  if (p) {
+    if (p != o && p->memo == index + 1) p->memo = 0;
+    unhold(r, old);
   }
+  if (o && o->type != PK_BOXED) o->memo = index + 1;
   return 0;
 }
 
 static int memo_get(pk_reader *r, uint64_t index) {
-  uintptr_t word = index < r->nmemo ? r->memo[index] : 0;
+  uint32_t word = index < r->nmemo ? r->memo[index] : 0;
   if (word == 0) return pk_fail(r, "memo index %llu is not defined", (unsigned long long)index);
   if (word == FORGOTTEN)
     return pk_fail(r, "memo index %llu refers back to an entry that was already imported and freed (not supported)",
                    (unsigned long long)index);
-  if (word & 1) return push(r, (pk_value){.kind = PK_HANDLE, .i = (int64_t)(word >> 2)});
-  pk_obj *o = (pk_obj *)word;
+  if (word & 1) return push(r, (pk_value){.kind = PK_HANDLE, .i = (int64_t)(word >> 1)});
+  pk_obj *o = held_obj(r, word);
   if (o->type == PK_BOXED) return push(r, o->boxed);
   o->refs++;
   return push(r, (pk_value){.kind = PK_OBJ, .o = o});
 }
 
-void pk_memo_replace(pk_reader *r, pk_obj *o, int64_t handle) {
-  if (!o->memo || o->memo > r->nmemo || r->memo[o->memo - 1] != (uintptr_t)o || handle < 0 ||
-      handle >= ((int64_t)1 << 60))
-    return;
-  r->memo[o->memo - 1] = ((uintptr_t)handle << 2) | 1;
+/* Sets the memo slot that holds o to `word`, letting go of o; false when no slot holds it. */
+static bool rewrite_slot(pk_reader *r, pk_obj *o, uint32_t word) {
+  if (!o->memo || o->memo > r->nmemo || held_obj(r, r->memo[o->memo - 1]) != o) return false;
+  uint32_t old = r->memo[o->memo - 1];
+  r->memo[o->memo - 1] = word;
   o->memo = 0;
-  release_obj(r, o);
+  unhold(r, old);
+  return true;
 }
 
-void pk_forget(pk_reader *r, pk_obj *o) {
-  if (!o->memo || o->memo > r->nmemo || r->memo[o->memo - 1] != (uintptr_t)o) return;
-  r->memo[o->memo - 1] = FORGOTTEN;
-  o->memo = 0;
-  release_obj(r, o);
+void pk_memo_replace(pk_reader *r, pk_obj *o, int64_t handle) {
+  if (handle >= 1 && handle <= MAX_HANDLE) rewrite_slot(r, o, (uint32_t)handle << 1 | 1);
 }
+
+void pk_forget(pk_reader *r, pk_obj *o) { rewrite_slot(r, o, FORGOTTEN); }
 
 /* ---- values read from the input ----------------------------------------------------------- */
 
@@ -852,6 +896,8 @@ void pk_reader_free(pk_reader *r) {
   free(r->stack);
   free(r->marks);
   free(r->memo);
+  free(r->held);
+  free(r->free_held);
   free(r->freeq);
   free(r);
 }

@@ -100,9 +100,9 @@ void pk_reader_free(pk_reader *r);
 
 /* For hooks: records an error at the current offset (the first one wins); returns -1. */
 int pk_fail(pk_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Replaces the memo entry that holds object o (if any) by a handle (0 <= handle < 2^60): later
- * references to it push the handle instead of the object, and o is freed once nothing else
- * holds it. */
+/* Replaces the memo entry that holds object o (if any) by a handle (1 <= handle < 2^31; others
+ * are ignored): later references to it push the handle instead of the object, and o is freed
+ * once nothing else holds it. */
 void pk_memo_replace(pk_reader *r, pk_obj *o, int64_t handle);
 /* Forgets the memo entry that holds o: a later reference to it is an error. */
 void pk_forget(pk_reader *r, pk_obj *o);
