@@ -274,9 +274,11 @@ static int write_traces(exporter *e, int64_t ndevices) {
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
       int kind = sqlite3_column_int(st, 1);
       int64_t size = sqlite3_column_int64(st, 4), requested = sqlite3_column_int64(st, 5);
+      const char *action = action_of(kind);
+      if (!action) continue; /* a kind the query let through by another spelling */
       begin_dict_item(e, &trace);
       key(e, "action");
-      key(e, action_of(kind));
+      key(e, action);
       key_int(e, kind == MS_OOM ? "device_free" : "addr", sqlite3_column_int64(st, 3));
       /* PyTorch's alloc and free entries hold the size asked for; segments their size. */
       bool blockwise = kind == MS_ALLOC || kind == MS_FREE_REQUESTED || kind == MS_FREE_COMPLETED;

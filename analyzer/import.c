@@ -425,6 +425,12 @@ static int stage_event(importer *im, int64_t t, int kind, int64_t list, int64_t 
   return step(im, st);
 }
 
+/* a + b, held at the int64 limits (sums of a hostile file's sizes must not overflow). */
+static int64_t saturated(int64_t a, int64_t b) {
+  int64_t sum;
+  return __builtin_add_overflow(a, b, &sum) ? (b > 0 ? INT64_MAX : INT64_MIN) : sum;
+}
+
 /* A block's size as PyTorch's allocator rounds a request (the trace holds the request). */
 static int64_t rounded(int64_t size) { return size < 512 ? 512 : (size + 511) / 512 * 512; }
 
@@ -467,12 +473,12 @@ static int take_entry(importer *im, pk_obj *list, const pk_obj *e) {
     return -1;
   int64_t block = rounded(size), extra = 0;
   switch (kind) {
-    case KIND_ALLOC: tl->allocated += block; break;
-    case KIND_FREE_COMPLETED: tl->allocated -= block; break;
+    case KIND_ALLOC: tl->allocated = saturated(tl->allocated, block); break;
+    case KIND_FREE_COMPLETED: tl->allocated = saturated(tl->allocated, -block); break;
     case KIND_SEGMENT_ALLOC:
-    case KIND_SEGMENT_MAP: tl->reserved += size; break;
+    case KIND_SEGMENT_MAP: tl->reserved = saturated(tl->reserved, size); break;
     case KIND_SEGMENT_FREE:
-    case KIND_SEGMENT_UNMAP: tl->reserved -= size; break;
+    case KIND_SEGMENT_UNMAP: tl->reserved = saturated(tl->reserved, -size); break;
     case KIND_OOM: extra = tl->reserved > tl->allocated ? tl->reserved - tl->allocated : 0; break;
     default: break;
   }
@@ -540,7 +546,7 @@ static int take_segment(importer *im, const pk_obj *s) {
     bind_int_or_null(im->block, 6, stack, freed || stack == 0);
     if (step(im, im->block) != 0) return -1;
     im->blocks++;
-    at = baddr + size;
+    at = (int64_t)((uint64_t)baddr + (uint64_t)size); /* the next block's, when it does not say */
     if (pk_is(bv, PK_DICT)) pk_forget(im->r, bv->o);
   }
   pk_forget(im->r, blocks->o);

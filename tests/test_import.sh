@@ -120,6 +120,44 @@ check "export -> import: the same analysis (six iterations, keep_history growing
 check "export to .gz -> import: the OOM survives (40 MiB requested, 24 MiB free)" \
   "[ \"\$(head -c2 $dir/oom.pickle.gz | od -An -tx1 | tr -d ' ')\" = 1f8b ] && json $dir/oom2.json \"len(j['oom']) == 1 and j['oom'][0]['requested_bytes'] == 40 * $MiB and j['oom'][0]['device_free_bytes'] == 24 * $MiB\""
 
+# Hostile values in a well-formed snapshot: export answers (exit 0 or 1), and what it writes loads.
+crashes=$(python3 - "$cli" "$dir" <<'PY'
+import pickle, shutil, sqlite3, subprocess, sys
+cli, d = sys.argv[1], sys.argv[2]
+mutations = [
+    "update events set kind = 77", "update events set size = 'x', address = null", "update events set device = 5000",
+    "update events set device = -3", "update events set stack_id = 999999", "delete from frames", "delete from labels",
+    "update frames set name = null, file = x'ff00fe'", "update frames set name = char(55357) || 'x'",
+    "update blocks set segment_id = 99", "update blocks set state = 'weird', stack_id = -1",
+    "update segments set pool = null, size = -1", "update ranges set end_ns = null, label_id = 77",
+    "update meta set value = 'x' where key = 'start_unix_ns'", "update meta set value = 9223372036854775807 where key = 'start_unix_ns'",
+    "update options set value = '[1:' where name = 'MEMSNAP_ROUNDUP_POWER2_DIVISIONS'", "delete from options",
+    "update events set time_ns = -9223372036854775807",
+]
+bad = []
+for i, m in enumerate(mutations):
+    path, out = "%s/xm%d.db" % (d, i), "%s/xm%d.pickle" % (d, i)
+    shutil.copy("%s/leak.db" % d, path)
+    c = sqlite3.connect(path)
+    try:
+        c.execute(m)
+        c.commit()
+    except sqlite3.Error:
+        pass
+    c.close()
+    r = subprocess.run([cli, "export", path, "-o", out], capture_output=True)
+    if r.returncode not in (0, 1):
+        bad.append("%s -> %d" % (m[:50], r.returncode))
+    elif r.returncode == 0:
+        try:
+            pickle.load(open(out, "rb"))
+        except Exception as e:
+            bad.append("%s -> unreadable pickle: %s" % (m[:50], e))
+print("; ".join(bad))
+PY
+)
+check "export of hostile values: exit 0 or 1, and a pickle Python reads${crashes:+ ($crashes)}" "[ -z \"\$crashes\" ]"
+
 # ---- PyTorch -> memsnap -> PyTorch -> memsnap -------------------------------------------------
 "$cli" export "$dir/resnet.db" -o "$exported/resnet50_leak.pickle"
 check "export the imported resnet: as PyTorch's tools read it" "[ \"\$($helper check-export $exported/resnet50_leak.pickle $dir/resnet.db)\" = ok ]"
