@@ -259,9 +259,17 @@ static int64_t time_us(const exporter *e, int64_t ns) {
 static int write_traces(exporter *e, int64_t ndevices) {
   sqlite3_stmt *st = prepare(e, "SELECT coalesce(time_ns, 0), kind, coalesce(stream, 0), coalesce(address, 0), "
                                 "coalesce(size, 0), coalesce(requested_size, 0), coalesce(stack_id, 0) FROM events "
-                                "WHERE (device = ?1 OR (device IS NULL AND kind = 7)) "
+                                "WHERE (device = ?1 OR (device IS NULL AND kind = 7 AND ?2)) "
                                 "AND kind IN (1, 2, 3, 4, 5, 6, 7, 11, 12) ORDER BY id");
   if (!st) return -1;
+  /* A snapshot event (no device) goes into the list of every device that has events. */
+  bool has_events[MAX_DEVICES] = {false};
+  sqlite3_stmt *dev = prepare(e, "SELECT DISTINCT device FROM events WHERE typeof(device) = 'integer'");
+  while (dev && sqlite3_step(dev) == SQLITE_ROW) {
+    int64_t d = sqlite3_column_int64(dev, 0);
+    if (d >= 0 && d < ndevices) has_events[d] = true;
+  }
+  sqlite3_finalize(dev);
   key(e, "device_traces");
   list_writer devices;
   start_list(e, &devices);
@@ -271,6 +279,7 @@ static int write_traces(exporter *e, int64_t ndevices) {
     list_writer trace;
     start_list(e, &trace);
     sqlite3_bind_int64(st, 1, d);
+    sqlite3_bind_int(st, 2, has_events[d]);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
       int kind = sqlite3_column_int(st, 1);
       int64_t size = sqlite3_column_int64(st, 4), requested = sqlite3_column_int64(st, 5);

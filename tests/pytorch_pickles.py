@@ -5,6 +5,10 @@
   hostile DIR MARKER       writes hostile pickles into DIR (reduce/global payloads would touch
                            MARKER if anything ran them; deep nesting, huge lengths, bad memo ...)
   protocols SNAP.gz DIR    re-pickles a real snapshot with protocols 2, 3, 4 and 5
+  multi OUT                a snapshot of three devices (the first without entries), interleaved in
+                           time, with expandable segments' maps and unmaps, an OOM, a snapshot
+                           entry, nested annotations, an END without START, an action memsnap has
+                           no kind for and an entry without time_us
   settings OUT EXPECTED    a small snapshot whose allocator_settings hold ints of every width,
                            floats, bools, None and text; EXPECTED: the options rows import must make
   check-export PICKLE DB   checks an exported pickle against the snapshot it came from, the way
@@ -107,6 +111,33 @@ def protocols(snap, out):
     for proto in (2, 3, 4, 5):
         with open(os.path.join(out, "proto%d.pickle" % proto), "wb") as f:
             pickle.dump(data, f, protocol=proto)
+
+
+def multi(out):
+    fr = lambda name, line: {"name": name, "filename": "train.py", "line": line}
+    step = [fr("step", 10), fr("<module>", 3)]
+    grow = [{"name": "at::native::empty_cuda", "filename": "??", "line": 0}, fr("grow", 20)]
+    e = lambda action, addr, size, t, frames=step, **kw: dict(action=action, addr=addr, size=size, stream=0, time_us=t,
+                                                             frames=frames, **kw)
+    dev1 = [e("segment_map", 1 << 40, 2 << 20, 100), e("alloc", 1 << 40, 1000, 110),
+            e("alloc", (1 << 40) + 1024, 512, 130, grow), e("free_requested", 1 << 40, 1000, 150),
+            e("free_completed", 1 << 40, 1000, 150), e("segment_unmap", (1 << 40) + (1 << 20), 1 << 20, 170),
+            e("user_defined", 0, 0, 175), {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "frames": []}]
+    dev2 = [e("segment_alloc", 2 << 40, 20 << 20, 105), e("alloc", 2 << 40, 20 << 20, 120),
+            {"action": "oom", "device_free": 12345, "size": 4 << 20, "stream": 7, "time_us": 140, "frames": grow}]
+    ann = [{"stage": "END", "name": "before", "device": 1, "time_us": 90},
+           {"stage": "START", "name": "outer", "device": 1, "time_us": 101},
+           {"stage": "START", "name": "inner", "device": 1, "time_us": 102},
+           {"stage": "END", "name": "inner", "device": 1, "time_us": 160},
+           {"stage": "END", "name": "outer", "device": 1, "time_us": 165},
+           {"stage": "START", "name": "open", "device": 2, "time_us": 166}]
+    snap = {"segments": [{"device": 2, "address": 2 << 40, "total_size": 20 << 20, "stream": 0, "segment_type": "large",
+                          "blocks": [{"address": 2 << 40, "size": 20 << 20, "requested_size": 20 << 20,
+                                      "state": "active_allocated", "frames": step}]}],
+            "device_traces": [[], dev1, dev2], "allocator_settings": {"expandable_segments": True},
+            "external_annotations": ann}
+    with open(out, "wb") as f:
+        pickle.dump(snap, f, protocol=5)
 
 
 def settings(out, expected):
@@ -384,6 +415,8 @@ def main(argv):
         hostile(argv[1], argv[2])
     elif len(argv) == 3 and argv[0] == "protocols":
         protocols(argv[1], argv[2])
+    elif len(argv) == 2 and argv[0] == "multi":
+        multi(argv[1])
     elif len(argv) == 3 and argv[0] == "settings":
         settings(argv[1], argv[2])
     elif len(argv) == 3 and argv[0] == "check-export":

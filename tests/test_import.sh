@@ -99,7 +99,7 @@ check "cycle: the text report says it" \
 "$cli" export --format pytorch "$dir/leak.db" -o "$exported/leak.pickle"
 check "export leak.db: exit 0" "[ \$? -eq 0 ]"
 check "export leak.db: Python's pickle reads it; keys, counts, actions, tiling, frames as PyTorch's tools read them" \
-  "[ \"\$($helper check-export $exported/leak.pickle $dir/leak.db)\" = ok ] || $helper check-export $exported/leak.pickle $dir/leak.db"
+  "[ \"\$($helper check-export $exported/leak.pickle $dir/leak.db)\" = ok ] || { $helper check-export $exported/leak.pickle $dir/leak.db; false; }"
 python3 - "$exported/leak.pickle" >"$dir/leak.check" 2>&1 <<'PY'
 import pickle, sys
 d = pickle.load(open(sys.argv[1], "rb"))
@@ -111,7 +111,7 @@ assert sum(e["size"] for e in t if e["action"] == "alloc" and any(f["name"] == "
 assert d["allocator_settings"]["max_split_size"] == -1 and d["allocator_settings"]["roundup_power2_divisions"]["1"] == 0
 print("ok")
 PY
-check "export leak.db: the leak's six 1 MiB allocations, the six marks as annotations, settings" "grep -q '^ok' $dir/leak.check || cat $dir/leak.check"
+check "export leak.db: the leak's six 1 MiB allocations, the six marks as annotations, settings" "grep -q '^ok' $dir/leak.check || { cat $dir/leak.check; false; }"
 "$cli" import "$exported/leak.pickle" -o "$dir/leak2.db" >/dev/null && "$cli" analyze --json "$dir/leak2.db" >"$dir/leak2.json"
 check "export -> import: the same analysis (six iterations, keep_history growing by 1 MiB, weights and state retained)" \
   "json $dir/leak2.json \"len(j['iterations']) == 6 and j['leaks'][0]['kind'] == 'growing' and j['leaks'][0]['stack'][0]['name'] == 'keep_history' and j['leaks'][0]['bytes_per_iteration'] == $MiB and sorted(l['stack'][0]['name'] for l in j['leaks'][1:3]) == ['load_weights', 'make_optimizer_state']\""
@@ -162,7 +162,7 @@ check "export of hostile values: exit 0 or 1, and a pickle Python reads${crashes
 "$cli" export "$dir/resnet.db" -o "$exported/resnet50_leak.pickle"
 check "export the imported resnet: as PyTorch's tools read it" "[ \"\$($helper check-export $exported/resnet50_leak.pickle $dir/resnet.db)\" = ok ]"
 check "export the imported resnet: every entry, segment, block, annotation and setting equal to PyTorch's original" \
-  "[ \"\$($helper same $snaps/resnet50_leak.pickle.gz $exported/resnet50_leak.pickle)\" = ok ] || $helper same $snaps/resnet50_leak.pickle.gz $exported/resnet50_leak.pickle"
+  "[ \"\$($helper same $snaps/resnet50_leak.pickle.gz $exported/resnet50_leak.pickle)\" = ok ] || { $helper same $snaps/resnet50_leak.pickle.gz $exported/resnet50_leak.pickle; false; }"
 "$cli" export "$dir/cycle.db" -o "$exported/cycle_oom.pickle"
 check "export the imported cycle run: equal to PyTorch's original (with its oom entry)" \
   "[ \"\$($helper same $snaps/cycle_oom.pickle.gz $exported/cycle_oom.pickle)\" = ok ]"
@@ -179,7 +179,53 @@ for q in ("select * from events order by id", "select * from segments order by i
     assert x == y, (q, len(x), len(y), [r for r in zip(x, y) if r[0] != r[1]][:2])
 print("ok")
 PY
-check "import -> export -> import: the two snapshots are equal, table by table" "grep -q '^ok' $dir/rt.check || cat $dir/rt.check"
+check "import -> export -> import: the two snapshots are equal, table by table" "grep -q '^ok' $dir/rt.check || { cat $dir/rt.check; false; }"
+
+# ---- several devices, expandable segments, annotations -----------------------------------------
+$helper multi "$dir/multi.pickle"
+"$cli" import "$dir/multi.pickle" -o "$dir/multi.db" >/dev/null 2>"$dir/multi.err"
+check "multi: imported, warning about the unknown action and the END without START" \
+  "[ \$? -eq 0 ] && grep -q \"1 trace entries with actions memsnap has no kind for (the first: 'user_defined')\" $dir/multi.err && grep -q '1 annotation ENDs had no START' $dir/multi.err"
+python3 - "$dir/multi.db" >"$dir/multi.check" 2>&1 <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+ev = c.execute("select e.time_ns, k.name, e.device, e.address, e.size, e.requested_size, e.extra from events e "
+               "join event_kinds k on k.id = e.kind order by e.id").fetchall()
+names = [(k, d) for _, k, d, *_ in ev]
+# time order across devices: device_traces[1] is device 1, [2] device 2 ([0] had no entries)
+assert names == [("segment_map", 1), ("range_push", None), ("range_push", None), ("segment_alloc", 2), ("alloc", 1),
+                 ("alloc", 2), ("alloc", 1), ("oom", 2), ("free_requested", 1), ("free_completed", 1),
+                 ("range_pop", None), ("range_pop", None), ("range_push", None), ("segment_unmap", 1),
+                 ("snapshot", None)], names
+assert [t for t, *_ in ev][:4] == [0, 1000, 2000, 5000] and ev[-1][0] == ev[-2][0]  # ns since the first; no time_us: the previous
+oom = [r for r in ev if r[1] == "oom"][0]
+assert oom[3:] == (12345, 4 << 20, 4 << 20, 0), oom  # device_free; the request; the cache: 20 MiB reserved, 20 MiB allocated
+alloc = [r for r in ev if r[1] == "alloc"][0]
+assert alloc[4:6] == (1024, 1000), alloc  # block size rounded, the request kept
+ranges = c.execute("select l.text, r.depth, r.start_ns, r.end_ns from ranges r join labels l on l.id = r.label_id order by r.id").fetchall()
+assert ranges == [("outer", 0, 1000, 65000), ("inner", 1, 2000, 60000), ("open", 0, 66000, None)], ranges
+assert c.execute("select group_concat(device) from devices").fetchone()[0] == "1,2"
+assert c.execute("select value from options where name = 'pytorch.expandable_segments'").fetchone()[0] == "True"
+print("ok")
+PY
+check "multi: devices from their lists, interleaved in time; map/unmap, oom, snapshot; nested ranges" "grep -q '^ok' $dir/multi.check || { cat $dir/multi.check; false; }"
+"$cli" analyze --json "$dir/multi.db" >"$dir/multi.json"
+check "multi: the analysis counts mapped memory as reserved" "json $dir/multi.json \"j['summary']['peak_reserved_bytes'] == (2 << 20) + (20 << 20)\""
+"$cli" export "$dir/multi.db" -o "$dir/multi2.pickle"
+python3 - "$dir/multi.pickle" "$dir/multi2.pickle" >"$dir/multi2.check" 2>&1 <<'PY'
+import pickle, sys
+a, b = (pickle.load(open(p, "rb")) for p in sys.argv[1:])
+acts = lambda t: [e["action"] for e in t]
+assert len(b["device_traces"]) == 3 and b["device_traces"][0] == [], [len(t) for t in b["device_traces"]]
+assert acts(b["device_traces"][1]) == [x for x in acts(a["device_traces"][1]) if x != "user_defined"]
+assert acts(b["device_traces"][2]) == acts(a["device_traces"][2]) + ["snapshot"]  # in every device's list that has entries
+assert b["device_traces"][2][2]["device_free"] == 12345 and b["device_traces"][1][1]["size"] == 1000
+assert [(x["stage"], x["name"]) for x in b["external_annotations"]] == [("START", "outer"), ("START", "inner"),
+        ("END", "inner"), ("END", "outer"), ("START", "open")]
+assert b["allocator_settings"] == {"expandable_segments": True}
+print("ok")
+PY
+check "multi: exported back: three device lists, the entries, the annotations that had a START" "grep -q '^ok' $dir/multi2.check || { cat $dir/multi2.check; false; }"
 
 # ---- protocols, settings, output -------------------------------------------------------------
 $helper protocols "$snaps/resnet50_leak.pickle.gz" "$dir"
