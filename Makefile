@@ -8,19 +8,21 @@
 #   make demo       install what is missing, build, run the sample end to end
 #   make deps       install the system packages the build needs (Debian/Ubuntu)
 #   make gpu-bench  build what the GPU benchmark needs into build/ (run it with tests/gpu/run.sh)
+#   make fuzz       build the importer's libFuzzer target (clang) into build/fuzz/
 #
 # Dependencies come from the distribution by package name through pkg-config: libunwind,
-# sqlite3, libcjson; and the CUDA toolkit's headers (CUDA_HOME, default /usr/local/cuda).
+# sqlite3, libcjson, zlib; and the CUDA toolkit's headers (CUDA_HOME, default /usr/local/cuda).
 
 CC ?= cc
 CXX ?= c++
 CUDA_HOME ?= /usr/local/cuda
 BUILD := build
-PKGS := libunwind sqlite3 libcjson
+PKGS := libunwind sqlite3 libcjson zlib
+LIB_PKGS := libunwind sqlite3 libcjson # zlib is the CLI's alone (import and export)
 
 OPT ?= -O2
 CFLAGS_COMMON := $(OPT) -g -fPIC -fno-semantic-interposition -fexceptions -Wall -Wextra -Wshadow -Wstrict-prototypes \
-  -std=gnu11 -D_GNU_SOURCE -Irecorder -I$(CUDA_HOME)/include
+  -std=gnu11 -D_GNU_SOURCE -Irecorder -Ianalyzer -I$(CUDA_HOME)/include
 CXXFLAGS_COMMON := $(OPT) -g -fPIC -Wall -Wextra -std=c++17
 EXTRA_CFLAGS ?=
 EXTRA_LDFLAGS ?=
@@ -28,16 +30,18 @@ EXTRA_LDFLAGS ?=
 # pkg-config is asked only when building, so `make deps` works on a bare machine.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/backend_cuda.c recorder/backend_sim.c \
   recorder/blocktree.c recorder/check.c recorder/error.c recorder/history.c recorder/options.c \
   recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/report.c analyzer/cmd_info.c \
-  analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/replay.c analyzer/timeline.c
+  analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/replay.c analyzer/timeline.c \
+  analyzer/outfile.c analyzer/pickle.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
-  $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots
+  $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test test-programs sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden
@@ -47,7 +51,8 @@ check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
 	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
 
-$(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h analyzer/analyzer.h analyzer/commands.h | check-deps
+$(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h recorder/snapshot_schema.h analyzer/analyzer.h analyzer/commands.h \
+  analyzer/pickle.h | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -63,7 +68,7 @@ $(BUILD)/recorder/oom_throw.o: recorder/oom_throw.cc
 GCC_S_FIRST := -Wl,--push-state,--no-as-needed -lgcc_s -Wl,--pop-state
 $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
-	  -Wl,-rpath,'$$ORIGIN' $(GCC_S_FIRST) $(PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
+	  -Wl,-rpath,'$$ORIGIN' $(GCC_S_FIRST) $(LIB_PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
 
 # The page's files, embedded into the CLI as they are (no bundler): symbols _binary_<file>_start/_end.
 $(BUILD)/web_assets.o: $(WEB_ASSETS)
@@ -81,6 +86,11 @@ $(BUILD)/tests/test_options: $(BUILD)/tests/test_options.o $(BUILD)/recorder/opt
 # test_record reads snapshots back with SQLite.
 $(BUILD)/tests/test_record: $(BUILD)/tests/test_record.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread $(EXTRA_LDFLAGS)
+
+# test_pickle runs the importer in process: it links the CLI's pickle and import objects.
+$(BUILD)/tests/test_pickle: tests/test_pickle.c tests/testhelper.h $(BUILD)/analyzer/import.o $(BUILD)/analyzer/pickle.o
+	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) -Ianalyzer $(EXTRA_CFLAGS) -o $@ $< $(BUILD)/analyzer/import.o \
+	  $(BUILD)/analyzer/pickle.o $(PKG_LIBS) -lm $(EXTRA_LDFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
@@ -151,7 +161,7 @@ clean:
 # build-fuzz/, each run for FUZZ_SECONDS from its corpus (tests/fuzz/corpus/NAME, kept in the
 # repository; what it finds new goes to build-fuzz/corpus/NAME, crashes to build-fuzz/crashes/).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := fuzz_snapshot fuzz_options
+FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LINK := -fsanitize=fuzzer,address,undefined
 ANALYZER_OBJS = $(addprefix $(BUILD)/analyzer/,reader.o analysis.o report.o html.o replay.o timeline.o) $(BUILD)/web_assets.o
@@ -165,6 +175,10 @@ fuzz-programs: $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
 $(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(FUZZ_LINK) -o $@ $^ $(PKG_LIBS)
+
+$(BUILD)/fuzz/fuzz_pickle: $(BUILD)/tests/fuzz/fuzz_pickle.o $(addprefix $(BUILD)/analyzer/,import.o pickle.o)
+	@mkdir -p $(dir $@)
+	$(CC) $(FUZZ_LINK) -o $@ $^ $(PKG_LIBS) -lm
 
 $(BUILD)/fuzz/fuzz_options: $(BUILD)/tests/fuzz/fuzz_options.o $(BUILD)/recorder/options.o $(BUILD)/recorder/error.o
 	@mkdir -p $(dir $@)

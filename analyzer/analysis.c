@@ -13,8 +13,8 @@
  * from the period of the allocation pattern (infer_iterations), and the report says so.
  *
  * Leak kinds: `growing` (live bytes rose at most iteration boundaries and end above where they
- * started), `retained` (allocated only before or in the first two iterations, and held since:
- * weights, optimizer state, caches), `alive` (alive at the snapshot, neither: e.g. the last
+ * started), `retained` (what it holds at the end was allocated before or in the first two
+ * iterations, and held since: weights, optimizer state, gradients, caches), `alive` (alive at the snapshot, neither: e.g. the last
  * batch of a site that allocates every iteration). Growing sites rank first
  * whatever their size: that is the evidence a leak leaves.
  */
@@ -240,6 +240,7 @@ static int64_t site_index(pass *p, uint32_t stack_id) {
   memset(s, 0, sizeof *s);
   s->stack_id = stack_id;
   s->first_iteration = p->cur_iter;
+  s->newest_live_iteration = -1;
   p->site_of_stack[stack_id] = (int64_t)a->nsites + 1;
   return (int64_t)a->nsites++;
 }
@@ -329,8 +330,9 @@ static int pass1_event(const ms_event *e, void *arg) {
     open_iteration(p, e->time_ns);
     p->next_bound++;
   }
-  ms_live_slot block = {0};
-  int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1, 0, &block, &p->failed);
+  ms_live_slot block = {0}; /* aux: the allocation's iteration + 1 (0: before the first) */
+  int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1,
+                            (uint32_t)(p->cur_iter + 1), &block, &p->failed);
   uint32_t site = block.site;
   if (p->failed) return 1;
   switch (e->kind) {
@@ -365,6 +367,7 @@ static int pass1_event(const ms_event *e, void *arg) {
       }
       break;
     case MS_SEGMENT_ALLOC:
+    case MS_SEGMENT_MAP:
       p->reserved += e->size;
       if (p->reserved > a->peak_reserved) {
         a->peak_reserved = p->reserved;
@@ -373,6 +376,7 @@ static int pass1_event(const ms_event *e, void *arg) {
       if (p->cur_iter >= 0 && p->reserved > a->iters[p->cur_iter].peak_reserved) a->iters[p->cur_iter].peak_reserved = p->reserved;
       break;
     case MS_SEGMENT_FREE:
+    case MS_SEGMENT_UNMAP:
       p->reserved -= e->size;
       break;
     case MS_OOM: {
@@ -446,8 +450,9 @@ static void classify(ms_analysis *a) {
       s->kind = MS_LEAK_GROWING;
       s->bytes_per_iteration = (double)(s->last_iter_live - s->first_iter_live) / transitions;
       s->score = 0.6 + 0.4 * (double)s->increases / transitions;
-    } else if (s->end_bytes > 0 && a->niters > 0 && s->last_iteration <= 1 && s->increases <= 1) {
-      /* allocated before or in the first iterations only, and held since */
+    } else if (s->end_bytes > 0 && a->niters > 0 && s->newest_live_iteration <= 1 && s->increases <= 1) {
+      /* what it holds was allocated before or in the first iterations, and held since (it may
+         allocate again later, as a backward op's temporaries beside the gradients it made) */
       s->kind = MS_LEAK_RETAINED;
       s->score = 0.3;
     } else if (s->end_bytes > 0) {
@@ -494,6 +499,11 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     goto fail;
   }
   close_iteration(&p, s->last_ns);
+  for (size_t i = 0; p.live.slots && i <= p.live.mask; i++) { /* when what is still live was allocated */
+    const ms_live_slot *b = &p.live.slots[i];
+    int iteration = (int)b->aux - 1;
+    if (b->key && iteration > a->sites[b->site].newest_live_iteration) a->sites[b->site].newest_live_iteration = iteration;
+  }
   /* What is alive at the snapshot, by site, from the blocks table. */
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), sum(size), count(*) from blocks where state = 'allocated' group by 1",

@@ -8,6 +8,9 @@
  *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
  *   html.c      the report page (web/ inlined, the analysis embedded)
  *   cmd_info.c  `memsnap info`
+ *   import.c    PyTorch snapshots in (pickle.c reads and writes pickles); cmd_import.c runs it
+ *   cmd_export.c  snapshots out as PyTorch snapshots
+ *   outfile.c   output files written atomically, never over an input
  */
 #ifndef MEMSNAP_ANALYZER_H
 #define MEMSNAP_ANALYZER_H
@@ -20,8 +23,10 @@
 
 #include "memsnap.h"
 
+/* Event kinds (recorder/snapshot_schema.h names them); segment_map/unmap come from imported
+ * PyTorch snapshots (expandable segments). */
 enum { MS_ALLOC = 1, MS_FREE_REQUESTED, MS_FREE_COMPLETED, MS_SEGMENT_ALLOC, MS_SEGMENT_FREE, MS_OOM, MS_SNAPSHOT,
-       MS_MARK, MS_RANGE_PUSH, MS_RANGE_POP };
+       MS_MARK, MS_RANGE_PUSH, MS_RANGE_POP, MS_SEGMENT_MAP, MS_SEGMENT_UNMAP };
 
 /* Text from a snapshot (names, files, labels) longer than this is cut by the reader. */
 #define MS_TEXT_MAX 4096
@@ -44,6 +49,7 @@ typedef struct ms_snapshot {
   int format_version;
   int64_t pid, dropped, recorded, max_entries, snapshot_ns, device_count, nevents, first_ns, last_ns;
   char host[256], backend[32], tool_version[32], stacks_mode[16], command_line[4096];
+  char import_file[256], import_source[128]; /* set when `memsnap import` made it */
   ms_frame *frames; /* by id; [0] unused */
   size_t nframes;
   ms_stack *stacks; /* by id; [0] is "no stack" */
@@ -131,6 +137,8 @@ typedef struct ms_site {
   int increases, decreases, observed; /* iteration boundaries seen after the first */
   int first_iteration;                /* iteration of the first allocation (-1: before) */
   int last_iteration;                 /* iteration of the last allocation */
+  int newest_live_iteration;          /* latest iteration that allocated a block still live at the end
+                                         of the history (-1: before the first, or none) */
   ms_leak_kind kind;
   double score, bytes_per_iteration;
 } ms_site;
@@ -265,6 +273,23 @@ typedef struct ms_timeline {
 /* Fills a->timeline with one more pass over the events; 0, or -1 (s->error set). */
 int ms_analyze_timeline(ms_analysis *a);
 void ms_timeline_free(ms_timeline *t);
+/* ---- PyTorch snapshots in (import.c) --------------------------------------------------- */
+
+typedef struct ms_import_result {
+  int64_t entries, segments, blocks; /* what was imported */
+  int64_t skipped;                   /* trace entries whose action memsnap has no kind for */
+  char skipped_action[64];           /* the first of those actions */
+  int64_t unmatched_ends;            /* annotation ENDs without a START */
+  char error[700];
+} ms_import_result;
+
+/* Imports the PyTorch snapshot pickle at in_path (gzip-compressed or not) into a new snapshot
+ * file db_path, with progress on stderr if show_progress. Returns 0, or -1 with res->error
+ * ("'in_path': offset N: ..."); on failure db_path may hold a partial file for the caller to
+ * remove. */
+int ms_import_file(const char *in_path, const char *db_path, bool show_progress, ms_import_result *res);
+/* The same for a pickle held in memory (the fuzzing entry point); db_path may be ":memory:". */
+int ms_import_buffer(const unsigned char *data, size_t len, const char *db_path, ms_import_result *res);
 
 /* ---- output (report.c) ------------------------------------------------------------------ */
 

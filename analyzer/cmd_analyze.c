@@ -14,13 +14,11 @@
 /* The report page (html.c). Written beside `out` and renamed over it; never over one of the
  * inputs. 0, or 1 (message). */
 static int write_html(const char *out, ms_analysis *a, size_t n) {
-  char real_out[PATH_MAX], real_in[PATH_MAX], tmp[PATH_MAX + 32];
-  for (size_t i = 0; i < n; i++)
-    if (realpath(a[i].snap->path, real_in) && realpath(out, real_out) && strcmp(real_in, real_out) == 0) {
-      fprintf(stderr, "error: --html '%s' is an input snapshot: refusing to overwrite it\n", out);
-      return 1;
-    }
-  snprintf(tmp, sizeof tmp, "%s.tmp-%d", out, (int)getpid());
+  const char *inputs[64];
+  for (size_t i = 0; i < n && i < 64; i++) inputs[i] = a[i].snap->path;
+  if (ms_refuse_overwrite("--html", out, inputs, n < 64 ? n : 64)) return 1;
+  char tmp[PATH_MAX + 32];
+  ms_temp_path(out, tmp, sizeof tmp);
   FILE *f = fopen(tmp, "w");
   if (!f) {
     fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
@@ -34,9 +32,9 @@ static int write_html(const char *out, ms_analysis *a, size_t n) {
   }
   bool ok = !ferror(f);
   ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, out) != 0) {
+  if (!ok) unlink(tmp);
+  if (!ok || ms_commit(tmp, out) != 0) {
     fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
-    unlink(tmp);
     return 1;
   }
   return 0;
@@ -57,9 +55,7 @@ int cmd_analyze(int argc, char **argv) {
       o.max_frames = atoi(argv[++i]);
       if (o.max_frames < 1 || o.max_frames > 4096) return ms_usage_error("analyze", "--frames takes 1 to 4096");
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      char msg[128];
-      snprintf(msg, sizeof msg, "unknown option '%s'", argv[i]);
-      return ms_usage_error("analyze", msg);
+      return ms_usage_error("analyze", "unknown option '%s'", argv[i]);
     } else if (npaths == 64) {
       return ms_usage_error("analyze", "at most 64 snapshots at once");
     } else {

@@ -109,9 +109,7 @@ int cmd_diff(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--full-stacks")) o.full_stacks = true;
     else if (argv[i][0] == '-' && argv[i][1]) {
-      char msg[128];
-      snprintf(msg, sizeof msg, "unknown option '%s'", argv[i]);
-      return ms_usage_error("diff", msg);
+      return ms_usage_error("diff", "unknown option '%s'", argv[i]);
     } else if (np < 2) paths[np++] = argv[i];
     else return ms_usage_error("diff", "two snapshots: A.db B.db");
   }

@@ -2,16 +2,31 @@
 #ifndef MEMSNAP_COMMANDS_H
 #define MEMSNAP_COMMANDS_H
 
+#include <stddef.h>
+
 /* Each returns the exit code: 0 ok, 1 error, 2 usage. argv[0] is the command name. */
 int cmd_info(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 /* Exit status for what was written to stdout: 0, or 1 (with a message) if writing failed (a
  * full disk, a closed pipe). */
 int ms_output_status(void);
 
-/* Prints "error: <command>: <message>" and the command's usage on stderr; returns 2. */
-int ms_usage_error(const char *command, const char *message);
+/* Prints "error: <command>: <message>" (printf-style) and the command's usage on stderr;
+ * returns 2. */
+int ms_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* outfile.c. Prints "error: OPTION 'out' is an input: refusing to overwrite it" and returns 1
+ * when `out` is the same file as one of inputs[0..n) (by device and inode, so links count);
+ * else 0. */
+int ms_refuse_overwrite(const char *option, const char *out, const char *const *inputs, size_t n);
+/* The temporary name that `out` is written under: "<out>.tmp-<pid>", in the same directory. */
+void ms_temp_path(const char *out, char *tmp, size_t len);
+/* Syncs tmp and renames it over out (then syncs the directory). 0, or -1 with errno set and tmp
+ * removed. */
+int ms_commit(const char *tmp, const char *out);
 
 #endif

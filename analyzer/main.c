@@ -1,9 +1,9 @@
 /* main.c: the memsnap command-line tool: one table of commands, one function each.
  *
  * Exit codes: 0 success, 1 error, 2 usage. Messages: "error: ..." on stderr.
- * Commands still to come (diff, import, export) are not in the table until they exist.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +41,10 @@ static const command commands[] = {
      "                SNAPSHOT.db...  peaks, iterations, leak candidates, OOMs, top sites"},
     {"diff", cmd_diff, "memsnap diff [--full-stacks] A.db B.db\n                            what grew between two snapshots, by allocation site"},
     {"info", cmd_info, "memsnap info SNAPSHOT.db... what a snapshot holds"},
+    {"import", cmd_import, "memsnap import SNAPSHOT.pickle[.gz] -o SNAPSHOT.db\n"
+                           "                            a PyTorch memory snapshot as a memsnap snapshot"},
+    {"export", cmd_export, "memsnap export [--format pytorch] SNAPSHOT.db -o OUT.pickle[.gz]\n"
+                           "                            a snapshot as a PyTorch memory snapshot"},
     {"help", cmd_help, "memsnap help                show this help"},
     {"version", cmd_version, "memsnap version             print the version"},
     {"options", cmd_options, "memsnap options             list the MEMSNAP_* environment variables"},
@@ -58,8 +62,13 @@ int ms_output_status(void) {
   return 1;
 }
 
-int ms_usage_error(const char *name, const char *message) {
-  fprintf(stderr, "error: %s: %s\n", name, message);
+int ms_usage_error(const char *name, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "error: %s: ", name);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
   for (size_t i = 0; i < NCOMMANDS; i++)
     if (strcmp(commands[i].name, name) == 0) fprintf(stderr, "usage: %s\n", commands[i].usage);
   return 2;

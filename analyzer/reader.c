@@ -138,6 +138,10 @@ int ms_open(ms_snapshot *s, const char *path) {
   meta_text(s, "tool_version", s->tool_version, sizeof s->tool_version);
   meta_text(s, "command_line", s->command_line, sizeof s->command_line);
   meta_text(s, "stacks", s->stacks_mode, sizeof s->stacks_mode);
+  meta_text(s, "import_file", s->import_file, sizeof s->import_file);
+  meta_text(s, "import_source", s->import_source, sizeof s->import_source);
+  ms_neutralise(s->import_file);
+  ms_neutralise(s->import_source);
   ms_neutralise(s->host);
   ms_neutralise(s->backend);
   ms_neutralise(s->tool_version);

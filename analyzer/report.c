@@ -2,8 +2,10 @@
  *
  * Stacks are shortened to the frames that matter: when a stack has Python frames, the Python
  * frames (without memsnap's own module and PyTorch's module-call plumbing); otherwise native
- * frames without the allocator, dispatcher, interpreter, ctypes and C start-up frames. The full
- * stack stays available (--full-stacks, and always in JSON's `full_stack`).
+ * frames without the allocator, dispatcher, autograd engine, interpreter, ctypes, C and thread
+ * start-up frames (native_plumbing), so that a PyTorch autograd thread's stack reads as its
+ * operator and backward node. The full stack stays available (--full-stacks, and always in
+ * JSON's `full_stack`).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -36,16 +38,34 @@ static bool ends(const char *s, const char *suffix) {
   return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* The name without a leading return type: "void at::f<int>(...)" reads "at::f<int>(...)". */
+static const char *qualified(const char *name) {
+  const char *space = strchr(name, ' '), *open = strpbrk(name, "(<"), *scope = strstr(name, "::");
+  return space && (!open || space < open) && (!scope || space < scope) ? space + 1 : name;
+}
+
+/* Native frames that say nothing about the program: the allocator and PyTorch's stack capture,
+ * tensor creation, operator dispatch and registration wrappers, autograd's engine, the Python
+ * interpreter and bindings, C and thread start-up. What is left of PyTorch's frames names the
+ * operator (at::native::...) and the autograd node (torch::autograd::generated::...Backward0). */
+static const char *const native_plumbing[] = {
+    "c10::", "torch::unwind::", "torch::CapturedTraceback", "torch::cuda::", "at::detail::", "at::_ops::",
+    "at::empty", "at::native::empty", "at::(anonymous namespace)::", "at::Tensor", "at::TensorBase",
+    "at::TensorIterator", "at::meta::", "at::impl::", "torch::autograd::VariableType::", "torch::autograd::Node::", "torch::autograd::Engine::",
+    "torch::autograd::python::", "torch::autograd::THP", "torch::autograd::impl::", "torch::autograd::validate_outputs",
+    "torch::ADInplaceOrView::", "torch::TraceType::", "torch::jit::", "torch::PythonArgParser", "torch::utils::",
+    "_Py", "Py", "__libc_start", "_start", "0x", "ffi_", "_ctypes", "std::", "pybind11::", "cfunction_",
+    "method_vectorcall", "start_thread", "__clone", "clone", "pthread_", "__pthread", "__GI_", "__libc_"};
+
 static bool folded(const ms_frame *f, bool has_python) {
   if (f->python) {
     return ends(f->file, "memsnap/__init__.py") ||
            (strstr(f->file, "torch/nn/modules/module.py") && strstr(f->name, "call_impl"));
   }
   if (has_python) return true; /* the Python frames say where; native ones are plumbing then */
-  static const char *const prefixes[] = {"c10::", "at::", "torch::", "_Py", "Py", "__libc_start", "_start", "0x",
-                                         "ffi_", "_ctypes", "std::", "pybind11::", "cfunction_", "method_vectorcall"};
-  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-    if (starts(f->name, prefixes[i])) return true;
+  const char *name = qualified(f->name);
+  for (size_t i = 0; i < sizeof native_plumbing / sizeof native_plumbing[0]; i++)
+    if (starts(name, native_plumbing[i])) return true;
   return false;
 }
 
@@ -97,8 +117,11 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   const ms_snapshot *s = a->snap;
   char b1[32], b2[32], b3[32], t1[32], t2[32];
   fprintf(out, "memsnap analyze: %s\n", s->path);
-  fprintf(out, "  snapshot of pid %lld on %s, %s backend, memsnap %s, stacks %s\n", (long long)s->pid, s->host, s->backend,
-          s->tool_version, s->stacks_mode);
+  if (s->import_file[0])
+    fprintf(out, "  imported from %s (%s) by memsnap %s\n", s->import_file, s->import_source, s->tool_version);
+  else
+    fprintf(out, "  snapshot of pid %lld on %s, %s backend, memsnap %s, stacks %s\n", (long long)s->pid, s->host,
+            s->backend, s->tool_version, s->stacks_mode);
   ms_format_ns(s->last_ns - s->first_ns, t1, sizeof t1);
   fprintf(out, "  history: %lld events over %s, %lld dropped%s\n", (long long)s->nevents, t1, (long long)s->dropped,
           a->truncated ? " (truncated: the oldest events are gone; allocations made before the kept history are not "

@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "snapshot_schema.h"
 
-#define FORMAT_VERSION 1
 
 typedef struct snap_block {
   uint64_t address, size, requested;
@@ -62,19 +62,6 @@ typedef struct snapshot {
   int ndevs;
   bool failed;
 } snapshot;
-
-static const char *const kind_names[MSI_EV_KINDS] = {
-    [MSI_EV_ALLOC] = "alloc",
-    [MSI_EV_FREE_REQUESTED] = "free_requested",
-    [MSI_EV_FREE_COMPLETED] = "free_completed",
-    [MSI_EV_SEGMENT_ALLOC] = "segment_alloc",
-    [MSI_EV_SEGMENT_FREE] = "segment_free",
-    [MSI_EV_OOM] = "oom",
-    [MSI_EV_SNAPSHOT] = "snapshot",
-    [MSI_EV_MARK] = "mark",
-    [MSI_EV_RANGE_PUSH] = "range_push",
-    [MSI_EV_RANGE_POP] = "range_pop",
-};
 
 /* ---- 1. gather ------------------------------------------------------------------------- */
 
@@ -193,31 +180,6 @@ int msi_expand_path(const char *pattern, char *out, size_t len) {
 
 /* ---- 3. write -------------------------------------------------------------------------- */
 
-static const char *const schema =
-    "PRAGMA user_version = 1;"
-    "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
-    "CREATE TABLE options(name TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;"
-    "CREATE TABLE devices(device INTEGER PRIMARY KEY, name TEXT, total_bytes INTEGER, free_bytes INTEGER,"
-    " cap_bytes INTEGER);"
-    "CREATE TABLE stats(device INTEGER, key TEXT, value INTEGER, PRIMARY KEY(device, key)) WITHOUT ROWID;"
-    "CREATE TABLE segments(id INTEGER PRIMARY KEY, device INTEGER, address INTEGER, size INTEGER, pool TEXT,"
-    " stream INTEGER);"
-    "CREATE TABLE blocks(id INTEGER PRIMARY KEY, segment_id INTEGER, address INTEGER, size INTEGER,"
-    " requested_size INTEGER, state TEXT, stack_id INTEGER);"
-    "CREATE TABLE event_kinds(id INTEGER PRIMARY KEY, name TEXT);"
-    "CREATE TABLE events(id INTEGER PRIMARY KEY, time_ns INTEGER, kind INTEGER, device INTEGER, stream INTEGER,"
-    " address INTEGER, size INTEGER, requested_size INTEGER, extra INTEGER, thread INTEGER, stack_id INTEGER);"
-    "CREATE TABLE labels(id INTEGER PRIMARY KEY, text TEXT);"
-    "CREATE TABLE marks(event_id INTEGER PRIMARY KEY, time_ns INTEGER, label_id INTEGER, thread INTEGER,"
-    " stack_id INTEGER);"
-    "CREATE TABLE ranges(id INTEGER PRIMARY KEY, label_id INTEGER, thread INTEGER, depth INTEGER,"
-    " start_ns INTEGER, end_ns INTEGER, stack_id INTEGER);"
-    "CREATE TABLE stacks(id INTEGER PRIMARY KEY, depth INTEGER);"
-    "CREATE TABLE stack_frames(stack_id INTEGER, position INTEGER, frame_id INTEGER,"
-    " PRIMARY KEY(stack_id, position)) WITHOUT ROWID;"
-    "CREATE TABLE frames(id INTEGER PRIMARY KEY, kind TEXT, name TEXT, file TEXT, line INTEGER, module TEXT,"
-    " pc INTEGER, offset INTEGER);";
-
 typedef struct writer {
   sqlite3 *db;
   const char *path;
@@ -276,7 +238,7 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   ok(w, sqlite3_exec(w->db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=65536;", NULL, NULL, NULL),
      "pragmas");
   ok(w, sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL), "begin");
-  ok(w, sqlite3_exec(w->db, schema, NULL, NULL, NULL), "schema");
+  ok(w, sqlite3_exec(w->db, memsnap_schema_sql, NULL, NULL, NULL), "schema");
 
   /* meta */
   sqlite3_stmt *st = prepare(w, "INSERT INTO meta VALUES(?,?)");
@@ -287,7 +249,7 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   clock_gettime(CLOCK_REALTIME, &rt);
   uint64_t now = msi_now_ns(), unix_now = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
   static const char *const stack_modes[] = {"none", "native", "python", "all"};
-  insert_kv(w, st, "format_version", NULL, FORMAT_VERSION, false);
+  insert_kv(w, st, "format_version", NULL, MEMSNAP_FORMAT_VERSION, false);
   insert_kv(w, st, "tool", "memsnap", 0, true);
   insert_kv(w, st, "tool_version", MEMSNAP_VERSION, 0, true);
   insert_kv(w, st, "pid", NULL, getpid(), false);
@@ -372,7 +334,7 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   st = prepare(w, "INSERT INTO event_kinds VALUES(?,?)");
   for (int k = 1; k < MSI_EV_KINDS && !w->rc; k++) {
     sqlite3_bind_int(st, 1, k);
-    sqlite3_bind_text(st, 2, kind_names[k], -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, memsnap_event_kind_names[k], -1, SQLITE_STATIC);
     ok(w, sqlite3_step(st), "insert kind");
     sqlite3_reset(st);
   }

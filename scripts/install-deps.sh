@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-deps.sh: installs the system packages memsnap's build and tests need, on Debian or
 # Ubuntu, naming each one it installs; does nothing for what is already there.
-#   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev
+#   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev zlib1g-dev
 #   fuzz:   clang and its runtime libraries (libFuzzer, sanitizers)
 #   tests:  python3, binutils (addr2line names the file and line of native frames), nodejs and
 #           npm (unless a node is already on the PATH), chromium (the report page's browser
@@ -11,7 +11,7 @@
 set -eu
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev python3 binutils; do
+for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev zlib1g-dev python3 binutils; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 have_pkg chromium || [ -n "${CHROMIUM:-}" ] || need+=(chromium) # the page's browser tests

@@ -19,5 +19,9 @@ check "cli: version" bash -c "'$cli' version | grep -Eq '^memsnap [0-9]+\.[0-9]+
 check "cli: options lists MEMSNAP_BACKEND" bash -c "'$cli' options | grep -q '^MEMSNAP_BACKEND '"
 missing=$("$cli" options | awk '{print $1}' | while read -r var; do grep -q "\`$var\`" "$root/README.md" || echo "$var"; done)
 check "README documents every option (missing: ${missing:-none})" test -z "$missing"
+# Every command of `memsnap help`, and every option its usage names, appears in README.md.
+undocumented=$("$cli" help | grep -oE '^  memsnap [a-z]+|(^| |\[)--?[a-z][a-z-]*' | sed 's/^  //' | sed -E 's/^[ [](-)/\1/' | sort -u |
+  while read -r word; do grep -qF -- "$word" "$root/README.md" || echo "$word"; done | tr '\n' ' ')
+check "README documents every command and its options (missing: ${undocumented:-none})" test -z "$undocumented"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

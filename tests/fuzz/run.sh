@@ -14,13 +14,20 @@ mkdir -p "$build/crashes"
 "${GEN_SNAPSHOTS:-build/tests/gen_snapshots}" "$build" >/dev/null || exit 1
 python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('pragma page_size = 1024'); c.execute('vacuum')" "$build/leak.db"
 export MEMSNAP_FUZZ_SEED=$build/leak.db
+# The pickle target also starts from the real PyTorch snapshots, uncompressed.
+mkdir -p "$build/seeds/fuzz_pickle"
+for f in "$here"/../../../shared/snapshots/*.pickle.gz; do
+  [ -f "$f" ] && gzip -dc "$f" >"$build/seeds/fuzz_pickle/$(basename "$f" .gz)"
+done
 status=0
 for t in "$@"; do
   mkdir -p "$build/corpus/$t"
   log="$build/$t.log"
   # -close_fd_mask=2: the targets' own warnings (bad option values) would flood the output.
-  "$build/fuzz/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 -close_fd_mask=2 \
-    -artifact_prefix="$build/crashes/$t-" "$build/corpus/$t" "$here/corpus/$t" >"$log" 2>&1
+  seeds=("$here/corpus/$t")
+  [ -d "$build/seeds/$t" ] && seeds+=("$build/seeds/$t")
+  "$build/fuzz/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+    -close_fd_mask=2 -artifact_prefix="$build/crashes/$t-" "$build/corpus/$t" "${seeds[@]}" >"$log" 2>&1
   rc=$?
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
   speed=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$')
