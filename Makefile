@@ -102,7 +102,7 @@ $(BUILD)/samples/%.o: samples/%.c recorder/memsnap.h | check-deps
 $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
 
-$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h recorder/memsnap.h recorder/internal.h | check-deps
+$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h recorder/memsnap.h recorder/internal.h analyzer/analyzer.h analyzer/pickle.h | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 

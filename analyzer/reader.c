@@ -195,17 +195,21 @@ static char *column_text(sqlite3_stmt *st, int col) {
 
 int ms_load_stacks(ms_snapshot *s) {
   sqlite3_stmt *st;
-  int64_t max_frame = 0, max_stack = 0;
-  if (sqlite3_prepare_v2(s->db, "select coalesce(max(id), 0) from frames", -1, &st, NULL) == SQLITE_OK &&
+  int64_t max_frame = 0, max_stack = 0, nframe_rows = 0, nstack_rows = 0;
+  if (sqlite3_prepare_v2(s->db, "select coalesce(max(id), 0), count(*) from frames", -1, &st, NULL) == SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW)
-    max_frame = sqlite3_column_int64(st, 0);
+    max_frame = sqlite3_column_int64(st, 0), nframe_rows = sqlite3_column_int64(st, 1);
   sqlite3_finalize(st);
-  if (sqlite3_prepare_v2(s->db, "select coalesce(max(id), 0) from stacks", -1, &st, NULL) == SQLITE_OK &&
+  if (sqlite3_prepare_v2(s->db, "select coalesce(max(id), 0), count(*) from stacks", -1, &st, NULL) == SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW)
-    max_stack = sqlite3_column_int64(st, 0);
+    max_stack = sqlite3_column_int64(st, 0), nstack_rows = sqlite3_column_int64(st, 1);
   sqlite3_finalize(st);
-  if (max_frame < 0 || max_frame > 100000000 || max_stack < 0 || max_stack > 100000000)
-    return fail(s, "'%s': implausible frame or stack ids", s->path);
+  /* Ids are dense (1..N) in every snapshot memsnap writes; tables are indexed by id, so ids far
+     beyond the row count (a crafted file) would cost memory for nothing: refuse them. */
+  if (max_frame < 0 || max_frame > 100000000 || max_frame > 2 * nframe_rows + 1024 || max_stack < 0 ||
+      max_stack > 100000000 || max_stack > 2 * nstack_rows + 1024)
+    return fail(s, "'%s': implausible frame or stack ids (largest %lld and %lld for %lld frames and %lld stacks)",
+                s->path, (long long)max_frame, (long long)max_stack, (long long)nframe_rows, (long long)nstack_rows);
   s->frames = calloc((size_t)max_frame + 1, sizeof *s->frames);
   s->stacks = calloc((size_t)max_stack + 1, sizeof *s->stacks);
   if (!s->frames || !s->stacks) return fail(s, "out of memory loading stacks of '%s'", s->path);
