@@ -481,7 +481,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   p.nbounds = choose_iterations(a, label, &p.bounds);
   if (!label && p.nbounds == 0) p.nbounds = infer_iterations(a, &p.bounds);
   if (label && p.nbounds == 0) {
-    snprintf(s->error, sizeof s->error, "no marks or ranges labelled '%s' in '%s'", label, s->path);
+    snprintf(s->error, sizeof s->error, "no marks or ranges labelled '%s' in '%s'", label, s->shown_path);
     free(p.site_of_stack);
     return -1;
   }
@@ -489,13 +489,13 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   a->allocated_curve = calloc(1, sizeof *a->allocated_curve);
   a->reserved_curve = calloc(1, sizeof *a->reserved_curve);
   if (!p.site_of_stack || !a->iters || !a->allocated_curve || !a->reserved_curve) {
-    snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->path);
+    snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     goto fail;
   }
   a->niters = p.nbounds;
   int rc = ms_events_each(s, pass1_event, &p);
   if (rc < 0 || p.failed) {
-    if (p.failed) snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->path);
+    if (p.failed) snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     goto fail;
   }
   close_iteration(&p, s->last_ns);

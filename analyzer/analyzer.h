@@ -43,9 +43,10 @@ typedef struct ms_stack {
 } ms_stack;
 
 typedef struct ms_snapshot {
-  const char *path;
+  const char *path;       /* as given: to open files with */
+  char shown_path[512];   /* neutralised (and cut): to print */
   sqlite3 *db;
-  char error[1024];
+  char error[2048];
   int format_version;
   int64_t pid, dropped, recorded, max_entries, snapshot_ns, device_count, nevents, first_ns, last_ns;
   char host[256], backend[32], tool_version[32], stacks_mode[16], command_line[4096];
@@ -118,6 +119,7 @@ static inline int ms_size_bin(int64_t size) {
 /* The smallest size in class `bin`. */
 static inline int64_t ms_size_bin_floor(int bin) {
   if (bin < 4) return bin;
+  if (bin < 8) return 4; /* classes 4 to 7 are unused: sizes 4 to 7 are in classes 8 to 11 */
   int msb = bin / 4;
   return ((int64_t)4 + (bin & 3)) << (msb - 2);
 }
@@ -244,7 +246,8 @@ typedef enum { MS_CP_EVEN, MS_CP_PEAK, MS_CP_ITERATION_PEAK, MS_CP_OOM, MS_CP_EN
 
 #define MS_CHECKPOINTS_EVEN 48
 #define MS_CHECKPOINT_SITES 200 /* sites listed per checkpoint; the rest are summed */
-#define MS_CHECKPOINT_RUNS 200000 /* runs kept over all evenly spaced checkpoints */
+#define MS_CHECKPOINT_RUNS 200000     /* runs past which only the peak and the end are kept */
+#define MS_CHECKPOINT_RUNS_EACH 50000 /* runs in one checkpoint; its other segments are left out */
 typedef struct ms_checkpoint {
   int64_t time_ns;
   ms_checkpoint_kind kind;
@@ -253,6 +256,7 @@ typedef struct ms_checkpoint {
   size_t first_segment, nsegments;
   size_t first_site, nsites; /* into site_bytes: live bytes by site, largest first */
   int64_t other_bytes;       /* live in the sites past MS_CHECKPOINT_SITES */
+  size_t omitted_segments;   /* segments left out past MS_CHECKPOINT_RUNS_EACH runs */
 } ms_checkpoint;
 
 typedef struct ms_timeline {

@@ -77,10 +77,12 @@ static int add(diff *d, char *key, int side, uint32_t stack, int64_t bytes, int6
 
 static int load_side(diff *d, ms_snapshot *s, int side) {
   if (ms_load_stacks(s) != 0) return -1;
+  char shown[sizeof s->shown_path]; /* a copy: GCC cannot tell the two fields of *s apart */
+  memcpy(shown, s->shown_path, sizeof shown);
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), sum(size), count(*) from blocks where state = 'allocated' group by 1",
                          -1, &st, NULL) != SQLITE_OK) {
-    snprintf(s->error, sizeof s->error, "'%s': cannot read blocks: %s", s->path, sqlite3_errmsg(s->db));
+    snprintf(s->error, sizeof s->error, "'%s': cannot read blocks: %s", shown, sqlite3_errmsg(s->db));
     return -1;
   }
   int rc = 0;
@@ -91,7 +93,7 @@ static int load_side(diff *d, ms_snapshot *s, int side) {
     rc = key ? add(d, key, side, stack, sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2)) : -1;
   }
   sqlite3_finalize(st);
-  if (rc) snprintf(s->error, sizeof s->error, "out of memory comparing '%s'", s->path);
+  if (rc) snprintf(s->error, sizeof s->error, "out of memory comparing '%s'", shown);
   return rc;
 }
 

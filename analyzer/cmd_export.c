@@ -153,7 +153,7 @@ static void write_frames(exporter *e, int64_t stack_id) {
 /* ---- segments ----------------------------------------------------------------------------- */
 
 static int db_error(exporter *e) {
-  fprintf(stderr, "error: '%s': %s\n", e->s->path, sqlite3_errmsg(e->s->db));
+  fprintf(stderr, "error: '%s': %s\n", e->s->shown_path, sqlite3_errmsg(e->s->db));
   return -1;
 }
 
@@ -457,7 +457,7 @@ static int write_all(exporter *e) {
                                        "SELECT max(device) FROM segments UNION ALL SELECT max(device) FROM devices)");
   if (max_device < 0) max_device = 0;
   if (max_device >= MAX_DEVICES) {
-    fprintf(stderr, "error: '%s': device %" PRId64 " is more than this exporter writes (%d devices)\n", e->s->path,
+    fprintf(stderr, "error: '%s': device %" PRId64 " is more than this exporter writes (%d devices)\n", e->s->shown_path,
             max_device, MAX_DEVICES);
     return -1;
   }

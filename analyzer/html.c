@@ -12,7 +12,8 @@
 
 #include "analyzer.h"
 
-#define MS_PAGE_LEAKS 200 /* leak candidates listed on the page */
+#define MS_PAGE_LEAKS 200  /* leak candidates listed on the page */
+#define MS_PAGE_FRAMES 128 /* frames that matter kept per stack */
 
 #define ASSET(name)                                  \
   extern const char _binary_##name##_start[];        \
@@ -73,6 +74,7 @@ typedef struct page_data {
   cJSON *frames, *stacks, *sites;
   uint32_t *frame_of; /* snapshot frame id -> page frame index + 1 */
   uint32_t *site_of;  /* analysis site -> page site index + 1 */
+  int cut_frame;      /* the page frame "(outer frames not shown)"; -1 until needed */
 } page_data;
 
 /* Adds a stack (its frames that matter) to the document; returns the id to refer to it by. */
@@ -80,8 +82,12 @@ static uint32_t add_stack(page_data *p, uint32_t stack_id) {
   char key[16];
   snprintf(key, sizeof key, "%u", stack_id);
   if (stack_id == 0 || cJSON_GetObjectItemCaseSensitive(p->stacks, key)) return stack_id;
-  uint32_t ids[16];
-  size_t n = ms_stack_frames_that_matter(p->s, stack_id, ids, 16);
+  /* Whole stacks (the flame graph lays them out from the outermost frame), up to a bound: a
+     deeper stack keeps its innermost frames and ends in a marker frame saying so. */
+  uint32_t ids[MS_PAGE_FRAMES + 1];
+  size_t n = ms_stack_frames_that_matter(p->s, stack_id, ids, MS_PAGE_FRAMES + 1);
+  bool cut = n > MS_PAGE_FRAMES;
+  if (cut) n = MS_PAGE_FRAMES;
   cJSON *arr = cJSON_CreateArray();
   for (size_t i = 0; i < n; i++) {
     if (!p->frame_of[ids[i]]) {
@@ -94,6 +100,17 @@ static uint32_t add_stack(page_data *p, uint32_t stack_id) {
       p->frame_of[ids[i]] = (uint32_t)cJSON_GetArraySize(p->frames);
     }
     cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->frame_of[ids[i]] - 1));
+  }
+  if (cut) {
+    if (p->cut_frame < 0) {
+      cJSON *fr = cJSON_CreateArray();
+      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, "(outer frames not shown)")));
+      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, "")));
+      cJSON_AddItemToArray(fr, cJSON_CreateNumber(0));
+      cJSON_AddItemToArray(p->frames, fr);
+      p->cut_frame = cJSON_GetArraySize(p->frames) - 1;
+    }
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->cut_frame));
   }
   cJSON_AddItemToObject(p->stacks, key, arr);
   return stack_id;
@@ -223,9 +240,9 @@ static void page_columns(page_data *p, sbuf *b) {
   for (size_t c = 0; c < t->ncheckpoints; c++) {
     const ms_checkpoint *cp = &t->checkpoints[c];
     sb_put(b, "%s{\"t\":%lld,\"kind\":\"%s\",\"index\":%d,\"allocated\":%lld,\"reserved\":%lld,"
-              "\"pending\":%lld,\"other\":%lld,\"segs\":[",
+              "\"pending\":%lld,\"other\":%lld,\"omitted\":%zu,\"segs\":[",
            c ? "," : "", (long long)cp->time_ns, kinds[cp->kind], cp->index, (long long)cp->allocated,
-           (long long)cp->reserved, (long long)cp->pending, (long long)cp->other_bytes);
+           (long long)cp->reserved, (long long)cp->pending, (long long)cp->other_bytes, cp->omitted_segments);
     for (size_t i = 0; i < cp->nsegments; i++) {
       const ms_segment_state *sg = &t->segments[cp->first_segment + i];
       sb_put(b, "%s%llu,%lld,%llu,%d,%zu", i ? "," : "", (unsigned long long)sg->address, (long long)sg->size,
@@ -253,11 +270,11 @@ static void page_columns(page_data *p, sbuf *b) {
 static char *page_json(const ms_analysis *a) {
   const ms_snapshot *s = a->snap;
   page_data p = {a, s, {cJSON_CreateArray(), NULL, NULL, 0, 0}, NULL, NULL, NULL,
-                 calloc(s->nframes + 1, sizeof(uint32_t)), calloc(a->nsites + 1, sizeof(uint32_t))};
+                 calloc(s->nframes + 1, sizeof(uint32_t)), calloc(a->nsites + 1, sizeof(uint32_t)), -1};
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "memsnap-viewer-1");
   cJSON *sum = cJSON_AddObjectToObject(root, "summary");
-  cJSON_AddStringToObject(sum, "path", s->path);
+  cJSON_AddStringToObject(sum, "path", s->shown_path);
   cJSON_AddNumberToObject(sum, "pid", (double)s->pid);
   cJSON_AddStringToObject(sum, "host", s->host);
   cJSON_AddNumberToObject(sum, "events", (double)s->nevents);

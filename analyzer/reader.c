@@ -49,15 +49,30 @@ static int utf8_length(const unsigned char *s) {
   return n;
 }
 
-/* Makes untrusted text safe to print and to write as JSON, in place: control bytes (which could
- * drive a terminal) and every byte of invalid UTF-8 become '?'. */
+/* True for the code point at s (a valid sequence of n bytes) that must not reach a terminal or
+ * a page as is: C0 and C1 controls (C1 ones, U+0080 to U+009F, drive some terminals too) and the
+ * bidirectional overrides and isolates (U+202A to U+202E, U+2066 to U+2069), which reorder what
+ * is shown around them. */
+static bool dangerous(const unsigned char *s, int n) {
+  if (n == 1) return *s < 0x20 || *s == 0x7f;
+  if (n == 2) return s[0] == 0xc2 && s[1] < 0xa0;
+  if (n == 3 && s[0] == 0xe2 && s[1] == 0x80) return s[2] >= 0xaa && s[2] <= 0xae;
+  if (n == 3 && s[0] == 0xe2 && s[1] == 0x81) return s[2] >= 0xa6 && s[2] <= 0xa9;
+  return false;
+}
+
+/* Makes untrusted text safe to print and to write as JSON, in place: control characters,
+ * bidirectional overrides (see dangerous()) and every byte of invalid UTF-8 become '?'. */
 void ms_neutralise(char *text) {
   unsigned char *s = (unsigned char *)text;
   while (s && *s) {
     int n = utf8_length(s);
-    if (n == 1 && (*s < 0x20 || *s == 0x7f)) *s = '?';
-    if (n == 0) *s++ = '?';
-    else s += n;
+    if (n == 0) {
+      *s++ = '?';
+      continue;
+    }
+    if (dangerous(s, n)) memset(s, '?', (size_t)n);
+    s += n;
   }
 }
 
@@ -86,18 +101,20 @@ static void meta_text(ms_snapshot *s, const char *key, char *out, size_t len) {
 int ms_open(ms_snapshot *s, const char *path) {
   memset(s, 0, sizeof *s);
   s->path = path;
+  snprintf(s->shown_path, sizeof s->shown_path, "%s", path); /* a file name is untrusted text too */
+  ms_neutralise(s->shown_path);
   struct stat stt;
-  if (stat(path, &stt) != 0) return fail(s, "cannot open '%s': %s", path, strerror(errno));
-  if (!S_ISREG(stt.st_mode)) return fail(s, "cannot open '%s': not a regular file", path);
+  if (stat(path, &stt) != 0) return fail(s, "cannot open '%s': %s", s->shown_path, strerror(errno));
+  if (!S_ISREG(stt.st_mode)) return fail(s, "cannot open '%s': not a regular file", s->shown_path);
   if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-    fail(s, "cannot open '%s': %s", path, sqlite3_errmsg(s->db));
+    fail(s, "cannot open '%s': %s", s->shown_path, sqlite3_errmsg(s->db));
     ms_close(s);
     return -1;
   }
   sqlite3_stmt *st;
   int rc = sqlite3_prepare_v2(s->db, "pragma user_version", -1, &st, NULL);
   if (rc != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
-    fail(s, "cannot open '%s': %s", path, rc == SQLITE_NOTADB || sqlite3_errcode(s->db) == SQLITE_NOTADB ? "file is not a database" : sqlite3_errmsg(s->db));
+    fail(s, "cannot open '%s': %s", s->shown_path, rc == SQLITE_NOTADB || sqlite3_errcode(s->db) == SQLITE_NOTADB ? "file is not a database" : sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     ms_close(s);
     return -1;
@@ -105,13 +122,13 @@ int ms_open(ms_snapshot *s, const char *path) {
   int version = sqlite3_column_int(st, 0);
   sqlite3_finalize(st);
   if (version > READ_VERSION) {
-    fail(s, "'%s' has snapshot format %d; this memsnap (%s) reads format %d: use a newer memsnap", path, version,
+    fail(s, "'%s' has snapshot format %d; this memsnap (%s) reads format %d: use a newer memsnap", s->shown_path, version,
          MEMSNAP_VERSION, READ_VERSION);
     ms_close(s);
     return -1;
   }
   if (version < 1) {
-    fail(s, "'%s' is an SQLite file but not a memsnap snapshot (format version %d)", path, version);
+    fail(s, "'%s' is an SQLite file but not a memsnap snapshot (format version %d)", s->shown_path, version);
     ms_close(s);
     return -1;
   }
@@ -121,7 +138,7 @@ int ms_open(ms_snapshot *s, const char *path) {
     bool found = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW;
     sqlite3_finalize(st);
     if (!found) {
-      fail(s, "'%s' is not a complete snapshot: table '%s' is missing", path, required_tables[i]);
+      fail(s, "'%s' is not a complete snapshot: table '%s' is missing", s->shown_path, required_tables[i]);
       ms_close(s);
       return -1;
     }
@@ -184,11 +201,13 @@ static char *column_text(sqlite3_stmt *st, int col) {
     ms_neutralise(s);
     return s;
   }
-  char *s = malloc(MS_TEXT_MAX + 4);
+  size_t cut = MS_TEXT_MAX;
+  while (cut > MS_TEXT_MAX - 4 && (t[cut] & 0xc0) == 0x80) cut--; /* not inside a character */
+  char *s = malloc(cut + 4);
   if (!s) return NULL;
-  memcpy(s, t, MS_TEXT_MAX);
-  s[MS_TEXT_MAX] = '\0';
-  ms_neutralise(s); /* a sequence cut in half at the end becomes '?' */
+  memcpy(s, t, cut);
+  s[cut] = '\0';
+  ms_neutralise(s);
   strcat(s, "...");
   return s;
 }
@@ -209,14 +228,14 @@ int ms_load_stacks(ms_snapshot *s) {
   if (max_frame < 0 || max_frame > 100000000 || max_frame > 2 * nframe_rows + 1024 || max_stack < 0 ||
       max_stack > 100000000 || max_stack > 2 * nstack_rows + 1024)
     return fail(s, "'%s': implausible frame or stack ids (largest %lld and %lld for %lld frames and %lld stacks)",
-                s->path, (long long)max_frame, (long long)max_stack, (long long)nframe_rows, (long long)nstack_rows);
+                s->shown_path, (long long)max_frame, (long long)max_stack, (long long)nframe_rows, (long long)nstack_rows);
   s->frames = calloc((size_t)max_frame + 1, sizeof *s->frames);
   s->stacks = calloc((size_t)max_stack + 1, sizeof *s->stacks);
-  if (!s->frames || !s->stacks) return fail(s, "out of memory loading stacks of '%s'", s->path);
+  if (!s->frames || !s->stacks) return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
   s->nframes = (size_t)max_frame + 1;
   s->nstacks = (size_t)max_stack + 1;
   if (sqlite3_prepare_v2(s->db, "select id, kind, name, file, line, module from frames", -1, &st, NULL) != SQLITE_OK)
-    return fail(s, "'%s': cannot read frames: %s", s->path, sqlite3_errmsg(s->db));
+    return fail(s, "'%s': cannot read frames: %s", s->shown_path, sqlite3_errmsg(s->db));
   while (sqlite3_step(st) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0);
     if (id < 1 || id > max_frame) continue;
@@ -234,11 +253,11 @@ int ms_load_stacks(ms_snapshot *s) {
       free(s->frames[i].name), free(s->frames[i].file), free(s->frames[i].module);
       s->frames[i].name = strdup(""), s->frames[i].file = strdup(""), s->frames[i].module = strdup("");
       if (!s->frames[i].name || !s->frames[i].file || !s->frames[i].module)
-        return fail(s, "out of memory loading stacks of '%s'", s->path);
+        return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
     }
   if (sqlite3_prepare_v2(s->db, "select stack_id, position, frame_id from stack_frames order by stack_id, position", -1,
                          &st, NULL) != SQLITE_OK)
-    return fail(s, "'%s': cannot read stacks: %s", s->path, sqlite3_errmsg(s->db));
+    return fail(s, "'%s': cannot read stacks: %s", s->shown_path, sqlite3_errmsg(s->db));
   while (sqlite3_step(st) == SQLITE_ROW) {
     int64_t sid = sqlite3_column_int64(st, 0), pos = sqlite3_column_int64(st, 1), fid = sqlite3_column_int64(st, 2);
     if (sid < 1 || sid > max_stack || fid < 1 || fid > max_frame || pos < 0 || pos > 4096) continue;
@@ -247,7 +266,7 @@ int ms_load_stacks(ms_snapshot *s) {
     uint32_t *g = realloc(k->frames, sizeof *g * (k->depth + 1));
     if (!g) {
       sqlite3_finalize(st);
-      return fail(s, "out of memory loading stacks of '%s'", s->path);
+      return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
     }
     k->frames = g;
     k->frames[k->depth++] = (uint32_t)fid;
@@ -263,7 +282,7 @@ int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void
                          "coalesce(size, 0), coalesce(requested_size, 0), coalesce(extra, 0), coalesce(thread, 0), "
                          "coalesce(stack_id, 0) from events order by id",
                          -1, &st, NULL) != SQLITE_OK)
-    return fail(s, "'%s': cannot read events: %s", s->path, sqlite3_errmsg(s->db));
+    return fail(s, "'%s': cannot read events: %s", s->shown_path, sqlite3_errmsg(s->db));
   int rc = 0, step;
   /* Progress on stderr for long work, when a person watches (stderr is a terminal). */
   bool progress = s->nevents > 500000 && isatty(2);
@@ -271,7 +290,7 @@ int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     if (progress && (++rows & 0xffff) == 0 && rows * 100 / s->nevents != shown) {
       shown = rows * 100 / s->nevents;
-      fprintf(stderr, "\rreading %s: %3lld%%", s->path, (long long)shown);
+      fprintf(stderr, "\rreading %s: %3lld%%", s->shown_path, (long long)shown);
     }
     ms_event e;
     e.id = sqlite3_column_int64(st, 0);
@@ -286,13 +305,13 @@ int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void
     e.thread = sqlite3_column_int64(st, 9);
     int64_t stack = sqlite3_column_int64(st, 10);
     e.stack_id = stack > 0 && (size_t)stack < s->nstacks ? (uint32_t)stack : 0;
-    /* Malformed rows are skipped: sizes must be plausible (no device has 2^50 bytes), so that
-       sums over them cannot overflow. */
-    if (e.size < 0 || e.requested < 0 || e.size > ((int64_t)1 << 50) || e.requested > ((int64_t)1 << 50)) continue;
+    /* Malformed rows are skipped: sizes must be plausible (no device has 2^40 bytes, a TiB),
+       which keeps sums over them from overflowing short of 8 million such blocks at once. */
+    if (e.size < 0 || e.requested < 0 || e.size > ((int64_t)1 << 40) || e.requested > ((int64_t)1 << 40)) continue;
     if ((rc = fn(&e, arg)) != 0) break;
   }
-  if (progress) fprintf(stderr, "\r%*s\r", (int)strlen(s->path) + 20, "");
-  if (step != SQLITE_ROW && step != SQLITE_DONE) rc = fail(s, "'%s': reading events failed: %s", s->path, sqlite3_errmsg(s->db));
+  if (progress) fprintf(stderr, "\r%*s\r", (int)strlen(s->shown_path) + 20, "");
+  if (step != SQLITE_ROW && step != SQLITE_DONE) rc = fail(s, "'%s': reading events failed: %s", s->shown_path, sqlite3_errmsg(s->db));
   sqlite3_finalize(st);
   return rc;
 }

@@ -116,7 +116,7 @@ static const char *kind_name(ms_leak_kind k) {
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   const ms_snapshot *s = a->snap;
   char b1[32], b2[32], b3[32], t1[32], t2[32];
-  fprintf(out, "memsnap analyze: %s\n", s->path);
+  fprintf(out, "memsnap analyze: %s\n", s->shown_path);
   if (s->import_file[0])
     fprintf(out, "  imported from %s (%s) by memsnap %s\n", s->import_file, s->import_source, s->tool_version);
   else
@@ -246,7 +246,7 @@ void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
       snprintf(lead, sizeof lead, "%s %s%s in %s", kind_name(st->kind), st->kind == MS_LEAK_GROWING ? "+" : "", bytes,
                nf ? s->frames[ids[0]].name : "(no stack)");
     }
-    fprintf(out, "  %-28s %8lld %10lld %14s %14s %6zu  %s\n", base_name(s->path), (long long)s->pid, (long long)s->nevents,
+    fprintf(out, "  %-28s %8lld %10lld %14s %14s %6zu  %s\n", base_name(s->shown_path), (long long)s->pid, (long long)s->nevents,
             b1, b2, a[i].niters, lead);
   }
 }
@@ -283,7 +283,7 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
   const ms_snapshot *s = a->snap;
   cJSON *root = cJSON_CreateObject();
   cJSON *summary = cJSON_AddObjectToObject(root, "summary");
-  cJSON_AddStringToObject(summary, "path", s->path);
+  cJSON_AddStringToObject(summary, "path", s->shown_path);
   cJSON_AddNumberToObject(summary, "format_version", s->format_version);
   cJSON_AddNumberToObject(summary, "pid", (double)s->pid);
   cJSON_AddStringToObject(summary, "host", s->host);

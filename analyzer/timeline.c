@@ -126,11 +126,15 @@ static bool add_run(timeline_pass *p, ms_segment_state *sg, int state, int64_t s
 }
 
 /* Lays the live and pending blocks (sorted by address, n of them) into the live segments. */
-static bool lay_out_segments(timeline_pass *p, const ms_live_slot *blocks, size_t n) {
+static bool lay_out_segments(timeline_pass *p, ms_checkpoint *c, const ms_live_slot *blocks, size_t n) {
   ms_timeline *t = p->t;
-  size_t b = 0;
+  size_t b = 0, first_run = t->nruns;
   for (size_t s = 0; s < p->nsegs; s++) {
     const seg *g = &p->segs[s];
+    if (t->nruns - first_run > MS_CHECKPOINT_RUNS_EACH) { /* bounded: say how many are left out */
+      c->omitted_segments = p->nsegs - s;
+      break;
+    }
     if (!grow(&t->segments, &p->capsegments, t->nsegments + 1, sizeof *t->segments)) return false;
     ms_segment_state *sg = &t->segments[t->nsegments++];
     *sg = (ms_segment_state){g->address, g->stream, g->size, g->device, t->nruns, 0};
@@ -174,7 +178,7 @@ static bool list_sites(timeline_pass *p, ms_checkpoint *c) {
 /* Records the state now as a checkpoint for target tg. */
 static void take_checkpoint(timeline_pass *p, const target *tg, int64_t now) {
   ms_timeline *t = p->t;
-  if (tg->kind == MS_CP_EVEN && t->nruns > MS_CHECKPOINT_RUNS) { /* the page has enough: skip */
+  if (tg->kind != MS_CP_PEAK && tg->kind != MS_CP_END && t->nruns > MS_CHECKPOINT_RUNS) { /* enough: skip */
     t->skipped_checkpoints++;
     return;
   }
@@ -194,8 +198,8 @@ static void take_checkpoint(timeline_pass *p, const target *tg, int64_t now) {
     }
   if (k > 1) qsort(p->scratch, k, sizeof *p->scratch, compare_slot_address);
   ms_checkpoint *c = &t->checkpoints[t->ncheckpoints++];
-  *c = (ms_checkpoint){now, tg->kind, tg->index, p->allocated, p->reserved, p->pending_bytes, t->nsegments, 0, 0, 0, 0};
-  if (!lay_out_segments(p, p->scratch, k) || !list_sites(p, c)) p->failed = true;
+  *c = (ms_checkpoint){now, tg->kind, tg->index, p->allocated, p->reserved, p->pending_bytes, t->nsegments, 0, 0, 0, 0, 0};
+  if (!lay_out_segments(p, c, p->scratch, k) || !list_sites(p, c)) p->failed = true;
   c->nsegments = t->nsegments - c->first_segment;
 }
 

@@ -43,6 +43,8 @@ HOSTILE = {
     "quotes": "it's \"quoted\" \\ back",
     "control": "red\x1b[31m\x07bell\x08\x7f",
     "surrogate": "bad\udc80utf8",
+    "c1": "csi\u009b31mRED",
+    "bidi": "abc\u202eevil\u2066",
     "long": "x" * (1 << 20),
 }
 
@@ -82,6 +84,8 @@ check("analyze: succeeds", text.returncode == 0, text.stderr.decode(errors="repl
 check("analyze: no control byte reaches the terminal",
       not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", text.stdout), repr(re.findall(rb".{10}[\x00-\x08\x0b-\x1f\x7f].{10}", text.stdout)[:3]))
 check("analyze: output is valid UTF-8", text.stdout.decode("utf-8", errors="strict") is not None)
+check("analyze: no C1 control or bidirectional override reaches the terminal",
+      not re.search("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]", text.stdout.decode("utf-8", errors="replace")))
 check("analyze: the markup name is printed as text", HOSTILE["markup"].encode() in text.stdout)
 check("analyze: the megabyte name is cut (report under 100 KiB)", len(text.stdout) < 100 << 10, str(len(text.stdout)))
 

@@ -139,10 +139,12 @@ const Model = {
   },
 
   // A checkpoint's segments, each with its runs ({state: "free"|"allocated"|"pending", size,
-  // count, offset}), and totals: free bytes in split segments, free pieces, the largest piece.
+  // count, offset}), and totals: cached free bytes, in how many pieces, the largest piece, and
+  // of those the free bytes and pieces inside partly used segments (splitFree, splitPieces: the
+  // fragmentation; a wholly free segment is not fragmented).
   segments(cp) {
     const states = ["free", "allocated", "pending"], segs = [];
-    let r = 0, freeBytes = 0, pieces = 0, largest = 0;
+    let r = 0, freeBytes = 0, pieces = 0, largest = 0, splitFree = 0, splitPieces = 0;
     for (let s = 0; s + 4 < cp.segs.length; s += 5) {
       const seg = { addr: cp.segs[s], size: cp.segs[s + 1], stream: cp.segs[s + 2], device: cp.segs[s + 3], runs: [] };
       let off = 0;
@@ -152,9 +154,10 @@ const Model = {
         seg.runs.push(run);
         if (run.state === "free") { freeBytes += run.size; pieces++; largest = Math.max(largest, run.size); }
       }
+      if (seg.runs.length > 1) for (const run of seg.runs) if (run.state === "free") { splitFree += run.size; splitPieces++; }
       segs.push(seg);
     }
-    return { segs, freeBytes, pieces, largest };
+    return { segs, freeBytes, pieces, largest, splitFree, splitPieces };
   },
 
   // Memory at a checkpoint by stack, as a tree for an icicle graph: {name, file, line, bytes,

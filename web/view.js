@@ -134,7 +134,9 @@
     const info = Model.segments(c);
     text($("state-summary"), info.segs.length + (info.segs.length === 1 ? " segment" : " segments") + ", reserved " + Model.formatBytes(c.reserved) + ", allocated " + Model.formatBytes(c.allocated) +
       (c.pending ? ", pending " + Model.formatBytes(c.pending) : "") + "; cached free " + Model.formatBytes(info.freeBytes) + " in " + info.pieces +
-      " pieces, the largest " + Model.formatBytes(info.largest));
+      " pieces, the largest " + Model.formatBytes(info.largest) + "; fragmentation (free inside partly used segments): " +
+      Model.formatBytes(info.splitFree) + " in " + info.splitPieces + " pieces" +
+      (c.omitted ? "; " + c.omitted + " more segments not drawn (too many blocks to embed)" : ""));
     // Segments one after another, folded into rows; each at least 2 px so none disappears.
     const total = info.segs.reduce((s, g) => s + g.size, 0) || 1, rowH = 16, rows = Math.max(1, Math.min(12, Math.ceil(info.segs.length / 40)));
     const bpp = total / (W * rows - 2 * info.segs.length || 1);
@@ -201,6 +203,13 @@
     flameLayout.total = root.bytes;
   }
 
+  function unpin() { // the side panel goes back to the selected leak, or says nothing is pinned
+    st.pin = null;
+    if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
+    else { text($("details-title"), "Stack"); text(details, "hover an allocation; click to pin it"); }
+    redraw();
+  }
+
   function showCheckpoint() {
     const i = Model.checkpointNear(d, st.cur);
     if (i < 0) { text($("state-title"), "(no checkpoints)"); return; }
@@ -241,12 +250,12 @@
     text($("details-title"), (pinned ? "Pinned allocation" : "Allocation") + (a.leak >= 0 ? " (leak candidate " + (a.leak + 1) + ")" : ""));
     text(details, describe(a) + "\n\n" + frameLines(Model.stackFrames(d, a.stack)));
   }
-  function pin(j, zoom) {
+  function pin(j, zoom) { // zoom (from search): also move the window and the cursor to it
     st.pin = j;
     if (j !== null) {
       const a = Model.allocation(d, j);
-      st.cur = a.alloc;
       if (zoom) {
+        st.cur = a.alloc;
         const end = a.free >= 0 ? a.free : full.t1, pad = Math.max((end - a.alloc) * 0.25, 1000);
         st.t0 = Math.max(full.t0, a.alloc - pad);
         st.t1 = Math.min(full.t1, end + pad);
@@ -267,7 +276,14 @@
       const top = Model.stackFrames(d, l.stack)[0];
       const li = add(leakList, "li", (l.kind === "growing" ? "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, " : l.kind + ", ") +
         Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + (top ? top.name : "?"), l.kind + (st.leak === i ? " selected" : ""));
-      li.addEventListener("click", () => { st.leak = st.leak === i ? null : i; showStack("Leak candidate " + (i + 1), l.stack); fillLists(search.value); redraw(); });
+      li.addEventListener("click", () => {
+        st.leak = st.leak === i ? null : i;
+        showStack("Leak candidate " + (i + 1), l.stack);
+        fillLists(search.value);
+        redraw();
+        if (st.leak !== null && selectedBand() < 0) // only the largest sites have a band of their own
+          text(readout, "leak candidate " + (i + 1) + " has no band of its own: it is inside \u201cother sites\u201d (grey); its span is shaded");
+      });
     });
     d.oom.forEach((o, i) => {
       if (only && !only.has("oom" + i)) return;
@@ -282,10 +298,14 @@
       });
     });
     $("no-ooms").hidden = d.oom.length > 0;
-    if (filter) for (const j of Model.searchAddress(d, filter)) {
+    const found = filter ? Model.searchAddress(d, filter) : [];
+    for (const j of found) {
       const li = add(results, "li", "allocation " + describe(Model.allocation(d, j)));
       li.addEventListener("click", () => pin(j, true));
     }
+    if (filter && !found.length && /^\s*(0x[0-9a-f]+|\d+)\s*$/i.test(filter))
+      add(results, "li", "no listed allocation holds this address" +
+        (d.detail.min_size ? " (only allocations of " + Model.formatBytes(d.detail.min_size) + " or more are listed)" : ""), "muted");
   }
   search = $("search");
   search.addEventListener("input", () => { fillLists(search.value); showCheckpoint.force = true; showCheckpoint(); });
@@ -339,7 +359,8 @@
       const h = hit(ev);
       st.cur = h.t;
       if (h.alloc !== undefined && st.pin !== h.alloc) pin(h.alloc, false);
-      else { st.pin = null; redraw(); }
+      else if (st.pin !== null) unpin();
+      else redraw();
     }
     drag = null;
   });
@@ -352,7 +373,7 @@
     st.t1 = st.t0 + span;
     redraw();
   });
-  window.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && st.pin !== null) { st.pin = null; redraw(); } });
+  window.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && st.pin !== null) unpin(); });
   let brush = null;
   ov.addEventListener("mousedown", (ev) => { brush = toTime(ov, ev, full.t0, full.t1); });
   ov.addEventListener("mouseup", (ev) => {

@@ -147,9 +147,13 @@ test("clicking pins an allocation: the cursor moves there and the views follow i
   assert.match(await page.locator("#details").textContent(), /load_weights/);
   const st = await hashState(page);
   assert.ok(st.pin >= 0 && st.cur >= 0);
+  const data = await page.evaluate(() => JSON.parse(document.getElementById("memsnap-data").textContent).summary);
+  const clicked = data.first_ns + 0.5 * (data.last_ns - data.first_ns); // the cursor is where we clicked
+  assert.ok(Math.abs(st.cur - clicked) < (data.last_ns - data.first_ns) / 100, JSON.stringify({ st, clicked }));
   assert.match(await page.locator("#state-title").textContent(), /^at .*cursor at/);
   await page.keyboard.press("Escape");
   assert.ok(!("pin" in (await hashState(page))));
+  assert.doesNotMatch(await page.locator("#details-title").textContent(), /Pinned/);
   await page.close();
 });
 

@@ -126,6 +126,10 @@ test("a checkpoint's segments as runs, and its fragmentation", () => {
   assert.strictEqual(s.freeBytes, 150);
   assert.strictEqual(s.pieces, 2);
   assert.strictEqual(s.largest, 90);
+  assert.strictEqual(s.splitFree, 150); // both segments are partly used
+  assert.strictEqual(s.splitPieces, 2);
+  const whole = Model.segments({ segs: [0, 100, 0, 0, 1], runs: [0, 100, 1] }); // one wholly free segment
+  assert.deepStrictEqual([whole.freeBytes, whole.splitFree, whole.splitPieces], [100, 0, 0]);
 });
 
 test("the checkpoint nearest a time", () => {
