@@ -5,8 +5,8 @@
 set -eu
 cd "$(dirname "$0")/../.."
 make --no-print-directory gpu-bench >/dev/null
-for lib in libunwind.so.8 libcjson.so.1 libsqlite3.so.0 liblzma.so.5; do
-  src=$(ldd build/libmemsnap.so | awk -v l="$lib" '$1 == l {print $3}')
+for lib in libunwind.so.8 libcjson.so.1 libsqlite3.so.0 liblzma.so.5 libz.so.1; do
+  src=$(ldd build/libmemsnap.so build/memsnap | awk -v l="$lib" '$1 == l {print $3; exit}')
   if [ -n "$src" ] && ! [ "$src" -ef "build/$lib" ]; then cp -L "$src" build/; fi
 done
 ls build/*.so* | tr '\n' ' '
