@@ -94,6 +94,28 @@ static void test_ring_bounded(void) {
   memsnap_record_stop();
 }
 
+/* The recording process's memory budget (docs/RELIABILITY.md): the ring is max_entries x 64 bytes
+ * and stacks are interned, so memory grows by about the ring's size while it fills and then
+ * stays flat, whatever the run's length. */
+static void test_ring_budget(void) {
+  fresh("MEMSNAP_STACKS=native");
+  const size_t entries = 600000;
+  long before = rss_kib();
+  CHECK("budget: start with 600000 entries", memsnap_record_start(entries, NULL) == MEMSNAP_OK);
+  long filled = 0;
+  for (size_t events = 0; events < 3 * entries; events += 3) {
+    void *p = memsnap_malloc(4096, 0, S1);
+    memsnap_free(p, 0, 0, S1);
+    if (events + 3 >= entries + 3 && !filled) filled = rss_kib(); /* the ring just went round */
+  }
+  long after = rss_kib(), ring_kib = (long)(entries * 64 / 1024);
+  printf("  ring of %zu entries (%ld KiB): RSS +%ld KiB when full, +%ld KiB after 3x as many events\n", entries,
+         ring_kib, filled - before, after - before);
+  CHECK("budget: filling the ring costs its size (+ 8 MiB at most)", filled - before <= ring_kib + 8192);
+  CHECK("budget: then memory stays flat", after - filled < 1024);
+  memsnap_record_stop();
+}
+
 /* noipa: neither inlined nor folded with its twin (identical code folding would merge them). */
 static __attribute__((noipa)) void *allocate_weights_for_test(size_t n) {
   void *p = memsnap_malloc((ssize_t)n, 0, S1);
@@ -371,6 +393,7 @@ int main(void) {
   test_dump_on_oom_and_signal();
   test_killed_dumps();
   test_ring_bounded();
+  test_ring_budget();
   memsnap_shutdown();
   snprintf(cmd, sizeof cmd, "ls %s | grep tmp- | grep -qv killed", dir); /* killed dumps may leave one */
   CHECK("no temporary files left by finished dumps", system(cmd) != 0);
