@@ -55,7 +55,7 @@ int cmd_analyze(int argc, char **argv) {
       o.max_frames = atoi(argv[++i]);
       if (o.max_frames < 1 || o.max_frames > 4096) return ms_usage_error("analyze", "--frames takes 1 to 4096");
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      return ms_usage_error("analyze", "unknown option '%s'", argv[i]);
+      return ms_unknown_option("analyze", argv[i], i + 1 == argc);
     } else if (npaths == 64) {
       return ms_usage_error("analyze", "at most 64 snapshots at once");
     } else {

@@ -111,7 +111,7 @@ int cmd_diff(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--full-stacks")) o.full_stacks = true;
     else if (argv[i][0] == '-' && argv[i][1]) {
-      return ms_usage_error("diff", "unknown option '%s'", argv[i]);
+      return ms_unknown_option("diff", argv[i], i + 1 == argc);
     } else if (np < 2) paths[np++] = argv[i];
     else return ms_usage_error("diff", "two snapshots: A.db B.db");
   }

@@ -479,7 +479,7 @@ int cmd_export(int argc, char **argv) {
     if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) out = argv[++i];
     else if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
     else if (argv[i][0] == '-' && argv[i][1]) {
-      return ms_usage_error("export", "unknown option '%s'", argv[i]);
+      return ms_unknown_option("export", argv[i], i + 1 == argc);
     } else if (in) return ms_usage_error("export", "one snapshot at a time");
     else in = argv[i];
   }

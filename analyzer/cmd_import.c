@@ -16,7 +16,7 @@ int cmd_import(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
   for (int i = 1; i < argc; i++) {
     if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) out = argv[++i];
-    else if (argv[i][0] == '-' && argv[i][1]) return ms_usage_error("import", "unknown option '%s'", argv[i]);
+    else if (argv[i][0] == '-' && argv[i][1]) return ms_unknown_option("import", argv[i], i + 1 == argc);
     else if (in) return ms_usage_error("import", "one snapshot at a time");
     else in = argv[i];
   }

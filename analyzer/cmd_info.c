@@ -16,7 +16,7 @@ int cmd_info(int argc, char **argv) {
   if (argc < 2) return ms_usage_error("info", "no snapshot given");
   for (int i = 1; i < argc; i++)
     if (argv[i][0] == '-' && argv[i][1]) {
-      return ms_usage_error("info", "unknown option '%s'", argv[i]);
+      return ms_unknown_option("info", argv[i], i + 1 == argc);
     }
   int rc = 0;
   for (int i = 1; i < argc; i++) {

@@ -2,6 +2,7 @@
 #ifndef MEMSNAP_COMMANDS_H
 #define MEMSNAP_COMMANDS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Each returns the exit code: 0 ok, 1 error, 2 usage. argv[0] is the command name. */
@@ -18,6 +19,9 @@ int ms_output_status(void);
 /* Prints "error: <command>: <message>" (printf-style) and the command's usage on stderr;
  * returns 2. */
 int ms_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The usage error for an argument no option of `command` matched: "needs a value" when it is
+ * one of the command's options that takes one and it came `last`, else "unknown option". 2. */
+int ms_unknown_option(const char *command, const char *arg, bool last);
 
 /* outfile.c. Prints "error: OPTION 'out' is an input: refusing to overwrite it" and returns 1
  * when `out` is the same file as one of inputs[0..n) (by device and inode, so links count);

@@ -19,7 +19,7 @@ typedef struct command {
 static int cmd_help(int argc, char **argv);
 
 static int cmd_version(int argc, char **argv) {
-  (void)argc;
+  if (argc > 1 && !strcmp(argv[0], "version")) return ms_usage_error("version", "no arguments expected ('%s')", argv[1]);
   (void)argv;
   printf("memsnap %s\n", MEMSNAP_VERSION);
   return 0;
@@ -27,7 +27,7 @@ static int cmd_version(int argc, char **argv) {
 
 /* Prints the options table: the environment variable, its default and what it does. */
 static int cmd_options(int argc, char **argv) {
-  (void)argc;
+  if (argc > 1) return ms_usage_error("options", "no arguments expected ('%s')", argv[1]);
   (void)argv;
   const char *var, *def, *comment;
   for (int i = 0; (var = memsnap_option_info(i, &def, &comment)) != NULL; i++)
@@ -62,6 +62,21 @@ int ms_output_status(void) {
   return 1;
 }
 
+int ms_unknown_option(const char *name, const char *arg, bool last) {
+  /* An option that takes a value, given last: its usage line shows it followed by the value's
+     name ("--html OUT.html", "-o SNAPSHOT.db"). */
+  size_t n = strlen(arg);
+  for (size_t i = 0; last && n && i < NCOMMANDS; i++) {
+    if (strcmp(commands[i].name, name) != 0) continue;
+    for (const char *u = strstr(commands[i].usage, arg); u; u = strstr(u + 1, arg)) {
+      bool whole = (u == commands[i].usage || u[-1] == ' ' || u[-1] == '[') && u[n] == ' ';
+      if (whole && u[n + 1] && strchr("-|[]", u[n + 1]) == NULL)
+        return ms_usage_error(name, "option '%s' needs a value", arg);
+    }
+  }
+  return ms_usage_error(name, "unknown option '%s'", arg);
+}
+
 int ms_usage_error(const char *name, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -75,7 +90,7 @@ int ms_usage_error(const char *name, const char *fmt, ...) {
 }
 
 static int cmd_help(int argc, char **argv) {
-  (void)argc;
+  if (argc > 1 && !strcmp(argv[0], "help")) return ms_usage_error("help", "no arguments expected ('%s')", argv[1]);
   (void)argv;
   usage(stdout);
   return 0;

@@ -23,5 +23,32 @@ check "README documents every option (missing: ${missing:-none})" test -z "$miss
 undocumented=$("$cli" help | grep -oE '^  memsnap [a-z]+|(^| |\[)--?[a-z][a-z-]*' | sed 's/^  //' | sed -E 's/^[ [](-)/\1/' | sort -u |
   while read -r word; do grep -qF -- "$word" "$root/README.md" || echo "$word"; done | tr '\n' ' ')
 check "README documents every command and its options (missing: ${undocumented:-none})" test -z "$undocumented"
+# Every bad argument of every command: exit 2, an error naming the problem, then the usage line.
+usage_error() { # usage_error PATTERN ARGS...: exit 2, "error: ..." matching PATTERN, "usage: ..."
+  local pattern=$1
+  shift
+  "$cli" "$@" >/dev/null 2>"$build/cli.err"
+  local rc=$?
+  check "usage: memsnap $* (exit 2, '$pattern')" \
+    bash -c "[ $rc -eq 2 ] && grep -q -- \"$pattern\" '$build/cli.err' && grep -q '^usage: memsnap' '$build/cli.err'"
+}
+usage_error "no snapshot given" analyze
+usage_error "unknown option '--bogus'" analyze --bogus x.db
+for opt in --html --frames --iterations; do usage_error "option '$opt' needs a value" analyze x.db "$opt"; done
+usage_error "frames takes 1 to 4096" analyze --frames 0 x.db
+usage_error "choose one" analyze --json --html out.html x.db
+usage_error "two snapshots" diff a.db
+usage_error "unknown option '--bogus'" diff --bogus a.db b.db
+usage_error "no snapshot given" info
+usage_error "unknown option '-x'" info -x a.db
+usage_error "no PyTorch snapshot given" import
+usage_error "no output given" import x.pickle
+usage_error "option '-o' needs a value" import x.pickle -o
+usage_error "no snapshot given" export
+usage_error "no output given" export x.db
+usage_error "option '--format' needs a value" export x.db --format
+usage_error "the only format is 'pytorch'" export --format json x.db -o y.pickle
+for cmd in options version help; do usage_error "no arguments expected" "$cmd" extra; done
+rm -f "$build/cli.err"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
