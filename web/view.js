@@ -132,10 +132,11 @@
   function drawSegments(c) {
     const ctx = segCanvas.getContext("2d"), W = segCanvas.width;
     const info = Model.segments(c);
-    text($("state-summary"), info.segs.length + (info.segs.length === 1 ? " segment" : " segments") + ", reserved " + Model.formatBytes(c.reserved) + ", allocated " + Model.formatBytes(c.allocated) +
-      (c.pending ? ", pending " + Model.formatBytes(c.pending) : "") + "; cached free " + Model.formatBytes(info.freeBytes) + " in " + info.pieces +
-      " pieces, the largest " + Model.formatBytes(info.largest) + "; fragmentation (free inside partly used segments): " +
-      Model.formatBytes(info.splitFree) + " in " + info.splitPieces + " pieces" +
+    const count = (n, word) => n + " " + word + (n === 1 ? "" : "s");
+    text($("state-summary"), count(info.segs.length, "segment") + ", reserved " + Model.formatBytes(c.reserved) + ", allocated " + Model.formatBytes(c.allocated) +
+      (c.pending ? ", pending " + Model.formatBytes(c.pending) : "") + "; cached free " + Model.formatBytes(info.freeBytes) + " in " + count(info.pieces, "piece") +
+      ", the largest " + Model.formatBytes(info.largest) + "; fragmentation (free inside partly used segments): " +
+      Model.formatBytes(info.splitFree) + " in " + count(info.splitPieces, "piece") +
       (c.omitted ? "; " + c.omitted + " more segments not drawn (too many blocks to embed)" : ""));
     // Segments one after another, folded into rows; each at least 2 px so none disappears.
     const total = info.segs.reduce((s, g) => s + g.size, 0) || 1, rowH = 16, rows = Math.max(1, Math.min(12, Math.ceil(info.segs.length / 40)));
