@@ -230,8 +230,9 @@ static void *churn(void *arg) {
 /* Defects found in review: fork under load, ranges across a pause, labels, stale stacks. */
 static void test_review_regressions(void) {
   char env[600];
-  char *parent_db = path_of("parent.db");
+  char *parent_db = path_of("parent.db"), *child_db = path_of("child.db");
   unlink(parent_db);
+  unlink(child_db);
   snprintf(env, sizeof env, "MEMSNAP_RECORD=1;MEMSNAP_MAX_ENTRIES=2000000;MEMSNAP_DUMP=%s", parent_db);
   fresh(env);
   atomic_int stop = 0;
@@ -245,6 +246,8 @@ static void test_review_regressions(void) {
     if (pid == 0) {
       void *p = memsnap_malloc(1000, 0, S1); /* locks must be usable in the child */
       memsnap_free(p, 0, 0, S1);
+      if (memsnap_check(0) != 0) _exit(3); /* the child's allocator is whole */
+      if (i == 0 && memsnap_dump(child_db) != MEMSNAP_OK) _exit(4); /* and can write its own snapshot */
       exit(0); /* must not write the parent's MEMSNAP_DUMP */
     }
     int status = 0;
@@ -252,7 +255,12 @@ static void test_review_regressions(void) {
   }
   atomic_store(&stop, 1);
   pthread_join(t, NULL);
-  CHECK("fork: children allocate and exit without deadlock", child_ok);
+  CHECK("fork: children allocate, pass the invariant check and exit without deadlock", child_ok);
+  /* The child keeps the allocator's state but not the recording (api.c: fork_phase). */
+  CHECK("fork: a child's own snapshot is the child's: its segments, no recording",
+        q1(child_db, "select value from meta where key='pid'") > 0 && q1(child_db, "select value from meta where key='pid'") != getpid() &&
+            q1(child_db, "select count(*) from segments") > 0 && q1(child_db, "select value from meta where key='recording'") == 0);
+  CHECK("fork: the parent's allocator is whole after the forks", memsnap_check(0) == 0);
   CHECK("fork: no child wrote the parent's snapshot", access(parent_db, F_OK) != 0);
   memsnap_free(mine, 0, 0, S1);
   memsnap_shutdown();
