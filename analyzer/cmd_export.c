@@ -389,7 +389,9 @@ static int write_settings(exporter *e) {
   key(e, "allocator_settings");
   pkw_op(&e->w, PK_OP_EMPTY_DICT);
   pkw_op(&e->w, PK_OP_MARK);
-  char open_dict[256] = ""; /* the KEY whose dict is being written */
+  /* The KEY whose dict is being written (rows come sorted by it), kept whole: a cut key would
+     close and reopen the dict, writing its KEY twice. Rows with an empty KEY or SUB are skipped. */
+  char *open_dict = NULL;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(st, 0), *value = (const char *)sqlite3_column_text(st, 1);
@@ -397,12 +399,14 @@ static int write_settings(exporter *e) {
     name += strlen("pytorch.");
     const char *dot = strchr(name, '.');
     size_t klen = dot ? (size_t)(dot - name) : strlen(name);
-    if (open_dict[0] && (!dot || strlen(open_dict) != klen || strncmp(open_dict, name, klen) != 0)) {
+    if (klen == 0 || (dot && !dot[1])) continue;
+    if (open_dict && (!dot || strlen(open_dict) != klen || strncmp(open_dict, name, klen) != 0)) {
       pkw_op(&e->w, PK_OP_SETITEMS);
-      open_dict[0] = '\0';
+      free(open_dict);
+      open_dict = NULL;
     }
-    if (dot && !open_dict[0]) {
-      snprintf(open_dict, sizeof open_dict, "%.*s", (int)(klen < 255 ? klen : 255), name);
+    if (dot && !open_dict) {
+      if (!(open_dict = strndup(name, klen))) break;
       pkw_str(&e->w, name, klen);
       pkw_op(&e->w, PK_OP_EMPTY_DICT);
       pkw_op(&e->w, PK_OP_MARK);
@@ -410,7 +414,8 @@ static int write_settings(exporter *e) {
     pkw_cstr(&e->w, dot ? dot + 1 : name);
     write_setting_value(e, value);
   }
-  if (open_dict[0]) pkw_op(&e->w, PK_OP_SETITEMS);
+  if (open_dict) pkw_op(&e->w, PK_OP_SETITEMS);
+  free(open_dict);
   if (!kept) { /* roundup_power2_divisions from memsnap's list form "[1:d,2:d,...]" */
     sqlite3_stmt *r;
     if (sqlite3_prepare_v2(e->s->db, "SELECT value FROM options WHERE name = 'MEMSNAP_ROUNDUP_POWER2_DIVISIONS'", -1, &r,

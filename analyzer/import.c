@@ -37,6 +37,10 @@
 
 /* Tags on pickle objects and handles in the memo: what an object became (kind in 2 bits). */
 enum { TAG_FRAME = 1, TAG_STACK = 2, TAG_LIST = 3 };
+/* Lists tagged TAG_LIST with these ids gave segments or annotations; trace lists have ids from 1
+ * to their count, far below. */
+#define LIST_SEGMENTS ((int64_t)1 << 40)
+#define LIST_ANNOTATIONS (LIST_SEGMENTS + 1)
 #define TAG(kind, id) ((int64_t)(id) << 2 | (kind))
 #define TAG_KIND(t) ((int)((t) & 3))
 #define TAG_ID(t) ((t) >> 2)
@@ -105,6 +109,7 @@ typedef struct importer {
   size_t nranges;
   uint32_t *scratch;
   int64_t entries, segments, blocks, annotations, unmatched_ends, skipped, last_time;
+  bool claimed[2]; /* a list gave segments, annotations (see claim_list) */
   char skipped_action[64];
   bool failed, streaming; /* streaming: the reader runs (errors stop it) */
   char error[600];
@@ -447,8 +452,9 @@ static int take_entry(importer *im, pk_obj *list, const pk_obj *e) {
     if (reserve(im, (void **)&im->lists, &im->clists, im->nlists, sizeof *im->lists) != 0) return -1;
     im->lists[im->nlists] = (trace_list){0, 0};
     list->tag = TAG(TAG_LIST, ++im->nlists);
-  } else if (TAG_KIND(list->tag) != TAG_LIST) {
-    return failf(im, "device_traces entry %" PRId64 ": in a list that is also a frames list", im->entries);
+  } else if (TAG_KIND(list->tag) != TAG_LIST || TAG_ID(list->tag) >= LIST_SEGMENTS) {
+    return failf(im, "device_traces entry %" PRId64 ": in a list that is also a frames, segments or annotations list",
+                 im->entries);
   }
   trace_list *tl = &im->lists[TAG_ID(list->tag) - 1];
   const char *action;
@@ -589,8 +595,10 @@ static int take_annotation(importer *im, const pk_obj *a) {
     return stage_event(im, t, KIND_RANGE_PUSH, 0, 0, 0, 0, (int64_t)open->n - 1, label, true, 0);
   }
   /* END closes the innermost open range of its name; ranges opened inside it and never closed
-     stay open. An END whose START came before recording matches nothing. */
-  for (size_t k = open->n; k-- > 0;)
+     stay open. An END whose START came before recording matches nothing. The search looks at
+     the 64 innermost open ranges (record_function nests a few deep): a file of unmatched ENDs
+     must not cost a scan of everything open each. */
+  for (size_t k = open->n; k-- > 0 && open->n - k <= 64;)
     if (open->v[k].label == label) {
       sqlite3_bind_int64(im->range_close, 1, t);
       sqlite3_bind_int64(im->range_close, 2, open->v[k].row);
@@ -602,15 +610,30 @@ static int take_annotation(importer *im, const pk_obj *a) {
   return 0;
 }
 
+/* Marks `list` as the one list that gives segments (which: LIST_SEGMENTS) or annotations
+ * (LIST_ANNOTATIONS). A second such list, or one that holds something else too, is an error;
+ * finish() checks that it is the top level's 'segments' (or 'external_annotations'). */
+static int claim_list(importer *im, pk_obj *list, int64_t which, const char *what) {
+  int64_t tag = TAG(TAG_LIST, which);
+  if (list->tag == tag) return 0;
+  if (list->tag) return failf(im, "%s in a list that holds something else", what);
+  if (im->claimed[which - LIST_SEGMENTS]) return failf(im, "%s in more than one list", what);
+  im->claimed[which - LIST_SEGMENTS] = true;
+  list->tag = tag;
+  return 0;
+}
+
 /* The reader's hook: takes entries, segments and annotations as their lists receive them. */
 static int on_append(pk_reader *r, pk_obj *list, const pk_value *item, void *ctx) {
   (void)r;
   importer *im = ctx;
-  if (!pk_is(item, PK_DICT)) return 0;
+  if (!pk_is(item, PK_DICT) || item->o->len > 2 * 64) return 0; /* PyTorch's have a dozen keys */
   const pk_obj *d = item->o;
   if (pk_dict_get(d, "action")) return take_entry(im, list, d) ? -1 : 1;
-  if (pk_dict_get(d, "blocks") && pk_dict_get(d, "total_size")) return take_segment(im, d) ? -1 : 1;
-  if (pk_dict_get(d, "stage") && pk_dict_get(d, "time_us")) return take_annotation(im, d) ? -1 : 1;
+  if (pk_dict_get(d, "blocks") && pk_dict_get(d, "total_size"))
+    return claim_list(im, list, LIST_SEGMENTS, "a segment") || take_segment(im, d) ? -1 : 1;
+  if (pk_dict_get(d, "stage") && pk_dict_get(d, "time_us"))
+    return claim_list(im, list, LIST_ANNOTATIONS, "an annotation") || take_annotation(im, d) ? -1 : 1;
   return 0;
 }
 
@@ -755,8 +778,8 @@ static int map_devices(importer *im, const pk_obj *root) {
       else rc = take_entry(im, l, l->items[k].o);
     }
     if (rc == 0 && l->tag) {
-      if (TAG_KIND(l->tag) != TAG_LIST) {
-        rc = failf(im, "device_traces[%zu] is also a frames list", i);
+      if (TAG_KIND(l->tag) != TAG_LIST || TAG_ID(l->tag) >= LIST_SEGMENTS) {
+        rc = failf(im, "device_traces[%zu] is also a frames, segments or annotations list", i);
         break;
       }
       sqlite3_bind_int64(st, 1, TAG_ID(l->tag));
@@ -820,6 +843,13 @@ static int finish(importer *im, const pk_value *root, const char *source) {
              take_rest(im, root->o, "external_annotations", take_annotation) != 0 || map_devices(im, root->o) != 0 ||
              take_settings(im, pk_dict_get(root->o, "allocator_settings")) != 0) {
     return -1;
+  }
+  /* Segments and annotations taken as they came must have come from the top level's lists. */
+  static const char *const keys[2] = {"segments", "external_annotations"};
+  for (int w = 0; w < 2 && pk_is(root, PK_DICT); w++) {
+    const pk_value *l = pk_dict_get(root->o, keys[w]);
+    if (im->claimed[w] && (!pk_is(l, PK_LIST) || l->o->tag != TAG(TAG_LIST, LIST_SEGMENTS + w)))
+      return failf(im, "%s found outside the top level's '%s' list", w ? "annotations" : "segments", keys[w]);
   }
   /* Every list that received entries must be one of device_traces' lists. */
   int64_t stray, t0, t1, nevents;

@@ -14,6 +14,10 @@
 int ms_refuse_overwrite(const char *option, const char *out, const char *const *inputs, size_t n) {
   struct stat so, si;
   if (stat(out, &so) != 0) return 0; /* a new file cannot be an input */
+  if (!S_ISREG(so.st_mode)) { /* renaming over a device or a FIFO would replace it with a file */
+    fprintf(stderr, "error: %s '%s' exists and is not a regular file: refusing to replace it\n", option, out);
+    return 1;
+  }
   for (size_t i = 0; i < n; i++)
     if (stat(inputs[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
       fprintf(stderr, "error: %s '%s' is an input: refusing to overwrite it\n", option, out);

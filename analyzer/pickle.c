@@ -424,7 +424,10 @@ static bool hashable(const pk_value *k) {
   return true;
 }
 
-/* d[k] = v, taking over both references. Keys are not merged: lookups take the last. */
+/* d[k] = v, taking over both references. A str key already in a dict of at most
+ * PK_MERGE_PAIRS pairs replaces its value, as in Python; larger dicts keep every pair and lookups
+ * take the last (the importer looks only into small dicts: PyTorch's have a dozen keys). */
+#define PK_MERGE_PAIRS 64
 static int dict_set(pk_reader *r, pk_obj *d, pk_value k, pk_value v) {
   if (!hashable(&k)) {
     pk_fail(r, "a dict key of type %s (unhashable)", pk_type_name(&k));
@@ -432,6 +435,15 @@ static int dict_set(pk_reader *r, pk_obj *d, pk_value k, pk_value v) {
     release(r, v);
     return -1;
   }
+  if (pk_is(&k, PK_STR) && d->len <= 2 * PK_MERGE_PAIRS)
+    for (size_t i = 0; i < d->len; i += 2)
+      if (pk_is(&d->items[i], PK_STR) && d->items[i].o->len == k.o->len && memcmp(d->items[i].o->s, k.o->s, k.o->len) == 0) {
+        release(r, d->items[i]); /* the old pair goes; the new one is added below, as any other */
+        release(r, d->items[i + 1]);
+        memmove(&d->items[i], &d->items[i + 2], (d->len - i - 2) * sizeof *d->items);
+        d->len -= 2;
+        break;
+      }
   if (add_item(r, d, k) != 0) {
     release(r, v);
     return -1;
@@ -534,6 +546,10 @@ static int memo_put(pk_reader *r, uint64_t index) {
   } else {
     if (top->kind == PK_OBJ) {
       o = top->o;
+      if (o->memo && o->memo != index + 1) /* a pickler memoizes an object once; two slots would let a
+                                               later reference change what was already imported */
+        return pk_fail(r, "memo index %llu: the object is memoized already (index %u)", (unsigned long long)index,
+                       (unsigned)(o->memo - 1));
       o->refs++;
     } else { /* a scalar: boxed */
       if (!(o = new_obj(r, PK_BOXED))) return -1;
@@ -1013,6 +1029,7 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
   for (size_t i = 1; i < k; i++)
     if ((s[i] & 0xc0) != 0x80) return 0;
   if (k == 3 && s[0] == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
+  if (k == 3 && s[0] == 0xed && s[1] > 0x9f) return 0; /* a surrogate (Python's surrogatepass) */
   if (k == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))) return 0;
   return k;
 }

@@ -357,5 +357,59 @@ PY
 )
 check "20 damaged copies (random bytes changed): exit 0 or 1, never a crash${crashes:+ ($crashes)}" "[ -z \"\$crashes\" ]"
 
+# Review findings (docs/RELIABILITY.md): each a hostile file that the importer or exporter used
+# to mishandle.
+python3 - "$dir" <<'PY'
+import gzip, pickle, sys
+d = sys.argv[1]
+seg = {"device": 0, "address": 4096, "total_size": 2097152, "stream": 0, "segment_type": "small", "allocated_size": 0,
+       "active_size": 0, "requested_size": 0, "blocks": [{"address": 4096, "size": 2097152, "requested_size": 0, "state": "inactive"}]}
+pickle.dump({"segments": [], "device_traces": [[]], "junk": [seg]}, open(d + "/junkseg.pickle", "wb"), protocol=4)
+ann = {"stage": "START", "name": "phantom", "time_us": 1, "device": 0}
+pickle.dump({"segments": [], "device_traces": [[]], "other": [ann]}, open(d + "/junkann.pickle", "wb"), protocol=4)
+# An entry memoized twice, then changed through the first slot after it was taken.
+e = b"\x8c\x06action\x8c\x05alloc\x8c\x04addr\x4a\x00\x10\x00\x00\x8c\x04size\x4b\x64\x8c\x07time_us\x4b\x01"
+body = (b"\x80\x04}(\x8c\x08segments]\x8c\x0ddevice_traces]]}q\x00q\x01(" + e + b"ua" +
+        b"h\x00\x8c\x04size\x4a\x3f\x42\x0f\x00s0" + b"au.")
+assert pickle.loads(body)["device_traces"][0][0]["size"] == 999999  # what Python reads
+open(d + "/memo_twice.pickle", "wb").write(body)
+# A million duplicate keys in a dict appended a million times (7 MB, 7 KB gzipped): Python reads it at once.
+n = 1000000
+dos = b"\x80\x04]\x94" + b"}\x94(" + b"\x8c\x01x\x94N" + b"u" + b"h\x02Ns" * n + b"a" + b"h\x01a" * n + b"."
+small = b"\x80\x04]\x94" + b"}\x94(" + b"\x8c\x01x\x94N" + b"u" + b"h\x02Ns" * 3 + b"a" + b"h\x01a" * 3 + b"."
+assert pickle.loads(small) == [{"x": None}] * 4  # the shape: one dict with one key, appended
+open(d + "/dupkeys.pickle.gz", "wb").write(gzip.compress(dos))
+# 200,000 annotation STARTs then as many ENDs of another name: none matches.
+starts = b"".join(b"}(\x8c\x05stageX\x05\x00\x00\x00START\x8c\x04name\x8c\x01A\x8c\x07time_usK\x01\x8c\x06deviceK\x00u" for _ in range(1))
+ends = b"}(\x8c\x05stage\x8c\x03END\x8c\x04name\x8c\x01B\x8c\x07time_usK\x02\x8c\x06deviceK\x00u"
+m = 200000
+anns = b"\x80\x04}(\x8c\x08segments]\x8c\x0ddevice_traces]]a\x8c\x14external_annotations](" + starts + b"2" * (m - 1) + ends + b"2" * (m - 1) + b"eu."
+assert len(pickle.loads(anns)["external_annotations"]) == 2 * m
+open(d + "/unmatched.pickle.gz", "wb").write(gzip.compress(anns))
+PY
+"$cli" import "$dir/junkseg.pickle" -o "$dir/r.db" 2>"$dir/err"
+check "review: a segment in a list other than 'segments' is refused" "[ \$? -eq 1 ] && grep -q \"segments found outside the top level's 'segments' list\" $dir/err"
+"$cli" import "$dir/junkann.pickle" -o "$dir/r.db" 2>"$dir/err"
+check "review: an annotation outside 'external_annotations' is refused" "[ \$? -eq 1 ] && grep -q 'annotations found outside' $dir/err"
+"$cli" import "$dir/memo_twice.pickle" -o "$dir/r.db" 2>"$dir/err"
+check "review: an object memoized twice (changeable after import) is refused" "[ \$? -eq 1 ] && grep -q 'memoized already' $dir/err"
+start=$(date +%s)
+"$cli" import "$dir/dupkeys.pickle.gz" -o "$dir/r.db" >"$dir/out" 2>&1
+check "review: a million duplicate dict keys, appended a million times: read in seconds" \
+  "[ \$? -eq 1 ] && grep -q \"segment 0: 'address' is missing\" $dir/out && [ \$((\$(date +%s) - start)) -lt 20 ]"
+start=$(date +%s)
+"$cli" import "$dir/unmatched.pickle.gz" -o "$dir/r.db" >"$dir/out" 2>&1
+check "review: 200,000 unmatched annotation ENDs: imported in seconds" \
+  "[ \$? -eq 0 ] && [ \$(sql $dir/r.db 'select count(*) from ranges') -eq 200000 ] && [ \$((\$(date +%s) - start)) -lt 20 ]"
+mkfifo "$dir/fifo"
+"$cli" export "$dir/leak.db" -o "$dir/fifo" 2>"$dir/err"
+check "review: -o naming a FIFO (or a device) is refused, not replaced by a file" \
+  "[ \$? -eq 1 ] && [ -p $dir/fifo ] && grep -q 'is not a regular file' $dir/err"
+cp "$dir/leak.db" "$dir/opts.db"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"insert into options values('pytorch..a','1'),('pytorch.k.','2'),('pytorch.'||printf('%.300c','k')||'.x','3'),('pytorch.'||printf('%.300c','k')||'.y','4')\"); c.commit()" "$dir/opts.db"
+"$cli" export "$dir/opts.db" -o "$dir/opts.pickle" 2>/dev/null
+check "review: hostile option names (empty keys, 300-byte keys) still export a whole pickle" \
+  "python3 -c \"import pickle,sys; d=pickle.load(open('$dir/opts.pickle','rb')); s=d['allocator_settings']; sys.exit(0 if 'segments' in d and 'device_traces' in d and s['k'*300] == {'x': 3, 'y': 4} else 1)\""
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
