@@ -44,6 +44,7 @@ struct pk_reader {
   uint64_t base;     /* input offset of buf[0] */
   bool eof;
   uint64_t op_offset; /* the running opcode: its offset and byte */
+  uint64_t frame_end; /* input offset where the current FRAME ends; 0: none */
   int op;
   int proto;
   pk_value *stack;
@@ -717,8 +718,13 @@ static int run_op(pk_reader *r, int op, pk_value *root, bool *stop) {
       if (n < 2 || n > 5) return pk_fail(r, "protocol %llu; this reader reads protocols 2 to 5", (unsigned long long)n);
       r->proto = (int)n;
       return 0;
-    case 0x95: /* FRAME: a hint for buffering */
-      return read_le(r, 8, &n);
+    case 0x95: /* FRAME: a hint for buffering, checked */
+      if (r->frame_end) return pk_fail(r, "a new frame begins before the current one ends (offset %llu)",
+                                       (unsigned long long)r->frame_end);
+      if (read_le(r, 8, &n) != 0) return -1;
+      if (r->input_size && n > r->input_size) return pk_fail(r, "a frame of %llu bytes: longer than the input", (unsigned long long)n);
+      r->frame_end = n ? pk_offset(r) + n : 0;
+      return 0;
     case '.':
       if (r->nmarks || r->nstack != 1)
         return pk_fail(r, "the pickle stops with %zu values and %zu marks on the stack (expected one value)",
@@ -890,6 +896,11 @@ int pk_run(pk_reader *r, pk_value *root) {
     }
     int op = r->buf[r->pos++];
     r->op = op;
+    /* Frames (protocol 4+) tile the pickle: no opcode may cross a frame's end, and a frame begins
+       only where the one before ended, as Python's unpickler requires. */
+    if (r->frame_end && r->op_offset > r->frame_end)
+      return pk_fail(r, "an opcode crosses the end of its frame (offset %llu)", (unsigned long long)r->frame_end);
+    if (r->frame_end && r->op_offset == r->frame_end) r->frame_end = 0;
     if (r->op_offset == 0 && op != 0x80) {
       if (op == 0x1f) return pk_fail(r, "gzip data inside the gzip data: decompress it first");
       return pk_fail(r, "not a pickle of protocol 2 to 5 (they start with PROTO, 0x80)");

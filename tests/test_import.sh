@@ -387,6 +387,18 @@ anns = b"\x80\x04}(\x8c\x08segments]\x8c\x0ddevice_traces]]a\x8c\x14external_ann
 assert len(pickle.loads(anns)["external_annotations"]) == 2 * m
 open(d + "/unmatched.pickle.gz", "wb").write(gzip.compress(anns))
 PY
+python3 - "$dir" <<'PY'
+import pickle, struct, sys
+body = pickle.dumps({"segments": [], "device_traces": [[]]}, protocol=4)[11:]  # after PROTO and FRAME
+# A frame that claims 5 bytes while its opcodes run on, and a frame that starts inside another.
+open(sys.argv[1] + "/frame_cross.pickle", "wb").write(b"\x80\x04\x95" + struct.pack("<Q", 5) + body)
+open(sys.argv[1] + "/frame_early.pickle", "wb").write(
+    b"\x80\x04\x95" + struct.pack("<Q", len(body) + 20) + body[:-1] + b"\x95" + struct.pack("<Q", 1) + b".")
+PY
+"$cli" import "$dir/frame_cross.pickle" -o "$dir/r.db" 2>"$dir/err"
+check "review: an opcode crossing the end of its frame is refused" "[ \$? -eq 1 ] && grep -q 'crosses the end of its frame' $dir/err"
+"$cli" import "$dir/frame_early.pickle" -o "$dir/r.db" 2>"$dir/err"
+check "review: a frame beginning inside another is refused" "[ \$? -eq 1 ] && grep -q 'a new frame begins before' $dir/err"
 "$cli" import "$dir/junkseg.pickle" -o "$dir/r.db" 2>"$dir/err"
 check "review: a segment in a list other than 'segments' is refused" "[ \$? -eq 1 ] && grep -q \"segments found outside the top level's 'segments' list\" $dir/err"
 "$cli" import "$dir/junkann.pickle" -o "$dir/r.db" 2>"$dir/err"
