@@ -416,12 +416,15 @@ static int add_item(pk_reader *r, pk_obj *o, pk_value v) {
   return 0;
 }
 
+/* Whether Python could hash k: no list or dict in it, at any depth (sets read as lists, so a set
+ * in a key is refused too; Python's frozenset keys do not occur in memory snapshots). Tuples are
+ * walked to the reader's depth limit, which bounds the recursion. */
 static bool hashable(const pk_value *k) {
   if (k->kind != PK_OBJ) return true;
   if (k->o->type == PK_LIST || k->o->type == PK_DICT) return false;
   if (k->o->type == PK_TUPLE)
     for (size_t i = 0; i < k->o->len; i++)
-      if (pk_is(&k->o->items[i], PK_LIST) || pk_is(&k->o->items[i], PK_DICT)) return false;
+      if (!hashable(&k->o->items[i])) return false;
   return true;
 }
 
@@ -834,6 +837,11 @@ static int run_op(pk_reader *r, int op, pk_value *root, bool *stop) {
       for (size_t i = m; i < r->nstack; i++) {
         pk_value v = r->stack[i];
         r->stack[i].kind = PK_NONE; /* taken: the rest stays on the stack until freed */
+        if (op == 0x90 && !hashable(&v)) { /* a set's items must be hashable, as in Python */
+          pk_fail(r, "a set item of type %s (unhashable)", pk_type_name(&v));
+          release(r, v);
+          return -1;
+        }
         if ((op == 'e' ? append(r, o, v) : add_item(r, o, v)) != 0) return -1;
       }
       r->nstack = m;

@@ -395,6 +395,9 @@ open(sys.argv[1] + "/frame_cross.pickle", "wb").write(b"\x80\x04\x95" + struct.p
 open(sys.argv[1] + "/frame_early.pickle", "wb").write(
     b"\x80\x04\x95" + struct.pack("<Q", len(body) + 20) + body[:-1] + b"\x95" + struct.pack("<Q", 1) + b".")
 PY
+printf '\x80\x04}(\x8c\x08segments]K\x01]\x86\x85N\x8c\x0ddevice_traces]u.' >"$dir/unhashable.pickle" # {'segments': [], ((1, []),): None, ...}
+"$cli" import "$dir/unhashable.pickle" -o "$dir/r.db" 2>"$dir/err"
+check "review: an unhashable key nested in tuples is refused, as Python refuses it" "[ \$? -eq 1 ] && grep -q 'unhashable' $dir/err"
 "$cli" import "$dir/frame_cross.pickle" -o "$dir/r.db" 2>"$dir/err"
 check "review: an opcode crossing the end of its frame is refused" "[ \$? -eq 1 ] && grep -q 'crosses the end of its frame' $dir/err"
 "$cli" import "$dir/frame_early.pickle" -o "$dir/r.db" 2>"$dir/err"
