@@ -116,13 +116,18 @@ static uint32_t add_stack(page_data *p, uint32_t stack_id) {
   return stack_id;
 }
 
+/* The index of analysis site `site` in the page's leak list, or -1. */
+static int leak_index(const ms_analysis *a, uint32_t site) {
+  for (size_t i = 0; i < a->nleaks && i < MS_PAGE_LEAKS; i++)
+    if (a->leaks[i] == site) return (int)i;
+  return -1;
+}
+
 /* The page's index of analysis site `site` ([stack, leak-list index or -1, band]), adding it. */
 static int page_site(page_data *p, uint32_t site) {
   if (p->site_of[site]) return (int)p->site_of[site] - 1;
   const ms_analysis *a = p->a;
-  int leak = -1, band = a->timeline->bands.nsites;
-  for (size_t i = 0; i < a->nleaks && i < MS_PAGE_LEAKS; i++)
-    if (a->leaks[i] == site) leak = (int)i;
+  int leak = leak_index(a, site), band = a->timeline->bands.nsites;
   for (int k = 0; k < a->timeline->bands.nsites; k++)
     if (a->timeline->bands.site[k] == site) band = k;
   cJSON *row = cJSON_CreateArray();
@@ -208,7 +213,7 @@ static void page_columns(page_data *p, sbuf *b) {
     }
     int ps = page_site(p, bd->site[k]);
     sb_put(b, "%s{\"site\":%d,\"leak\":%d,\"stack\":%u}", k ? "," : "", ps,
-           (int)cJSON_GetArrayItem(cJSON_GetArrayItem(p->sites, ps), 1)->valuedouble,
+           leak_index(p->a, bd->site[k]),
            p->a->sites[bd->site[k]].stack_id);
   }
   sb_put(b, "],\"bytes\":[");

@@ -627,7 +627,7 @@ static int claim_list(importer *im, pk_obj *list, int64_t which, const char *wha
 static int on_append(pk_reader *r, pk_obj *list, const pk_value *item, void *ctx) {
   (void)r;
   importer *im = ctx;
-  if (!pk_is(item, PK_DICT) || item->o->len > 2 * 64) return 0; /* PyTorch's have a dozen keys */
+  if (!pk_is(item, PK_DICT) || !pk_dict_small(item->o)) return 0; /* PyTorch's have a dozen keys */
   const pk_obj *d = item->o;
   if (pk_dict_get(d, "action")) return take_entry(im, list, d) ? -1 : 1;
   if (pk_dict_get(d, "blocks") && pk_dict_get(d, "total_size"))

@@ -78,6 +78,8 @@ const char *pk_type_name(const pk_value *v) {
   return v->kind <= PK_OBJ ? kinds[v->kind] : "?";
 }
 
+bool pk_dict_small(const pk_obj *d) { return d->type == PK_DICT && d->len <= 2 * PK_SMALL_DICT_PAIRS; }
+
 const pk_value *pk_dict_get(const pk_obj *d, const char *key) {
   if (!d || d->type != PK_DICT) return NULL;
   size_t klen = strlen(key);
@@ -428,10 +430,9 @@ static bool hashable(const pk_value *k) {
   return true;
 }
 
-/* d[k] = v, taking over both references. A str key already in a dict of at most
- * PK_MERGE_PAIRS pairs replaces its value, as in Python; larger dicts keep every pair and lookups
- * take the last (the importer looks only into small dicts: PyTorch's have a dozen keys). */
-#define PK_MERGE_PAIRS 64
+/* d[k] = v, taking over both references. A str key already in a small dict (pk_dict_small)
+ * replaces its value, as in Python; larger dicts keep every pair and lookups take the last (the
+ * importer looks only into small dicts: PyTorch's have a dozen keys). */
 static int dict_set(pk_reader *r, pk_obj *d, pk_value k, pk_value v) {
   if (!hashable(&k)) {
     pk_fail(r, "a dict key of type %s (unhashable)", pk_type_name(&k));
@@ -439,7 +440,7 @@ static int dict_set(pk_reader *r, pk_obj *d, pk_value k, pk_value v) {
     release(r, v);
     return -1;
   }
-  if (pk_is(&k, PK_STR) && d->len <= 2 * PK_MERGE_PAIRS)
+  if (pk_is(&k, PK_STR) && pk_dict_small(d))
     for (size_t i = 0; i < d->len; i += 2)
       if (pk_is(&d->items[i], PK_STR) && d->items[i].o->len == k.o->len && memcmp(d->items[i].o->s, k.o->s, k.o->len) == 0) {
         release(r, d->items[i]); /* the old pair goes; the new one is added below, as any other */

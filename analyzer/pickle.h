@@ -50,6 +50,10 @@ struct pk_obj {
   pk_obj *prev, *next;  /* every live object of its reader */
 };
 
+/* Dicts of at most this many pairs read as Python reads them (a repeated key replaces the value);
+ * larger ones keep every pair. The importer looks only into small dicts. */
+#define PK_SMALL_DICT_PAIRS 64
+bool pk_dict_small(const pk_obj *d);
 /* The value of `key` in dict `d` (the last one set, as in Python); NULL when absent. */
 const pk_value *pk_dict_get(const pk_obj *d, const char *key);
 bool pk_is(const pk_value *v, pk_type type);

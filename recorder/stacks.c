@@ -147,8 +147,9 @@ static int python_frames(uint64_t *out, int max) {
 
 /* ---- native frames ---------------------------------------------------------------------- */
 
-static uintptr_t self_start, self_end; /* libmemsnap's code, whose frames are dropped */
-static pthread_once_t self_once = PTHREAD_ONCE_INIT;
+/* libmemsnap's code, whose frames are dropped: found once when the library is loaded (a
+ * constructor), so no capture pays for a check and no two threads race to set them. */
+static uintptr_t self_start, self_end;
 
 static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
@@ -166,8 +167,9 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-static int native_frames(uint64_t *out, int max);
-static void find_self_once(void) { dl_iterate_phdr(find_self, (void *)(uintptr_t)&native_frames); }
+__attribute__((constructor)) static void find_self_at_load(void) {
+  dl_iterate_phdr(find_self, (void *)(uintptr_t)&find_self_at_load);
+}
 
 #ifdef __SANITIZE_THREAD__
 /* libunwind frees its per-thread cache in a thread-exit destructor that locks a mutex after
@@ -178,7 +180,6 @@ static void find_self_once(void) { dl_iterate_phdr(find_self, (void *)(uintptr_t
 #endif
 
 static int native_frames(uint64_t *out, int max) {
-  pthread_once(&self_once, find_self_once); /* threads may start recording at once */
   void *pcs[MAX_NATIVE + 8];
   int got = unw_backtrace(pcs, MAX_NATIVE + 8), n = 0;
   int i = 0;

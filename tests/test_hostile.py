@@ -23,17 +23,7 @@ os.environ["MEMSNAP_SIM_CAPACITY"] = "256M"
 import memsnap  # noqa: E402
 
 cli = sys.argv[1]
-passed = failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok  ", name)
-    else:
-        failed += 1
-        print("FAIL", name, detail)
+from checks import check, finish  # noqa: E402
 
 
 HOSTILE = {
@@ -118,5 +108,4 @@ check("html: the page stays small despite the megabyte name", len(page) < 512 <<
 info = run("info", snap)
 check("info: succeeds with no control byte", info.returncode == 0 and not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", info.stdout))
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+finish()

@@ -7,19 +7,12 @@ build/tests/liboom_catcher.so, loaded like an extension module), which restores 
 """
 import ctypes
 import os
-import sys
 
 os.environ["MEMSNAP_BACKEND"] = "sim"
 os.environ["MEMSNAP_SIM_CAPACITY"] = "64M"
 import memsnap  # noqa: E402
 
-passed = failed = 0
-
-
-def check(name, cond):
-    global passed, failed
-    passed, failed = (passed + 1, failed) if cond else (passed, failed + 1)
-    print("ok  " if cond else "FAIL", name)
+from checks import check, finish  # noqa: E402
 
 
 class OutOfMemoryError(RuntimeError):
@@ -60,5 +53,4 @@ memsnap.check()
 lib.memsnap_set_python_oom_error(None)
 check("without a registered type a std::exception is thrown",
       catcher.catcher_alloc(1 << 30, ctypes.byref(ptr)) == 2)
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+finish()

@@ -10,17 +10,7 @@ os.environ["MEMSNAP_SIM_CAPACITY"] = "256M"
 
 import memsnap  # noqa: E402
 
-passed = failed = 0
-
-
-def check(name, cond):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok  ", name)
-    else:
-        failed += 1
-        print("FAIL", name)
+from checks import check, finish  # noqa: E402
 
 
 check("module: loads the library and starts the sim backend", memsnap.backend() == "sim")
@@ -173,5 +163,4 @@ if not have_torch:
     except ImportError as e:
         check("enable without torch: clear ImportError", "needs PyTorch" in str(e))
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+finish()
