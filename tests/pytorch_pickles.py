@@ -28,7 +28,7 @@ import sqlite3
 import struct
 import sys
 
-SNAPSHOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "snapshots")
+SNAPSHOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
 # ---- hostile inputs -------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_import.sh BUILD_DIR: `memsnap import` and `memsnap export --format pytorch`: the two real
-# PyTorch 2.11 snapshots in ../shared/snapshots (what the analysis must find in each), round trips
+# PyTorch 2.11 snapshots in tests/data (what the analysis must find in each), round trips
 # (memsnap -> PyTorch pickle read by Python; PyTorch -> memsnap -> PyTorch -> memsnap), pickle
 # protocols 2 to 5, allocator settings of every type, and bad, truncated and hostile pickles (a
 # clear error and exit 1, never a crash, never code run).
@@ -11,7 +11,7 @@ build=$1
 here=$(cd "$(dirname "$0")" && pwd)
 cli=$build/memsnap
 helper="python3 $here/pytorch_pickles.py"
-snaps=${SNAPSHOTS:-$here/../../shared/snapshots}
+snaps=${SNAPSHOTS:-$here/data}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 exported=$build/exported

@@ -39,7 +39,7 @@ static uint64_t rng(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *dir = argc > 1 ? argv[1] : "../shared/snapshots";
+  const char *dir = argc > 1 ? argv[1] : "tests/data";
   char path[4096], err[600];
   size_t clen = 0, rlen = 0;
   snprintf(path, sizeof path, "%s/cycle_oom.pickle.gz", dir);

@@ -3,7 +3,7 @@
  * reader's limits, without a crash, a leak or undefined behaviour.
  *
  * `make fuzz` runs it (tests/fuzz/run.sh), seeded with tests/fuzz/corpus/fuzz_pickle and the two
- * real snapshots of ../shared/snapshots, uncompressed. */
+ * real snapshots of tests/data, uncompressed. */
 #include <stddef.h>
 #include <stdint.h>
 

@@ -16,7 +16,7 @@ python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('pr
 export MEMSNAP_FUZZ_SEED=$build/leak.db
 # The pickle target also starts from the real PyTorch snapshots, uncompressed.
 mkdir -p "$build/seeds/fuzz_pickle"
-for f in "$here"/../../../shared/snapshots/*.pickle.gz; do
+for f in "$here"/../data/*.pickle.gz; do
   [ -f "$f" ] && gzip -dc "$f" >"$build/seeds/fuzz_pickle/$(basename "$f" .gz)"
 done
 status=0
