@@ -32,15 +32,16 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
-LIB_SRCS := recorder/alloc.c recorder/api.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocktree.c recorder/check.c recorder/error.c recorder/history.c recorder/options.c \
-  recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c recorder/symbols.c
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o
+LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend_cuda.c recorder/backend_sim.c \
+  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/history.c \
+  recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
+  recorder/symbols.c
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/report.c analyzer/cmd_info.c \
   analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/replay.c analyzer/timeline.c \
   analyzer/outfile.c analyzer/pickle.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
-TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
+TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle
 SAMPLES := $(BUILD)/samples/train_loop
 
@@ -56,9 +57,9 @@ $(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h recorder/snapshot_schem
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
-$(BUILD)/recorder/oom_throw.o: recorder/oom_throw.cc
+$(BUILD)/recorder/%.o: recorder/%.cc recorder/memsnap.h
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
+	$(CXX) $(CXXFLAGS_COMMON) -Irecorder $(EXTRA_CFLAGS) -c $< -o $@
 
 # rpath $ORIGIN: the library finds libunwind/libcjson copied beside it (the GPU machine has none).
 # libgcc_s comes first among the library's dependencies: libunwind.so also exports the _Unwind_*
@@ -83,8 +84,8 @@ $(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/web_assets.o $(BUILD)/li
 $(BUILD)/tests/test_options: $(BUILD)/tests/test_options.o $(BUILD)/recorder/options.o $(BUILD)/recorder/error.o
 	$(CC) -o $@ $^ -lm $(EXTRA_LDFLAGS)
 
-# test_record reads snapshots back with SQLite.
-$(BUILD)/tests/test_record: $(BUILD)/tests/test_record.o $(BUILD)/libmemsnap.so
+# test_record and test_modes read snapshots back with SQLite.
+$(BUILD)/tests/test_record $(BUILD)/tests/test_modes: $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread $(EXTRA_LDFLAGS)
 
 # test_pickle runs the importer in process: it links the CLI's pickle and import objects.
@@ -102,7 +103,7 @@ $(BUILD)/samples/%.o: samples/%.c recorder/memsnap.h | check-deps
 $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
 
-$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h recorder/memsnap.h recorder/internal.h analyzer/analyzer.h analyzer/pickle.h | check-deps
+$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h tests/allochelper.h recorder/memsnap.h recorder/internal.h analyzer/analyzer.h analyzer/pickle.h | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 

@@ -67,6 +67,9 @@ typedef struct ms_event {
 /* Makes untrusted text safe to print and to write as JSON, in place: control bytes and the bytes
  * of invalid UTF-8 become '?' (reader.c). */
 void ms_neutralise(char *text);
+/* reader.c: whether table `table` of the snapshot has column `column` (columns added to format 1
+ * after its first files, such as segments.expandable, are missing from old files). */
+bool ms_has_column(ms_snapshot *s, const char *table, const char *column);
 /* reader.c: 0 on success, -1 with s->error set. */
 int ms_open(ms_snapshot *s, const char *path);
 void ms_close(ms_snapshot *s);

@@ -166,13 +166,19 @@ static sqlite3_stmt *prepare(exporter *e, const char *sql) {
 }
 
 static int write_segments(exporter *e) {
-  sqlite3_stmt *seg = prepare(e, "SELECT s.id, coalesce(s.device, 0), coalesce(s.address, 0), coalesce(s.size, 0), "
-                                 "s.pool, coalesce(s.stream, 0), "
-                                 "coalesce(sum(CASE WHEN b.state = 'allocated' THEN b.size END), 0), "
-                                 "coalesce(sum(CASE WHEN b.state IN ('allocated', 'pending_free') THEN b.size END), 0), "
-                                 "coalesce(sum(CASE WHEN b.state IN ('allocated', 'pending_free') THEN b.requested_size "
-                                 "END), 0) FROM segments s LEFT JOIN blocks b ON b.segment_id = s.id GROUP BY s.id "
-                                 "ORDER BY s.id");
+  /* Snapshots from before the expandable and pool columns existed: they were never either. */
+  bool extra = ms_has_column(e->s, "segments", "expandable") && ms_has_column(e->s, "segments", "pool_id1");
+  char sql[1024];
+  snprintf(sql, sizeof sql,
+           "SELECT s.id, coalesce(s.device, 0), coalesce(s.address, 0), coalesce(s.size, 0), "
+           "s.pool, coalesce(s.stream, 0), "
+           "coalesce(sum(CASE WHEN b.state = 'allocated' THEN b.size END), 0), "
+           "coalesce(sum(CASE WHEN b.state IN ('allocated', 'pending_free') THEN b.size END), 0), "
+           "coalesce(sum(CASE WHEN b.state IN ('allocated', 'pending_free') THEN b.requested_size "
+           "END), 0), %s FROM segments s LEFT JOIN blocks b ON b.segment_id = s.id GROUP BY s.id "
+           "ORDER BY s.id",
+           extra ? "coalesce(s.expandable, 0), coalesce(s.pool_id0, 0), coalesce(s.pool_id1, 0)" : "0, 0, 0");
+  sqlite3_stmt *seg = prepare(e, sql);
   sqlite3_stmt *blk = seg ? prepare(e, "SELECT segment_id, coalesce(address, 0), coalesce(size, 0), "
                                        "coalesce(requested_size, 0), state, coalesce(stack_id, 0) FROM blocks "
                                        "WHERE segment_id IN (SELECT id FROM segments) ORDER BY segment_id, address")
@@ -199,11 +205,11 @@ static int write_segments(exporter *e) {
     key(e, "segment_type");
     key(e, pool && strcmp((const char *)pool, "small") == 0 ? "small" : "large");
     key(e, "segment_pool_id");
-    pkw_int(&e->w, 0);
-    pkw_int(&e->w, 0);
+    pkw_int(&e->w, sqlite3_column_int64(seg, 10));
+    pkw_int(&e->w, sqlite3_column_int64(seg, 11));
     pkw_op(&e->w, PK_OP_TUPLE2);
     key(e, "is_expandable");
-    pkw_op(&e->w, PK_OP_NEWFALSE);
+    pkw_op(&e->w, sqlite3_column_int64(seg, 9) ? PK_OP_NEWTRUE : PK_OP_NEWFALSE);
     write_frames(e, 0);
     key(e, "blocks");
     list_writer blocks;

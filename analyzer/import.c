@@ -516,6 +516,16 @@ static int take_segment(importer *im, const pk_obj *s) {
   bool small = tlen ? strcmp(type, "small") == 0 : total == 2 << 20;
   sqlite3_bind_text(im->segment, 5, small ? "small" : "large", -1, SQLITE_STATIC);
   sqlite3_bind_int64(im->segment, 6, stream);
+  /* Expandable segments and private pools (CUDA graphs, MemPool): is_expandable, and a
+   * segment_pool_id other than (0, 0). */
+  int64_t expandable;
+  if (get_int(im, s, "is_expandable", &w, false, 0, 0, 1, &expandable) != 0) return -1;
+  sqlite3_bind_int(im->segment, 7, (int)expandable);
+  const pk_value *pool_id = pk_dict_get(s, "segment_pool_id");
+  bool private_pool = pk_is(pool_id, PK_TUPLE) && pool_id->o->len == 2 && pool_id->o->items[0].kind == PK_INT &&
+                      pool_id->o->items[1].kind == PK_INT && (pool_id->o->items[0].i || pool_id->o->items[1].i);
+  bind_int_or_null(im->segment, 8, private_pool ? pool_id->o->items[0].i : 0, !private_pool);
+  bind_int_or_null(im->segment, 9, private_pool ? pool_id->o->items[1].i : 0, !private_pool);
   if (step(im, im->segment) != 0) return -1;
   int64_t at = address;
   for (size_t i = 0; i < blocks->o->len; i++) {
@@ -936,7 +946,7 @@ static int import_run(importer *im, pk_read_fn read, void *ctx, uint64_t size, c
     return db_fail(im);
   struct { sqlite3_stmt **st; const char *sql; } stmts[] = {
       {&im->stage, "INSERT INTO temp.stage VALUES(NULL,?,?,?,?,?,?,?,?,?)"},
-      {&im->segment, "INSERT INTO segments VALUES(?,?,?,?,?,?)"},
+      {&im->segment, memsnap_insert_segment_sql},
       {&im->block, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)"},
       {&im->frame, "INSERT INTO frames VALUES(?,?,?,?,?,?,NULL,NULL)"},
       {&im->stack, "INSERT INTO stacks VALUES(?,?)"},

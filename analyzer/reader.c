@@ -175,6 +175,18 @@ int ms_open(ms_snapshot *s, const char *path) {
   return 0;
 }
 
+bool ms_has_column(ms_snapshot *s, const char *table, const char *column) {
+  sqlite3_stmt *st;
+  bool found = false;
+  if (sqlite3_prepare_v2(s->db, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?", -1, &st, NULL) != SQLITE_OK)
+    return false;
+  sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+  found = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  return found;
+}
+
 void ms_close(ms_snapshot *s) {
   if (s->db) sqlite3_close(s->db);
   s->db = NULL;

@@ -14,7 +14,12 @@
  *   - when the device refuses memory: free cached oversize blocks, retry; free every unsplit
  *     cached segment, retry (num_alloc_retries); then fail (num_ooms);
  *   - with a memory fraction set, reserved memory stays under the cap, and
- *     garbage_collection_threshold frees the oldest cached segments above it.
+ *     garbage_collection_threshold frees the oldest cached segments above it;
+ *   - with expandable segments, a new segment is one growing virtual reservation per stream and
+ *     pool (expandable.c), every block may split, and empty_cache unmaps free pages;
+ *   - while a CUDA graph capture (or a MemPool) allocates to a private pool, requests its filter
+ *     accepts come from that pool (pools.c), cross-stream events wait for the capture to end,
+ *     and nothing synchronizes.
  * The data structures differ (see blocktree.c, ptrmap.c): decisions are the same.
  *
  * Locking: one mutex per device guards everything in msi_device. Nothing here allocates host
@@ -65,9 +70,9 @@ size_t msi_allocation_size(size_t size) {
 
 static inline bool is_split(const msi_block *b) { return b->prev || b->next; }
 
-static bool should_split(const msi_block *b, size_t size) {
+static bool should_split(const msi_device *d, const msi_block *b, size_t size) {
   size_t remaining = b->size - size;
-  if (b->pool->is_small) return remaining >= MSI_MIN_BLOCK_SIZE;
+  if (b->pool->is_small || d->expandable) return remaining >= MSI_MIN_BLOCK_SIZE;
   return size < msi_opt.max_split_size && remaining > MSI_SMALL_SIZE;
 }
 
@@ -75,7 +80,7 @@ static bool should_split(const msi_block *b, size_t size) {
 
 /* Makes sure at least two spare block structs exist, so that one malloc (a new segment plus a
  * split) never fails half way. Returns 0, or -1 if out of host memory. */
-static int reserve_blocks(msi_device *d) {
+int msi_reserve_blocks(msi_device *d) {
   if (MSI_LIKELY(d->spare_blocks && d->spare_blocks->next)) return 0;
   if (d->nslabs == d->slabs_cap) {
     int cap = d->slabs_cap ? d->slabs_cap * 2 : 16;
@@ -95,7 +100,7 @@ static int reserve_blocks(msi_device *d) {
   return 0;
 }
 
-static msi_block *block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_stream_t stream, msi_pool *pool) {
+msi_block *msi_block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_stream_t stream, msi_pool *pool) {
   msi_block *b = d->spare_blocks; /* reserve_blocks() ran first */
   d->spare_blocks = b->next;
   /* Field by field: zeroing the whole struct compiles to `rep stos`, the slowest part of a
@@ -111,10 +116,12 @@ static msi_block *block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_s
   b->nuses = b->uses_cap = 0;
   b->uses = NULL; /* block_put freed it */
   b->stack_id = 0;
+  b->mapped = true;
+  b->seg = NULL;
   return b;
 }
 
-static void block_put(msi_device *d, msi_block *b) {
+void msi_block_put(msi_device *d, msi_block *b) {
   if (MSI_UNLIKELY(b->uses != NULL)) {
     free(b->uses);
     b->uses = NULL;
@@ -155,13 +162,13 @@ static inline int stream_set(msi_pool *p, memsnap_stream_t stream) {
 }
 
 /* Caches a free block in the set of its stream (set_index was fixed when it was allocated). */
-static void pool_insert(msi_block *b) {
+void msi_pool_insert(msi_block *b) {
   msi_pool *p = b->pool;
   b->gc_count_base = p->get_free_blocks_call_count;
   msi_set_insert(&p->sets[b->set_index], b);
 }
 
-static void pool_erase(msi_block *b) { msi_set_erase(&b->pool->sets[b->set_index], b); }
+void msi_pool_erase(msi_block *b) { msi_set_erase(&b->pool->sets[b->set_index], b); }
 
 static inline uint64_t gc_age(const msi_block *b) {
   return b->pool->get_free_blocks_call_count - b->gc_count_base;
@@ -179,23 +186,26 @@ typedef struct request {
   uint16_t set_index;
 } request;
 
-/* Asks the device for a new segment. Returns MSI_BE_OK with *out set, MSI_BE_OOM, or
- * MSI_BE_ERR. The memory fraction is checked before the device is asked. */
+/* Asks the device for a new segment (or, with expandable segments, for the pages the request
+ * lacks). Returns MSI_BE_OK with *out set, MSI_BE_OOM, or MSI_BE_ERR. The memory fraction is
+ * checked before the device is asked. */
 static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_block **out) {
   size_t size = r->alloc_size;
   int k = r->pool->stat_kind;
   if (is_retry) d->stats.num_alloc_retries++;
   if (d->set_fraction && d->total_allocated_memory + size > d->allowed_memory_maximum) return MSI_BE_OOM;
+  if (d->expandable) return msi_expandable_alloc(d, r->pool, r->set_index, r->size, out);
   uintptr_t ptr;
   int rc = msi_be->mem_alloc(d->index, size, &ptr);
   if (rc != MSI_BE_OK) return rc;
   d->total_allocated_memory += size;
-  *out = block_new(d, ptr, size, r->stream, r->pool);
+  *out = msi_block_new(d, ptr, size, r->stream, r->pool);
   (*out)->set_index = r->set_index;
   MSI_STAT_INC(d->stats.segment, k, 1);
   MSI_STAT_INC(d->stats.reserved_bytes, k, (int64_t)size);
   if (size >= msi_opt.max_split_size) msi_stat_inc(&d->stats.oversize_segments, 1);
   d->stats.num_device_alloc++;
+  if (r->pool->owner) r->pool->owner->malloc_count++;
   if (msi_is_recording())
     msi_history_add(MSI_EV_SEGMENT_ALLOC, d->index, r->stream, ptr, size, size, 0, d->event_stack);
   return MSI_BE_OK;
@@ -213,15 +223,17 @@ static void release_segment(msi_device *d, msi_block *b) {
   MSI_STAT_DEC(d->stats.reserved_bytes, k, (int64_t)b->size);
   if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_segments, 1);
   d->stats.num_device_free++;
-  pool_erase(b);
-  block_put(d, b);
+  if (b->pool->owner) b->pool->owner->malloc_count--;
+  msi_pool_erase(b);
+  msi_block_put(d, b);
 }
 
 /* ---- freeing and merging --------------------------------------------------------------- */
 
-/* Merges the free neighbour `src` into `dst` if it may. Returns the bytes taken over. */
-static size_t try_merge(msi_device *d, msi_block *dst, msi_block *src) {
-  if (!src || src->allocated || src->event_count > 0 || src->nuses > 0) return 0;
+/* Merges the free neighbour `src` into `dst` if it may (both mapped, or both unmapped ranges of
+ * an expandable segment). Returns the bytes taken over. */
+size_t msi_try_merge(msi_device *d, msi_block *dst, msi_block *src) {
+  if (!src || src->allocated || src->event_count > 0 || src->nuses > 0 || src->mapped != dst->mapped) return 0;
   if (dst->prev == src) {
     dst->ptr = src->ptr;
     dst->prev = src->prev;
@@ -232,8 +244,9 @@ static size_t try_merge(msi_device *d, msi_block *dst, msi_block *src) {
   }
   size_t taken = src->size;
   dst->size += taken;
-  pool_erase(src);
-  block_put(d, src);
+  if (src->mapped) msi_pool_erase(src);
+  else msi_unmapped_erase(src);
+  msi_block_put(d, src);
   return taken;
 }
 
@@ -247,21 +260,23 @@ static void free_block(msi_device *d, msi_block *b) {
   int64_t net_blocks = 0, net_bytes = 0;
   msi_block *neighbours[2] = {b->prev, b->next};
   for (int i = 0; i < 2; i++) {
-    size_t taken = try_merge(d, b, neighbours[i]);
+    size_t taken = msi_try_merge(d, b, neighbours[i]);
     if (taken) {
       net_blocks -= 1;
       net_bytes -= (int64_t)taken;
     }
   }
-  pool_insert(b);
+  msi_pool_insert(b);
   if (is_split(b)) {
     net_blocks += 1;
     net_bytes += (int64_t)b->size;
   }
-  if (net_blocks > 0) MSI_STAT_INC(d->stats.inactive_split, k, net_blocks);
-  else if (net_blocks < 0) MSI_STAT_DEC(d->stats.inactive_split, k, -net_blocks);
-  if (net_bytes > 0) MSI_STAT_INC(d->stats.inactive_split_bytes, k, net_bytes);
-  else if (net_bytes < 0) MSI_STAT_DEC(d->stats.inactive_split_bytes, k, -net_bytes);
+  if (!b->seg) { /* PyTorch leaves expandable segments out of inactive_split: free pages can go back */
+    if (net_blocks > 0) MSI_STAT_INC(d->stats.inactive_split, k, net_blocks);
+    else if (net_blocks < 0) MSI_STAT_DEC(d->stats.inactive_split, k, -net_blocks);
+    if (net_bytes > 0) MSI_STAT_INC(d->stats.inactive_split_bytes, k, net_bytes);
+    else if (net_bytes < 0) MSI_STAT_DEC(d->stats.inactive_split_bytes, k, -net_bytes);
+  }
   MSI_STAT_DEC(d->stats.active, k, 1);
   MSI_STAT_DEC(d->stats.active_bytes, k, orig_size);
   MSI_STAT_DEC(d->stats.requested_bytes, k, requested);
@@ -339,9 +354,17 @@ static void event_done(msi_device *d, msi_event_queue *q) {
   free(pe);
 }
 
+/* Records the events of blocks freed while a capture was underway (querying or recording an
+ * event during a capture is illegal, so PyTorch defers them until none is). */
+static void insert_deferred_events(msi_device *d) {
+  for (size_t i = 0; i < d->ndeferred; i++) insert_events(d, d->deferred[i]);
+  d->ndeferred = 0;
+}
+
 /* Frees the blocks whose events completed. A stream's events complete in order, so each
  * queue is read from its head until the first pending one. */
-static void process_events(msi_device *d) {
+void msi_process_events(msi_device *d) {
+  if (MSI_UNLIKELY(d->ndeferred)) insert_deferred_events(d);
   for (int i = 0; i < d->nqueues; i++) {
     msi_event_queue *q = &d->queues[i];
     while (q->head) {
@@ -352,9 +375,22 @@ static void process_events(msi_device *d) {
   }
 }
 
-/* Waits for every outstanding event and frees their blocks. */
+bool msi_defer_block(msi_device *d, msi_block *b) {
+  if (d->ndeferred == d->deferred_cap) {
+    size_t cap = d->deferred_cap ? d->deferred_cap * 2 : 16;
+    msi_block **g = realloc(d->deferred, sizeof *g * cap);
+    if (!g) return false;
+    d->deferred = g;
+    d->deferred_cap = cap;
+  }
+  d->deferred[d->ndeferred++] = b;
+  return true;
+}
+
+/* Waits for every outstanding event and frees their blocks. Never during a capture. */
 static void synchronize_and_free_events(msi_device *d) {
   d->stats.num_sync_all_streams++;
+  insert_deferred_events(d);
   for (int i = 0; i < d->nqueues; i++) {
     msi_event_queue *q = &d->queues[i];
     while (q->head) {
@@ -366,14 +402,32 @@ static void synchronize_and_free_events(msi_device *d) {
 
 /* ---- finding memory -------------------------------------------------------------------- */
 
+/* What a free block of an expandable segment can grow to: itself and the unmapped range after it. */
+static size_t expandable_size(const msi_block *b) {
+  return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+}
+
 static msi_block *get_free_block(msi_device *d, const request *r) {
   if (MSI_UNLIKELY(d->set_fraction && msi_opt.gc_threshold > 0)) r->pool->get_free_blocks_call_count++;
   msi_block *b = msi_set_lower_bound(r->set, r->size);
   if (!b) return NULL;
+  if (MSI_UNLIKELY(b->seg != NULL)) {
+    if (d->expandable) {
+      /* Best fit by what a block can grow to: a smaller block that can grow less comes first. */
+      msi_block *next = msi_set_next(r->set, b);
+      while (b->seg && next && expandable_size(next) < expandable_size(b)) {
+        b = next;
+        next = msi_set_next(r->set, b);
+      }
+    } else {
+      do b = msi_set_next(r->set, b); while (b && b->seg);
+      if (!b) return NULL;
+    }
+  }
   size_t max_split = msi_opt.max_split_size;
   if (r->size < max_split && b->size >= max_split) return NULL; /* no oversize block for small */
   if (r->size >= max_split && b->size >= r->size + msi_opt.max_non_split_rounding) return NULL;
-  pool_erase(b);
+  msi_pool_erase(b);
   return b;
 }
 
@@ -388,7 +442,7 @@ static void garbage_collect(msi_device *d) {
   int64_t freeable = 0;
   for (int s = 0; s < p->nsets; s++)
     for (msi_block *b = msi_set_first(&p->sets[s]); b; b = msi_set_next(&p->sets[s], b))
-      if (!is_split(b)) {
+      if (!is_split(b) && !b->seg) {
         total_age += gc_age(b);
         freeable++;
       }
@@ -400,7 +454,7 @@ static void garbage_collect(msi_device *d) {
       msi_block *b = msi_set_first(&p->sets[s]);
       while (b) {
         msi_block *next = msi_set_next(&p->sets[s], b);
-        if (!is_split(b) && (double)gc_age(b) >= age_threshold) {
+        if (!is_split(b) && !b->seg && (double)gc_age(b) >= age_threshold) {
           freed = true;
           reclaimed += b->size;
           total_age -= gc_age(b);
@@ -421,14 +475,14 @@ static bool release_available_cached_blocks(msi_device *d, const request *r) {
   size_t key = r->size < max_split ? max_split : r->size;
   msi_block *b = msi_set_lower_bound(r->set, key);
   if (b) {
-    if (is_split(b)) return false; /* never happens: oversize blocks are whole segments */
+    if (is_split(b) || b->seg) return false; /* oversize blocks are whole classic segments */
     release_segment(d, b);
     return true;
   }
   size_t released = 0;
   for (b = msi_set_last(r->set); b && released < key && b->size >= max_split;) {
     msi_block *prev = msi_set_prev(r->set, b);
-    if (!is_split(b)) {
+    if (!is_split(b) && !b->seg) {
       released += b->size;
       release_segment(d, b);
     }
@@ -437,21 +491,42 @@ static bool release_available_cached_blocks(msi_device *d, const request *r) {
   return released >= key;
 }
 
-/* Releases every cached segment that is not split (empty_cache). */
-static void release_cached_blocks(msi_device *d) {
-  synchronize_and_free_events(d);
-  msi_pool *pools[2] = {&d->large, &d->small};
-  for (int i = 0; i < 2; i++) {
-    msi_pool *p = pools[i];
-    for (int s = 0; s < p->nsets; s++) {
-      msi_block *b = msi_set_first(&p->sets[s]);
-      while (b) {
-        msi_block *next = msi_set_next(&p->sets[s], b);
-        if (!is_split(b)) release_segment(d, b);
-        b = next;
+void msi_release_pool_blocks(msi_device *d, msi_pool *p) {
+  msi_block **to_unmap = NULL;
+  size_t n = 0, cap = 0;
+  for (int s = 0; s < p->nsets; s++) {
+    msi_block *b = msi_set_first(&p->sets[s]);
+    while (b) {
+      msi_block *next = msi_set_next(&p->sets[s], b);
+      if (b->seg) { /* unmapping changes the set: gather first, as PyTorch does */
+        if (n == cap) {
+          size_t c = cap ? cap * 2 : 16;
+          msi_block **g = realloc(to_unmap, sizeof *g * c);
+          if (!g) {
+            msi_error("device %d: out of host memory releasing cached pages", d->index);
+            break;
+          }
+          to_unmap = g;
+          cap = c;
+        }
+        to_unmap[n++] = b;
+      } else if (!is_split(b)) {
+        release_segment(d, b);
       }
+      b = next;
     }
   }
+  for (size_t i = 0; i < n; i++) msi_expandable_unmap(d, to_unmap[i]);
+  free(to_unmap);
+}
+
+/* Releases every cached segment that is not split, and the free pages of expandable segments
+ * (empty_cache), then the private pools no capture or MemPool uses any more. */
+static void release_cached_blocks(msi_device *d) {
+  synchronize_and_free_events(d);
+  msi_release_pool_blocks(d, &d->large);
+  msi_release_pool_blocks(d, &d->small);
+  if (MSI_UNLIKELY(d->private_pools != NULL)) msi_private_pools_release_freeable(d);
 }
 
 /* Turns the block found for `r` into an allocated block of r->size bytes, splitting off the
@@ -459,24 +534,27 @@ static void release_cached_blocks(msi_device *d) {
 static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_t orig_size) {
   int k = r->pool->stat_kind;
   bool already_split = is_split(b);
-  if (should_split(b, r->size)) {
+  if (should_split(d, b, r->size)) {
     msi_block *rest = b;
-    b = block_new(d, rest->ptr, r->size, r->stream, r->pool);
+    b = msi_block_new(d, rest->ptr, r->size, r->stream, r->pool);
     b->set_index = rest->set_index;
+    b->seg = rest->seg;
     b->prev = rest->prev;
     if (b->prev) b->prev->next = b;
     b->next = rest;
     rest->prev = b;
     rest->ptr += r->size;
     rest->size -= r->size;
-    pool_insert(rest);
-    if (already_split) {
+    msi_pool_insert(rest);
+    if (b->seg) {
+      /* expandable segments stay out of inactive_split (free_block) */
+    } else if (already_split) {
       MSI_STAT_DEC(d->stats.inactive_split_bytes, k, (int64_t)b->size);
     } else {
       MSI_STAT_INC(d->stats.inactive_split_bytes, k, (int64_t)rest->size);
       MSI_STAT_INC(d->stats.inactive_split, k, 1);
     }
-  } else if (already_split) {
+  } else if (already_split && !b->seg) {
     MSI_STAT_DEC(d->stats.inactive_split_bytes, k, (int64_t)b->size);
     MSI_STAT_DEC(d->stats.inactive_split, k, 1);
   }
@@ -533,14 +611,15 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
   msi_block *b = NULL;
   pthread_mutex_lock(&d->lock);
   d->event_stack = stack;
-  if (MSI_UNLIKELY(d->pending_events)) process_events(d);
+  if (MSI_UNLIKELY(d->pending_events | d->ndeferred) && MSI_LIKELY(d->ncaptures == 0)) msi_process_events(d);
   request r;
   r.size = msi_round_size(orig_size);
-  r.pool = r.size <= MSI_SMALL_SIZE ? &d->small : &d->large;
+  r.pool = MSI_LIKELY(d->ncaptures == 0) ? (r.size <= MSI_SMALL_SIZE ? &d->small : &d->large)
+                                         : msi_pool_for(d, r.size, stream);
   r.alloc_size = msi_allocation_size(r.size);
   r.stream = stream;
   int set_index = stream_set(r.pool, stream);
-  if (MSI_UNLIKELY(set_index < 0 || reserve_blocks(d) != 0)) {
+  if (MSI_UNLIKELY(set_index < 0 || msi_reserve_blocks(d) != 0)) {
     msi_error("device %d: out of host memory", d->index);
     rc = MEMSNAP_ENOMEM;
     goto cleanup;
@@ -552,7 +631,7 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
     if (MSI_UNLIKELY(d->set_fraction && msi_opt.gc_threshold > 0)) garbage_collect(d);
     int be = alloc_segment(d, &r, false, &b);
     if (be == MSI_BE_OOM && release_available_cached_blocks(d, &r)) be = alloc_segment(d, &r, false, &b);
-    if (be == MSI_BE_OOM) {
+    if (be == MSI_BE_OOM && MSI_LIKELY(d->ncaptures == 0)) { /* a capture must not synchronize */
       release_cached_blocks(d);
       be = alloc_segment(d, &r, true, &b);
     }
@@ -601,8 +680,9 @@ int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
   MSI_STAT_DEC(d->stats.allocation, k, 1);
   MSI_STAT_DEC(d->stats.allocated_bytes, k, (int64_t)b->size);
   if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
-  if (MSI_UNLIKELY(b->nuses)) insert_events(d, b);
-  else free_block(d, b);
+  if (MSI_LIKELY(!b->nuses)) free_block(d, b);
+  else if (MSI_UNLIKELY(d->ncaptures) && msi_defer_block(d, b)) { /* events after the capture */
+  } else insert_events(d, b);
   pthread_mutex_unlock(&d->lock);
   return MEMSNAP_OK;
 }
@@ -617,15 +697,15 @@ int msi_device_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream) 
   for (uint32_t i = 0; i < b->nuses; i++)
     if (b->uses[i] == stream) goto out;
   if (b->nuses == b->uses_cap) {
-    uint32_t cap = b->uses_cap ? b->uses_cap * 2 : 2;
-    memsnap_stream_t *grown = realloc(b->uses, sizeof *grown * cap);
+    uint32_t cap = b->uses_cap ? (uint32_t)b->uses_cap * 2 : 2;
+    memsnap_stream_t *grown = cap <= UINT16_MAX ? realloc(b->uses, sizeof *grown * cap) : NULL;
     if (!grown) {
       msi_error("device %d: out of host memory in record_stream", d->index);
       found = -1;
       goto out;
     }
     b->uses = grown;
-    b->uses_cap = cap;
+    b->uses_cap = (uint16_t)cap;
   }
   b->uses[b->nuses++] = stream;
 out:
@@ -636,7 +716,11 @@ out:
 void msi_device_empty_cache(msi_device *d, uint32_t stack) {
   pthread_mutex_lock(&d->lock);
   d->event_stack = stack;
-  release_cached_blocks(d);
+  if (d->ncaptures) /* releasing synchronizes, which a capture forbids (PyTorch asserts) */
+    msi_error("device %d: empty_cache while a CUDA graph capture allocates to a private pool: nothing released",
+              d->index);
+  else
+    release_cached_blocks(d);
   pthread_mutex_unlock(&d->lock);
 }
 
@@ -657,32 +741,46 @@ static int cmp_block_ptr(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The heads of the segments being listed: a growing array, NULL once out of host memory. */
+typedef struct head_list {
+  msi_block **v;
+  size_t n, cap;
+} head_list;
+
+/* Adds b if it starts a segment: a classic segment's first block, or the first mapped block of a
+ * run of mapped blocks in an expandable segment (PyTorch lists each run as a segment). */
+static void add_head(head_list *h, msi_block *b) {
+  if (!h->v || !b->mapped || (b->prev && b->prev->mapped)) return;
+  if (h->n == h->cap) {
+    msi_block **g = realloc(h->v, sizeof *g * h->cap * 2);
+    if (!g) {
+      free(h->v);
+      h->v = NULL;
+      return;
+    }
+    h->v = g;
+    h->cap *= 2;
+  }
+  h->v[h->n++] = b;
+}
+
+static void add_pool_heads(head_list *h, msi_pool *p) {
+  for (int s = 0; s < p->nsets; s++)
+    for (msi_block *b = msi_set_first(&p->sets[s]); b; b = msi_set_next(&p->sets[s], b)) add_head(h, b);
+}
+
 size_t msi_device_segments(msi_device *d, msi_block ***out) {
-  /* Each segment's first block (prev == NULL) is allocated, cached or waiting on events. */
-  size_t n = 0, cap = 64;
-  msi_block **heads = malloc(sizeof *heads * cap);
-#define ADD_HEAD(b)                                                 \
-  do {                                                              \
-    if (heads && !(b)->prev) {                                      \
-      if (n == cap) {                                               \
-        msi_block **g = realloc(heads, sizeof *heads * cap * 2);    \
-        if (!g) {                                                   \
-          free(heads);                                              \
-          heads = NULL;                                             \
-        } else {                                                    \
-          heads = g;                                                \
-          cap *= 2;                                                 \
-        }                                                           \
-      }                                                             \
-      if (heads) heads[n++] = (b);                                  \
-    }                                                               \
-  } while (0)
+  /* Each segment's first block is allocated, cached or waiting on events (or deferred). */
+  head_list h = {malloc(sizeof(msi_block *) * 64), 0, 64};
   for (size_t i = 0; i <= d->live.mask; i++)
-    if (d->live.slots[i].block) ADD_HEAD(d->live.slots[i].block);
-  msi_pool *pools[2] = {&d->small, &d->large};
-  for (int p = 0; p < 2; p++)
-    for (int s = 0; s < pools[p]->nsets; s++)
-      for (msi_block *b = msi_set_first(&pools[p]->sets[s]); b; b = msi_set_next(&pools[p]->sets[s], b)) ADD_HEAD(b);
+    if (d->live.slots[i].block) add_head(&h, d->live.slots[i].block);
+  add_pool_heads(&h, &d->small);
+  add_pool_heads(&h, &d->large);
+  for (msi_private_pool *pp = d->private_pools; pp; pp = pp->next) {
+    add_pool_heads(&h, &pp->small);
+    add_pool_heads(&h, &pp->large);
+  }
+  for (size_t i = 0; i < d->ndeferred; i++) add_head(&h, d->deferred[i]);
   for (int q = 0; q < d->nqueues; q++)
     for (msi_pending_event *pe = d->queues[q].head; pe; pe = pe->next)
       if (pe->block->event_count && !pe->block->prev) {
@@ -690,16 +788,15 @@ size_t msi_device_segments(msi_device *d, msi_block ***out) {
         for (msi_pending_event *e2 = d->queues[q].head; e2 != pe && !seen; e2 = e2->next) seen = e2->block == pe->block;
         for (int q2 = 0; q2 < q && !seen; q2++)
           for (msi_pending_event *e2 = d->queues[q2].head; e2 && !seen; e2 = e2->next) seen = e2->block == pe->block;
-        if (!seen) ADD_HEAD(pe->block);
+        if (!seen) add_head(&h, pe->block);
       }
-#undef ADD_HEAD
-  if (!heads) {
+  if (!h.v) {
     msi_error("device %d: out of host memory listing segments", d->index);
     return SIZE_MAX;
   }
-  qsort(heads, n, sizeof *heads, cmp_block_ptr);
-  *out = heads;
-  return n;
+  qsort(h.v, h.n, sizeof *h.v, cmp_block_ptr);
+  *out = h.v;
+  return h.n;
 }
 
 int msi_device_init(msi_device *d, int index) {
@@ -719,14 +816,28 @@ int msi_device_init(msi_device *d, int index) {
   }
   pthread_mutex_init(&d->lock, NULL);
   if (msi_opt.memory_fraction < 1.0) msi_device_set_fraction(d, msi_opt.memory_fraction);
+  /* A configuration the driver cannot serve warns once and falls back to classic segments. */
+  if (msi_opt.async_mode) msi_async_init(d);
+  else if (msi_opt.expandable_segments) d->expandable = msi_expandable_usable(d);
   return 0;
 }
 
 void msi_device_destroy(msi_device *d) {
   pthread_mutex_lock(&d->lock);
   d->event_stack = 0;
-  /* Free every live block (dropping stream uses), wait for events, then every segment is whole
-   * and cached, and release_cached_blocks returns them all. */
+  if (d->async) msi_async_destroy(d);
+  /* End the captures and make every private pool freeable; free every live block (dropping
+   * stream uses), wait for events, then every segment is whole and cached, and
+   * release_cached_blocks returns them all. */
+  for (int i = 0; i < d->ncaptures; i++)
+    if (d->captures[i].release_ctx) d->captures[i].release_ctx(d->captures[i].ctx);
+  d->ncaptures = 0;
+  for (msi_private_pool *pp = d->private_pools; pp; pp = pp->next) pp->use_count = 0;
+  for (size_t i = 0; i < d->ndeferred; i++) {
+    d->deferred[i]->nuses = 0;
+    free_block(d, d->deferred[i]);
+  }
+  d->ndeferred = 0;
   for (size_t i = 0; i <= d->live.mask; i++) {
     msi_block *b;
     while ((b = d->live.slots[i].block) != NULL) {
@@ -737,6 +848,8 @@ void msi_device_destroy(msi_device *d) {
     }
   }
   release_cached_blocks(d);
+  msi_private_pools_destroy(d);
+  msi_expandable_destroy_all(d);
   for (int i = 0; i < d->nevent_cache; i++) msi_be->event_destroy(d->index, d->event_cache[i]);
   for (int i = 0; i < d->nslabs; i++) {
     msi_block *slab = d->block_slabs[i];
@@ -748,6 +861,8 @@ void msi_device_destroy(msi_device *d) {
   free(d->queues);
   free(d->small.sets);
   free(d->large.sets);
+  free(d->captures);
+  free(d->deferred);
   msi_ptrmap_destroy(&d->live);
   pthread_mutex_unlock(&d->lock);
   pthread_mutex_destroy(&d->lock);

@@ -23,8 +23,15 @@ static atomic_int ready;       /* 1 once options, backend and device count are s
 static int ndevices;
 static _Atomic(msi_device *) devices[MSI_MAX_DEVICES];
 
-/* Declared in oom_throw.cc: raises the out-of-memory error in the calling C++ frame. */
+/* Declared in oom_throw.cc: raise the out-of-memory error, or another failure as a RuntimeError,
+ * in the calling C++ frame. */
 void msi_throw_oom(const char *message);
+void msi_throw_error(const char *message);
+
+/* The mode of a device: the caching allocator, or the stream-ordered one (d->async). */
+static inline int device_free(msi_device *d, void *ptr, uint32_t stack) {
+  return MSI_UNLIKELY(d->async != NULL) ? msi_async_free(d, ptr, stack) : msi_device_free(d, ptr, stack);
+}
 
 /* The caller's stack while recording (0 otherwise): captured before any lock is taken. */
 static inline uint32_t call_stack(void) { return MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0; }
@@ -204,7 +211,8 @@ int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) 
   if (size == 0) return MEMSNAP_OK;
   msi_device *d = msi_device_get(device);
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
-  int rc = msi_device_malloc(d, size, stream, call_stack(), out);
+  int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, call_stack(), out)
+                                         : msi_device_malloc(d, size, stream, call_stack(), out);
   char oom_path[1024];
   if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM) && msi_dump_path(true, oom_path, sizeof oom_path) &&
       atomic_exchange(&oom_dumped, 1) == 0) {
@@ -225,8 +233,13 @@ void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream) {
   }
   int rc = memsnap_alloc(&ptr, (size_t)size, device, stream);
   if (MSI_LIKELY(rc == MEMSNAP_OK)) return ptr;
-  if (rc == MEMSNAP_ENOMEM && msi_opt.oom == MSI_OOM_THROW) msi_throw_oom(memsnap_last_error());
-  if (msi_opt.oom == MSI_OOM_ABORT || (rc != MEMSNAP_ENOMEM && msi_opt.oom == MSI_OOM_THROW)) {
+  /* With throw, PyTorch gets an exception it turns into a Python one: OutOfMemoryError, or a
+   * RuntimeError for anything else (a driver error), never an abort of the user's process. */
+  if (msi_opt.oom == MSI_OOM_THROW) {
+    if (rc == MEMSNAP_ENOMEM) msi_throw_oom(memsnap_last_error());
+    msi_throw_error(memsnap_last_error());
+  }
+  if (msi_opt.oom == MSI_OOM_ABORT && rc == MEMSNAP_ENOMEM) { /* what the user asked for */
     fprintf(stderr, "memsnap: fatal: %s\n", memsnap_last_error());
     abort();
   }
@@ -238,11 +251,11 @@ static int release_on(void *ptr, int hint, uint32_t stack) {
   if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
   if (hint >= 0 && hint < ndevices) {
     msi_device *d = atomic_load(&devices[hint]);
-    if (d && msi_device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
+    if (d && device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
   }
   for (int i = 0; i < ndevices; i++) {
     msi_device *d = atomic_load(&devices[i]);
-    if (i != hint && d && msi_device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
+    if (i != hint && d && device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
   }
   msi_error("free of %p, which memsnap did not allocate (or freed already)", ptr);
   return MEMSNAP_EINVAL;
@@ -255,7 +268,7 @@ void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) 
   uint32_t stack = call_stack();
   if (MSI_LIKELY(device >= 0 && device < MSI_MAX_DEVICES)) {
     msi_device *d = atomic_load_explicit(&devices[device], memory_order_acquire);
-    if (MSI_LIKELY(d && msi_device_free(d, ptr, stack) == MEMSNAP_OK)) return;
+    if (MSI_LIKELY(d && device_free(d, ptr, stack) == MEMSNAP_OK)) return;
   }
   release_on(ptr, device, stack);
 }
@@ -298,7 +311,8 @@ void memsnap_empty_cache(void) {
   uint32_t stack = call_stack(); /* for its segment_free events */
   for (int i = 0; i < ndevices; i++) {
     msi_device *d = atomic_load(&devices[i]);
-    if (d) msi_device_empty_cache(d, stack);
+    if (d && d->async) msi_async_empty_cache(d, stack);
+    else if (d) msi_device_empty_cache(d, stack);
   }
 }
 
@@ -311,7 +325,7 @@ void memsnap_record_stream(void *ptr, memsnap_stream_t stream) {
   if (!ptr || ensure_ready() != 0) return;
   for (int i = 0; i < ndevices; i++) {
     msi_device *d = atomic_load(&devices[i]);
-    if (d && msi_device_record_stream(d, ptr, stream) != 0) return;
+    if (d && (d->async ? msi_async_record_stream(d, ptr, stream) : msi_device_record_stream(d, ptr, stream)) != 0) return;
   }
   msi_error("record_stream of %p, which memsnap did not allocate", ptr);
 }
@@ -330,7 +344,8 @@ int memsnap_get_stats(int device, memsnap_stats_t *out) {
   msi_device *d = msi_device_get(device);
   if (!d) return MEMSNAP_EINVAL;
   pthread_mutex_lock(&d->lock);
-  *out = d->stats;
+  if (d->async) msi_async_stats(d, out);
+  else *out = d->stats;
   pthread_mutex_unlock(&d->lock);
   return MEMSNAP_OK;
 }
@@ -344,9 +359,69 @@ static int reset_stats(int device, void (*reset)(memsnap_stats_t *)) {
   return MEMSNAP_OK;
 }
 
-int memsnap_reset_peak_stats(int device) { return reset_stats(device, msi_stats_reset_peak); }
+int memsnap_reset_peak_stats(int device) {
+  msi_device *d = msi_device_get(device);
+  if (d && d->async) { /* the pool keeps the peaks: reset its marks, as PyTorch does */
+    pthread_mutex_lock(&d->lock);
+    msi_async_reset_peak(d);
+    pthread_mutex_unlock(&d->lock);
+    return MEMSNAP_OK;
+  }
+  return reset_stats(device, msi_stats_reset_peak);
+}
 
+/* The async mode keeps no accumulated sums (PyTorch: "has no effect"), so there is nothing to
+ * reset; the caching mode's counters are zeroed. */
 int memsnap_reset_accumulated_stats(int device) { return reset_stats(device, msi_stats_reset_accumulated); }
+
+/* ---- private pools ----------------------------------------------------------------------- */
+
+static int thread_filter(void *ctx, memsnap_stream_t stream) {
+  (void)stream;
+  return pthread_equal(pthread_self(), (pthread_t)(uintptr_t)ctx);
+}
+
+int memsnap_begin_allocate_to_pool(int device, uint64_t id0, uint64_t id1, memsnap_pool_filter_t filter, void *ctx) {
+  msi_device *d = msi_device_get(device);
+  if (!d) return MEMSNAP_EINVAL;
+  if (!filter) {
+    msi_error("memsnap_begin_allocate_to_pool: a filter is needed (memsnap_begin_allocate_thread_to_pool "
+              "routes the calling thread's allocations)");
+    return MEMSNAP_EINVAL;
+  }
+  uint64_t id[2] = {id0, id1};
+  return msi_pool_begin(d, id, filter, ctx, NULL);
+}
+
+int memsnap_begin_allocate_thread_to_pool(int device, uint64_t id0, uint64_t id1) {
+  return memsnap_begin_allocate_to_pool(device, id0, id1, thread_filter, (void *)(uintptr_t)pthread_self());
+}
+
+/* For the C++ hooks (torch_hooks.cc): begin with a filter whose context memsnap frees. */
+int msi_begin_allocate_owned(int device, uint64_t id0, uint64_t id1, msi_pool_filter filter, void *ctx,
+                             void (*release_ctx)(void *)) {
+  msi_device *d = msi_device_get(device);
+  if (!d) {
+    release_ctx(ctx);
+    return MEMSNAP_EINVAL;
+  }
+  uint64_t id[2] = {id0, id1};
+  return msi_pool_begin(d, id, filter, ctx, release_ctx);
+}
+
+#define POOL_CALL(fn)                            \
+  msi_device *d = msi_device_get(device);        \
+  if (!d) return MEMSNAP_EINVAL;                 \
+  uint64_t id[2] = {id0, id1};                   \
+  return fn
+
+int memsnap_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_end(d, id)); }
+int memsnap_create_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_create(d, id)); }
+int memsnap_release_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_release(d, id)); }
+int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, const uint64_t *ptrs, size_t n) {
+  POOL_CALL(msi_pool_live_match(d, id, ptrs, n));
+}
+#undef POOL_CALL
 
 int memsnap_sim_synchronize(memsnap_stream_t stream) {
   if (ensure_ready() != 0) return MEMSNAP_EBACKEND;

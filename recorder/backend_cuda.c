@@ -9,7 +9,15 @@
  * streams and events interoperate with PyTorch whatever its CUDA version. Loading libcuda
  * with dlopen() also lets the same library load on machines without a GPU (the sim backend).
  *
- * Only cuda.h's types are used; every function comes from dlsym.
+ * Only cuda.h's types are used; every function comes from dlsym. The virtual memory calls
+ * (expandable segments), the stream-ordered pool (async mode) and the capture-mode exchange are
+ * optional: a driver without them still serves classic segments, and the modes that need them
+ * say so and fall back (vmm_supported, async_supported).
+ *
+ * CUDA graph capture: a capture in the default (global) mode forbids cuMemAlloc and cuMemFree
+ * in every thread ("operation not permitted when stream is capturing"). PyTorch's allocator
+ * switches the calling thread to the relaxed mode around cudaMalloc (cudaMallocMaybeCapturing);
+ * this backend does the same around every call that allocates or frees device memory.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -37,15 +45,38 @@
   X(cuEventQuery, CUresult, (CUevent))                                \
   X(cuEventSynchronize, CUresult, (CUevent))                          \
   X(cuEventDestroy_v2, CUresult, (CUevent))                           \
-  X(cuGetErrorString, CUresult, (CUresult, const char **))
+  X(cuGetErrorString, CUresult, (CUresult, const char **))                       \
+  X(cuStreamSynchronize, CUresult, (CUstream))                                   \
+  X(cuStreamWaitEvent, CUresult, (CUstream, CUevent, unsigned int))              \
+  X(cuDeviceGetAttribute, CUresult, (int *, CUdevice_attribute, CUdevice))
+
+/* Optional: NULL when the driver lacks them. */
+#define OPTIONAL_FUNCS(X)                                                                      \
+  X(cuThreadExchangeStreamCaptureMode, CUresult, (CUstreamCaptureMode *))                     \
+  X(cuMemAddressReserve, CUresult, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
+  X(cuMemAddressFree, CUresult, (CUdeviceptr, size_t))                                         \
+  X(cuMemCreate, CUresult, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
+  X(cuMemRelease, CUresult, (CUmemGenericAllocationHandle))                                    \
+  X(cuMemMap, CUresult, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
+  X(cuMemUnmap, CUresult, (CUdeviceptr, size_t))                                               \
+  X(cuMemSetAccess, CUresult, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))          \
+  X(cuMemAllocAsync, CUresult, (CUdeviceptr *, size_t, CUstream))                              \
+  X(cuMemFreeAsync, CUresult, (CUdeviceptr, CUstream))                                         \
+  X(cuDeviceGetDefaultMemPool, CUresult, (CUmemoryPool *, CUdevice))                           \
+  X(cuMemPoolSetAttribute, CUresult, (CUmemoryPool, CUmemPool_attribute, void *))              \
+  X(cuMemPoolGetAttribute, CUresult, (CUmemoryPool, CUmemPool_attribute, void *))              \
+  X(cuMemPoolTrimTo, CUresult, (CUmemoryPool, size_t))                                         \
+  X(cuCtxSynchronize, CUresult, (void))
 
 #define DECLARE(name, ret, args) static ret(*p_##name) args;
 DRIVER_FUNCS(DECLARE)
+OPTIONAL_FUNCS(DECLARE)
 #undef DECLARE
 
 static void *libcuda;
 static int ndevs;
 static CUcontext ctxs[MSI_MAX_DEVICES];
+static CUmemoryPool pools[MSI_MAX_DEVICES]; /* default pools, set up for the async mode */
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *err_str(CUresult r) {
@@ -74,6 +105,9 @@ static int cuda_init(void) {
   }
   DRIVER_FUNCS(RESOLVE)
 #undef RESOLVE
+#define RESOLVE_OPTIONAL(name, ret, args) p_##name = (ret(*) args)dlsym(libcuda, #name);
+  OPTIONAL_FUNCS(RESOLVE_OPTIONAL)
+#undef RESOLVE_OPTIONAL
   CUresult r = p_cuInit(0);
   if (r != CUDA_SUCCESS) return fail("cuInit", r);
   r = p_cuDeviceGetCount(&ndevs);
@@ -88,6 +122,7 @@ static void cuda_shutdown(void) {
       if (p_cuDeviceGet(&dev, i) == CUDA_SUCCESS) p_cuDevicePrimaryCtxRelease_v2(dev);
       ctxs[i] = NULL;
     }
+    pools[i] = NULL;
   }
   /* libcuda stays loaded: unloading the driver library under a live runtime is unsafe. */
 }
@@ -143,11 +178,25 @@ static int cuda_device_info(int dev, size_t *free_bytes, size_t *total, char *na
   return MSI_BE_OK;
 }
 
+/* The calling thread's capture mode, relaxed while memory is allocated or freed (a global-mode
+ * capture elsewhere in the process would refuse the call). */
+static CUstreamCaptureMode relax_capture(void) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (p_cuThreadExchangeStreamCaptureMode) p_cuThreadExchangeStreamCaptureMode(&mode);
+  return mode;
+}
+
+static void restore_capture(CUstreamCaptureMode mode) {
+  if (p_cuThreadExchangeStreamCaptureMode) p_cuThreadExchangeStreamCaptureMode(&mode);
+}
+
 static int cuda_mem_alloc(int dev, size_t size, uintptr_t *out) {
   bool pushed;
   if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
   CUdeviceptr p = 0;
+  CUstreamCaptureMode mode = relax_capture();
   CUresult r = p_cuMemAlloc_v2(&p, size);
+  restore_capture(mode);
   leave(pushed);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return MSI_BE_OOM;
   if (r != CUDA_SUCCESS) return fail("cuMemAlloc", r);
@@ -159,7 +208,9 @@ static int cuda_mem_free(int dev, uintptr_t ptr, size_t size) {
   (void)size;
   bool pushed;
   if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUstreamCaptureMode mode = relax_capture();
   CUresult r = p_cuMemFree_v2((CUdeviceptr)ptr);
+  restore_capture(mode);
   leave(pushed);
   return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuMemFree", r);
 }
@@ -197,6 +248,211 @@ static void cuda_event_destroy(int dev, void *ev) {
   p_cuEventDestroy_v2((CUevent)ev);
 }
 
+static int cuda_stream_synchronize(int dev, memsnap_stream_t stream) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUresult r = p_cuStreamSynchronize((CUstream)stream);
+  leave(pushed);
+  return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuStreamSynchronize", r);
+}
+
+static int cuda_stream_wait(int dev, memsnap_stream_t waiter, memsnap_stream_t stream) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUevent ev = NULL;
+  CUresult r = p_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) r = p_cuEventRecord(ev, (CUstream)stream);
+  if (r == CUDA_SUCCESS) r = p_cuStreamWaitEvent((CUstream)waiter, ev, 0);
+  if (ev) p_cuEventDestroy_v2(ev);
+  leave(pushed);
+  return r == CUDA_SUCCESS ? MSI_BE_OK : fail("making a stream wait for another", r);
+}
+
+/* Whether `attr` of device dev is set; 0 with the reason in msi_error otherwise. */
+static int device_has(int dev, CUdevice_attribute attr, const char *what) {
+  CUdevice d;
+  int value = 0;
+  CUresult r = p_cuDeviceGet(&d, dev);
+  if (r == CUDA_SUCCESS) r = p_cuDeviceGetAttribute(&value, attr, d);
+  if (r != CUDA_SUCCESS) {
+    fail("reading a device attribute", r);
+    return 0;
+  }
+  if (!value) msi_error("device %d does not support %s", dev, what);
+  return value != 0;
+}
+
+/* ---- virtual memory: expandable segments ---------------------------------------------------- */
+
+static int cuda_vmm_supported(int dev) {
+  if (!p_cuMemAddressReserve || !p_cuMemAddressFree || !p_cuMemCreate || !p_cuMemRelease || !p_cuMemMap ||
+      !p_cuMemUnmap || !p_cuMemSetAccess) {
+    msi_error("the driver (libcuda.so.1) lacks the virtual memory management API");
+    return 0;
+  }
+  return device_has(dev, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, "virtual memory management");
+}
+
+static int cuda_va_reserve(int dev, size_t size, uintptr_t *out) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUdeviceptr p = 0;
+  CUresult r = p_cuMemAddressReserve(&p, size, 0, 0, 0);
+  leave(pushed);
+  if (r != CUDA_SUCCESS) return fail("cuMemAddressReserve", r);
+  *out = (uintptr_t)p;
+  return MSI_BE_OK;
+}
+
+static int cuda_va_free(int dev, uintptr_t ptr, size_t size) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUresult r = p_cuMemAddressFree((CUdeviceptr)ptr, size);
+  leave(pushed);
+  return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuMemAddressFree", r);
+}
+
+static int cuda_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  CUmemGenericAllocationHandle h = 0;
+  CUstreamCaptureMode mode = relax_capture();
+  CUresult r = p_cuMemCreate(&h, page_size, &prop, 0);
+  int rc = MSI_BE_OK;
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    rc = MSI_BE_OOM;
+  } else if (r != CUDA_SUCCESS) {
+    rc = fail("cuMemCreate", r);
+  } else {
+    CUmemAccessDesc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = dev;
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = p_cuMemMap((CUdeviceptr)ptr, page_size, 0, h, 0);
+    if (r != CUDA_SUCCESS) {
+      rc = fail("cuMemMap", r);
+    } else if ((r = p_cuMemSetAccess((CUdeviceptr)ptr, page_size, &desc, 1)) != CUDA_SUCCESS) {
+      rc = fail("cuMemSetAccess", r);
+      p_cuMemUnmap((CUdeviceptr)ptr, page_size);
+    }
+    if (rc != MSI_BE_OK) p_cuMemRelease(h);
+  }
+  restore_capture(mode);
+  leave(pushed);
+  if (rc == MSI_BE_OK) *handle = (void *)(uintptr_t)h;
+  return rc;
+}
+
+static int cuda_page_unmap(int dev, uintptr_t ptr, size_t page_size, void *handle) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUstreamCaptureMode mode = relax_capture();
+  CUresult r = p_cuMemUnmap((CUdeviceptr)ptr, page_size);
+  CUresult r2 = p_cuMemRelease((CUmemGenericAllocationHandle)(uintptr_t)handle);
+  restore_capture(mode);
+  leave(pushed);
+  if (r != CUDA_SUCCESS) return fail("cuMemUnmap", r);
+  return r2 == CUDA_SUCCESS ? MSI_BE_OK : fail("cuMemRelease", r2);
+}
+
+/* ---- the stream-ordered pool: async mode -------------------------------------------------------- */
+
+/* The device's default pool, set up once as PyTorch's backend does: it keeps what is freed
+ * (release threshold UINT64_MAX) and reuses it in every way the driver allows. */
+static int default_pool(int dev, CUmemoryPool *out) {
+  if (pools[dev]) {
+    *out = pools[dev];
+    return MSI_BE_OK;
+  }
+  CUdevice d;
+  CUmemoryPool pool = NULL;
+  CUresult r = p_cuDeviceGet(&d, dev);
+  if (r == CUDA_SUCCESS) r = p_cuDeviceGetDefaultMemPool(&pool, d);
+  if (r != CUDA_SUCCESS) return fail("cuDeviceGetDefaultMemPool", r);
+  cuuint64_t threshold = UINT64_MAX;
+  int enable = 1;
+  r = p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+  if (r == CUDA_SUCCESS) r = p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, &enable);
+  if (r == CUDA_SUCCESS) r = p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &enable);
+  if (r == CUDA_SUCCESS) r = p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, &enable);
+  if (r != CUDA_SUCCESS) return fail("setting up the stream-ordered pool", r);
+  *out = pools[dev] = pool;
+  return MSI_BE_OK;
+}
+
+static int cuda_async_supported(int dev) {
+  if (!p_cuMemAllocAsync || !p_cuMemFreeAsync || !p_cuDeviceGetDefaultMemPool || !p_cuMemPoolSetAttribute ||
+      !p_cuMemPoolGetAttribute || !p_cuMemPoolTrimTo || !p_cuCtxSynchronize) {
+    msi_error("the driver (libcuda.so.1) lacks the stream-ordered allocator (cuMemAllocAsync)");
+    return 0;
+  }
+  if (!device_has(dev, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, "memory pools (cuMemAllocAsync)")) return 0;
+  CUmemoryPool pool;
+  return default_pool(dev, &pool) == MSI_BE_OK;
+}
+
+static int cuda_async_alloc(int dev, size_t size, memsnap_stream_t stream, uintptr_t *out) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUdeviceptr p = 0;
+  CUresult r = p_cuMemAllocAsync(&p, size, (CUstream)stream);
+  leave(pushed);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return MSI_BE_OOM;
+  if (r != CUDA_SUCCESS) return fail("cuMemAllocAsync", r);
+  *out = (uintptr_t)p;
+  return MSI_BE_OK;
+}
+
+static int cuda_async_free(int dev, uintptr_t ptr, memsnap_stream_t stream) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUresult r = p_cuMemFreeAsync((CUdeviceptr)ptr, (CUstream)stream);
+  leave(pushed);
+  return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuMemFreeAsync", r);
+}
+
+static int cuda_async_trim(int dev) {
+  CUmemoryPool pool;
+  bool pushed;
+  if (default_pool(dev, &pool) != MSI_BE_OK || enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUresult r = p_cuCtxSynchronize();
+  if (r == CUDA_SUCCESS) r = p_cuMemPoolTrimTo(pool, 0);
+  leave(pushed);
+  return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuMemPoolTrimTo", r);
+}
+
+static int cuda_async_usage(int dev, uint64_t *reserved, uint64_t *reserved_high, uint64_t *used, uint64_t *used_high) {
+  CUmemoryPool pool;
+  if (default_pool(dev, &pool) != MSI_BE_OK) return MSI_BE_ERR;
+  cuuint64_t v[4] = {0, 0, 0, 0};
+  const CUmemPool_attribute attrs[4] = {CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+                                         CU_MEMPOOL_ATTR_USED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_HIGH};
+  for (int i = 0; i < 4; i++) {
+    CUresult r = p_cuMemPoolGetAttribute(pool, attrs[i], &v[i]);
+    if (r != CUDA_SUCCESS) return fail("cuMemPoolGetAttribute", r);
+  }
+  *reserved = v[0];
+  *reserved_high = v[1];
+  *used = v[2];
+  *used_high = v[3];
+  return MSI_BE_OK;
+}
+
+static int cuda_async_reset_peak(int dev) {
+  CUmemoryPool pool;
+  if (default_pool(dev, &pool) != MSI_BE_OK) return MSI_BE_ERR;
+  cuuint64_t zero = 0; /* 0 is the one value allowed: the mark becomes the current value */
+  CUresult r = p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+  if (r == CUDA_SUCCESS) r = p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+  return r == CUDA_SUCCESS ? MSI_BE_OK : fail("resetting the pool's high-water marks", r);
+}
+
 const msi_backend msi_backend_cuda = {
     .name = "cuda",
     .init = cuda_init,
@@ -209,5 +465,18 @@ const msi_backend msi_backend_cuda = {
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
     .event_destroy = cuda_event_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .vmm_supported = cuda_vmm_supported,
+    .va_reserve = cuda_va_reserve,
+    .va_free = cuda_va_free,
+    .page_map = cuda_page_map,
+    .page_unmap = cuda_page_unmap,
+    .async_supported = cuda_async_supported,
+    .async_alloc = cuda_async_alloc,
+    .async_free = cuda_async_free,
+    .async_trim = cuda_async_trim,
+    .async_usage = cuda_async_usage,
+    .async_reset_peak = cuda_async_reset_peak,
+    .stream_wait = cuda_stream_wait,
     .shutdown = cuda_shutdown,
 };

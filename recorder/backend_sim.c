@@ -10,6 +10,23 @@
  * event records the submitted count and is complete once the completed count reaches it.
  * Work is "submitted" by every event record and completed by memsnap_sim_synchronize(stream)
  * (or event_synchronize), so a test decides exactly when cross-stream uses finish.
+ *
+ * Virtual memory (expandable segments): reservations of address space come from a window of
+ * their own per device, [VA_BASE + device * VA_WINDOW, + VA_WINDOW), and cost no capacity;
+ * mapping a page takes page_size bytes of the device's capacity (out of memory past it) and
+ * must land inside a reservation on a page that is not mapped; unmapping gives them back. The
+ * mapped pages are kept so that a wrong map, unmap or free is an error, as with the driver.
+ *
+ * The stream-ordered pool (async mode), like the driver's default pool with a release threshold
+ * of UINT64_MAX: it takes chunks of the device's capacity (the request rounded up to 2 MiB) and
+ * carves allocations out of them best fit, 512-byte aligned. A freed range remembers its stream
+ * and the stream's submitted count: the same stream reuses it at once, another stream once that
+ * count completed (memsnap_sim_synchronize). Nothing goes back to the device until trim
+ * (empty_cache), which completes every stream and returns the chunks left wholly free; an
+ * allocation that finds no room trims once and retries, as the driver may. Cross-stream waits
+ * (stream_wait) are not modelled: a test completes streams itself.
+ *
+ * MEMSNAP_SIM_OLD_DRIVER=1 simulates a driver with neither (for the fallback tests).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +41,33 @@ typedef struct range {
   size_t size;
 } range;
 
+typedef struct apool_range { /* a piece of an async pool chunk */
+  uintptr_t start;
+  size_t size;
+  int chunk;               /* index into chunks */
+  bool free;
+  memsnap_stream_t stream; /* free ranges: freed on this stream ... */
+  uint64_t ticket;         /* ... at this submitted count */
+} apool_range;
+
 typedef struct sim_device {
   range *free;     /* free address ranges sorted by start, coalesced */
   int nfree, cap;
   size_t used;
+  uintptr_t va_next;  /* next reservation's address */
+  range *reserved;    /* live reservations */
+  int nreserved, reserved_cap;
+  range *mapped;      /* mapped pages, sorted by start */
+  int nmapped, mapped_cap;
+  range *chunks;      /* async pool chunks (size 0: released) */
+  int nchunks;
+  apool_range *pieces; /* async pool ranges, by address */
+  int npieces, pieces_cap;
+  uint64_t pool_reserved, pool_used, pool_reserved_high, pool_used_high;
 } sim_device;
+
+#define VA_BASE 0x8000000000000ull
+#define VA_WINDOW 0x100000000000ull
 
 typedef struct sim_stream {
   memsnap_stream_t stream;
@@ -57,6 +96,7 @@ static int sim_init(void) {
     devs[i].nfree = 1;
     devs[i].free[0].start = (uintptr_t)(SIM_BASE * (uint64_t)(i + 1));
     devs[i].free[0].size = msi_opt.sim_capacity;
+    devs[i].va_next = (uintptr_t)(VA_BASE + VA_WINDOW * (uint64_t)i);
   }
   return MSI_BE_OK;
 oom:
@@ -65,7 +105,13 @@ oom:
 }
 
 static void sim_shutdown(void) {
-  for (int i = 0; i < ndevs && devs; i++) free(devs[i].free);
+  for (int i = 0; i < ndevs && devs; i++) {
+    free(devs[i].free);
+    free(devs[i].reserved);
+    free(devs[i].mapped);
+    free(devs[i].chunks);
+    free(devs[i].pieces);
+  }
   free(devs);
   free(streams);
   devs = NULL;
@@ -84,10 +130,9 @@ static int sim_device_info(int dev, size_t *free_bytes, size_t *total, char *nam
   return MSI_BE_OK;
 }
 
-static int sim_mem_alloc(int dev, size_t size, uintptr_t *out) {
-  sim_device *d = &devs[dev];
+/* First-fit physical memory; caller holds sim_lock. MSI_BE_OK or MSI_BE_OOM. */
+static int take_range(sim_device *d, size_t size, uintptr_t *out) {
   int rc = MSI_BE_OOM;
-  pthread_mutex_lock(&sim_lock);
   for (int i = 0; i < d->nfree; i++) {
     if (d->free[i].size < size) continue;
     *out = d->free[i].start;
@@ -101,14 +146,19 @@ static int sim_mem_alloc(int dev, size_t size, uintptr_t *out) {
     rc = MSI_BE_OK;
     break;
   }
+  return rc;
+}
+
+static int sim_mem_alloc(int dev, size_t size, uintptr_t *out) {
+  pthread_mutex_lock(&sim_lock);
+  int rc = take_range(&devs[dev], size, out);
   pthread_mutex_unlock(&sim_lock);
   return rc;
 }
 
-static int sim_mem_free(int dev, uintptr_t ptr, size_t size) {
-  sim_device *d = &devs[dev];
+/* Gives physical memory back; caller holds sim_lock. MSI_BE_OK or MSI_BE_ERR (error set). */
+static int give_range(sim_device *d, uintptr_t ptr, size_t size) {
   int rc = MSI_BE_OK;
-  pthread_mutex_lock(&sim_lock);
   int i = 0;
   while (i < d->nfree && d->free[i].start < ptr) i++;
   bool join_prev = i > 0 && d->free[i - 1].start + d->free[i - 1].size == ptr;
@@ -144,6 +194,12 @@ static int sim_mem_free(int dev, uintptr_t ptr, size_t size) {
   }
   if (rc == MSI_BE_OK) d->used -= size;
 out:
+  return rc;
+}
+
+static int sim_mem_free(int dev, uintptr_t ptr, size_t size) {
+  pthread_mutex_lock(&sim_lock);
+  int rc = give_range(&devs[dev], ptr, size);
   pthread_mutex_unlock(&sim_lock);
   return rc;
 }
@@ -219,6 +275,343 @@ int msi_sim_synchronize(memsnap_stream_t stream) {
   return s ? MEMSNAP_OK : MEMSNAP_ENOMEM;
 }
 
+static int sim_stream_synchronize(int dev, memsnap_stream_t stream) {
+  (void)dev;
+  return msi_sim_synchronize(stream) == MEMSNAP_OK ? MSI_BE_OK : MSI_BE_ERR;
+}
+
+static int sim_stream_wait(int dev, memsnap_stream_t waiter, memsnap_stream_t stream) {
+  (void)dev, (void)waiter, (void)stream; /* not modelled (see the top of this file) */
+  return MSI_BE_OK;
+}
+
+/* ---- virtual memory ------------------------------------------------------------------------- */
+
+static int old_driver(const char *what) {
+  if (!msi_opt.sim_old_driver) return 1;
+  msi_error("the simulated driver has no %s (MEMSNAP_SIM_OLD_DRIVER=1)", what);
+  return 0;
+}
+
+static int sim_vmm_supported(int dev) {
+  (void)dev;
+  return old_driver("virtual memory management");
+}
+
+/* Appends r to a range array; false when out of host memory. */
+static bool push_range(range **v, int *n, int *cap, range r) {
+  if (*n == *cap) {
+    int c = *cap ? *cap * 2 : 8;
+    range *g = realloc(*v, sizeof *g * (size_t)c);
+    if (!g) return false;
+    *v = g;
+    *cap = c;
+  }
+  (*v)[(*n)++] = r;
+  return true;
+}
+
+static int sim_va_reserve(int dev, size_t size, uintptr_t *out) {
+  sim_device *d = &devs[dev];
+  int rc = MSI_BE_OK;
+  pthread_mutex_lock(&sim_lock);
+  uintptr_t window_end = (uintptr_t)(VA_BASE + VA_WINDOW * (uint64_t)(dev + 1));
+  if (size > window_end - d->va_next) {
+    msi_error("sim backend: device %d is out of address space for reservations", dev);
+    rc = MSI_BE_ERR;
+  } else if (!push_range(&d->reserved, &d->nreserved, &d->reserved_cap, (range){d->va_next, size})) {
+    msi_error("sim backend: out of host memory");
+    rc = MSI_BE_ERR;
+  } else {
+    *out = d->va_next;
+    d->va_next += size;
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+/* Index of the first mapped page at or above ptr. Caller holds sim_lock. */
+static int mapped_lower(const sim_device *d, uintptr_t ptr) {
+  int lo = 0, hi = d->nmapped;
+  while (lo < hi) {
+    int m = (lo + hi) / 2;
+    if (d->mapped[m].start < ptr) lo = m + 1;
+    else hi = m;
+  }
+  return lo;
+}
+
+static int sim_va_free(int dev, uintptr_t ptr, size_t size) {
+  sim_device *d = &devs[dev];
+  int rc = MSI_BE_ERR;
+  pthread_mutex_lock(&sim_lock);
+  int i = mapped_lower(d, ptr);
+  if (i < d->nmapped && d->mapped[i].start < ptr + size) {
+    msi_error("sim backend: freeing reserved range %#lx that still has pages mapped", (unsigned long)ptr);
+  } else {
+    for (int r = 0; r < d->nreserved; r++)
+      if (d->reserved[r].start == ptr && d->reserved[r].size == size) {
+        d->reserved[r] = d->reserved[--d->nreserved];
+        rc = MSI_BE_OK;
+        break;
+      }
+    if (rc != MSI_BE_OK) msi_error("sim backend: %#lx is not a reserved range of %zu bytes", (unsigned long)ptr, size);
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle) {
+  sim_device *d = &devs[dev];
+  int rc = MSI_BE_OK;
+  pthread_mutex_lock(&sim_lock);
+  bool inside = false;
+  for (int r = 0; r < d->nreserved && !inside; r++)
+    inside = ptr >= d->reserved[r].start && ptr + page_size <= d->reserved[r].start + d->reserved[r].size;
+  int i = mapped_lower(d, ptr);
+  if (!inside || (i < d->nmapped && d->mapped[i].start < ptr + page_size) ||
+      (i > 0 && d->mapped[i - 1].start + d->mapped[i - 1].size > ptr)) {
+    msi_error("sim backend: mapping %#lx: not in a reservation, or already mapped", (unsigned long)ptr);
+    rc = MSI_BE_ERR;
+  } else if (msi_opt.sim_capacity - d->used < page_size) {
+    rc = MSI_BE_OOM;
+  } else if (!push_range(&d->mapped, &d->nmapped, &d->mapped_cap, (range){0, 0})) {
+    msi_error("sim backend: out of host memory");
+    rc = MSI_BE_ERR;
+  } else {
+    memmove(&d->mapped[i + 1], &d->mapped[i], sizeof(range) * (size_t)(d->nmapped - 1 - i));
+    d->mapped[i] = (range){ptr, page_size};
+    d->used += page_size;
+    *handle = (void *)ptr; /* the page's handle: its address is enough to check the unmap */
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_page_unmap(int dev, uintptr_t ptr, size_t page_size, void *handle) {
+  sim_device *d = &devs[dev];
+  int rc = MSI_BE_OK;
+  pthread_mutex_lock(&sim_lock);
+  int i = mapped_lower(d, ptr);
+  if (i == d->nmapped || d->mapped[i].start != ptr || d->mapped[i].size != page_size || handle != (void *)ptr) {
+    msi_error("sim backend: unmapping %#lx, which is not a mapped page of %zu bytes", (unsigned long)ptr, page_size);
+    rc = MSI_BE_ERR;
+  } else {
+    memmove(&d->mapped[i], &d->mapped[i + 1], sizeof(range) * (size_t)(d->nmapped - i - 1));
+    d->nmapped--;
+    d->used -= page_size;
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+/* ---- the stream-ordered pool (async mode) ---------------------------------------------------- */
+
+static int sim_async_supported(int dev) {
+  (void)dev;
+  return old_driver("stream-ordered memory pools");
+}
+
+/* Whether a free range may serve `stream` now. Caller holds sim_lock. */
+static bool piece_ready(const apool_range *p, memsnap_stream_t stream) {
+  if (p->stream == stream) return true;
+  sim_stream *s = stream_of(p->stream);
+  return s && s->completed >= p->ticket;
+}
+
+static bool insert_piece(sim_device *d, int at, apool_range p) {
+  if (d->npieces == d->pieces_cap) {
+    int cap = d->pieces_cap ? d->pieces_cap * 2 : 16;
+    apool_range *g = realloc(d->pieces, sizeof *g * (size_t)cap);
+    if (!g) return false;
+    d->pieces = g;
+    d->pieces_cap = cap;
+  }
+  memmove(&d->pieces[at + 1], &d->pieces[at], sizeof *d->pieces * (size_t)(d->npieces - at));
+  d->pieces[at] = p;
+  d->npieces++;
+  return true;
+}
+
+static void remove_piece(sim_device *d, int at) {
+  memmove(&d->pieces[at], &d->pieces[at + 1], sizeof *d->pieces * (size_t)(d->npieces - at - 1));
+  d->npieces--;
+}
+
+/* Merges free piece i with its free neighbours of the same chunk that have the same owner
+ * stream, or whose frees are complete. */
+static void merge_pieces(sim_device *d, int i) {
+  for (int side = 0; side < 2; side++) {
+    int j = side ? i + 1 : i - 1;
+    if (j < 0 || j >= d->npieces) continue;
+    apool_range *a = &d->pieces[i], *b = &d->pieces[j];
+    if (!b->free || b->chunk != a->chunk) continue;
+    bool same = a->stream == b->stream, done = piece_ready(a, (memsnap_stream_t)(uintptr_t)-1) &&
+                                                 piece_ready(b, (memsnap_stream_t)(uintptr_t)-1);
+    if (!same && !done) continue;
+    apool_range *lo = side ? a : b, *hi = side ? b : a;
+    lo->size += hi->size;
+    if (!same) lo->ticket = 0; /* both complete: ready for any stream */
+    else if (lo->ticket < hi->ticket) lo->ticket = hi->ticket;
+    remove_piece(d, side ? j : i);
+    if (!side) i = j; /* merged into the one before */
+  }
+}
+
+/* Completes every stream and returns the chunks left wholly free. Caller holds sim_lock. */
+static void trim_pool(sim_device *d) {
+  for (int i = 0; i < nstreams; i++) streams[i].completed = streams[i].submitted;
+  for (int i = 0; i + 1 < d->npieces;) { /* every free is complete now: merge free neighbours */
+    apool_range *a = &d->pieces[i], *b = &d->pieces[i + 1];
+    if (a->free && b->free && a->chunk == b->chunk) {
+      a->size += b->size;
+      a->ticket = 0;
+      remove_piece(d, i + 1);
+    } else {
+      i++;
+    }
+  }
+  for (int i = 0; i < d->npieces;) {
+    apool_range *p = &d->pieces[i];
+    range *c = &d->chunks[p->chunk];
+    if (p->free && p->start == c->start && p->size == c->size) {
+      give_range(d, c->start, c->size);
+      d->pool_reserved -= c->size;
+      c->size = 0;
+      remove_piece(d, i);
+    } else {
+      i++;
+    }
+  }
+}
+
+/* Best fit among the ranges ready for `stream`; -1 if none. Caller holds sim_lock. */
+static int find_piece(sim_device *d, size_t size, memsnap_stream_t stream) {
+  int best = -1;
+  for (int i = 0; i < d->npieces; i++) {
+    apool_range *p = &d->pieces[i];
+    if (p->free && p->size >= size && (best < 0 || p->size < d->pieces[best].size) && piece_ready(p, stream)) best = i;
+  }
+  return best;
+}
+
+static int add_chunk(sim_device *d, size_t size) {
+  size_t bytes = (size + MSI_SMALL_BUFFER - 1) / MSI_SMALL_BUFFER * MSI_SMALL_BUFFER;
+  uintptr_t start;
+  if (take_range(d, bytes, &start) != MSI_BE_OK) return -2;
+  range *g = realloc(d->chunks, sizeof *g * (size_t)(d->nchunks + 1));
+  if (!g) {
+    give_range(d, start, bytes);
+    return -1;
+  }
+  d->chunks = g;
+  d->chunks[d->nchunks] = (range){start, bytes};
+  int at = 0;
+  while (at < d->npieces && d->pieces[at].start < start) at++;
+  if (!insert_piece(d, at, (apool_range){start, bytes, d->nchunks, true, NULL, 0})) {
+    give_range(d, start, bytes);
+    return -1;
+  }
+  d->nchunks++;
+  d->pool_reserved += bytes;
+  if (d->pool_reserved > d->pool_reserved_high) d->pool_reserved_high = d->pool_reserved;
+  return at;
+}
+
+static int sim_async_alloc(int dev, size_t size, memsnap_stream_t stream, uintptr_t *out) {
+  sim_device *d = &devs[dev];
+  size = (size + MSI_MIN_BLOCK_SIZE - 1) / MSI_MIN_BLOCK_SIZE * MSI_MIN_BLOCK_SIZE;
+  int rc = MSI_BE_OK;
+  pthread_mutex_lock(&sim_lock);
+  int i = find_piece(d, size, stream);
+  if (i < 0) i = add_chunk(d, size);
+  if (i == -2) { /* no room: give back what is free, then try once more */
+    trim_pool(d);
+    i = find_piece(d, size, stream);
+    if (i < 0) i = add_chunk(d, size);
+  }
+  if (i < 0) {
+    if (i == -1) msi_error("sim backend: out of host memory");
+    rc = i == -2 ? MSI_BE_OOM : MSI_BE_ERR;
+    goto out;
+  }
+  apool_range *p = &d->pieces[i];
+  if (p->size > size) { /* split: the rest stays free, with its owner */
+    apool_range rest = *p;
+    rest.start += size;
+    rest.size -= size;
+    p->size = size;
+    if (!insert_piece(d, i + 1, rest)) {
+      p->size += rest.size;
+      msi_error("sim backend: out of host memory");
+      rc = MSI_BE_ERR;
+      goto out;
+    }
+    p = &d->pieces[i];
+  }
+  p->free = false;
+  p->stream = stream;
+  *out = p->start;
+  d->pool_used += size;
+  if (d->pool_used > d->pool_used_high) d->pool_used_high = d->pool_used;
+out:
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_async_free(int dev, uintptr_t ptr, memsnap_stream_t stream) {
+  sim_device *d = &devs[dev];
+  int rc = MSI_BE_ERR;
+  pthread_mutex_lock(&sim_lock);
+  int lo = 0, hi = d->npieces;
+  while (lo < hi) {
+    int m = (lo + hi) / 2;
+    if (d->pieces[m].start < ptr) lo = m + 1;
+    else hi = m;
+  }
+  sim_stream *s = stream_of(stream);
+  if (lo < d->npieces && d->pieces[lo].start == ptr && !d->pieces[lo].free && s) {
+    apool_range *p = &d->pieces[lo];
+    p->free = true;
+    p->stream = stream;
+    p->ticket = ++s->submitted; /* the free is work queued on the stream */
+    d->pool_used -= p->size;
+    merge_pieces(d, lo);
+    rc = MSI_BE_OK;
+  } else {
+    msi_error("sim backend: async free of %#lx, which the pool did not allocate", (unsigned long)ptr);
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_async_trim(int dev) {
+  pthread_mutex_lock(&sim_lock);
+  trim_pool(&devs[dev]);
+  pthread_mutex_unlock(&sim_lock);
+  return MSI_BE_OK;
+}
+
+static int sim_async_usage(int dev, uint64_t *reserved, uint64_t *reserved_high, uint64_t *used, uint64_t *used_high) {
+  sim_device *d = &devs[dev];
+  pthread_mutex_lock(&sim_lock);
+  *reserved = d->pool_reserved;
+  *reserved_high = d->pool_reserved_high;
+  *used = d->pool_used;
+  *used_high = d->pool_used_high;
+  pthread_mutex_unlock(&sim_lock);
+  return MSI_BE_OK;
+}
+
+static int sim_async_reset_peak(int dev) {
+  sim_device *d = &devs[dev];
+  pthread_mutex_lock(&sim_lock);
+  d->pool_reserved_high = d->pool_reserved;
+  d->pool_used_high = d->pool_used;
+  pthread_mutex_unlock(&sim_lock);
+  return MSI_BE_OK;
+}
+
 const msi_backend msi_backend_sim = {
     .name = "sim",
     .init = sim_init,
@@ -231,5 +624,18 @@ const msi_backend msi_backend_sim = {
     .event_query = sim_event_query,
     .event_synchronize = sim_event_synchronize,
     .event_destroy = sim_event_destroy,
+    .stream_synchronize = sim_stream_synchronize,
+    .vmm_supported = sim_vmm_supported,
+    .va_reserve = sim_va_reserve,
+    .va_free = sim_va_free,
+    .page_map = sim_page_map,
+    .page_unmap = sim_page_unmap,
+    .async_supported = sim_async_supported,
+    .async_alloc = sim_async_alloc,
+    .async_free = sim_async_free,
+    .async_trim = sim_async_trim,
+    .async_usage = sim_async_usage,
+    .async_reset_peak = sim_async_reset_peak,
+    .stream_wait = sim_stream_wait,
     .shutdown = sim_shutdown,
 };

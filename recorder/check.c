@@ -8,12 +8,20 @@
  *
  * Invariants:
  *   - every block is in exactly one state: allocated (in the pointer map), cached (in the tree
- *     of its pool and stream), or waiting on events (event_count > 0);
+ *     of its pool and stream), waiting on events (event_count > 0), freed during a capture with
+ *     its events deferred (in the deferred list), or an unmapped range of an expandable segment
+ *     (in its stream set's unmapped list, ordered by address);
  *   - a segment's blocks are contiguous, share pool and stream, and two cached neighbours never
  *     sit side by side (they would have merged);
  *   - sizes and addresses are multiples of 512; blocks of different segments never overlap;
  *   - trees are ordered by (size, address), heap-ordered by priority, with consistent links;
- *   - the current value of every statistic equals what the walk counts.
+ *   - the current value of every statistic equals what the walk counts (expandable segments
+ *     count in reserved bytes by their mapped pages, not in the segment count or inactive_split);
+ *   - an expandable segment's blocks tile its reservation; its mapped runs start and end on page
+ *     boundaries, exactly the pages under mapped blocks are mapped;
+ *   - a private pool's blocks stay in its own pools, and its count of segments and pages held
+ *     equals what the walk finds;
+ *   - async mode: the pointer map is consistent (the driver's pool has no blocks to walk).
  */
 #include <stdlib.h>
 
@@ -100,12 +108,98 @@ static int check_tree(const msi_stream_set *set, msi_pool *pool, walk *w) {
   return 0;
 }
 
+/* Checks a set's unmapped list and appends its blocks to w. 0 or -1 (error set). */
+static int check_unmapped(const msi_stream_set *set, msi_pool *pool, walk *w) {
+  uintptr_t last = 0;
+  for (msi_block *b = set->unmapped; b; b = b->right) {
+    if (b->mapped || b->allocated || b->in_tree || b->event_count || !b->seg || b->pool != pool ||
+        &pool->sets[b->set_index] != set || b->stream != set->stream) {
+      msi_error("unmapped range %#lx has a wrong state, pool or stream", (unsigned long)b->ptr);
+      return -1;
+    }
+    if (b->ptr < last) {
+      msi_error("unmapped ranges out of order at %#lx", (unsigned long)b->ptr);
+      return -1;
+    }
+    last = b->ptr;
+    push(w, b);
+  }
+  return 0;
+}
+
+static int check_pool(msi_pool *p, walk *w) {
+  for (int s = 0; s < p->nsets; s++)
+    if (check_tree(&p->sets[s], p, w) != 0 || check_unmapped(&p->sets[s], p, w) != 0) return -1;
+  return 0;
+}
+
+/* Async mode: every live block is in the pointer map once. */
+static int check_async(msi_device *d) {
+  size_t n = 0;
+  for (size_t i = 0; i <= d->live.mask; i++) {
+    msi_block *b = d->live.slots[i].block;
+    if (!b) continue;
+    n++;
+    if (d->live.slots[i].key != b->ptr || !b->allocated || msi_ptrmap_get(&d->live, b->ptr) != b) {
+      msi_error("async allocation %#lx is not in the pointer map as it should be", (unsigned long)b->ptr);
+      return MEMSNAP_EINVAL;
+    }
+  }
+  if (n != d->live.count) {
+    msi_error("pointer map counts %zu but holds %zu", d->live.count, n);
+    return MEMSNAP_EINVAL;
+  }
+  return MEMSNAP_OK;
+}
+
+/* The pages under a segment's blocks: mapped exactly where mapped blocks lie, runs on page
+ * boundaries. 0 or -1 (error set). */
+static int check_pages(const msi_block *head) {
+  const msi_expseg *seg = head->seg;
+  if (head->ptr != seg->base) {
+    msi_error("expandable segment %#lx does not start at its reservation", (unsigned long)head->ptr);
+    return -1;
+  }
+  size_t total = 0;
+  for (const msi_block *b = head; b; b = b->next) {
+    total += b->size;
+    bool run_edge_before = !b->prev || b->prev->mapped != b->mapped;
+    if (run_edge_before && (b->ptr - seg->base) % seg->page_size) {
+      msi_error("expandable segment %#lx: a mapped run starts inside a page at %#lx", (unsigned long)seg->base,
+                (unsigned long)b->ptr);
+      return -1;
+    }
+    for (uintptr_t a = b->ptr; a < b->ptr + b->size; a += seg->page_size) {
+      size_t page = (a - seg->base) / seg->page_size;
+      bool has = page < seg->nhandles && seg->handles[page];
+      if (has != b->mapped) { /* runs start and end on page boundaries: a page is all one kind */
+        msi_error("expandable segment %#lx: page %zu is %smapped under a%s block", (unsigned long)seg->base, page,
+                  has ? "" : "not ", b->mapped ? " mapped" : "n unmapped");
+        return -1;
+      }
+    }
+    if (b->next && !b->mapped && !b->next->mapped) {
+      msi_error("unmapped neighbours %#lx and %#lx were not merged", (unsigned long)b->ptr, (unsigned long)b->next->ptr);
+      return -1;
+    }
+  }
+  if (total != seg->size) {
+    msi_error("expandable segment %#lx: blocks cover %zu of its %zu bytes", (unsigned long)seg->base, total, seg->size);
+    return -1;
+  }
+  return 0;
+}
+
 int memsnap_check(int device) {
   msi_device *d = msi_device_get(device);
   if (!d) return MEMSNAP_EINVAL;
   int rc = MEMSNAP_OK;
   walk w = {0};
   pthread_mutex_lock(&d->lock);
+  if (d->async) {
+    rc = check_async(d);
+    goto out;
+  }
   size_t nlive = 0;
   for (size_t i = 0; i <= d->live.mask; i++) {
     msi_block *b = d->live.slots[i].block;
@@ -117,13 +211,22 @@ int memsnap_check(int device) {
     nlive++;
   }
   if (nlive != d->live.count) FAIL("pointer map counts %zu but holds %zu", d->live.count, nlive);
-  msi_pool *pools[2] = {&d->small, &d->large};
-  for (int p = 0; p < 2; p++)
-    for (int s = 0; s < pools[p]->nsets; s++)
-      if (check_tree(&pools[p]->sets[s], pools[p], &w) != 0) {
-        rc = MEMSNAP_EINVAL;
-        goto out;
-      }
+  if (check_pool(&d->small, &w) != 0 || check_pool(&d->large, &w) != 0) {
+    rc = MEMSNAP_EINVAL;
+    goto out;
+  }
+  for (msi_private_pool *pp = d->private_pools; pp; pp = pp->next) {
+    if (pp->small.owner != pp || pp->large.owner != pp) FAIL("private pool (%llu, %llu) has a wrong owner", (unsigned long long)pp->id[0], (unsigned long long)pp->id[1]);
+    if (check_pool(&pp->small, &w) != 0 || check_pool(&pp->large, &w) != 0) {
+      rc = MEMSNAP_EINVAL;
+      goto out;
+    }
+  }
+  for (size_t i = 0; i < d->ndeferred; i++) {
+    msi_block *b = d->deferred[i];
+    if (b->allocated || b->in_tree || b->event_count || !b->nuses) FAIL("block %#lx deferred in a wrong state", (unsigned long)b->ptr);
+    push(&w, b);
+  }
   size_t npending_events = 0;
   for (int q = 0; q < d->nqueues; q++)
     for (msi_pending_event *pe = d->queues[q].head; pe; pe = pe->next) {
@@ -148,6 +251,10 @@ int memsnap_check(int device) {
     if (head->prev) continue;
     int k = head->pool->stat_kind;
     size_t seg_size = 0;
+    if (head->seg && check_pages(head) != 0) {
+      rc = MEMSNAP_EINVAL;
+      goto out;
+    }
     for (msi_block *b = head; b; b = b->next) {
       reached++;
       if (b->size == 0 || b->size % MSI_MIN_BLOCK_SIZE || b->ptr % MSI_MIN_BLOCK_SIZE)
@@ -156,8 +263,11 @@ int memsnap_check(int device) {
                       b->next->stream != b->stream))
         FAIL("segment links broken after block %#lx", (unsigned long)b->ptr);
       if (b->next && b->in_tree && b->next->in_tree) FAIL("cached neighbours %#lx and %#lx were not merged", (unsigned long)b->ptr, (unsigned long)b->next->ptr);
+      if (b->seg != head->seg) FAIL("block %#lx lies in another segment than its neighbours", (unsigned long)b->ptr);
+      if (!b->mapped) continue;
       bool waiting = !b->allocated && !b->in_tree;
-      if (waiting && b->event_count == 0) FAIL("block %#lx is neither allocated, cached nor waiting", (unsigned long)b->ptr);
+      if (waiting && b->event_count == 0 && b->nuses == 0)
+        FAIL("block %#lx is neither allocated, cached nor waiting", (unsigned long)b->ptr);
       seg_size += b->size;
       if (b->allocated) {
         c.allocation[k].current++;
@@ -169,15 +279,30 @@ int memsnap_check(int device) {
         c.active_bytes[k].current += (int64_t)b->size;
         c.requested_bytes[k].current += (int64_t)b->requested_size;
       }
-      if (b->in_tree && (b->prev || b->next)) {
+      if (b->in_tree && (b->prev || b->next) && !b->seg) {
         c.inactive_split[k].current++;
         c.inactive_split_bytes[k].current += (int64_t)b->size;
       }
     }
-    c.segment[k].current++;
+    if (!head->seg) {
+      c.segment[k].current++;
+      if (seg_size >= msi_opt.max_split_size) c.oversize_segments.current++;
+    }
     c.reserved_bytes[k].current += (int64_t)seg_size;
-    if (seg_size >= msi_opt.max_split_size) c.oversize_segments.current++;
     reserved_total += seg_size;
+  }
+  for (msi_private_pool *pp = d->private_pools; pp; pp = pp->next) {
+    int64_t held = 0; /* classic segments, and mapped pages of expandable ones */
+    for (size_t i = 0; i < w.n; i++) {
+      const msi_block *head = w.blocks[i];
+      if (head->prev || head->pool->owner != pp) continue;
+      if (!head->seg) held++;
+      else
+        for (size_t p = 0; p < head->seg->nhandles; p++) held += head->seg->handles[p] != NULL;
+    }
+    if (held != pp->malloc_count)
+      FAIL("private pool (%llu, %llu) counts %lld segments and pages but holds %lld", (unsigned long long)pp->id[0],
+           (unsigned long long)pp->id[1], (long long)pp->malloc_count, (long long)held);
   }
   if (reached != w.n) FAIL("%zu blocks belong to no segment", w.n - reached);
   if (reserved_total != d->total_allocated_memory)

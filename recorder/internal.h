@@ -8,8 +8,16 @@
  *   api.c          public entry points, lazy initialisation, device table
  *   options.c      the options table and environment parsing
  *   error.c        error messages (thread-local last error; option warnings on stderr)
+ *   expandable.c   expandable segments: one virtual reservation per stream and pool, mapped in
+ *                  pages (PyTorch's expandable_segments:True)
+ *   pools.c        private pools (CUDA graph capture, torch.cuda.MemPool) and captures underway
+ *   async_alloc.c  the stream-ordered mode (MEMSNAP_ALLOCATOR=async, PyTorch's cudaMallocAsync)
  *   backend_sim.c  the simulated device
  *   backend_cuda.c the CUDA driver backend (libcuda loaded at run time)
+ *
+ * Providers of memory sit behind the backend table below (msi_backend): whole segments
+ * (mem_alloc), pages of a virtual reservation (va_reserve, page_map) and the stream-ordered pool
+ * (async_alloc). alloc.c is the caching policy and never asks which backend it runs on.
  */
 #ifndef MEMSNAP_INTERNAL_H
 #define MEMSNAP_INTERNAL_H
@@ -64,6 +72,9 @@ typedef struct msi_options {
   char dump[1024];             /* snapshot written at exit ("" none) */
   char dump_on_oom[1024];      /* snapshot written at the first out of memory ("" none) */
   int dump_signal;             /* signal that writes a snapshot (0 none) */
+  bool expandable_segments;    /* grow one virtual segment per stream and pool (expandable.c) */
+  bool async_mode;             /* the stream-ordered allocator (async_alloc.c) instead of caching */
+  bool sim_old_driver;         /* sim: no virtual memory management, no stream-ordered pools */
 } msi_options;
 
 extern msi_options msi_opt;
@@ -117,6 +128,29 @@ typedef struct msi_backend {
   int (*event_query)(int dev, void *ev); /* 1 complete, 0 pending, MSI_BE_ERR */
   int (*event_synchronize)(int dev, void *ev);
   void (*event_destroy)(int dev, void *ev);
+  int (*stream_synchronize)(int dev, memsnap_stream_t stream); /* MSI_BE_OK or MSI_BE_ERR */
+  /* Virtual memory (expandable segments). vmm_supported: 1, or 0 with msi_error saying why.
+   * va_reserve/va_free: address space only. page_map creates one physical page of page_size
+   * bytes and maps it read-write at ptr (MSI_BE_OK / _OOM / _ERR, *handle set); page_unmap
+   * unmaps and releases it. */
+  int (*vmm_supported)(int dev);
+  int (*va_reserve)(int dev, size_t size, uintptr_t *out);
+  int (*va_free)(int dev, uintptr_t ptr, size_t size);
+  int (*page_map)(int dev, uintptr_t ptr, size_t page_size, void **handle);
+  int (*page_unmap)(int dev, uintptr_t ptr, size_t page_size, void *handle);
+  /* The device's stream-ordered pool (async mode). async_supported: 1, or 0 with msi_error.
+   * async_alloc: MSI_BE_OK / _OOM / _ERR; async_free frees in stream order; async_trim waits
+   * for the device and returns every unused byte of the pool (empty_cache); async_usage reads
+   * the pool's reserved and used bytes, now and their high-water marks; async_reset_peak sets
+   * the marks to the current values. */
+  int (*async_supported)(int dev);
+  int (*async_alloc)(int dev, size_t size, memsnap_stream_t stream, uintptr_t *out);
+  int (*async_free)(int dev, uintptr_t ptr, memsnap_stream_t stream);
+  int (*async_trim)(int dev);
+  int (*async_usage)(int dev, uint64_t *reserved, uint64_t *reserved_high, uint64_t *used, uint64_t *used_high);
+  int (*async_reset_peak)(int dev);
+  /* Makes `waiter` wait for the work queued on `stream` so far (an event, then a wait). */
+  int (*stream_wait)(int dev, memsnap_stream_t waiter, memsnap_stream_t stream);
   void (*shutdown)(void);
 } msi_backend;
 
@@ -130,6 +164,8 @@ int msi_sim_synchronize(memsnap_stream_t stream); /* backend_sim.c */
 
 typedef struct msi_pool msi_pool;
 typedef struct msi_block msi_block;
+typedef struct msi_expseg msi_expseg;
+typedef struct msi_private_pool msi_private_pool;
 
 /* A block: a piece of a segment, allocated or free. 128 bytes in two cache lines: the first
  * holds what free-set searches and merges read, the second the rest. */
@@ -149,8 +185,12 @@ struct msi_block {
   uint64_t gc_count_base; /* pool's get_free_block count when the block was cached */
   uint32_t event_count;   /* outstanding events before the block may be reused */
   uint32_t stack_id;      /* stack that allocated it, while recording (0: none) */
-  uint32_t nuses, uses_cap;
+  uint32_t nuses;
+  uint16_t uses_cap;
+  bool mapped;            /* backed by memory; false only for the unmapped ranges of an expandable segment */
+  bool captured;          /* async mode: allocated while a capture was underway */
   memsnap_stream_t *uses; /* streams from record_stream, until the block is freed */
+  msi_expseg *seg;        /* the expandable segment it lies in, or NULL for a classic segment */
 } __attribute__((aligned(64)));
 _Static_assert(sizeof(msi_block) == 128, "msi_block should fill two cache lines");
 
@@ -168,11 +208,13 @@ typedef struct msi_stream_set {
   uint64_t summary;                 /* bit w: nonempty[w] != 0 */
   uint64_t nonempty[MSI_BINS / 64]; /* bit c: bins[c] != NULL */
   msi_block *bins[MSI_BINS];
+  msi_block *unmapped;              /* unmapped ranges of expandable segments, by address (linked by ->right) */
 } msi_stream_set;
 
 struct msi_pool {
   bool is_small;
   int stat_kind;               /* MEMSNAP_POOL_SMALL or MEMSNAP_POOL_LARGE */
+  msi_private_pool *owner;     /* the private pool it belongs to, or NULL for the default pools */
   msi_stream_set *sets;        /* one per stream seen, never shrinks */
   int nsets, sets_cap;
   int last_set;                /* index of the last set used: streams repeat */
@@ -217,6 +259,41 @@ typedef struct msi_event_queue {
   msi_pending_event *head, *tail;
 } msi_event_queue;
 
+/* An expandable segment (expandable.c): one reservation of address space, mapped page by page.
+ * Its blocks tile [base, base + size): mapped blocks (allocated, cached or waiting) and unmapped
+ * ranges (mapped == false, kept in their stream set's `unmapped` list). */
+struct msi_expseg {
+  uintptr_t base;
+  size_t size;              /* page_size * max_pages */
+  size_t page_size;         /* 2 MiB for the small pool, 20 MiB for the large one, as PyTorch */
+  size_t max_pages;
+  void **handles;           /* physical page by index, NULL where unmapped */
+  size_t nhandles;          /* handles[] entries in use (pages up to the highest mapped one) */
+  size_t handles_cap;
+  memsnap_stream_t stream;
+  msi_expseg *next;         /* the device's list */
+};
+
+/* A private pool (pools.c): the blocks a CUDA graph capture or a torch.cuda.MemPool allocated,
+ * never handed to allocations outside it, held until the pool is released and its blocks are
+ * free (PyTorch's PrivatePool). */
+struct msi_private_pool {
+  uint64_t id[2];           /* PyTorch's MempoolId_t */
+  int use_count;            /* captures and pools referring to it; 0: freeable by empty_cache */
+  int64_t malloc_count;     /* segments (and mapped pages) it holds */
+  msi_pool small, large;
+  msi_private_pool *next;
+};
+
+/* An allocation-to-pool in progress: requests whose stream passes `filter` go to pool `id`. */
+typedef int (*msi_pool_filter)(void *ctx, memsnap_stream_t stream);
+typedef struct msi_capture {
+  uint64_t id[2];
+  msi_pool_filter filter;
+  void *ctx;
+  void (*release_ctx)(void *ctx);
+} msi_capture;
+
 typedef struct msi_device {
   pthread_mutex_t lock;
   int index;
@@ -236,6 +313,14 @@ typedef struct msi_device {
   msi_block *spare_blocks;         /* free list of block structs (linked through next) */
   void **block_slabs;              /* slabs of block structs, freed at shutdown */
   int nslabs, slabs_cap;
+  bool expandable;                 /* expandable segments on (the option, and the driver can) */
+  msi_expseg *expsegs;             /* live expandable segments */
+  msi_private_pool *private_pools; /* graph and MemPool pools, live or freeable */
+  msi_capture *captures;           /* allocations to a private pool in progress */
+  int ncaptures, captures_cap;
+  msi_block **deferred;            /* freed during a capture with stream uses: events wait for its end */
+  size_t ndeferred, deferred_cap;
+  struct msi_async_state *async;   /* async mode's per-device state (async_alloc.c), else NULL */
 } msi_device;
 
 /* ---- history (history.c), stacks (stacks.c), snapshots (snapshot.c) -------------------- */
@@ -251,6 +336,8 @@ typedef enum {
   MSI_EV_MARK,
   MSI_EV_RANGE_PUSH,
   MSI_EV_RANGE_POP,
+  MSI_EV_SEGMENT_MAP,   /* expandable segments: pages mapped (size: bytes) */
+  MSI_EV_SEGMENT_UNMAP, /* ... and unmapped */
   MSI_EV_KINDS
 } msi_event_kind;
 
@@ -339,6 +426,9 @@ void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *a
 /* alloc.c */
 int msi_device_init(msi_device *d, int index);       /* 0 or -1 */
 void msi_device_destroy(msi_device *d);              /* releases every segment */
+/* The pool a request of `size` (rounded) on `stream` takes from: a private pool while a capture
+ * whose filter accepts the stream is underway, else the device's small or large pool. Lock held. */
+msi_pool *msi_pool_for(msi_device *d, size_t size, memsnap_stream_t stream);
 /* `stack` is the caller's stack id (0: none), given to the events of the call. */
 int msi_device_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32_t stack, void **out);
 int msi_device_free(msi_device *d, void *ptr, uint32_t stack); /* MEMSNAP_OK or MEMSNAP_EINVAL */
@@ -350,6 +440,76 @@ size_t msi_round_size(size_t size);
  * walk ->next for the rest. Lock held. Returns the count, or SIZE_MAX when out of host memory. */
 size_t msi_device_segments(msi_device *d, msi_block ***out);
 size_t msi_allocation_size(size_t size);
+/* Releases the cached blocks of one pool: whole classic segments, and the free pages of
+ * expandable segments (a segment left wholly unmapped is released). Lock held. */
+void msi_release_pool_blocks(msi_device *d, msi_pool *p);
+/* Recorder hooks used by alloc.c and its providers: a block struct, and the merge of free
+ * neighbours. Lock held. */
+int msi_reserve_blocks(msi_device *d);
+msi_block *msi_block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_stream_t stream, msi_pool *pool);
+void msi_block_put(msi_device *d, msi_block *b);
+size_t msi_try_merge(msi_device *d, msi_block *dst, msi_block *src);
+void msi_pool_insert(msi_block *b);
+void msi_pool_erase(msi_block *b);
+/* Keeps a block freed during a capture until none is underway (d->deferred). Returns false
+ * only when out of host memory (the caller then goes on as without a capture). Lock held. */
+bool msi_defer_block(msi_device *d, msi_block *b);
+/* Frees blocks whose cross-stream events completed, and records the events of blocks freed
+ * during a capture once none is underway. Lock held. */
+void msi_process_events(msi_device *d);
+
+/* expandable.c: expandable segments. Lock held for each. */
+/* Whether the device can have them; on failure warns once (a clear message, then classic
+ * segments). */
+bool msi_expandable_usable(msi_device *d);
+/* Finds (or reserves) address space for `size` bytes of `pool` on `stream` and maps what is
+ * missing; returns MSI_BE_OK with the free, mapped block (out of its free set), MSI_BE_OOM or
+ * MSI_BE_ERR. */
+int msi_expandable_alloc(msi_device *d, msi_pool *pool, int set_index, size_t size, msi_block **out);
+/* Unmaps the whole pages of a free mapped block of an expandable segment (PyTorch's
+ * unmap_block); a segment left wholly unmapped is released. */
+void msi_expandable_unmap(msi_device *d, msi_block *b);
+/* Releases every expandable segment (shutdown: all are unmapped by then). */
+void msi_expandable_destroy_all(msi_device *d);
+/* The unmapped ranges of a stream set, a list by address. */
+void msi_unmapped_insert(msi_block *b);
+void msi_unmapped_erase(msi_block *b);
+
+/* pools.c: private pools. Lock held for each. */
+msi_private_pool *msi_private_pool_find(msi_device *d, const uint64_t id[2]);
+/* Creates the pool (use count 1) or adds a user; NULL when out of host memory. */
+msi_private_pool *msi_private_pool_incref(msi_device *d, const uint64_t id[2]);
+/* Releases the freeable pools' cached blocks and forgets those that hold nothing. */
+void msi_private_pools_release_freeable(msi_device *d);
+void msi_private_pools_destroy(msi_device *d);
+/* Entry points; each takes the device lock. MEMSNAP_OK or a negative code (error set). begin
+ * takes ownership of ctx (release_ctx frees it, also on failure). */
+int msi_pool_begin(msi_device *d, const uint64_t id[2], msi_pool_filter filter, void *ctx, void (*release_ctx)(void *));
+int msi_pool_end(msi_device *d, const uint64_t id[2]);
+int msi_pool_create(msi_device *d, const uint64_t id[2]);
+int msi_pool_release(msi_device *d, const uint64_t id[2]);
+/* Whether the pool's allocated blocks are exactly ptrs[0..n) (sorted): 1, 0, or MEMSNAP_EINVAL. */
+int msi_pool_live_match(msi_device *d, const uint64_t id[2], const uint64_t *ptrs, size_t n);
+
+/* async_alloc.c: the stream-ordered mode. Each returns what its msi_device_* counterpart does. */
+int msi_async_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32_t stack, void **out);
+int msi_async_free(msi_device *d, void *ptr, uint32_t stack);
+int msi_async_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream);
+void msi_async_empty_cache(msi_device *d, uint32_t stack);
+/* Fills the statistics PyTorch's cudaMallocAsync backend reports (the pool's reserved and used
+ * bytes, current and peak; the rest stays zero). Lock held. */
+void msi_async_stats(msi_device *d, memsnap_stats_t *out);
+void msi_async_reset_peak(msi_device *d);
+/* Live allocations, as one block each, for snapshots: count, or SIZE_MAX when out of memory. */
+typedef struct msi_async_block {
+  uintptr_t ptr;
+  size_t size;
+  memsnap_stream_t stream;
+  uint32_t stack_id;
+} msi_async_block;
+size_t msi_async_blocks(msi_device *d, msi_async_block **out);
+int msi_async_init(msi_device *d);
+void msi_async_destroy(msi_device *d);
 
 /* stats.c */
 static inline void msi_stat_inc(memsnap_stat_t *s, int64_t n) {

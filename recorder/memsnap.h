@@ -14,7 +14,7 @@
  *
  * Errors: functions that can fail return NULL or a negative MEMSNAP_E* code and leave a
  * message for memsnap_last_error(). The library never prints on the allocation path and never
- * exits the process (except when MEMSNAP_OOM=abort asks it to).
+ * exits the process (except on out of memory when MEMSNAP_OOM=abort asks it to).
  */
 #ifndef MEMSNAP_H
 #define MEMSNAP_H
@@ -40,7 +40,10 @@ typedef struct CUstream_st *memsnap_stream_t; /* == cudaStream_t == CUstream */
 /* ---- PyTorch pluggable allocator ABI ------------------------------------------------------ */
 
 /* Allocates `size` bytes on `device` for use on `stream`. Returns NULL for size 0 and on
- * failure; on out-of-memory the MEMSNAP_OOM option decides what happens (see README.md). */
+ * failure. The MEMSNAP_OOM option decides what a failure does: null returns NULL; throw raises
+ * torch.OutOfMemoryError on out of memory and a RuntimeError for any other failure (a driver
+ * error), C++ exceptions that PyTorch turns into Python ones; abort aborts on out of memory
+ * (other failures return NULL). */
 void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream);
 
 /* Returns a block to the cache. `size` and `stream` are those of the allocation; the block is
@@ -185,6 +188,35 @@ int memsnap_mark(const char *label);
  * memsnap_range_pop returns MEMSNAP_EINVAL when no range is open on this thread. */
 int memsnap_range_push(const char *label);
 int memsnap_range_pop(void);
+
+/* ---- Private pools: CUDA graph capture, torch.cuda.MemPool --------------------------------- */
+
+/* A pool is named by two integers (PyTorch's MempoolId_t). While allocations go to a pool, every
+ * request on `device` whose stream `filter` accepts (returns non-zero; called with the
+ * allocator's lock held, so it must not allocate through memsnap) is served from the pool's own
+ * blocks, which no other request ever gets. The blocks stay the pool's until it is released
+ * (its use count reaches 0) and they are free; then empty_cache returns them to the device.
+ * This is how a CUDA graph keeps the addresses its capture baked in. While any pool is being
+ * allocated to, memsnap does not query or record stream events and does not synchronize.
+ *
+ * memsnap_begin_allocate_to_pool creates the pool with use count 1 (or adds a user to an
+ * existing one) and starts routing; `ctx` must stay valid until the matching
+ * memsnap_end_allocate_to_pool. memsnap_begin_allocate_thread_to_pool routes the calling
+ * thread's requests (torch.cuda.use_mem_pool). memsnap_create_pool makes a pool (or adds a
+ * user) without routing anything (a MemPool's creation); memsnap_release_pool takes a user away.
+ * Each returns MEMSNAP_OK, or MEMSNAP_EINVAL (a pool already being allocated to, not being
+ * allocated to, unknown or already released; message set) or MEMSNAP_ENOMEM. */
+typedef int (*memsnap_pool_filter_t)(void *ctx, memsnap_stream_t stream);
+int memsnap_begin_allocate_to_pool(int device, uint64_t id0, uint64_t id1, memsnap_pool_filter_t filter, void *ctx);
+int memsnap_begin_allocate_thread_to_pool(int device, uint64_t id0, uint64_t id1);
+int memsnap_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1);
+int memsnap_create_pool(int device, uint64_t id0, uint64_t id1);
+int memsnap_release_pool(int device, uint64_t id0, uint64_t id1);
+
+/* Whether the allocated blocks of pool (id0, id1) are exactly ptrs[0..n), sorted ascending
+ * (PyTorch's checkPoolLiveAllocations, which torch.compile's CUDA graph trees ask): 1 yes, 0 no,
+ * MEMSNAP_EINVAL for an unknown pool. */
+int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, const uint64_t *ptrs, size_t n);
 
 /* ---- Simulated device (MEMSNAP_BACKEND=sim) ----------------------------------------------- */
 

@@ -1,4 +1,5 @@
-// oom_throw.cc: turns memsnap's out-of-memory into a Python exception inside PyTorch.
+// oom_throw.cc: turns memsnap's out-of-memory (and any other allocation failure) into a Python
+// exception inside PyTorch.
 //
 // The one C++ file of the library, because only C++ can do this. PyTorch's pluggable allocator
 // does not check what the alloc function returns: a NULL becomes a tensor with data pointer 0,
@@ -13,7 +14,9 @@
 // torch.OutOfMemoryError through memsnap_set_python_oom_error(), so the user gets
 // `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`, catchable as usual.
 // Without a registered type (plain C++ hosts), a std::runtime_error is thrown, which PyTorch
-// would turn into RuntimeError and other C++ hosts can catch.
+// would turn into RuntimeError and other C++ hosts can catch. Other failures (a driver error, an
+// allocation refused during a CUDA graph capture) raise Python's RuntimeError the same way
+// (msi_throw_error), so a user's process is never aborted for an error PyTorch would report.
 //
 // The Python C API is found with dlsym at run time: libmemsnap does not link libpython.
 #include <dlfcn.h>
@@ -73,22 +76,40 @@ extern "C" {
 // caller keeps alive; memsnap.enable() passes torch.OutOfMemoryError). NULL unregisters.
 __attribute__((visibility("default"))) void memsnap_set_python_oom_error(PyObject *type) { oom_type = type; }
 
-// Throws; never returns. Called by memsnap_malloc with no lock held.
-void msi_throw_oom(const char *message) {
+}  // extern "C"
+
+namespace {
+// Throws a python_error of `type` when Python is there and a type is given, else a
+// std::runtime_error. Never returns.
+[[noreturn]] void throw_as(PyObject *type, const char *message) {
   auto ensure = py_sym<gil_ensure_fn>("PyGILState_Ensure");
   auto release = py_sym<gil_release_fn>("PyGILState_Release");
   auto set_string = py_sym<err_set_string_fn>("PyErr_SetString");
   auto fetch = py_sym<err_fetch_fn>("PyErr_Fetch");
-  if (oom_type && ensure && release && set_string && fetch) {
+  if (type && ensure && release && set_string && fetch) {
     python_error e;
     e.message = message;
     int gil = ensure();
-    set_string(oom_type, message);
+    set_string(type, message);
     fetch(&e.type, &e.value, &e.traceback);
     release(gil);
     throw e;
   }
   throw std::runtime_error(message);
+}
+}  // namespace
+
+extern "C" {
+
+// Throw; never return. Called by memsnap_malloc with no lock held.
+void msi_throw_oom(const char *message) { throw_as(oom_type, message); }
+
+// Python's RuntimeError when memsnap.enable() registered the out-of-memory type (so PyTorch is
+// there), else a std::runtime_error.
+void msi_throw_error(const char *message) {
+  PyObject **runtime_error = oom_type ? py_sym<PyObject **>("PyExc_RuntimeError") : nullptr;
+  std::string text = std::string("memsnap: ") + message;
+  throw_as(runtime_error ? *runtime_error : nullptr, text.c_str());
 }
 
 }  // extern "C"

@@ -21,7 +21,8 @@
 msi_options msi_opt;
 static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER; /* msi_opt.dump, .dump_on_oom */
 
-enum { OPT_BACKEND, OPT_SIM_CAPACITY, OPT_SIM_DEVICES, OPT_MAX_SPLIT_SIZE_MB, OPT_MAX_NON_SPLIT_ROUNDING_MB,
+enum { OPT_BACKEND, OPT_SIM_CAPACITY, OPT_SIM_DEVICES, OPT_SIM_OLD_DRIVER, OPT_ALLOCATOR, OPT_EXPANDABLE_SEGMENTS,
+       OPT_MAX_SPLIT_SIZE_MB, OPT_MAX_NON_SPLIT_ROUNDING_MB,
        OPT_ROUNDUP_POWER2_DIVISIONS, OPT_GC_THRESHOLD, OPT_MEMORY_FRACTION, OPT_OOM, OPT_RECORD,
        OPT_MAX_ENTRIES, OPT_STACKS, OPT_DUMP, OPT_DUMP_ON_OOM, OPT_DUMP_SIGNAL, OPT_COUNT };
 
@@ -29,6 +30,9 @@ static const msi_option_info table[OPT_COUNT] = {
     [OPT_BACKEND] = {"backend", "cuda", "device backend: cuda (the GPU, through libcuda) or sim (simulated device)"},
     [OPT_SIM_CAPACITY] = {"sim_capacity", "16G", "memory of each simulated device (bytes; K, M, G, T suffixes)"},
     [OPT_SIM_DEVICES] = {"sim_devices", "1", "number of simulated devices"},
+    [OPT_SIM_OLD_DRIVER] = {"sim_old_driver", "0", "1: the simulated driver lacks virtual memory management and stream-ordered pools (to try the fallbacks)"},
+    [OPT_ALLOCATOR] = {"allocator", "native", "native (the caching allocator) or async (the driver's stream-ordered pool, like PyTorch's backend:cudaMallocAsync)"},
+    [OPT_EXPANDABLE_SEGMENTS] = {"expandable_segments", "0", "1: grow one segment per stream and pool in place, mapping pages through the driver's virtual memory API (PyTorch's expandable_segments:True)"},
     [OPT_MAX_SPLIT_SIZE_MB] = {"max_split_size_mb", "unlimited", "blocks at least this large (MiB) are never split; at least 20"},
     [OPT_MAX_NON_SPLIT_ROUNDING_MB] = {"max_non_split_rounding_mb", "20", "a request of at least max_split_size may take a cached block up to this much (MiB) larger"},
     [OPT_ROUNDUP_POWER2_DIVISIONS] = {"roundup_power2_divisions", "0", "round sizes to N divisions of a power of two: N or [256:1,512:2,>:8] (MiB keys)"},
@@ -169,6 +173,22 @@ static int apply(int opt, const char *value, const char *source, bool warn) {
       if (parse_uint(value, value + strlen(value), &n) || n < 1 || n > MSI_MAX_DEVICES) break;
       msi_opt.sim_devices = (int)n;
       return 0;
+    case OPT_SIM_OLD_DRIVER:
+    case OPT_EXPANDABLE_SEGMENTS: {
+      bool v;
+      if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "True")) v = true;
+      else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "False")) v = false;
+      else break;
+      if (opt == OPT_SIM_OLD_DRIVER) msi_opt.sim_old_driver = v;
+      else msi_opt.expandable_segments = v;
+      return 0;
+    }
+    case OPT_ALLOCATOR:
+      /* PyTorch's backend key spells them native and cudaMallocAsync */
+      if (!strcmp(value, "native")) msi_opt.async_mode = false;
+      else if (!strcmp(value, "async") || !strcmp(value, "cudaMallocAsync")) msi_opt.async_mode = true;
+      else break;
+      return 0;
     case OPT_MAX_SPLIT_SIZE_MB:
       if (parse_uint(value, value + strlen(value), &n) || n < MSI_LARGE_BUFFER >> 20 || n > (1ul << 40)) break;
       msi_opt.max_split_size = (size_t)n << 20;
@@ -257,6 +277,8 @@ static void apply_pytorch_conf(const char *var) {
       {"max_non_split_rounding_mb", OPT_MAX_NON_SPLIT_ROUNDING_MB},
       {"roundup_power2_divisions", OPT_ROUNDUP_POWER2_DIVISIONS},
       {"garbage_collection_threshold", OPT_GC_THRESHOLD},
+      {"expandable_segments", OPT_EXPANDABLE_SEGMENTS},
+      {"backend", OPT_ALLOCATOR},
   };
   char buf[1024];
   snprintf(buf, sizeof buf, "%s", conf);
@@ -321,6 +343,9 @@ void msi_option_value(int i, char *out, size_t len) {
     case OPT_BACKEND: snprintf(out, len, "%s", msi_opt.backend); break;
     case OPT_SIM_CAPACITY: snprintf(out, len, "%zu", msi_opt.sim_capacity); break;
     case OPT_SIM_DEVICES: snprintf(out, len, "%d", msi_opt.sim_devices); break;
+    case OPT_SIM_OLD_DRIVER: snprintf(out, len, "%d", msi_opt.sim_old_driver); break;
+    case OPT_ALLOCATOR: snprintf(out, len, "%s", msi_opt.async_mode ? "async" : "native"); break;
+    case OPT_EXPANDABLE_SEGMENTS: snprintf(out, len, "%d", msi_opt.expandable_segments); break;
     case OPT_MAX_SPLIT_SIZE_MB:
       if (msi_opt.max_split_size == SIZE_MAX) snprintf(out, len, "unlimited");
       else snprintf(out, len, "%zu", msi_opt.max_split_size >> 20);

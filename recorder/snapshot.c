@@ -38,7 +38,10 @@ typedef struct snap_block {
 typedef struct snap_segment {
   int device;
   uint64_t address, size, stream;
-  bool small;
+  const char *pool;            /* "small", "large" or "async" */
+  bool expandable;
+  bool private_pool;           /* pool_id is a graph or MemPool pool's */
+  uint64_t pool_id[2];
   size_t first_block, nblocks; /* in the block array */
 } snap_segment;
 
@@ -65,18 +68,59 @@ typedef struct snapshot {
 
 /* ---- 1. gather ------------------------------------------------------------------------- */
 
+static bool grow_blocks(snapshot *s) {
+  size_t cap = s->blocks_cap ? s->blocks_cap * 2 : 1024;
+  snap_block *g = realloc(s->blocks, sizeof *g * cap);
+  if (!g) return false;
+  s->blocks = g;
+  s->blocks_cap = cap;
+  return true;
+}
+
 static bool push_block(snapshot *s, const msi_block *b) {
-  if (s->nblocks == s->blocks_cap) {
-    size_t cap = s->blocks_cap ? s->blocks_cap * 2 : 1024;
-    snap_block *g = realloc(s->blocks, sizeof *g * cap);
-    if (!g) return false;
-    s->blocks = g;
-    s->blocks_cap = cap;
-  }
+  if (s->nblocks == s->blocks_cap && !grow_blocks(s)) return false;
   uint8_t state = b->allocated ? 0 : b->in_tree ? 1 : 2;
   bool in_use = b->allocated || state == 2; /* a free block's stack_id is a stale leftover */
   s->blocks[s->nblocks++] = (snap_block){b->ptr, b->size, in_use ? b->requested_size : 0, in_use ? b->stack_id : 0, state};
   return true;
+}
+
+/* Appends a segment; NULL (and s->failed) when out of host memory. */
+static snap_segment *push_segment(snapshot *s, snap_segment seg) {
+  if (s->nsegs == s->segs_cap) {
+    size_t cap = s->segs_cap ? s->segs_cap * 2 : 256;
+    snap_segment *g = realloc(s->segs, sizeof *g * cap);
+    if (!g) {
+      s->failed = true;
+      return NULL;
+    }
+    s->segs = g;
+    s->segs_cap = cap;
+  }
+  s->segs[s->nsegs] = seg;
+  return &s->segs[s->nsegs++];
+}
+
+/* Async mode: the driver's pool has no segments to show, so each live allocation is a segment
+ * of its own (pool "async") holding one allocated block. */
+static void gather_async(snapshot *s, msi_device *d) {
+  msi_async_block *v;
+  size_t n = msi_async_blocks(d, &v);
+  if (n == SIZE_MAX) {
+    s->failed = true;
+    return;
+  }
+  for (size_t i = 0; i < n && !s->failed; i++) {
+    snap_segment *seg = push_segment(s, (snap_segment){d->index, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream,
+                                                       "async", false, false, {0, 0}, s->nblocks, 1});
+    if (!seg) break;
+    if (s->nblocks == s->blocks_cap && !grow_blocks(s)) {
+      s->failed = true;
+      break;
+    }
+    s->blocks[s->nblocks++] = (snap_block){v[i].ptr, v[i].size, v[i].size, v[i].stack_id, 0};
+  }
+  free(v);
 }
 
 static void gather(msi_device **devs, int n, void *arg) {
@@ -91,6 +135,10 @@ static void gather(msi_device **devs, int n, void *arg) {
     memsnap_stats_t st = d->stats;
     sd->nstats = memsnap_stat_count();
     msi_stats_flatten(&st, sd->stats, sd->nstats);
+    if (d->async) {
+      gather_async(s, d);
+      continue;
+    }
     msi_block **heads;
     size_t nh = msi_device_segments(d, &heads);
     if (nh == SIZE_MAX) {
@@ -98,20 +146,14 @@ static void gather(msi_device **devs, int n, void *arg) {
       continue;
     }
     for (size_t h = 0; h < nh && !s->failed; h++) {
-      if (s->nsegs == s->segs_cap) {
-        size_t cap = s->segs_cap ? s->segs_cap * 2 : 256;
-        snap_segment *g = realloc(s->segs, sizeof *g * cap);
-        if (!g) {
-          s->failed = true;
-          break;
-        }
-        s->segs = g;
-        s->segs_cap = cap;
-      }
-      snap_segment *seg = &s->segs[s->nsegs++];
-      *seg = (snap_segment){d->index, heads[h]->ptr, 0, (uint64_t)(uintptr_t)heads[h]->stream,
-                            heads[h]->pool->is_small, s->nblocks, 0};
-      for (msi_block *b = heads[h]; b; b = b->next) {
+      const msi_block *head = heads[h];
+      msi_private_pool *owner = head->pool->owner;
+      snap_segment *seg = push_segment(s, (snap_segment){d->index, head->ptr, 0, (uint64_t)(uintptr_t)head->stream,
+                                                         head->pool->is_small ? "small" : "large", head->seg != NULL,
+                                                         owner != NULL, {owner ? owner->id[0] : 0, owner ? owner->id[1] : 0},
+                                                         s->nblocks, 0});
+      /* An expandable segment's mapped runs are one segment each, as PyTorch lists them. */
+      for (const msi_block *b = head; seg && b && b->mapped; b = b->next) {
         if (!push_block(s, b)) {
           s->failed = true;
           break;
@@ -302,7 +344,7 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
 
   /* segments and blocks */
   static const char *const states[] = {"allocated", "free", "pending_free"};
-  st = prepare(w, "INSERT INTO segments VALUES(?,?,?,?,?,?)");
+  st = prepare(w, memsnap_insert_segment_sql);
   st2 = prepare(w, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)");
   for (size_t i = 0; i < s->nsegs && !w->rc; i++) {
     const snap_segment *g = &s->segs[i];
@@ -310,8 +352,16 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     sqlite3_bind_int(st, 2, g->device);
     sqlite3_bind_int64(st, 3, (int64_t)g->address);
     sqlite3_bind_int64(st, 4, (int64_t)g->size);
-    sqlite3_bind_text(st, 5, g->small ? "small" : "large", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, g->pool, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, (int64_t)g->stream);
+    sqlite3_bind_int(st, 7, g->expandable);
+    if (g->private_pool) {
+      sqlite3_bind_int64(st, 8, (int64_t)g->pool_id[0]);
+      sqlite3_bind_int64(st, 9, (int64_t)g->pool_id[1]);
+    } else {
+      sqlite3_bind_null(st, 8);
+      sqlite3_bind_null(st, 9);
+    }
     ok(w, sqlite3_step(st), "insert segment");
     sqlite3_reset(st);
     for (size_t b = g->first_block; b < g->first_block + g->nblocks && !w->rc; b++) {

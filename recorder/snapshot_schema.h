@@ -6,7 +6,9 @@
 
 #define MEMSNAP_FORMAT_VERSION 1
 
-/* Creates every table of an empty snapshot and sets its format version. */
+/* Creates every table of an empty snapshot and sets its format version. Columns added after
+ * version 1's first files (segments.expandable, pool_id0, pool_id1) are at the end of their table:
+ * readers of old files find them missing (see docs/snapshot-format.md). */
 __attribute__((unused)) static const char memsnap_schema_sql[] =
     "PRAGMA user_version = 1;"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
@@ -15,7 +17,7 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     " cap_bytes INTEGER);"
     "CREATE TABLE stats(device INTEGER, key TEXT, value INTEGER, PRIMARY KEY(device, key)) WITHOUT ROWID;"
     "CREATE TABLE segments(id INTEGER PRIMARY KEY, device INTEGER, address INTEGER, size INTEGER, pool TEXT,"
-    " stream INTEGER);"
+    " stream INTEGER, expandable INTEGER, pool_id0 INTEGER, pool_id1 INTEGER);"
     "CREATE TABLE blocks(id INTEGER PRIMARY KEY, segment_id INTEGER, address INTEGER, size INTEGER,"
     " requested_size INTEGER, state TEXT, stack_id INTEGER);"
     "CREATE TABLE event_kinds(id INTEGER PRIMARY KEY, name TEXT);"
@@ -32,11 +34,16 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     "CREATE TABLE frames(id INTEGER PRIMARY KEY, kind TEXT, name TEXT, file TEXT, line INTEGER, module TEXT,"
     " pc INTEGER, offset INTEGER);";
 
-/* event_kinds: the name of each kind, by id. The recorder writes 1 to 10; segment_map and
- * segment_unmap (PyTorch's expandable segments) come only from imported snapshots. */
+/* event_kinds: the name of each kind, by id. segment_map and segment_unmap are the pages of
+ * expandable segments (and, in async mode, the stream-ordered pool's growth). */
 enum { MEMSNAP_EVENT_KINDS = 13 };
 __attribute__((unused)) static const char *const memsnap_event_kind_names[MEMSNAP_EVENT_KINDS] = {
     NULL, "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "snapshot",
     "mark", "range_push", "range_pop", "segment_map", "segment_unmap"};
+
+/* Inserts one segment, naming its columns (both writers use it). */
+__attribute__((unused)) static const char memsnap_insert_segment_sql[] =
+    "INSERT INTO segments(id, device, address, size, pool, stream, expandable, pool_id0, pool_id1) "
+    "VALUES(?,?,?,?,?,?,?,?,?)";
 
 #endif

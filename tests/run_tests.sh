@@ -44,6 +44,7 @@ run() {
 }
 
 want alloc && run test_alloc "$build/tests/test_alloc"
+want alloc && run test_modes "$build/tests/test_modes" "$build/tests"
 want options && run test_options "$build/tests/test_options"
 want record && run test_record "$build/tests/test_record"
 want stress && run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"

@@ -9,39 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memsnap.h"
-#include "testhelper.h"
+#include "allochelper.h"
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
-#define S1 ((memsnap_stream_t)(uintptr_t)0x1000)
-#define S2 ((memsnap_stream_t)(uintptr_t)0x2000)
-
-static void fresh(const char *settings) {
-  memsnap_shutdown();
-  static const char *const vars[] = {"MEMSNAP_SIM_CAPACITY", "MEMSNAP_SIM_DEVICES", "MEMSNAP_MAX_SPLIT_SIZE_MB",
-                                     "MEMSNAP_ROUNDUP_POWER2_DIVISIONS", "MEMSNAP_GARBAGE_COLLECTION_THRESHOLD",
-                                     "MEMSNAP_MEMORY_FRACTION", "MEMSNAP_OOM", "PYTORCH_CUDA_ALLOC_CONF",
-                                     "PYTORCH_ALLOC_CONF", "MEMSNAP_MAX_NON_SPLIT_ROUNDING_MB", NULL};
-  th_environment(vars, settings);
-  setenv("MEMSNAP_BACKEND", "sim", 1);
-}
-
-static memsnap_stats_t stats(void) {
-  memsnap_stats_t s;
-  memsnap_get_stats(0, &s);
-  return s;
-}
-
-static void *alloc_on(size_t size, memsnap_stream_t s) { return memsnap_malloc((ssize_t)size, 0, s); }
-static void *alloc(size_t size) { return alloc_on(size, S1); }
-static void release(void *p) { memsnap_free(p, 0, 0, S1); }
-static uintptr_t addr(void *p) { return (uintptr_t)p; }
-static int check_ok(void) {
-  int rc = memsnap_check(0);
-  if (rc) printf("  memsnap_check: %s\n", memsnap_last_error());
-  return rc == 0;
-}
 
 static void test_rounding(void) {
   fresh("");

@@ -4,9 +4,11 @@ Two uses:
 
 * With PyTorch: ``memsnap.enable()`` before the first CUDA call makes memsnap PyTorch's CUDA
   allocator (``CUDAPluggableAllocator``), hooks ``torch.cuda.empty_cache()``,
-  ``set_per_process_memory_fraction()`` and ``Tensor.record_stream()``, serves
-  ``torch.cuda.memory_stats()`` and the functions built on it, and turns an out-of-memory into
-  ``torch.OutOfMemoryError`` instead of a tensor with a null data pointer.
+  ``set_per_process_memory_fraction()``, ``Tensor.record_stream()`` and CUDA graph capture
+  (private pools: ``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``), serves
+  ``torch.cuda.memory_stats()`` and the functions built on it, provides ``torch.cuda.MemPool``
+  and ``use_mem_pool``, and turns an out-of-memory into ``torch.OutOfMemoryError`` instead of a
+  tensor with a null data pointer.
 * Without PyTorch: allocate, free and read statistics directly (``malloc``, ``free``,
   ``memory_stats``...), for example on the simulated device (``MEMSNAP_BACKEND=sim``).
 
@@ -16,7 +18,9 @@ this package sits in, else ``libmemsnap.so`` beside this file or on the loader's
 
 import builtins
 import collections
+import contextlib
 import ctypes
+import itertools
 import os
 
 _builtin_range = builtins.range  # the module defines memsnap.range (a context manager)
@@ -26,7 +30,7 @@ __all__ = [
     "record_stream", "memory_stats", "memory_stats_as_nested_dict", "reset_peak_stats",
     "reset_accumulated_stats", "check", "backend", "device_count", "last_error", "options",
     "set_option", "sim_synchronize", "shutdown", "MemsnapError", "record", "stop_recording", "dump",
-    "mark", "range", "range_push", "range_pop",
+    "mark", "range", "range_push", "range_pop", "MemPool", "use_mem_pool",
 ]
 
 _lib = None
@@ -85,6 +89,12 @@ def _declare(lib):
         "memsnap_range_push": (c.c_int, [c.c_char_p]),
         "memsnap_range_pop": (c.c_int, []),
         "memsnap_dump_exit": (c.c_int, []),
+        "memsnap_create_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
+        "memsnap_release_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
+        "memsnap_begin_allocate_thread_to_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
+        "memsnap_end_allocate_to_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
+        "memsnap_pool_live_allocations_match": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64, c.POINTER(c.c_uint64),
+                                                          c.c_size_t]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -303,6 +313,95 @@ def _fn_addr(lib, name):
     return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
 
 
+# ---- private pools: torch.cuda.MemPool and use_mem_pool -----------------------------------------
+
+def pool_live_allocations_match(device, pool_id, pointers):
+    """Whether the allocated blocks of private pool `pool_id` (two ints) are exactly `pointers`
+    (addresses): PyTorch's checkPoolLiveAllocations. Raises MemsnapError for an unknown pool."""
+    ptrs = sorted(set(int(p) for p in pointers))
+    array = (ctypes.c_uint64 * max(1, len(ptrs)))(*ptrs)
+    rc = load().memsnap_pool_live_allocations_match(int(device), int(pool_id[0]), int(pool_id[1]), array, len(ptrs))
+    return _check(rc) == 1
+
+
+class MemPool:
+    """A private pool of memsnap's allocator, in the place of ``torch.cuda.MemPool``.
+
+    PyTorch's own MemPool cannot be built under a pluggable allocator (its constructor calls the
+    allocator's createOrIncrefPool, which ``CUDAPluggableAllocator`` refuses), so
+    ``memsnap.enable()`` puts this class in its place. Allocations made inside
+    ``use_mem_pool(pool)`` by the calling thread come from the pool's own blocks, which nothing
+    else gets; when the pool is deleted its memory goes back to the device at the next
+    ``torch.cuda.empty_cache()`` once its tensors are freed. ``allocator=`` (a pool served by a
+    second allocator), ``use_on_oom`` and ``symmetric`` have no memsnap equivalent and raise."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, allocator=None, use_on_oom=False, symmetric=False, no_split=False):
+        if allocator is not None:
+            raise NotImplementedError("memsnap: MemPool(allocator=...) would route allocations to a second "
+                                      "allocator, which PyTorch's pluggable allocator interface cannot carry; "
+                                      "use MemPool() (memsnap serves the pool itself)")
+        if use_on_oom or symmetric or no_split:
+            raise NotImplementedError("memsnap: MemPool's use_on_oom, symmetric and no_split options are not "
+                                      "supported under memsnap's allocator")
+        import torch
+        self._device = torch.cuda.current_device()
+        # (0, n) is PyTorch's form for user pools; memsnap's start far above PyTorch's counter.
+        self._id = (0, (1 << 48) + next(MemPool._ids))
+        _check(load().memsnap_create_pool(self._device, *self._id))
+        self._live = True
+
+    @property
+    def id(self):
+        """The pool's id, a tuple of two ints."""
+        return self._id
+
+    @property
+    def allocator(self):
+        return None
+
+    def use_count(self):
+        raise NotImplementedError("memsnap: MemPool.use_count() is not tracked; memsnap.check() verifies pools")
+
+    def snapshot(self):
+        raise NotImplementedError("memsnap: use memsnap.dump(path): the snapshot lists each pool's segments")
+
+    def __del__(self):
+        if getattr(self, "_live", False) and _lib is not None:
+            self._live = False
+            _lib.memsnap_release_pool(self._device, *self._id)
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool, device=None):
+    """Routes the calling thread's allocations to `pool` (a memsnap.MemPool), as
+    ``torch.cuda.use_mem_pool``."""
+    import torch
+    index = torch.cuda.current_device() if device is None else torch.cuda._utils._get_device_index(device)
+    lib = load()
+    _check(lib.memsnap_begin_allocate_thread_to_pool(index, *pool.id))
+    try:
+        yield
+    finally:
+        lib.memsnap_end_allocate_to_pool(index, *pool.id)
+        lib.memsnap_release_pool(index, *pool.id)  # the user begin added
+
+
+def _install_pools(torch, lib, hooks):
+    """Connects CUDA graph capture (private pools) and MemPool to memsnap."""
+    if hasattr(hooks, "set_begin_allocate_to_pool"):  # PyTorch 2.3 and later
+        hooks.set_begin_allocate_to_pool(_fn_addr(lib, "memsnap_torch_begin_allocate_to_pool"))
+        hooks.set_end_allocate_to_pool_fn(_fn_addr(lib, "memsnap_torch_end_allocate_to_pool"))
+        hooks.set_release_pool(_fn_addr(lib, "memsnap_torch_release_pool"))
+    # torch.compile's CUDA graph trees check their pool through this binding, at call time.
+    torch._C._cuda_checkPoolLiveAllocations = pool_live_allocations_match
+    torch.cuda.MemPool = MemPool
+    torch.cuda.memory.MemPool = MemPool
+    torch.cuda.use_mem_pool = use_mem_pool
+    torch.cuda.memory.use_mem_pool = use_mem_pool
+
+
 def enable(path=None):
     """Makes memsnap PyTorch's CUDA allocator. Call it before anything touches CUDA.
 
@@ -326,6 +425,7 @@ def enable(path=None):
     hooks.set_reset_fn(_fn_addr(lib, "memsnap_empty_cache"))
     hooks.set_memory_fraction_fn(_fn_addr(lib, "memsnap_set_memory_fraction"))
     hooks.set_record_stream_fn(_fn_addr(lib, "memsnap_record_stream"))
+    _install_pools(torch, lib, hooks)
     torch.cuda.memory.change_current_allocator(allocator)
 
     # Out of memory raises torch.OutOfMemoryError (see docs/pytorch.md for how).

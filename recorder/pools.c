@@ -1,0 +1,200 @@
+/* pools.c: private pools, for CUDA graph capture and torch.cuda.MemPool (PyTorch's PrivatePool).
+ *
+ * While a capture allocates to a pool (memsnap_begin_allocate_to_pool, which PyTorch's
+ * CUDAGraph::capture_begin reaches through the pluggable allocator's hooks), every request
+ * whose stream the capture's filter accepts is served from that pool's own small and large
+ * pools; nothing else ever takes their blocks, and they go back to the device only once every
+ * capture and MemPool using the pool released it (use count 0) and empty_cache finds them free.
+ * That is what keeps a graph's baked-in addresses valid between replays.
+ *
+ * Rules, as in c10/cuda/CUDACachingAllocator.cpp:
+ *   - begin: the pool is created with use count 1, or an existing one gains a user; a pool has
+ *     at most one capture underway; end removes the capture;
+ *   - release: one user less; at 0 the pool is freeable: empty_cache releases its cached
+ *     segments and forgets it once it holds none;
+ *   - while any capture is underway, cross-stream events are not queried or recorded (illegal
+ *     during capture: alloc.c defers them) and nothing synchronizes.
+ * Every function here runs with the device lock held; the public wrappers are in api.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+msi_private_pool *msi_private_pool_find(msi_device *d, const uint64_t id[2]) {
+  for (msi_private_pool *pp = d->private_pools; pp; pp = pp->next)
+    if (pp->id[0] == id[0] && pp->id[1] == id[1]) return pp;
+  return NULL;
+}
+
+msi_private_pool *msi_private_pool_incref(msi_device *d, const uint64_t id[2]) {
+  msi_private_pool *pp = msi_private_pool_find(d, id);
+  if (pp) {
+    pp->use_count++;
+    return pp;
+  }
+  pp = calloc(1, sizeof *pp);
+  if (!pp) return NULL;
+  pp->id[0] = id[0];
+  pp->id[1] = id[1];
+  pp->use_count = 1;
+  pp->small.is_small = true;
+  pp->small.stat_kind = MEMSNAP_POOL_SMALL;
+  pp->small.owner = pp;
+  pp->large.stat_kind = MEMSNAP_POOL_LARGE;
+  pp->large.owner = pp;
+  pp->next = d->private_pools;
+  d->private_pools = pp;
+  return pp;
+}
+
+msi_pool *msi_pool_for(msi_device *d, size_t size, memsnap_stream_t stream) {
+  for (int i = d->ncaptures - 1; i >= 0; i--) { /* the latest capture first, as PyTorch */
+    msi_capture *c = &d->captures[i];
+    if (c->filter(c->ctx, stream)) {
+      msi_private_pool *pp = msi_private_pool_find(d, c->id);
+      if (pp) return size <= MSI_SMALL_SIZE ? &pp->small : &pp->large;
+    }
+  }
+  return size <= MSI_SMALL_SIZE ? &d->small : &d->large;
+}
+
+static void pool_free_sets(msi_pool *p) {
+  free(p->sets);
+  p->sets = NULL;
+  p->nsets = p->sets_cap = 0;
+}
+
+void msi_private_pools_release_freeable(msi_device *d) {
+  msi_private_pool **link = &d->private_pools;
+  while (*link) {
+    msi_private_pool *pp = *link;
+    if (pp->use_count == 0) {
+      msi_release_pool_blocks(d, &pp->small);
+      msi_release_pool_blocks(d, &pp->large);
+      if (pp->malloc_count == 0) {
+        *link = pp->next;
+        pool_free_sets(&pp->small);
+        pool_free_sets(&pp->large);
+        free(pp);
+        continue;
+      }
+    }
+    link = &pp->next;
+  }
+}
+
+void msi_private_pools_destroy(msi_device *d) {
+  while (d->private_pools) {
+    msi_private_pool *pp = d->private_pools;
+    d->private_pools = pp->next;
+    pool_free_sets(&pp->small);
+    pool_free_sets(&pp->large);
+    free(pp);
+  }
+}
+
+/* ---- entry points (api.c calls these with the device found) ------------------------------ */
+
+int msi_pool_begin(msi_device *d, const uint64_t id[2], msi_pool_filter filter, void *ctx, void (*release_ctx)(void *)) {
+  int rc = MEMSNAP_OK;
+  pthread_mutex_lock(&d->lock);
+  for (int i = 0; i < d->ncaptures; i++)
+    if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) {
+      msi_error("device %d: already allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
+                (unsigned long long)id[1]);
+      rc = MEMSNAP_EINVAL;
+      goto out;
+    }
+  if (d->ncaptures == d->captures_cap) {
+    int cap = d->captures_cap ? d->captures_cap * 2 : 4;
+    msi_capture *g = realloc(d->captures, sizeof *g * (size_t)cap);
+    if (!g) goto oom;
+    d->captures = g;
+    d->captures_cap = cap;
+  }
+  if (!msi_private_pool_incref(d, id)) goto oom;
+  d->captures[d->ncaptures++] = (msi_capture){{id[0], id[1]}, filter, ctx, release_ctx};
+  ctx = NULL; /* the capture owns it now */
+  goto out;
+oom:
+  msi_error("device %d: out of host memory creating a private pool", d->index);
+  rc = MEMSNAP_ENOMEM;
+out:
+  pthread_mutex_unlock(&d->lock);
+  if (ctx && release_ctx) release_ctx(ctx);
+  return rc;
+}
+
+int msi_pool_end(msi_device *d, const uint64_t id[2]) {
+  msi_capture gone = {0};
+  int rc = MEMSNAP_EINVAL;
+  pthread_mutex_lock(&d->lock);
+  for (int i = 0; i < d->ncaptures; i++)
+    if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) {
+      gone = d->captures[i];
+      memmove(&d->captures[i], &d->captures[i + 1], sizeof *d->captures * (size_t)(d->ncaptures - i - 1));
+      d->ncaptures--;
+      rc = MEMSNAP_OK;
+      break;
+    }
+  if (rc != MEMSNAP_OK)
+    msi_error("device %d: not allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
+              (unsigned long long)id[1]);
+  pthread_mutex_unlock(&d->lock);
+  if (gone.release_ctx) gone.release_ctx(gone.ctx); /* outside the lock: it may be PyTorch's */
+  return rc;
+}
+
+int msi_pool_create(msi_device *d, const uint64_t id[2]) {
+  pthread_mutex_lock(&d->lock);
+  msi_private_pool *pp = msi_private_pool_incref(d, id);
+  if (!pp) msi_error("device %d: out of host memory creating a private pool", d->index);
+  pthread_mutex_unlock(&d->lock);
+  return pp ? MEMSNAP_OK : MEMSNAP_ENOMEM;
+}
+
+int msi_pool_release(msi_device *d, const uint64_t id[2]) {
+  int rc = MEMSNAP_OK;
+  pthread_mutex_lock(&d->lock);
+  msi_private_pool *pp = msi_private_pool_find(d, id);
+  if (!pp || pp->use_count == 0) {
+    msi_error("device %d: release of pool (%llu, %llu), which %s", d->index, (unsigned long long)id[0],
+              (unsigned long long)id[1], pp ? "is released already" : "does not exist");
+    rc = MEMSNAP_EINVAL;
+  } else {
+    pp->use_count--;
+  }
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+/* PyTorch's checkPoolLiveAllocations: whether the pool's allocated blocks are exactly `ptrs`
+ * (sorted ascending). 1 yes, 0 no, MEMSNAP_EINVAL for an unknown pool. */
+int msi_pool_live_match(msi_device *d, const uint64_t id[2], const uint64_t *ptrs, size_t n) {
+  int rc = 1;
+  size_t found = 0;
+  pthread_mutex_lock(&d->lock);
+  msi_private_pool *pp = msi_private_pool_find(d, id);
+  if (!pp) {
+    msi_error("device %d: no pool (%llu, %llu)", d->index, (unsigned long long)id[0], (unsigned long long)id[1]);
+    rc = MEMSNAP_EINVAL;
+    goto out;
+  }
+  for (size_t i = 0; i <= d->live.mask && rc == 1; i++) {
+    msi_block *b = d->live.slots[i].block;
+    if (!b || b->pool->owner != pp) continue;
+    size_t lo = 0, hi = n; /* binary search for b->ptr */
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (ptrs[mid] < b->ptr) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo == n || ptrs[lo] != b->ptr) rc = 0;
+    else found++;
+  }
+  if (rc == 1 && found != n) rc = 0;
+out:
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
