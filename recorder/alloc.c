@@ -526,7 +526,7 @@ static void release_cached_blocks(msi_device *d) {
   synchronize_and_free_events(d);
   msi_release_pool_blocks(d, &d->large);
   msi_release_pool_blocks(d, &d->small);
-  if (MSI_UNLIKELY(d->private_pools != NULL)) msi_private_pools_release_freeable(d);
+  if (MSI_UNLIKELY(d->private_pools != NULL)) msi_private_pools_release_freeable(d, NULL);
 }
 
 /* Turns the block found for `r` into an allocated block of r->size bytes, splitting off the
@@ -722,6 +722,24 @@ void msi_device_empty_cache(msi_device *d, uint32_t stack) {
   else
     release_cached_blocks(d);
   pthread_mutex_unlock(&d->lock);
+}
+
+int msi_device_empty_pool(msi_device *d, const uint64_t id[2], uint32_t stack) {
+  int rc = MEMSNAP_OK;
+  pthread_mutex_lock(&d->lock);
+  d->event_stack = stack;
+  if (d->ncaptures) {
+    msi_error("device %d: emptying a pool's cache while a CUDA graph capture allocates to a private pool", d->index);
+    rc = MEMSNAP_EINVAL;
+  } else if (!msi_private_pool_find(d, id)) {
+    msi_error("device %d: no pool (%llu, %llu)", d->index, (unsigned long long)id[0], (unsigned long long)id[1]);
+    rc = MEMSNAP_EINVAL;
+  } else {
+    synchronize_and_free_events(d);
+    msi_private_pools_release_freeable(d, id);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return rc;
 }
 
 int msi_device_set_fraction(msi_device *d, double fraction) {

@@ -418,6 +418,7 @@ int msi_begin_allocate_owned(int device, uint64_t id0, uint64_t id1, msi_pool_fi
 int memsnap_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_end(d, id)); }
 int memsnap_create_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_create(d, id)); }
 int memsnap_release_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_release(d, id)); }
+int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_device_empty_pool(d, id, call_stack())); }
 int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, const uint64_t *ptrs, size_t n) {
   POOL_CALL(msi_pool_live_match(d, id, ptrs, n));
 }

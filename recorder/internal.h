@@ -434,6 +434,10 @@ int msi_device_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint3
 int msi_device_free(msi_device *d, void *ptr, uint32_t stack); /* MEMSNAP_OK or MEMSNAP_EINVAL */
 int msi_device_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream); /* 1 found */
 void msi_device_empty_cache(msi_device *d, uint32_t stack);
+/* empty_cache for one private pool (PyTorch's emptyCache(mempool_id), which a MemPool's
+ * destructor calls): waits for the events, then releases the pool's cached blocks if it is
+ * freeable. MEMSNAP_OK, or MEMSNAP_EINVAL (unknown pool, or a capture underway). */
+int msi_device_empty_pool(msi_device *d, const uint64_t id[2], uint32_t stack);
 int msi_device_set_fraction(msi_device *d, double fraction);
 size_t msi_round_size(size_t size);
 /* The first block of every segment of `d`, by address, in a new array (*out, caller frees);
@@ -479,8 +483,9 @@ void msi_unmapped_erase(msi_block *b);
 msi_private_pool *msi_private_pool_find(msi_device *d, const uint64_t id[2]);
 /* Creates the pool (use count 1) or adds a user; NULL when out of host memory. */
 msi_private_pool *msi_private_pool_incref(msi_device *d, const uint64_t id[2]);
-/* Releases the freeable pools' cached blocks and forgets those that hold nothing. */
-void msi_private_pools_release_freeable(msi_device *d);
+/* Releases the freeable pools' cached blocks (only pool only[0..1] when not NULL) and forgets
+ * those that hold nothing. */
+void msi_private_pools_release_freeable(msi_device *d, const uint64_t *only);
 void msi_private_pools_destroy(msi_device *d);
 /* Entry points; each takes the device lock. MEMSNAP_OK or a negative code (error set). begin
  * takes ownership of ctx (release_ctx frees it, also on failure). */

@@ -212,6 +212,11 @@ int memsnap_begin_allocate_thread_to_pool(int device, uint64_t id0, uint64_t id1
 int memsnap_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1);
 int memsnap_create_pool(int device, uint64_t id0, uint64_t id1);
 int memsnap_release_pool(int device, uint64_t id0, uint64_t id1);
+/* Waits for outstanding stream events, then returns the cached blocks of pool (id0, id1) to the
+ * device if the pool is released (PyTorch's emptyCache(mempool_id), which a MemPool's destructor
+ * calls); the pool is forgotten once it holds nothing. MEMSNAP_OK, or MEMSNAP_EINVAL for an
+ * unknown pool or while a capture is underway. */
+int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1);
 
 /* Whether the allocated blocks of pool (id0, id1) are exactly ptrs[0..n), sorted ascending
  * (PyTorch's checkPoolLiveAllocations, which torch.compile's CUDA graph trees ask): 1 yes, 0 no,

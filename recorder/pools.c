@@ -65,11 +65,11 @@ static void pool_free_sets(msi_pool *p) {
   p->nsets = p->sets_cap = 0;
 }
 
-void msi_private_pools_release_freeable(msi_device *d) {
+void msi_private_pools_release_freeable(msi_device *d, const uint64_t *only) {
   msi_private_pool **link = &d->private_pools;
   while (*link) {
     msi_private_pool *pp = *link;
-    if (pp->use_count == 0) {
+    if (pp->use_count == 0 && (!only || (pp->id[0] == only[0] && pp->id[1] == only[1]))) {
       msi_release_pool_blocks(d, &pp->small);
       msi_release_pool_blocks(d, &pp->large);
       if (pp->malloc_count == 0) {

@@ -228,6 +228,11 @@ static void test_pool_shared_and_held(void) {
   CHECK("pool: freeable, but its blocks are live: kept", stats().segment[MEMSNAP_POOL_ALL].current == 1);
   memsnap_free(out, 0, 0, S2);
   memsnap_free(out2, 0, 0, S2);
+  release(alloc(3 * MiB)); /* a cached segment of the default pool */
+  int64_t syncs = stats().num_sync_all_streams;
+  CHECK("pool: emptying one pool's cache releases that pool only",
+        memsnap_empty_pool_cache(0, 1, 0) == MEMSNAP_OK && stats().segment[MEMSNAP_POOL_ALL].current == 1 &&
+            stats().num_sync_all_streams == syncs + 1 && memsnap_empty_pool_cache(0, 1, 0) == MEMSNAP_EINVAL);
   memsnap_empty_cache();
   CHECK("pool: once free, released", stats().segment[MEMSNAP_POOL_ALL].current == 0);
   CHECK("pool: invariants, shared pool", check_ok());

@@ -21,7 +21,10 @@ Tasks:
 Each training task reports the losses, the median step time (steps 5 and on), peak allocated and
 reserved memory and every torch.cuda.memory_stats() value at the end.
 
-usage: python3 modes_compare.py MODE:TASK [MODE:TASK...]
+usage: python3 modes_compare.py MODE:TASK[:REPS] [...]
+  REPS (default 1): native and memsnap alternate REPS times; the step time is the fastest
+  median of each side, and the losses of the repetitions of one side are compared too (the
+  run-to-run variation of the native allocator itself).
 """
 import json
 import os
@@ -258,17 +261,26 @@ def main(argv):
     out = os.environ.get("OUT")
     rows = []
     for spec in argv:
-        mode, task = spec.split(":")
-        pair = {}
-        for side in ("native", "memsnap"):
-            r = run_child(mode, task, side)
-            pair[side] = r
-            line = json.dumps(r)
-            print(line[:3000], flush=True)
-            if out:
-                with open(os.path.join(out, "modes.jsonl"), "a") as f:
-                    f.write(line + "\n")
-        rows.append((spec, compare(pair["native"], pair["memsnap"])))
+        mode, task, reps = (spec.split(":") + ["1"])[:3]
+        runs = {"native": [], "memsnap": []}
+        for _ in range(int(reps)):
+            for side in ("native", "memsnap"):
+                r = run_child(mode, task, side)
+                runs[side].append(r)
+                line = json.dumps(r)
+                print(line[:3000], flush=True)
+                if out:
+                    with open(os.path.join(out, "modes.jsonl"), "a") as f:
+                        f.write(line + "\n")
+        pair = {side: dict(rs[0]) for side, rs in runs.items()}
+        text = ""
+        for side, rs in runs.items():
+            ok = [r for r in rs if "step_ms" in r]
+            if len(ok) > 1:
+                pair[side]["step_ms"] = min(r["step_ms"] for r in ok)
+                text += "; %s run-to-run loss diff %.3g" % (side, max(
+                    abs(a - b) for r in ok[1:] for a, b in zip(ok[0]["losses"], r["losses"])))
+        rows.append((spec, compare(pair["native"], pair["memsnap"]) + text))
     print("\n== memsnap vs native, same mode (memsnap first in each 'A vs B')")
     for spec, text in rows:
         print("%-22s %s" % (spec, text))

@@ -91,6 +91,7 @@ def _declare(lib):
         "memsnap_dump_exit": (c.c_int, []),
         "memsnap_create_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
         "memsnap_release_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
+        "memsnap_empty_pool_cache": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
         "memsnap_begin_allocate_thread_to_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
         "memsnap_end_allocate_to_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
         "memsnap_pool_live_allocations_match": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64, c.POINTER(c.c_uint64),
@@ -331,8 +332,8 @@ class MemPool:
     allocator's createOrIncrefPool, which ``CUDAPluggableAllocator`` refuses), so
     ``memsnap.enable()`` puts this class in its place. Allocations made inside
     ``use_mem_pool(pool)`` by the calling thread come from the pool's own blocks, which nothing
-    else gets; when the pool is deleted its memory goes back to the device at the next
-    ``torch.cuda.empty_cache()`` once its tensors are freed. ``allocator=`` (a pool served by a
+    else gets; when the pool is deleted its cached memory goes back to the device, and what its
+    live tensors hold follows at ``torch.cuda.empty_cache()`` once they are freed. ``allocator=`` (a pool served by a
     second allocator), ``use_on_oom`` and ``symmetric`` have no memsnap equivalent and raise."""
 
     _ids = itertools.count(1)
@@ -368,9 +369,11 @@ class MemPool:
         raise NotImplementedError("memsnap: use memsnap.dump(path): the snapshot lists each pool's segments")
 
     def __del__(self):
+        # As PyTorch's MemPool: release the pool, and return its cached memory to the device.
         if getattr(self, "_live", False) and _lib is not None:
             self._live = False
             _lib.memsnap_release_pool(self._device, *self._id)
+            _lib.memsnap_empty_pool_cache(self._device, *self._id)
 
 
 @contextlib.contextmanager
@@ -388,14 +391,38 @@ def use_mem_pool(pool, device=None):
         lib.memsnap_release_pool(index, *pool.id)  # the user begin added
 
 
+class PoolCheckpoint:
+    """What torch.compile's CUDA graph trees keep from _cuda_getCheckpointState(device, pool):
+    the pool it names. Restoring one (setCheckpointPoolState) is not supported under memsnap."""
+
+    def __init__(self, device, pool_id):
+        self.device = device
+        self.pool_id = tuple(pool_id)
+
+
+def _get_checkpoint_state(device, pool_id):
+    return PoolCheckpoint(device, pool_id)
+
+
+def _set_checkpoint_pool_state(device, state, stale_storages, storages_to_add_deleters_to=()):
+    raise RuntimeError(
+        "memsnap: torch.compile's CUDA graph trees asked to restore a private pool to a checkpoint "
+        "(setCheckpointPoolState), which happens when a new graph is recorded after replaying part of a "
+        "path. Restoring swaps the deleters of tensors inside PyTorch, which a pluggable allocator cannot "
+        "reach. Use torch.compile(mode='reduce-overhead') with one graph path, or run this program "
+        "without memsnap's allocator (memsnap import a PyTorch snapshot instead)")
+
+
 def _install_pools(torch, lib, hooks):
     """Connects CUDA graph capture (private pools) and MemPool to memsnap."""
     if hasattr(hooks, "set_begin_allocate_to_pool"):  # PyTorch 2.3 and later
         hooks.set_begin_allocate_to_pool(_fn_addr(lib, "memsnap_torch_begin_allocate_to_pool"))
         hooks.set_end_allocate_to_pool_fn(_fn_addr(lib, "memsnap_torch_end_allocate_to_pool"))
         hooks.set_release_pool(_fn_addr(lib, "memsnap_torch_release_pool"))
-    # torch.compile's CUDA graph trees check their pool through this binding, at call time.
+    # torch.compile's CUDA graph trees use these bindings, looked up at call time.
     torch._C._cuda_checkPoolLiveAllocations = pool_live_allocations_match
+    torch._C._cuda_getCheckpointState = _get_checkpoint_state
+    torch._C._cuda_setCheckpointPoolState = _set_checkpoint_pool_state
     torch.cuda.MemPool = MemPool
     torch.cuda.memory.MemPool = MemPool
     torch.cuda.use_mem_pool = use_mem_pool
