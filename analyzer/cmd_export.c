@@ -378,7 +378,10 @@ static int write_settings(exporter *e) {
       "END FROM options WHERE name = 'MEMSNAP_MAX_SPLIT_SIZE_MB' "
       "UNION ALL SELECT 'pytorch.garbage_collection_threshold', CAST(value AS REAL) FROM options "
       "WHERE name = 'MEMSNAP_GARBAGE_COLLECTION_THRESHOLD' "
-      "UNION ALL SELECT 'pytorch.expandable_segments', 'False'";
+      "UNION ALL SELECT 'pytorch.expandable_segments', CASE WHEN value = '1' THEN 'True' ELSE 'False' END "
+      "FROM options WHERE name = 'MEMSNAP_EXPANDABLE_SEGMENTS' "
+      "UNION ALL SELECT 'pytorch.expandable_segments', 'False' WHERE NOT EXISTS "
+      "(SELECT 1 FROM options WHERE name = 'MEMSNAP_EXPANDABLE_SEGMENTS')";
   sqlite3_stmt *st;
   int64_t kept = 0;
   if (sqlite3_prepare_v2(e->s->db, "SELECT count(*) FROM options WHERE name LIKE 'pytorch.%'", -1, &st, NULL) == SQLITE_OK &&

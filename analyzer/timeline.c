@@ -90,6 +90,68 @@ static void seg_add(timeline_pass *p, const ms_event *e) {
   p->reserved += e->size;
 }
 
+/* Expandable segments: pages mapped at [address, address + size) join the segment that ends or
+ * starts there (PyTorch shows each contiguous mapped range as one segment), else start one. A
+ * range that overlaps a known segment (the async mode's pool growth, which has no layout) only
+ * counts as reserved. */
+static void seg_map(timeline_pass *p, const ms_event *e) {
+  uint64_t end = e->address + (uint64_t)e->size;
+  size_t i = seg_lower(p, e->address);
+  bool joins_prev = i > 0 && p->segs[i - 1].device == e->device &&
+                    p->segs[i - 1].address + (uint64_t)p->segs[i - 1].size == e->address;
+  bool joins_next = i < p->nsegs && p->segs[i].device == e->device && p->segs[i].address == end;
+  bool overlaps = (i < p->nsegs && p->segs[i].address < end && !joins_next) ||
+                  (i > 0 && p->segs[i - 1].address + (uint64_t)p->segs[i - 1].size > e->address);
+  if (overlaps || e->size <= 0) {
+    p->reserved += e->size;
+  } else if (joins_prev) {
+    p->segs[i - 1].size += e->size;
+    p->reserved += e->size;
+    if (joins_next) { /* the two ranges are one now */
+      p->segs[i - 1].size += p->segs[i].size;
+      memmove(&p->segs[i], &p->segs[i + 1], (p->nsegs - i - 1) * sizeof *p->segs);
+      p->nsegs--;
+    }
+  } else if (joins_next) {
+    p->segs[i].address = e->address;
+    p->segs[i].size += e->size;
+    p->reserved += e->size;
+  } else {
+    seg_add(p, e);
+  }
+}
+
+/* Pages unmapped at [address, address + size): cut out of the segment holding them, which may
+ * leave two. */
+static void seg_unmap(timeline_pass *p, const ms_event *e) {
+  uint64_t end = e->address + (uint64_t)e->size;
+  size_t i = seg_lower(p, e->address + 1);
+  p->reserved -= e->size;
+  if (i == 0 || e->size <= 0) return;
+  seg *g = &p->segs[i - 1];
+  uint64_t gend = g->address + (uint64_t)g->size;
+  if (g->device != e->device || e->address < g->address || end > gend) return; /* not a known range */
+  if (e->address == g->address && end == gend) {
+    memmove(&p->segs[i - 1], &p->segs[i], (p->nsegs - i) * sizeof *p->segs);
+    p->nsegs--;
+  } else if (e->address == g->address) {
+    g->address = end;
+    g->size = (int64_t)(gend - end);
+  } else if (end == gend) {
+    g->size = (int64_t)(e->address - g->address);
+  } else { /* a hole: the part after becomes a segment of its own */
+    if (!grow(&p->segs, &p->capsegs, p->nsegs + 1, sizeof *p->segs)) {
+      p->failed = true;
+      return;
+    }
+    g = &p->segs[i - 1];
+    memmove(&p->segs[i + 1], &p->segs[i], (p->nsegs - i) * sizeof *p->segs);
+    p->segs[i] = (seg){end, g->stream, (int64_t)(gend - end), g->device};
+    g->size = (int64_t)(e->address - g->address);
+    p->nsegs++;
+  }
+}
+
 static void seg_remove(timeline_pass *p, uint64_t address) {
   size_t i = seg_lower(p, address);
   if (i == p->nsegs || p->segs[i].address != address) return;
@@ -288,6 +350,8 @@ static int timeline_event(const ms_event *e, void *arg) {
   if (e->kind == MS_FREE_COMPLETED && ms_live_take(&p->pending, e->address, &block)) p->pending_bytes -= block.size;
   else if (e->kind == MS_SEGMENT_ALLOC) seg_add(p, e);
   else if (e->kind == MS_SEGMENT_FREE) seg_remove(p, e->address);
+  else if (e->kind == MS_SEGMENT_MAP) seg_map(p, e);
+  else if (e->kind == MS_SEGMENT_UNMAP) seg_unmap(p, e);
   band_bucket(p, e);
   if (p->next < p->ntargets && p->targets[p->next].event_id == e->id) {
     take_checkpoint(p, &p->targets[p->next], e->time_ns);

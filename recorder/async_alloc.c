@@ -226,8 +226,7 @@ void msi_async_empty_cache(msi_device *d, uint32_t stack) {
 
 void msi_async_stats(msi_device *d, memsnap_stats_t *out) {
   uint64_t reserved = 0, reserved_high = 0, used = 0, used_high = 0;
-  memset(out, 0, sizeof *out);
-  out->max_split_size = d->stats.max_split_size;
+  memset(out, 0, sizeof *out); /* max_split_size too: PyTorch's backend leaves it 0 */
   if (msi_be->async_usage(d->index, &reserved, &reserved_high, &used, &used_high) != MSI_BE_OK) return;
   out->allocated_bytes[MEMSNAP_POOL_ALL].current = (int64_t)used;
   out->allocated_bytes[MEMSNAP_POOL_ALL].peak = (int64_t)used_high;

@@ -45,6 +45,7 @@ run() {
 
 want alloc && run test_alloc "$build/tests/test_alloc"
 want alloc && run test_modes "$build/tests/test_modes" "$build/tests"
+want alloc && run test_modes_cli "$here/test_modes_cli.sh" "$build"
 want options && run test_options "$build/tests/test_options"
 want record && run test_record "$build/tests/test_record"
 want stress && run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"
@@ -56,6 +57,7 @@ want web && run test_web "$here/web/run.sh" "$build"
 want sample && run test_sample "$here/test_sample.sh" "$build"
 want python && run test_python "${py_env[@]}" python3 "$here/test_python.py"
 want python && run test_oom_throw "${py_env[@]}" python3 "$here/test_oom_throw.py"
+want python && run test_enable "${py_env[@]}" python3 "$here/test_enable.py"
 want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "$build/memsnap"
 
 echo

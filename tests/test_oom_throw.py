@@ -1,4 +1,5 @@
-"""test_oom_throw.py: out of memory raises the registered Python exception through C++ frames.
+"""test_oom_throw.py: out of memory raises the registered Python exception through C++ frames,
+and any other failure raises RuntimeError the same way (never an abort).
 
 The path PyTorch takes, without PyTorch: memsnap.enable() registers torch.OutOfMemoryError and
 sets MEMSNAP_OOM=throw; memsnap_malloc then throws a C++ `python_error`, which unwinds through
@@ -53,4 +54,19 @@ memsnap.check()
 lib.memsnap_set_python_oom_error(None)
 check("without a registered type a std::exception is thrown",
       catcher.catcher_alloc(1 << 30, ctypes.byref(ptr)) == 2)
+
+# A failure that is not out of memory (here the simulated driver refuses an expandable segment's
+# address space) raises Python's RuntimeError through the same path: never an abort.
+memsnap.shutdown()
+os.environ.update(MEMSNAP_SIM_CAPACITY="15T", MEMSNAP_EXPANDABLE_SEGMENTS="1", MEMSNAP_OOM="throw")
+lib.memsnap_set_python_oom_error(id(OutOfMemoryError))
+try:
+    catcher.catcher_alloc(1 << 20, ctypes.byref(ptr))
+    check("a driver failure raises RuntimeError, not an abort", False)
+except OutOfMemoryError:
+    check("a driver failure raises RuntimeError, not an abort", False)
+except RuntimeError as e:
+    check("a driver failure raises RuntimeError, not an abort", "memsnap: " in str(e) and "address space" in str(e))
+check("after it the process goes on and the library still answers", memsnap.backend() == "sim")
+lib.memsnap_set_python_oom_error(None)
 finish()

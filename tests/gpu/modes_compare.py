@@ -217,6 +217,11 @@ def run_child(mode, task, side):
     if CONF[mode]:
         env["PYTORCH_CUDA_ALLOC_CONF"] = CONF[mode]
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    if task == "compiled":  # both sides compile from scratch (a warm cache allocates less)
+        import tempfile
+        cache = tempfile.mkdtemp(prefix="inductor-")
+        env.update(TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
+                   TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", mode, task, side], env=env,
                        capture_output=True, text=True, timeout=400)

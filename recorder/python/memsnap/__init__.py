@@ -413,6 +413,30 @@ def _set_checkpoint_pool_state(device, state, stale_storages, storages_to_add_de
         "without memsnap's allocator (memsnap import a PyTorch snapshot instead)")
 
 
+def _conf_items(conf):
+    """Splits a PYTORCH_CUDA_ALLOC_CONF value into its key:value items (commas inside [...]
+    belong to the value)."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(conf):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            items.append(conf[start:i])
+            start = i + 1
+    items.append(conf[start:])
+    return [it for it in items if it.strip()]
+
+
+def _hide_backend_key():
+    """PyTorch parses PYTORCH_CUDA_ALLOC_CONF again while it runs and asserts that its backend
+    key names the allocator in use ("cudaMallocAsync != pluggable"). memsnap has read the key
+    by then (MEMSNAP_ALLOCATOR's equivalent), so enable() removes it from both variables."""
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        conf = os.environ.get(var)
+        if conf:
+            kept = [it for it in _conf_items(conf) if it.split(":", 1)[0].strip() != "backend"]
+            os.environ[var] = ",".join(kept)
+
+
 def _install_pools(torch, lib, hooks):
     """Connects CUDA graph capture (private pools) and MemPool to memsnap."""
     if hasattr(hooks, "set_begin_allocate_to_pool"):  # PyTorch 2.3 and later
@@ -446,6 +470,8 @@ def enable(path=None):
                            "first tensor on the GPU (PyTorch cannot swap an initialised allocator)")
     so = path or library_path()
     lib = load(so)
+    lib.memsnap_backend_name()  # reads the options (and PyTorch's variables) now
+    _hide_backend_key()
     allocator = torch.cuda.memory.CUDAPluggableAllocator(so, "memsnap_malloc", "memsnap_free")
     hooks = allocator.allocator()
     hooks.set_init_fn(_fn_addr(lib, "memsnap_init"))
