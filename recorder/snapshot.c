@@ -133,6 +133,7 @@ static void gather(msi_device **devs, int n, void *arg) {
     msi_be->device_info(d->index, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name);
     sd->cap = d->set_fraction ? d->allowed_memory_maximum : 0;
     memsnap_stats_t st = d->stats;
+    if (d->async) msi_async_stats(d, &st); /* the stream-ordered pool's counters */
     sd->nstats = memsnap_stat_count();
     msi_stats_flatten(&st, sd->stats, sd->nstats);
     if (d->async) {

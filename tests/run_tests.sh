@@ -49,6 +49,11 @@ want alloc && run test_modes_cli "$here/test_modes_cli.sh" "$build"
 want options && run test_options "$build/tests/test_options"
 want record && run test_record "$build/tests/test_record"
 want stress && run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"
+# The same threads in the two other allocator modes, a quarter as long.
+want stress && run test_stress_expandable env MEMSNAP_EXPANDABLE_SEGMENTS=1 THREADS="${THREADS:-8}" \
+  ITER=$(( ${ITER:-200000} / 4 )) "$build/tests/test_stress"
+want stress && run test_stress_async env MEMSNAP_ALLOCATOR=async THREADS="${THREADS:-8}" \
+  ITER=$(( ${ITER:-200000} / 4 )) "$build/tests/test_stress"
 want cli && run test_cli "$here/test_cli.sh" "$build"
 want analyze && run test_analyze "$here/test_analyze.sh" "$build"
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"

@@ -8,7 +8,8 @@
  * handed out twice would be seen by the second owner). A checker thread runs memsnap_check()
  * throughout, and a dumper thread writes snapshots of the recorded history while the workers
  * run; each one must read back whole. At the end everything is freed, statistics return to
- * zero and invariants hold.
+ * zero and invariants hold. The environment chooses the allocator mode
+ * (MEMSNAP_EXPANDABLE_SEGMENTS=1, MEMSNAP_ALLOCATOR=async): run_tests.sh runs all three.
  */
 #include <pthread.h>
 #include <stdatomic.h>
