@@ -33,8 +33,10 @@ enum { MS_ALLOC = 1, MS_FREE_REQUESTED, MS_FREE_COMPLETED, MS_SEGMENT_ALLOC, MS_
 
 typedef struct ms_frame {
   bool python;
+  bool inlined; /* native: inlined by the compiler into the next frame of its stack */
   char *name, *file, *module;
   int64_t line;
+  int64_t offset; /* native: from the function's start, or from the module's when unnamed */
 } ms_frame;
 
 typedef struct ms_stack {

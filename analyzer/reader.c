@@ -234,7 +234,9 @@ int ms_load_stacks(ms_snapshot *s) {
   if (!s->frames || !s->stacks) return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
   s->nframes = (size_t)max_frame + 1;
   s->nstacks = (size_t)max_stack + 1;
-  if (sqlite3_prepare_v2(s->db, "select id, kind, name, file, line, module from frames", -1, &st, NULL) != SQLITE_OK)
+  /* `inlined` came later (snapshots written before it have no inlined frames). */
+  if (sqlite3_prepare_v2(s->db, "select id, kind, name, file, line, module, offset, inlined from frames", -1, &st, NULL) != SQLITE_OK &&
+      sqlite3_prepare_v2(s->db, "select id, kind, name, file, line, module, offset, 0 from frames", -1, &st, NULL) != SQLITE_OK)
     return fail(s, "'%s': cannot read frames: %s", s->shown_path, sqlite3_errmsg(s->db));
   while (sqlite3_step(st) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0);
@@ -246,6 +248,8 @@ int ms_load_stacks(ms_snapshot *s) {
     f->file = column_text(st, 3);
     f->line = sqlite3_column_type(st, 4) == SQLITE_INTEGER ? sqlite3_column_int64(st, 4) : 0;
     f->module = column_text(st, 5);
+    f->offset = sqlite3_column_type(st, 6) == SQLITE_INTEGER ? sqlite3_column_int64(st, 6) : 0;
+    f->inlined = sqlite3_column_type(st, 7) == SQLITE_INTEGER && sqlite3_column_int64(st, 7) != 0;
   }
   sqlite3_finalize(st);
   for (size_t i = 1; i < s->nframes; i++) /* ids with no row (a damaged file) read as unnamed */

@@ -103,7 +103,9 @@ static void print_stack(const ms_snapshot *s, uint32_t stack_id, const ms_report
   }
   for (size_t i = 0; i < n; i++) {
     const ms_frame *f = &s->frames[ids[i]];
-    if (f->file[0] && f->line > 0) fprintf(out, "%s%s (%s:%lld)\n", indent, f->name, o->full_stacks ? f->file : base_name(f->file), (long long)f->line);
+    if (f->file[0] && f->line > 0)
+      fprintf(out, "%s%s (%s:%lld%s)\n", indent, f->name, o->full_stacks ? f->file : base_name(f->file), (long long)f->line,
+              f->inlined ? ", inlined" : "");
     else if (!f->python && f->module[0]) fprintf(out, "%s%s [%s]\n", indent, f->name, base_name(f->module));
     else fprintf(out, "%s%s\n", indent, f->name);
   }
@@ -263,6 +265,7 @@ static cJSON *json_frames(const ms_snapshot *s, const uint32_t *ids, size_t n) {
     cJSON_AddNumberToObject(o, "line", (double)f->line);
     cJSON_AddStringToObject(o, "kind", f->python ? "python" : "native");
     if (!f->python) cJSON_AddStringToObject(o, "module", f->module);
+    if (!f->python) cJSON_AddBoolToObject(o, "inlined", f->inlined);
     cJSON_AddItemToArray(arr, o);
   }
   return arr;

@@ -72,6 +72,12 @@ if [ "${REGEN:-}" = 1 ]; then mkdir -p "$here/golden" && cp "$dir/leak.txt" "$he
 diff -u "$here/golden/analyze-leak.txt" "$dir/leak.txt" >"$dir/diff"
 check "golden: the text report of leak.db (make regen-golden refreshes)" "[ $? -eq 0 ] || { cat $dir/diff; false; }"
 
+# Snapshots written before frames.inlined existed (format 1 all the same) read as before.
+cp "$dir/leak.db" "$dir/old.db"
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/old.db'); c.execute('alter table frames drop column inlined'); c.commit()"
+"$cli" analyze "$dir/old.db" | mask >"$dir/old.txt"
+check "format: a snapshot without frames.inlined (older writers) gives the same report" "diff -q $dir/leak.txt $dir/old.txt >/dev/null"
+
 "$cli" diff "$dir/early.db" "$dir/leak.db" >"$dir/diff.txt"
 check "diff: only the leak grew between step 2 and step 6 (+4 MiB, 2 -> 6 blocks)" \
   "[ \$? -eq 0 ] && grep -q 'allocated: 162.00 MiB -> 166.00 MiB (+4.00 MiB)' $dir/diff.txt && grep -A1 '+4.00 MiB' $dir/diff.txt | grep -q keep_history && [ \$(grep -c '^  [+-]' $dir/diff.txt) -eq 1 ]"
