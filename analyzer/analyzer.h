@@ -128,7 +128,7 @@ static inline int64_t ms_size_bin_floor(int bin) {
 
 /* ---- the analysis (analysis.c) ---------------------------------------------------------- */
 
-typedef enum { MS_LEAK_GROWING, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
+typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
 
 typedef struct ms_site {
   uint32_t stack_id;
@@ -139,10 +139,17 @@ typedef struct ms_site {
   /* per-iteration evidence */
   int64_t prev_iter_live, first_iter_live, last_iter_live;
   int increases, decreases, observed; /* iteration boundaries seen after the first */
+  /* the highest live bytes at a boundary, that boundary (the iteration it ends), the counts
+     above when it was reached, and when live bytes then fell below halfway between the first
+     boundary's and that peak (-1: they did not): the evidence of growth released later */
+  int64_t peak_iter_live, released_ns;
+  int peak_boundary, increases_at_peak, decreases_at_peak;
   int first_iteration;                /* iteration of the first allocation (-1: before) */
   int last_iteration;                 /* iteration of the last allocation */
   int newest_live_iteration;          /* latest iteration that allocated a block still live at the end
                                          of the history (-1: before the first, or none) */
+  bool before_history;                /* the site of blocks alive at the snapshot that no kept event
+                                         allocated: from before recording (or the kept history) */
   ms_leak_kind kind;
   double score, bytes_per_iteration;
 } ms_site;
@@ -199,6 +206,11 @@ typedef struct ms_analysis {
   bool truncated;
 } ms_analysis;
 
+/* The kind's name in JSON and the page: growing, growing_released, retained, alive. */
+const char *ms_leak_kind_name(ms_leak_kind kind);
+/* Why a site shows no stack ("allocated before recording started", "no stack recorded", ...);
+ * NULL when it has one. */
+const char *ms_site_note(const ms_analysis *a, const ms_site *site);
 /* Runs the analysis; `label` forces the iteration label (NULL: choose). 0 or -1 (s->error). */
 int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label);
 void ms_analysis_free(ms_analysis *a);

@@ -77,6 +77,16 @@ typedef struct page_data {
   int cut_frame;      /* the page frame "(outer frames not shown)"; -1 until needed */
 } page_data;
 
+/* A frame that is a remark, not code ("(outer frames not shown)"): its page index. */
+static int marker_frame(page_data *p, const char *text) {
+  cJSON *fr = cJSON_CreateArray();
+  cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, text)));
+  cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, "")));
+  cJSON_AddItemToArray(fr, cJSON_CreateNumber(0));
+  cJSON_AddItemToArray(p->frames, fr);
+  return cJSON_GetArraySize(p->frames) - 1;
+}
+
 /* Adds a stack (its frames that matter) to the document; returns the id to refer to it by. */
 static uint32_t add_stack(page_data *p, uint32_t stack_id) {
   char key[16];
@@ -102,18 +112,28 @@ static uint32_t add_stack(page_data *p, uint32_t stack_id) {
     cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->frame_of[ids[i]] - 1));
   }
   if (cut) {
-    if (p->cut_frame < 0) {
-      cJSON *fr = cJSON_CreateArray();
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, "(outer frames not shown)")));
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, "")));
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(0));
-      cJSON_AddItemToArray(p->frames, fr);
-      p->cut_frame = cJSON_GetArraySize(p->frames) - 1;
-    }
+    if (p->cut_frame < 0) p->cut_frame = marker_frame(p, "(outer frames not shown)");
     cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->cut_frame));
   }
   cJSON_AddItemToObject(p->stacks, key, arr);
   return stack_id;
+}
+
+/* The page's stack of analysis site `site`: its own, or for a site without one a stack (with an
+ * id past the snapshot's) of one frame that says why: "(allocated before recording started)". */
+static uint32_t site_stack(page_data *p, uint32_t site) {
+  const ms_site *st = &p->a->sites[site];
+  if (st->stack_id) return add_stack(p, st->stack_id);
+  uint32_t id = (uint32_t)p->s->nstacks + (st->before_history ? 1 : 0);
+  char key[16], text[128];
+  snprintf(key, sizeof key, "%u", id);
+  if (!cJSON_GetObjectItemCaseSensitive(p->stacks, key)) {
+    snprintf(text, sizeof text, "(%s)", ms_site_note(p->a, st));
+    cJSON *arr = cJSON_CreateArray();
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(marker_frame(p, text)));
+    cJSON_AddItemToObject(p->stacks, key, arr);
+  }
+  return id;
 }
 
 /* The index of analysis site `site` in the page's leak list, or -1. */
@@ -131,7 +151,7 @@ static int page_site(page_data *p, uint32_t site) {
   for (int k = 0; k < a->timeline->bands.nsites; k++)
     if (a->timeline->bands.site[k] == site) band = k;
   cJSON *row = cJSON_CreateArray();
-  cJSON_AddItemToArray(row, cJSON_CreateNumber(add_stack(p, a->sites[site].stack_id)));
+  cJSON_AddItemToArray(row, cJSON_CreateNumber(site_stack(p, site)));
   cJSON_AddItemToArray(row, cJSON_CreateNumber(leak));
   cJSON_AddItemToArray(row, cJSON_CreateNumber(band));
   cJSON_AddItemToArray(p->sites, row);
@@ -212,9 +232,8 @@ static void page_columns(page_data *p, sbuf *b) {
       break;
     }
     int ps = page_site(p, bd->site[k]);
-    sb_put(b, "%s{\"site\":%d,\"leak\":%d,\"stack\":%u}", k ? "," : "", ps,
-           leak_index(p->a, bd->site[k]),
-           p->a->sites[bd->site[k]].stack_id);
+    sb_put(b, "%s{\"site\":%d,\"leak\":%d,\"stack\":%u}", k ? "," : "", ps, leak_index(p->a, bd->site[k]),
+           site_stack(p, bd->site[k]));
   }
   sb_put(b, "],\"bytes\":[");
   for (int k = 0; k <= bd->nsites; k++) {
@@ -308,18 +327,19 @@ static char *page_json(const ms_analysis *a) {
   p.stacks = cJSON_AddObjectToObject(root, "stacks");
   p.sites = cJSON_AddArrayToObject(root, "sites");
   cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");
-  static const char *const kinds[] = {"growing", "retained", "alive"};
   for (size_t i = 0; i < a->nleaks && i < MS_PAGE_LEAKS; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
+    bool released = st->kind == MS_LEAK_GROWING_RELEASED;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", kinds[st->kind]);
+    cJSON_AddStringToObject(o, "kind", ms_leak_kind_name(st->kind));
     cJSON_AddNumberToObject(o, "score", st->score);
     cJSON_AddNumberToObject(o, "live_bytes", (double)st->end_bytes);
     cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
-    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING ? st->bytes_per_iteration : 0);
+    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
+    cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
     cJSON_AddNumberToObject(o, "first_ns", (double)st->first_ns);
     cJSON_AddNumberToObject(o, "last_ns", (double)st->last_ns);
-    cJSON_AddNumberToObject(o, "stack", add_stack(&p, st->stack_id));
+    cJSON_AddNumberToObject(o, "stack", site_stack(&p, a->leaks[i]));
     cJSON_AddItemToArray(leaks, o);
   }
   cJSON *ooms = cJSON_AddArrayToObject(root, "oom");

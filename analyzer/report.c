@@ -87,9 +87,11 @@ static const char *base_name(const char *path) {
   return slash ? slash + 1 : path;
 }
 
-static void print_stack(const ms_snapshot *s, uint32_t stack_id, const ms_report_options *o, const char *indent, FILE *out) {
+/* A stack, or `note` in parentheses when it has none ("no stack recorded" if NULL). */
+static void print_stack(const ms_snapshot *s, uint32_t stack_id, const char *note, const ms_report_options *o,
+                        const char *indent, FILE *out) {
   if (stack_id == 0) {
-    fprintf(out, "%s(no stack recorded)\n", indent);
+    fprintf(out, "%s(%s)\n", indent, note ? note : "no stack recorded");
     return;
   }
   uint32_t ids[4096];
@@ -111,9 +113,10 @@ static void print_stack(const ms_snapshot *s, uint32_t stack_id, const ms_report
   }
 }
 
-static const char *kind_name(ms_leak_kind k) {
-  return k == MS_LEAK_GROWING ? "growing" : k == MS_LEAK_RETAINED ? "retained" : "alive";
+static void print_site(const ms_analysis *a, uint32_t site, const ms_report_options *o, const char *indent, FILE *out) {
+  print_stack(a->snap, a->sites[site].stack_id, ms_site_note(a, &a->sites[site]), o, indent, out);
 }
+
 
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   const ms_snapshot *s = a->snap;
@@ -143,7 +146,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   for (size_t i = 0; i < a->nat_peak; i++) {
     ms_format_bytes(a->at_peak[i].bytes, b1, sizeof b1);
     fprintf(out, "    %12s in %lld blocks\n", b1, (long long)a->at_peak[i].count);
-    print_stack(s, a->sites[a->at_peak[i].site].stack_id, o, "        ", out);
+    print_site(a, a->at_peak[i].site, o, "        ", out);
   }
 
   fprintf(out, "\niterations\n");
@@ -169,19 +172,31 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   if (a->nleaks == 0) fprintf(out, "  none: nothing is alive at the snapshot\n");
   for (size_t i = 0; i < a->nleaks && i < 10; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
+    size_t transitions = a->niters > 1 ? a->niters - 1 : 0;
+    char when[96] = "";
     ms_format_bytes(st->end_bytes, b1, sizeof b1);
     ms_format_ns(st->first_ns, t1, sizeof t1);
     ms_format_ns(st->last_ns, t2, sizeof t2);
+    ms_format_bytes((int64_t)st->bytes_per_iteration, b2, sizeof b2);
+    if (st->allocs) snprintf(when, sizeof when, "; first %s, last %s", t1, t2);
+    fprintf(out, "  %zu. ", i + 1);
     if (st->kind == MS_LEAK_GROWING) {
-      ms_format_bytes((int64_t)st->bytes_per_iteration, b2, sizeof b2);
-      fprintf(out, "  %zu. growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks; first %s, last %s; score %.2f\n",
-              i + 1, b2, st->increases, a->niters > 1 ? a->niters - 1 : 0, b1, (long long)st->end_count, t1, t2, st->score);
+      fprintf(out, "growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks", b2, st->increases,
+              transitions, b1, (long long)st->end_count);
+    } else if (st->kind == MS_LEAK_GROWING_RELEASED) {
+      ms_format_ns(st->released_ns, t1, sizeof t1);
+      ms_format_bytes(st->peak_iter_live, b3, sizeof b3);
+      fprintf(out, "growing, released at %s: +%s per iteration (grew at %d of %zu iterations, to %s after iteration %d); "
+                   "%s",
+              t1, b2, st->increases_at_peak, transitions, b3, st->peak_boundary, st->end_count ? b1 : "nothing");
+      if (st->end_count) fprintf(out, " live in %lld blocks at the snapshot", (long long)st->end_count);
+      else fprintf(out, " live at the snapshot");
     } else {
-      fprintf(out, "  %zu. %s: %s live in %lld blocks%s; first %s, last %s; score %.2f\n", i + 1, kind_name(st->kind), b1,
-              (long long)st->end_count, st->kind == MS_LEAK_RETAINED ? ", held since the first iterations" : "", t1, t2,
-              st->score);
+      fprintf(out, "%s: %s live in %lld blocks%s", ms_leak_kind_name(st->kind), b1, (long long)st->end_count,
+              st->kind == MS_LEAK_RETAINED && !st->before_history ? ", held since the first iterations" : "");
     }
-    print_stack(s, st->stack_id, o, "       ", out);
+    fprintf(out, "%s; score %.2f\n", when, st->score);
+    print_site(a, a->leaks[i], o, "       ", out);
   }
 
   fprintf(out, "\nout of memory\n");
@@ -194,7 +209,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     ms_format_bytes(m->cached_unallocated, b3, sizeof b3);
     fprintf(out, "  at %s on device %d: %s requested; the device had %s free; the cache held %s reserved but unallocated\n",
             t1, m->device, b1, b2, b3);
-    print_stack(s, m->stack_id, o, "      ", out);
+    print_stack(s, m->stack_id, NULL, o, "      ", out);
     ms_format_bytes(m->live_bytes, b1, sizeof b1);
     fprintf(out, "    %s was allocated, largest sites:\n", b1);
     for (int k = 0; k < m->ntop; k++) {
@@ -202,7 +217,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
       ms_format_bytes(m->top[k].bytes, b1, sizeof b1);
       fprintf(out, "      %12s in %lld blocks (%s)\n", b1, (long long)m->top[k].count,
               st->kind == MS_LEAK_GROWING ? "growing" : "site");
-      print_stack(s, st->stack_id, o, "          ", out);
+      print_site(a, m->top[k].site, o, "          ", out);
     }
     if (m->cached_unallocated >= m->requested)
       fprintf(out, "    would have fit: the cache held enough, but in pieces; try MEMSNAP_MAX_SPLIT_SIZE_MB "
@@ -226,7 +241,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     if (st->allocs == 0) continue;
     ms_format_bytes(st->alloc_bytes, b1, sizeof b1);
     fprintf(out, "  %12s in %lld allocations\n", b1, (long long)st->allocs);
-    print_stack(s, st->stack_id, o, "      ", out);
+    print_site(a, a->top[i], o, "      ", out);
   }
 }
 
@@ -245,7 +260,7 @@ void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
       char bytes[32];
       size_t nf = ms_stack_frames_that_matter(s, st->stack_id, ids, 1);
       ms_format_bytes(st->kind == MS_LEAK_GROWING ? (int64_t)st->bytes_per_iteration : st->end_bytes, bytes, sizeof bytes);
-      snprintf(lead, sizeof lead, "%s %s%s in %s", kind_name(st->kind), st->kind == MS_LEAK_GROWING ? "+" : "", bytes,
+      snprintf(lead, sizeof lead, "%s %s%s in %s", ms_leak_kind_name(st->kind), st->kind == MS_LEAK_GROWING ? "+" : "", bytes,
                nf ? s->frames[ids[0]].name : "(no stack)");
     }
     fprintf(out, "  %-28s %8lld %10lld %14s %14s %6zu  %s\n", base_name(s->shown_path), (long long)s->pid, (long long)s->nevents,
@@ -271,7 +286,8 @@ static cJSON *json_frames(const ms_snapshot *s, const uint32_t *ids, size_t n) {
   return arr;
 }
 
-static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id) {
+/* The stack keys of an entry; `note` says why it has no stack (NULL: "no stack recorded"). */
+static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id, const char *note) {
   uint32_t ids[256];
   size_t n = ms_stack_frames_that_matter(s, stack_id, ids, 256);
   cJSON_AddItemToObject(o, "stack", json_frames(s, ids, n));
@@ -280,6 +296,11 @@ static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id) {
   else
     cJSON_AddItemToObject(o, "full_stack", cJSON_CreateArray());
   cJSON_AddNumberToObject(o, "stack_id", stack_id);
+  if (!stack_id) cJSON_AddStringToObject(o, "stack_note", note ? note : "no stack recorded");
+}
+
+static void add_site_stacks(cJSON *o, const ms_analysis *a, uint32_t site) {
+  add_stacks(o, a->snap, a->sites[site].stack_id, ms_site_note(a, &a->sites[site]));
 }
 
 int ms_report_json(const ms_analysis *a, FILE *out) {
@@ -311,7 +332,7 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "live_bytes", (double)a->at_peak[i].bytes);
     cJSON_AddNumberToObject(o, "live_count", (double)a->at_peak[i].count);
-    add_stacks(o, s, a->sites[a->at_peak[i].site].stack_id);
+    add_site_stacks(o, a, a->at_peak[i].site);
     cJSON_AddItemToArray(peak, o);
   }
   cJSON *iters = cJSON_AddArrayToObject(root, "iterations");
@@ -330,15 +351,19 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
   for (size_t i = 0; i < a->nleaks; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", kind_name(st->kind));
+    cJSON_AddStringToObject(o, "kind", ms_leak_kind_name(st->kind));
     cJSON_AddNumberToObject(o, "score", st->score);
     cJSON_AddNumberToObject(o, "live_bytes", (double)st->end_bytes);
     cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
-    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING ? st->bytes_per_iteration : 0);
-    cJSON_AddNumberToObject(o, "iterations_grown", st->increases);
+    bool released = st->kind == MS_LEAK_GROWING_RELEASED;
+    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
+    cJSON_AddNumberToObject(o, "iterations_grown", released ? st->increases_at_peak : st->increases);
+    cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
+    cJSON_AddNumberToObject(o, "peak_iteration", released ? st->peak_boundary : -1);
+    cJSON_AddNumberToObject(o, "peak_iteration_live_bytes", released ? (double)st->peak_iter_live : -1);
     cJSON_AddNumberToObject(o, "first_seen_ns", (double)st->first_ns);
     cJSON_AddNumberToObject(o, "last_seen_ns", (double)st->last_ns);
-    add_stacks(o, s, st->stack_id);
+    add_site_stacks(o, a, a->leaks[i]);
     cJSON_AddItemToArray(leaks, o);
   }
   cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
@@ -351,13 +376,13 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON_AddNumberToObject(o, "device_free_bytes", (double)m->device_free);
     cJSON_AddNumberToObject(o, "cached_unallocated_bytes", (double)m->cached_unallocated);
     cJSON_AddNumberToObject(o, "live_bytes", (double)m->live_bytes);
-    add_stacks(o, s, m->stack_id);
+    add_stacks(o, s, m->stack_id, NULL);
     cJSON *top = cJSON_AddArrayToObject(o, "live_by_site");
     for (int k = 0; k < m->ntop; k++) {
       cJSON *t = cJSON_CreateObject();
       cJSON_AddNumberToObject(t, "live_bytes", (double)m->top[k].bytes);
       cJSON_AddNumberToObject(t, "live_count", (double)m->top[k].count);
-      add_stacks(t, s, a->sites[m->top[k].site].stack_id);
+      add_site_stacks(t, a, m->top[k].site);
       cJSON_AddItemToArray(top, t);
     }
     cJSON_AddItemToArray(ooms, o);
@@ -369,7 +394,7 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "allocated_bytes", (double)st->alloc_bytes);
     cJSON_AddNumberToObject(o, "allocations", (double)st->allocs);
-    add_stacks(o, s, st->stack_id);
+    add_site_stacks(o, a, a->top[i]);
     cJSON_AddItemToArray(top, o);
   }
   cJSON *frag = cJSON_AddObjectToObject(root, "fragmentation");

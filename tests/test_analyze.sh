@@ -36,6 +36,28 @@ check "top sites: by bytes allocated; the two activation call sites 6 x 8 MiB ea
 check "json: contract keys present" \
   "json $dir/leak.json \"all(k in j['summary'] for k in ('events','dropped_events','peak_allocated_bytes','peak_reserved_bytes')) and all(k in j['leaks'][0] for k in ('kind','score','live_bytes','live_count','bytes_per_iteration','stack')) and set(j['leaks'][0]['stack'][0]) >= {'name','file','line'} and 'top_sites' in j and 'oom' in j\""
 
+# Growth released before the snapshot: the kept blocks are freed after the last step.
+"$cli" analyze --json "$dir/released.db" >"$dir/released.json"
+check "released growth: first, with the evidence of a live leak (+1 MiB per iteration, grew at 4 boundaries, to 5 MiB)" \
+  "json $dir/released.json \"j['leaks'][0]['kind'] == 'growing_released' and j['leaks'][0]['stack'][0]['name'] == 'keep_history' and j['leaks'][0]['bytes_per_iteration'] == $MiB and j['leaks'][0]['iterations_grown'] == 4 and j['leaks'][0]['peak_iteration'] == 4 and j['leaks'][0]['peak_iteration_live_bytes'] == 5 * $MiB and j['leaks'][0]['live_bytes'] == 0\""
+check "released growth: released after the last allocation, within the last iteration; ranked above what is retained" \
+  "json $dir/released.json \"j['leaks'][0]['released_ns'] > j['leaks'][0]['last_seen_ns'] and j['leaks'][0]['released_ns'] >= j['iterations'][-1]['start_ns'] and all(l['kind'] == 'retained' and l['score'] < j['leaks'][0]['score'] for l in j['leaks'][1:]) and all(l['released_ns'] == -1 for l in j['leaks'][1:])\""
+"$cli" analyze "$dir/released.db" | grep -A1 '^  1\. growing, released at [0-9.]* [mu]*s: +1.00 MiB per iteration (grew at 4 of 5 iterations, to 5.00 MiB after iteration 4); nothing live at the snapshot' >"$dir/released.txt"
+check "released growth: the report says when, by how much, and where" "grep -q 'keep_history (gen_snapshots.c' $dir/released.txt"
+check "released growth: a live leak is not 'released'" "json $dir/leak.json \"j['leaks'][0]['kind'] == 'growing' and j['leaks'][0]['released_ns'] == -1\""
+# Blocks allocated before recording started have no stack: say so (and nothing else does).
+"$cli" analyze --json "$dir/late.db" >"$dir/late.json"
+check "before recording: the weights allocated before recording are one site that says so" \
+  "json $dir/late.json \"[(l['live_bytes'], l['stack_note']) for l in j['leaks'] if not l['stack']] == [(96 * $MiB, 'allocated before recording started')] and j['leaks'][0]['kind'] == 'growing'\""
+"$cli" analyze "$dir/late.db" >"$dir/late.txt"
+check "before recording: the report says 'allocated before recording started', not 'no stack recorded'" \
+  "grep -q '^       (allocated before recording started)$' $dir/late.txt && ! grep -q 'no stack recorded' $dir/late.txt"
+cp "$dir/truncated.db" "$dir/trunc-nostack.db" # as if recorded without stacks: the weights' block has none
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/trunc-nostack.db'); c.execute('update blocks set stack_id = null where size = 96 * 1048576'); c.commit()"
+"$cli" analyze --json "$dir/trunc-nostack.db" >"$dir/trunc-nostack.json"
+check "before recording: with a truncated history, blocks from before it say that instead" \
+  "json $dir/trunc-nostack.json \"any(l.get('stack_note') == 'allocated before the kept history (the oldest events were dropped)' for l in j['leaks']) and not any(l.get('stack_note') == 'allocated before recording started' for l in j['leaks'])\""
+
 "$cli" analyze --json "$dir/oom.db" >"$dir/oom.json"
 check "oom: the request, the free memory and what was live" \
   "json $dir/oom.json \"len(j['oom']) == 1 and j['oom'][0]['requested_bytes'] == 40 * $MiB and j['oom'][0]['live_bytes'] == 40 * $MiB and j['oom'][0]['stack'][0]['name'] == 'activation' and j['oom'][0]['live_by_site'][0]['stack'][0]['name'] == 'keep_history' and j['oom'][0]['device_free_bytes'] == 24 * $MiB\""

@@ -274,9 +274,10 @@
     const only = filter ? new Set(Model.search(d, filter).map((h) => h.kind + h.index)) : null;
     d.leaks.forEach((l, i) => {
       if (only && !only.has("leak" + i)) return;
-      const top = Model.stackFrames(d, l.stack)[0];
-      const li = add(leakList, "li", (l.kind === "growing" ? "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, " : l.kind + ", ") +
-        Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + (top ? top.name : "?"), l.kind + (st.leak === i ? " selected" : ""));
+      const top = Model.stackFrames(d, l.stack)[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
+      const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : l.kind + ", ";
+      const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + (top ? top.name : "(no stack recorded)"),
+        (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       li.addEventListener("click", () => {
         st.leak = st.leak === i ? null : i;
         showStack("Leak candidate " + (i + 1), l.stack);

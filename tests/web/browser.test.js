@@ -34,7 +34,7 @@ before(async () => {
   execFileSync("python3", ["-c", "import json, sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n" +
     "for old, new in json.loads(sys.argv[2]).items(): c.execute('update frames set name = ? where name = ?', (new, old))\nc.commit()",
     path.join(dir, "hostile.db"), JSON.stringify(HOSTILE)]);
-  for (const name of ["leak", "oom", "hostile"]) {
+  for (const name of ["leak", "oom", "hostile", "released", "late"]) {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
@@ -85,6 +85,22 @@ test("the leak list names the known leak site first", async () => {
   const { page } = await open("leak");
   const first = await page.locator("#leaks li").first().textContent();
   assert.match(first, /^growing \+1\.00 MiB\/iteration, 6\.00 MiB in 6 \u2014 keep_history$/);
+  await page.close();
+});
+
+test("growth released before the snapshot is listed first, with when it was released", async () => {
+  const { page } = await open("released");
+  const first = await page.locator("#leaks li").first().textContent();
+  assert.match(first, /^growing \+1\.00 MiB\/iteration, released at [0-9.]+ [mu]?s, 0 B in 0 \u2014 keep_history$/);
+  assert.match(await page.locator("#leaks li").first().getAttribute("class"), /growing/);
+  await page.close();
+});
+
+test("blocks allocated before recording started say so in the leak list", async () => {
+  const { page } = await open("late");
+  const items = await page.locator("#leaks li").allTextContents();
+  assert.ok(items.some((t) => /^retained, 96\.00 MiB in 1 \u2014 \(allocated before recording started\)$/.test(t)), items.join("\n"));
+  assert.ok(!items.some((t) => /\u2014 \?$/.test(t)), items.join("\n"));
   await page.close();
 });
 
