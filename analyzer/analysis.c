@@ -47,6 +47,15 @@ typedef struct boundary {
   int64_t alloc; /* inferred: the ordinal of the allocation that starts it; else -1 */
 } boundary;
 
+/* A label (its key) and how often it came, at which outermost range depth. */
+typedef struct tally {
+  char key[256];
+  int64_t n;
+  int depth;
+} tally;
+
+static const char *tally_key(const void *ctx, size_t i) { return ((const tally *)ctx)[i].key; }
+
 /* Chooses the iteration label and fills the boundaries; returns how many (0: none). */
 static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **out) {
   ms_snapshot *s = a->snap;
@@ -62,39 +71,19 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
   for (int src = 0; src < 2 && best_source < 0; src++) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, queries[src], -1, &st, NULL) != SQLITE_OK) continue;
-    typedef struct { char key[256]; int64_t n; int depth; } tally;
     tally *t = NULL;
-    size_t nt = 0, cap = 0, mask = 0;
-    uint32_t *index = NULL; /* open addressing: tally index + 1 by hash of the key */
+    size_t nt = 0, cap = 0;
+    ms_str_index index = {0};
     while (sqlite3_step(st) == SQLITE_ROW) {
       char key[256];
       const unsigned char *txt = sqlite3_column_text(st, 2);
       ms_label_key(txt ? (const char *)txt : "", key, sizeof key);
       int depth = (int)sqlite3_column_int64(st, 3);
-      uint64_t h = 0xcbf29ce484222325ull;
-      for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-      if ((nt + 1) * 2 > mask + 1 || !index) { /* grow the index */
-        size_t icap = mask ? (mask + 1) * 2 : 256;
-        uint32_t *g = calloc(icap, sizeof *g);
-        if (!g) break;
-        for (size_t i = 0; i < nt; i++) {
-          uint64_t hh = 0xcbf29ce484222325ull;
-          for (const char *c = t[i].key; *c; c++) hh = (hh ^ (unsigned char)*c) * 0x100000001b3ull;
-          size_t j = hh & (icap - 1);
-          while (g[j]) j = (j + 1) & (icap - 1);
-          g[j] = (uint32_t)i + 1;
-        }
-        free(index);
-        index = g;
-        mask = icap - 1;
-      }
-      size_t j = h & mask, i = SIZE_MAX;
-      for (; index[j]; j = (j + 1) & mask)
-        if (strcmp(t[index[j] - 1].key, key) == 0) {
-          i = index[j] - 1;
-          break;
-        }
-      if (i == SIZE_MAX) {
+      size_t slot;
+      int64_t found = ms_str_find(&index, key, nt, tally_key, t, &slot);
+      if (found == -2) break;
+      size_t i = (size_t)found;
+      if (found < 0) {
         if (nt == cap) {
           cap = cap ? cap * 2 : 64;
           tally *g = realloc(t, sizeof *t * cap);
@@ -105,12 +94,12 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
         snprintf(t[i].key, sizeof t[i].key, "%s", key);
         t[i].n = 0;
         t[i].depth = depth;
-        index[j] = (uint32_t)i + 1;
+        index.slots[slot] = (uint32_t)i + 1;
       }
       t[i].n++;
       if (depth < t[i].depth) t[i].depth = depth;
     }
-    free(index);
+    ms_str_index_free(&index);
     sqlite3_finalize(st);
     for (size_t i = 0; i < nt; i++) {
       bool better = forced ? strcmp(t[i].key, forced_key) == 0
@@ -623,6 +612,15 @@ fail:
   free(p.bounds);
   ms_analysis_free(a);
   a->snap = s;
+  return -1;
+}
+
+int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const char *label) {
+  memset(a, 0, sizeof *a);
+  if (ms_open(s, path) != 0) return -1;
+  s->fold = fold;
+  if (ms_analyze(s, a, label) == 0) return 0;
+  ms_close(s); /* keeps s->error */
   return -1;
 }
 

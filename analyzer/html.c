@@ -23,46 +23,30 @@ ASSET(viewer_css)
 ASSET(model_js)
 ASSET(view_js)
 
-/* The string table: each distinct string once, found through an open-addressing hash. */
+/* The string table: each distinct string once. */
 typedef struct strtab {
   cJSON *array;
   char **keys;
-  int *slots; /* index + 1, 0 empty */
-  size_t n, mask;
+  size_t n, cap;
+  ms_str_index index;
 } strtab;
 
-static size_t str_hash(const char *s) {
-  size_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
+static const char *strtab_key(const void *ctx, size_t i) { return ((const strtab *)ctx)->keys[i]; }
 
 /* Index of s in the string table, adding it; -1 when out of memory. */
 static int str_index(strtab *t, const char *s) {
-  if ((t->n + 1) * 2 > t->mask) { /* grow to keep the table at most half full */
-    size_t cap = t->mask ? (t->mask + 1) * 2 : 256;
-    int *slots = calloc(cap, sizeof *slots);
-    char **keys = realloc(t->keys, sizeof *keys * cap / 2);
-    if (!slots || !keys) {
-      free(slots);
-      if (keys) t->keys = keys;
-      return -1;
-    }
+  size_t slot;
+  int64_t found = ms_str_find(&t->index, s, t->n, strtab_key, t, &slot);
+  if (found != -1) return (int)(found == -2 ? -1 : found);
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 256;
+    char **keys = realloc(t->keys, sizeof *keys * cap);
+    if (!keys) return -1;
     t->keys = keys;
-    for (size_t i = 0; i < t->n; i++) {
-      size_t j = str_hash(keys[i]) & (cap - 1);
-      while (slots[j]) j = (j + 1) & (cap - 1);
-      slots[j] = (int)i + 1;
-    }
-    free(t->slots);
-    t->slots = slots;
-    t->mask = cap - 1;
+    t->cap = cap;
   }
-  size_t j = str_hash(s) & t->mask;
-  for (; t->slots[j]; j = (j + 1) & t->mask)
-    if (strcmp(t->keys[t->slots[j] - 1], s) == 0) return t->slots[j] - 1;
   if (!(t->keys[t->n] = strdup(s))) return -1;
-  t->slots[j] = (int)t->n + 1;
+  t->index.slots[slot] = (uint32_t)t->n + 1;
   cJSON_AddItemToArray(t->array, cJSON_CreateString(s));
   return (int)t->n++;
 }
@@ -103,9 +87,12 @@ static uint32_t add_stack(page_data *p, uint32_t stack_id) {
     if (!p->frame_of[ids[i]]) {
       const ms_frame *f = &p->s->frames[ids[i]];
       cJSON *fr = cJSON_CreateArray();
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->name)));
+      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->short_name)));
       cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->file)));
       cJSON_AddItemToArray(fr, cJSON_CreateNumber((double)f->line));
+      if (strcmp(f->name, f->short_name) != 0 || f->inlined) /* the whole name, for the hover */
+        cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->name)));
+      if (f->inlined) cJSON_AddItemToArray(fr, cJSON_CreateNumber(1));
       cJSON_AddItemToArray(p->frames, fr);
       p->frame_of[ids[i]] = (uint32_t)cJSON_GetArraySize(p->frames);
     }
@@ -293,7 +280,7 @@ static void page_columns(page_data *p, sbuf *b) {
  * memory. */
 static char *page_json(const ms_analysis *a) {
   const ms_snapshot *s = a->snap;
-  page_data p = {a, s, {cJSON_CreateArray(), NULL, NULL, 0, 0}, NULL, NULL, NULL,
+  page_data p = {a, s, {cJSON_CreateArray(), NULL, 0, 0, {NULL, 0}}, NULL, NULL, NULL,
                  calloc(s->nframes + 1, sizeof(uint32_t)), calloc(a->nsites + 1, sizeof(uint32_t)), -1};
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "memsnap-viewer-1");
@@ -372,7 +359,7 @@ static char *page_json(const ms_analysis *a) {
   cJSON_Delete(root);
   for (size_t i = 0; i < p.strings.n; i++) free(p.strings.keys[i]);
   free(p.strings.keys);
-  free(p.strings.slots);
+  ms_str_index_free(&p.strings.index);
   free(p.frame_of);
   free(p.site_of);
   return text;

@@ -182,6 +182,7 @@ void ms_close(ms_snapshot *s) {
     free(s->frames[i].name);
     free(s->frames[i].file);
     free(s->frames[i].module);
+    free(s->frames[i].short_name);
   }
   free(s->frames);
   for (size_t i = 0; i < s->nstacks; i++) free(s->stacks[i].frames);
@@ -259,6 +260,13 @@ int ms_load_stacks(ms_snapshot *s) {
       if (!s->frames[i].name || !s->frames[i].file || !s->frames[i].module)
         return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
     }
+  for (size_t i = 1; i < s->nframes; i++) { /* how each reads in reports, and whether it matters */
+    ms_frame *f = &s->frames[i];
+    char shown[MS_TEXT_MAX + 8];
+    ms_frame_short_name(f, shown, sizeof shown);
+    if (!(f->short_name = strdup(shown))) return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
+    f->machinery = ms_frame_is_machinery(s->fold, f);
+  }
   if (sqlite3_prepare_v2(s->db, "select stack_id, position, frame_id from stack_frames order by stack_id, position", -1,
                          &st, NULL) != SQLITE_OK)
     return fail(s, "'%s': cannot read stacks: %s", s->shown_path, sqlite3_errmsg(s->db));

@@ -94,6 +94,11 @@ if [ "${REGEN:-}" = 1 ]; then mkdir -p "$here/golden" && cp "$dir/leak.txt" "$he
 diff -u "$here/golden/analyze-leak.txt" "$dir/leak.txt" >"$dir/diff"
 check "golden: the text report of leak.db (make regen-golden refreshes)" "[ $? -eq 0 ] || { cat $dir/diff; false; }"
 
+cp "$dir/leak.db" "$dir/names.db"
+python3 "$here/short_names.py" "$dir/names.db" "$cli" >"$dir/names.check" 2>&1
+check "names: C++ names shortened as profilers do (templates <>, parameters (), return types and [clone] dropped)" \
+  "grep -qx ok $dir/names.check || { cat $dir/names.check; false; }"
+
 # Snapshots written before frames.inlined existed (format 1 all the same) read as before.
 cp "$dir/leak.db" "$dir/old.db"
 python3 -c "import sqlite3; c=sqlite3.connect('$dir/old.db'); c.execute('alter table frames drop column inlined'); c.commit()"
@@ -103,6 +108,37 @@ check "format: a snapshot without frames.inlined (older writers) gives the same 
 "$cli" diff "$dir/early.db" "$dir/leak.db" >"$dir/diff.txt"
 check "diff: only the leak grew between step 2 and step 6 (+4 MiB, 2 -> 6 blocks)" \
   "[ \$? -eq 0 ] && grep -q 'allocated: 162.00 MiB -> 166.00 MiB (+4.00 MiB)' $dir/diff.txt && grep -A1 '+4.00 MiB' $dir/diff.txt | grep -q keep_history && [ \$(grep -c '^  [+-]' $dir/diff.txt) -eq 1 ]"
+"$cli" diff --json "$dir/early.db" "$dir/leak.db" >"$dir/diff.json"
+check "diff --json: the totals, and every changed site with its stack; the changes add up to the total's" \
+  "json $dir/diff.json \"j['change_bytes'] == 4 * $MiB and j['b']['allocated_bytes'] - j['a']['allocated_bytes'] == j['change_bytes'] and sum(x['change_bytes'] for x in j['sites']) == j['change_bytes'] and [(x['status'], x['stack'][0]['name'], x['a_blocks'], x['b_blocks']) for x in j['sites']] == [('changed', 'keep_history', 2, 6)]\""
+# Two processes of one program: the sample for 5 and for 10 iterations (it leaks 256 KiB a step).
+tl=$build/samples/train_loop
+MEMSNAP_BACKEND=sim "$tl" --iterations 5 --record --dump "$dir/tl5.db" >/dev/null && MEMSNAP_BACKEND=sim "$tl" --iterations 10 --record --dump "$dir/tl10.db" >/dev/null
+"$cli" diff --json "$dir/tl5.db" "$dir/tl10.db" >"$dir/tl.json"
+check "diff of two processes: every site matched (none new, none gone), the leak +1.25 MiB, the changes add up" \
+  "json $dir/tl.json \"j['sites_only_in_a'] == j['sites_only_in_b'] == 0 and j['sites_in_both'] >= 3 and j['a']['pid'] != j['b']['pid'] and [(x['status'], x['change_bytes'], x['a_blocks'], x['b_blocks']) for x in j['sites']] == [('changed', 5 * 262144, 5, 10)] and [f['name'] for f in j['sites'][0]['stack'][:2]] == ['xalloc', 'keep_loss_for_logging'] and sum(x['change_bytes'] for x in j['sites']) == j['change_bytes'] == 5 * 262144\""
+"$cli" diff "$dir/tl5.db" "$dir/tl10.db" >"$dir/tl.txt"
+check "diff of two processes: the text says the same, one site, no 'new in B' or 'gone in B'" \
+  "grep -q 'allocated: 203.25 MiB -> 204.50 MiB (+1.25 MiB), 21 -> 26 blocks' $dir/tl.txt && [ \$(grep -c '^  [+-]' $dir/tl.txt) -eq 1 ] && ! grep -q 'new in B\\|gone in B' $dir/tl.txt && grep -A2 '^  +1.25 MiB' $dir/tl.txt | grep -q keep_loss_for_logging"
+"$cli" analyze "$dir/tl5.db" "$dir/tl10.db" >"$dir/tl-side.txt"
+check "analyze side by side: the leak is one row with each process's bytes" \
+  "grep -A2 'leak candidates matched across' $dir/tl-side.txt | tail -1 | grep -Eq '^ +1.25 MiB growing +2.50 MiB growing +xalloc \\(train_loop.c:44\\)$'"
+"$cli" analyze --json "$dir/tl5.db" "$dir/tl10.db" >"$dir/tl-side.json"
+check "analyze --json side by side: matched_leaks, one entry per site with each snapshot's" \
+  "json $dir/tl-side.json \"len(j['snapshots']) == 2 and [[p['kind'] for p in m['per_snapshot']] for m in j['matched_leaks']] == [['growing', 'growing'], ['retained', 'retained'], ['retained', 'retained']] and [p['live_bytes'] for p in j['matched_leaks'][0]['per_snapshot']] == [5 * 262144, 10 * 262144]\""
+# Two runs that differ only by where ASLR loaded them, of a stripped program: unnamed frames,
+# matched by module and offset.
+strip -o "$dir/tl-stripped" "$tl"
+for run in 1 2; do MEMSNAP_BACKEND=sim LD_LIBRARY_PATH=$build "$dir/tl-stripped" --iterations 5 --record --dump "$dir/aslr$run.db" >/dev/null; done
+python3 - "$dir/aslr1.db" "$dir/aslr2.db" >"$dir/aslr.check" <<'PY'
+import sqlite3, sys
+pcs = [set(r[0] for r in sqlite3.connect(p).execute("select pc from frames where name like '0x%' and module like '%tl-stripped'")) for p in sys.argv[1:]]
+aslr = open("/proc/sys/kernel/randomize_va_space").read().strip() != "0"
+print("ok" if pcs[0] and pcs[1] and (not aslr or not pcs[0] & pcs[1]) else "unnamed frames at the same addresses: %s" % pcs)
+PY
+"$cli" diff --json "$dir/aslr1.db" "$dir/aslr2.db" >"$dir/aslr.json"
+check "diff across ASLR: a stripped program's unnamed frames at other addresses still match (module and offset)" \
+  "grep -qx ok $dir/aslr.check && json $dir/aslr.json \"j['sites'] == [] and j['sites_only_in_a'] == j['sites_only_in_b'] == 0 and j['sites_in_both'] >= 3 and j['change_bytes'] == 0\""
 "$cli" diff "$dir/leak.db" >/dev/null 2>&1
 check "diff: one snapshot is a usage error" "[ \$? -eq 2 ]"
 "$cli" diff "$dir/leak.db" "$dir/nope.db" >/dev/null 2>"$dir/err"
