@@ -114,6 +114,11 @@ void ms_short_name(const char *name, char *out, size_t len) {
   if (start && out[start]) memmove(out, out + start, strlen(out + start) + 1);
 }
 
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
 static bool unnamed(const ms_frame *f) { return !f->python && (!f->name[0] || strncmp(f->name, "0x", 2) == 0); }
 
 void ms_frame_short_name(const ms_frame *f, char *out, size_t len) {
@@ -136,15 +141,26 @@ static const char *const builtin_native[] = {
     "torch::PythonArgParser*", "torch::utils::*", "memsnap_*", "_Py*", "Py*", "0x*", "ffi_*", "_ctypes*", "std::*",
     "pybind11::*", "cfunction_*", "method_vectorcall*", "__libc_start*", "_start", "start_thread", "__clone*",
     "clone*", "pthread_*", "__pthread*", "__GI_*", "__libc_*"};
+/* Native frames of the interpreter and its foreign-function glue, named or not, by their module's
+ * file name. */
+static const char *const builtin_modules[] = {"python*", "libpython*", "_ctypes*", "libffi*"};
 /* Python frames, as NAME@FILE: memsnap's own module and PyTorch's module-call plumbing. */
 static const char *const builtin_python[] = {"*@*memsnap/__init__.py", "*_call_impl@*torch/nn/modules/module.py"};
 
-void ms_fold_print_builtin(FILE *out) {
-  fprintf(out, "native:");
-  for (size_t i = 0; i < sizeof builtin_native / sizeof *builtin_native; i++) fprintf(out, " %s", builtin_native[i]);
-  fprintf(out, "\npython:");
-  for (size_t i = 0; i < sizeof builtin_python / sizeof *builtin_python; i++) fprintf(out, " %s", builtin_python[i]);
+/* One list of patterns after a heading, wrapped at 100 columns. */
+static void print_list(FILE *out, const char *heading, const char *const *list, size_t n) {
+  int column = fprintf(out, "  %s", heading);
+  for (size_t i = 0; i < n; i++) {
+    if (column + 1 + (int)strlen(list[i]) > 100) column = fprintf(out, "\n   ") - 1;
+    column += fprintf(out, " %s", list[i]);
+  }
   fprintf(out, "\n");
+}
+
+void ms_fold_print_builtin(FILE *out) {
+  print_list(out, "native frames:", builtin_native, sizeof builtin_native / sizeof *builtin_native);
+  print_list(out, "native frames of the modules:", builtin_modules, sizeof builtin_modules / sizeof *builtin_modules);
+  print_list(out, "python frames:", builtin_python, sizeof builtin_python / sizeof *builtin_python);
 }
 
 int ms_fold_add(ms_fold *f, const char *list) {
@@ -153,13 +169,14 @@ int ms_fold_add(ms_fold *f, const char *list) {
   return 0;
 }
 
-/* A pattern NAME or NAME@FILE (globs) against a frame's short name without its parameter list. */
-static bool matches(const char *pattern, const char *name, const char *file) {
+/* A pattern NAME or NAME@FILE (globs) against a frame's short name without its parameter list,
+ * and its source file or its module. */
+static bool matches(const char *pattern, const char *name, const ms_frame *f) {
   const char *at = strrchr(pattern, '@');
   if (!at) return fnmatch(pattern, name, 0) == 0;
   char glob[MS_TEXT_MAX + 8];
   snprintf(glob, sizeof glob, "%.*s", (int)(at - pattern), pattern);
-  return fnmatch(glob, name, 0) == 0 && fnmatch(at + 1, file, 0) == 0;
+  return fnmatch(glob, name, 0) == 0 && (fnmatch(at + 1, f->file, 0) == 0 || (f->module[0] && fnmatch(at + 1, f->module, 0) == 0));
 }
 
 bool ms_frame_is_machinery(const ms_fold *fold, const ms_frame *f) {
@@ -170,13 +187,15 @@ bool ms_frame_is_machinery(const ms_fold *fold, const ms_frame *f) {
   const char *const *builtin = f->python ? builtin_python : builtin_native;
   size_t nbuiltin = f->python ? sizeof builtin_python / sizeof *builtin_python : sizeof builtin_native / sizeof *builtin_native;
   for (size_t i = 0; i < nbuiltin; i++)
-    if (matches(builtin[i], name, f->file)) return true;
+    if (matches(builtin[i], name, f)) return true;
+  for (size_t i = 0; !f->python && i < sizeof builtin_modules / sizeof *builtin_modules; i++)
+    if (fnmatch(builtin_modules[i], base_name(f->module), 0) == 0) return true;
   for (size_t i = 0; fold && i < fold->n; i++)
     for (const char *p = fold->lists[i]; *p;) {
       size_t len = strcspn(p, ",");
       char pattern[1024];
       snprintf(pattern, sizeof pattern, "%.*s", (int)(len < sizeof pattern ? len : sizeof pattern - 1), p);
-      if (len && matches(pattern, name, f->file)) return true;
+      if (len && matches(pattern, name, f)) return true;
       p += len + (p[len] == ',');
     }
   return false;
@@ -206,11 +225,6 @@ size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint
 }
 
 /* ---- identity across processes ---------------------------------------------------------- */
-
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
-}
 
 int ms_frame_key(const ms_frame *f, char *out, size_t len) {
   if (unnamed(f))

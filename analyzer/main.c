@@ -43,7 +43,8 @@ static int cmd_options(int argc, char **argv) {
   "  --full-names        whole C++ names (default: short, templates and parameters collapsed: f<>())\n"      \
   "  --frames N          frames that matter shown per stack, 1 to 4096 (default 4)\n"                        \
   "  --fold PATTERNS     more frames to fold: comma-separated globs over a frame's short name without\n"     \
-  "                      its \"()\", or NAME@FILE to match its file too (repeatable, 16 at most)\n"
+  "                      its \"()\", or NAME@FILE to match its source file or module too\n"          \
+  "                      (repeatable, 16 at most)\n"
 static const command commands[] = {
     {"analyze", cmd_analyze,
      "memsnap analyze [--json | --html OUT.html] [--full-stacks] [--full-names] [--frames N]\n"

@@ -99,6 +99,43 @@ python3 "$here/short_names.py" "$dir/names.db" "$cli" >"$dir/names.check" 2>&1
 check "names: C++ names shortened as profilers do (templates <>, parameters (), return types and [clone] dropped)" \
   "grep -qx ok $dir/names.check || { cat $dir/names.check; false; }"
 
+# A PyTorch stack as memsnap records it in a Python process: the allocator, the dispatcher, the
+# operator, the binding, the interpreter's frames (one unnamed, in python3) and then Python's.
+cp "$dir/leak.db" "$dir/torchstack.db"
+python3 - "$dir/torchstack.db" <<'PY'
+import sqlite3, sys
+torch, py = "/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so", "/usr/bin/python3.11"
+nn = "/venv/lib/python3.11/site-packages/torch/nn/modules/"
+frames = [  # kind, name, file, line, module, offset; innermost first
+    ("native", "torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator::malloc(unsigned long, signed char, CUstream_st*)", "", None, torch, 0x1f0),
+    ("native", "at::detail::empty_generic(c10::ArrayRef<long>, c10::Allocator*, c10::DispatchKeySet, c10::ScalarType, std::optional<c10::MemoryFormat>)", "", None, torch, 0x40),
+    ("native", "at::native::structured_addmm_out_cuda::impl(at::Tensor const&, at::Tensor const&, at::Tensor const&, c10::Scalar const&, c10::Scalar const&, at::Tensor const&)", "", None, torch, 0x88),
+    ("native", "c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<c10::CompileTimeFunctionPointer<at::Tensor (at::Tensor const&), &at::wrapper_addmm>, at::Tensor, c10::guts::typelist::typelist<at::Tensor const&> >, at::Tensor (at::Tensor const&)>::call(c10::OperatorKernel*, c10::DispatchKeySet, at::Tensor const&)", "", None, torch, 0x10),
+    ("native", "at::_ops::addmm::call(at::Tensor const&, at::Tensor const&, at::Tensor const&, c10::Scalar const&, c10::Scalar const&)", "", None, torch, 0x20),
+    ("native", "torch::autograd::THPVariable_addmm(_object*, _object*, _object*)", "", None, torch, 0x30),
+    ("native", "_PyObject_MakeTpCall", "", None, py, 0x1a2b),
+    ("native", "0x58216f", "", None, py, 0x18216f),
+    ("python", "Linear.forward", nn + "linear.py", 134, "", None),
+    ("python", "Module._call_impl", nn + "module.py", 1790, "", None),
+    ("python", "Module._wrapped_call_impl", nn + "module.py", 1779, "", None),
+    ("python", "GPT2LMHeadModel.forward", "/venv/lib/python3.11/site-packages/transformers/models/gpt2/modeling_gpt2.py", 697, "", None),
+    ("python", "train_step", "/home/me/train.py", 42, "", None),
+    ("native", "0x4c6d1b", "", None, py, 0xc6d1b),
+    ("native", "__libc_start_main", "", None, "/lib/x86_64-linux-gnu/libc.so.6", 0x80),
+]
+c = sqlite3.connect(sys.argv[1])
+fid, sid = c.execute("select max(id) from frames").fetchone()[0], c.execute("select max(id) + 1 from stacks").fetchone()[0]
+c.execute("insert into stacks values (?, ?)", (sid, len(frames)))
+for pos, (kind, name, file, line, module, offset) in enumerate(frames):
+    c.execute("insert into frames values (?, ?, ?, ?, ?, ?, ?, ?, 0)", (fid + 1 + pos, kind, name, file, line, module, None if offset is None else 0x7f0000000000 + offset, offset))
+    c.execute("insert into stack_frames values (?, ?, ?)", (sid, pos, fid + 1 + pos))
+c.execute("update blocks set stack_id = ? where size = 64 * 1048576", (sid,))
+c.commit()
+PY
+"$cli" analyze --json "$dir/torchstack.db" >"$dir/torchstack.json"
+check "python stacks: the operator that allocated, then the Python lines; allocator, dispatch, binding, interpreter (unnamed too) and Module._call_impl folded" \
+  "json $dir/torchstack.json \"[[f['short_name'] for f in l['stack']] for l in j['leaks'] if l['live_bytes'] == 64 * $MiB] == [['at::native::structured_addmm_out_cuda::impl()', 'Linear.forward', 'GPT2LMHeadModel.forward', 'train_step']]\""
+
 # Snapshots written before frames.inlined existed (format 1 all the same) read as before.
 cp "$dir/leak.db" "$dir/old.db"
 python3 -c "import sqlite3; c=sqlite3.connect('$dir/old.db'); c.execute('alter table frames drop column inlined'); c.commit()"
