@@ -288,6 +288,9 @@ typedef struct ms_matches {
   ms_match_row *rows; /* in the order first seen */
   size_t n, cap;
   ms_str_index index; /* rows by key */
+  char **frame_keys;  /* every frame key seen, numbered: site keys are lists of these numbers */
+  size_t nframe_keys, frame_keys_cap;
+  ms_str_index frame_index;
 } ms_matches;
 
 /* Matches the sites of a[0..n) for which want() is true, by what identifies them (function,

@@ -32,10 +32,10 @@ static bool is_ident(char c) {
 
 /* Index of the bracket that closes the one at name[i] ('(' or '<'); 0 when it is not closed.
  * Inside template arguments, angle brackets within parentheses are the parentheses' own. */
-static size_t closing(const char *name, size_t i) {
+static size_t closing(const char *name, size_t i, size_t *budget) {
   char open = name[i], close = open == '(' ? ')' : '>';
   int depth = 0, parens = 0;
-  for (size_t j = i; name[j]; j++) {
+  for (size_t j = i; name[j] && *budget; j++, --*budget) {
     char c = name[j];
     if (open == '<' && (c == '(' || c == ')')) {
       parens += c == '(' ? 1 : parens > 0 ? -1 : 0;
@@ -62,7 +62,7 @@ static bool after_operator(const char *s, size_t i) {
 }
 
 void ms_short_name(const char *name, char *out, size_t len) {
-  size_t o = 0, n = strlen(name);
+  size_t o = 0, n = strlen(name), budget = 64 * n + 1024; /* bounded work: an unclosed "((((" */
   if (!len) return;
 #define PUT(c) (o + 1 < len ? (void)(out[o++] = (c)) : (void)0)
   for (size_t i = 0; i < n; i++) {
@@ -89,7 +89,7 @@ void ms_short_name(const char *name, char *out, size_t len) {
     }
     /* a parameter list, or template arguments (after a name: "<lambda>" is no template) */
     bool template = c == '<' && i > 0 && (is_ident(name[i - 1]) || (name[i - 1] == ' ' && after_operator(name, i - 1)));
-    size_t j = c == '(' || template ? closing(name, i) : 0;
+    size_t j = c == '(' || template ? closing(name, i, &budget) : 0;
     if (j) {
       PUT(c), PUT(c == '(' ? ')' : '>');
       i = j;

@@ -1,8 +1,8 @@
 /* match.c: allocation sites of several snapshots matched by what identifies them in any process.
  *
  * Stack ids, frame ids and addresses are private to one process (ASLR moves every module), so a
- * site's key is its whole stack written as frame keys (frames.c, ms_frame_key: function, file,
- * line; module name and offset for unnamed frames). Sites without a stack are keyed by why they
+ * site's key is its whole stack as frame keys (frames.c, ms_frame_key: function, file, line;
+ * module name and offset for unnamed frames), each frame key numbered once for all snapshots. Sites without a stack are keyed by why they
  * have none: blocks allocated before recording started (or before the kept history) apart from
  * those recorded without a stack. Two stacks of one snapshot with the same key (a function
  * without line information reached at two offsets) are one row: their bytes add up, so the rows'
@@ -14,33 +14,49 @@
 
 #include "analyzer.h"
 
-/* The key of a site, a new string; NULL when out of memory. */
-static char *site_key(const ms_analysis *a, uint32_t site) {
+static const char *frame_key_at(const void *ctx, size_t i) { return ((const ms_matches *)ctx)->frame_keys[i]; }
+
+/* The number of a frame's key among every snapshot's (ms_frame_key), added if new; -1 when out
+ * of memory. */
+static int64_t frame_ident(ms_matches *m, const ms_frame *f) {
+  char key[2 * MS_TEXT_MAX + 64];
+  ms_frame_key(f, key, sizeof key);
+  size_t slot;
+  int64_t found = ms_str_find(&m->frame_index, key, m->nframe_keys, frame_key_at, m, &slot);
+  if (found != -1) return found == -2 ? -1 : found;
+  if (m->nframe_keys == m->frame_keys_cap) {
+    size_t cap = m->frame_keys_cap ? m->frame_keys_cap * 2 : 1024;
+    char **g = realloc(m->frame_keys, sizeof *g * cap);
+    if (!g) return -1;
+    m->frame_keys = g;
+    m->frame_keys_cap = cap;
+  }
+  if (!(m->frame_keys[m->nframe_keys] = strdup(key))) return -1;
+  m->frame_index.slots[slot] = (uint32_t)m->nframe_keys + 1;
+  return (int64_t)m->nframe_keys++;
+}
+
+/* The key of a site, a new string (its frames' key numbers, so a deep stack of long names stays
+ * small); NULL when out of memory. ident caches the numbers of analysis a's frames (+ 1). */
+static char *site_key(ms_matches *m, const ms_analysis *a, uint32_t site, uint32_t *ident) {
   const ms_snapshot *s = a->snap;
   const ms_site *st = &a->sites[site];
   if (st->stack_id == 0 || st->stack_id >= s->nstacks) return strdup(st->before_history ? "(before)" : "(none)");
   const ms_stack *k = &s->stacks[st->stack_id];
-  size_t cap = 256, len = 0;
-  char *key = malloc(cap);
+  char *key = malloc((size_t)k->depth * 9 + 1), *at = key;
   if (!key) return NULL;
-  key[0] = '\0';
+  *at = '\0';
   for (uint32_t i = 0; i < k->depth; i++) {
-    const ms_frame *f = &s->frames[k->frames[i]];
-    for (;;) {
-      int n = ms_frame_key(f, key + len, cap - len - 1);
-      if (n >= 0 && len + (size_t)n + 1 < cap - 1) {
-        len += (size_t)n;
-        key[len++] = '\n'; /* no frame key holds one: the reader neutralised control bytes */
-        key[len] = '\0';
-        break;
-      }
-      char *g = n < 0 ? NULL : realloc(key, cap = cap * 2 + (size_t)n);
-      if (!g) {
+    uint32_t fid = k->frames[i];
+    if (!ident[fid]) {
+      int64_t id = frame_ident(m, &s->frames[fid]);
+      if (id < 0) {
         free(key);
         return NULL;
       }
-      key = g;
+      ident[fid] = (uint32_t)id + 1;
     }
+    at += sprintf(at, "%x,", ident[fid]); /* at most 8 digits and a comma */
   }
   return key;
 }
@@ -75,13 +91,15 @@ static int64_t row_of(ms_matches *m, char *key) {
 int ms_match_sites(const ms_analysis *a, size_t n, bool (*want)(const ms_analysis *a, uint32_t site), ms_matches *m) {
   memset(m, 0, sizeof *m);
   m->nanalyses = n;
-  for (size_t k = 0; k < n; k++)
+  for (size_t k = 0; k < n; k++) {
+    uint32_t *ident = calloc(a[k].snap->nframes + 1, sizeof *ident);
     for (uint32_t site = 0; site < a[k].nsites; site++) {
       if (!want(&a[k], site)) continue;
-      char *key = site_key(&a[k], site);
+      char *key = ident ? site_key(m, &a[k], site, ident) : NULL;
       int64_t r = key ? row_of(m, key) : -1;
       if (r < 0) {
         free(key);
+        free(ident);
         ms_matches_free(m);
         return -1;
       }
@@ -90,6 +108,8 @@ int ms_match_sites(const ms_analysis *a, size_t n, bool (*want)(const ms_analysi
       row->bytes[k] += a[k].sites[site].end_bytes;
       row->count[k] += a[k].sites[site].end_count;
     }
+    free(ident);
+  }
   return 0;
 }
 
@@ -102,5 +122,8 @@ void ms_matches_free(ms_matches *m) {
   }
   free(m->rows);
   ms_str_index_free(&m->index);
+  for (size_t i = 0; i < m->nframe_keys; i++) free(m->frame_keys[i]);
+  free(m->frame_keys);
+  ms_str_index_free(&m->frame_index);
   memset(m, 0, sizeof *m);
 }

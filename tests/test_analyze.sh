@@ -279,10 +279,13 @@ mutations = [
     "update meta set value = 'x' where key = 'dropped_events'", "delete from meta",
     "update frames set name = '" + "A" * 1000000 + "'", "update events set time_ns = -time_ns",
     "insert into stack_frames values (1, 0, 1)", "update ranges set depth = -3, end_ns = null",
+    "update frames set name = '" + "(<" * 2000 + "'", "update frames set name = 'operator' || name || ' [clone ' ",
+    "update frames set offset = 'x', inlined = 'yes', module = null", "update frames set name = '0x' where kind = 'native'",
 ]
 bad = []
 for m, path in mutants("%s/leak.db" % d, d, mutations):
-    for args in (["analyze", path], ["analyze", "--json", path], ["info", path], ["diff", path, "%s/leak.db" % d]):
+    for args in (["analyze", path], ["analyze", "--json", path], ["info", path], ["diff", path, "%s/leak.db" % d],
+                 ["diff", "--json", "%s/leak.db" % d, path], ["analyze", path, "%s/leak.db" % d]):
         r = subprocess.run([cli] + args, capture_output=True)
         if r.returncode not in (0, 1):
             bad.append("%s: %s -> %d" % (m[:60], " ".join(args[:-1]), r.returncode))
