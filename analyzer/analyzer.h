@@ -104,6 +104,16 @@ int64_t ms_str_find(ms_str_index *ix, const char *key, size_t n, const char *(*k
                     const void *ctx, size_t *slot);
 void ms_str_index_free(ms_str_index *ix);
 
+/* Each distinct string once, numbered in the order added (copies, owned). */
+typedef struct ms_strtab {
+  char **keys;
+  size_t n, cap;
+  ms_str_index index;
+} ms_strtab;
+/* The number of s, added (*added true) if new; -1 when out of memory. */
+int64_t ms_strtab_add(ms_strtab *t, const char *s, bool *added);
+void ms_strtab_free(ms_strtab *t);
+
 /* ---- how frames read, and which matter (frames.c) --------------------------------------- */
 
 /* A C++ name as reports show it: no return type, template arguments and parameter lists
@@ -288,9 +298,7 @@ typedef struct ms_matches {
   ms_match_row *rows; /* in the order first seen */
   size_t n, cap;
   ms_str_index index; /* rows by key */
-  char **frame_keys;  /* every frame key seen, numbered: site keys are lists of these numbers */
-  size_t nframe_keys, frame_keys_cap;
-  ms_str_index frame_index;
+  ms_strtab frame_keys; /* every frame key seen, numbered: site keys are lists of these numbers */
 } ms_matches;
 
 /* Matches the sites of a[0..n) for which want() is true, by what identifies them (function,

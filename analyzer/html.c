@@ -23,32 +23,18 @@ ASSET(viewer_css)
 ASSET(model_js)
 ASSET(view_js)
 
-/* The string table: each distinct string once. */
+/* The string table: each distinct string once, numbered, and the JSON array of them. */
 typedef struct strtab {
   cJSON *array;
-  char **keys;
-  size_t n, cap;
-  ms_str_index index;
+  ms_strtab table;
 } strtab;
-
-static const char *strtab_key(const void *ctx, size_t i) { return ((const strtab *)ctx)->keys[i]; }
 
 /* Index of s in the string table, adding it; -1 when out of memory. */
 static int str_index(strtab *t, const char *s) {
-  size_t slot;
-  int64_t found = ms_str_find(&t->index, s, t->n, strtab_key, t, &slot);
-  if (found != -1) return (int)(found == -2 ? -1 : found);
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 256;
-    char **keys = realloc(t->keys, sizeof *keys * cap);
-    if (!keys) return -1;
-    t->keys = keys;
-    t->cap = cap;
-  }
-  if (!(t->keys[t->n] = strdup(s))) return -1;
-  t->index.slots[slot] = (uint32_t)t->n + 1;
-  cJSON_AddItemToArray(t->array, cJSON_CreateString(s));
-  return (int)t->n++;
+  bool added;
+  int64_t i = ms_strtab_add(&t->table, s, &added);
+  if (added) cJSON_AddItemToArray(t->array, cJSON_CreateString(s));
+  return (int)i;
 }
 
 typedef struct page_data {
@@ -280,7 +266,7 @@ static void page_columns(page_data *p, sbuf *b) {
  * memory. */
 static char *page_json(const ms_analysis *a) {
   const ms_snapshot *s = a->snap;
-  page_data p = {a, s, {cJSON_CreateArray(), NULL, 0, 0, {NULL, 0}}, NULL, NULL, NULL,
+  page_data p = {a, s, {cJSON_CreateArray(), {0}}, NULL, NULL, NULL,
                  calloc(s->nframes + 1, sizeof(uint32_t)), calloc(a->nsites + 1, sizeof(uint32_t)), -1};
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "memsnap-viewer-1");
@@ -357,9 +343,7 @@ static char *page_json(const ms_analysis *a) {
   cJSON_free(head);
   free(cols.s);
   cJSON_Delete(root);
-  for (size_t i = 0; i < p.strings.n; i++) free(p.strings.keys[i]);
-  free(p.strings.keys);
-  ms_str_index_free(&p.strings.index);
+  ms_strtab_free(&p.strings.table);
   free(p.frame_of);
   free(p.site_of);
   return text;

@@ -14,26 +14,12 @@
 
 #include "analyzer.h"
 
-static const char *frame_key_at(const void *ctx, size_t i) { return ((const ms_matches *)ctx)->frame_keys[i]; }
-
-/* The number of a frame's key among every snapshot's (ms_frame_key), added if new; -1 when out
- * of memory. */
+/* The number of a frame's key among every snapshot's (ms_frame_key); -1 when out of memory. */
 static int64_t frame_ident(ms_matches *m, const ms_frame *f) {
   char key[2 * MS_TEXT_MAX + 64];
+  bool added;
   ms_frame_key(f, key, sizeof key);
-  size_t slot;
-  int64_t found = ms_str_find(&m->frame_index, key, m->nframe_keys, frame_key_at, m, &slot);
-  if (found != -1) return found == -2 ? -1 : found;
-  if (m->nframe_keys == m->frame_keys_cap) {
-    size_t cap = m->frame_keys_cap ? m->frame_keys_cap * 2 : 1024;
-    char **g = realloc(m->frame_keys, sizeof *g * cap);
-    if (!g) return -1;
-    m->frame_keys = g;
-    m->frame_keys_cap = cap;
-  }
-  if (!(m->frame_keys[m->nframe_keys] = strdup(key))) return -1;
-  m->frame_index.slots[slot] = (uint32_t)m->nframe_keys + 1;
-  return (int64_t)m->nframe_keys++;
+  return ms_strtab_add(&m->frame_keys, key, &added);
 }
 
 /* The key of a site, a new string (its frames' key numbers, so a deep stack of long names stays
@@ -122,8 +108,6 @@ void ms_matches_free(ms_matches *m) {
   }
   free(m->rows);
   ms_str_index_free(&m->index);
-  for (size_t i = 0; i < m->nframe_keys; i++) free(m->frame_keys[i]);
-  free(m->frame_keys);
-  ms_str_index_free(&m->frame_index);
+  ms_strtab_free(&m->frame_keys);
   memset(m, 0, sizeof *m);
 }

@@ -1,7 +1,8 @@
 /* strindex.c: an index of strings kept elsewhere, found by hash (open addressing, at most half
  * full). The caller owns the entries (0 to n-1 of its own array) and says how to read an entry's
- * key; the index holds entry numbers only. Used by the page's string table (html.c), the label
- * tally that chooses iterations (analysis.c) and the sites matched across snapshots (match.c).
+ * key; the index holds entry numbers only. Used by the label tally that chooses iterations
+ * (analysis.c) and the sites matched across snapshots (match.c); ms_strtab, each distinct string
+ * once and numbered, by the page's string table (html.c) and the frame keys of match.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,4 +42,31 @@ void ms_str_index_free(ms_str_index *ix) {
   free(ix->slots);
   ix->slots = NULL;
   ix->mask = 0;
+}
+
+static const char *strtab_key(const void *ctx, size_t i) { return ((const ms_strtab *)ctx)->keys[i]; }
+
+int64_t ms_strtab_add(ms_strtab *t, const char *s, bool *added) {
+  size_t slot;
+  *added = false;
+  int64_t found = ms_str_find(&t->index, s, t->n, strtab_key, t, &slot);
+  if (found != -1) return found == -2 ? -1 : found;
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 256;
+    char **keys = realloc(t->keys, sizeof *keys * cap);
+    if (!keys) return -1;
+    t->keys = keys;
+    t->cap = cap;
+  }
+  if (!(t->keys[t->n] = strdup(s))) return -1;
+  t->index.slots[slot] = (uint32_t)t->n + 1;
+  *added = true;
+  return (int64_t)t->n++;
+}
+
+void ms_strtab_free(ms_strtab *t) {
+  for (size_t i = 0; i < t->n; i++) free(t->keys[i]);
+  free(t->keys);
+  ms_str_index_free(&t->index);
+  memset(t, 0, sizeof *t);
 }
