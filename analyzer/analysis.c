@@ -13,10 +13,11 @@
  * from the period of the allocation pattern (infer_iterations), and the report says so.
  *
  * Leak kinds: `growing` (live bytes rose at most iteration boundaries and end above where they
- * started), `retained` (what it holds at the end was allocated before or in the first two
+ * started), `growing, released` (the same up to the boundary where they were highest, then freed
+ * before the snapshot: what made the peak climb), `retained` (what it holds at the end was allocated before or in the first two
  * iterations, and held since: weights, optimizer state, gradients, caches), `alive` (alive at the snapshot, neither: e.g. the last
- * batch of a site that allocates every iteration). Growing sites rank first
- * whatever their size: that is the evidence a leak leaves.
+ * batch of a site that allocates every iteration). Growing sites rank first whatever their size
+ * (that is the evidence a leak leaves), then growth that was released, then the rest.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -46,6 +47,15 @@ typedef struct boundary {
   int64_t alloc; /* inferred: the ordinal of the allocation that starts it; else -1 */
 } boundary;
 
+/* A label (its key) and how often it came, at which outermost range depth. */
+typedef struct tally {
+  char key[256];
+  int64_t n;
+  int depth;
+} tally;
+
+static const char *tally_key(const void *ctx, size_t i) { return ((const tally *)ctx)[i].key; }
+
 /* Chooses the iteration label and fills the boundaries; returns how many (0: none). */
 static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **out) {
   ms_snapshot *s = a->snap;
@@ -61,39 +71,19 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
   for (int src = 0; src < 2 && best_source < 0; src++) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, queries[src], -1, &st, NULL) != SQLITE_OK) continue;
-    typedef struct { char key[256]; int64_t n; int depth; } tally;
     tally *t = NULL;
-    size_t nt = 0, cap = 0, mask = 0;
-    uint32_t *index = NULL; /* open addressing: tally index + 1 by hash of the key */
+    size_t nt = 0, cap = 0;
+    ms_str_index index = {0};
     while (sqlite3_step(st) == SQLITE_ROW) {
       char key[256];
       const unsigned char *txt = sqlite3_column_text(st, 2);
       ms_label_key(txt ? (const char *)txt : "", key, sizeof key);
       int depth = (int)sqlite3_column_int64(st, 3);
-      uint64_t h = 0xcbf29ce484222325ull;
-      for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-      if ((nt + 1) * 2 > mask + 1 || !index) { /* grow the index */
-        size_t icap = mask ? (mask + 1) * 2 : 256;
-        uint32_t *g = calloc(icap, sizeof *g);
-        if (!g) break;
-        for (size_t i = 0; i < nt; i++) {
-          uint64_t hh = 0xcbf29ce484222325ull;
-          for (const char *c = t[i].key; *c; c++) hh = (hh ^ (unsigned char)*c) * 0x100000001b3ull;
-          size_t j = hh & (icap - 1);
-          while (g[j]) j = (j + 1) & (icap - 1);
-          g[j] = (uint32_t)i + 1;
-        }
-        free(index);
-        index = g;
-        mask = icap - 1;
-      }
-      size_t j = h & mask, i = SIZE_MAX;
-      for (; index[j]; j = (j + 1) & mask)
-        if (strcmp(t[index[j] - 1].key, key) == 0) {
-          i = index[j] - 1;
-          break;
-        }
-      if (i == SIZE_MAX) {
+      size_t slot;
+      int64_t found = ms_str_find(&index, key, nt, tally_key, t, &slot);
+      if (found == -2) break;
+      size_t i = (size_t)found;
+      if (found < 0) {
         if (nt == cap) {
           cap = cap ? cap * 2 : 64;
           tally *g = realloc(t, sizeof *t * cap);
@@ -104,12 +94,12 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
         snprintf(t[i].key, sizeof t[i].key, "%s", key);
         t[i].n = 0;
         t[i].depth = depth;
-        index[j] = (uint32_t)i + 1;
+        index.slots[slot] = (uint32_t)i + 1;
       }
       t[i].n++;
       if (depth < t[i].depth) t[i].depth = depth;
     }
-    free(index);
+    ms_str_index_free(&index);
     sqlite3_finalize(st);
     for (size_t i = 0; i < nt; i++) {
       bool better = forced ? strcmp(t[i].key, forced_key) == 0
@@ -226,9 +216,9 @@ typedef struct pass {
   bool failed;
 } pass;
 
-static int64_t site_index(pass *p, uint32_t stack_id) {
+/* Appends a site for stack_id; its index, or -1 when out of memory. */
+static int64_t add_site(pass *p, uint32_t stack_id) {
   ms_analysis *a = p->a;
-  if (p->site_of_stack[stack_id]) return p->site_of_stack[stack_id] - 1;
   if (a->nsites == p->sites_cap) {
     size_t cap = p->sites_cap ? p->sites_cap * 2 : 256;
     ms_site *g = realloc(a->sites, sizeof *g * cap);
@@ -241,8 +231,61 @@ static int64_t site_index(pass *p, uint32_t stack_id) {
   s->stack_id = stack_id;
   s->first_iteration = p->cur_iter;
   s->newest_live_iteration = -1;
-  p->site_of_stack[stack_id] = (int64_t)a->nsites + 1;
+  s->released_ns = -1;
   return (int64_t)a->nsites++;
+}
+
+static int64_t site_index(pass *p, uint32_t stack_id) {
+  if (p->site_of_stack[stack_id]) return p->site_of_stack[stack_id] - 1;
+  int64_t i = add_site(p, stack_id);
+  if (i >= 0) p->site_of_stack[stack_id] = i + 1;
+  return i;
+}
+
+const char *ms_leak_kind_name(ms_leak_kind kind) {
+  static const char *const names[] = {"growing", "growing_released", "retained", "alive"};
+  return kind >= 0 && kind < 4 ? names[kind] : "alive";
+}
+
+const char *ms_site_note(const ms_analysis *a, const ms_site *site) {
+  if (site->stack_id != 0) return NULL;
+  if (!site->before_history) return "no stack recorded";
+  return a->truncated ? "allocated before the kept history (the oldest events were dropped)"
+                      : "allocated before recording started";
+}
+
+/* What is alive at the snapshot, by site, from the blocks table. A block without a stack that
+ * no kept event allocated (not live at the end of the replay) goes to a site of its own: it was
+ * allocated before recording started, or before the kept history. 0, or -1 out of memory. */
+static int read_blocks(pass *p) {
+  ms_analysis *a = p->a;
+  ms_snapshot *s = a->snap;
+  int64_t before = -1;
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), size, address from blocks where state = 'allocated'", -1, &st,
+                         NULL) != SQLITE_OK)
+    return 0;
+  int rc = 0;
+  while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+    int64_t sid = sqlite3_column_int64(st, 0), size = sqlite3_column_int64(st, 1);
+    if (sid < 0 || (size_t)sid >= s->nstacks) sid = 0;
+    ms_live_slot taken;
+    int64_t site;
+    if (sid == 0 && !ms_live_take(&p->live, (uint64_t)sqlite3_column_int64(st, 2), &taken)) {
+      if (before < 0 && (before = add_site(p, 0)) >= 0) a->sites[before].before_history = true;
+      site = before;
+    } else {
+      site = site_index(p, (uint32_t)sid);
+    }
+    if (site < 0) {
+      rc = -1;
+      break;
+    }
+    a->sites[site].end_bytes += size;
+    a->sites[site].end_count++;
+  }
+  sqlite3_finalize(st);
+  return rc;
 }
 
 /* Closes the current iteration: records every site's live bytes at the boundary. */
@@ -253,13 +296,18 @@ static void close_iteration(pass *p, int64_t end_ns) {
     a->iters[p->cur_iter].end_unallocated = p->reserved - p->allocated;
     for (size_t i = 0; i < a->nsites; i++) {
       ms_site *s = &a->sites[i];
-      if (p->cur_iter == 0 || s->observed == 0) {
-        if (p->cur_iter == 0) s->first_iter_live = s->live_bytes;
-      }
+      if (p->cur_iter == 0) s->first_iter_live = s->peak_iter_live = s->live_bytes;
       if (p->cur_iter > 0) {
         s->observed++;
         if (s->live_bytes > s->prev_iter_live) s->increases++;
         else if (s->live_bytes < s->prev_iter_live) s->decreases++;
+        if (s->live_bytes > s->peak_iter_live) {
+          s->peak_iter_live = s->live_bytes;
+          s->peak_boundary = p->cur_iter;
+          s->increases_at_peak = s->increases;
+          s->decreases_at_peak = s->decreases;
+          s->released_ns = -1;
+        }
       }
       s->prev_iter_live = s->live_bytes;
       s->last_iter_live = s->live_bytes;
@@ -361,9 +409,14 @@ static int pass1_event(const ms_event *e, void *arg) {
     }
     case MS_FREE_REQUESTED:
       if (delta) {
-        a->sites[site].live_bytes += delta;
-        a->sites[site].live_count--;
+        ms_site *s = &a->sites[site];
+        s->live_bytes += delta;
+        s->live_count--;
         p->allocated += delta;
+        /* fallen below halfway from the first boundary's level to the highest since: released */
+        if (s->released_ns < 0 && s->peak_iter_live > s->first_iter_live &&
+            s->live_bytes < s->first_iter_live + (s->peak_iter_live - s->first_iter_live) / 2)
+          s->released_ns = e->time_ns;
       }
       break;
     case MS_SEGMENT_ALLOC:
@@ -436,6 +489,12 @@ static int compare_top(const void *x, const void *y) {
   return (a->stack_id > b->stack_id) - (a->stack_id < b->stack_id);
 }
 
+/* Growth over `transitions` iteration boundaries: live bytes rose at 60% of them at least and
+ * fell at 20% at most. */
+static bool grew(int transitions, int increases, int decreases) {
+  return transitions >= 2 && increases * 10 >= transitions * 6 && decreases * 5 <= transitions;
+}
+
 static void classify(ms_analysis *a) {
   int transitions = a->niters > 1 ? (int)a->niters - 1 : 0;
   a->leaks = malloc(sizeof *a->leaks * (a->nsites ? a->nsites : 1));
@@ -444,12 +503,18 @@ static void classify(ms_analysis *a) {
   for (size_t i = 0; i < a->nsites; i++) {
     ms_site *s = &a->sites[i];
     a->top[a->ntop++] = (uint32_t)i;
-    bool growing = transitions >= 2 && s->observed > 0 && s->increases * 10 >= transitions * 6 &&
-                   s->decreases * 5 <= transitions && s->last_iter_live > s->first_iter_live;
+    bool growing = grew(transitions, s->increases, s->decreases) && s->observed > 0 && s->last_iter_live > s->first_iter_live;
+    /* the same evidence up to the boundary where it peaked, then freed (before the snapshot) */
+    bool released = !growing && grew(s->peak_boundary, s->increases_at_peak, s->decreases_at_peak) &&
+                    s->peak_iter_live > s->first_iter_live && s->released_ns >= 0;
     if (growing) {
       s->kind = MS_LEAK_GROWING;
       s->bytes_per_iteration = (double)(s->last_iter_live - s->first_iter_live) / transitions;
       s->score = 0.6 + 0.4 * (double)s->increases / transitions;
+    } else if (released) {
+      s->kind = MS_LEAK_GROWING_RELEASED;
+      s->bytes_per_iteration = (double)(s->peak_iter_live - s->first_iter_live) / s->peak_boundary;
+      s->score = 0.4 + 0.19 * (double)s->increases_at_peak / transitions;
     } else if (s->end_bytes > 0 && a->niters > 0 && s->newest_live_iteration <= 1 && s->increases <= 1) {
       /* what it holds was allocated before or in the first iterations, and held since (it may
          allocate again later, as a backward op's temporaries beside the gradients it made) */
@@ -504,20 +569,11 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     int iteration = (int)b->aux - 1;
     if (b->key && iteration > a->sites[b->site].newest_live_iteration) a->sites[b->site].newest_live_iteration = iteration;
   }
-  /* What is alive at the snapshot, by site, from the blocks table. */
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), sum(size), count(*) from blocks where state = 'allocated' group by 1",
-                         -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      int64_t sid = sqlite3_column_int64(st, 0);
-      if (sid < 0 || (size_t)sid >= s->nstacks) sid = 0;
-      int64_t site = site_index(&p, (uint32_t)sid);
-      if (site < 0) break;
-      a->sites[site].end_bytes += sqlite3_column_int64(st, 1);
-      a->sites[site].end_count += sqlite3_column_int64(st, 2);
-    }
-    sqlite3_finalize(st);
+  if (read_blocks(&p) != 0) {
+    snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
+    goto fail;
   }
+  sqlite3_stmt *st;
   if (sqlite3_prepare_v2(s->db,
                          "select (select count(*) from segments), "
                          "(select count(*) from blocks b where state = 'free' and (select count(*) from blocks c where c.segment_id = b.segment_id) > 1), "
@@ -556,6 +612,15 @@ fail:
   free(p.bounds);
   ms_analysis_free(a);
   a->snap = s;
+  return -1;
+}
+
+int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const char *label) {
+  memset(a, 0, sizeof *a);
+  if (ms_open(s, path) != 0) return -1;
+  s->fold = fold;
+  if (ms_analyze(s, a, label) == 0) return 0;
+  ms_close(s); /* keeps s->error */
   return -1;
 }
 

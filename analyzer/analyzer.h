@@ -3,6 +3,9 @@
  *   main.c      the command table and usage
  *   reader.c    opening and reading a snapshot (docs/snapshot-format.md)
  *   analysis.c  the analysis: peaks, iterations, leak candidates, OOMs, top sites
+ *   frames.c    how frames read (short C++ names), which matter (machinery folded), identity
+ *   match.c     sites of several snapshots matched by identity (diff, side by side)
+ *   strindex.c  an index of strings kept elsewhere (string table, labels, matched sites)
  *   report.c    the analysis as text for a terminal, and as JSON (docs/analysis-json.md)
  *   replay.c    the live-block map and time buckets every pass over the events shares
  *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
@@ -33,8 +36,12 @@ enum { MS_ALLOC = 1, MS_FREE_REQUESTED, MS_FREE_COMPLETED, MS_SEGMENT_ALLOC, MS_
 
 typedef struct ms_frame {
   bool python;
+  bool inlined;   /* native: inlined by the compiler into the next frame of its stack */
+  bool machinery; /* allocator, dispatcher, interpreter...: folded in reports (frames.c) */
   char *name, *file, *module;
+  char *short_name; /* the name as reports show it (frames.c: ms_short_name) */
   int64_t line;
+  int64_t offset; /* native: from the function's start, or from the module's when unnamed */
 } ms_frame;
 
 typedef struct ms_stack {
@@ -42,8 +49,17 @@ typedef struct ms_stack {
   uint32_t depth;
 } ms_stack;
 
+/* Frames to fold in reports beyond the built-in ones (frames.c): lists of comma-separated
+ * globs NAME or NAME@FILE, as given (not owned: argv's). */
+#define MS_FOLD_LISTS 16
+typedef struct ms_fold {
+  const char *lists[MS_FOLD_LISTS];
+  size_t n;
+} ms_fold;
+
 typedef struct ms_snapshot {
   const char *path;       /* as given: to open files with */
+  const ms_fold *fold;    /* the user's frames to fold (NULL: none); set before ms_load_stacks */
   char shown_path[512];   /* neutralised (and cut): to print */
   sqlite3 *db;
   char error[2048];
@@ -76,6 +92,55 @@ void ms_close(ms_snapshot *s);
 int ms_load_stacks(ms_snapshot *s);
 /* Calls fn for every event in order; stops when fn returns non-zero and returns that. */
 int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg);
+
+/* ---- an index of strings kept elsewhere (strindex.c) ------------------------------------- */
+
+typedef struct ms_str_index {
+  uint32_t *slots; /* entry + 1; 0 empty */
+  size_t mask;
+} ms_str_index;
+
+/* Finds `key` among the caller's entries 0 to n-1 (key_of(ctx, i) is entry i's key): its number;
+ * or -1 when absent, with *slot where the caller records entry n if it adds it
+ * (ix->slots[*slot] = n + 1); or -2 when out of memory. */
+int64_t ms_str_find(ms_str_index *ix, const char *key, size_t n, const char *(*key_of)(const void *ctx, size_t i),
+                    const void *ctx, size_t *slot);
+void ms_str_index_free(ms_str_index *ix);
+
+/* Each distinct string once, numbered in the order added (copies, owned). */
+typedef struct ms_strtab {
+  char **keys;
+  size_t n, cap;
+  ms_str_index index;
+} ms_strtab;
+/* The number of s, added (*added true) if new; -1 when out of memory. */
+int64_t ms_strtab_add(ms_strtab *t, const char *s, bool *added);
+void ms_strtab_free(ms_strtab *t);
+
+/* ---- how frames read, and which matter (frames.c) --------------------------------------- */
+
+/* A C++ name as reports show it: no return type, template arguments and parameter lists
+ * collapsed to <> and (), qualifiers after the parameters and [clone ...] suffixes dropped;
+ * other names unchanged. Writes at most len bytes (cut). */
+void ms_short_name(const char *name, char *out, size_t len);
+/* How a frame's name reads: a C++ name short, an unnamed native frame as its offset in its
+ * module ("0x1b2d", shown with the module), a Python name as it is. */
+void ms_frame_short_name(const ms_frame *f, char *out, size_t len);
+/* Adds a list of comma-separated patterns to f (kept by reference); 0, or -1 when f holds
+ * MS_FOLD_LISTS lists already. */
+int ms_fold_add(ms_fold *f, const char *list);
+/* Prints the built-in patterns of machinery frames (for `memsnap help`). */
+void ms_fold_print_builtin(FILE *out);
+/* True for a frame that says nothing about the program (built-in patterns, then fold's). Needs
+ * f->short_name. */
+bool ms_frame_is_machinery(const ms_fold *fold, const ms_frame *f);
+/* The frames of a stack that matter, innermost first, into ids[max]; returns how many. Machinery
+ * is left out; a stack with Python frames keeps its first native frame that is not machinery
+ * (the operator that allocated), then its Python frames. */
+size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint32_t *ids, size_t max);
+/* What identifies a frame in any process (function, file, line; module name and offset when
+ * unnamed), as text into out[len]; returns snprintf's count. */
+int ms_frame_key(const ms_frame *f, char *out, size_t len);
 
 /* ---- replaying the history (replay.c) -------------------------------------------------- */
 
@@ -129,7 +194,7 @@ static inline int64_t ms_size_bin_floor(int bin) {
 
 /* ---- the analysis (analysis.c) ---------------------------------------------------------- */
 
-typedef enum { MS_LEAK_GROWING, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
+typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
 
 typedef struct ms_site {
   uint32_t stack_id;
@@ -140,10 +205,17 @@ typedef struct ms_site {
   /* per-iteration evidence */
   int64_t prev_iter_live, first_iter_live, last_iter_live;
   int increases, decreases, observed; /* iteration boundaries seen after the first */
+  /* the highest live bytes at a boundary, that boundary (the iteration it ends), the counts
+     above when it was reached, and when live bytes then fell below halfway between the first
+     boundary's and that peak (-1: they did not): the evidence of growth released later */
+  int64_t peak_iter_live, released_ns;
+  int peak_boundary, increases_at_peak, decreases_at_peak;
   int first_iteration;                /* iteration of the first allocation (-1: before) */
   int last_iteration;                 /* iteration of the last allocation */
   int newest_live_iteration;          /* latest iteration that allocated a block still live at the end
                                          of the history (-1: before the first, or none) */
+  bool before_history;                /* the site of blocks alive at the snapshot that no kept event
+                                         allocated: from before recording (or the kept history) */
   ms_leak_kind kind;
   double score, bytes_per_iteration;
 } ms_site;
@@ -200,11 +272,43 @@ typedef struct ms_analysis {
   bool truncated;
 } ms_analysis;
 
+/* The kind's name in JSON and the page: growing, growing_released, retained, alive. */
+const char *ms_leak_kind_name(ms_leak_kind kind);
+/* Why a site shows no stack ("allocated before recording started", "no stack recorded", ...);
+ * NULL when it has one. */
+const char *ms_site_note(const ms_analysis *a, const ms_site *site);
 /* Runs the analysis; `label` forces the iteration label (NULL: choose). 0 or -1 (s->error). */
 int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label);
 void ms_analysis_free(ms_analysis *a);
+/* Opens the snapshot at `path` and analyzes it, folding `fold`'s frames too (NULL: none): 0, or
+ * -1 with the message in s->error and nothing left to free or close. */
+int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const char *label);
 /* Normalises a label for grouping: digits and the separators before them dropped. */
 void ms_label_key(const char *label, char *out, size_t len);
+
+/* ---- sites matched across snapshots (match.c) -------------------------------------------- */
+
+/* One site in every analysis that has it: site[k] is its index in analysis k + 1 (0: absent);
+ * bytes[k] and count[k] what it holds at snapshot k (sums when several stacks share the key). */
+typedef struct ms_match_row {
+  char *key; /* what identifies it in any process */
+  uint32_t *site;
+  int64_t *bytes, *count;
+} ms_match_row;
+
+typedef struct ms_matches {
+  size_t nanalyses;
+  ms_match_row *rows; /* in the order first seen */
+  size_t n, cap;
+  ms_str_index index; /* rows by key */
+  ms_strtab frame_keys; /* every frame key seen, numbered: site keys are lists of these numbers */
+} ms_matches;
+
+/* Matches the sites of a[0..n) for which want() is true, by what identifies them (function,
+ * file and line of every frame; module name and offset for unnamed frames; never addresses or
+ * ids), into m. 0, or -1 when out of memory (m left empty). */
+int ms_match_sites(const ms_analysis *a, size_t n, bool (*want)(const ms_analysis *a, uint32_t site), ms_matches *m);
+void ms_matches_free(ms_matches *m);
 
 /* ---- what the report page draws (timeline.c) --------------------------------------------- */
 
@@ -302,19 +406,30 @@ int ms_import_buffer(const unsigned char *data, size_t len, const char *db_path,
 
 typedef struct ms_report_options {
   bool full_stacks;
-  int max_frames; /* frames shown per stack when not full */
+  bool full_names; /* whole C++ names, not short ones */
+  int max_frames;  /* frames shown per stack when not full */
 } ms_report_options;
 
+/* Prints a stack, one frame a line after `indent` (the frames that matter, or all of them with
+ * full_stacks), or `note` in parentheses when stack_id is 0 ("no stack recorded" if NULL). */
+void ms_print_stack(const ms_snapshot *s, uint32_t stack_id, const char *note, const ms_report_options *o,
+                    const char *indent, FILE *out);
+
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
-/* One line per snapshot (one per rank, say): peaks, iterations, the first leak candidate. */
+/* One line per snapshot (one per rank, say): peaks, iterations, the first leak candidate; then
+ * the leading leak candidates matched across the snapshots (match.c), one row each. */
 void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out);
+/* The leak candidates of several analyses matched across them, as a JSON array (the
+ * "matched_leaks" of analyze --json with several snapshots); 0, or -1 when out of memory. */
+int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out);
 /* Writes the report page (html.c): web/viewer.html with the analysis embedded; 0 or -1. */
 int ms_report_html(ms_analysis *a, FILE *out);
+/* Adds a site's stack keys to a JSON object (docs/analysis-json.md: stack, full_stack, stack_id,
+ * and stack_note for a site without a stack). */
+struct cJSON;
+void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
 /* Writes the JSON document; 0, or -1 when out of memory. */
 int ms_report_json(const ms_analysis *a, FILE *out);
-/* The frames of a stack that matter (allocator, dispatcher and interpreter frames folded away),
- * innermost first, into ids[max]; returns how many. */
-size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint32_t *ids, size_t max);
 void ms_format_bytes(int64_t bytes, char *out, size_t len);
 void ms_format_ns(int64_t ns, char *out, size_t len);
 

@@ -41,20 +41,20 @@ static int write_html(const char *out, ms_analysis *a, size_t n) {
 }
 
 int cmd_analyze(int argc, char **argv) {
-  ms_report_options o = {false, 4};
+  ms_report_options o = {.max_frames = 4};
+  ms_fold fold = {0};
   bool json = false;
   const char *label = NULL, *html = NULL;
   const char *paths[64];
   int npaths = 0;
   for (int i = 1; i < argc; i++) {
+    int taken = ms_stack_option("analyze", argc, argv, &i, &o, &fold);
+    if (taken == 2) return 2;
+    if (taken) continue;
     if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--full-stacks")) o.full_stacks = true;
     else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) label = argv[++i];
     else if (!strcmp(argv[i], "--html") && i + 1 < argc) html = argv[++i];
-    else if (!strcmp(argv[i], "--frames") && i + 1 < argc) {
-      o.max_frames = atoi(argv[++i]);
-      if (o.max_frames < 1 || o.max_frames > 4096) return ms_usage_error("analyze", "--frames takes 1 to 4096");
-    } else if (argv[i][0] == '-' && argv[i][1]) {
+    else if (argv[i][0] == '-' && argv[i][1]) {
       return ms_unknown_option("analyze", argv[i], i + 1 == argc);
     } else if (npaths == 64) {
       return ms_usage_error("analyze", "at most 64 snapshots at once");
@@ -75,10 +75,8 @@ int cmd_analyze(int argc, char **argv) {
   }
   int rc = 0, done = 0;
   for (; done < npaths; done++) {
-    if (ms_open(&s[done], paths[done]) != 0 || ms_analyze(&s[done], &a[done], label) != 0) {
+    if (ms_open_analyzed(&s[done], &a[done], paths[done], &fold, label) != 0) {
       fprintf(stderr, "error: %s\n", s[done].error);
-      ms_analysis_free(&a[done]);
-      ms_close(&s[done]);
       rc = 1;
       break;
     }
@@ -94,7 +92,14 @@ int cmd_analyze(int argc, char **argv) {
         rc = 1;
       }
     }
-    if (npaths > 1) printf("]}\n");
+    if (npaths > 1 && rc == 0) {
+      printf("],\n\"matched_leaks\": ");
+      if (ms_report_json_matched(a, (size_t)npaths, stdout) != 0) {
+        fprintf(stderr, "error: out of memory writing JSON\n");
+        rc = 1;
+      }
+      printf("}\n");
+    }
   } else if (rc == 0) {
     if (npaths > 1) ms_report_side_by_side(a, (size_t)npaths, stdout);
     for (int i = 0; i < npaths; i++) {

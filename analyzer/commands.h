@@ -23,6 +23,13 @@ int ms_usage_error(const char *command, const char *fmt, ...) __attribute__((for
  * one of the command's options that takes one and it came `last`, else "unknown option". 2. */
 int ms_unknown_option(const char *command, const char *arg, bool last);
 
+/* The options of every command that prints stacks: --full-stacks, --full-names, --frames N,
+ * --fold PATTERNS. Returns 1 when argv[*i] is one of them (*i then past its value), 0 when it is
+ * none, 2 after a usage error (printed). */
+struct ms_report_options;
+struct ms_fold;
+int ms_stack_option(const char *command, int argc, char **argv, int *i, struct ms_report_options *o, struct ms_fold *fold);
+
 /* outfile.c. Prints "error: OPTION 'out' is an input: refusing to overwrite it" and returns 1
  * when `out` is the same file as one of inputs[0..n) (by device and inode, so links count);
  * else 0. */

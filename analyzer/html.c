@@ -23,48 +23,18 @@ ASSET(viewer_css)
 ASSET(model_js)
 ASSET(view_js)
 
-/* The string table: each distinct string once, found through an open-addressing hash. */
+/* The string table: each distinct string once, numbered, and the JSON array of them. */
 typedef struct strtab {
   cJSON *array;
-  char **keys;
-  int *slots; /* index + 1, 0 empty */
-  size_t n, mask;
+  ms_strtab table;
 } strtab;
-
-static size_t str_hash(const char *s) {
-  size_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
 
 /* Index of s in the string table, adding it; -1 when out of memory. */
 static int str_index(strtab *t, const char *s) {
-  if ((t->n + 1) * 2 > t->mask) { /* grow to keep the table at most half full */
-    size_t cap = t->mask ? (t->mask + 1) * 2 : 256;
-    int *slots = calloc(cap, sizeof *slots);
-    char **keys = realloc(t->keys, sizeof *keys * cap / 2);
-    if (!slots || !keys) {
-      free(slots);
-      if (keys) t->keys = keys;
-      return -1;
-    }
-    t->keys = keys;
-    for (size_t i = 0; i < t->n; i++) {
-      size_t j = str_hash(keys[i]) & (cap - 1);
-      while (slots[j]) j = (j + 1) & (cap - 1);
-      slots[j] = (int)i + 1;
-    }
-    free(t->slots);
-    t->slots = slots;
-    t->mask = cap - 1;
-  }
-  size_t j = str_hash(s) & t->mask;
-  for (; t->slots[j]; j = (j + 1) & t->mask)
-    if (strcmp(t->keys[t->slots[j] - 1], s) == 0) return t->slots[j] - 1;
-  if (!(t->keys[t->n] = strdup(s))) return -1;
-  t->slots[j] = (int)t->n + 1;
-  cJSON_AddItemToArray(t->array, cJSON_CreateString(s));
-  return (int)t->n++;
+  bool added;
+  int64_t i = ms_strtab_add(&t->table, s, &added);
+  if (added) cJSON_AddItemToArray(t->array, cJSON_CreateString(s));
+  return (int)i;
 }
 
 typedef struct page_data {
@@ -76,6 +46,16 @@ typedef struct page_data {
   uint32_t *site_of;  /* analysis site -> page site index + 1 */
   int cut_frame;      /* the page frame "(outer frames not shown)"; -1 until needed */
 } page_data;
+
+/* A frame that is a remark, not code ("(outer frames not shown)"): its page index. */
+static int marker_frame(page_data *p, const char *text) {
+  cJSON *fr = cJSON_CreateArray();
+  cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, text)));
+  cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, "")));
+  cJSON_AddItemToArray(fr, cJSON_CreateNumber(0));
+  cJSON_AddItemToArray(p->frames, fr);
+  return cJSON_GetArraySize(p->frames) - 1;
+}
 
 /* Adds a stack (its frames that matter) to the document; returns the id to refer to it by. */
 static uint32_t add_stack(page_data *p, uint32_t stack_id) {
@@ -93,27 +73,40 @@ static uint32_t add_stack(page_data *p, uint32_t stack_id) {
     if (!p->frame_of[ids[i]]) {
       const ms_frame *f = &p->s->frames[ids[i]];
       cJSON *fr = cJSON_CreateArray();
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->name)));
+      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->short_name)));
       cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->file)));
       cJSON_AddItemToArray(fr, cJSON_CreateNumber((double)f->line));
+      if (strcmp(f->name, f->short_name) != 0 || f->inlined) /* the whole name, for the hover */
+        cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->name)));
+      if (f->inlined) cJSON_AddItemToArray(fr, cJSON_CreateNumber(1));
       cJSON_AddItemToArray(p->frames, fr);
       p->frame_of[ids[i]] = (uint32_t)cJSON_GetArraySize(p->frames);
     }
     cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->frame_of[ids[i]] - 1));
   }
   if (cut) {
-    if (p->cut_frame < 0) {
-      cJSON *fr = cJSON_CreateArray();
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, "(outer frames not shown)")));
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, "")));
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(0));
-      cJSON_AddItemToArray(p->frames, fr);
-      p->cut_frame = cJSON_GetArraySize(p->frames) - 1;
-    }
+    if (p->cut_frame < 0) p->cut_frame = marker_frame(p, "(outer frames not shown)");
     cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->cut_frame));
   }
   cJSON_AddItemToObject(p->stacks, key, arr);
   return stack_id;
+}
+
+/* The page's stack of analysis site `site`: its own, or for a site without one a stack (with an
+ * id past the snapshot's) of one frame that says why: "(allocated before recording started)". */
+static uint32_t site_stack(page_data *p, uint32_t site) {
+  const ms_site *st = &p->a->sites[site];
+  if (st->stack_id) return add_stack(p, st->stack_id);
+  uint32_t id = (uint32_t)p->s->nstacks + (st->before_history ? 1 : 0);
+  char key[16], text[128];
+  snprintf(key, sizeof key, "%u", id);
+  if (!cJSON_GetObjectItemCaseSensitive(p->stacks, key)) {
+    snprintf(text, sizeof text, "(%s)", ms_site_note(p->a, st));
+    cJSON *arr = cJSON_CreateArray();
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(marker_frame(p, text)));
+    cJSON_AddItemToObject(p->stacks, key, arr);
+  }
+  return id;
 }
 
 /* The index of analysis site `site` in the page's leak list, or -1. */
@@ -131,7 +124,7 @@ static int page_site(page_data *p, uint32_t site) {
   for (int k = 0; k < a->timeline->bands.nsites; k++)
     if (a->timeline->bands.site[k] == site) band = k;
   cJSON *row = cJSON_CreateArray();
-  cJSON_AddItemToArray(row, cJSON_CreateNumber(add_stack(p, a->sites[site].stack_id)));
+  cJSON_AddItemToArray(row, cJSON_CreateNumber(site_stack(p, site)));
   cJSON_AddItemToArray(row, cJSON_CreateNumber(leak));
   cJSON_AddItemToArray(row, cJSON_CreateNumber(band));
   cJSON_AddItemToArray(p->sites, row);
@@ -212,9 +205,8 @@ static void page_columns(page_data *p, sbuf *b) {
       break;
     }
     int ps = page_site(p, bd->site[k]);
-    sb_put(b, "%s{\"site\":%d,\"leak\":%d,\"stack\":%u}", k ? "," : "", ps,
-           leak_index(p->a, bd->site[k]),
-           p->a->sites[bd->site[k]].stack_id);
+    sb_put(b, "%s{\"site\":%d,\"leak\":%d,\"stack\":%u}", k ? "," : "", ps, leak_index(p->a, bd->site[k]),
+           site_stack(p, bd->site[k]));
   }
   sb_put(b, "],\"bytes\":[");
   for (int k = 0; k <= bd->nsites; k++) {
@@ -274,7 +266,7 @@ static void page_columns(page_data *p, sbuf *b) {
  * memory. */
 static char *page_json(const ms_analysis *a) {
   const ms_snapshot *s = a->snap;
-  page_data p = {a, s, {cJSON_CreateArray(), NULL, NULL, 0, 0}, NULL, NULL, NULL,
+  page_data p = {a, s, {cJSON_CreateArray(), {0}}, NULL, NULL, NULL,
                  calloc(s->nframes + 1, sizeof(uint32_t)), calloc(a->nsites + 1, sizeof(uint32_t)), -1};
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "memsnap-viewer-1");
@@ -308,18 +300,19 @@ static char *page_json(const ms_analysis *a) {
   p.stacks = cJSON_AddObjectToObject(root, "stacks");
   p.sites = cJSON_AddArrayToObject(root, "sites");
   cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");
-  static const char *const kinds[] = {"growing", "retained", "alive"};
   for (size_t i = 0; i < a->nleaks && i < MS_PAGE_LEAKS; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
+    bool released = st->kind == MS_LEAK_GROWING_RELEASED;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", kinds[st->kind]);
+    cJSON_AddStringToObject(o, "kind", ms_leak_kind_name(st->kind));
     cJSON_AddNumberToObject(o, "score", st->score);
     cJSON_AddNumberToObject(o, "live_bytes", (double)st->end_bytes);
     cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
-    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING ? st->bytes_per_iteration : 0);
+    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
+    cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
     cJSON_AddNumberToObject(o, "first_ns", (double)st->first_ns);
     cJSON_AddNumberToObject(o, "last_ns", (double)st->last_ns);
-    cJSON_AddNumberToObject(o, "stack", add_stack(&p, st->stack_id));
+    cJSON_AddNumberToObject(o, "stack", site_stack(&p, a->leaks[i]));
     cJSON_AddItemToArray(leaks, o);
   }
   cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
@@ -350,9 +343,7 @@ static char *page_json(const ms_analysis *a) {
   cJSON_free(head);
   free(cols.s);
   cJSON_Delete(root);
-  for (size_t i = 0; i < p.strings.n; i++) free(p.strings.keys[i]);
-  free(p.strings.keys);
-  free(p.strings.slots);
+  ms_strtab_free(&p.strings.table);
   free(p.frame_of);
   free(p.site_of);
   return text;

@@ -948,7 +948,7 @@ static int import_run(importer *im, pk_read_fn read, void *ctx, uint64_t size, c
       {&im->stage, "INSERT INTO temp.stage VALUES(NULL,?,?,?,?,?,?,?,?,?)"},
       {&im->segment, memsnap_insert_segment_sql},
       {&im->block, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)"},
-      {&im->frame, "INSERT INTO frames VALUES(?,?,?,?,?,?,NULL,NULL)"},
+      {&im->frame, "INSERT INTO frames VALUES(?,?,?,?,?,?,NULL,NULL,0)"},
       {&im->stack, "INSERT INTO stacks VALUES(?,?)"},
       {&im->stack_frame, "INSERT INTO stack_frames VALUES(?,?,?)"},
       {&im->label, "INSERT INTO labels VALUES(?,?)"},

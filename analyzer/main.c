@@ -5,15 +5,18 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "analyzer.h"
 #include "commands.h"
-#include "memsnap.h"
 
 typedef struct command {
   const char *name;
   int (*run)(int argc, char **argv);
   const char *usage;
+  const char *details; /* `memsnap help COMMAND`: the arguments, one a line */
+  bool folds;          /* prints stacks: `help` lists the built-in frames it folds */
 } command;
 
 static int cmd_help(int argc, char **argv);
@@ -35,19 +38,50 @@ static int cmd_options(int argc, char **argv) {
   return 0;
 }
 
+#define STACK_OPTIONS                                                                                       \
+  "  --full-stacks       every frame of every stack (default: the frames that matter)\n"                     \
+  "  --full-names        whole C++ names (default: short, templates and parameters collapsed: f<>())\n"      \
+  "  --frames N          frames that matter shown per stack, 1 to 4096 (default 4)\n"                        \
+  "  --fold PATTERNS     more frames to fold: comma-separated globs over a frame's short name without\n"     \
+  "                      its \"()\", or NAME@FILE to match its source file or module too\n"          \
+  "                      (repeatable, 16 at most)\n"
 static const command commands[] = {
     {"analyze", cmd_analyze,
-     "memsnap analyze [--json | --html OUT.html] [--full-stacks] [--frames N] [--iterations LABEL]\n"
-     "                SNAPSHOT.db...  peaks, iterations, leak candidates, OOMs, top sites"},
-    {"diff", cmd_diff, "memsnap diff [--full-stacks] A.db B.db\n                            what grew between two snapshots, by allocation site"},
-    {"info", cmd_info, "memsnap info SNAPSHOT.db... what a snapshot holds"},
-    {"import", cmd_import, "memsnap import SNAPSHOT.pickle[.gz] -o SNAPSHOT.db\n"
-                           "                            a PyTorch memory snapshot as a memsnap snapshot"},
-    {"export", cmd_export, "memsnap export [--format pytorch] SNAPSHOT.db -o OUT.pickle[.gz]\n"
-                           "                            a snapshot as a PyTorch memory snapshot"},
-    {"help", cmd_help, "memsnap help                show this help"},
-    {"version", cmd_version, "memsnap version             print the version"},
-    {"options", cmd_options, "memsnap options             list the MEMSNAP_* environment variables"},
+     "memsnap analyze [--json | --html OUT.html] [--full-stacks] [--full-names] [--frames N]\n"
+     "                [--fold PATTERNS] [--iterations LABEL] SNAPSHOT.db...\n"
+     "                            peaks, iterations, leak candidates, OOMs, top sites",
+     "  SNAPSHOT.db...      snapshots to analyze; several (one per rank, say): a table side by side\n"
+     "                      and their leak candidates matched by site, then each report\n"
+     "  --json              the analysis as JSON (docs/analysis-json.md)\n"
+     "  --html OUT.html     the report as a self-contained page (docs/viewer.md); one snapshot\n" STACK_OPTIONS
+     "  --iterations LABEL  the mark or range label that starts an iteration (default: the one\n"
+     "                      that repeats most, else inferred from the allocation pattern)\n",
+     true},
+    {"diff", cmd_diff,
+     "memsnap diff [--json] [--full-stacks] [--full-names] [--frames N] [--fold PATTERNS] A.db B.db\n"
+     "                            what changed between two snapshots, by allocation site",
+     "  A.db B.db           two snapshots, of one process or of two (two runs, two ranks): sites are\n"
+     "                      matched by function, file and line (module and offset when unnamed)\n"
+     "  --json              the comparison as JSON (docs/analysis-json.md)\n" STACK_OPTIONS,
+     true},
+    {"info", cmd_info, "memsnap info SNAPSHOT.db... what a snapshot holds",
+     "  SNAPSHOT.db...      snapshots: format, process, recording, events, devices, segments, blocks\n", false},
+    {"import", cmd_import,
+     "memsnap import SNAPSHOT.pickle[.gz] -o SNAPSHOT.db\n"
+     "                            a PyTorch memory snapshot as a memsnap snapshot",
+     "  SNAPSHOT.pickle     what torch.cuda.memory._dump_snapshot() wrote (gzip-compressed or not)\n"
+     "  -o, --output FILE   the snapshot to write (docs/pytorch-snapshots.md)\n",
+     false},
+    {"export", cmd_export,
+     "memsnap export [--format pytorch] SNAPSHOT.db -o OUT.pickle[.gz]\n"
+     "                            a snapshot as a PyTorch memory snapshot",
+     "  SNAPSHOT.db         the snapshot to export\n"
+     "  --format pytorch    the only format: PyTorch's snapshot pickle (torch.cuda._memory_viz)\n"
+     "  -o, --output FILE   the pickle to write, gzip-compressed when it ends in .gz\n",
+     false},
+    {"help", cmd_help, "memsnap help [COMMAND]      show this help, or a command's", "  COMMAND             a command\n", false},
+    {"version", cmd_version, "memsnap version             print the version", "", false},
+    {"options", cmd_options, "memsnap options             list the MEMSNAP_* environment variables", "", false},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -89,11 +123,38 @@ int ms_usage_error(const char *name, const char *fmt, ...) {
   return 2;
 }
 
+int ms_stack_option(const char *name, int argc, char **argv, int *i, ms_report_options *o, ms_fold *fold) {
+  const char *arg = argv[*i];
+  if (!strcmp(arg, "--full-stacks")) o->full_stacks = true;
+  else if (!strcmp(arg, "--full-names")) o->full_names = true;
+  else if (*i + 1 == argc || (strcmp(arg, "--frames") && strcmp(arg, "--fold"))) return 0;
+  else if (!strcmp(arg, "--frames")) {
+    o->max_frames = atoi(argv[++*i]);
+    if (o->max_frames < 1 || o->max_frames > 4096) return ms_usage_error(name, "--frames takes 1 to 4096");
+  } else if (ms_fold_add(fold, argv[++*i]) != 0) {
+    return ms_usage_error(name, "at most %d --fold options", MS_FOLD_LISTS);
+  }
+  return 1;
+}
+
+/* `memsnap help [COMMAND]` (argv[0] "help"), `memsnap --help`, `memsnap COMMAND --help`. */
 static int cmd_help(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[0], "help")) return ms_usage_error("help", "no arguments expected ('%s')", argv[1]);
-  (void)argv;
-  usage(stdout);
-  return 0;
+  bool asked = !strcmp(argv[0], "help");
+  if (!asked || argc == 1) {
+    usage(stdout);
+    return 0;
+  }
+  if (argc > 2) return ms_usage_error("help", "one command at most ('%s')", argv[2]);
+  for (size_t i = 0; i < NCOMMANDS; i++) {
+    if (strcmp(commands[i].name, argv[1]) != 0) continue;
+    printf("usage: %s\n%s%s", commands[i].usage, commands[i].details[0] ? "\n" : "", commands[i].details);
+    if (commands[i].folds) {
+      printf("\nframes folded in any case (--full-stacks shows them):\n");
+      ms_fold_print_builtin(stdout);
+    }
+    return 0;
+  }
+  return ms_usage_error("help", "unknown command '%s'", argv[1]);
 }
 
 int main(int argc, char **argv) {
@@ -101,8 +162,12 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  for (size_t i = 0; i < NCOMMANDS; i++)
-    if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+  for (size_t i = 0; i < NCOMMANDS; i++) {
+    if (strcmp(argv[1], commands[i].name) != 0) continue;
+    if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) /* memsnap diff --help */
+      return cmd_help(2, (char *[]){"help", argv[1], NULL});
+    return commands[i].run(argc - 1, argv + 1);
+  }
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return cmd_help(argc, argv);
   if (!strcmp(argv[1], "--version")) return cmd_version(argc, argv);
   fprintf(stderr, "error: unknown command '%s'\n", argv[1]);

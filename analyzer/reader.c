@@ -194,6 +194,7 @@ void ms_close(ms_snapshot *s) {
     free(s->frames[i].name);
     free(s->frames[i].file);
     free(s->frames[i].module);
+    free(s->frames[i].short_name);
   }
   free(s->frames);
   for (size_t i = 0; i < s->nstacks; i++) free(s->stacks[i].frames);
@@ -246,7 +247,9 @@ int ms_load_stacks(ms_snapshot *s) {
   if (!s->frames || !s->stacks) return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
   s->nframes = (size_t)max_frame + 1;
   s->nstacks = (size_t)max_stack + 1;
-  if (sqlite3_prepare_v2(s->db, "select id, kind, name, file, line, module from frames", -1, &st, NULL) != SQLITE_OK)
+  /* `inlined` came later (snapshots written before it have no inlined frames). */
+  if (sqlite3_prepare_v2(s->db, "select id, kind, name, file, line, module, offset, inlined from frames", -1, &st, NULL) != SQLITE_OK &&
+      sqlite3_prepare_v2(s->db, "select id, kind, name, file, line, module, offset, 0 from frames", -1, &st, NULL) != SQLITE_OK)
     return fail(s, "'%s': cannot read frames: %s", s->shown_path, sqlite3_errmsg(s->db));
   while (sqlite3_step(st) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0);
@@ -258,6 +261,8 @@ int ms_load_stacks(ms_snapshot *s) {
     f->file = column_text(st, 3);
     f->line = sqlite3_column_type(st, 4) == SQLITE_INTEGER ? sqlite3_column_int64(st, 4) : 0;
     f->module = column_text(st, 5);
+    f->offset = sqlite3_column_type(st, 6) == SQLITE_INTEGER ? sqlite3_column_int64(st, 6) : 0;
+    f->inlined = sqlite3_column_type(st, 7) == SQLITE_INTEGER && sqlite3_column_int64(st, 7) != 0;
   }
   sqlite3_finalize(st);
   for (size_t i = 1; i < s->nframes; i++) /* ids with no row (a damaged file) read as unnamed */
@@ -267,6 +272,13 @@ int ms_load_stacks(ms_snapshot *s) {
       if (!s->frames[i].name || !s->frames[i].file || !s->frames[i].module)
         return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
     }
+  for (size_t i = 1; i < s->nframes; i++) { /* how each reads in reports, and whether it matters */
+    ms_frame *f = &s->frames[i];
+    char shown[MS_TEXT_MAX + 8];
+    ms_frame_short_name(f, shown, sizeof shown);
+    if (!(f->short_name = strdup(shown))) return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
+    f->machinery = ms_frame_is_machinery(s->fold, f);
+  }
   if (sqlite3_prepare_v2(s->db, "select stack_id, position, frame_id from stack_frames order by stack_id, position", -1,
                          &st, NULL) != SQLITE_OK)
     return fail(s, "'%s': cannot read stacks: %s", s->shown_path, sqlite3_errmsg(s->db));

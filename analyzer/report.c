@@ -1,13 +1,12 @@
 /* report.c: an analysis as a text report for a terminal, and as JSON (docs/analysis-json.md).
  *
- * Stacks are shortened to the frames that matter: when a stack has Python frames, the Python
- * frames (without memsnap's own module and PyTorch's module-call plumbing); otherwise native
- * frames without the allocator, dispatcher, autograd engine, interpreter, ctypes, C and thread
- * start-up frames (native_plumbing), so that a PyTorch autograd thread's stack reads as its
- * operator and backward node. The full stack stays available (--full-stacks, and always in
- * JSON's `full_stack`).
+ * Stacks are shortened to the frames that matter and C++ names to their short form (frames.c),
+ * so that a PyTorch stack reads as its operator and the Python line, and an autograd thread's as
+ * its operator and backward node. The full stack and whole names stay available (--full-stacks,
+ * --full-names, and always in JSON's `full_stack` and `name`).
  */
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,65 +30,15 @@ void ms_format_ns(int64_t ns, char *out, size_t len) {
   else snprintf(out, len, "%.2f s", v / 1e9);
 }
 
-static bool starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
-
-static bool ends(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
-/* The name without a leading return type: "void at::f<int>(...)" reads "at::f<int>(...)". */
-static const char *qualified(const char *name) {
-  const char *space = strchr(name, ' '), *open = strpbrk(name, "(<"), *scope = strstr(name, "::");
-  return space && (!open || space < open) && (!scope || space < scope) ? space + 1 : name;
-}
-
-/* Native frames that say nothing about the program: the allocator and PyTorch's stack capture,
- * tensor creation, operator dispatch and registration wrappers, autograd's engine, the Python
- * interpreter and bindings, C and thread start-up. What is left of PyTorch's frames names the
- * operator (at::native::...) and the autograd node (torch::autograd::generated::...Backward0). */
-static const char *const native_plumbing[] = {
-    "c10::", "torch::unwind::", "torch::CapturedTraceback", "torch::cuda::", "at::detail::", "at::_ops::",
-    "at::empty", "at::native::empty", "at::(anonymous namespace)::", "at::Tensor", "at::TensorBase",
-    "at::TensorIterator", "at::meta::", "at::impl::", "torch::autograd::VariableType::", "torch::autograd::Node::", "torch::autograd::Engine::",
-    "torch::autograd::python::", "torch::autograd::THP", "torch::autograd::impl::", "torch::autograd::validate_outputs",
-    "torch::ADInplaceOrView::", "torch::TraceType::", "torch::jit::", "torch::PythonArgParser", "torch::utils::",
-    "_Py", "Py", "__libc_start", "_start", "0x", "ffi_", "_ctypes", "std::", "pybind11::", "cfunction_",
-    "method_vectorcall", "start_thread", "__clone", "clone", "pthread_", "__pthread", "__GI_", "__libc_"};
-
-static bool folded(const ms_frame *f, bool has_python) {
-  if (f->python) {
-    return ends(f->file, "memsnap/__init__.py") ||
-           (strstr(f->file, "torch/nn/modules/module.py") && strstr(f->name, "call_impl"));
-  }
-  if (has_python) return true; /* the Python frames say where; native ones are plumbing then */
-  const char *name = qualified(f->name);
-  for (size_t i = 0; i < sizeof native_plumbing / sizeof native_plumbing[0]; i++)
-    if (starts(name, native_plumbing[i])) return true;
-  return false;
-}
-
-size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint32_t *ids, size_t max) {
-  if (stack_id == 0 || stack_id >= s->nstacks) return 0;
-  const ms_stack *k = &s->stacks[stack_id];
-  bool has_python = false;
-  for (uint32_t i = 0; i < k->depth; i++) has_python |= s->frames[k->frames[i]].python;
-  size_t n = 0;
-  for (uint32_t i = 0; i < k->depth && n < max; i++)
-    if (!folded(&s->frames[k->frames[i]], has_python)) ids[n++] = k->frames[i];
-  if (n == 0) /* every frame folded: show the innermost ones rather than nothing */
-    for (uint32_t i = 0; i < k->depth && n < max; i++) ids[n++] = k->frames[i];
-  return n;
-}
-
 static const char *base_name(const char *path) {
   const char *slash = strrchr(path, '/');
   return slash ? slash + 1 : path;
 }
 
-static void print_stack(const ms_snapshot *s, uint32_t stack_id, const ms_report_options *o, const char *indent, FILE *out) {
-  if (stack_id == 0) {
-    fprintf(out, "%s(no stack recorded)\n", indent);
+void ms_print_stack(const ms_snapshot *s, uint32_t stack_id, const char *note, const ms_report_options *o,
+                    const char *indent, FILE *out) {
+  if (stack_id == 0 || stack_id >= s->nstacks) {
+    fprintf(out, "%s(%s)\n", indent, note ? note : "no stack recorded");
     return;
   }
   uint32_t ids[4096];
@@ -103,15 +52,19 @@ static void print_stack(const ms_snapshot *s, uint32_t stack_id, const ms_report
   }
   for (size_t i = 0; i < n; i++) {
     const ms_frame *f = &s->frames[ids[i]];
-    if (f->file[0] && f->line > 0) fprintf(out, "%s%s (%s:%lld)\n", indent, f->name, o->full_stacks ? f->file : base_name(f->file), (long long)f->line);
-    else if (!f->python && f->module[0]) fprintf(out, "%s%s [%s]\n", indent, f->name, base_name(f->module));
-    else fprintf(out, "%s%s\n", indent, f->name);
+    const char *name = o->full_names ? f->name : f->short_name;
+    if (f->file[0] && f->line > 0)
+      fprintf(out, "%s%s (%s:%lld%s)\n", indent, name, o->full_stacks ? f->file : base_name(f->file), (long long)f->line,
+              f->inlined ? ", inlined" : "");
+    else if (!f->python && f->module[0]) fprintf(out, "%s%s [%s]\n", indent, name, base_name(f->module));
+    else fprintf(out, "%s%s\n", indent, name);
   }
 }
 
-static const char *kind_name(ms_leak_kind k) {
-  return k == MS_LEAK_GROWING ? "growing" : k == MS_LEAK_RETAINED ? "retained" : "alive";
+static void print_site(const ms_analysis *a, uint32_t site, const ms_report_options *o, const char *indent, FILE *out) {
+  ms_print_stack(a->snap, a->sites[site].stack_id, ms_site_note(a, &a->sites[site]), o, indent, out);
 }
+
 
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   const ms_snapshot *s = a->snap;
@@ -141,7 +94,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   for (size_t i = 0; i < a->nat_peak; i++) {
     ms_format_bytes(a->at_peak[i].bytes, b1, sizeof b1);
     fprintf(out, "    %12s in %lld blocks\n", b1, (long long)a->at_peak[i].count);
-    print_stack(s, a->sites[a->at_peak[i].site].stack_id, o, "        ", out);
+    print_site(a, a->at_peak[i].site, o, "        ", out);
   }
 
   fprintf(out, "\niterations\n");
@@ -167,19 +120,31 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   if (a->nleaks == 0) fprintf(out, "  none: nothing is alive at the snapshot\n");
   for (size_t i = 0; i < a->nleaks && i < 10; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
+    size_t transitions = a->niters > 1 ? a->niters - 1 : 0;
+    char when[96] = "";
     ms_format_bytes(st->end_bytes, b1, sizeof b1);
     ms_format_ns(st->first_ns, t1, sizeof t1);
     ms_format_ns(st->last_ns, t2, sizeof t2);
+    ms_format_bytes((int64_t)st->bytes_per_iteration, b2, sizeof b2);
+    if (st->allocs) snprintf(when, sizeof when, "; first %s, last %s", t1, t2);
+    fprintf(out, "  %zu. ", i + 1);
     if (st->kind == MS_LEAK_GROWING) {
-      ms_format_bytes((int64_t)st->bytes_per_iteration, b2, sizeof b2);
-      fprintf(out, "  %zu. growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks; first %s, last %s; score %.2f\n",
-              i + 1, b2, st->increases, a->niters > 1 ? a->niters - 1 : 0, b1, (long long)st->end_count, t1, t2, st->score);
+      fprintf(out, "growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks", b2, st->increases,
+              transitions, b1, (long long)st->end_count);
+    } else if (st->kind == MS_LEAK_GROWING_RELEASED) {
+      ms_format_ns(st->released_ns, t1, sizeof t1);
+      ms_format_bytes(st->peak_iter_live, b3, sizeof b3);
+      fprintf(out, "growing, released at %s: +%s per iteration (grew at %d of %zu iterations, to %s after iteration %d); "
+                   "%s",
+              t1, b2, st->increases_at_peak, transitions, b3, st->peak_boundary, st->end_count ? b1 : "nothing");
+      if (st->end_count) fprintf(out, " live in %lld blocks at the snapshot", (long long)st->end_count);
+      else fprintf(out, " live at the snapshot");
     } else {
-      fprintf(out, "  %zu. %s: %s live in %lld blocks%s; first %s, last %s; score %.2f\n", i + 1, kind_name(st->kind), b1,
-              (long long)st->end_count, st->kind == MS_LEAK_RETAINED ? ", held since the first iterations" : "", t1, t2,
-              st->score);
+      fprintf(out, "%s: %s live in %lld blocks%s", ms_leak_kind_name(st->kind), b1, (long long)st->end_count,
+              st->kind == MS_LEAK_RETAINED && !st->before_history ? ", held since the first iterations" : "");
     }
-    print_stack(s, st->stack_id, o, "       ", out);
+    fprintf(out, "%s; score %.2f\n", when, st->score);
+    print_site(a, a->leaks[i], o, "       ", out);
   }
 
   fprintf(out, "\nout of memory\n");
@@ -192,7 +157,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     ms_format_bytes(m->cached_unallocated, b3, sizeof b3);
     fprintf(out, "  at %s on device %d: %s requested; the device had %s free; the cache held %s reserved but unallocated\n",
             t1, m->device, b1, b2, b3);
-    print_stack(s, m->stack_id, o, "      ", out);
+    ms_print_stack(s, m->stack_id, NULL, o, "      ", out);
     ms_format_bytes(m->live_bytes, b1, sizeof b1);
     fprintf(out, "    %s was allocated, largest sites:\n", b1);
     for (int k = 0; k < m->ntop; k++) {
@@ -200,7 +165,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
       ms_format_bytes(m->top[k].bytes, b1, sizeof b1);
       fprintf(out, "      %12s in %lld blocks (%s)\n", b1, (long long)m->top[k].count,
               st->kind == MS_LEAK_GROWING ? "growing" : "site");
-      print_stack(s, st->stack_id, o, "          ", out);
+      print_site(a, m->top[k].site, o, "          ", out);
     }
     if (m->cached_unallocated >= m->requested)
       fprintf(out, "    would have fit: the cache held enough, but in pieces; try MEMSNAP_MAX_SPLIT_SIZE_MB "
@@ -224,8 +189,67 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     if (st->allocs == 0) continue;
     ms_format_bytes(st->alloc_bytes, b1, sizeof b1);
     fprintf(out, "  %12s in %lld allocations\n", b1, (long long)st->allocs);
-    print_stack(s, st->stack_id, o, "      ", out);
+    print_site(a, a->top[i], o, "      ", out);
   }
+}
+
+/* ---- several snapshots ------------------------------------------------------------------- */
+
+static bool is_leak(const ms_analysis *a, uint32_t site) { return a->sites[site].score > 0; }
+
+static const ms_analysis *rank_ctx;
+static size_t rank_n;
+
+/* The best score a row has in any snapshot, and its most bytes. */
+static void row_rank(const ms_match_row *r, double *score, int64_t *bytes) {
+  *score = 0, *bytes = 0;
+  for (size_t k = 0; k < rank_n; k++) {
+    if (!r->site[k]) continue;
+    const ms_site *st = &rank_ctx[k].sites[r->site[k] - 1];
+    if (st->score > *score) *score = st->score;
+    if (r->bytes[k] > *bytes) *bytes = r->bytes[k];
+  }
+}
+
+static int compare_rows(const void *x, const void *y) {
+  const ms_match_row *a = *(const ms_match_row *const *)x, *b = *(const ms_match_row *const *)y;
+  double sa, sb;
+  int64_t ba, bb;
+  row_rank(a, &sa, &ba);
+  row_rank(b, &sb, &bb);
+  if (sa != sb) return sa < sb ? 1 : -1;
+  if (ba != bb) return ba < bb ? 1 : -1;
+  return strcmp(a->key, b->key);
+}
+
+/* The leak candidates of a[0..n) matched by site (match.c), best first, into *rows (pointers into
+ * m); returns how many, or -1 when out of memory. */
+static ptrdiff_t matched_leaks(const ms_analysis *a, size_t n, ms_matches *m, const ms_match_row ***rows) {
+  *rows = NULL;
+  if (ms_match_sites(a, n, is_leak, m) != 0 || !(*rows = malloc(sizeof **rows * (m->n ? m->n : 1)))) {
+    ms_matches_free(m);
+    return -1;
+  }
+  for (size_t r = 0; r < m->n; r++) (*rows)[r] = &m->rows[r];
+  rank_ctx = a, rank_n = n;
+  qsort(*rows, m->n, sizeof **rows, compare_rows);
+  return (ptrdiff_t)m->n;
+}
+
+/* The kind as the text report names it. */
+static const char *kind_text(ms_leak_kind k) { return k == MS_LEAK_GROWING_RELEASED ? "growing, released" : ms_leak_kind_name(k); }
+
+/* A site's first frame that matters as one short line (or why it has none). */
+static void site_label(const ms_analysis *a, uint32_t site, char *out, size_t len) {
+  const ms_snapshot *s = a->snap;
+  uint32_t id;
+  if (ms_stack_frames_that_matter(s, a->sites[site].stack_id, &id, 1) == 0) {
+    snprintf(out, len, "(%s)", ms_site_note(a, &a->sites[site]));
+    return;
+  }
+  const ms_frame *f = &s->frames[id];
+  if (f->file[0] && f->line > 0) snprintf(out, len, "%s (%s:%lld)", f->short_name, base_name(f->file), (long long)f->line);
+  else snprintf(out, len, "%s", f->short_name);
 }
 
 void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
@@ -234,21 +258,92 @@ void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
           "iters", "first leak candidate");
   for (size_t i = 0; i < n; i++) {
     const ms_snapshot *s = a[i].snap;
-    char b1[32], b2[32], lead[160] = "none";
+    char b1[32], b2[32], lead[256] = "none";
     ms_format_bytes(a[i].peak_allocated, b1, sizeof b1);
     ms_format_bytes(a[i].peak_reserved, b2, sizeof b2);
     if (a[i].nleaks) {
       const ms_site *st = &a[i].sites[a[i].leaks[0]];
-      uint32_t ids[1];
-      char bytes[32];
-      size_t nf = ms_stack_frames_that_matter(s, st->stack_id, ids, 1);
-      ms_format_bytes(st->kind == MS_LEAK_GROWING ? (int64_t)st->bytes_per_iteration : st->end_bytes, bytes, sizeof bytes);
-      snprintf(lead, sizeof lead, "%s %s%s in %s", kind_name(st->kind), st->kind == MS_LEAK_GROWING ? "+" : "", bytes,
-               nf ? s->frames[ids[0]].name : "(no stack)");
+      bool grew = st->kind == MS_LEAK_GROWING || st->kind == MS_LEAK_GROWING_RELEASED;
+      char bytes[32], where[160];
+      ms_format_bytes(grew ? (int64_t)st->bytes_per_iteration : st->end_bytes, bytes, sizeof bytes);
+      site_label(&a[i], a[i].leaks[0], where, sizeof where);
+      snprintf(lead, sizeof lead, "%s %s%s in %s", kind_text(st->kind), grew ? "+" : "", bytes, where);
     }
     fprintf(out, "  %-28s %8lld %10lld %14s %14s %6zu  %s\n", base_name(s->shown_path), (long long)s->pid, (long long)s->nevents,
             b1, b2, a[i].niters, lead);
   }
+  /* The leading candidates of every snapshot, each one row whatever snapshot it is in. */
+  ms_matches m;
+  const ms_match_row **rows;
+  ptrdiff_t nrows = matched_leaks(a, n, &m, &rows);
+  if (nrows < 0) {
+    fprintf(out, "\n  (out of memory matching the leak candidates)\n");
+    return;
+  }
+  fprintf(out, "\n  leak candidates matched across the snapshots (live at each; sites matched by function, file and line)\n  ");
+  for (size_t k = 0; k < n; k++) fprintf(out, " %-26.26s", base_name(a[k].snap->shown_path));
+  fprintf(out, "\n");
+  for (ptrdiff_t r = 0, shown = 0; r < nrows && shown < 15; r++) {
+    bool leading = false; /* among the first 10 candidates of a snapshot */
+    for (size_t k = 0; k < n; k++)
+      for (size_t i = 0; rows[r]->site[k] && i < a[k].nleaks && i < 10; i++) leading |= a[k].leaks[i] == rows[r]->site[k] - 1;
+    if (!leading) continue;
+    fprintf(out, "  ");
+    size_t first = n;
+    for (size_t k = 0; k < n; k++) {
+      char cell[64] = "-", bytes[32];
+      if (rows[r]->site[k]) {
+        ms_format_bytes(rows[r]->bytes[k], bytes, sizeof bytes);
+        snprintf(cell, sizeof cell, "%s %s", bytes, kind_text(a[k].sites[rows[r]->site[k] - 1].kind));
+        if (first == n) first = k;
+      }
+      fprintf(out, " %-26s", cell);
+    }
+    char where[256];
+    site_label(&a[first], rows[r]->site[first] - 1, where, sizeof where);
+    fprintf(out, " %s\n", where);
+    shown++;
+  }
+  free(rows);
+  ms_matches_free(&m);
+}
+
+int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out) {
+  ms_matches m;
+  const ms_match_row **rows;
+  ptrdiff_t nrows = matched_leaks(a, n, &m, &rows);
+  if (nrows < 0) return -1;
+  cJSON *arr = cJSON_CreateArray();
+  for (ptrdiff_t r = 0; r < nrows; r++) {
+    cJSON *o = cJSON_CreateObject(), *per = cJSON_CreateArray();
+    size_t first = n;
+    for (size_t k = 0; k < n; k++) {
+      if (!rows[r]->site[k]) {
+        cJSON_AddItemToArray(per, cJSON_CreateNull());
+        continue;
+      }
+      const ms_site *st = &a[k].sites[rows[r]->site[k] - 1];
+      cJSON *c = cJSON_CreateObject();
+      cJSON_AddStringToObject(c, "kind", ms_leak_kind_name(st->kind));
+      cJSON_AddNumberToObject(c, "score", st->score);
+      cJSON_AddNumberToObject(c, "live_bytes", (double)rows[r]->bytes[k]);
+      cJSON_AddNumberToObject(c, "live_count", (double)rows[r]->count[k]);
+      cJSON_AddNumberToObject(c, "stack_id", st->stack_id);
+      cJSON_AddItemToArray(per, c);
+      if (first == n) first = k;
+    }
+    ms_json_site_stacks(o, &a[first], rows[r]->site[first] - 1);
+    cJSON_AddItemToObject(o, "per_snapshot", per);
+    cJSON_AddItemToArray(arr, o);
+  }
+  free(rows);
+  ms_matches_free(&m);
+  char *text = cJSON_Print(arr);
+  cJSON_Delete(arr);
+  if (!text) return -1;
+  fputs(text, out);
+  cJSON_free(text);
+  return 0;
 }
 
 /* ---- JSON ------------------------------------------------------------------------------- */
@@ -259,16 +354,19 @@ static cJSON *json_frames(const ms_snapshot *s, const uint32_t *ids, size_t n) {
     const ms_frame *f = &s->frames[ids[i]];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", f->name);
+    cJSON_AddStringToObject(o, "short_name", f->short_name);
     cJSON_AddStringToObject(o, "file", f->file);
     cJSON_AddNumberToObject(o, "line", (double)f->line);
     cJSON_AddStringToObject(o, "kind", f->python ? "python" : "native");
     if (!f->python) cJSON_AddStringToObject(o, "module", f->module);
+    if (!f->python) cJSON_AddBoolToObject(o, "inlined", f->inlined);
     cJSON_AddItemToArray(arr, o);
   }
   return arr;
 }
 
-static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id) {
+/* The stack keys of an entry; `note` says why it has no stack (NULL: "no stack recorded"). */
+static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id, const char *note) {
   uint32_t ids[256];
   size_t n = ms_stack_frames_that_matter(s, stack_id, ids, 256);
   cJSON_AddItemToObject(o, "stack", json_frames(s, ids, n));
@@ -277,6 +375,11 @@ static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id) {
   else
     cJSON_AddItemToObject(o, "full_stack", cJSON_CreateArray());
   cJSON_AddNumberToObject(o, "stack_id", stack_id);
+  if (!stack_id) cJSON_AddStringToObject(o, "stack_note", note ? note : "no stack recorded");
+}
+
+void ms_json_site_stacks(cJSON *o, const ms_analysis *a, uint32_t site) {
+  add_stacks(o, a->snap, a->sites[site].stack_id, ms_site_note(a, &a->sites[site]));
 }
 
 int ms_report_json(const ms_analysis *a, FILE *out) {
@@ -308,7 +411,7 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "live_bytes", (double)a->at_peak[i].bytes);
     cJSON_AddNumberToObject(o, "live_count", (double)a->at_peak[i].count);
-    add_stacks(o, s, a->sites[a->at_peak[i].site].stack_id);
+    ms_json_site_stacks(o, a, a->at_peak[i].site);
     cJSON_AddItemToArray(peak, o);
   }
   cJSON *iters = cJSON_AddArrayToObject(root, "iterations");
@@ -327,15 +430,19 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
   for (size_t i = 0; i < a->nleaks; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", kind_name(st->kind));
+    cJSON_AddStringToObject(o, "kind", ms_leak_kind_name(st->kind));
     cJSON_AddNumberToObject(o, "score", st->score);
     cJSON_AddNumberToObject(o, "live_bytes", (double)st->end_bytes);
     cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
-    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING ? st->bytes_per_iteration : 0);
-    cJSON_AddNumberToObject(o, "iterations_grown", st->increases);
+    bool released = st->kind == MS_LEAK_GROWING_RELEASED;
+    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
+    cJSON_AddNumberToObject(o, "iterations_grown", released ? st->increases_at_peak : st->increases);
+    cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
+    cJSON_AddNumberToObject(o, "peak_iteration", released ? st->peak_boundary : -1);
+    cJSON_AddNumberToObject(o, "peak_iteration_live_bytes", released ? (double)st->peak_iter_live : -1);
     cJSON_AddNumberToObject(o, "first_seen_ns", (double)st->first_ns);
     cJSON_AddNumberToObject(o, "last_seen_ns", (double)st->last_ns);
-    add_stacks(o, s, st->stack_id);
+    ms_json_site_stacks(o, a, a->leaks[i]);
     cJSON_AddItemToArray(leaks, o);
   }
   cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
@@ -348,13 +455,13 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON_AddNumberToObject(o, "device_free_bytes", (double)m->device_free);
     cJSON_AddNumberToObject(o, "cached_unallocated_bytes", (double)m->cached_unallocated);
     cJSON_AddNumberToObject(o, "live_bytes", (double)m->live_bytes);
-    add_stacks(o, s, m->stack_id);
+    add_stacks(o, s, m->stack_id, NULL);
     cJSON *top = cJSON_AddArrayToObject(o, "live_by_site");
     for (int k = 0; k < m->ntop; k++) {
       cJSON *t = cJSON_CreateObject();
       cJSON_AddNumberToObject(t, "live_bytes", (double)m->top[k].bytes);
       cJSON_AddNumberToObject(t, "live_count", (double)m->top[k].count);
-      add_stacks(t, s, a->sites[m->top[k].site].stack_id);
+      ms_json_site_stacks(t, a, m->top[k].site);
       cJSON_AddItemToArray(top, t);
     }
     cJSON_AddItemToArray(ooms, o);
@@ -366,7 +473,7 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "allocated_bytes", (double)st->alloc_bytes);
     cJSON_AddNumberToObject(o, "allocations", (double)st->allocs);
-    add_stacks(o, s, st->stack_id);
+    ms_json_site_stacks(o, a, a->top[i]);
     cJSON_AddItemToArray(top, o);
   }
   cJSON *frag = cJSON_AddObjectToObject(root, "fragmentation");

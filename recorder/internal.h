@@ -390,6 +390,7 @@ typedef struct msi_frame {
   int64_t line;   /* line; native: 0 without debug information */
   uint64_t pc;    /* native: program counter (return address) */
   uint64_t offset; /* native: pc - symbol start, or - module base without a symbol */
+  bool inlined;    /* native: a function the compiler inlined into the next frame (same pc) */
 } msi_frame;
 
 typedef struct msi_symbolized {
@@ -410,8 +411,17 @@ void msi_symbols_close(msi_symbols *s);
 /* Finds the module (and function, if its tables name one) holding pc. Returns false if no
  * loaded module holds it. *name may be NULL; *offset is from the function, else the module. */
 bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const char **name, uint64_t *offset);
-/* Sets file and line of the native frames whose modules have DWARF line tables (addr2line). */
-void msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n);
+/* A function the compiler inlined at a native frame's pc, from DWARF (addr2line -i): `frame`
+ * is the index of that frame; the frames inlined at one pc come in a row, innermost first. */
+typedef struct msi_inline {
+  size_t frame;
+  char *name, *file; /* name as the debug information spells it (mangled for C++) */
+  int64_t line;
+} msi_inline;
+/* Sets file and line of the native frames whose modules have DWARF line tables (addr2line -i),
+ * and lists the functions inlined at their pcs into *inl (caller frees each name and file, and
+ * the array). Returns how many; 0 with *inl NULL when none or out of host memory. */
+size_t msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n, msi_inline **inl);
 void msi_symbolized_free(msi_symbolized *s);
 
 /* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */

@@ -472,7 +472,7 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   }
   sqlite3_finalize(st);
   sqlite3_finalize(st2);
-  st = prepare(w, "INSERT INTO frames VALUES(?,?,?,?,?,?,?,?)");
+  st = prepare(w, "INSERT INTO frames VALUES(?,?,?,?,?,?,?,?,?)");
   for (size_t i = 0; i < sym->nframes && !w->rc; i++) {
     const msi_frame *f = &sym->frames[i];
     sqlite3_bind_int64(st, 1, (int64_t)i + 1);
@@ -489,6 +489,7 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
       sqlite3_bind_int64(st, 7, (int64_t)f->pc);
       sqlite3_bind_int64(st, 8, (int64_t)f->offset);
     }
+    sqlite3_bind_int(st, 9, f->inlined);
     ok(w, sqlite3_step(st), "insert frame");
     sqlite3_reset(st);
   }

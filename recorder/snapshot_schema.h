@@ -32,7 +32,7 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     "CREATE TABLE stack_frames(stack_id INTEGER, position INTEGER, frame_id INTEGER,"
     " PRIMARY KEY(stack_id, position)) WITHOUT ROWID;"
     "CREATE TABLE frames(id INTEGER PRIMARY KEY, kind TEXT, name TEXT, file TEXT, line INTEGER, module TEXT,"
-    " pc INTEGER, offset INTEGER);";
+    " pc INTEGER, offset INTEGER, inlined INTEGER);";
 
 /* event_kinds: the name of each kind, by id. segment_map and segment_unmap are the pages of
  * expandable segments (and, in async mode, the stream-ordered pool's growth). */

@@ -20,7 +20,8 @@
  * through the modules' ELF symbol tables (symbols.c; dladdr as a fallback) and the C++
  * demangler (function, module, offset); Python frames through the
  * code objects (function, file, line), with the GIL taken; file and line of native frames from
- * DWARF line tables where the module has them (symbols.c, through addr2line).
+ * DWARF line tables where the module has them (symbols.c, through addr2line), and the functions
+ * the compiler inlined there as frames of their own (flagged `inlined`).
  */
 #include <dlfcn.h>
 #include <libunwind.h>
@@ -412,6 +413,63 @@ static void symbolize_python(msi_frame *f, uint64_t code, uint64_t position, boo
   f->module = strdup("");
 }
 
+/* File and line of native frames, and the functions inlined at their pcs (symbols.c, from
+ * DWARF) as frames of their own: each stack gets them before the frame they were inlined into,
+ * innermost first, as `addr2line -i` lists them. 0, or -1 when out of host memory. */
+static int add_inlined(frame_tab *t, msi_symbols *syms, msi_symbolized *out) {
+  size_t nphysical = t->n;
+  msi_inline *inl = NULL;
+  size_t ninl = msi_symbols_lines(syms, t->frames, nphysical, &inl);
+  uint32_t *first = ninl ? calloc(nphysical, sizeof *first) : NULL; /* frame -> first inlined + 1 */
+  uint16_t *count = ninl ? calloc(nphysical, sizeof *count) : NULL;
+  int rc = ninl && (!first || !count) ? -1 : 0;
+  for (size_t k = 0; k < ninl && rc == 0; k++) {
+    size_t f = inl[k].frame;
+    bool added;
+    int64_t id = frame_find_or_add(t, t->frames[f].pc, UINT64_MAX - 1 - count[f], &added);
+    if (id < 0 || !added) { /* a pc is asked once, so its inlined frames are new */
+      rc = id < 0 ? -1 : 0;
+      continue;
+    }
+    msi_frame *g = &t->frames[id], *phys = &t->frames[f];
+    g->pc = phys->pc;
+    g->offset = phys->offset;
+    g->line = inl[k].line;
+    g->inlined = true;
+    g->name = demangle(inl[k].name);
+    g->file = strdup(inl[k].file ? inl[k].file : "");
+    g->module = strdup(phys->module);
+    if (frame_incomplete(g)) rc = -1;
+    if (!first[f]) first[f] = (uint32_t)id + 1;
+    count[f]++;
+  }
+  for (size_t k = 0; k < ninl; k++) free(inl[k].name), free(inl[k].file);
+  free(inl);
+  for (uint32_t id = 1; id < out->nstacks && rc == 0 && first; id++) {
+    uint32_t depth = out->stacks[id].depth, grown = depth;
+    for (uint32_t p = 0; p < depth; p++)
+      if ((size_t)out->stacks[id].frames[p] < nphysical) grown += count[out->stacks[id].frames[p]];
+    if (grown == depth) continue;
+    int64_t *g = malloc(sizeof *g * grown);
+    if (!g) {
+      rc = -1;
+      break;
+    }
+    uint32_t m = 0;
+    for (uint32_t p = 0; p < depth; p++) {
+      int64_t f = out->stacks[id].frames[p];
+      for (uint16_t c = 0; (size_t)f < nphysical && c < count[f]; c++) g[m++] = first[f] - 1 + c;
+      g[m++] = f;
+    }
+    free(out->stacks[id].frames);
+    out->stacks[id].frames = g;
+    out->stacks[id].depth = m;
+  }
+  free(first);
+  free(count);
+  return rc;
+}
+
 int msi_stacks_symbolize(msi_symbolized *out) {
   memset(out, 0, sizeof *out);
   int rc = MEMSNAP_OK;
@@ -503,7 +561,7 @@ int msi_stacks_symbolize(msi_symbolized *out) {
   }
   if (have_gil) py.GILState_Release(gil);
   if (failed) goto oom;
-  msi_symbols_lines(syms, t.frames, t.n);
+  if (add_inlined(&t, syms, out) != 0) goto oom;
   goto cleanup;
 oom:
   rc = MEMSNAP_ENOMEM;

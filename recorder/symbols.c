@@ -8,8 +8,9 @@
  *
  * msi_symbols_open() starts a cache, msi_symbols_lookup() answers, msi_symbols_close() frees.
  * msi_symbols_lines() adds file and line to native frames of modules with DWARF line tables,
- * through binutils' addr2line when it is installed (one run per module); without it, or
- * without debug information, frames keep their names only.
+ * through binutils' addr2line when it is installed (one run per module, `addr2line -a -f -i`),
+ * and the functions the compiler inlined at each pc, each with its own file and line; without
+ * it, or without debug information, frames keep their names only.
  * Every field of every file read is untrusted: offsets and sizes are checked against the file.
  */
 #include <elf.h>
@@ -192,7 +193,8 @@ bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const ch
 
 #define MAX_LINES_MODULE ((size_t)512 << 20) /* larger files take addr2line too long at a dump */
 
-/* Runs `addr2line -e path` on the addresses written to in_fd; returns its stdout, or NULL. */
+/* Runs `addr2line -a -f -i -e path` on the addresses written to in_fd; returns its stdout, or
+ * NULL. */
 static FILE *run_addr2line(const char *path, int in_fd, pid_t *pid) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return NULL; /* other children must not hold the write end */
@@ -202,7 +204,7 @@ static FILE *run_addr2line(const char *path, int in_fd, pid_t *pid) {
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_addclose(&fa, out[0]);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  char *argv[] = {"addr2line", "-e", (char *)path, NULL};
+  char *argv[] = {"addr2line", "-a", "-f", "-i", "-e", (char *)path, NULL};
   int rc = posix_spawnp(pid, "addr2line", &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   close(out[1]);
@@ -218,19 +220,78 @@ static FILE *run_addr2line(const char *path, int in_fd, pid_t *pid) {
   return f;
 }
 
-void msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n) {
-  if (!s) return;
+/* addr2line -a starts each address's answer with the address as "0x" and 16 hex digits. */
+static bool is_address_line(const char *line) {
+  if (strncmp(line, "0x", 2) != 0 || strlen(line) != 18) return false;
+  for (int i = 2; i < 18; i++)
+    if (!strchr("0123456789abcdef", line[i])) return false;
+  return true;
+}
+
+/* "file:line" or "file:line (discriminator N)": the file (a new string, NULL when unknown or out
+ * of memory) and the line (0 when unknown). */
+static char *parse_location(char *text, int64_t *line) {
+  *line = 0;
+  char *disc = strstr(text, " (discriminator");
+  if (disc) *disc = '\0';
+  char *colon = strrchr(text, ':');
+  if (!colon || text[0] == '?') return NULL;
+  *colon = '\0';
+  long number = strtol(colon + 1, NULL, 10);
+  if (number <= 0) return NULL;
+  *line = number;
+  return strdup(text);
+}
+
+#define MAX_INLINE_DEPTH 64 /* functions inlined at one pc that are kept (the innermost ones) */
+
+/* One function of an address's answer: a name and where. */
+typedef struct location {
+  char *name, *file;
+  int64_t line;
+} location;
+
+static void free_locations(location *l, size_t n) {
+  for (size_t i = 0; i < n; i++) free(l[i].name), free(l[i].file);
+}
+
+/* Reads one address's answer after its address line: the functions inlined there, innermost
+ * first, then the function that holds the pc, into l[MAX_INLINE_DEPTH + 1] (the last one always
+ * the holder). Leaves the next address line (or "" at the end) in `line`. Returns how many. */
+static size_t read_answer(FILE *out, char *line, size_t len, location *l) {
+  size_t n = 0;
+  char where[4096];
+  while (fgets(line, (int)len, out)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (is_address_line(line)) return n;
+    if (!fgets(where, sizeof where, out)) break;
+    where[strcspn(where, "\n")] = '\0';
+    if (n == MAX_INLINE_DEPTH + 1) { /* too deep: the holder replaces the outermost kept */
+      free_locations(&l[--n], 1);
+    }
+    l[n].name = strcmp(line, "??") ? strdup(line) : NULL;
+    l[n].file = parse_location(where, &l[n].line);
+    n++;
+  }
+  line[0] = '\0';
+  return n;
+}
+
+size_t msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n, msi_inline **inl) {
+  size_t ninl = 0, cap = 0;
+  *inl = NULL;
+  if (!s) return 0;
   for (size_t mi = 0; mi < s->nmods; mi++) {
     module *m = &s->mods[mi];
     if (!m->loaded || !m->has_lines || m->map_len > MAX_LINES_MODULE) continue;
     char tmpl[] = "/tmp/memsnap-addr-XXXXXX";
     int fd = mkostemp(tmpl, O_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) return ninl;
     unlink(tmpl);
     FILE *in = fdopen(fd, "w+");
     if (!in) {
       close(fd);
-      return;
+      return ninl;
     }
     size_t count = 0;
     for (size_t i = 0; i < n; i++)
@@ -246,26 +307,38 @@ void msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n) {
     pid_t pid;
     FILE *out = run_addr2line(m->path, fd, &pid);
     fclose(in);
-    if (!out) return; /* no addr2line: names only */
-    char line[4096];
+    if (!out) return ninl; /* no addr2line: names only */
+    char line[4096], expect[32];
+    location l[MAX_INLINE_DEPTH + 1];
+    if (!fgets(line, sizeof line, out)) line[0] = '\0';
+    line[strcspn(line, "\n")] = '\0';
     for (size_t i = 0; i < n; i++) {
       if (frames[i].python || frames[i].pc - 1 < m->lo || frames[i].pc - 1 >= m->hi) continue;
-      if (!fgets(line, sizeof line, out)) break;
-      char *disc = strstr(line, " (discriminator");
-      if (disc) *disc = '\0';
-      line[strcspn(line, "\n")] = '\0';
-      char *colon = strrchr(line, ':');
-      if (!colon || line[0] == '?') continue;
-      *colon = '\0';
-      long number = strtol(colon + 1, NULL, 10);
-      if (number <= 0) continue;
-      char *file = strdup(line);
-      if (!file) continue;
-      free(frames[i].file);
-      frames[i].file = file;
-      frames[i].line = number;
+      snprintf(expect, sizeof expect, "0x%016llx", (unsigned long long)(frames[i].pc - 1 - m->bias));
+      if (strcmp(line, expect) != 0) break; /* out of step with what was asked: stop here */
+      size_t k = read_answer(out, line, sizeof line, l);
+      if (k && l[k - 1].file) { /* the function holding the pc: the frame's own file and line */
+        free(frames[i].file);
+        frames[i].file = l[k - 1].file;
+        frames[i].line = l[k - 1].line;
+        l[k - 1].file = NULL;
+      }
+      for (size_t j = 0; j + 1 < k; j++) { /* the functions inlined there, innermost first */
+        if (!l[j].name) continue;
+        if (ninl == cap) {
+          size_t c = cap ? cap * 2 : 64;
+          msi_inline *g = realloc(*inl, sizeof *g * c);
+          if (!g) break;
+          *inl = g;
+          cap = c;
+        }
+        (*inl)[ninl++] = (msi_inline){i, l[j].name, l[j].file, l[j].line};
+        l[j].name = l[j].file = NULL;
+      }
+      free_locations(l, k);
     }
     fclose(out);
     waitpid(pid, NULL, 0);
   }
+  return ninl;
 }

@@ -9,6 +9,9 @@
  *   nomarks.db    the leak run without marks: iterations must be inferred;
  *   repeats.db    no marks; 30 iterations of 50 identical 4 KiB temporaries and one 1 MiB block
  *                 kept: the period is 51 allocations, not the 1 the temporaries suggest;
+ *   released.db   the leak run, but the kept blocks are freed after the last step, before the
+ *                 snapshot (as when a job dumps at its end): growth that was released;
+ *   late.db       weights (96 MiB) allocated before recording started, then the leak run;
  *   empty.db      a snapshot of a library that never recorded.
  * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
  * activations, a slow leak, the cache emptied every step), for the analyzer's and the page's speed
@@ -38,6 +41,8 @@ SITE(activation)
 
 static const char *early_dir; /* set: write early.db after step 2 */
 static int with_marks = 1;
+static void *kept[64]; /* what the leak keeps, to release it */
+static int nkept;
 
 static __attribute__((noipa)) void train(int steps) { /* one name whatever the flags: no clone */
   void *w = load_weights(96 * MiB), *state = NULL;
@@ -47,7 +52,8 @@ static __attribute__((noipa)) void train(int steps) { /* one name whatever the f
     if (with_marks) memsnap_mark(label);
     void *a = activation(8 * MiB), *b = activation(8 * MiB);
     if (!state) state = make_optimizer_state(64 * MiB);
-    keep_history(1 * MiB); /* the leak */
+    void *k = keep_history(1 * MiB); /* the leak */
+    if (nkept < 64) kept[nkept++] = k;
     memsnap_free(a, 0, 0, NULL);
     memsnap_free(b, 0, 0, NULL);
     if (i == 1 && early_dir) dump(early_dir, "early.db");
@@ -129,6 +135,22 @@ int main(int argc, char **argv) {
     keep_history(1 * MiB);
   }
   rc |= dump(argv[1], "repeats.db");
+  memsnap_shutdown();
+
+  memsnap_record_start(0, NULL);
+  with_marks = 1;
+  nkept = 0;
+  train(6);
+  while (nkept > 0) memsnap_free(kept[--nkept], 0, 0, NULL);
+  rc |= dump(argv[1], "released.db");
+  memsnap_shutdown();
+
+  void *before = load_weights(96 * MiB);
+  memsnap_record_start(0, NULL);
+  nkept = 0;
+  train(6);
+  rc |= dump(argv[1], "late.db");
+  (void)before;
   memsnap_shutdown();
 
   memsnap_backend_name();

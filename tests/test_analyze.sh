@@ -36,6 +36,28 @@ check "top sites: by bytes allocated; the two activation call sites 6 x 8 MiB ea
 check "json: contract keys present" \
   "json $dir/leak.json \"all(k in j['summary'] for k in ('events','dropped_events','peak_allocated_bytes','peak_reserved_bytes')) and all(k in j['leaks'][0] for k in ('kind','score','live_bytes','live_count','bytes_per_iteration','stack')) and set(j['leaks'][0]['stack'][0]) >= {'name','file','line'} and 'top_sites' in j and 'oom' in j\""
 
+# Growth released before the snapshot: the kept blocks are freed after the last step.
+"$cli" analyze --json "$dir/released.db" >"$dir/released.json"
+check "released growth: first, with the evidence of a live leak (+1 MiB per iteration, grew at 4 boundaries, to 5 MiB)" \
+  "json $dir/released.json \"j['leaks'][0]['kind'] == 'growing_released' and j['leaks'][0]['stack'][0]['name'] == 'keep_history' and j['leaks'][0]['bytes_per_iteration'] == $MiB and j['leaks'][0]['iterations_grown'] == 4 and j['leaks'][0]['peak_iteration'] == 4 and j['leaks'][0]['peak_iteration_live_bytes'] == 5 * $MiB and j['leaks'][0]['live_bytes'] == 0\""
+check "released growth: released after the last allocation, within the last iteration; ranked above what is retained" \
+  "json $dir/released.json \"j['leaks'][0]['released_ns'] > j['leaks'][0]['last_seen_ns'] and j['leaks'][0]['released_ns'] >= j['iterations'][-1]['start_ns'] and all(l['kind'] == 'retained' and l['score'] < j['leaks'][0]['score'] for l in j['leaks'][1:]) and all(l['released_ns'] == -1 for l in j['leaks'][1:])\""
+"$cli" analyze "$dir/released.db" | grep -A1 '^  1\. growing, released at [0-9.]* [mu]*s: +1.00 MiB per iteration (grew at 4 of 5 iterations, to 5.00 MiB after iteration 4); nothing live at the snapshot' >"$dir/released.txt"
+check "released growth: the report says when, by how much, and where" "grep -q 'keep_history (gen_snapshots.c' $dir/released.txt"
+check "released growth: a live leak is not 'released'" "json $dir/leak.json \"j['leaks'][0]['kind'] == 'growing' and j['leaks'][0]['released_ns'] == -1\""
+# Blocks allocated before recording started have no stack: say so (and nothing else does).
+"$cli" analyze --json "$dir/late.db" >"$dir/late.json"
+check "before recording: the weights allocated before recording are one site that says so" \
+  "json $dir/late.json \"[(l['live_bytes'], l['stack_note']) for l in j['leaks'] if not l['stack']] == [(96 * $MiB, 'allocated before recording started')] and j['leaks'][0]['kind'] == 'growing'\""
+"$cli" analyze "$dir/late.db" >"$dir/late.txt"
+check "before recording: the report says 'allocated before recording started', not 'no stack recorded'" \
+  "grep -q '^       (allocated before recording started)$' $dir/late.txt && ! grep -q 'no stack recorded' $dir/late.txt"
+cp "$dir/truncated.db" "$dir/trunc-nostack.db" # as if recorded without stacks: the weights' block has none
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/trunc-nostack.db'); c.execute('update blocks set stack_id = null where size = 96 * 1048576'); c.commit()"
+"$cli" analyze --json "$dir/trunc-nostack.db" >"$dir/trunc-nostack.json"
+check "before recording: with a truncated history, blocks from before it say that instead" \
+  "json $dir/trunc-nostack.json \"any(l.get('stack_note') == 'allocated before the kept history (the oldest events were dropped)' for l in j['leaks']) and not any(l.get('stack_note') == 'allocated before recording started' for l in j['leaks'])\""
+
 "$cli" analyze --json "$dir/oom.db" >"$dir/oom.json"
 check "oom: the request, the free memory and what was live" \
   "json $dir/oom.json \"len(j['oom']) == 1 and j['oom'][0]['requested_bytes'] == 40 * $MiB and j['oom'][0]['live_bytes'] == 40 * $MiB and j['oom'][0]['stack'][0]['name'] == 'activation' and j['oom'][0]['live_by_site'][0]['stack'][0]['name'] == 'keep_history' and j['oom'][0]['device_free_bytes'] == 24 * $MiB\""
@@ -72,9 +94,88 @@ if [ "${REGEN:-}" = 1 ]; then mkdir -p "$here/golden" && cp "$dir/leak.txt" "$he
 diff -u "$here/golden/analyze-leak.txt" "$dir/leak.txt" >"$dir/diff"
 check "golden: the text report of leak.db (make regen-golden refreshes)" "[ $? -eq 0 ] || { cat $dir/diff; false; }"
 
+cp "$dir/leak.db" "$dir/names.db"
+python3 "$here/short_names.py" "$dir/names.db" "$cli" >"$dir/names.check" 2>&1
+check "names: C++ names shortened as profilers do (templates <>, parameters (), return types and [clone] dropped)" \
+  "grep -qx ok $dir/names.check || { cat $dir/names.check; false; }"
+
+# A PyTorch stack as memsnap records it in a Python process: the allocator, the dispatcher, the
+# operator, the binding, the interpreter's frames (one unnamed, in python3) and then Python's.
+cp "$dir/leak.db" "$dir/torchstack.db"
+python3 - "$dir/torchstack.db" <<'PY'
+import sqlite3, sys
+torch, py = "/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so", "/usr/bin/python3.11"
+nn = "/venv/lib/python3.11/site-packages/torch/nn/modules/"
+frames = [  # kind, name, file, line, module, offset; innermost first
+    ("native", "torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator::malloc(unsigned long, signed char, CUstream_st*)", "", None, torch, 0x1f0),
+    ("native", "at::detail::empty_generic(c10::ArrayRef<long>, c10::Allocator*, c10::DispatchKeySet, c10::ScalarType, std::optional<c10::MemoryFormat>)", "", None, torch, 0x40),
+    ("native", "at::native::structured_addmm_out_cuda::impl(at::Tensor const&, at::Tensor const&, at::Tensor const&, c10::Scalar const&, c10::Scalar const&, at::Tensor const&)", "", None, torch, 0x88),
+    ("native", "c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::WrapFunctionIntoFunctor_<c10::CompileTimeFunctionPointer<at::Tensor (at::Tensor const&), &at::wrapper_addmm>, at::Tensor, c10::guts::typelist::typelist<at::Tensor const&> >, at::Tensor (at::Tensor const&)>::call(c10::OperatorKernel*, c10::DispatchKeySet, at::Tensor const&)", "", None, torch, 0x10),
+    ("native", "at::_ops::addmm::call(at::Tensor const&, at::Tensor const&, at::Tensor const&, c10::Scalar const&, c10::Scalar const&)", "", None, torch, 0x20),
+    ("native", "torch::autograd::THPVariable_addmm(_object*, _object*, _object*)", "", None, torch, 0x30),
+    ("native", "_PyObject_MakeTpCall", "", None, py, 0x1a2b),
+    ("native", "0x58216f", "", None, py, 0x18216f),
+    ("python", "Linear.forward", nn + "linear.py", 134, "", None),
+    ("python", "Module._call_impl", nn + "module.py", 1790, "", None),
+    ("python", "Module._wrapped_call_impl", nn + "module.py", 1779, "", None),
+    ("python", "GPT2LMHeadModel.forward", "/venv/lib/python3.11/site-packages/transformers/models/gpt2/modeling_gpt2.py", 697, "", None),
+    ("python", "train_step", "/home/me/train.py", 42, "", None),
+    ("native", "0x4c6d1b", "", None, py, 0xc6d1b),
+    ("native", "__libc_start_main", "", None, "/lib/x86_64-linux-gnu/libc.so.6", 0x80),
+]
+c = sqlite3.connect(sys.argv[1])
+fid, sid = c.execute("select max(id) from frames").fetchone()[0], c.execute("select max(id) + 1 from stacks").fetchone()[0]
+c.execute("insert into stacks values (?, ?)", (sid, len(frames)))
+for pos, (kind, name, file, line, module, offset) in enumerate(frames):
+    c.execute("insert into frames values (?, ?, ?, ?, ?, ?, ?, ?, 0)", (fid + 1 + pos, kind, name, file, line, module, None if offset is None else 0x7f0000000000 + offset, offset))
+    c.execute("insert into stack_frames values (?, ?, ?)", (sid, pos, fid + 1 + pos))
+c.execute("update blocks set stack_id = ? where size = 64 * 1048576", (sid,))
+c.commit()
+PY
+"$cli" analyze --json "$dir/torchstack.db" >"$dir/torchstack.json"
+check "python stacks: the operator that allocated, then the Python lines; allocator, dispatch, binding, interpreter (unnamed too) and Module._call_impl folded" \
+  "json $dir/torchstack.json \"[[f['short_name'] for f in l['stack']] for l in j['leaks'] if l['live_bytes'] == 64 * $MiB] == [['at::native::structured_addmm_out_cuda::impl()', 'Linear.forward', 'GPT2LMHeadModel.forward', 'train_step']]\""
+
+# Snapshots written before frames.inlined existed (format 1 all the same) read as before.
+cp "$dir/leak.db" "$dir/old.db"
+python3 -c "import sqlite3; c=sqlite3.connect('$dir/old.db'); c.execute('alter table frames drop column inlined'); c.commit()"
+"$cli" analyze "$dir/old.db" | mask >"$dir/old.txt"
+check "format: a snapshot without frames.inlined (older writers) gives the same report" "diff -q $dir/leak.txt $dir/old.txt >/dev/null"
+
 "$cli" diff "$dir/early.db" "$dir/leak.db" >"$dir/diff.txt"
 check "diff: only the leak grew between step 2 and step 6 (+4 MiB, 2 -> 6 blocks)" \
   "[ \$? -eq 0 ] && grep -q 'allocated: 162.00 MiB -> 166.00 MiB (+4.00 MiB)' $dir/diff.txt && grep -A1 '+4.00 MiB' $dir/diff.txt | grep -q keep_history && [ \$(grep -c '^  [+-]' $dir/diff.txt) -eq 1 ]"
+"$cli" diff --json "$dir/early.db" "$dir/leak.db" >"$dir/diff.json"
+check "diff --json: the totals, and every changed site with its stack; the changes add up to the total's" \
+  "json $dir/diff.json \"j['change_bytes'] == 4 * $MiB and j['b']['allocated_bytes'] - j['a']['allocated_bytes'] == j['change_bytes'] and sum(x['change_bytes'] for x in j['sites']) == j['change_bytes'] and [(x['status'], x['stack'][0]['name'], x['a_blocks'], x['b_blocks']) for x in j['sites']] == [('changed', 'keep_history', 2, 6)]\""
+# Two processes of one program: the sample for 5 and for 10 iterations (it leaks 256 KiB a step).
+tl=$build/samples/train_loop
+MEMSNAP_BACKEND=sim "$tl" --iterations 5 --record --dump "$dir/tl5.db" >/dev/null && MEMSNAP_BACKEND=sim "$tl" --iterations 10 --record --dump "$dir/tl10.db" >/dev/null
+"$cli" diff --json "$dir/tl5.db" "$dir/tl10.db" >"$dir/tl.json"
+check "diff of two processes: every site matched (none new, none gone), the leak +1.25 MiB, the changes add up" \
+  "json $dir/tl.json \"j['sites_only_in_a'] == j['sites_only_in_b'] == 0 and j['sites_in_both'] >= 3 and j['a']['pid'] != j['b']['pid'] and [(x['status'], x['change_bytes'], x['a_blocks'], x['b_blocks']) for x in j['sites']] == [('changed', 5 * 262144, 5, 10)] and [f['name'] for f in j['sites'][0]['stack'][:2]] == ['xalloc', 'keep_loss_for_logging'] and sum(x['change_bytes'] for x in j['sites']) == j['change_bytes'] == 5 * 262144\""
+"$cli" diff "$dir/tl5.db" "$dir/tl10.db" >"$dir/tl.txt"
+check "diff of two processes: the text says the same, one site, no 'new in B' or 'gone in B'" \
+  "grep -q 'allocated: 203.25 MiB -> 204.50 MiB (+1.25 MiB), 21 -> 26 blocks' $dir/tl.txt && [ \$(grep -c '^  [+-]' $dir/tl.txt) -eq 1 ] && ! grep -q 'new in B\\|gone in B' $dir/tl.txt && grep -A2 '^  +1.25 MiB' $dir/tl.txt | grep -q keep_loss_for_logging"
+"$cli" analyze "$dir/tl5.db" "$dir/tl10.db" >"$dir/tl-side.txt"
+check "analyze side by side: the leak is one row with each process's bytes" \
+  "grep -A2 'leak candidates matched across' $dir/tl-side.txt | tail -1 | grep -Eq '^ +1.25 MiB growing +2.50 MiB growing +xalloc \\(train_loop.c:44\\)$'"
+"$cli" analyze --json "$dir/tl5.db" "$dir/tl10.db" >"$dir/tl-side.json"
+check "analyze --json side by side: matched_leaks, one entry per site with each snapshot's" \
+  "json $dir/tl-side.json \"len(j['snapshots']) == 2 and [[p['kind'] for p in m['per_snapshot']] for m in j['matched_leaks']] == [['growing', 'growing'], ['retained', 'retained'], ['retained', 'retained']] and [p['live_bytes'] for p in j['matched_leaks'][0]['per_snapshot']] == [5 * 262144, 10 * 262144]\""
+# Two runs that differ only by where ASLR loaded them, of a stripped program: unnamed frames,
+# matched by module and offset.
+strip -o "$dir/tl-stripped" "$tl"
+for run in 1 2; do MEMSNAP_BACKEND=sim LD_LIBRARY_PATH=$build "$dir/tl-stripped" --iterations 5 --record --dump "$dir/aslr$run.db" >/dev/null; done
+python3 - "$dir/aslr1.db" "$dir/aslr2.db" >"$dir/aslr.check" <<'PY'
+import sqlite3, sys
+pcs = [set(r[0] for r in sqlite3.connect(p).execute("select pc from frames where name like '0x%' and module like '%tl-stripped'")) for p in sys.argv[1:]]
+aslr = open("/proc/sys/kernel/randomize_va_space").read().strip() != "0"
+print("ok" if pcs[0] and pcs[1] and (not aslr or not pcs[0] & pcs[1]) else "unnamed frames at the same addresses: %s" % pcs)
+PY
+"$cli" diff --json "$dir/aslr1.db" "$dir/aslr2.db" >"$dir/aslr.json"
+check "diff across ASLR: a stripped program's unnamed frames at other addresses still match (module and offset)" \
+  "grep -qx ok $dir/aslr.check && json $dir/aslr.json \"j['sites'] == [] and j['sites_only_in_a'] == j['sites_only_in_b'] == 0 and j['sites_in_both'] >= 3 and j['change_bytes'] == 0\""
 "$cli" diff "$dir/leak.db" >/dev/null 2>&1
 check "diff: one snapshot is a usage error" "[ \$? -eq 2 ]"
 "$cli" diff "$dir/leak.db" "$dir/nope.db" >/dev/null 2>"$dir/err"
@@ -178,10 +279,13 @@ mutations = [
     "update meta set value = 'x' where key = 'dropped_events'", "delete from meta",
     "update frames set name = '" + "A" * 1000000 + "'", "update events set time_ns = -time_ns",
     "insert into stack_frames values (1, 0, 1)", "update ranges set depth = -3, end_ns = null",
+    "update frames set name = '" + "(<" * 2000 + "'", "update frames set name = 'operator' || name || ' [clone ' ",
+    "update frames set offset = 'x', inlined = 'yes', module = null", "update frames set name = '0x' where kind = 'native'",
 ]
 bad = []
 for m, path in mutants("%s/leak.db" % d, d, mutations):
-    for args in (["analyze", path], ["analyze", "--json", path], ["info", path], ["diff", path, "%s/leak.db" % d]):
+    for args in (["analyze", path], ["analyze", "--json", path], ["info", path], ["diff", path, "%s/leak.db" % d],
+                 ["diff", "--json", "%s/leak.db" % d, path], ["analyze", path, "%s/leak.db" % d]):
         r = subprocess.run([cli] + args, capture_output=True)
         if r.returncode not in (0, 1):
             bad.append("%s: %s -> %d" % (m[:60], " ".join(args[:-1]), r.returncode))

@@ -15,6 +15,14 @@ check() { # check NAME CMD...
 check "cli: no command is a usage error (exit 2)" bash -c "'$cli'; test \$? -eq 2"
 check "cli: unknown command names itself, exit 2" bash -c "'$cli' frobnicate 2>&1 | grep -q \"error: unknown command 'frobnicate'\"; '$cli' frobnicate; test \$? -eq 2"
 check "cli: help lists commands" bash -c "'$cli' help | grep -q 'memsnap options'"
+# memsnap help COMMAND (and memsnap COMMAND --help) for every command of the list.
+for cmd in $("$cli" help | grep -oE '^  memsnap [a-z]+' | awk '{print $2}'); do
+  check "cli: memsnap help $cmd" bash -c "'$cli' help $cmd >'$build/help.out' && head -1 '$build/help.out' | grep -q '^usage: memsnap $cmd' &&
+    '$cli' $cmd --help | cmp -s - '$build/help.out'"
+done
+check "cli: help analyze and diff name their options and the frames they fold" \
+  bash -c "for c in analyze diff; do '$cli' help \$c | grep -q -- '--fold PATTERNS .*globs' && '$cli' help \$c | grep -q 'CUDAPluggableAllocator' || exit 1; done"
+rm -f "$build/help.out"
 check "cli: version" bash -c "'$cli' version | grep -Eq '^memsnap [0-9]+\.[0-9]+\.[0-9]+$'"
 check "cli: options lists MEMSNAP_BACKEND" bash -c "'$cli' options | grep -q '^MEMSNAP_BACKEND '"
 missing=$("$cli" options | awk '{print $1}' | while read -r var; do grep -q "\`$var\`" "$root/README.md" || echo "$var"; done)
@@ -39,6 +47,10 @@ usage_error "frames takes 1 to 4096" analyze --frames 0 x.db
 usage_error "choose one" analyze --json --html out.html x.db
 usage_error "two snapshots" diff a.db
 usage_error "unknown option '--bogus'" diff --bogus a.db b.db
+for opt in --fold --frames; do usage_error "option '$opt' needs a value" diff a.db b.db "$opt"; done
+usage_error "frames takes 1 to 4096" diff --frames 0 a.db b.db
+usage_error "option '--fold' needs a value" analyze x.db --fold
+usage_error "at most 16 --fold options" analyze $(for i in $(seq 17); do printf -- '--fold x '; done) x.db
 usage_error "no snapshot given" info
 usage_error "unknown option '-x'" info -x a.db
 usage_error "no PyTorch snapshot given" import
@@ -48,7 +60,9 @@ usage_error "no snapshot given" export
 usage_error "no output given" export x.db
 usage_error "option '--format' needs a value" export x.db --format
 usage_error "the only format is 'pytorch'" export --format json x.db -o y.pickle
-for cmd in options version help; do usage_error "no arguments expected" "$cmd" extra; done
+for cmd in options version; do usage_error "no arguments expected" "$cmd" extra; done
+usage_error "unknown command 'extra'" help extra
+usage_error "one command at most" help analyze diff
 rm -f "$build/cli.err"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -2,7 +2,9 @@
 
 Prints "ok NAME" / "FAIL NAME" per check and "N passed, N failed" at the end.
 """
+import json
 import os
+import subprocess
 import sys
 
 os.environ["MEMSNAP_BACKEND"] = "sim"
@@ -134,9 +136,17 @@ names = [r[0] for r in db.execute("""select f.name from blocks b join stack_fram
     join frames f on f.id = sf.frame_id where b.state = 'allocated' and f.kind = 'python' order by sf.position""")]
 check("python frames: also when the call released the GIL", names[:2] == ["allocate_without_the_gil", "<module>"])
 db.close()
+# The report starts that stack at the Python line: ctypes, libffi and the interpreter's frames
+# between it and the allocator (_PyObject_MakeTpCall, unnamed ones) are folded.
+cli = os.path.join(os.path.dirname(os.path.abspath(memsnap.library_path())), "memsnap")
+report = json.loads(subprocess.run([cli, "analyze", "--json", written], capture_output=True, check=True).stdout)
+leak = [lk for lk in report["leaks"] if lk["live_bytes"] == 4096][0]
+check("report: interpreter and ctypes frames folded between the allocation and the Python line",
+      [f["name"] for f in leak["stack"]][:2] == ["allocate_without_the_gil", "<module>"] and
+      all(f["kind"] == "python" for f in leak["stack"]) and
+      any(f["kind"] == "native" and f["module"] for f in leak["full_stack"]))
 memsnap.free(nogil)
 # MEMSNAP_DUMP at exit from a Python program: written while Python frames can still be named.
-import subprocess  # noqa: E402
 exit_db = os.path.join(tempfile.mkdtemp(), "exit.db")
 code = "import memsnap\ndef leaky_function():\n    return memsnap.malloc(4096)\nkept = leaky_function()\n"
 proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, MEMSNAP_DUMP=exit_db, MEMSNAP_RECORD="1"))

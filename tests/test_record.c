@@ -128,6 +128,39 @@ static __attribute__((noipa)) void *allocate_activation_for_test(size_t n) {
   return p;
 }
 
+/* A helper the compiler must inline into its caller: addr2line -i names both, each with its line. */
+enum { INLINED_CALL_LINE = __LINE__ + 2 };
+static inline __attribute__((always_inline)) void *inlined_helper_for_test(size_t n) {
+  void *p = memsnap_malloc((ssize_t)n, 0, S1);
+  return p;
+}
+enum { CALLER_LINE = __LINE__ + 2 };
+static __attribute__((noipa)) void *allocate_through_inline_for_test(size_t n) {
+  void *p = inlined_helper_for_test(n);
+  __asm__ volatile("" ::: "memory"); /* keep this frame */
+  return p;
+}
+
+static void test_inlined_frames(void) {
+  fresh("MEMSNAP_STACKS=native");
+  memsnap_record_start(0, NULL);
+  void *through_inline = allocate_through_inline_for_test(4096);
+  char *db = path_of("inlined.db"), sql[1024];
+  CHECK("inlined: dump", memsnap_dump(db) == MEMSNAP_OK);
+  snprintf(sql, sizeof sql,
+           "select count(*) from blocks bl join stack_frames s0 on s0.stack_id = bl.stack_id and s0.position = 0 "
+           "join frames f0 on f0.id = s0.frame_id join stack_frames s1 on s1.stack_id = bl.stack_id and s1.position = 1 "
+           "join frames f1 on f1.id = s1.frame_id where bl.address = %llu "
+           "and f0.name = 'inlined_helper_for_test' and f0.inlined = 1 and f0.line = %d and f0.file like '%%tests/test_record.c' "
+           "and f1.name = 'allocate_through_inline_for_test' and f1.inlined = 0 and f1.line = %d and f0.pc = f1.pc",
+           (unsigned long long)(uintptr_t)through_inline, (int)INLINED_CALL_LINE, (int)CALLER_LINE);
+  CHECK("stacks: an inlined function is a frame of its own before its caller, each with its line (addr2line -i)",
+        q1(db, sql) == 1);
+  CHECK("stacks: frames not inlined say so", q1(db, "select count(*) from frames where name = 'allocate_through_inline_for_test' and inlined = 0") == 1);
+  memsnap_free(through_inline, 0, 0, S1);
+  memsnap_record_stop();
+}
+
 static void test_round_trip(void) {
   fresh("MEMSNAP_STACKS=native");
   memsnap_record_start(0, NULL);
@@ -395,6 +428,7 @@ int main(void) {
   snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
   if (system(cmd) != 0) return 1;
   test_round_trip();
+  test_inlined_frames();
   test_several_devices();
   test_review_regressions();
   test_paths_and_errors();

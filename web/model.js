@@ -17,13 +17,21 @@ const Model = {
     return d;
   },
 
-  // Frames of a stack as {name, file, line}, innermost first; [] for an unknown stack.
+  // Frames of a stack as {name, file, line, full, inlined}, innermost first ([] for an unknown
+  // stack): name is the short one that lists show, full the whole name (the hover's).
   stackFrames(d, stackId) {
     const ids = d.stacks[stackId] || [];
     return ids.map((f) => {
       const fr = d.frames[f] || [0, 0, 0];
-      return { name: d.strings[fr[0]] || "", file: d.strings[fr[1]] || "", line: fr[2] || 0 };
+      const name = d.strings[fr[0]] || "";
+      return { name, file: d.strings[fr[1]] || "", line: fr[2] || 0, full: fr.length > 3 ? d.strings[fr[3]] || name : name, inlined: fr[4] === 1 };
     });
+  },
+
+  // A frame as one line: "name  (file:line)", marked when inlined; with whole = true, its whole name.
+  frameLine(f, whole) {
+    const where = f.file ? "  (" + f.file + (f.line > 0 ? ":" + f.line : "") + (f.inlined ? ", inlined" : "") + ")" : "";
+    return (whole ? f.full : f.name) + where;
   },
 
   // Re-buckets a min/max curve for `width` pixels between t0 and t1, keeping every peak: each
@@ -93,7 +101,7 @@ const Model = {
     if (!q) return [];
     const hits = [];
     const matches = (stackId) => Model.stackFrames(d, stackId).some(
-      (f) => f.name.toLowerCase().includes(q) || f.file.toLowerCase().includes(q));
+      (f) => f.full.toLowerCase().includes(q) || f.file.toLowerCase().includes(q));
     d.leaks.forEach((l, i) => { if (matches(l.stack)) hits.push({ kind: "leak", index: i }); });
     d.oom.forEach((o, i) => { if (matches(o.stack)) hits.push({ kind: "oom", index: i }); });
     return hits;
@@ -160,18 +168,18 @@ const Model = {
     return { segs, freeBytes, pieces, largest, splitFree, splitPieces };
   },
 
-  // Memory at a checkpoint by stack, as a tree for an icicle graph: {name, file, line, bytes,
-  // children}, the root being everything live, children the outermost frames first.
+  // Memory at a checkpoint by stack, as a tree for an icicle graph: {name, full, file, line,
+  // inlined, bytes, children}, the root being everything live, children the outermost frames first.
   flameTree(d, cp) {
-    const root = { name: "all live memory", file: "", line: 0, bytes: 0, children: [], index: new Map() };
+    const root = { name: "all live memory", full: "all live memory", file: "", line: 0, bytes: 0, children: [], index: new Map() };
     const add = (path, bytes) => {
       let node = root;
       root.bytes += bytes;
       for (const f of path) {
-        const key = f.name + "\u0000" + f.file + "\u0000" + f.line;
+        const key = (f.full || f.name) + "\u0000" + f.file + "\u0000" + f.line;
         let child = node.index.get(key);
         if (!child) {
-          child = { name: f.name, file: f.file, line: f.line, bytes: 0, children: [], index: new Map() };
+          child = { name: f.name, full: f.full || f.name, file: f.file, line: f.line, inlined: !!f.inlined, bytes: 0, children: [], index: new Map() };
           node.index.set(key, child);
           node.children.push(child);
         }

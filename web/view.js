@@ -186,7 +186,7 @@
     flameLayout = [];
     const draw = (n, x, k, w) => {
       if (w < 1) return;
-      const hit = q && (n.name.toLowerCase().includes(q) || n.file.toLowerCase().includes(q));
+      const hit = q && (n.full.toLowerCase().includes(q) || n.file.toLowerCase().includes(q));
       ctx.fillStyle = hit ? "#ffb300" : k === 0 ? "#90a4ae" : ["#ef9a9a", "#f48fb1", "#ffcc80", "#ffab91"][k % 4];
       ctx.fillRect(x, k * rowH, w - 1, rowH - 1);
       flameLayout.push({ x, w, k, node: n });
@@ -234,12 +234,16 @@
 
   // ---- details and lists -----------------------------------------------------------------
 
-  function frameLines(frames) {
-    return frames.length ? frames.map((f) => f.name + (f.file ? "  (" + f.file + (f.line > 0 ? ":" + f.line : "") + ")" : "")).join("\n") : "(no stack recorded)";
+  // The side panel: `head` then the stack, a line a frame with short names; hovering a line
+  // shows the frame's whole name.
+  function showFrames(head, frames) {
+    text(details, head);
+    for (const f of frames) add(details, "span", Model.frameLine(f) + "\n").title = Model.frameLine(f, true);
+    if (!frames.length) add(details, "span", "(no stack recorded)");
   }
   function showStack(title, stackId) {
     text($("details-title"), title);
-    text(details, frameLines(Model.stackFrames(d, stackId)));
+    showFrames("", Model.stackFrames(d, stackId));
   }
   function describe(a) {
     return Model.formatBytes(a.size) + " at " + Model.formatAddress(a.addr) + ", stream " + Model.formatAddress(a.stream) +
@@ -249,7 +253,7 @@
   function showAllocation(j, pinned) {
     const a = Model.allocation(d, j);
     text($("details-title"), (pinned ? "Pinned allocation" : "Allocation") + (a.leak >= 0 ? " (leak candidate " + (a.leak + 1) + ")" : ""));
-    text(details, describe(a) + "\n\n" + frameLines(Model.stackFrames(d, a.stack)));
+    showFrames(describe(a) + "\n\n", Model.stackFrames(d, a.stack));
   }
   function pin(j, zoom) { // zoom (from search): also move the window and the cursor to it
     st.pin = j;
@@ -274,9 +278,11 @@
     const only = filter ? new Set(Model.search(d, filter).map((h) => h.kind + h.index)) : null;
     d.leaks.forEach((l, i) => {
       if (only && !only.has("leak" + i)) return;
-      const top = Model.stackFrames(d, l.stack)[0];
-      const li = add(leakList, "li", (l.kind === "growing" ? "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, " : l.kind + ", ") +
-        Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + (top ? top.name : "?"), l.kind + (st.leak === i ? " selected" : ""));
+      const top = Model.stackFrames(d, l.stack)[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
+      const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : l.kind + ", ";
+      const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + (top ? top.name : "(no stack recorded)"),
+        (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
+      if (top) li.title = Model.frameLine(top, true);
       li.addEventListener("click", () => {
         st.leak = st.leak === i ? null : i;
         showStack("Leak candidate " + (i + 1), l.stack);
@@ -394,7 +400,7 @@
     if (!flameLayout) return;
     const rect = flame.getBoundingClientRect(), x = ((ev.clientX - rect.left) / rect.width) * flame.width, k = Math.floor(((ev.clientY - rect.top) / rect.height) * flame.height / 18);
     const n = flameLayout.find((b) => b.k === k && x >= b.x && x < b.x + b.w);
-    if (n) text($("flame-readout"), n.node.name + (n.node.file ? "  (" + n.node.file + (n.node.line > 0 ? ":" + n.node.line : "") + ")" : "") + ": " +
+    if (n) text($("flame-readout"), Model.frameLine(n.node, true) + ": " +
       Model.formatBytes(n.node.bytes) + " (" + (flameLayout.total ? (100 * n.node.bytes / flameLayout.total).toFixed(1) : "0") + "%)");
   });
 

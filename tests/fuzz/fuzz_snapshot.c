@@ -117,16 +117,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sqlite3_exec(db, "commit", NULL, NULL, NULL);
     sqlite3_close(db);
   }
+  static const ms_fold fold = {{"at::*,*@*.so"}, 1};
   ms_snapshot s;
-  if (ms_open(&s, path) == 0) {
-    ms_analysis a;
-    if (ms_analyze(&s, &a, NULL) == 0) {
-      ms_report_options o = {false, 8};
-      ms_report_text(&a, &o, sink);
-      ms_report_json(&a, sink);
-      ms_report_html(&a, sink);
-      ms_analysis_free(&a);
-    }
+  ms_analysis a;
+  if (ms_open_analyzed(&s, &a, path, &fold, NULL) == 0) {
+    ms_report_options o = {.max_frames = 8, .full_names = size & 1};
+    ms_report_text(&a, &o, sink);
+    ms_report_json(&a, sink);
+    ms_report_side_by_side(&a, 1, sink); /* sites matched across snapshots (match.c) */
+    ms_report_json_matched(&a, 1, sink);
+    ms_report_html(&a, sink);
+    ms_analysis_free(&a);
     ms_close(&s);
   }
   unlink(path);

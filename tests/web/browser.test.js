@@ -34,10 +34,14 @@ before(async () => {
   execFileSync("python3", ["-c", "import json, sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n" +
     "for old, new in json.loads(sys.argv[2]).items(): c.execute('update frames set name = ? where name = ?', (new, old))\nc.commit()",
     path.join(dir, "hostile.db"), JSON.stringify(HOSTILE)]);
-  for (const name of ["leak", "oom", "hostile"]) {
+  for (const name of ["leak", "oom", "hostile", "released", "late"]) {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
+  // A real PyTorch snapshot (tests/data): C++ names hundreds of characters long.
+  execFileSync(path.join(build, "memsnap"), ["import", path.join(root, "tests/data/resnet50_leak.pickle.gz"), "-o", path.join(dir, "resnet.db")], { stdio: "ignore" });
+  pages.resnet = path.join(dir, "resnet.html");
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.resnet, path.join(dir, "resnet.db")]);
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -85,6 +89,40 @@ test("the leak list names the known leak site first", async () => {
   const { page } = await open("leak");
   const first = await page.locator("#leaks li").first().textContent();
   assert.match(first, /^growing \+1\.00 MiB\/iteration, 6\.00 MiB in 6 \u2014 keep_history$/);
+  await page.close();
+});
+
+test("growth released before the snapshot is listed first, with when it was released", async () => {
+  const { page } = await open("released");
+  const first = await page.locator("#leaks li").first().textContent();
+  assert.match(first, /^growing \+1\.00 MiB\/iteration, released at [0-9.]+ [mu]?s, 0 B in 0 \u2014 keep_history$/);
+  assert.match(await page.locator("#leaks li").first().getAttribute("class"), /growing/);
+  await page.close();
+});
+
+test("blocks allocated before recording started say so in the leak list", async () => {
+  const { page } = await open("late");
+  const items = await page.locator("#leaks li").allTextContents();
+  assert.ok(items.some((t) => /^retained, 96\.00 MiB in 1 \u2014 \(allocated before recording started\)$/.test(t)), items.join("\n"));
+  assert.ok(!items.some((t) => /\u2014 \?$/.test(t)), items.join("\n"));
+  await page.close();
+});
+
+test("long C++ names read short in the lists and the icicle graph, whole on hover", async () => {
+  const { page, seen } = await open("resnet");
+  const items = await page.locator("#leaks li").allTextContents();
+  assert.ok(items.every((t) => t.length < 160), items.join("\n"));
+  const i = items.findIndex((t) => t.endsWith("\u2014 at::native::cudnn_convolution_backward_weight()"));
+  assert.ok(i >= 0, items.join("\n"));
+  assert.match(await page.locator("#leaks li").nth(i).getAttribute("title"), /^at::native::cudnn_convolution_backward_weight\(char const\*, c10::ArrayRef<long>, /);
+  await page.locator("#leaks li").nth(i).click();
+  const lines = (await page.locator("#details").textContent()).split("\n").filter(Boolean);
+  assert.ok(lines.length >= 2 && lines.every((l) => l.length < 160), lines.join("\n"));
+  const flame = await page.locator("#flame").boundingBox();
+  await page.mouse.move(flame.x + 3, flame.y + 18 * 1.5); // the first frame under the root
+  assert.ok((await page.locator("#flame-readout").textContent()).length > 0);
+  assert.deepStrictEqual(seen.errors, []);
+  await shot(page, "resnet");
   await page.close();
 });
 
@@ -217,9 +255,15 @@ test("hostile frame names show as text and run nothing", async () => {
   assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.hostile)), []); // no img src=x
   assert.strictEqual(await page.locator("img").count(), 0);
   assert.strictEqual(await page.locator("script").count(), 3);
+  // Lists show names shortened as C++ names are ("alert(1)" reads "alert()"); the hover, whole.
+  const short = (name) => name.replace(/\(\d\)/g, "()");
   const leaks = await page.locator("#leaks").textContent();
-  assert.ok(leaks.includes(HOSTILE.keep_history) && leaks.includes(HOSTILE.load_weights), leaks);
-  assert.ok((await page.locator("#details").textContent()).includes(HOSTILE.keep_history));
+  assert.ok(leaks.includes(short(HOSTILE.keep_history)) && leaks.includes(short(HOSTILE.load_weights)), leaks);
+  const titles = await page.locator("#leaks li").evaluateAll((items) => items.map((li) => li.title));
+  assert.ok(titles.some((t) => t.startsWith(HOSTILE.keep_history)) && titles.some((t) => t.startsWith(HOSTILE.load_weights)), titles.join("\n"));
+  assert.ok((await page.locator("#details").textContent()).includes(short(HOSTILE.keep_history)));
+  const lines = await page.locator("#details span").evaluateAll((spans) => spans.map((s) => s.title));
+  assert.ok(lines.some((t) => t.startsWith(HOSTILE.keep_history)), lines.join("\n"));
   assert.ok((await page.locator("#flame-readout").textContent()).includes(HOSTILE.load_weights));
   await shot(page, "hostile");
   await page.close();

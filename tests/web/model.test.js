@@ -6,8 +6,8 @@ const Model = require("../../web/model.js");
 
 const doc = {
   format: "memsnap-viewer-1",
-  strings: ["", "keep_history", "train.py", "load_weights"],
-  frames: [[0, 0, 0], [1, 2, 37], [3, 2, 12]],
+  strings: ["", "keep_history", "train.py", "load_weights", "at::f<>()", "void at::f<int>(int)"],
+  frames: [[0, 0, 0], [1, 2, 37], [3, 2, 12], [4, 0, 0, 5], [1, 2, 40, 1, 1]],
   stacks: { 5: [1], 6: [2] },
   leaks: [{ stack: 5 }, { stack: 6 }],
   oom: [{ stack: 6 }],
@@ -19,8 +19,16 @@ test("decode refuses another document", () => {
 });
 
 test("stack frames through the string table, innermost first", () => {
-  assert.deepStrictEqual(Model.stackFrames(doc, 5), [{ name: "keep_history", file: "train.py", line: 37 }]);
+  assert.deepStrictEqual(Model.stackFrames(doc, 5), [{ name: "keep_history", file: "train.py", line: 37, full: "keep_history", inlined: false }]);
   assert.deepStrictEqual(Model.stackFrames(doc, 99), []);
+});
+
+test("frames: short names in lists, whole names on hover, inlined ones marked", () => {
+  const [short, inlined] = Model.stackFrames({ ...doc, stacks: { 7: [3, 4] } }, 7);
+  assert.strictEqual(Model.frameLine(short), "at::f<>()");
+  assert.strictEqual(Model.frameLine(short, true), "void at::f<int>(int)");
+  assert.strictEqual(Model.frameLine(inlined), "keep_history  (train.py:40, inlined)");
+  assert.deepStrictEqual(Model.search({ ...doc, stacks: { 7: [3] }, leaks: [{ stack: 7 }], oom: [] }, "f<int>"), [{ kind: "leak", index: 0 }]);
 });
 
 test("resampling keeps every peak", () => {
