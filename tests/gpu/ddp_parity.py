@@ -1,0 +1,141 @@
+"""ddp_parity.py: DistributedDataParallel under memsnap against PyTorch's native allocator, per
+rank, in one run (issue 11, item 4; docs/BENCHMARKS.md, "Multi-GPU parity").
+
+The workload of the report that opened the issue: 8 Linear(4096, 4096) layers, AdamW, batch 256,
+20 steps, one process per rank. Each side (native, memsnap) runs as its own group of processes
+(PyTorch cannot swap its allocator once CUDA is initialised); the sides alternate REPS times.
+Each rank reports max_memory_allocated, max_memory_reserved, its losses and, under memsnap,
+writes a snapshot (ddp-rank<R>.db in $OUT) so that a difference can be traced to its stack.
+
+usage: python3 ddp_parity.py [--backend nccl|gloo] [--nproc N] [--same-gpu] [--reps R]
+  nccl with one GPU per rank is the real case (the nvidia-h200-x2 kind). --same-gpu puts every
+  rank on cuda:0 and needs gloo (NCCL refuses two ranks on one GPU): it checks the DDP machinery
+  (reducer buckets, broadcasts, record_stream) under memsnap on a one-GPU machine, not NCCL's
+  streams.
+Prints one JSON line per rank and side (appended to $OUT/ddp.jsonl when OUT is set), then a table.
+Exit status 1 when a rank's peaks differ between the sides.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MiB = 1 << 20
+
+
+def rank_main(side, backend, same_gpu, out_dir):
+    import torch
+    if side == "memsnap":
+        sys.path.insert(0, os.path.join(ROOT, "recorder", "python"))
+        import memsnap
+        memsnap.enable()
+        memsnap.record()
+    import torch.distributed as dist
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    dev = 0 if same_gpu else rank
+    torch.cuda.set_device(dev)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev])
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(1 + rank)
+    losses = []
+    for _ in range(20):
+        x = torch.randn(256, 4096, generator=g).cuda()
+        opt.zero_grad(set_to_none=True)
+        loss = ddp(x).square().mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    torch.cuda.synchronize()
+    res = {"side": side, "backend": backend, "rank": rank, "world": world, "device": dev,
+           "peak_allocated": torch.cuda.max_memory_allocated(),
+           "peak_reserved": torch.cuda.max_memory_reserved(),
+           "allocated": torch.cuda.memory_allocated(), "losses": losses}
+    if side == "memsnap" and out_dir:
+        import memsnap
+        path = os.path.join(out_dir, "ddp-rank%d.db" % rank)
+        memsnap.dump(path)
+        res["snapshot"] = path
+    dist.barrier()
+    dist.destroy_process_group()
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_side(side, args):
+    """Starts one process per rank for one side; returns their results, rank order."""
+    port = free_port()
+    procs = []
+    for rank in range(args.nproc):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.nproc), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        cmd = [sys.executable, __file__, "--child", side, "--backend", args.backend]
+        if args.same_gpu:
+            cmd.append("--same-gpu")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    results = []
+    for rank, p in enumerate(procs):
+        out, _ = p.communicate(timeout=600)
+        lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
+        if p.returncode != 0 or not lines:
+            results.append({"side": side, "rank": rank, "error": "exit %d" % p.returncode})
+        else:
+            results.append(json.loads(lines[-1][len("RESULT "):]))
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--same-gpu", action="store_true")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--child", choices=["native", "memsnap"])
+    args = ap.parse_args()
+    out_dir = os.environ.get("OUT")
+    if args.child:
+        rank_main(args.child, args.backend, args.same_gpu, out_dir)
+        return 0
+    if args.backend == "nccl" and args.same_gpu:
+        sys.exit("ddp_parity: NCCL refuses two ranks on one GPU; --same-gpu needs --backend gloo")
+    rows = {}
+    for _ in range(args.reps):
+        for side in ("native", "memsnap"):
+            for r in run_side(side, args):
+                print(json.dumps(r), flush=True)
+                if out_dir:
+                    with open(os.path.join(out_dir, "ddp.jsonl"), "a") as f:
+                        f.write(json.dumps(r) + "\n")
+                rows.setdefault((r["rank"], side), []).append(r)
+    bad = False
+    print("\nrank  side     peak allocated MiB  peak reserved MiB  last loss")
+    for rank in range(args.nproc):
+        for side in ("native", "memsnap"):
+            for r in rows.get((rank, side), []):
+                if "error" in r:
+                    print("%4d  %-7s  %s" % (rank, side, r["error"]))
+                    bad = True
+                    continue
+                print("%4d  %-7s  %18.3f  %17.3f  %.6f" % (rank, side, r["peak_allocated"] / MiB,
+                                                          r["peak_reserved"] / MiB, r["losses"][-1]))
+        nat = [r["peak_allocated"] for r in rows.get((rank, "native"), []) if "error" not in r]
+        mem = [r["peak_allocated"] for r in rows.get((rank, "memsnap"), []) if "error" not in r]
+        if nat and mem and set(mem) - set(nat):
+            print("      rank %d: memsnap's peak allocated differs from native's" % rank)
+            bad = True
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
