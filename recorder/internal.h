@@ -101,13 +101,15 @@ int msi_parse_size(const char *s, size_t *out);
 /* Parses roundup_power2_divisions ("4" or "[256:1,512:2,>:8]") into out[16]. 0 or -1. */
 int msi_parse_power2_divisions(const char *s, uint32_t out[MSI_POWER2_INTERVALS]);
 
-/* The option table, for `memsnap options` and the docs. */
+/* An option's name, default and comment, as memsnap_option_info() gives them. */
 typedef struct msi_option_info {
   const char *name;        /* lower case; the variable is MEMSNAP_ + upper case */
   const char *default_str;
   const char *comment;
 } msi_option_info;
-const msi_option_info *msi_option_table(int *count);
+
+/* The number of options (memsnap_option_info's indexes run from 0 below it). */
+int msi_option_count(void);
 
 /* ---- backends ------------------------------------------------------------------------- */
 

@@ -1,8 +1,12 @@
 /* options.c: the one table of options, read from the environment.
  *
- * Each option is a row of `table` below: its name, its default and a one-line comment. The
- * environment variable is MEMSNAP_ followed by the name in upper case. An invalid value is
- * reported with a warning that names the variable and the value, and the default is kept.
+ * Each option is one row of `table` below (as in mimalloc's options.c): its name, its default,
+ * a one-line comment, how its value is parsed and printed, the field of msi_opt it sets, the
+ * PyTorch key that sets it too and whether it may change at run time. Nothing else names an
+ * option: the defaults are the rows' strings parsed like any value, and `memsnap options`, the
+ * snapshot's options and the docs' table are printed from the rows. The environment variable is
+ * MEMSNAP_ followed by the name in upper case. An invalid value is reported with a warning that
+ * names the variable and the value, and the default is kept.
  *
  * The allocator's tuning knobs keep PyTorch's names and meanings, so a user's existing
  * PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) "key:value,key:value" string applies too;
@@ -12,6 +16,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,36 +26,88 @@
 msi_options msi_opt;
 static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER; /* msi_opt.dump, .dump_on_oom */
 
-enum { OPT_BACKEND, OPT_SIM_CAPACITY, OPT_SIM_DEVICES, OPT_SIM_OLD_DRIVER, OPT_ALLOCATOR, OPT_EXPANDABLE_SEGMENTS,
-       OPT_MAX_SPLIT_SIZE_MB, OPT_MAX_NON_SPLIT_ROUNDING_MB,
-       OPT_ROUNDUP_POWER2_DIVISIONS, OPT_GC_THRESHOLD, OPT_MEMORY_FRACTION, OPT_OOM, OPT_RECORD,
-       OPT_MAX_ENTRIES, OPT_STACKS, OPT_DUMP, OPT_DUMP_ON_OOM, OPT_DUMP_SIGNAL, OPT_COUNT };
+/* How a row's value is parsed into its field, and printed back from it. */
+typedef enum {
+  K_BOOL,     /* bool: 1/0, true/false, True/False */
+  K_UINT,     /* unsigned integer in [lo, hi], stored in a field of `width` bytes */
+  K_MIB,      /* size_t bytes, written in MiB in [lo, hi]; "unlimited" is SIZE_MAX */
+  K_SIZE,     /* size_t bytes, "64K", "1.5G"; at least lo */
+  K_FRACTION, /* double in (lo, hi) or [lo, hi] (`open`: which ends are excluded) */
+  K_CHOICE,   /* int: the index into `choices` of the name given (aliases map to one index) */
+  K_STRING,   /* char[width], e.g. the backend's name */
+  K_PATH,     /* char[width] that dumps read from other threads (path_lock) */
+  K_SIGNAL,   /* int signal: USR1, USR2 or a number */
+  K_POWER2,   /* uint32_t[MSI_POWER2_INTERVALS]: roundup_power2_divisions */
+} kind;
 
-static const msi_option_info table[OPT_COUNT] = {
-    [OPT_BACKEND] = {"backend", "cuda", "device backend: cuda (the GPU, through libcuda) or sim (simulated device)"},
-    [OPT_SIM_CAPACITY] = {"sim_capacity", "16G", "memory of each simulated device (bytes; K, M, G, T suffixes)"},
-    [OPT_SIM_DEVICES] = {"sim_devices", "1", "number of simulated devices"},
-    [OPT_SIM_OLD_DRIVER] = {"sim_old_driver", "0", "1: the simulated driver lacks virtual memory management and stream-ordered pools (to try the fallbacks)"},
-    [OPT_ALLOCATOR] = {"allocator", "native", "native (the caching allocator) or async (the driver's stream-ordered pool, like PyTorch's backend:cudaMallocAsync)"},
-    [OPT_EXPANDABLE_SEGMENTS] = {"expandable_segments", "0", "1: grow one segment per stream and pool in place, mapping pages through the driver's virtual memory API (PyTorch's expandable_segments:True)"},
-    [OPT_MAX_SPLIT_SIZE_MB] = {"max_split_size_mb", "unlimited", "blocks at least this large (MiB) are never split; at least 20"},
-    [OPT_MAX_NON_SPLIT_ROUNDING_MB] = {"max_non_split_rounding_mb", "20", "a request of at least max_split_size may take a cached block up to this much (MiB) larger"},
-    [OPT_ROUNDUP_POWER2_DIVISIONS] = {"roundup_power2_divisions", "0", "round sizes to N divisions of a power of two: N or [256:1,512:2,>:8] (MiB keys)"},
-    [OPT_GC_THRESHOLD] = {"garbage_collection_threshold", "0", "with a memory fraction set, free old cached blocks above this share of it (0 < t < 1)"},
-    [OPT_MEMORY_FRACTION] = {"memory_fraction", "1.0", "cap each device at this share of its memory (0..1; 1 is no cap), like set_per_process_memory_fraction"},
-    [OPT_OOM] = {"oom", "null", "on out of memory in memsnap_malloc: null (return NULL), throw (raise torch.OutOfMemoryError; set by memsnap.enable), abort"},
-    [OPT_RECORD] = {"record", "0", "1: record history from the first allocation (else memsnap_record_start)"},
-    [OPT_MAX_ENTRIES] = {"max_entries", "100000", "events kept in the ring (64 bytes each); older ones are dropped and counted"},
-    [OPT_STACKS] = {"stacks", "all", "stacks recorded with each event: none, native, python or all"},
-    [OPT_DUMP] = {"dump", "", "write a snapshot to this path at exit (%p pid, %r rank, %h host, %t time)"},
-    [OPT_DUMP_ON_OOM] = {"dump_on_oom", "", "write a snapshot to this path at the first out of memory (same patterns)"},
-    [OPT_DUMP_SIGNAL] = {"dump_signal", "", "signal (USR1, USR2 or a number) that writes a snapshot to MEMSNAP_DUMP"},
+typedef struct choice {
+  const char *name;
+  int value; /* the first name of a value is the one printed */
+} choice;
+
+#define MAX_CHOICES 4
+
+/* One option: everything about it but its comment's prose lives in this row. */
+typedef struct option {
+  msi_option_info info; /* name, default (parsed like any value, so written once), comment */
+  kind kind;
+  size_t offset, width;        /* the field in msi_opt */
+  double lo, hi;               /* bounds of K_UINT, K_MIB, K_SIZE, K_FRACTION */
+  int open;                    /* K_FRACTION: 1 excludes lo, 2 excludes hi */
+  choice choices[MAX_CHOICES]; /* K_CHOICE; K_STRING: the accepted names */
+  const char *pytorch_key;     /* the PYTORCH_CUDA_ALLOC_CONF key that sets it too, or NULL */
+  bool runtime;                /* may change while blocks exist (msi_option_set) */
+} option;
+
+#define FIELD(f) offsetof(msi_options, f), sizeof(((msi_options *)0)->f)
+
+static const option table[] = {
+    {{"backend", "cuda", "device backend: cuda (the GPU, through libcuda) or sim (simulated device)"},
+     K_STRING, FIELD(backend), .choices = {{"cuda", 0}, {"sim", 1}}},
+    {{"sim_capacity", "16G", "memory of each simulated device (bytes; K, M, G, T suffixes)"},
+     K_SIZE, FIELD(sim_capacity), .lo = MSI_SMALL_BUFFER},
+    {{"sim_devices", "1", "number of simulated devices"}, K_UINT, FIELD(sim_devices), .lo = 1, .hi = MSI_MAX_DEVICES},
+    {{"sim_old_driver", "0", "1: the simulated driver lacks virtual memory management and stream-ordered pools (to try the fallbacks)"},
+     K_BOOL, FIELD(sim_old_driver), .runtime = false},
+    /* PyTorch's backend key spells them native and cudaMallocAsync */
+    {{"allocator", "native", "native (the caching allocator) or async (the driver's stream-ordered pool, like PyTorch's backend:cudaMallocAsync)"},
+     K_CHOICE, FIELD(async_mode), .choices = {{"native", 0}, {"async", 1}, {"cudaMallocAsync", 1}}, .pytorch_key = "backend"},
+    {{"expandable_segments", "0", "1: grow one segment per stream and pool in place, mapping pages through the driver's virtual memory API (PyTorch's expandable_segments:True)"},
+     K_BOOL, FIELD(expandable_segments), .pytorch_key = "expandable_segments"},
+    {{"max_split_size_mb", "unlimited", "blocks at least this large (MiB) are never split; at least 20"},
+     K_MIB, FIELD(max_split_size), .lo = MSI_LARGE_BUFFER >> 20, .hi = 1ull << 40, .pytorch_key = "max_split_size_mb"},
+    {{"max_non_split_rounding_mb", "20", "a request of at least max_split_size may take a cached block up to this much (MiB) larger"},
+     K_MIB, FIELD(max_non_split_rounding), .lo = MSI_LARGE_BUFFER >> 20, .hi = 1ull << 40,
+     .pytorch_key = "max_non_split_rounding_mb"},
+    {{"roundup_power2_divisions", "0", "round sizes to N divisions of a power of two: N or [256:1,512:2,>:8] (MiB keys)"},
+     K_POWER2, FIELD(power2_divisions), .pytorch_key = "roundup_power2_divisions"},
+    {{"garbage_collection_threshold", "0", "with a memory fraction set, free old cached blocks above this share of it (0 < t < 1)"},
+     K_FRACTION, FIELD(gc_threshold), .lo = 0, .hi = 1, .open = 3, .pytorch_key = "garbage_collection_threshold",
+     .runtime = true},
+    {{"memory_fraction", "1.0", "cap each device at this share of its memory (0..1; 1 is no cap), like set_per_process_memory_fraction"},
+     K_FRACTION, FIELD(memory_fraction), .lo = 0, .hi = 1},
+    {{"oom", "null", "on out of memory in memsnap_malloc: null (return NULL), throw (raise torch.OutOfMemoryError; set by memsnap.enable), abort"},
+     K_CHOICE, FIELD(oom), .choices = {{"null", MSI_OOM_NULL}, {"throw", MSI_OOM_THROW}, {"abort", MSI_OOM_ABORT}},
+     .runtime = true},
+    {{"record", "0", "1: record history from the first allocation (else memsnap_record_start)"},
+     K_CHOICE, FIELD(record), .choices = {{"0", 0}, {"1", 1}}},
+    {{"max_entries", "100000", "events kept in the ring (64 bytes each); older ones are dropped and counted"},
+     K_UINT, FIELD(max_entries), .lo = 16, .hi = 1e9},
+    {{"stacks", "all", "stacks recorded with each event: none, native, python or all"},
+     K_CHOICE, FIELD(stacks),
+     .choices = {{"none", MSI_STACKS_NONE}, {"native", MSI_STACKS_NATIVE}, {"python", MSI_STACKS_PYTHON}, {"all", MSI_STACKS_ALL}},
+     .runtime = true},
+    {{"dump", "", "write a snapshot to this path at exit (%p pid, %r rank, %h host, %t time)"},
+     K_PATH, FIELD(dump), .runtime = true},
+    {{"dump_on_oom", "", "write a snapshot to this path at the first out of memory (same patterns)"},
+     K_PATH, FIELD(dump_on_oom), .runtime = true},
+    {{"dump_signal", "", "signal (USR1, USR2 or a number) that writes a snapshot to MEMSNAP_DUMP"},
+     K_SIGNAL, FIELD(dump_signal), .runtime = false},
 };
 
-const msi_option_info *msi_option_table(int *count) {
-  *count = OPT_COUNT;
-  return table;
-}
+enum { OPT_COUNT = sizeof table / sizeof table[0] };
+
+int msi_option_count(void) { return OPT_COUNT; }
 
 static void env_name(const char *name, char *var, size_t len) {
   size_t k = (size_t)snprintf(var, len, "MEMSNAP_");
@@ -61,9 +118,9 @@ static void env_name(const char *name, char *var, size_t len) {
 const char *memsnap_option_info(int i, const char **default_value, const char **comment) {
   static char vars[OPT_COUNT][48];
   if (i < 0 || i >= OPT_COUNT) return NULL;
-  if (!vars[i][0]) env_name(table[i].name, vars[i], sizeof vars[i]);
-  if (default_value) *default_value = table[i].default_str;
-  if (comment) *comment = table[i].comment;
+  if (!vars[i][0]) env_name(table[i].info.name, vars[i], sizeof vars[i]);
+  if (default_value) *default_value = table[i].info.default_str;
+  if (comment) *comment = table[i].info.comment;
   return vars[i];
 }
 
@@ -154,132 +211,115 @@ static int parse_fraction(const char *s, double lo, double hi, bool lo_open, boo
   return 0;
 }
 
-/* Applies one option value. Returns 0, or -1 with an error naming `source` (also printed as a
- * warning when `warn`: values from the environment; API callers get the error only). */
-static int apply(int opt, const char *value, const char *source, bool warn) {
+static void store_uint(void *field, size_t width, unsigned long long v) {
+  switch (width) {
+    case sizeof(uint8_t): *(uint8_t *)field = (uint8_t)v; break;
+    case sizeof(uint16_t): *(uint16_t *)field = (uint16_t)v; break;
+    case sizeof(uint32_t): *(uint32_t *)field = (uint32_t)v; break;
+    default: *(uint64_t *)field = (uint64_t)v; break;
+  }
+}
+
+static unsigned long long load_uint(const void *field, size_t width) {
+  switch (width) {
+    case sizeof(uint8_t): return *(const uint8_t *)field;
+    case sizeof(uint16_t): return *(const uint16_t *)field;
+    case sizeof(uint32_t): return *(const uint32_t *)field;
+    default: return *(const uint64_t *)field;
+  }
+}
+
+static const choice *find_choice(const option *o, const char *value) {
+  for (int k = 0; k < MAX_CHOICES && o->choices[k].name; k++)
+    if (!strcmp(value, o->choices[k].name)) return &o->choices[k];
+  return NULL;
+}
+
+/* Parses `value` into option o's field. Returns 0, or -1 (the field untouched) if invalid.
+ * `bounded` false skips the range checks: a default may be the "off" value that a user cannot
+ * write (garbage_collection_threshold 0). */
+static int parse_into(const option *o, const char *value, bool bounded) {
+  double lo = bounded ? o->lo : 0, hi = bounded ? o->hi : INFINITY;
+  char *field = (char *)&msi_opt + o->offset;
+  unsigned long n;
   size_t sz;
   double d;
-  unsigned long n;
-  switch (opt) {
-    case OPT_BACKEND:
-      if (strcmp(value, "cuda") && strcmp(value, "sim")) break;
-      snprintf(msi_opt.backend, sizeof msi_opt.backend, "%s", value);
+  const choice *c;
+  switch (o->kind) {
+    case K_BOOL:
+      if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "True")) *(bool *)field = true;
+      else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "False")) *(bool *)field = false;
+      else return -1;
       return 0;
-    case OPT_SIM_CAPACITY:
-      if (msi_parse_size(value, &sz) || sz < MSI_SMALL_BUFFER) break;
-      msi_opt.sim_capacity = sz;
+    case K_UINT:
+      if (parse_uint(value, value + strlen(value), &n) || n < lo || n > hi) return -1;
+      store_uint(field, o->width, n);
       return 0;
-    case OPT_SIM_DEVICES:
-      if (parse_uint(value, value + strlen(value), &n) || n < 1 || n > MSI_MAX_DEVICES) break;
-      msi_opt.sim_devices = (int)n;
+    case K_MIB:
+      if (!strcmp(value, "unlimited")) {
+        *(size_t *)field = SIZE_MAX;
+        return 0;
+      }
+      if (parse_uint(value, value + strlen(value), &n) || n < lo || n > hi) return -1;
+      *(size_t *)field = (size_t)n << 20;
       return 0;
-    case OPT_SIM_OLD_DRIVER:
-    case OPT_EXPANDABLE_SEGMENTS: {
-      bool v;
-      if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "True")) v = true;
-      else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "False")) v = false;
-      else break;
-      if (opt == OPT_SIM_OLD_DRIVER) msi_opt.sim_old_driver = v;
-      else msi_opt.expandable_segments = v;
+    case K_SIZE:
+      if (msi_parse_size(value, &sz) || sz < lo) return -1;
+      *(size_t *)field = sz;
       return 0;
-    }
-    case OPT_ALLOCATOR:
-      /* PyTorch's backend key spells them native and cudaMallocAsync */
-      if (!strcmp(value, "native")) msi_opt.async_mode = false;
-      else if (!strcmp(value, "async") || !strcmp(value, "cudaMallocAsync")) msi_opt.async_mode = true;
-      else break;
+    case K_FRACTION:
+      if (parse_fraction(value, lo, hi, bounded && (o->open & 1), bounded && (o->open & 2), &d)) return -1;
+      *(double *)field = d;
       return 0;
-    case OPT_MAX_SPLIT_SIZE_MB:
-      if (parse_uint(value, value + strlen(value), &n) || n < MSI_LARGE_BUFFER >> 20 || n > (1ul << 40)) break;
-      msi_opt.max_split_size = (size_t)n << 20;
+    case K_CHOICE:
+      if (!(c = find_choice(o, value))) return -1;
+      store_uint(field, o->width, (unsigned long long)c->value);
       return 0;
-    case OPT_MAX_NON_SPLIT_ROUNDING_MB:
-      if (parse_uint(value, value + strlen(value), &n) || n < MSI_LARGE_BUFFER >> 20 || n > (1ul << 40)) break;
-      msi_opt.max_non_split_rounding = (size_t)n << 20;
+    case K_STRING:
+    case K_PATH:
+      if ((o->kind == K_STRING && !find_choice(o, value)) || strlen(value) >= o->width) return -1;
+      if (o->kind == K_PATH) pthread_mutex_lock(&path_lock); /* dumps read it from other threads */
+      snprintf(field, o->width, "%s", value);
+      if (o->kind == K_PATH) pthread_mutex_unlock(&path_lock);
       return 0;
-    case OPT_ROUNDUP_POWER2_DIVISIONS:
-      if (msi_parse_power2_divisions(value, msi_opt.power2_divisions)) break;
+    case K_SIGNAL:
+      if (!*value) *(int *)field = 0;
+      else if (!strcmp(value, "USR1") || !strcmp(value, "SIGUSR1")) *(int *)field = SIGUSR1;
+      else if (!strcmp(value, "USR2") || !strcmp(value, "SIGUSR2")) *(int *)field = SIGUSR2;
+      else if (!parse_uint(value, value + strlen(value), &n) && n > 0 && n < 65) *(int *)field = (int)n;
+      else return -1;
       return 0;
-    case OPT_GC_THRESHOLD:
-      if (parse_fraction(value, 0.0, 1.0, true, true, &d)) break;
-      msi_opt.gc_threshold = d;
-      return 0;
-    case OPT_MEMORY_FRACTION:
-      if (parse_fraction(value, 0.0, 1.0, false, false, &d)) break;
-      msi_opt.memory_fraction = d;
-      return 0;
-    case OPT_OOM:
-      if (!strcmp(value, "null")) msi_opt.oom = MSI_OOM_NULL;
-      else if (!strcmp(value, "throw")) msi_opt.oom = MSI_OOM_THROW;
-      else if (!strcmp(value, "abort")) msi_opt.oom = MSI_OOM_ABORT;
-      else break;
-      return 0;
-    case OPT_RECORD:
-      if (strcmp(value, "0") && strcmp(value, "1")) break;
-      msi_opt.record = value[0] == '1';
-      return 0;
-    case OPT_MAX_ENTRIES:
-      if (parse_uint(value, value + strlen(value), &n) || n < 16 || n > 1000000000ul) break;
-      msi_opt.max_entries = n;
-      return 0;
-    case OPT_STACKS:
-      if (!strcmp(value, "none")) msi_opt.stacks = MSI_STACKS_NONE;
-      else if (!strcmp(value, "native")) msi_opt.stacks = MSI_STACKS_NATIVE;
-      else if (!strcmp(value, "python")) msi_opt.stacks = MSI_STACKS_PYTHON;
-      else if (!strcmp(value, "all")) msi_opt.stacks = MSI_STACKS_ALL;
-      else break;
-      return 0;
-    case OPT_DUMP:
-    case OPT_DUMP_ON_OOM: {
-      char *dst = opt == OPT_DUMP ? msi_opt.dump : msi_opt.dump_on_oom;
-      if (strlen(value) >= sizeof msi_opt.dump) break;
-      pthread_mutex_lock(&path_lock); /* dumps read it from other threads */
-      snprintf(dst, sizeof msi_opt.dump, "%s", value);
-      pthread_mutex_unlock(&path_lock);
-      return 0;
-    }
-    case OPT_DUMP_SIGNAL:
-      if (!strcmp(value, "USR1") || !strcmp(value, "SIGUSR1")) msi_opt.dump_signal = SIGUSR1;
-      else if (!strcmp(value, "USR2") || !strcmp(value, "SIGUSR2")) msi_opt.dump_signal = SIGUSR2;
-      else if (!parse_uint(value, value + strlen(value), &n) && n > 0 && n < 65) msi_opt.dump_signal = (int)n;
-      else break;
-      return 0;
-    default:
-      break;
+    case K_POWER2:
+      return msi_parse_power2_divisions(value, (uint32_t *)field);
   }
-  if (warn)
-    msi_warn("invalid value '%s' for %s (%s); using the default %s", value, source, table[opt].comment,
-             table[opt].default_str);
-  else
-    msi_error("invalid value '%s' for %s (%s)", value, source, table[opt].comment);
   return -1;
 }
 
+/* Applies one option value. Returns 0, or -1 with an error naming `source` (also printed as a
+ * warning when `warn`: values from the environment; API callers get the error only). */
+static int apply(int opt, const char *value, const char *source, bool warn) {
+  if (parse_into(&table[opt], value, true) == 0) return 0;
+  const msi_option_info *info = &table[opt].info;
+  if (warn)
+    msi_warn("invalid value '%s' for %s (%s); using the default %s", value, source, info->comment,
+             info->default_str);
+  else
+    msi_error("invalid value '%s' for %s (%s)", value, source, info->comment);
+  return -1;
+}
+
+/* Every option at its table default: the defaults are parsed like any value, so a row's
+ * default string is the only place it is written. */
 static void set_defaults(void) {
   memset(&msi_opt, 0, sizeof msi_opt);
-  snprintf(msi_opt.backend, sizeof msi_opt.backend, "cuda");
-  msi_opt.sim_capacity = (size_t)16 << 30;
-  msi_opt.sim_devices = 1;
-  msi_opt.max_split_size = SIZE_MAX;
-  msi_opt.max_non_split_rounding = MSI_LARGE_BUFFER;
-  msi_opt.memory_fraction = 1.0;
-  msi_opt.oom = MSI_OOM_NULL;
-  msi_opt.max_entries = 100000;
-  msi_opt.stacks = MSI_STACKS_ALL;
+  for (int i = 0; i < OPT_COUNT; i++)
+    if (parse_into(&table[i], table[i].info.default_str, false) != 0) abort(); /* a bad row: a bug here */
 }
 
 /* Applies the knobs of a PyTorch allocator config string that memsnap understands. */
 static void apply_pytorch_conf(const char *var) {
   const char *conf = getenv(var);
   if (!conf || !*conf) return;
-  static const struct { const char *key; int opt; } keys[] = {
-      {"max_split_size_mb", OPT_MAX_SPLIT_SIZE_MB},
-      {"max_non_split_rounding_mb", OPT_MAX_NON_SPLIT_ROUNDING_MB},
-      {"roundup_power2_divisions", OPT_ROUNDUP_POWER2_DIVISIONS},
-      {"garbage_collection_threshold", OPT_GC_THRESHOLD},
-      {"expandable_segments", OPT_EXPANDABLE_SEGMENTS},
-      {"backend", OPT_ALLOCATOR},
-  };
   char buf[1024];
   snprintf(buf, sizeof buf, "%s", conf);
   char *p = buf;
@@ -296,11 +336,11 @@ static void apply_pytorch_conf(const char *var) {
     char *colon = strchr(p, ':');
     if (colon) {
       *colon = '\0';
-      for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        if (strcmp(p, keys[i].key) == 0) {
+      for (int i = 0; i < OPT_COUNT; i++) {
+        if (table[i].pytorch_key && strcmp(p, table[i].pytorch_key) == 0) {
           char source[96];
-          snprintf(source, sizeof source, "%s key %s", var, keys[i].key);
-          apply(keys[i].opt, colon + 1, source, true);
+          snprintf(source, sizeof source, "%s key %s", var, table[i].pytorch_key);
+          apply(i, colon + 1, source, true);
         }
       }
     }
@@ -308,19 +348,14 @@ static void apply_pytorch_conf(const char *var) {
   }
 }
 
-/* Options that may change while blocks exist: the rest shape segments and statistics, so they
- * are read only when the library initialises. */
-static bool runtime_settable(int opt) {
-  return opt == OPT_OOM || opt == OPT_GC_THRESHOLD || opt == OPT_STACKS || opt == OPT_DUMP || opt == OPT_DUMP_ON_OOM;
-}
-
 int msi_option_set(const char *name, const char *value) {
   for (int i = 0; i < OPT_COUNT; i++) {
     char var[48];
-    env_name(table[i].name, var, sizeof var);
-    if (strcmp(name, table[i].name) != 0 && strcmp(name, var) != 0) continue;
-    if (!runtime_settable(i)) {
-      msi_error("option %s is read only at initialisation: set %s in the environment", table[i].name, var);
+    env_name(table[i].info.name, var, sizeof var);
+    if (strcmp(name, table[i].info.name) != 0 && strcmp(name, var) != 0) continue;
+    /* The rest shape segments and statistics: read only when the library initialises. */
+    if (!table[i].runtime) {
+      msi_error("option %s is read only at initialisation: set %s in the environment", table[i].info.name, var);
       return MEMSNAP_EINVAL;
     }
     return apply(i, value, var, false) == 0 ? MEMSNAP_OK : MEMSNAP_EINVAL;
@@ -337,37 +372,45 @@ bool msi_dump_path(bool on_oom, char *out, size_t len) {
 }
 
 void msi_option_value(int i, char *out, size_t len) {
-  static const char *const oom[] = {"null", "throw", "abort"}, *const stacks[] = {"none", "native", "python", "all"};
   out[0] = '\0';
-  switch (i) {
-    case OPT_BACKEND: snprintf(out, len, "%s", msi_opt.backend); break;
-    case OPT_SIM_CAPACITY: snprintf(out, len, "%zu", msi_opt.sim_capacity); break;
-    case OPT_SIM_DEVICES: snprintf(out, len, "%d", msi_opt.sim_devices); break;
-    case OPT_SIM_OLD_DRIVER: snprintf(out, len, "%d", msi_opt.sim_old_driver); break;
-    case OPT_ALLOCATOR: snprintf(out, len, "%s", msi_opt.async_mode ? "async" : "native"); break;
-    case OPT_EXPANDABLE_SEGMENTS: snprintf(out, len, "%d", msi_opt.expandable_segments); break;
-    case OPT_MAX_SPLIT_SIZE_MB:
-      if (msi_opt.max_split_size == SIZE_MAX) snprintf(out, len, "unlimited");
-      else snprintf(out, len, "%zu", msi_opt.max_split_size >> 20);
+  if (i < 0 || i >= OPT_COUNT) return;
+  const option *o = &table[i];
+  const char *field = (const char *)&msi_opt + o->offset;
+  switch (o->kind) {
+    case K_BOOL: snprintf(out, len, "%d", *(const bool *)field); break;
+    case K_UINT: snprintf(out, len, "%llu", load_uint(field, o->width)); break;
+    case K_MIB:
+      if (*(const size_t *)field == SIZE_MAX) snprintf(out, len, "unlimited");
+      else snprintf(out, len, "%zu", *(const size_t *)field >> 20);
       break;
-    case OPT_MAX_NON_SPLIT_ROUNDING_MB: snprintf(out, len, "%zu", msi_opt.max_non_split_rounding >> 20); break;
-    case OPT_ROUNDUP_POWER2_DIVISIONS: {
-      size_t o = (size_t)snprintf(out, len, "[");
-      for (int k = 0; k < MSI_POWER2_INTERVALS && o < len; k++)
-        o += (size_t)snprintf(out + o, len - o, "%s%u:%u", k ? "," : "", 1u << k, msi_opt.power2_divisions[k]);
-      if (o < len) snprintf(out + o, len - o, "]");
+    case K_SIZE: snprintf(out, len, "%zu", *(const size_t *)field); break;
+    case K_FRACTION: snprintf(out, len, "%g", *(const double *)field); break;
+    case K_CHOICE: {
+      unsigned long long v = load_uint(field, o->width);
+      for (int k = 0; k < MAX_CHOICES && o->choices[k].name; k++)
+        if ((unsigned long long)o->choices[k].value == v) {
+          snprintf(out, len, "%s", o->choices[k].name);
+          break;
+        }
       break;
     }
-    case OPT_GC_THRESHOLD: snprintf(out, len, "%g", msi_opt.gc_threshold); break;
-    case OPT_MEMORY_FRACTION: snprintf(out, len, "%g", msi_opt.memory_fraction); break;
-    case OPT_OOM: snprintf(out, len, "%s", oom[msi_opt.oom]); break;
-    case OPT_RECORD: snprintf(out, len, "%d", msi_opt.record); break;
-    case OPT_MAX_ENTRIES: snprintf(out, len, "%llu", (unsigned long long)msi_opt.max_entries); break;
-    case OPT_STACKS: snprintf(out, len, "%s", stacks[msi_opt.stacks & 3]); break;
-    case OPT_DUMP: msi_dump_path(false, out, len); break;
-    case OPT_DUMP_ON_OOM: msi_dump_path(true, out, len); break;
-    case OPT_DUMP_SIGNAL: if (msi_opt.dump_signal) snprintf(out, len, "%d", msi_opt.dump_signal); break;
-    default: break;
+    case K_STRING: snprintf(out, len, "%s", field); break;
+    case K_PATH:
+      pthread_mutex_lock(&path_lock);
+      snprintf(out, len, "%s", field);
+      pthread_mutex_unlock(&path_lock);
+      break;
+    case K_SIGNAL:
+      if (*(const int *)field) snprintf(out, len, "%d", *(const int *)field);
+      break;
+    case K_POWER2: {
+      const uint32_t *div = (const uint32_t *)field;
+      size_t k = (size_t)snprintf(out, len, "[");
+      for (int j = 0; j < MSI_POWER2_INTERVALS && k < len; j++)
+        k += (size_t)snprintf(out + k, len - k, "%s%u:%u", j ? "," : "", 1u << j, div[j]);
+      if (k < len) snprintf(out + k, len - k, "]");
+      break;
+    }
   }
 }
 
@@ -377,7 +420,7 @@ void msi_options_load(void) {
   apply_pytorch_conf("PYTORCH_CUDA_ALLOC_CONF");
   for (int i = 0; i < OPT_COUNT; i++) {
     char var[48];
-    env_name(table[i].name, var, sizeof var);
+    env_name(table[i].info.name, var, sizeof var);
     const char *value = getenv(var);
     if (value && *value) apply(i, value, var, true);
   }

@@ -27,6 +27,14 @@ check "cli: version" bash -c "'$cli' version | grep -Eq '^memsnap [0-9]+\.[0-9]+
 check "cli: options lists MEMSNAP_BACKEND" bash -c "'$cli' options | grep -q '^MEMSNAP_BACKEND '"
 missing=$("$cli" options | awk '{print $1}' | while read -r var; do grep -q "\`$var\`" "$root/README.md" || echo "$var"; done)
 check "README documents every option (missing: ${missing:-none})" test -z "$missing"
+# ... with the library's default (`memsnap options` prints NAME, DEFAULT and the comment in
+# columns of 40 and 10): README's row reads | `VAR` | `DEFAULT` | or | `VAR` | (none) |.
+wrong=$("$cli" options | awk '{ d = substr($0, 42, 10); gsub(/ /, "", d); print $1, d }' | while read -r var def; do
+  want="\`$def\`"
+  [ -n "$def" ] || want="(none)"
+  grep -qF "| \`$var\` | $want |" "$root/README.md" || echo "$var"
+done)
+check "README's options table has the library's defaults (wrong: ${wrong:-none})" test -z "$wrong"
 # Every command of `memsnap help`, and every option its usage names, appears in README.md.
 undocumented=$("$cli" help | grep -oE '^  memsnap [a-z]+|(^| |\[)--?[a-z][a-z-]*' | sed 's/^  //' | sed -E 's/^[ [](-)/\1/' | sort -u |
   while read -r word; do grep -qF -- "$word" "$root/README.md" || echo "$word"; done | tr '\n' ' ')

@@ -1,5 +1,6 @@
 /* test_options.c: the options parser (options.c), linked from its object files directly so the
  * internal parsers can be called. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,5 +74,38 @@ int main(void) {
   setenv("MEMSNAP_MEMORY_FRACTION", "0.3", 1);
   msi_options_load();
   CHECK("env: memory fraction", msi_opt.memory_fraction == 0.3);
+
+  /* Every row of the table: its default is what a fresh load gives, and the value printed back
+   * (memsnap options, a snapshot's options) reads in again as the same value. */
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  for (int i = 0; i < msi_option_count(); i++) unsetenv(memsnap_option_info(i, NULL, NULL));
+  setenv("MEMSNAP_BACKEND", "sim", 1);
+  setenv("MEMSNAP_ROUNDUP_POWER2_DIVISIONS", "[256:1,512:2,>:8]", 1);
+  setenv("MEMSNAP_DUMP_SIGNAL", "USR2", 1);
+  setenv("MEMSNAP_STACKS", "python", 1);
+  setenv("MEMSNAP_ALLOCATOR", "cudaMallocAsync", 1);
+  msi_options_load();
+  bool round_trips = msi_option_count() == 18;
+  for (int i = 0; i < msi_option_count(); i++) {
+    char before[512], after[512];
+    const char *def, *var = memsnap_option_info(i, &def, NULL);
+    msi_option_value(i, before, sizeof before);
+    if (before[0] && strcmp(before, def) != 0) setenv(var, before, 1); /* an off default may be unwritable */
+    msi_options_load();
+    msi_option_value(i, after, sizeof after);
+    if (strcmp(before, after) != 0) {
+      fprintf(stderr, "  %s: '%s' read back as '%s'\n", var, before, after);
+      round_trips = false;
+    }
+  }
+  CHECK("table: every option's printed value reads back as itself", round_trips);
+  CHECK("table: the alias cudaMallocAsync prints as async", msi_opt.async_mode);
+  char shown[64];
+  msi_option_value(4, shown, sizeof shown);
+  CHECK("table: row 4 is allocator, printed by its first name", !strcmp(memsnap_option_info(4, NULL, NULL), "MEMSNAP_ALLOCATOR") &&
+                                                                   !strcmp(shown, "async"));
+  CHECK("table: a runtime option is settable, a load-time one refused",
+        msi_option_set("stacks", "native") == MEMSNAP_OK && msi_opt.stacks == MSI_STACKS_NATIVE &&
+            msi_option_set("max_split_size_mb", "64") == MEMSNAP_EINVAL && strstr(memsnap_last_error(), "read only"));
   TEST_DONE();
 }

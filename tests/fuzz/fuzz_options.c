@@ -12,8 +12,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  int n;
-  const msi_option_info *table = msi_option_table(&n);
+  int n = msi_option_count();
   char *value = malloc(size);
   if (!value) return 0;
   memcpy(value, data + 1, size - 1);
@@ -21,11 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int k = data[0] % (n + 1);
   char var[64];
   if (k == n) snprintf(var, sizeof var, "PYTORCH_CUDA_ALLOC_CONF");
-  else {
-    snprintf(var, sizeof var, "MEMSNAP_%s", table[k].name);
-    for (char *c = var; *c; c++)
-      if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 'a' + 'A');
-  }
+  else snprintf(var, sizeof var, "%s", memsnap_option_info(k, NULL, NULL));
   setenv(var, value, 1);
   msi_options_load();
   unsetenv(var);
