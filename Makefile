@@ -39,7 +39,7 @@ LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/back
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/strindex.c analyzer/report.c analyzer/cmd_info.c \
   analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/replay.c analyzer/timeline.c \
-  analyzer/outfile.c analyzer/pickle.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c
+  analyzer/outfile.c analyzer/pickle_read.c analyzer/pickle_write.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle
@@ -89,9 +89,9 @@ $(BUILD)/tests/test_record $(BUILD)/tests/test_modes: $(BUILD)/tests/%: $(BUILD)
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread $(EXTRA_LDFLAGS)
 
 # test_pickle runs the importer in process: it links the CLI's pickle and import objects.
-$(BUILD)/tests/test_pickle: tests/test_pickle.c tests/testhelper.h $(BUILD)/analyzer/import.o $(BUILD)/analyzer/pickle.o
+$(BUILD)/tests/test_pickle: tests/test_pickle.c tests/testhelper.h $(BUILD)/analyzer/import.o $(BUILD)/analyzer/pickle_read.o $(BUILD)/analyzer/pickle_write.o
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) -Ianalyzer $(EXTRA_CFLAGS) -o $@ $< $(BUILD)/analyzer/import.o \
-	  $(BUILD)/analyzer/pickle.o $(PKG_LIBS) -lm $(EXTRA_LDFLAGS)
+	  $(BUILD)/analyzer/pickle_read.o $(BUILD)/analyzer/pickle_write.o $(PKG_LIBS) -lm $(EXTRA_LDFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
@@ -177,7 +177,7 @@ $(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS
 	@mkdir -p $(dir $@)
 	$(CC) $(FUZZ_LINK) -o $@ $^ $(PKG_LIBS)
 
-$(BUILD)/fuzz/fuzz_pickle: $(BUILD)/tests/fuzz/fuzz_pickle.o $(addprefix $(BUILD)/analyzer/,import.o pickle.o)
+$(BUILD)/fuzz/fuzz_pickle: $(BUILD)/tests/fuzz/fuzz_pickle.o $(addprefix $(BUILD)/analyzer/,import.o pickle_read.o pickle_write.o)
 	@mkdir -p $(dir $@)
 	$(CC) $(FUZZ_LINK) -o $@ $^ $(PKG_LIBS) -lm
 

@@ -11,7 +11,7 @@
  *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
  *   html.c      the report page (web/ inlined, the analysis embedded)
  *   cmd_info.c  `memsnap info`
- *   import.c    PyTorch snapshots in (pickle.c reads and writes pickles); cmd_import.c runs it
+ *   import.c    PyTorch snapshots in (pickle_read.c and pickle_write.c read and write pickles); cmd_import.c runs it
  *   cmd_export.c  snapshots out as PyTorch snapshots
  *   outfile.c   output files written atomically, never over an input
  */

@@ -3,7 +3,7 @@
  * any other; `memsnap import` (cmd_import.c) runs it on a file, the fuzzing target on a buffer.
  * docs/pytorch-snapshots.md has the mapping, field by field.
  *
- * The pickle is read by pickle.c's strict reader (it never runs code) while it is inflated, and
+ * The pickle is read by pickle_read.c's strict reader (it never runs code) while it is inflated, and
  * streamed: each device trace entry, segment and annotation is written to SQLite when the list
  * that holds it receives it, then freed. Memory holds one batch of entries (picklers append 1000
  * at a time), the distinct frames and stacks (each once), and the strings that the pickle's memo

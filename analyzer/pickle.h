@@ -1,5 +1,5 @@
 /* pickle.h: a strict, streaming reader of Python pickles that hold only data, and a writer of
- * such pickles (pickle.c). `memsnap import` and `memsnap export` use them for PyTorch's memory
+ * such pickles (pickle_read.c, pickle_write.c). `memsnap import` and `memsnap export` use them for PyTorch's memory
  * snapshots; nothing here knows about snapshots.
  *
  * The reader understands the data opcodes of protocols 2 to 5 (None, booleans, integers of any
@@ -62,6 +62,10 @@ const char *pk_type_name(const pk_value *v);
 
 /* Replaces, in place, every byte of s[0..len) that is not part of valid UTF-8 (and NUL) by '?'. */
 void pk_utf8_sanitize(char *s, size_t len);
+
+/* The length of the valid UTF-8 sequence at s (at most n bytes): 1 to 4, or 0 if invalid
+ * (overlong forms and surrogates are invalid, as Python's strict codec has them). */
+size_t pk_utf8_len(const unsigned char *s, size_t n);
 
 /* ---- reader ------------------------------------------------------------------------------ */
 

@@ -490,7 +490,10 @@ static int find_piece(sim_device *d, size_t size, memsnap_stream_t stream) {
   int best = -1;
   for (int i = 0; i < d->npieces; i++) {
     apool_range *p = &d->pieces[i];
-    if (p->free && p->size >= size && (best < 0 || p->size < d->pieces[best].size) && piece_ready(p, stream)) best = i;
+    if (p->free && p->size >= size && (best < 0 || p->size < d->pieces[best].size) && piece_ready(p, stream)) {
+      best = i;
+      if (p->size == size) break; /* nothing fits better: the first exact fit, as the full scan would pick */
+    }
   }
   return best;
 }

@@ -1,4 +1,5 @@
-/* pickle.c: a strict, streaming reader of data-only Python pickles, and a writer (pickle.h).
+/* pickle_read.c: a strict, streaming reader of data-only Python pickles (pickle.h; the writer
+ * is pickle_write.c).
  *
  * The reader is the pickle virtual machine restricted to data: a value stack with marks (a
  * mark is the stack length when MARK ran; an opcode sees only the values above the top mark,
@@ -15,9 +16,6 @@
  *     read from the input is checked against what is left of the input when its size is known;
  *     strings longer than 1 MiB grow as their bytes arrive, so a lying length costs nothing.
  * Errors are "offset N: ..." with the opcode's name and offset.
- *
- * The writer emits protocol 4 with the opcodes that both Python and PyTorch's JavaScript
- * unpickler (MemoryViz.js) read.
  */
 #include "pickle.h"
 
@@ -711,10 +709,14 @@ static int refuse(pk_reader *r) {
   return pk_fail(r, "unknown opcode (not a pickle, or a damaged one)");
 }
 
-static int run_op(pk_reader *r, int op, pk_value *root, bool *stop) {
+/* Each group of opcodes returns 0, -1 on error (r->error set), or NOT_MINE for an opcode of
+ * another group. */
+#define NOT_MINE 1
+
+/* PROTO, FRAME, STOP, MARK, POP, POP_MARK, DUP: the machine itself. */
+static int run_machine_op(pk_reader *r, int op, pk_value *root, bool *stop) {
   uint64_t n;
   size_t m;
-  pk_obj *o;
   switch (op) {
     case 0x80: /* PROTO */
       if (read_u8(r, &n) != 0) return -1;
@@ -753,6 +755,14 @@ static int run_op(pk_reader *r, int op, pk_value *root, bool *stop) {
       if (need(r, 1) != 0) return -1;
       if (r->stack[r->nstack - 1].kind == PK_OBJ) r->stack[r->nstack - 1].o->refs++;
       return push(r, r->stack[r->nstack - 1]);
+    default: return NOT_MINE;
+  }
+}
+
+/* None, booleans, integers, floats, str and bytes. */
+static int run_scalar_op(pk_reader *r, int op) {
+  uint64_t n;
+  switch (op) {
     case 'N': return push(r, (pk_value){.kind = PK_NONE});
     case 0x88: return push(r, (pk_value){.kind = PK_BOOL, .i = 1});
     case 0x89: return push(r, (pk_value){.kind = PK_BOOL, .i = 0});
@@ -807,6 +817,15 @@ static int run_op(pk_reader *r, int op, pk_value *root, bool *stop) {
     case 0x96:
       if (read_le(r, 8, &n) != 0) return -1;
       return read_string(r, PK_BYTES, n);
+    default: return NOT_MINE;
+  }
+}
+
+/* Tuples, lists, dicts and sets (lists here), built or added to. */
+static int run_container_op(pk_reader *r, int op) {
+  size_t m;
+  pk_obj *o;
+  switch (op) {
     case ')': return build_from(r, PK_TUPLE, r->nstack);
     case 0x85:
     case 0x86:
@@ -865,6 +884,14 @@ static int run_op(pk_reader *r, int op, pk_value *root, bool *stop) {
       }
       r->nstack = m;
       return 0;
+    default: return NOT_MINE;
+  }
+}
+
+/* PUT, GET and MEMOIZE in their forms. */
+static int run_memo_op(pk_reader *r, int op) {
+  uint64_t n;
+  switch (op) {
     case 'q': /* BINPUT, LONG_BINPUT, BINGET, LONG_BINGET: 1- or 4-byte index */
     case 'r':
     case 'h':
@@ -876,8 +903,17 @@ static int run_op(pk_reader *r, int op, pk_value *root, bool *stop) {
       if (read_decimal_line(r, &n) != 0) return -1;
       return op == 'p' ? memo_put(r, n) : memo_get(r, n);
     case 0x94: return memo_put(r, r->nmemo);
-    default: return refuse(r);
+    default: return NOT_MINE;
   }
+}
+
+/* Runs one opcode: the groups in the order of how often snapshots use them. */
+static int run_op(pk_reader *r, int op, pk_value *root, bool *stop) {
+  int rc = run_scalar_op(r, op);
+  if (rc == NOT_MINE) rc = run_container_op(r, op);
+  if (rc == NOT_MINE) rc = run_memo_op(r, op);
+  if (rc == NOT_MINE) rc = run_machine_op(r, op, root, stop);
+  return rc == NOT_MINE ? refuse(r) : rc;
 }
 
 pk_reader *pk_reader_new(pk_read_fn read, void *read_ctx, uint64_t input_size, const pk_limits *limits,
@@ -938,6 +974,31 @@ void pk_reader_free(pk_reader *r) {
   free(r);
 }
 
+/* ---- text ------------------------------------------------------------------------------- */
+
+size_t pk_utf8_len(const unsigned char *s, size_t n) {
+  size_t k = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+  if (k == 0 || k > n || (k == 2 && s[0] < 0xc2) || (k == 4 && s[0] > 0xf4)) return 0;
+  for (size_t i = 1; i < k; i++)
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  if (k == 3 && s[0] == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
+  if (k == 3 && s[0] == 0xed && s[1] > 0x9f) return 0; /* a surrogate (Python's surrogatepass) */
+  if (k == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))) return 0;
+  return k;
+}
+
+void pk_utf8_sanitize(char *s, size_t len) {
+  unsigned char *p = (unsigned char *)s;
+  for (size_t i = 0; i < len;) {
+    size_t k = p[i] ? pk_utf8_len(p + i, len - i) : 0;
+    if (k) {
+      i += k;
+    } else {
+      p[i++] = '?';
+    }
+  }
+}
+
 /* ---- in memory ---------------------------------------------------------------------------- */
 
 typedef struct mem_source {
@@ -967,147 +1028,4 @@ int pk_parse_buffer(const uint8_t *data, size_t len, const pk_limits *limits, ch
   if (rc != 0) snprintf(err, errlen, "%s", pk_error(r));
   pk_reader_free(r);
   return rc;
-}
-
-/* ---- writer ------------------------------------------------------------------------------- */
-
-static void put(pk_writer *w, const void *p, size_t n) {
-  const unsigned char *b = p;
-  while (n > 0 && !w->failed) {
-    if (w->n == sizeof w->buf) {
-      if (w->write(w->ctx, w->buf, w->n) != 0) w->failed = true;
-      w->n = 0;
-    }
-    size_t k = sizeof w->buf - w->n < n ? sizeof w->buf - w->n : n;
-    memcpy(w->buf + w->n, b, k);
-    w->n += k;
-    b += k;
-    n -= k;
-  }
-}
-
-static void put_le(pk_writer *w, uint64_t v, size_t n) {
-  unsigned char b[8];
-  for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(v >> (8 * i));
-  put(w, b, n);
-}
-
-void pkw_init(pk_writer *w, int (*write)(void *ctx, const void *buf, size_t n), void *ctx) {
-  w->write = write;
-  w->ctx = ctx;
-  w->memo = 0;
-  w->n = 0;
-  w->failed = false;
-}
-
-void pkw_op(pk_writer *w, int op) {
-  unsigned char c = (unsigned char)op;
-  put(w, &c, 1);
-}
-
-void pkw_proto(pk_writer *w) {
-  pkw_op(w, 0x80);
-  pkw_op(w, 4);
-}
-
-void pkw_int(pk_writer *w, int64_t v) {
-  if (v >= 0 && v < 256) {
-    pkw_op(w, 'K');
-    put_le(w, (uint64_t)v, 1);
-  } else if (v >= 0 && v < 65536) {
-    pkw_op(w, 'M');
-    put_le(w, (uint64_t)v, 2);
-  } else if (v >= INT32_MIN && v <= INT32_MAX) {
-    pkw_op(w, 'J');
-    put_le(w, (uint64_t)v, 4);
-  } else { /* LONG1, the fewest bytes that keep the sign */
-    size_t n = 8;
-    while (n > 1) {
-      int64_t top = v >> (8 * (n - 1) - 1); /* the bits that a shorter form would drop, and its sign bit */
-      if (top != 0 && top != -1) break;
-      n--;
-    }
-    pkw_op(w, 0x8a);
-    pkw_op(w, (int)n);
-    put_le(w, (uint64_t)v, n);
-  }
-}
-
-void pkw_float(pk_writer *w, double v) {
-  uint64_t u;
-  memcpy(&u, &v, sizeof u);
-  unsigned char b[8];
-  for (int i = 0; i < 8; i++) b[i] = (unsigned char)(u >> (56 - 8 * i));
-  pkw_op(w, 'G');
-  put(w, b, 8);
-}
-
-/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  size_t k = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
-  if (k == 0 || k > n || (k == 2 && s[0] < 0xc2) || (k == 4 && s[0] > 0xf4)) return 0;
-  for (size_t i = 1; i < k; i++)
-    if ((s[i] & 0xc0) != 0x80) return 0;
-  if (k == 3 && s[0] == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
-  if (k == 3 && s[0] == 0xed && s[1] > 0x9f) return 0; /* a surrogate (Python's surrogatepass) */
-  if (k == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))) return 0;
-  return k;
-}
-
-void pk_utf8_sanitize(char *s, size_t len) {
-  unsigned char *p = (unsigned char *)s;
-  for (size_t i = 0; i < len;) {
-    size_t k = p[i] ? utf8_len(p + i, len - i) : 0;
-    if (k) {
-      i += k;
-    } else {
-      p[i++] = '?';
-    }
-  }
-}
-
-void pkw_str(pk_writer *w, const char *s, size_t len) {
-  if (len < 256) {
-    pkw_op(w, 0x8c);
-    put_le(w, len, 1);
-  } else {
-    pkw_op(w, 'X');
-    put_le(w, len > UINT32_MAX ? UINT32_MAX : len, 4);
-    if (len > UINT32_MAX) len = UINT32_MAX;
-  }
-  const unsigned char *p = (const unsigned char *)s;
-  for (size_t i = 0; i < len;) {
-    size_t k = utf8_len(p + i, len - i);
-    if (k) {
-      put(w, p + i, k);
-      i += k;
-    } else {
-      put(w, "?", 1);
-      i++;
-    }
-  }
-}
-
-void pkw_cstr(pk_writer *w, const char *s) { pkw_str(w, s, strlen(s)); }
-
-uint64_t pkw_memoize(pk_writer *w) {
-  pkw_op(w, 0x94);
-  return w->memo++;
-}
-
-void pkw_get(pk_writer *w, uint64_t index) {
-  if (index < 256) {
-    pkw_op(w, 'h');
-    put_le(w, index, 1);
-  } else {
-    pkw_op(w, 'j');
-    put_le(w, index, 4);
-  }
-}
-
-int pkw_finish(pk_writer *w) {
-  pkw_op(w, '.');
-  if (!w->failed && w->n && w->write(w->ctx, w->buf, w->n) != 0) w->failed = true;
-  w->n = 0;
-  return w->failed ? -1 : 0;
 }
