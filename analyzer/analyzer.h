@@ -25,11 +25,13 @@
 #include <stdio.h>
 
 #include "memsnap.h"
+#include "snapshot_schema.h"
 
-/* Event kinds (recorder/snapshot_schema.h names them); segment_map/unmap come from imported
- * PyTorch snapshots (expandable segments). */
-enum { MS_ALLOC = 1, MS_FREE_REQUESTED, MS_FREE_COMPLETED, MS_SEGMENT_ALLOC, MS_SEGMENT_FREE, MS_OOM, MS_SNAPSHOT,
-       MS_MARK, MS_RANGE_PUSH, MS_RANGE_POP, MS_SEGMENT_MAP, MS_SEGMENT_UNMAP };
+/* Event kinds, as recorder/snapshot_schema.h lists them (MS_ALLOC = 1, ...); segment_map/unmap
+ * come from expandable segments and imported PyTorch snapshots. */
+#define MS_KIND_(id, name) MS_##id,
+enum { MS_NO_KIND, MEMSNAP_EVENT_KIND_LIST(MS_KIND_) MS_KINDS };
+#undef MS_KIND_
 
 /* Text from a snapshot (names, files, labels) longer than this is cut by the reader. */
 #define MS_TEXT_MAX 4096

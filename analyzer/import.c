@@ -45,9 +45,6 @@ enum { TAG_FRAME = 1, TAG_STACK = 2, TAG_LIST = 3 };
 #define TAG_KIND(t) ((int)((t) & 3))
 #define TAG_ID(t) ((t) >> 2)
 
-enum { KIND_ALLOC = 1, KIND_FREE_REQUESTED, KIND_FREE_COMPLETED, KIND_SEGMENT_ALLOC, KIND_SEGMENT_FREE, KIND_OOM,
-       KIND_SNAPSHOT, KIND_MARK, KIND_RANGE_PUSH, KIND_RANGE_POP, KIND_SEGMENT_MAP, KIND_SEGMENT_UNMAP };
-
 #define MAX_DEPTH 4096          /* frames kept per stack (the innermost) */
 #define MAX_DEVICES 4096
 #define MAX_TIME_US 4000000000000000LL /* year 2096: times stay exact in ns */
@@ -462,7 +459,7 @@ static int take_entry(importer *im, pk_obj *list, const pk_obj *e) {
   if (get_str(im, e, "action", &w, true, &action, &alen) != 0) return -1;
   int kind = 0;
   for (int k = 1; k < MEMSNAP_EVENT_KINDS; k++)
-    if (k != KIND_MARK && k != KIND_RANGE_PUSH && k != KIND_RANGE_POP && strcmp(action, memsnap_event_kind_names[k]) == 0)
+    if (k != MS_MARK && k != MS_RANGE_PUSH && k != MS_RANGE_POP && strcmp(action, memsnap_event_kind_names[k]) == 0)
       kind = k;
   im->entries++;
   if (!kind) { /* an action memsnap has no kind for (a newer PyTorch's): counted, named once */
@@ -471,26 +468,26 @@ static int take_entry(importer *im, pk_obj *list, const pk_obj *e) {
   }
   int64_t t, addr = 0, size = 0, stream, stack;
   if (entry_time(im, e, &w, &t) != 0 ||
-      get_int(im, e, kind == KIND_OOM ? "device_free" : "addr", &w, kind != KIND_SNAPSHOT, 0, INT64_MIN, INT64_MAX,
+      get_int(im, e, kind == MS_OOM ? "device_free" : "addr", &w, kind != MS_SNAPSHOT, 0, INT64_MIN, INT64_MAX,
               &addr) != 0 ||
-      get_int(im, e, "size", &w, kind != KIND_SNAPSHOT, 0, 0, MAX_SIZE, &size) != 0 ||
+      get_int(im, e, "size", &w, kind != MS_SNAPSHOT, 0, 0, MAX_SIZE, &size) != 0 ||
       get_int(im, e, "stream", &w, false, 0, INT64_MIN, INT64_MAX, &stream) != 0 ||
       (stack = stack_id(im, pk_dict_get(e, "frames"), &w)) < 0)
     return -1;
   int64_t block = rounded(size), extra = 0;
   switch (kind) {
-    case KIND_ALLOC: tl->allocated = saturated(tl->allocated, block); break;
-    case KIND_FREE_COMPLETED: tl->allocated = saturated(tl->allocated, -block); break;
-    case KIND_SEGMENT_ALLOC:
-    case KIND_SEGMENT_MAP: tl->reserved = saturated(tl->reserved, size); break;
-    case KIND_SEGMENT_FREE:
-    case KIND_SEGMENT_UNMAP: tl->reserved = saturated(tl->reserved, -size); break;
-    case KIND_OOM: extra = tl->reserved > tl->allocated ? tl->reserved - tl->allocated : 0; break;
+    case MS_ALLOC: tl->allocated = saturated(tl->allocated, block); break;
+    case MS_FREE_COMPLETED: tl->allocated = saturated(tl->allocated, -block); break;
+    case MS_SEGMENT_ALLOC:
+    case MS_SEGMENT_MAP: tl->reserved = saturated(tl->reserved, size); break;
+    case MS_SEGMENT_FREE:
+    case MS_SEGMENT_UNMAP: tl->reserved = saturated(tl->reserved, -size); break;
+    case MS_OOM: extra = tl->reserved > tl->allocated ? tl->reserved - tl->allocated : 0; break;
     default: break;
   }
-  bool blockwise = kind == KIND_ALLOC || kind == KIND_FREE_REQUESTED || kind == KIND_FREE_COMPLETED;
+  bool blockwise = kind == MS_ALLOC || kind == MS_FREE_REQUESTED || kind == MS_FREE_COMPLETED;
   return stage_event(im, t, kind, TAG_ID(list->tag), stream, addr, blockwise ? block : size, size, extra,
-                     kind == KIND_OOM, stack);
+                     kind == MS_OOM, stack);
 }
 
 /* One segment with its blocks. */
@@ -602,7 +599,7 @@ static int take_annotation(importer *im, const pk_obj *a) {
     if (step(im, im->range_open) != 0) return -1;
     open->v[open->n] = (open_range){sqlite3_last_insert_rowid(im->db), label, (int64_t)open->n};
     open->n++;
-    return stage_event(im, t, KIND_RANGE_PUSH, 0, 0, 0, 0, (int64_t)open->n - 1, label, true, 0);
+    return stage_event(im, t, MS_RANGE_PUSH, 0, 0, 0, 0, (int64_t)open->n - 1, label, true, 0);
   }
   /* END closes the innermost open range of its name; ranges opened inside it and never closed
      stay open. An END whose START came before recording matches nothing. The search looks at
@@ -614,7 +611,7 @@ static int take_annotation(importer *im, const pk_obj *a) {
       sqlite3_bind_int64(im->range_close, 2, open->v[k].row);
       if (step(im, im->range_close) != 0) return -1;
       open->n = k;
-      return stage_event(im, t, KIND_RANGE_POP, 0, 0, 0, 0, (int64_t)k, 0, false, 0);
+      return stage_event(im, t, MS_RANGE_POP, 0, 0, 0, 0, (int64_t)k, 0, false, 0);
     }
   im->unmatched_ends++;
   return 0;

@@ -18,7 +18,6 @@
 
 #include "analyzer.h"
 
-#define READ_VERSION 1
 
 static const char *const required_tables[] = {"meta", "devices", "stats", "segments", "blocks", "events",
                                               "labels", "marks", "ranges", "stacks", "stack_frames", "frames"};
@@ -121,9 +120,9 @@ int ms_open(ms_snapshot *s, const char *path) {
   }
   int version = sqlite3_column_int(st, 0);
   sqlite3_finalize(st);
-  if (version > READ_VERSION) {
+  if (version > MEMSNAP_FORMAT_VERSION) {
     fail(s, "'%s' has snapshot format %d; this memsnap (%s) reads format %d: use a newer memsnap", s->shown_path, version,
-         MEMSNAP_VERSION, READ_VERSION);
+         MEMSNAP_VERSION, MEMSNAP_FORMAT_VERSION);
     ms_close(s);
     return -1;
   }

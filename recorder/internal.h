@@ -28,6 +28,7 @@
 #include <stddef.h>
 
 #include "memsnap.h"
+#include "snapshot_schema.h"
 
 #define MSI_LIKELY(x) __builtin_expect(!!(x), 1)
 #define MSI_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -327,21 +328,13 @@ typedef struct msi_device {
 
 /* ---- history (history.c), stacks (stacks.c), snapshots (snapshot.c) -------------------- */
 
+#define MSI_EV_(id, name) MSI_EV_##id,
 typedef enum {
-  MSI_EV_ALLOC = 1,
-  MSI_EV_FREE_REQUESTED,
-  MSI_EV_FREE_COMPLETED,
-  MSI_EV_SEGMENT_ALLOC,
-  MSI_EV_SEGMENT_FREE,
-  MSI_EV_OOM,
-  MSI_EV_SNAPSHOT,
-  MSI_EV_MARK,
-  MSI_EV_RANGE_PUSH,
-  MSI_EV_RANGE_POP,
-  MSI_EV_SEGMENT_MAP,   /* expandable segments: pages mapped (size: bytes) */
-  MSI_EV_SEGMENT_UNMAP, /* ... and unmapped */
+  MSI_EV_NONE, /* ids from 1, as snapshot_schema.h lists them */
+  MEMSNAP_EVENT_KIND_LIST(MSI_EV_)
   MSI_EV_KINDS
 } msi_event_kind;
+#undef MSI_EV_
 
 /* One recorded event, 64 bytes. For OOM: addr is the device's free bytes, aux the bytes the
  * cache held reserved but unallocated. For marks and ranges: aux is the label id, requested the

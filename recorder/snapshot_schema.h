@@ -1,16 +1,18 @@
-/* snapshot_schema.h: the tables and event kinds of a snapshot file (docs/snapshot-format.md),
- * shared by the recorder's writer (snapshot.c) and the CLI's importer (analyzer/cmd_import.c),
- * so that both write the same file. */
+/* snapshot_schema.h: the format version, tables and event kinds of a snapshot file
+ * (docs/snapshot-format.md), each defined here once: the recorder's writer (snapshot.c), the
+ * CLI's importer (analyzer/import.c) and its reader (analyzer/reader.c) all use them. */
 #ifndef MEMSNAP_SNAPSHOT_SCHEMA_H
 #define MEMSNAP_SNAPSHOT_SCHEMA_H
 
-#define MEMSNAP_FORMAT_VERSION 1
+#define MEMSNAP_FORMAT_VERSION 1 /* the file's user_version; readers refuse newer ones */
+#define MEMSNAP_STRINGIFY_(x) #x
+#define MEMSNAP_STRINGIFY(x) MEMSNAP_STRINGIFY_(x)
 
 /* Creates every table of an empty snapshot and sets its format version. Columns added after
  * version 1's first files (segments.expandable, pool_id0, pool_id1) are at the end of their table:
  * readers of old files find them missing (see docs/snapshot-format.md). */
 __attribute__((unused)) static const char memsnap_schema_sql[] =
-    "PRAGMA user_version = 1;"
+    "PRAGMA user_version = " MEMSNAP_STRINGIFY(MEMSNAP_FORMAT_VERSION) ";"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
     "CREATE TABLE options(name TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;"
     "CREATE TABLE devices(device INTEGER PRIMARY KEY, name TEXT, total_bytes INTEGER, free_bytes INTEGER,"
@@ -34,12 +36,26 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     "CREATE TABLE frames(id INTEGER PRIMARY KEY, kind TEXT, name TEXT, file TEXT, line INTEGER, module TEXT,"
     " pc INTEGER, offset INTEGER, inlined INTEGER);";
 
-/* event_kinds: the name of each kind, by id. segment_map and segment_unmap are the pages of
- * expandable segments (and, in async mode, the stream-ordered pool's growth). */
-enum { MEMSNAP_EVENT_KINDS = 13 };
+/* The event kinds, the one list of them: X(ID, "name") in id order from 1. The recorder
+ * (MSI_EV_*, recorder/internal.h) and the CLI (MS_*, analyzer/analyzer.h) spell their enums
+ * from it, and the table event_kinds holds the names. segment_map and segment_unmap are the
+ * pages of expandable segments (and, in async mode, the stream-ordered pool's growth). A new
+ * kind goes at the end: ids are part of the format. */
+#define MEMSNAP_EVENT_KIND_LIST(X)                                                              \
+  X(ALLOC, "alloc") X(FREE_REQUESTED, "free_requested") X(FREE_COMPLETED, "free_completed")      \
+  X(SEGMENT_ALLOC, "segment_alloc") X(SEGMENT_FREE, "segment_free") X(OOM, "oom")                 \
+  X(SNAPSHOT, "snapshot") X(MARK, "mark") X(RANGE_PUSH, "range_push") X(RANGE_POP, "range_pop") \
+  X(SEGMENT_MAP, "segment_map") X(SEGMENT_UNMAP, "segment_unmap")
+
+#define MEMSNAP_KIND_COUNT_(id, name) +1
+enum { MEMSNAP_EVENT_KINDS = 1 MEMSNAP_EVENT_KIND_LIST(MEMSNAP_KIND_COUNT_) }; /* ids 1 .. KINDS-1 */
+#undef MEMSNAP_KIND_COUNT_
+
+#define MEMSNAP_KIND_NAME_(id, name) name,
+/* event_kinds: the name of each kind, by id (0 is none). */
 __attribute__((unused)) static const char *const memsnap_event_kind_names[MEMSNAP_EVENT_KINDS] = {
-    NULL, "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "snapshot",
-    "mark", "range_push", "range_pop", "segment_map", "segment_unmap"};
+    NULL, MEMSNAP_EVENT_KIND_LIST(MEMSNAP_KIND_NAME_)};
+#undef MEMSNAP_KIND_NAME_
 
 /* Inserts one segment, naming its columns (both writers use it). */
 __attribute__((unused)) static const char memsnap_insert_segment_sql[] =
