@@ -33,11 +33,11 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/history.c \
+  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/history.c recorder/devices.c recorder/misuse.c \
   recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
-CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/strindex.c analyzer/report.c analyzer/cmd_info.c \
+CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/misuse.c analyzer/strindex.c analyzer/report.c analyzer/cmd_info.c \
   analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/replay.c analyzer/timeline.c \
   analyzer/outfile.c analyzer/pickle.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js

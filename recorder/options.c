@@ -23,7 +23,7 @@ static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER; /* msi_opt.dump, .
 
 enum { OPT_BACKEND, OPT_SIM_CAPACITY, OPT_SIM_DEVICES, OPT_SIM_OLD_DRIVER, OPT_ALLOCATOR, OPT_EXPANDABLE_SEGMENTS,
        OPT_MAX_SPLIT_SIZE_MB, OPT_MAX_NON_SPLIT_ROUNDING_MB,
-       OPT_ROUNDUP_POWER2_DIVISIONS, OPT_GC_THRESHOLD, OPT_MEMORY_FRACTION, OPT_OOM, OPT_RECORD,
+       OPT_ROUNDUP_POWER2_DIVISIONS, OPT_GC_THRESHOLD, OPT_MEMORY_FRACTION, OPT_OOM, OPT_INVALID_FREE, OPT_RECORD,
        OPT_MAX_ENTRIES, OPT_STACKS, OPT_DUMP, OPT_DUMP_ON_OOM, OPT_DUMP_SIGNAL, OPT_COUNT };
 
 static const msi_option_info table[OPT_COUNT] = {
@@ -39,6 +39,7 @@ static const msi_option_info table[OPT_COUNT] = {
     [OPT_GC_THRESHOLD] = {"garbage_collection_threshold", "0", "with a memory fraction set, free old cached blocks above this share of it (0 < t < 1)"},
     [OPT_MEMORY_FRACTION] = {"memory_fraction", "1.0", "cap each device at this share of its memory (0..1; 1 is no cap), like set_per_process_memory_fraction"},
     [OPT_OOM] = {"oom", "null", "on out of memory in memsnap_malloc: null (return NULL), throw (raise torch.OutOfMemoryError; set by memsnap.enable), abort"},
+    [OPT_INVALID_FREE] = {"invalid_free", "warn", "on a free of a pointer memsnap does not own (double, foreign, interior): warn (once per site on stderr), silent (count and record only), abort (like PyTorch)"},
     [OPT_RECORD] = {"record", "0", "1: record history from the first allocation (else memsnap_record_start)"},
     [OPT_MAX_ENTRIES] = {"max_entries", "100000", "events kept in the ring (64 bytes each); older ones are dropped and counted"},
     [OPT_STACKS] = {"stacks", "all", "stacks recorded with each event: none, native, python or all"},
@@ -214,6 +215,12 @@ static int apply(int opt, const char *value, const char *source, bool warn) {
       else if (!strcmp(value, "abort")) msi_opt.oom = MSI_OOM_ABORT;
       else break;
       return 0;
+    case OPT_INVALID_FREE:
+      if (!strcmp(value, "warn")) msi_opt.invalid_free = MSI_INVALID_FREE_WARN;
+      else if (!strcmp(value, "silent")) msi_opt.invalid_free = MSI_INVALID_FREE_SILENT;
+      else if (!strcmp(value, "abort")) msi_opt.invalid_free = MSI_INVALID_FREE_ABORT;
+      else break;
+      return 0;
     case OPT_RECORD:
       if (strcmp(value, "0") && strcmp(value, "1")) break;
       msi_opt.record = value[0] == '1';
@@ -311,7 +318,7 @@ static void apply_pytorch_conf(const char *var) {
 /* Options that may change while blocks exist: the rest shape segments and statistics, so they
  * are read only when the library initialises. */
 static bool runtime_settable(int opt) {
-  return opt == OPT_OOM || opt == OPT_GC_THRESHOLD || opt == OPT_STACKS || opt == OPT_DUMP || opt == OPT_DUMP_ON_OOM;
+  return opt == OPT_OOM || opt == OPT_INVALID_FREE || opt == OPT_GC_THRESHOLD || opt == OPT_STACKS || opt == OPT_DUMP || opt == OPT_DUMP_ON_OOM;
 }
 
 int msi_option_set(const char *name, const char *value) {
@@ -338,6 +345,7 @@ bool msi_dump_path(bool on_oom, char *out, size_t len) {
 
 void msi_option_value(int i, char *out, size_t len) {
   static const char *const oom[] = {"null", "throw", "abort"}, *const stacks[] = {"none", "native", "python", "all"};
+  static const char *const invalid_free[] = {"warn", "silent", "abort"};
   out[0] = '\0';
   switch (i) {
     case OPT_BACKEND: snprintf(out, len, "%s", msi_opt.backend); break;
@@ -361,6 +369,7 @@ void msi_option_value(int i, char *out, size_t len) {
     case OPT_GC_THRESHOLD: snprintf(out, len, "%g", msi_opt.gc_threshold); break;
     case OPT_MEMORY_FRACTION: snprintf(out, len, "%g", msi_opt.memory_fraction); break;
     case OPT_OOM: snprintf(out, len, "%s", oom[msi_opt.oom]); break;
+    case OPT_INVALID_FREE: snprintf(out, len, "%s", invalid_free[msi_opt.invalid_free]); break;
     case OPT_RECORD: snprintf(out, len, "%d", msi_opt.record); break;
     case OPT_MAX_ENTRIES: snprintf(out, len, "%llu", (unsigned long long)msi_opt.max_entries); break;
     case OPT_STACKS: snprintf(out, len, "%s", stacks[msi_opt.stacks & 3]); break;

@@ -35,11 +35,13 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     " pc INTEGER, offset INTEGER, inlined INTEGER);";
 
 /* event_kinds: the name of each kind, by id. segment_map and segment_unmap are the pages of
- * expandable segments (and, in async mode, the stream-ordered pool's growth). */
-enum { MEMSNAP_EVENT_KINDS = 13 };
+ * expandable segments (and, in async mode, the stream-ordered pool's growth); invalid_free a free
+ * of a pointer the allocator did not own (extra: 1 double free, 2 foreign pointer, 3 interior
+ * pointer). */
+enum { MEMSNAP_EVENT_KINDS = 14 };
 __attribute__((unused)) static const char *const memsnap_event_kind_names[MEMSNAP_EVENT_KINDS] = {
     NULL, "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "snapshot",
-    "mark", "range_push", "range_pop", "segment_map", "segment_unmap"};
+    "mark", "range_push", "range_pop", "segment_map", "segment_unmap", "invalid_free"};
 
 /* Inserts one segment, naming its columns (both writers use it). */
 __attribute__((unused)) static const char memsnap_insert_segment_sql[] =

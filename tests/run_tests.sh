@@ -46,6 +46,7 @@ run() {
 want alloc && run test_alloc "$build/tests/test_alloc"
 want alloc && run test_modes "$build/tests/test_modes" "$build/tests"
 want alloc && run test_modes_cli "$here/test_modes_cli.sh" "$build"
+want alloc && run test_layers python3 "$here/test_layers.py" "$build"
 want options && run test_options "$build/tests/test_options"
 want record && run test_record "$build/tests/test_record"
 want stress && run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"
