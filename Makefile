@@ -8,6 +8,8 @@
 #   make demo       install what is missing, build, run the sample end to end
 #   make deps       install the system packages the build needs (Debian/Ubuntu)
 #   make gpu-bench  build what the GPU benchmark needs into build/ (run it with tests/gpu/run.sh)
+#   make install    install the library, header, pkg-config file, tool, man page and docs (PREFIX,
+#                   DESTDIR); make uninstall removes them; `pip install .` installs the Python package
 #   make fuzz       build the importer's libFuzzer target (clang) into build/fuzz/
 #
 # Dependencies come from the distribution by package name through pkg-config: libunwind,
@@ -33,11 +35,11 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/history.c \
+  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/history.c recorder/devices.c recorder/misuse.c \
   recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
-CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/strindex.c analyzer/report.c analyzer/cmd_info.c \
+CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/misuse.c analyzer/strindex.c analyzer/report.c analyzer/cmd_info.c \
   analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/replay.c analyzer/timeline.c \
   analyzer/outfile.c analyzer/pickle_read.c analyzer/pickle_write.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
@@ -45,7 +47,7 @@ TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle
 SAMPLES := $(BUILD)/samples/train_loop
 
-.PHONY: all test test-programs sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden
+.PHONY: all test test-programs sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden install uninstall
 all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/memsnap
 
 check-deps:
@@ -154,6 +156,55 @@ gpu-bench: all $(BUILD)/bench_alloc
 $(BUILD)/bench_alloc: tests/gpu/bench_alloc.c tests/gpu/bench_workload.h $(BUILD)/libmemsnap.so
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 
+# ---- make install / make uninstall ------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=] [BINDIR= LIBDIR= INCLUDEDIR= DATADIR= MANDIR= DOCDIR=]
+# installs libmemsnap.so.VERSION with its soname link libmemsnap.so.MAJOR and the development
+# link libmemsnap.so, memsnap.h, memsnap.pc (pkg-config), the memsnap tool (its page assets are
+# inside it), the memsnap(1) page made from the tool's help, and the documents. The installed
+# library and tool are linked again from the same objects (build/install/): the library with its
+# soname, the tool against it with the run path $ORIGIN/<LIBDIR relative to BINDIR>, so they find
+# each other wherever the tree is copied (DESTDIR staging too) with no variable set. make
+# uninstall removes exactly those files.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+DOCDIR ?= $(DATADIR)/doc/memsnap
+VERSION := $(shell sed -n 's/^\#define MEMSNAP_VERSION "\(.*\)"/\1/p' recorder/memsnap.h)
+SONAME := libmemsnap.so.$(firstword $(subst ., ,$(VERSION)))
+INSTALL_DOCS := README.md $(wildcard docs/*.md)
+
+install: all
+	@test -n "$(VERSION)" || { echo "error: no MEMSNAP_VERSION in recorder/memsnap.h"; exit 1; }
+	@mkdir -p $(BUILD)/install
+	$(CXX) -shared -o $(BUILD)/install/libmemsnap.so.$(VERSION) $(LIB_OBJS) -Wl,-soname,$(SONAME) \
+	  -Wl,--version-script=recorder/libmemsnap.map $(GCC_S_FIRST) $(LIB_PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
+	$(CC) -o $(BUILD)/install/memsnap $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/web_assets.o \
+	  $(BUILD)/install/libmemsnap.so.$(VERSION) -Wl,-rpath,'$$ORIGIN/$(shell realpath -m --relative-to=$(BINDIR) $(LIBDIR))' \
+	  -Wl,-z,noexecstack $(PKG_LIBS) $(EXTRA_LDFLAGS)
+	scripts/manpage.sh $(BUILD)/memsnap $(VERSION) >$(BUILD)/install/memsnap.1
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' 'Name: memsnap' \
+	  'Description: CUDA caching allocator that records memory history (PyTorch pluggable allocator)' \
+	  'Version: $(VERSION)' 'Libs: -L$${libdir} -lmemsnap' 'Cflags: -I$${includedir}' >$(BUILD)/install/memsnap.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DOCDIR)/docs
+	install -m 755 $(BUILD)/install/libmemsnap.so.$(VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libmemsnap.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libmemsnap.so
+	install -m 644 $(BUILD)/install/memsnap.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 644 recorder/memsnap.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 $(BUILD)/install/memsnap $(DESTDIR)$(BINDIR)/
+	install -m 644 $(BUILD)/install/memsnap.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 README.md $(DESTDIR)$(DOCDIR)/
+	install -m 644 $(wildcard docs/*.md) $(DESTDIR)$(DOCDIR)/docs/
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/memsnap $(DESTDIR)$(LIBDIR)/libmemsnap.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	  $(DESTDIR)$(LIBDIR)/libmemsnap.so $(DESTDIR)$(LIBDIR)/pkgconfig/memsnap.pc $(DESTDIR)$(INCLUDEDIR)/memsnap.h \
+	  $(DESTDIR)$(MANDIR)/man1/memsnap.1 $(addprefix $(DESTDIR)$(DOCDIR)/,$(INSTALL_DOCS))
+	-rmdir $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR) 2>/dev/null
+
 clean:
 	rm -rf $(BUILD)
 .SECONDARY:
@@ -165,7 +216,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LINK := -fsanitize=fuzzer,address,undefined
-ANALYZER_OBJS = $(addprefix $(BUILD)/analyzer/,reader.o analysis.o frames.o match.o strindex.o report.o html.o replay.o timeline.o) $(BUILD)/web_assets.o
+ANALYZER_OBJS = $(addprefix $(BUILD)/analyzer/,reader.o analysis.o frames.o match.o misuse.o strindex.o report.o html.o replay.o timeline.o) $(BUILD)/web_assets.o
 fuzz: $(BUILD)/tests/gen_snapshots
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang CXX=clang++ OPT=-O1 EXTRA_CFLAGS="$(FUZZ_FLAGS)" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" fuzz-programs

@@ -451,6 +451,12 @@ static int pass1_event(const ms_event *e, void *arg) {
       o->ntop = top_live(a, o->top, 5);
       break;
     }
+    case MS_INVALID_FREE:
+      if (ms_misuse_add(a, e, &p->live) != 0) {
+        p->failed = true;
+        return 1;
+      }
+      break;
     default:
       break;
   }
@@ -590,6 +596,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   }
   sqlite3_finalize(st);
   classify(a);
+  ms_misuse_finish(a);
   /* Pass 2: what was live at the allocated peak. */
   if (a->peak_event_id > 0) {
     for (size_t i = 0; i < a->nsites; i++) a->sites[i].live_bytes = a->sites[i].live_count = 0;
@@ -633,6 +640,7 @@ void ms_analysis_free(ms_analysis *a) {
   free(a->at_peak);
   free(a->iters);
   free(a->ooms);
+  free(a->invalid_frees);
   free(a->leaks);
   free(a->top);
   memset(a, 0, sizeof *a);

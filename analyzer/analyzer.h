@@ -6,6 +6,7 @@
  *   frames.c    how frames read (short C++ names), which matter (machinery folded), identity
  *   match.c     sites of several snapshots matched by identity (diff, side by side)
  *   strindex.c  an index of strings kept elsewhere (string table, labels, matched sites)
+ *   misuse.c    invalid frees by site (double, foreign, interior pointers)
  *   report.c    the analysis as text for a terminal, and as JSON (docs/analysis-json.md)
  *   replay.c    the live-block map and time buckets every pass over the events shares
  *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
@@ -248,6 +249,18 @@ typedef struct ms_curve {
   int n; /* buckets used, in time order */
 } ms_curve;
 
+/* Invalid frees from one site (stack) of one kind (analyzer/misuse.c). */
+typedef struct ms_invalid_free {
+  uint32_t stack_id;
+  int kind;              /* 1 double free, 2 foreign pointer, 3 interior pointer (0 unknown) */
+  int device;
+  int64_t count, first_ns, last_ns;
+  uint64_t address;      /* the first one's */
+  int64_t offset;        /* into the block that holds it */
+  int64_t block_site;    /* interior: site that allocated the block (-1 unknown) */
+  int64_t block_size;
+} ms_invalid_free;
+
 typedef struct ms_analysis {
   ms_snapshot *snap;
   ms_curve *allocated_curve, *reserved_curve;
@@ -272,6 +285,9 @@ typedef struct ms_analysis {
   size_t ntop;
   int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
   bool truncated;
+  ms_invalid_free *invalid_frees; /* by count, largest first */
+  size_t ninvalid_frees;
+  int64_t invalid_free_total, invalid_free_by_kind[4];
 } ms_analysis;
 
 /* The kind's name in JSON and the page: growing, growing_released, retained, alive. */
@@ -287,6 +303,14 @@ void ms_analysis_free(ms_analysis *a);
 int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const char *label);
 /* Normalises a label for grouping: digits and the separators before them dropped. */
 void ms_label_key(const char *label, char *out, size_t len);
+
+/* ---- invalid frees (misuse.c) ------------------------------------------------------------ */
+
+const char *ms_invalid_free_kind_name(int kind);
+/* Adds an invalid_free event (first pass; `live` is its live-block map). 0, or -1 out of memory. */
+int ms_misuse_add(ms_analysis *a, const ms_event *e, ms_live_map *live);
+/* Orders the sites, most frequent first (after the pass). */
+void ms_misuse_finish(ms_analysis *a);
 
 /* ---- sites matched across snapshots (match.c) -------------------------------------------- */
 
@@ -430,6 +454,13 @@ int ms_report_html(ms_analysis *a, FILE *out);
  * and stack_note for a site without a stack). */
 struct cJSON;
 void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* Adds the stack keys of a stack (stack, full_stack, stack_id; stack_note when it has none:
+ * `note`, or "no stack recorded" when NULL). */
+void ms_json_stack(struct cJSON *o, const ms_snapshot *s, uint32_t stack_id, const char *note);
+/* The invalid frees: a section of the text report when there are any (misuse.c), and the JSON's
+ * "invalid_frees" object (0, or -1 when out of memory). */
+void ms_misuse_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
+int ms_misuse_json(struct cJSON *root, const ms_analysis *a);
 /* Writes the JSON document; 0, or -1 when out of memory. */
 int ms_report_json(const ms_analysis *a, FILE *out);
 void ms_format_bytes(int64_t bytes, char *out, size_t len);

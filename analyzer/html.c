@@ -327,6 +327,19 @@ static char *page_json(const ms_analysis *a) {
     cJSON_AddNumberToObject(o, "stack", add_stack(&p, m->stack_id));
     cJSON_AddItemToArray(ooms, o);
   }
+  cJSON *invalid = cJSON_AddArrayToObject(root, "invalid_free");
+  for (size_t i = 0; i < a->ninvalid_frees && i < 200; i++) {
+    const ms_invalid_free *f = &a->invalid_frees[i];
+    char address[24];
+    snprintf(address, sizeof address, "%#llx", (unsigned long long)f->address);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", ms_invalid_free_kind_name(f->kind));
+    cJSON_AddNumberToObject(o, "count", (double)f->count);
+    cJSON_AddNumberToObject(o, "first_ns", (double)f->first_ns);
+    cJSON_AddStringToObject(o, "address", address);
+    cJSON_AddNumberToObject(o, "stack", add_stack(&p, f->stack_id));
+    cJSON_AddItemToArray(invalid, o);
+  }
   sbuf cols = {0};
   if (p.frame_of && p.site_of) page_columns(&p, &cols); /* adds sites, stacks and strings */
   cJSON_AddItemToObject(root, "strings", p.strings.array);

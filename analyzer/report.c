@@ -177,6 +177,8 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
       }
   }
 
+  ms_misuse_report_text(a, o, out);
+
   fprintf(out, "\nfragmentation at the snapshot\n");
   ms_format_bytes(a->end_reserved - a->end_allocated, b1, sizeof b1);
   ms_format_bytes(a->split_free_bytes, b2, sizeof b2);
@@ -378,6 +380,8 @@ static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id, const 
   if (!stack_id) cJSON_AddStringToObject(o, "stack_note", note ? note : "no stack recorded");
 }
 
+void ms_json_stack(cJSON *o, const ms_snapshot *s, uint32_t stack_id, const char *note) { add_stacks(o, s, stack_id, note); }
+
 void ms_json_site_stacks(cJSON *o, const ms_analysis *a, uint32_t site) {
   add_stacks(o, a->snap, a->sites[site].stack_id, ms_site_note(a, &a->sites[site]));
 }
@@ -465,6 +469,10 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
       cJSON_AddItemToArray(top, t);
     }
     cJSON_AddItemToArray(ooms, o);
+  }
+  if (ms_misuse_json(root, a) != 0) {
+    cJSON_Delete(root);
+    return -1;
   }
   cJSON *top = cJSON_AddArrayToObject(root, "top_sites");
   for (size_t i = 0; i < a->ntop && i < 20; i++) {

@@ -1,9 +1,11 @@
-/* api.c: the public entry points of libmemsnap (memsnap.h) and lazy initialisation.
+/* api.c: the public entry points of libmemsnap (memsnap.h), on top of the recorder.
  *
- * The first call of any entry point reads the options, starts the backend and learns the
- * device count; each device's state is made on first use. After that, memsnap_malloc and
- * memsnap_free cost one flag test and one table load before the device lock. memsnap_shutdown
- * undoes everything, so tests can run several configurations in one process.
+ * The first call of any entry point brings the library up (devices.c: options, backend, device
+ * count); each device's state is made on first use. After that, memsnap_malloc and memsnap_free
+ * cost one flag test and one table load before the device lock. Nothing below calls into this
+ * file: what it starts once the library is up (the exit dump, the signal thread) is registered
+ * with devices.c when the library loads. memsnap_shutdown undoes everything, so tests can run
+ * several configurations in one process.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,13 +17,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-
-const msi_backend *msi_be;
-
-static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int ready;       /* 1 once options, backend and device count are set */
-static int ndevices;
-static _Atomic(msi_device *) devices[MSI_MAX_DEVICES];
 
 /* Declared in oom_throw.cc: raise the out-of-memory error, or another failure as a RuntimeError,
  * in the calling C++ frame. */
@@ -43,7 +38,7 @@ static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int memsnap_dump_exit(void) {
   char path[1024];
-  if (!atomic_load(&ready) || !msi_dump_path(false, path, sizeof path)) return MEMSNAP_OK;
+  if (!msi_is_ready() || !msi_dump_path(false, path, sizeof path)) return MEMSNAP_OK;
   if (atomic_exchange(&exit_dumped, 1)) return MEMSNAP_OK;
   return memsnap_dump(path);
 }
@@ -75,7 +70,7 @@ static void *signal_dumper(void *arg) {
   int fd = signal_pipe[0];
   while (read(fd, &c, 1) > 0) {
     pthread_mutex_lock(&dump_lock);
-    if (atomic_load(&ready)) { /* never re-initialise a library that was shut down */
+    if (msi_is_ready()) { /* never re-initialise a library that was shut down */
       if (!msi_dump_path(false, path, sizeof path)) snprintf(path, sizeof path, "memsnap-%%p.db");
       if (memsnap_dump(path) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
     }
@@ -111,21 +106,13 @@ static void start_signal_dumper(void) {
  * CUDA does not survive fork) but not the recording, the exit dump or the signal thread. */
 static void fork_phase(int phase) {
   if (phase == MSI_FORK_PREPARE) {
-    pthread_mutex_lock(&init_lock);
-    for (int i = 0; i < MSI_MAX_DEVICES; i++) {
-      msi_device *d = atomic_load(&devices[i]);
-      if (d) pthread_mutex_lock(&d->lock);
-    }
+    msi_devices_fork(phase);
     msi_history_fork(phase);
     msi_stacks_fork(phase);
     return;
   }
   msi_stacks_fork(phase);
   msi_history_fork(phase);
-  for (int i = MSI_MAX_DEVICES; i-- > 0;) {
-    msi_device *d = atomic_load(&devices[i]);
-    if (d) pthread_mutex_unlock(&d->lock);
-  }
   if (phase == MSI_FORK_CHILD) {
     atomic_store(&exit_dumped, 1);
     if (signal_pipe[0] >= 0) close(signal_pipe[0]);
@@ -134,13 +121,14 @@ static void fork_phase(int phase) {
     signal_started = false;
     pthread_mutex_init(&dump_lock, NULL);
   }
-  pthread_mutex_unlock(&init_lock);
+  msi_devices_fork(phase);
 }
 static void fork_prepare(void) { fork_phase(MSI_FORK_PREPARE); }
 static void fork_parent(void) { fork_phase(MSI_FORK_PARENT); }
 static void fork_child(void) { fork_phase(MSI_FORK_CHILD); }
 
-/* Starts what the environment asks for once the library is up: recording, dumps. */
+/* Starts what the environment asks for once the library is up (devices.c calls it, init lock
+ * held): the exit dump, the signal thread. Registered when the library loads. */
 static void start_from_environment(void) {
   static bool once;
   if (!once) { /* the exit dump reads MEMSNAP_DUMP then: it may be set at run time */
@@ -148,63 +136,12 @@ static void start_from_environment(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     once = true;
   }
-  if (msi_opt.record && msi_history_start(msi_opt.max_entries) != MEMSNAP_OK)
-    fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
   start_signal_dumper();
 }
 
-static int init_slow(void) {
-  int rc = 0;
-  pthread_mutex_lock(&init_lock);
-  if (atomic_load(&ready)) goto out;
-  msi_options_load();
-  msi_be = strcmp(msi_opt.backend, "sim") == 0 ? &msi_backend_sim : &msi_backend_cuda;
-  if (msi_be->init() != MSI_BE_OK) {
-    rc = -1;
-    goto out;
-  }
-  ndevices = msi_be->device_count();
-  if (ndevices > MSI_MAX_DEVICES) ndevices = MSI_MAX_DEVICES;
-  atomic_store(&ready, 1);
-  start_from_environment();
-out:
-  pthread_mutex_unlock(&init_lock);
-  return rc;
-}
+__attribute__((constructor)) static void register_start(void) { msi_devices_on_ready(start_from_environment); }
 
-static inline int ensure_ready(void) {
-  if (MSI_LIKELY(atomic_load_explicit(&ready, memory_order_acquire))) return 0;
-  return init_slow();
-}
-
-int msi_ensure_ready(void) { return ensure_ready(); }
-
-static msi_device *device_create(int device) {
-  pthread_mutex_lock(&init_lock);
-  msi_device *d = atomic_load(&devices[device]);
-  if (!d) {
-    d = malloc(sizeof *d);
-    if (!d) msi_error("out of host memory");
-    else if (msi_device_init(d, device) != 0) {
-      free(d);
-      d = NULL;
-    } else {
-      atomic_store(&devices[device], d);
-    }
-  }
-  pthread_mutex_unlock(&init_lock);
-  return d;
-}
-
-msi_device *msi_device_get(int device) {
-  if (MSI_UNLIKELY(ensure_ready() != 0)) return NULL;
-  if (MSI_UNLIKELY(device < 0 || device >= ndevices)) {
-    msi_error("invalid device %d: the %s backend has %d device(s)", device, msi_be->name, ndevices);
-    return NULL;
-  }
-  msi_device *d = atomic_load_explicit(&devices[device], memory_order_acquire);
-  return MSI_LIKELY(d != NULL) ? d : device_create(device);
-}
+static inline int ensure_ready(void) { return msi_ensure_ready(); }
 
 int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) {
   *out = NULL;
@@ -246,48 +183,40 @@ void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream) {
   return NULL;
 }
 
-/* Frees `ptr` on whichever device owns it, trying `hint` first. */
-static int release_on(void *ptr, int hint, uint32_t stack) {
+/* Frees `ptr` on whichever device owns it, trying `hint` first. A pointer no device owns is an
+ * invalid free (misuse.c); from memsnap_free (`loud`) it may end the process. */
+static int release_on(void *ptr, int hint, uint32_t stack, uint64_t size_arg, memsnap_stream_t stream, bool loud,
+                      void *site) {
   if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
-  if (hint >= 0 && hint < ndevices) {
-    msi_device *d = atomic_load(&devices[hint]);
+  if (hint >= 0 && hint < msi_device_count_ready()) {
+    msi_device *d = msi_device_peek(hint);
     if (d && device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
   }
-  for (int i = 0; i < ndevices; i++) {
-    msi_device *d = atomic_load(&devices[i]);
+  for (int i = 0; i < msi_device_count_ready(); i++) {
+    msi_device *d = msi_device_peek(i);
     if (i != hint && d && device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
   }
-  msi_error("free of %p, which memsnap did not allocate (or freed already)", ptr);
+  if (msi_invalid_free(ptr, hint, size_arg, stream, stack, (uint64_t)(uintptr_t)site, loud)) { /* MEMSNAP_INVALID_FREE=abort: as PyTorch's allocator ends on an invalid pointer */
+    char message[512];
+    snprintf(message, sizeof message, "%s", memsnap_last_error());
+    memsnap_dump_exit();
+    fprintf(stderr, "memsnap: fatal: %s (MEMSNAP_INVALID_FREE=abort)\n", message);
+    abort();
+  }
   return MEMSNAP_EINVAL;
 }
 
 void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) {
-  (void)size;
-  (void)stream;
   if (!ptr) return;
   uint32_t stack = call_stack();
-  if (MSI_LIKELY(device >= 0 && device < MSI_MAX_DEVICES)) {
-    msi_device *d = atomic_load_explicit(&devices[device], memory_order_acquire);
-    if (MSI_LIKELY(d && device_free(d, ptr, stack) == MEMSNAP_OK)) return;
-  }
-  release_on(ptr, device, stack);
+  msi_device *d = msi_device_peek(device);
+  if (MSI_LIKELY(d && device_free(d, ptr, stack) == MEMSNAP_OK)) return;
+  release_on(ptr, device, stack, size > 0 ? (uint64_t)size : 0, stream, true, __builtin_return_address(0));
 }
 
 int memsnap_release(void *ptr) {
   if (!ptr) return MEMSNAP_OK;
-  return release_on(ptr, -1, call_stack());
-}
-
-void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *arg) {
-  msi_device *devs[MSI_MAX_DEVICES] = {0};
-  int n = ensure_ready() == 0 ? ndevices : 0;
-  for (int i = 0; i < n; i++) {
-    devs[i] = atomic_load(&devices[i]);
-    if (devs[i]) pthread_mutex_lock(&devs[i]->lock);
-  }
-  fn(devs, n, arg);
-  for (int i = n; i-- > 0;)
-    if (devs[i]) pthread_mutex_unlock(&devs[i]->lock);
+  return release_on(ptr, -1, call_stack(), 0, NULL, false, __builtin_return_address(0));
 }
 
 int memsnap_record_start(size_t max_entries, const char *stacks) {
@@ -309,8 +238,8 @@ void memsnap_init(int device_count) {
 void memsnap_empty_cache(void) {
   if (ensure_ready() != 0) return;
   uint32_t stack = call_stack(); /* for its segment_free events */
-  for (int i = 0; i < ndevices; i++) {
-    msi_device *d = atomic_load(&devices[i]);
+  for (int i = 0; i < msi_device_count_ready(); i++) {
+    msi_device *d = msi_device_peek(i);
     if (d && d->async) msi_async_empty_cache(d, stack);
     else if (d) msi_device_empty_cache(d, stack);
   }
@@ -323,8 +252,8 @@ void memsnap_set_memory_fraction(double fraction, int device) {
 
 void memsnap_record_stream(void *ptr, memsnap_stream_t stream) {
   if (!ptr || ensure_ready() != 0) return;
-  for (int i = 0; i < ndevices; i++) {
-    msi_device *d = atomic_load(&devices[i]);
+  for (int i = 0; i < msi_device_count_ready(); i++) {
+    msi_device *d = msi_device_peek(i);
     if (d && (d->async ? msi_async_record_stream(d, ptr, stream) : msi_device_record_stream(d, ptr, stream)) != 0) return;
   }
   msi_error("record_stream of %p, which memsnap did not allocate", ptr);
@@ -338,16 +267,42 @@ int memsnap_set_option(const char *name, const char *value) {
 
 const char *memsnap_backend_name(void) { return ensure_ready() == 0 ? msi_be->name : NULL; }
 
-int memsnap_device_count(void) { return ensure_ready() == 0 ? ndevices : MEMSNAP_EBACKEND; }
+int memsnap_device_count(void) { return ensure_ready() == 0 ? msi_device_count_ready() : MEMSNAP_EBACKEND; }
 
 int memsnap_get_stats(int device, memsnap_stats_t *out) {
   msi_device *d = msi_device_get(device);
   if (!d) return MEMSNAP_EINVAL;
   pthread_mutex_lock(&d->lock);
-  if (d->async) msi_async_stats(d, out);
-  else *out = d->stats;
+  if (d->async) {
+    msi_async_stats(d, out);
+    out->num_invalid_frees = d->stats.num_invalid_frees;
+  } else {
+    *out = d->stats;
+  }
   pthread_mutex_unlock(&d->lock);
   return MEMSNAP_OK;
+}
+
+int memsnap_get_stats_flat(int device, int64_t *values, int capacity) {
+  memsnap_stats_t s;
+  int rc = memsnap_get_stats(device, &s);
+  return rc != MEMSNAP_OK ? rc : msi_stats_flatten(&s, values, capacity);
+}
+
+/* A first mark before any allocation still sees MEMSNAP_RECORD: the library comes up first. */
+int memsnap_mark(const char *label) {
+  ensure_ready();
+  return msi_history_mark(label);
+}
+
+int memsnap_range_push(const char *label) {
+  ensure_ready();
+  return msi_history_range_push(label);
+}
+
+int memsnap_range_pop(void) {
+  ensure_ready();
+  return msi_history_range_pop();
 }
 
 static int reset_stats(int device, void (*reset)(memsnap_stats_t *)) {
@@ -436,21 +391,7 @@ int memsnap_sim_synchronize(memsnap_stream_t stream) {
 void memsnap_shutdown(void) {
   dump_at_exit();
   pthread_mutex_lock(&dump_lock);
-  pthread_mutex_lock(&init_lock);
-  if (atomic_load(&ready)) {
-    for (int i = 0; i < MSI_MAX_DEVICES; i++) {
-      msi_device *d = atomic_exchange(&devices[i], NULL);
-      if (d) {
-        msi_device_destroy(d);
-        free(d);
-      }
-    }
-    msi_be->shutdown();
-    msi_history_reset();
-    msi_stacks_reset();
-    atomic_store(&ready, 0);
-    atomic_store(&exit_dumped, 0);
-  }
-  pthread_mutex_unlock(&init_lock);
+  if (msi_devices_shutdown()) atomic_store(&exit_dumped, 0);
+  msi_invalid_free_reset();
   pthread_mutex_unlock(&dump_lock);
 }

@@ -196,7 +196,6 @@ const char *msi_label(uint32_t id) {
 }
 
 static int add_label_event(msi_event_kind kind, const char *label) {
-  msi_ensure_ready(); /* a first mark before any allocation still sees MEMSNAP_RECORD */
   if (!atomic_load_explicit(&msi_recording, memory_order_relaxed)) return MEMSNAP_OK;
   uint32_t id = label_id(label);
   if (id == UINT32_MAX) {
@@ -207,15 +206,15 @@ static int add_label_event(msi_event_kind kind, const char *label) {
   return MEMSNAP_OK;
 }
 
-int memsnap_mark(const char *label) { return add_label_event(MSI_EV_MARK, label); }
+int msi_history_mark(const char *label) { return add_label_event(MSI_EV_MARK, label); }
 
-int memsnap_range_push(const char *label) {
+int msi_history_range_push(const char *label) {
   int rc = add_label_event(MSI_EV_RANGE_PUSH, label);
   tls_range_depth++;
   return rc;
 }
 
-int memsnap_range_pop(void) {
+int msi_history_range_pop(void) {
   if (tls_range_depth == 0) {
     msi_error("memsnap_range_pop without a matching memsnap_range_push on this thread");
     return MEMSNAP_EINVAL;

@@ -5,7 +5,8 @@
  *   blocktree.c    the ordered set of free blocks of one pool and stream (a treap)
  *   ptrmap.c       pointer -> allocated block hash map
  *   stats.c        statistic updates, resets and the flat key table
- *   api.c          public entry points, lazy initialisation, device table
+ *   api.c          public entry points (on top: nothing in the recorder calls into it)
+ *   devices.c      the device table and lazy initialisation (options, backend, recording)
  *   options.c      the options table and environment parsing
  *   error.c        error messages (thread-local last error; option warnings on stderr)
  *   expandable.c   expandable segments: one virtual reservation per stream and pool, mapped in
@@ -54,6 +55,7 @@ void msi_clear_error(void);
 /* ---- options (options.c) --------------------------------------------------------------- */
 
 typedef enum { MSI_OOM_NULL, MSI_OOM_THROW, MSI_OOM_ABORT } msi_oom_action;
+typedef enum { MSI_INVALID_FREE_WARN, MSI_INVALID_FREE_SILENT, MSI_INVALID_FREE_ABORT } msi_invalid_free_action;
 enum { MSI_STACKS_NONE = 0, MSI_STACKS_NATIVE = 1, MSI_STACKS_PYTHON = 2, MSI_STACKS_ALL = 3 };
 
 typedef struct msi_options {
@@ -67,6 +69,7 @@ typedef struct msi_options {
   double gc_threshold;         /* 0: off */
   double memory_fraction;      /* below 1.0: cap every device at this share at start */
   msi_oom_action oom;
+  msi_invalid_free_action invalid_free; /* what a free of a pointer memsnap does not own does */
   bool record;                 /* record from the first call */
   uint64_t max_entries;        /* events kept by the ring */
   int stacks;                  /* MSI_STACKS_* */
@@ -368,6 +371,10 @@ void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, u
  * UINT64_MAX when out of host memory. */
 uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns);
 const char *msi_label(uint32_t id);
+/* memsnap_mark, memsnap_range_push and memsnap_range_pop once the library is up. */
+int msi_history_mark(const char *label);
+int msi_history_range_push(const char *label);
+int msi_history_range_pop(void);
 /* fork(): take (prepare), release (parent) or reset (child) the history's and stacks' locks. */
 void msi_history_fork(int phase);
 void msi_stacks_fork(int phase);
@@ -422,11 +429,47 @@ void msi_symbolized_free(msi_symbolized *s);
 /* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */
 int msi_expand_path(const char *pattern, char *out, size_t len);
 
-/* api.c: initialises the library (options, backend, MEMSNAP_RECORD) if needed; 0 or -1. */
-int msi_ensure_ready(void);
+/* ---- invalid frees (misuse.c) ---------------------------------------------------------- */
 
-/* api.c: calls fn with every device's state locked (in index order), for snapshots. */
+/* Kinds of invalid free (the event's aux; docs/snapshot-format.md). */
+enum { MSI_FREE_DOUBLE = 1, MSI_FREE_FOREIGN = 2, MSI_FREE_INTERIOR = 3 };
+const char *msi_invalid_free_name(int kind);
+/* A free of `ptr` that no device's allocated blocks hold: classifies it, counts it
+ * (num_invalid_frees), records it while recording, warns once per site (stack id, else `site`,
+ * the caller's return address; only when `loud`: memsnap_release's caller has the code) and sets
+ * the error. Takes the device locks itself (none may be
+ * held). Returns true when MEMSNAP_INVALID_FREE=abort asks the caller to end the process. */
+bool msi_invalid_free(void *ptr, int hint, uint64_t size_arg, memsnap_stream_t stream, uint32_t stack, uint64_t site,
+                      bool loud);
+/* Forgets the sites warned about (memsnap_shutdown). */
+void msi_invalid_free_reset(void);
+
+/* ---- the device table (devices.c), below the entry points ------------------------------ */
+
+/* Initialises the library (options, backend, device count, MEMSNAP_RECORD) if needed; 0, or -1
+ * with the error set. */
+int msi_ensure_ready(void);
+bool msi_is_ready(void);
+/* Devices the backend has (valid once ready). */
+int msi_device_count_ready(void);
+/* The state of `device`, initialising it (and the library), or NULL (error set). */
+msi_device *msi_device_get(int device);
+/* The state of `device` if it was made already, else NULL (never initialises). */
+extern _Atomic(msi_device *) msi_device_table[MSI_MAX_DEVICES];
+static inline msi_device *msi_device_peek(int device) {
+  if (MSI_UNLIKELY(device < 0 || device >= MSI_MAX_DEVICES)) return NULL;
+  return atomic_load_explicit(&msi_device_table[device], memory_order_acquire);
+}
+/* Calls fn with every device's state locked (in index order), for snapshots. */
 void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *arg);
+/* fork(): takes (prepare) or releases (parent, child) the init lock and every device lock. */
+void msi_devices_fork(int phase);
+/* Releases every device, the backend, the history and the stacks; returns whether the library
+ * was up. */
+bool msi_devices_shutdown(void);
+/* Registers what runs once when the library comes up (init lock held): api.c's exit dump and
+ * signal thread. */
+void msi_devices_on_ready(void (*fn)(void));
 
 /* alloc.c */
 int msi_device_init(msi_device *d, int index);       /* 0 or -1 */
@@ -539,7 +582,5 @@ void msi_stats_reset_peak(memsnap_stats_t *s);
 int msi_stats_flatten(const memsnap_stats_t *s, int64_t *values, int capacity);
 void msi_stats_reset_accumulated(memsnap_stats_t *s);
 
-/* api.c: device table. Returns the device state, initialising it, or NULL (error set). */
-msi_device *msi_device_get(int device);
 
 #endif /* MEMSNAP_INTERNAL_H */

@@ -48,8 +48,11 @@ void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream);
 
 /* Returns a block to the cache. `size` and `stream` are those of the allocation; the block is
  * reused only after every stream recorded with memsnap_record_stream() has passed this point.
- * Freeing NULL does nothing; freeing a pointer memsnap does not own is reported through
- * memsnap_last_error() and otherwise ignored. */
+ * Freeing NULL does nothing. Freeing a pointer memsnap does not own (a double free, a foreign
+ * pointer, a pointer inside a block) frees nothing and changes no state: it is counted
+ * (num_invalid_frees), recorded as an invalid_free event while recording, reported on stderr
+ * once per call site and in memsnap_last_error(); MEMSNAP_INVALID_FREE=abort ends the process
+ * instead (after the MEMSNAP_DUMP snapshot, if set). */
 void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream);
 
 /* Initialises the library for `device_count` devices (PyTorch's init_fn). Optional: the first
@@ -75,7 +78,8 @@ void memsnap_record_stream(void *ptr, memsnap_stream_t stream);
 int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream);
 
 /* Frees a pointer from memsnap_alloc()/memsnap_malloc(), looking up its device and stream.
- * Returns MEMSNAP_OK, or MEMSNAP_EINVAL if memsnap does not own `ptr`. */
+ * Returns MEMSNAP_OK, or MEMSNAP_EINVAL if memsnap does not own `ptr` (counted and recorded as
+ * an invalid free like memsnap_free's, but never printed nor fatal: the caller has the code). */
 int memsnap_release(void *ptr);
 
 /* Message for the last error on this thread ("" if none). Valid until the next call. */
@@ -137,6 +141,8 @@ typedef struct memsnap_stats {
   int64_t num_device_alloc;     /* device allocation calls (cudaMalloc) */
   int64_t num_device_free;      /* device free calls (cudaFree) */
   int64_t max_split_size;       /* the option in bytes; -1 when unlimited, as in PyTorch */
+  int64_t num_invalid_frees;    /* frees of pointers memsnap did not own (double, foreign, interior);
+                                   memsnap's own: PyTorch's allocator refuses them */
 } memsnap_stats_t;
 
 /* Copies the statistics of `device` into *out. Returns MEMSNAP_OK or MEMSNAP_EINVAL. A device

@@ -427,7 +427,8 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     if (!st || w->rc) break;
     for (int k = 0; k < 11; k++) {
       bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
-                  (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH);
+                  (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH &&
+                   e->kind != MSI_EV_INVALID_FREE);
       if (null) sqlite3_bind_null(st, k + 1);
       else sqlite3_bind_int64(st, k + 1, v[k]);
     }
@@ -516,7 +517,7 @@ int memsnap_dump(const char *pattern) {
   }
   int rc = msi_expand_path(pattern, path, sizeof path);
   if (rc != MEMSNAP_OK) return rc;
-  if (!memsnap_backend_name()) return MEMSNAP_EBACKEND;
+  if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
 
   snapshot s = {0};
   s.start_ns = msi_now_ns();

@@ -39,13 +39,15 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
 /* The event kinds, the one list of them: X(ID, "name") in id order from 1. The recorder
  * (MSI_EV_*, recorder/internal.h) and the CLI (MS_*, analyzer/analyzer.h) spell their enums
  * from it, and the table event_kinds holds the names. segment_map and segment_unmap are the
- * pages of expandable segments (and, in async mode, the stream-ordered pool's growth). A new
- * kind goes at the end: ids are part of the format. */
+ * pages of expandable segments (and, in async mode, the stream-ordered pool's growth);
+ * invalid_free a free of a pointer the allocator did not own (extra: 1 double free, 2 foreign
+ * pointer, 3 interior pointer; size the offset into the block that holds the address, 0 none;
+ * requested the caller's size). A new kind goes at the end: ids are part of the format. */
 #define MEMSNAP_EVENT_KIND_LIST(X)                                                              \
   X(ALLOC, "alloc") X(FREE_REQUESTED, "free_requested") X(FREE_COMPLETED, "free_completed")      \
   X(SEGMENT_ALLOC, "segment_alloc") X(SEGMENT_FREE, "segment_free") X(OOM, "oom")                 \
   X(SNAPSHOT, "snapshot") X(MARK, "mark") X(RANGE_PUSH, "range_push") X(RANGE_POP, "range_pop") \
-  X(SEGMENT_MAP, "segment_map") X(SEGMENT_UNMAP, "segment_unmap")
+  X(SEGMENT_MAP, "segment_map") X(SEGMENT_UNMAP, "segment_unmap") X(INVALID_FREE, "invalid_free")
 
 #define MEMSNAP_KIND_COUNT_(id, name) +1
 enum { MEMSNAP_EVENT_KINDS = 1 MEMSNAP_EVENT_KIND_LIST(MEMSNAP_KIND_COUNT_) }; /* ids 1 .. KINDS-1 */

@@ -14,7 +14,7 @@
   X(reserved_bytes) X(active_bytes) X(inactive_split_bytes) X(requested_bytes)
 #define SINGLE_STATS(X) X(oversize_allocations) X(oversize_segments)
 #define COUNTERS(X) X(num_alloc_retries) X(num_ooms) X(num_sync_all_streams) X(num_device_alloc) \
-  X(num_device_free) X(max_split_size)
+  X(num_device_free) X(max_split_size) X(num_invalid_frees)
 
 static void reset_peak(memsnap_stat_t *s) { s->peak = s->current; }
 static void reset_accumulated(memsnap_stat_t *s) { s->allocated = s->freed = 0; }
@@ -36,14 +36,14 @@ void msi_stats_reset_accumulated(memsnap_stats_t *s) {
   SINGLE_STATS(X)
 #undef X
   s->num_alloc_retries = s->num_ooms = s->num_sync_all_streams = 0;
-  s->num_device_alloc = s->num_device_free = 0;
+  s->num_device_alloc = s->num_device_free = s->num_invalid_frees = 0;
 }
 
 /* ---- the flat table -------------------------------------------------------------------- */
 
 #define N_ARRAY (9 * MEMSNAP_POOL_KINDS * 4)
 #define N_SINGLE (2 * 4)
-#define N_COUNTERS 6
+#define N_COUNTERS 7
 #define N_STATS (N_ARRAY + N_SINGLE + N_COUNTERS)
 
 static const char *const pool_names[MEMSNAP_POOL_KINDS] = {"all", "small_pool", "large_pool"};
@@ -100,8 +100,3 @@ int msi_stats_flatten(const memsnap_stats_t *s, int64_t *values, int capacity) {
   return n;
 }
 
-int memsnap_get_stats_flat(int device, int64_t *values, int capacity) {
-  memsnap_stats_t s;
-  int rc = memsnap_get_stats(device, &s);
-  return rc != MEMSNAP_OK ? rc : msi_stats_flatten(&s, values, capacity);
-}

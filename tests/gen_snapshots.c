@@ -12,7 +12,7 @@
  *   released.db   the leak run, but the kept blocks are freed after the last step, before the
  *                 snapshot (as when a job dumps at its end): growth that was released;
  *   late.db       weights (96 MiB) allocated before recording started, then the leak run;
- *   empty.db      a snapshot of a library that never recorded.
+ *   empty.db      a snapshot of a library that never recorded; misuse.db: invalid frees (below main).
  * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
  * activations, a slow leak, the cache emptied every step), for the analyzer's and the page's speed
  * benchmarks (tests/bench_analyze.sh, tests/web/bench_viewer.js).
@@ -156,5 +156,36 @@ int main(int argc, char **argv) {
   memsnap_backend_name();
   rc |= dump(argv[1], "empty.db");
   memsnap_shutdown();
+
+  int misuse(const char *dir); /* declared here: the lines above stay where the golden report has them */
+  rc |= misuse(argv[1]);
+  return rc;
+}
+
+/* misuse.db: three invalid frees from free_twice (a double free of a 4 KiB activation, twice) and
+ * one from free_inside (1 MiB into a 4 MiB block of keep_history, which stays allocated), one
+ * foreign pointer; warnings silenced. */
+static __attribute__((noipa)) void free_twice(void *p) {
+  memsnap_free(p, 4096, 0, NULL);
+  __asm__ volatile("" ::: "memory");
+}
+static __attribute__((noipa)) void free_inside(void *p) {
+  memsnap_free(p, 0, 0, NULL);
+  __asm__ volatile("" ::: "memory");
+}
+
+int misuse(const char *dir) {
+  setenv("MEMSNAP_INVALID_FREE", "silent", 1);
+  memsnap_record_start(0, NULL);
+  void *a = activation(4096), *kept_block = keep_history(4 * MiB);
+  free_twice(a);
+  free_twice(a);
+  free_twice(a);
+  free_inside((char *)kept_block + MiB);
+  static int foreign;
+  free_inside(&foreign);
+  int rc = dump(dir, "misuse.db");
+  memsnap_shutdown();
+  unsetenv("MEMSNAP_INVALID_FREE");
   return rc;
 }

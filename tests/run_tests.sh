@@ -46,6 +46,7 @@ run() {
 want alloc && run test_alloc "$build/tests/test_alloc"
 want alloc && run test_modes "$build/tests/test_modes" "$build/tests"
 want alloc && run test_modes_cli "$here/test_modes_cli.sh" "$build"
+want alloc && run test_layers python3 "$here/test_layers.py" "$build"
 want options && run test_options "$build/tests/test_options"
 want record && run test_record "$build/tests/test_record"
 want stress && run test_stress env THREADS="${THREADS:-8}" ITER="${ITER:-200000}" "$build/tests/test_stress"
@@ -55,6 +56,7 @@ want stress && run test_stress_expandable env MEMSNAP_EXPANDABLE_SEGMENTS=1 THRE
 want stress && run test_stress_async env MEMSNAP_ALLOCATOR=async THREADS="${THREADS:-8}" \
   ITER=$(( ${ITER:-200000} / 4 )) "$build/tests/test_stress"
 want cli && run test_cli "$here/test_cli.sh" "$build"
+want cli && run test_install "$here/test_install.sh" "$build"
 want analyze && run test_analyze "$here/test_analyze.sh" "$build"
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"
 want import && run test_import "$here/test_import.sh" "$build"

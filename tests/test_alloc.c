@@ -4,10 +4,14 @@
  * (memsnap_shutdown between sections) and checks one behaviour of PyTorch's caching allocator
  * that memsnap reproduces, plus memsnap_check() (every internal invariant) after it.
  */
+#include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "allochelper.h"
 
@@ -350,7 +354,7 @@ static void test_api_edges(void) {
     if (!strcmp(memsnap_stat_key(i), "allocated_bytes.all.current")) found_alloc = true;
     if (!strcmp(memsnap_stat_key(i), "num_ooms")) found_ooms = values[i] == 1;
   }
-  CHECK("flat stats: 122 keys in torch spelling", n == 122 && got == n && found_alloc && memsnap_stat_key(n) == NULL);
+  CHECK("flat stats: 123 keys in torch spelling and num_invalid_frees", n == 123 && got == n && found_alloc && memsnap_stat_key(n) == NULL);
   CHECK("flat stats: values follow the keys", found_ooms);
   const char *def, *comment;
   CHECK("options table: first entry is MEMSNAP_BACKEND", !strcmp(memsnap_option_info(0, &def, &comment), "MEMSNAP_BACKEND") &&
@@ -368,6 +372,128 @@ static void test_api_edges(void) {
   memsnap_shutdown();
 }
 
+
+/* ---- invalid frees (recorder/misuse.c) ---------------------------------------------------- */
+
+/* Whether two statistics are equal but for the invalid-free counter. */
+static bool same_state(memsnap_stats_t a, memsnap_stats_t b) {
+  a.num_invalid_frees = b.num_invalid_frees = 0;
+  return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* Runs fn with stderr going to a file; returns what it printed (static buffer). */
+static const char *stderr_of(void (*fn)(void)) {
+  static char text[16384];
+  char path[] = "/tmp/memsnap-stderr-XXXXXX";
+  int fd = mkstemp(path), saved = dup(2);
+  fflush(stderr);
+  dup2(fd, 2);
+  fn();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  text[n > 0 ? n : 0] = '\0';
+  close(fd);
+  unlink(path);
+  return text;
+}
+
+static int count_lines(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p++) n++;
+  return n;
+}
+
+static void *df_block;
+static void double_free_five_times(void) { /* one site, five times */
+  for (int i = 0; i < 5; i++) release(df_block);
+}
+
+/* A free from a stack of depth `depth`: each depth is a site of its own while recording. */
+static __attribute__((noipa)) void free_at_depth(void *p, int depth) {
+  if (depth > 0) free_at_depth(p, depth - 1);
+  else release(p);
+  __asm__ volatile("" ::: "memory");
+}
+static void double_free_from_20_sites(void) {
+  for (int i = 0; i < 20; i++) free_at_depth(df_block, i);
+}
+
+static void test_invalid_frees(void) {
+  fresh("");
+  void *a = alloc(1000), *b = alloc(3 * MiB), *keep = alloc(4096);
+  release(a);
+  memsnap_stats_t before = stats();
+  CHECK("invalid free: state sound before", check_ok());
+  release(a);
+  CHECK("invalid free: double free is named", strstr(memsnap_last_error(), "double free") != NULL);
+  memsnap_free((char *)b + 4096, 0, 0, S1);
+  CHECK("invalid free: interior pointer is named with its block",
+        strstr(memsnap_last_error(), "interior pointer, 4096 bytes into the 3145728-byte block") != NULL);
+  int x;
+  memsnap_free(&x, 8, 0, S1);
+  CHECK("invalid free: foreign pointer is named", strstr(memsnap_last_error(), "did not allocate") != NULL);
+  CHECK("invalid free: memsnap_release returns EINVAL", memsnap_release((char *)keep + 512) == MEMSNAP_EINVAL);
+  memsnap_stats_t after = stats();
+  CHECK("invalid free: counted (4, memsnap_release's too)", after.num_invalid_frees == 4);
+  CHECK("invalid free: nothing else in the allocator changed", same_state(before, after));
+  CHECK("invalid free: the invariant checker passes after them", check_ok());
+  release(b);
+  release(keep);
+  CHECK("invalid free: the blocks behind interior pointers still free normally",
+        stats().allocation[MEMSNAP_POOL_ALL].current == 0 && check_ok());
+  memsnap_reset_accumulated_stats(0);
+  CHECK("invalid free: the counter is accumulated (reset with the others)", stats().num_invalid_frees == 0);
+
+  fresh("");
+  df_block = alloc(1000);
+  release(df_block);
+  const char *err = stderr_of(double_free_five_times);
+  CHECK("invalid free: warned once for five frees from one site", count_lines(err, "memsnap: warning: invalid free of") == 1);
+  CHECK("invalid free: the warning says how to find the rest", strstr(err, "MEMSNAP_RECORD=1") != NULL &&
+                                                                  strstr(err, "memsnap analyze") != NULL);
+  CHECK("invalid free: all five counted", stats().num_invalid_frees == 5);
+
+  fresh("MEMSNAP_RECORD=1;MEMSNAP_STACKS=native");
+  df_block = alloc(1000);
+  release(df_block);
+  err = stderr_of(double_free_from_20_sites);
+  CHECK("invalid free: one warning per site, at most 16 a process",
+        count_lines(err, "memsnap: warning: invalid free of") == 16 && strstr(err, "no more will be") != NULL);
+  CHECK("invalid free: 20 counted", stats().num_invalid_frees == 20);
+
+  fresh("MEMSNAP_INVALID_FREE=silent");
+  df_block = alloc(1000);
+  release(df_block);
+  err = stderr_of(double_free_five_times);
+  CHECK("invalid free: silent prints nothing and counts", err[0] == '\0' && stats().num_invalid_frees == 5);
+
+  fresh("MEMSNAP_ALLOCATOR=async");
+  void *c = alloc(1 << 20);
+  memsnap_free((char *)c + 512, 0, 0, S1);
+  CHECK("invalid free: async mode names interior pointers", strstr(memsnap_last_error(), "interior pointer") != NULL);
+  release(c);
+  release(c);
+  CHECK("invalid free: async mode counts them", stats().num_invalid_frees == 2 && check_ok());
+
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    fresh("MEMSNAP_INVALID_FREE=abort");
+    void *p = alloc(1000);
+    release(p);
+    release(p);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK("invalid free: MEMSNAP_INVALID_FREE=abort ends the process", WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  memsnap_shutdown();
+}
+
 int main(void) {
   test_rounding();
   test_pools();
@@ -379,6 +505,7 @@ int main(void) {
   test_empty_cache_keeps_used_segments();
   test_reference_counts();
   test_api_edges();
+  test_invalid_frees();
   memsnap_shutdown();
   TEST_DONE();
 }

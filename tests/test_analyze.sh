@@ -36,6 +36,23 @@ check "top sites: by bytes allocated; the two activation call sites 6 x 8 MiB ea
 check "json: contract keys present" \
   "json $dir/leak.json \"all(k in j['summary'] for k in ('events','dropped_events','peak_allocated_bytes','peak_reserved_bytes')) and all(k in j['leaks'][0] for k in ('kind','score','live_bytes','live_count','bytes_per_iteration','stack')) and set(j['leaks'][0]['stack'][0]) >= {'name','file','line'} and 'top_sites' in j and 'oom' in j\""
 
+# Invalid frees (gen_snapshots' misuse.db): two double frees, an interior pointer, a foreign one.
+"$cli" analyze --json "$dir/misuse.db" >"$dir/misuse.json"
+check "invalid frees: counted by kind" \
+  "json $dir/misuse.json \"(j['invalid_frees']['count'], j['invalid_frees']['double_free'], j['invalid_frees']['foreign_pointer'], j['invalid_frees']['interior_pointer']) == (4, 2, 1, 1)\""
+check "invalid frees: each site with the stack that freed" \
+  "json $dir/misuse.json \"[(f['kind'], f['stack'][0]['name'], f['count']) for f in j['invalid_frees']['sites']] == [('double_free', 'free_twice', 1), ('double_free', 'free_twice', 1), ('interior_pointer', 'free_inside', 1), ('foreign_pointer', 'free_inside', 1)]\""
+check "invalid frees: an interior pointer names its offset and the block's allocation site" \
+  "json $dir/misuse.json \"[(f['offset'], f['block']['size'], f['block']['stack'][0]['name']) for f in j['invalid_frees']['sites'] if f['kind'] == 'interior_pointer'] == [($MiB, 4 * $MiB, 'keep_history')]\""
+check "invalid frees: the live memory is unchanged by them (the 4 MiB block still live)" \
+  "json $dir/misuse.json \"j['summary']['allocated_bytes'] == 4 * $MiB\""
+"$cli" analyze "$dir/misuse.db" >"$dir/misuse.txt"
+check "invalid frees: a section of the text report with the count and the sites" \
+  "grep -q '^invalid frees (frees of pointers the allocator did not own; nothing was freed)' $dir/misuse.txt && grep -q '^  4: 2 double free(s), 1 foreign pointer(s), 1 interior pointer(s), at 4 site(s)' $dir/misuse.txt && grep -A6 'interior_pointer, first at' $dir/misuse.txt | grep -q 'keep_history (gen_snapshots.c'"
+check "invalid frees: no section without any" "! grep -q '^invalid frees' $dir/leak.txt 2>/dev/null && ! \"$cli\" analyze \"$dir/leak.db\" | grep -q '^invalid frees'"
+check "invalid frees: an empty object in the JSON without any" \
+  "json $dir/leak.json \"j['invalid_frees'] == {'count': 0, 'double_free': 0, 'foreign_pointer': 0, 'interior_pointer': 0, 'sites': []}\""
+
 # Growth released before the snapshot: the kept blocks are freed after the last step.
 "$cli" analyze --json "$dir/released.db" >"$dir/released.json"
 check "released growth: first, with the evidence of a live leak (+1 MiB per iteration, grew at 4 boundaries, to 5 MiB)" \

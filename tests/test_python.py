@@ -53,6 +53,7 @@ try:
     check("foreign free raises MemsnapError", False)
 except memsnap.MemsnapError as e:
     check("foreign free raises MemsnapError", "did not allocate" in str(e))
+check("foreign free counted as an invalid free", memsnap.memory_stats()["num_invalid_frees"] == 1)
 
 p = memsnap.malloc(4 << 20, stream=0x10)
 memsnap.record_stream(p, 0x20)

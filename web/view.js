@@ -314,6 +314,17 @@
       add(results, "li", "no listed allocation holds this address" +
         (d.detail.min_size ? " (only allocations of " + Model.formatBytes(d.detail.min_size) + " or more are listed)" : ""), "muted");
   }
+  // Invalid frees (frees of pointers the allocator did not own), by site: shown when there are any.
+  const invalidFrees = d.invalid_free || [];
+  $("invalid-frees-box").hidden = invalidFrees.length === 0;
+  text($("invalid-frees-count"), invalidFrees.length ? "(" + invalidFrees.reduce((n, f) => n + f.count, 0) + ")" : "");
+  invalidFrees.forEach((f, i) => {
+    const top = Model.stackFrames(d, f.stack)[0];
+    const li = add($("invalid-frees"), "li", f.count + " \u00d7 " + f.kind.replace("_", " ") + " at " + f.address + ", first at " + rel(f.first_ns) +
+      " \u2014 " + (top ? top.name : "(no stack recorded)"));
+    if (top) li.title = Model.frameLine(top, true);
+    li.addEventListener("click", () => { showStack("Invalid free " + (i + 1) + " (" + f.kind.replace("_", " ") + ")", f.stack); st.cur = f.first_ns; redraw(); });
+  });
   search = $("search");
   search.addEventListener("input", () => { fillLists(search.value); showCheckpoint.force = true; showCheckpoint(); });
 

@@ -38,6 +38,8 @@ before(async () => {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
+  pages.misuse = path.join(dir, "misuse.html"); // invalid frees
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.misuse, path.join(dir, "misuse.db")]);
   // A real PyTorch snapshot (tests/data): C++ names hundreds of characters long.
   execFileSync(path.join(build, "memsnap"), ["import", path.join(root, "tests/data/resnet50_leak.pickle.gz"), "-o", path.join(dir, "resnet.db")], { stdio: "ignore" });
   pages.resnet = path.join(dir, "resnet.html");
@@ -266,5 +268,21 @@ test("hostile frame names show as text and run nothing", async () => {
   assert.ok(lines.some((t) => t.startsWith(HOSTILE.keep_history)), lines.join("\n"));
   assert.ok((await page.locator("#flame-readout").textContent()).includes(HOSTILE.load_weights));
   await shot(page, "hostile");
+  await page.close();
+});
+
+test("invalid frees: listed by site with their kind; selecting one shows where it was freed", async () => {
+  const { page, seen } = await open("misuse");
+  const li = page.locator("#invalid-frees li");
+  assert.strictEqual(await li.count(), 4);
+  assert.strictEqual(await page.locator("#invalid-frees-count").textContent(), "(4)");
+  assert.match(await li.nth(2).textContent(), /1 \u00d7 interior pointer at 0x100000300000/);
+  await li.nth(2).click();
+  assert.match(await page.locator("#details").textContent(), /free_inside/);
+  assert.deepStrictEqual(seen.errors, []);
+  const leak = await open("leak");
+  assert.strictEqual(await leak.page.locator("#invalid-frees-box").isHidden(), true);
+  await leak.page.close();
+  await shot(page, "invalid-frees");
   await page.close();
 });

@@ -12,8 +12,9 @@ Two uses:
 * Without PyTorch: allocate, free and read statistics directly (``malloc``, ``free``,
   ``memory_stats``...), for example on the simulated device (``MEMSNAP_BACKEND=sim``).
 
-The library is found through ``MEMSNAP_LIB``, else ``build/libmemsnap.so`` of the source tree
-this package sits in, else ``libmemsnap.so`` beside this file or on the loader's path.
+The library is found through ``MEMSNAP_LIB``, else ``libmemsnap.so`` beside this file (where
+``pip install .`` puts it), else ``build/libmemsnap.so`` of the source tree this package sits
+in, else the installed ``libmemsnap.so.0`` on the loader's path (``make install``).
 """
 
 import builtins
@@ -33,6 +34,8 @@ __all__ = [
     "mark", "range", "range_push", "range_pop", "MemPool", "use_mem_pool",
 ]
 
+__version__ = "0.1.0"  # memsnap.h's MEMSNAP_VERSION (tests/test_install.sh checks they agree)
+
 _lib = None
 _enabled = None
 _oom_type = None
@@ -43,19 +46,22 @@ class MemsnapError(RuntimeError):
 
 
 def library_path():
-    """Returns the path of libmemsnap.so that load() would use."""
+    """Returns the path of libmemsnap.so that load() would use: ``MEMSNAP_LIB``; else the
+    library beside this file (``pip install .`` puts it there); else ``build/libmemsnap.so`` of
+    the source tree this package sits in; else the installed library on the loader's path
+    (``make install``: ``libmemsnap.so.0``)."""
     env = os.environ.get("MEMSNAP_LIB")
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = [
+        os.path.join(here, "libmemsnap.so"),  # installed beside the package (pip)
         os.path.join(here, "..", "..", "..", "build", "libmemsnap.so"),  # source tree
-        os.path.join(here, "libmemsnap.so"),  # installed beside the package
     ]
     for path in candidates:
         if os.path.exists(path):
             return os.path.normpath(path)
-    return "libmemsnap.so"
+    return "libmemsnap.so." + __version__.split(".")[0]
 
 
 def _declare(lib):

@@ -1,0 +1,116 @@
+/* misuse.c: the invalid frees of a snapshot (frees of pointers the allocator did not own), by
+ * site: what the recorder's misuse.c recorded as invalid_free events (docs/snapshot-format.md).
+ *
+ * The analysis's first pass hands each invalid_free event here (ms_misuse_add) with its live-block
+ * map, so an interior pointer names the allocation site of the block it points into. Sites are
+ * (stack, kind) pairs, at most MS_MISUSE_SITES of them; the rest are counted. The report prints
+ * them as a section of their own when there are any, the JSON always has "invalid_frees".
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyzer.h"
+
+#define MS_MISUSE_SITES 1000
+
+static const char *const kind_names[] = {"unknown", "double_free", "foreign_pointer", "interior_pointer"};
+
+const char *ms_invalid_free_kind_name(int kind) { return kind >= 1 && kind <= 3 ? kind_names[kind] : kind_names[0]; }
+
+int ms_misuse_add(ms_analysis *a, const ms_event *e, ms_live_map *live) {
+  int kind = e->extra >= 1 && e->extra <= 3 ? (int)e->extra : 0;
+  a->invalid_free_total++;
+  a->invalid_free_by_kind[kind]++;
+  ms_invalid_free *f = NULL;
+  for (size_t i = 0; i < a->ninvalid_frees && !f; i++)
+    if (a->invalid_frees[i].stack_id == e->stack_id && a->invalid_frees[i].kind == kind) f = &a->invalid_frees[i];
+  if (!f) {
+    if (a->ninvalid_frees == MS_MISUSE_SITES) return 0; /* counted above */
+    ms_invalid_free *g = realloc(a->invalid_frees, sizeof *g * (a->ninvalid_frees + 1));
+    if (!g) return -1;
+    a->invalid_frees = g;
+    f = &g[a->ninvalid_frees++];
+    memset(f, 0, sizeof *f);
+    f->stack_id = e->stack_id;
+    f->kind = kind;
+    f->first_ns = e->time_ns;
+    f->address = e->address;
+    f->offset = e->size;
+    f->device = e->device;
+    f->block_site = -1;
+    ms_live_slot block;
+    /* an interior pointer: the block it points into is live; name where it was allocated */
+    if (kind == 3 && (uint64_t)e->size <= e->address && ms_live_take(live, e->address - (uint64_t)e->size, &block)) {
+      f->block_site = block.site;
+      f->block_size = block.size;
+      if (ms_live_put(live, block) != 0) return -1;
+    }
+  }
+  f->count++;
+  f->last_ns = e->time_ns;
+  return 0;
+}
+
+static int compare_count(const void *x, const void *y) {
+  const ms_invalid_free *a = x, *b = y;
+  if (a->count != b->count) return a->count < b->count ? 1 : -1;
+  return (a->first_ns > b->first_ns) - (a->first_ns < b->first_ns);
+}
+
+void ms_misuse_finish(ms_analysis *a) {
+  if (a->ninvalid_frees) qsort(a->invalid_frees, a->ninvalid_frees, sizeof *a->invalid_frees, compare_count);
+}
+
+void ms_misuse_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
+  if (!a->invalid_free_total) return;
+  char t1[32], b1[32];
+  fprintf(out, "\ninvalid frees (frees of pointers the allocator did not own; nothing was freed)\n");
+  fprintf(out, "  %lld: %lld double free(s), %lld foreign pointer(s), %lld interior pointer(s), at %zu site(s)\n",
+          (long long)a->invalid_free_total, (long long)a->invalid_free_by_kind[1], (long long)a->invalid_free_by_kind[2],
+          (long long)a->invalid_free_by_kind[3], a->ninvalid_frees);
+  for (size_t i = 0; i < a->ninvalid_frees && i < 10; i++) {
+    const ms_invalid_free *f = &a->invalid_frees[i];
+    ms_format_ns(f->first_ns, t1, sizeof t1);
+    fprintf(out, "  %lld x %s, first at %s: %#llx", (long long)f->count, ms_invalid_free_kind_name(f->kind), t1,
+            (unsigned long long)f->address);
+    if (f->kind == 3) {
+      ms_format_bytes(f->block_size, b1, sizeof b1);
+      fprintf(out, ", %lld bytes into %s%s block", (long long)f->offset, f->block_site >= 0 ? "a " : "a", f->block_site >= 0 ? b1 : "");
+    }
+    fputc('\n', out);
+    ms_print_stack(a->snap, f->stack_id, "no stack recorded", o, "      ", out);
+    if (f->kind == 3 && f->block_site >= 0) {
+      fprintf(out, "    the block was allocated at:\n");
+      ms_print_stack(a->snap, a->sites[f->block_site].stack_id, ms_site_note(a, &a->sites[f->block_site]), o, "      ", out);
+    }
+  }
+  if (a->ninvalid_frees > 10) fprintf(out, "  ... %zu more site(s) in --json\n", a->ninvalid_frees - 10);
+}
+
+int ms_misuse_json(cJSON *root, const ms_analysis *a) {
+  cJSON *o = cJSON_AddObjectToObject(root, "invalid_frees");
+  if (!o) return -1;
+  cJSON_AddNumberToObject(o, "count", (double)a->invalid_free_total);
+  for (int k = 1; k <= 3; k++) cJSON_AddNumberToObject(o, kind_names[k], (double)a->invalid_free_by_kind[k]);
+  cJSON *sites = cJSON_AddArrayToObject(o, "sites");
+  for (size_t i = 0; sites && i < a->ninvalid_frees; i++) {
+    const ms_invalid_free *f = &a->invalid_frees[i];
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "kind", ms_invalid_free_kind_name(f->kind));
+    cJSON_AddNumberToObject(s, "count", (double)f->count);
+    cJSON_AddNumberToObject(s, "first_ns", (double)f->first_ns);
+    cJSON_AddNumberToObject(s, "last_ns", (double)f->last_ns);
+    cJSON_AddNumberToObject(s, "device", f->device);
+    cJSON_AddNumberToObject(s, "address", (double)f->address);
+    cJSON_AddNumberToObject(s, "offset", (double)f->offset);
+    ms_json_stack(s, a->snap, f->stack_id, NULL);
+    if (f->block_site >= 0) {
+      cJSON *b = cJSON_AddObjectToObject(s, "block");
+      cJSON_AddNumberToObject(b, "size", (double)f->block_size);
+      ms_json_site_stacks(b, a, (uint32_t)f->block_site);
+    }
+    cJSON_AddItemToArray(sites, s);
+  }
+  return 0;
+}
