@@ -490,9 +490,11 @@ void ms_replay_conf_line(const ms_replay_config *c, char *out, size_t len);
 int ms_replay_check_config(const ms_replay_plan *p, const ms_replay_config *c, char *err, size_t errlen);
 /* Replays the snapshot under config c, in this process: it sets the MEMSNAP_ environment
  * variables (backend sim) and re-initialises libmemsnap, whose state it leaves shut down.
- * Always fills *r; returns 0, or -1 when the replay could not run or stopped early (r->error,
- * with what was replayed until then). */
-int ms_replay_run(ms_snapshot *s, const ms_replay_plan *p, const ms_replay_config *c, ms_replay_result *r);
+ * The first replay of a plan finds whether the history starts late (the snapshot's state is
+ * not what its events add up to) and then completes the plan and replays again. Always fills
+ * *r; returns 0, or -1 when the replay could not run or stopped early (r->error, with what was
+ * replayed until then). */
+int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, ms_replay_result *r);
 
 /* ---- output (report.c) ------------------------------------------------------------------ */
 

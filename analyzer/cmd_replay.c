@@ -293,7 +293,7 @@ static int cmp_rank(const void *a, const void *b) {
 }
 
 /* Runs rows [w, w + jobs, ...] in a worker process; results land in shared memory. */
-static void sweep_worker(const char *path, const ms_replay_plan *p, const ms_replay_config *rows, int nrows, int w, int jobs,
+static void sweep_worker(const char *path, ms_replay_plan *p, const ms_replay_config *rows, int nrows, int w, int jobs,
                          ms_replay_result *out, volatile int *done) {
   ms_snapshot s;
   if (ms_open(&s, path) != 0 || ms_load_stacks(&s) != 0) _exit(3);
@@ -306,7 +306,7 @@ static void sweep_worker(const char *path, const ms_replay_plan *p, const ms_rep
   _exit(0);
 }
 
-static int run_sweep(ms_snapshot *s, const ms_replay_plan *p, const ms_replay_config *base, const ms_replay_config *recorded,
+static int run_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *base, const ms_replay_config *recorded,
                      bool json, int jobs) {
   int nrows = (int)NGRID + 1;
   ms_replay_config rows[NGRID + 1];

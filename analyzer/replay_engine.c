@@ -3,15 +3,16 @@
  * and measures what that allocator does: peak allocated and reserved memory, fragmentation at
  * the peak, device allocations and frees, retries, the first out of memory and what was live.
  *
- * Two passes over the events (both streamed; memory follows the live blocks):
+ * Passes over the events (streamed; memory follows the live blocks):
  *   plan (ms_replay_plan_new)  once per snapshot: the devices and their capacity, the recorded
- *       settings, the recorded peaks (from the events, offset by what the snapshot's state says
- *       was held before the history began), the blocks live before the history began (a late
- *       start: ring overflow, recording started mid-run), and the frees whose completion came
- *       later (the block had record_stream uses).
+ *       settings, what was held when the history began (the snapshot's state less the
+ *       history's net change, summed by SQLite); only when that is not nothing (a late start:
+ *       ring overflow, recording started mid-run) a pass over the events finds the blocks live
+ *       before the history began.
  *   run (ms_replay_run)        once per setting: every allocation is asked of the allocator
  *       with the recorded request, device and stream; every free is returned on its recorded
- *       stream. The recorded addresses are only keys: the allocator places blocks itself.
+ *       stream. The recorded addresses are only keys: the allocator places blocks itself. The
+ *       recorded peaks are followed in the same pass.
  *
  * Faithfulness rules (docs/replay.md says what they imply):
  *   - A free whose free_completed came later is given a stream use (record_stream on a stream
@@ -48,25 +49,26 @@ typedef struct pre_block {
   uint32_t stack_id;
 } pre_block;
 
+/* What the recording did on one device, relative to the history's start. */
 typedef struct rec_device {
-  int64_t net_reserved, max_reserved, alloc_at_max; /* relative to the history's start */
+  int64_t net_reserved, max_reserved, alloc_at_max;
   int64_t net_allocated, max_allocated;
   int64_t seg_allocs, seg_frees, ooms;
-  int64_t end_reserved, end_allocated, end_segments; /* the snapshot's state */
-  int last_kind;                                     /* the device's previous event */
-  uint64_t last_address;
 } rec_device;
+
+typedef struct plan_device {
+  int64_t end_reserved, end_allocated, end_segments; /* the snapshot's state */
+} plan_device;
 
 struct ms_replay_plan {
   ms_replay_config recorded;
   uint64_t capacity;
   int ndevices; /* highest device seen + 1 */
-  rec_device dev[MS_REPLAY_DEVICES];
+  plan_device dev[MS_REPLAY_DEVICES];
   pre_block *pre;
   size_t npre, pre_cap;
-  int64_t *deferred; /* ids of free_requested events completed later, ascending */
-  size_t ndeferred, deferred_cap;
-  int64_t events, bad_events;
+  bool late;    /* something was held when the history began */
+  bool checked; /* a replay found the history complete */
   bool imported, private_pools, stacks_recorded;
   char import_source[128];
 };
@@ -187,76 +189,26 @@ static int grow(void **array, size_t *cap, size_t need, size_t each) {
 
 typedef struct plan_pass {
   ms_replay_plan *p;
-  ms_live_map live;    /* allocations of the history still live: key address, aux device */
-  ms_live_map pending; /* frees requested, not completed: key address, size = the event id */
-  bool oom;            /* out of host memory */
+  ms_live_map live; /* allocations of the history still live: key address, aux device */
+  bool oom;         /* out of host memory */
 } plan_pass;
 
+/* The late start's pass: blocks freed in the history that it did not allocate. */
 static int plan_event(const ms_event *e, void *arg) {
   plan_pass *pp = arg;
   ms_replay_plan *p = pp->p;
-  p->events++;
-  if (e->kind == MS_MARK || e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP || e->kind == MS_SNAPSHOT) return 0;
-  if (e->kind < MS_ALLOC || e->kind > MS_SEGMENT_UNMAP || e->device < 0 || e->device >= MS_REPLAY_DEVICES) {
-    p->bad_events++;
-    return 0;
-  }
-  rec_device *d = &p->dev[e->device];
-  if (e->device + 1 > p->ndevices) p->ndevices = e->device + 1;
-  if (e->stack_id) p->stacks_recorded = true;
   ms_live_slot slot;
-  switch (e->kind) {
-    case MS_ALLOC:
-      if (ms_live_put(&pp->live, (ms_live_slot){e->address, e->stack_id, (uint32_t)e->device, e->size}) != 0) goto oom;
-      d->net_allocated += e->size;
-      if (d->net_allocated > d->max_allocated) d->max_allocated = d->net_allocated;
-      break;
-    case MS_FREE_REQUESTED:
-      if (ms_live_take(&pp->live, e->address, &slot)) {
-        d->net_allocated -= slot.size;
-      } else if (e->address) { /* allocated before the history began */
-        if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) goto oom;
-        p->pre[p->npre++] = (pre_block){e->address, e->stream, e->size, e->requested, e->device, e->stack_id};
-        d->net_allocated -= e->size;
-      }
-      if (ms_live_put(&pp->pending, (ms_live_slot){e->address, 0, 0, e->id}) != 0) goto oom;
-      break;
-    case MS_FREE_COMPLETED:
-      if (ms_live_take(&pp->pending, e->address, &slot) &&
-          !(d->last_kind == MS_FREE_REQUESTED && d->last_address == e->address)) {
-        if (grow((void **)&p->deferred, &p->deferred_cap, p->ndeferred + 1, sizeof *p->deferred) != 0) goto oom;
-        p->deferred[p->ndeferred++] = slot.size;
-      }
-      break;
-    case MS_SEGMENT_ALLOC:
-    case MS_SEGMENT_MAP:
-      d->seg_allocs++;
-      d->net_reserved += e->size;
-      if (d->net_reserved > d->max_reserved) {
-        d->max_reserved = d->net_reserved;
-        d->alloc_at_max = d->net_allocated;
-      }
-      break;
-    case MS_SEGMENT_FREE:
-    case MS_SEGMENT_UNMAP:
-      d->seg_frees++;
-      d->net_reserved -= e->size;
-      break;
-    case MS_OOM: d->ooms++; break;
-    default: break;
+  if (e->device < 0 || e->device >= MS_REPLAY_DEVICES || !e->address) return 0;
+  if (e->kind == MS_ALLOC) {
+    if (ms_live_put(&pp->live, (ms_live_slot){e->address, e->stack_id, (uint32_t)e->device, e->size}) != 0) goto oom;
+  } else if (e->kind == MS_FREE_REQUESTED && !ms_live_take(&pp->live, e->address, &slot)) {
+    if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) goto oom;
+    p->pre[p->npre++] = (pre_block){e->address, e->stream, e->size, e->requested, e->device, e->stack_id};
   }
-  if (d->net_reserved == d->max_reserved && d->net_allocated > d->alloc_at_max) d->alloc_at_max = d->net_allocated;
-  d->last_kind = e->kind;
-  d->last_address = e->address;
   return 0;
 oom:
   pp->oom = true;
   return 1;
-}
-
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
 }
 
 static int cmp_pre(const void *a, const void *b) {
@@ -266,7 +218,9 @@ static int cmp_pre(const void *a, const void *b) {
 }
 
 /* The snapshot's tables beside the events: settings, capacity, state at the snapshot. */
-static int plan_tables(ms_snapshot *s, ms_replay_plan *p, plan_pass *pp) {
+static int plan_late(ms_snapshot *s, ms_replay_plan *p);
+
+static int plan_tables(ms_snapshot *s, ms_replay_plan *p) {
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(s->db, "select name, value from options", -1, &st, NULL) == SQLITE_OK) {
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -297,6 +251,38 @@ static int plan_tables(ms_snapshot *s, ms_replay_plan *p, plan_pass *pp) {
     }
   }
   sqlite3_finalize(st);
+  if (sqlite3_prepare_v2(s->db,
+                         "select s.device, sum(b.size) from blocks b join segments s on s.id = b.segment_id "
+                         "where b.state = 'allocated' and b.size between 0 and 1099511627776 and s.device between 0 and 63 "
+                         "group by s.device",
+                         -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) p->dev[sqlite3_column_int64(st, 0)].end_allocated = sqlite3_column_int64(st, 1);
+  }
+  sqlite3_finalize(st);
+  /* The devices: those the snapshot names (events on others are skipped). */
+  if (sqlite3_prepare_v2(s->db, "select max(device) from (select device from devices union all select device from segments)",
+                         -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+    int64_t dev = sqlite3_column_int64(st, 0);
+    if (dev >= 0 && dev < MS_REPLAY_DEVICES && dev + 1 > p->ndevices) p->ndevices = (int)dev + 1;
+  }
+  sqlite3_finalize(st);
+  if (s->device_count > p->ndevices) p->ndevices = s->device_count < MS_REPLAY_DEVICES ? (int)s->device_count : MS_REPLAY_DEVICES;
+  if (p->ndevices == 0) p->ndevices = 1;
+  p->late = s->dropped > 0;
+  return p->late ? plan_late(s, p) : 0;
+}
+
+/* A history that starts late: finds the blocks live when it began (freed by it without being
+ * allocated by it, or allocated at the snapshot without an allocation in it). 0, -1 out of
+ * memory, -2 unreadable events (s->error). */
+static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
+  plan_pass pp = {.p = p};
+  sqlite3_stmt *st;
+  int rc = ms_events_each(s, plan_event, &pp);
+  if (rc != 0) {
+    ms_live_free(&pp.live);
+    return pp.oom ? -1 : -2;
+  }
   /* Blocks allocated at the snapshot that no kept event allocated: live before the history. */
   if (sqlite3_prepare_v2(s->db,
                          "select s.device, b.address, b.size, b.requested_size, s.stream, coalesce(b.stack_id, 0), b.state "
@@ -310,12 +296,12 @@ static int plan_tables(ms_snapshot *s, ms_replay_plan *p, plan_pass *pp) {
           req > ((int64_t)1 << 40) || !addr)
         continue;
       bool allocated = state && !strcmp(state, "allocated");
-      if (allocated) p->dev[dev].end_allocated += size;
       ms_live_slot slot;
-      if (ms_live_take(&pp->live, addr, &slot)) continue; /* allocated in the history */
+      if (ms_live_take(&pp.live, addr, &slot)) continue; /* allocated in the history */
       if (!allocated) continue;                           /* pending: its free is in the history */
       if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) {
         sqlite3_finalize(st);
+        ms_live_free(&pp.live);
         return -1;
       }
       int64_t stack = sqlite3_column_int64(st, 5);
@@ -325,38 +311,32 @@ static int plan_tables(ms_snapshot *s, ms_replay_plan *p, plan_pass *pp) {
     }
   }
   sqlite3_finalize(st);
+  ms_live_free(&pp.live);
+  qsort(p->pre, p->npre, sizeof *p->pre, cmp_pre);
   return 0;
 }
 
 ms_replay_plan *ms_replay_plan_new(ms_snapshot *s) {
   ms_replay_plan *p = calloc(1, sizeof *p);
-  plan_pass pp = {.p = p};
-  if (!p) goto oom;
+  if (!p) {
+    snprintf(s->error, sizeof s->error, "out of memory planning the replay of '%s'", s->shown_path);
+    return NULL;
+  }
   p->capacity = (uint64_t)16 << 30;
   p->imported = s->import_source[0] != '\0';
   snprintf(p->import_source, sizeof p->import_source, "%s", s->import_source);
-  int rc = ms_events_each(s, plan_event, &pp);
-  if (pp.oom) goto oom;
-  if (rc != 0) goto fail;
-  if (plan_tables(s, p, &pp) != 0) goto oom;
-  qsort(p->deferred, p->ndeferred, sizeof *p->deferred, cmp_i64);
-  qsort(p->pre, p->npre, sizeof *p->pre, cmp_pre);
-  ms_live_free(&pp.live);
-  ms_live_free(&pp.pending);
+  int rc = plan_tables(s, p);
+  if (rc == -1) snprintf(s->error, sizeof s->error, "out of memory planning the replay of '%s'", s->shown_path);
+  if (rc != 0) {
+    ms_replay_plan_free(p);
+    return NULL;
+  }
   return p;
-oom:
-  snprintf(s->error, sizeof s->error, "out of memory planning the replay of '%s'", s->shown_path);
-fail:
-  ms_live_free(&pp.live);
-  ms_live_free(&pp.pending);
-  ms_replay_plan_free(p);
-  return NULL;
 }
 
 void ms_replay_plan_free(ms_replay_plan *p) {
   if (!p) return;
   free(p->pre);
-  free(p->deferred);
   free(p);
 }
 
@@ -381,7 +361,9 @@ typedef struct run_state {
   uint32_t free_held; /* index + 1 of the first free entry; 0 none */
   uint32_t *pseudo_free;
   size_t npseudo_free, pseudo_cap, npseudo;
-  size_t next_deferred;
+  ms_event pending_free[MS_REPLAY_DEVICES]; /* a free whose completion may come later */
+  bool has_pending_free[MS_REPLAY_DEVICES];
+  rec_device rec[MS_REPLAY_DEVICES];         /* what the recording did */
   uint64_t streams[MAX_STREAMS];
   int nstreams;
   int seg_run[MS_REPLAY_DEVICES];          /* segment frees seen and not yet explained */
@@ -520,12 +502,11 @@ static void replay_alloc(run_state *st, const ms_event *e, int64_t request, uint
   if (ptr) update_peak(d, e->device);
 }
 
-static void replay_free(run_state *st, const ms_event *e) {
+/* Frees the recorded block of free_requested event e; `deferred`: its completion comes later
+ * (stream uses), so the replay's block waits for it on a stream of its own. */
+static void replay_free(run_state *st, const ms_event *e, bool deferred) {
   ms_replay_result *r = st->r;
   ms_live_slot slot;
-  bool deferred = false;
-  while (st->next_deferred < st->p->ndeferred && st->p->deferred[st->next_deferred] < e->id) st->next_deferred++;
-  if (st->next_deferred < st->p->ndeferred && st->p->deferred[st->next_deferred] == e->id) deferred = true;
   if (!ms_live_take(&st->live, e->address, &slot)) {
     if (r->unknown_frees++ == 0)
       note(r, "event %lld frees 0x%llx, which no allocation of the history or of the snapshot's state holds: "
@@ -572,14 +553,45 @@ static void explain_segment_frees(run_state *st, int device, const ms_event *nex
   }
 }
 
+/* Follows the recorded reserved and allocated memory (relative to the history's start). */
+static void record(rec_device *d, const ms_event *e) {
+  switch (e->kind) {
+    case MS_ALLOC: d->net_allocated += e->size; break;
+    case MS_FREE_REQUESTED: d->net_allocated -= e->size; break;
+    case MS_SEGMENT_ALLOC:
+    case MS_SEGMENT_MAP: d->seg_allocs++, d->net_reserved += e->size; break;
+    case MS_SEGMENT_FREE:
+    case MS_SEGMENT_UNMAP: d->seg_frees++, d->net_reserved -= e->size; break;
+    case MS_OOM: d->ooms++; break;
+    default: break;
+  }
+  if (d->net_allocated > d->max_allocated) d->max_allocated = d->net_allocated;
+  if (d->net_reserved > d->max_reserved || (d->net_reserved == d->max_reserved && d->net_allocated > d->alloc_at_max)) {
+    d->max_reserved = d->net_reserved;
+    d->alloc_at_max = d->net_allocated;
+  }
+}
+
 static int run_event(const ms_event *e, void *arg) {
   run_state *st = arg;
   ms_replay_result *r = st->r;
   r->events++;
-  if (e->kind < MS_ALLOC || e->kind > MS_SEGMENT_UNMAP || e->kind == MS_SNAPSHOT || e->kind == MS_MARK ||
-      e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP)
+  if (e->kind == MS_SNAPSHOT || e->kind == MS_MARK || e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP) return 0;
+  if (e->kind < MS_ALLOC || e->kind > MS_SEGMENT_UNMAP) {
+    r->bad_events++;
     return 0;
-  if (e->device < 0 || e->device >= st->r->ndevices) return 0; /* counted by the plan */
+  }
+  if (e->device < 0 || e->device >= st->r->ndevices) {
+    r->bad_events++;
+    return 0;
+  }
+  record(&st->rec[e->device], e);
+  if (st->has_pending_free[e->device]) { /* the free before: completed at once, or later? */
+    st->has_pending_free[e->device] = false;
+    bool now = e->kind == MS_FREE_COMPLETED && e->address == st->pending_free[e->device].address;
+    replay_free(st, &st->pending_free[e->device], !now);
+    if (now) return 0;
+  }
   if (e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) {
     if (st->seg_run[e->device]++ == 0) st->seg_run_stack[e->device] = e->stack_id;
     return 0;
@@ -599,9 +611,10 @@ static int run_event(const ms_event *e, void *arg) {
       r->replayed++;
       replay_alloc(st, e, e->requested > 0 ? e->requested : e->size, e->address, e->stack_id);
       break;
-    case MS_FREE_REQUESTED:
+    case MS_FREE_REQUESTED: /* done at the device's next event, which says when it completed */
       r->replayed++;
-      replay_free(st, e);
+      st->pending_free[e->device] = *e;
+      st->has_pending_free[e->device] = true;
       break;
     case MS_FREE_COMPLETED: replay_free_completed(st, e); break;
     case MS_OOM: { /* the recorded program ran out of memory here: does the replay? */
@@ -609,6 +622,7 @@ static int run_event(const ms_event *e, void *arg) {
       void *ptr = NULL;
       if (request <= 0) break;
       int rc = memsnap_alloc(&ptr, (size_t)request, e->device, (memsnap_stream_t)(uintptr_t)e->stream);
+      if (rc == MEMSNAP_ENOMEM) r->dev[e->device].failed_allocs++;
       if (rc == MEMSNAP_ENOMEM && !r->dev[e->device].oom) first_oom(st, e, request, true);
       if (rc == MEMSNAP_OK && ptr) {
         update_peak(&r->dev[e->device], e->device);
@@ -701,30 +715,38 @@ static void preload(run_state *st) {
   }
 }
 
-static void recorded_numbers(const ms_replay_plan *p, ms_replay_result *r) {
+static void recorded_numbers(const ms_replay_plan *p, const rec_device *rec, ms_replay_result *r) {
   for (int i = 0; i < r->ndevices; i++) {
-    const rec_device *d = &p->dev[i];
+    const rec_device *d = &rec[i];
+    const plan_device *pd = &p->dev[i];
     ms_replay_device *o = &r->dev[i];
     /* What was held when the history began: the state at the snapshot less the history's net. */
-    int64_t start_reserved = d->end_reserved - d->net_reserved, start_allocated = d->end_allocated - d->net_allocated;
+    int64_t start_reserved = pd->end_reserved - d->net_reserved, start_allocated = pd->end_allocated - d->net_allocated;
     if (start_reserved < 0) start_reserved = 0;
     if (start_allocated < 0) start_allocated = 0;
-    o->used = d->seg_allocs || d->max_allocated || d->end_segments || d->ooms || d->net_allocated;
+    o->used = d->seg_allocs || d->max_allocated || pd->end_segments || d->ooms || d->net_allocated || pd->end_reserved;
     o->rec_peak_reserved = start_reserved + d->max_reserved;
     o->rec_allocated_at_peak = start_allocated + d->alloc_at_max;
     o->rec_peak_allocated = start_allocated + d->max_allocated;
     o->rec_device_allocs = d->seg_allocs;
     o->rec_device_frees = d->seg_frees;
-    o->rec_segments_end = d->end_segments;
+    o->rec_segments_end = pd->end_segments;
     o->rec_ooms = d->ooms;
   }
 }
 
-int ms_replay_run(ms_snapshot *s, const ms_replay_plan *p, const ms_replay_config *c, ms_replay_result *r) {
+/* Whether the recording's net change differs from the snapshot's state: something was held
+ * before the history began. */
+static bool started_late(const ms_replay_plan *p, const rec_device *rec) {
+  for (int i = 0; i < p->ndevices; i++)
+    if (rec[i].net_reserved != p->dev[i].end_reserved || rec[i].net_allocated != p->dev[i].end_allocated) return true;
+  return false;
+}
+
+int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, ms_replay_result *r) {
   memset(r, 0, sizeof *r);
   r->config = *c;
   r->ndevices = p->ndevices ? p->ndevices : 1;
-  recorded_numbers(p, r);
   for (int i = 0; i < r->ndevices; i++) r->dev[i].capacity = (int64_t)(c->capacity ? c->capacity : p->capacity);
   if (configure(p, c, r) != 0) {
     r->failed = true;
@@ -733,8 +755,18 @@ int ms_replay_run(ms_snapshot *s, const ms_replay_plan *p, const ms_replay_confi
   }
   run_state st = {.s = s, .p = p, .r = r};
   preload(&st);
+  int64_t base_allocs[MS_REPLAY_DEVICES] = {0}, base_frees[MS_REPLAY_DEVICES] = {0};
+  for (int i = 0; i < r->ndevices && r->preloaded_blocks; i++) { /* counted from the history's start */
+    memsnap_stats_t stats;
+    if (memsnap_get_stats(i, &stats) != MEMSNAP_OK) continue;
+    base_allocs[i] = stats.num_device_alloc;
+    base_frees[i] = stats.num_device_free;
+  }
   int rc = st.host_oom ? 1 : ms_events_each(s, run_event, &st);
-  for (int i = 0; i < r->ndevices && rc == 0; i++) explain_segment_frees(&st, i, NULL);
+  for (int i = 0; i < r->ndevices && rc == 0; i++) {
+    if (st.has_pending_free[i]) replay_free(&st, &st.pending_free[i], true); /* pending at the snapshot */
+    explain_segment_frees(&st, i, NULL);
+  }
   if (rc != 0) {
     r->failed = true;
     if (!r->error[0]) snprintf(r->error, sizeof r->error, "%.500s", s->error);
@@ -748,16 +780,35 @@ int ms_replay_run(ms_snapshot *s, const ms_replay_plan *p, const ms_replay_confi
       d->peak_reserved = stats.reserved_bytes[MEMSNAP_POOL_ALL].peak;
       d->allocated_at_peak = stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
     }
-    d->device_allocs = stats.num_device_alloc;
-    d->device_frees = stats.num_device_free;
+    d->device_allocs = stats.num_device_alloc - base_allocs[i];
+    d->device_frees = stats.num_device_free - base_frees[i];
     d->retries = stats.num_alloc_retries;
     d->ooms = stats.num_ooms;
     d->segments_end = stats.segment[MEMSNAP_POOL_ALL].current;
   }
-  r->bad_events += p->bad_events;
-  if (p->bad_events)
-    note(r, "%lld events with an unknown kind or a device outside 0 to %d were skipped", (long long)p->bad_events,
-         MS_REPLAY_DEVICES - 1);
+  if (!p->late && !p->checked && !r->failed && started_late(p, st.rec)) {
+    /* found late: the blocks live before the history are needed, and this replay again */
+    ms_live_free(&st.live);
+    ms_live_free(&st.deferred);
+    free(st.held);
+    free(st.pseudo_free);
+    memsnap_shutdown();
+    p->late = true;
+    int prc = plan_late(s, p);
+    if (prc != 0) {
+      memset(r, 0, sizeof *r);
+      r->config = *c;
+      r->failed = true;
+      snprintf(r->error, sizeof r->error, "%.500s", prc == -1 ? "out of host memory" : s->error);
+      return -1;
+    }
+    return ms_replay_run(s, p, c, r);
+  }
+  p->checked = true;
+  recorded_numbers(p, st.rec, r);
+  if (r->bad_events)
+    note(r, "%lld events with an unknown kind, no size or address, or a device outside 0 to %d were skipped",
+         (long long)r->bad_events, r->ndevices - 1);
   if (r->preloaded_blocks)
     note(r, "the history starts late (%s): %lld blocks (%lld bytes) live before it began were allocated first, in "
          "address order; how the cache held memory then (its free blocks, how segments were split) could not be known",
