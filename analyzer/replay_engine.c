@@ -57,6 +57,7 @@ typedef struct rec_device {
 } rec_device;
 
 typedef struct plan_device {
+  int64_t start_reserved, start_allocated;           /* held when the history began (late start) */
   int64_t end_reserved, end_allocated, end_segments; /* the snapshot's state */
 } plan_device;
 
@@ -67,6 +68,8 @@ struct ms_replay_plan {
   plan_device dev[MS_REPLAY_DEVICES];
   pre_block *pre;
   size_t npre, pre_cap;
+  pre_block *segs; /* classic segments held when the history began (requested: 1 small pool) */
+  size_t nsegs, segs_cap;
   bool late;    /* something was held when the history began */
   bool checked; /* a replay found the history complete */
   bool imported, private_pools, stacks_recorded;
@@ -190,16 +193,32 @@ static int grow(void **array, size_t *cap, size_t need, size_t each) {
 typedef struct plan_pass {
   ms_replay_plan *p;
   ms_live_map live; /* allocations of the history still live: key address, aux device */
+  ms_live_map segs; /* segments the history allocated, still held */
+  int64_t net_reserved[MS_REPLAY_DEVICES];
   bool oom;         /* out of host memory */
 } plan_pass;
 
-/* The late start's pass: blocks freed in the history that it did not allocate. */
+static int add_block(pre_block **a, size_t *n, size_t *cap, pre_block b) {
+  if (grow((void **)a, cap, *n + 1, sizeof **a) != 0) return -1;
+  (*a)[(*n)++] = b;
+  return 0;
+}
+
+/* The late start's pass: blocks and segments freed in the history that it did not allocate. */
 static int plan_event(const ms_event *e, void *arg) {
   plan_pass *pp = arg;
   ms_replay_plan *p = pp->p;
   ms_live_slot slot;
   if (e->device < 0 || e->device >= MS_REPLAY_DEVICES || !e->address) return 0;
-  if (e->kind == MS_ALLOC) {
+  if (e->kind == MS_SEGMENT_ALLOC || e->kind == MS_SEGMENT_MAP) pp->net_reserved[e->device] += e->size;
+  if (e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) pp->net_reserved[e->device] -= e->size;
+  if (e->kind == MS_SEGMENT_ALLOC) {
+    if (ms_live_put(&pp->segs, (ms_live_slot){e->address, 0, (uint32_t)e->device, e->size}) != 0) goto oom;
+  } else if (e->kind == MS_SEGMENT_FREE && !ms_live_take(&pp->segs, e->address, &slot)) {
+    if (add_block(&p->segs, &p->nsegs, &p->segs_cap,
+                  (pre_block){e->address, e->stream, e->size, e->size == (int64_t)(2 << 20), e->device, 0}) != 0)
+      goto oom;
+  } else if (e->kind == MS_ALLOC) {
     if (ms_live_put(&pp->live, (ms_live_slot){e->address, e->stack_id, (uint32_t)e->device, e->size}) != 0) goto oom;
   } else if (e->kind == MS_FREE_REQUESTED && !ms_live_take(&pp->live, e->address, &slot)) {
     if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) goto oom;
@@ -281,8 +300,37 @@ static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
   int rc = ms_events_each(s, plan_event, &pp);
   if (rc != 0) {
     ms_live_free(&pp.live);
+    ms_live_free(&pp.segs);
     return pp.oom ? -1 : -2;
   }
+  for (int i = 0; i < MS_REPLAY_DEVICES; i++) {
+    p->dev[i].start_reserved = p->dev[i].end_reserved - pp.net_reserved[i];
+    if (p->dev[i].start_reserved < 0) p->dev[i].start_reserved = 0;
+  }
+  /* Classic segments at the snapshot that the history did not allocate: held before it. */
+  bool has_exp = ms_has_column(s, "segments", "expandable");
+  if (sqlite3_prepare_v2(s->db,
+                         has_exp ? "select device, address, size, stream, pool = 'small' from segments "
+                                   "where coalesce(expandable, 0) = 0 and pool != 'async'"
+                                 : "select device, address, size, stream, pool = 'small' from segments where pool != 'async'",
+                         -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      int64_t dev = sqlite3_column_int64(st, 0), size = sqlite3_column_int64(st, 2);
+      uint64_t addr = (uint64_t)sqlite3_column_int64(st, 1);
+      ms_live_slot slot;
+      if (dev < 0 || dev >= MS_REPLAY_DEVICES || size <= 0 || size > ((int64_t)1 << 40) || !addr) continue;
+      if (ms_live_take(&pp.segs, addr, &slot)) continue;
+      if (add_block(&p->segs, &p->nsegs, &p->segs_cap,
+                    (pre_block){addr, (uint64_t)sqlite3_column_int64(st, 3), size, sqlite3_column_int64(st, 4), (int)dev, 0}) != 0) {
+        sqlite3_finalize(st);
+        ms_live_free(&pp.live);
+        ms_live_free(&pp.segs);
+        return -1;
+      }
+    }
+  }
+  sqlite3_finalize(st);
+  ms_live_free(&pp.segs);
   /* Blocks allocated at the snapshot that no kept event allocated: live before the history. */
   if (sqlite3_prepare_v2(s->db,
                          "select s.device, b.address, b.size, b.requested_size, s.stream, coalesce(b.stack_id, 0), b.state "
@@ -313,6 +361,7 @@ static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
   sqlite3_finalize(st);
   ms_live_free(&pp.live);
   qsort(p->pre, p->npre, sizeof *p->pre, cmp_pre);
+  qsort(p->segs, p->nsegs, sizeof *p->segs, cmp_pre);
   return 0;
 }
 
@@ -337,6 +386,7 @@ ms_replay_plan *ms_replay_plan_new(ms_snapshot *s) {
 void ms_replay_plan_free(ms_replay_plan *p) {
   if (!p) return;
   free(p->pre);
+  free(p->segs);
   free(p);
 }
 
@@ -368,6 +418,7 @@ typedef struct run_state {
   int nstreams;
   int seg_run[MS_REPLAY_DEVICES];          /* segment frees seen and not yet explained */
   uint32_t seg_run_stack[MS_REPLAY_DEVICES];
+  int64_t seg_run_reserved[MS_REPLAY_DEVICES]; /* recorded reserved bytes before the run */
   bool host_oom;
 } run_state;
 
@@ -539,12 +590,26 @@ static void replay_free_completed(run_state *st, const ms_event *e) {
   st->pseudo_free[st->npseudo_free++] = slot.aux;
 }
 
+/* Whether the recorded allocator released cached segments by itself before `next`: the same
+ * call (same stack) when stacks were recorded; else when the device was full for the segment
+ * it then allocated (a retry, or max_split_size's release of oversize blocks), or above the
+ * garbage collection threshold. */
+static bool allocator_released(const run_state *st, int device, const ms_event *next) {
+  if (!next || (next->kind != MS_SEGMENT_ALLOC && next->kind != MS_SEGMENT_MAP && next->kind != MS_OOM)) return false;
+  if (st->seg_run_stack[device] && next->stack_id) return st->seg_run_stack[device] == next->stack_id;
+  if (next->kind == MS_OOM) return true;
+  const char *f = ms_replay_config_get(&st->p->recorded, "memory_fraction");
+  const char *gc = ms_replay_config_get(&st->p->recorded, "garbage_collection_threshold");
+  double fraction = f ? strtod(f, NULL) : 1.0, limit = (double)st->p->capacity * (fraction > 0 && fraction < 1 ? fraction : 1.0);
+  double before = (double)st->seg_run_reserved[device];
+  if (before + (double)next->size > limit) return true;
+  return gc && fraction < 1 && before > strtod(gc, NULL) * limit;
+}
+
 /* A run of segment frees the allocator did not cause: an empty_cache call. */
 static void explain_segment_frees(run_state *st, int device, const ms_event *next) {
   if (!st->seg_run[device]) return;
-  bool allocators = false;
-  if (next && (next->kind == MS_SEGMENT_ALLOC || next->kind == MS_SEGMENT_MAP || next->kind == MS_OOM))
-    allocators = !(st->seg_run_stack[device] && next->stack_id && st->seg_run_stack[device] != next->stack_id);
+  bool allocators = allocator_released(st, device, next);
   st->seg_run[device] = 0;
   if (!allocators) { /* empty_cache releases every device's cache: their runs are this call's */
     memsnap_empty_cache();
@@ -585,6 +650,8 @@ static int run_event(const ms_event *e, void *arg) {
     r->bad_events++;
     return 0;
   }
+  if ((e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) && !st->seg_run[e->device])
+    st->seg_run_reserved[e->device] = st->p->dev[e->device].start_reserved + st->rec[e->device].net_reserved;
   record(&st->rec[e->device], e);
   if (st->has_pending_free[e->device]) { /* the free before: completed at once, or later? */
     st->has_pending_free[e->device] = false;
@@ -700,19 +767,73 @@ int ms_replay_check_config(const ms_replay_plan *p, const ms_replay_config *c, c
   return rc;
 }
 
-/* Allocates the blocks live before the history began, in address order. */
-static void preload(run_state *st) {
-  const ms_replay_plan *p = st->p;
-  for (size_t i = 0; i < p->npre && !st->host_oom; i++) {
-    const pre_block *b = &p->pre[i];
-    if (b->device >= st->r->ndevices) continue;
-    ms_event e = {.id = 0, .kind = MS_ALLOC, .device = b->device, .stream = b->stream, .address = b->address,
-                  .size = b->size, .requested = b->requested, .stack_id = b->stack_id};
-    if (!stream_ok(st, b->stream)) continue;
+/* One block of the start's layout: a live block, or a filler for a free range (kept in *fill
+ * to free once every segment is laid out). */
+static void lay(run_state *st, const pre_block *seg, const pre_block *b, int64_t gap, void ***fill, size_t *nfill,
+                size_t *fill_cap) {
+  if (b) {
+    ms_event e = {.kind = MS_ALLOC, .device = b->device, .stream = b->stream, .address = b->address, .size = b->size,
+                  .requested = b->requested, .stack_id = b->stack_id};
     replay_alloc(st, &e, b->requested > 0 ? b->requested : b->size, b->address, b->stack_id);
     st->r->preloaded_blocks++;
     st->r->preloaded_bytes += b->size;
+    return;
   }
+  int64_t chunk = seg->requested ? (1 << 20) : gap; /* small pool: requests of 1 MiB at most */
+  if (!seg->requested && gap <= (1 << 20)) return;  /* a large-pool request is over 1 MiB */
+  for (int64_t left = gap; left > 0; left -= chunk) {
+    void *ptr = NULL;
+    if (memsnap_alloc(&ptr, (size_t)(left < chunk ? left : chunk), seg->device, (memsnap_stream_t)(uintptr_t)seg->stream) != MEMSNAP_OK)
+      return;
+    if (grow((void **)fill, fill_cap, *nfill + 1, sizeof **fill) != 0) {
+      st->host_oom = true;
+      memsnap_release(ptr);
+      return;
+    }
+    (*fill)[(*nfill)++] = ptr;
+  }
+}
+
+/* Rebuilds what was held when the history began: each classic segment of that time (the
+ * snapshot's, rewound through the history) laid out in address order, its live blocks where they
+ * were and its free ranges cached; then the live blocks outside them (expandable segments). */
+static void preload(run_state *st) {
+  const ms_replay_plan *p = st->p;
+  void **fill = NULL;
+  size_t nfill = 0, fill_cap = 0, next = 0;
+  bool *done = calloc(p->npre + 1, sizeof *done);
+  if (!done) {
+    st->host_oom = true;
+    return;
+  }
+  for (size_t g = 0; g < p->nsegs && !st->host_oom; g++) {
+    const pre_block *seg = &p->segs[g];
+    if (seg->device >= st->r->ndevices || !stream_ok(st, seg->stream)) continue;
+    if (!seg->requested) { /* a large segment: one block of its size first, cached, then carved */
+      void *whole = NULL;
+      if (memsnap_alloc(&whole, (size_t)seg->size, seg->device, (memsnap_stream_t)(uintptr_t)seg->stream) == MEMSNAP_OK)
+        memsnap_release(whole);
+    }
+    uint64_t cursor = seg->address, end = seg->address + (uint64_t)seg->size;
+    while (next < p->npre && (p->pre[next].device < seg->device ||
+                              (p->pre[next].device == seg->device && p->pre[next].address < seg->address)))
+      next++;
+    for (size_t i = next; i < p->npre && p->pre[i].device == seg->device && p->pre[i].address < end; i++) {
+      const pre_block *b = &p->pre[i];
+      if (b->address < cursor || b->address + (uint64_t)b->size > end) continue; /* overlapping: placed later */
+      if (b->address > cursor) lay(st, seg, NULL, (int64_t)(b->address - cursor), &fill, &nfill, &fill_cap);
+      lay(st, seg, b, 0, &fill, &nfill, &fill_cap);
+      done[i] = true;
+      cursor = b->address + (uint64_t)b->size;
+    }
+    if (cursor < end) lay(st, seg, NULL, (int64_t)(end - cursor), &fill, &nfill, &fill_cap);
+  }
+  for (size_t i = 0; i < p->npre && !st->host_oom; i++)
+    if (!done[i] && p->pre[i].device < st->r->ndevices && stream_ok(st, p->pre[i].stream))
+      lay(st, NULL, &p->pre[i], 0, NULL, NULL, NULL);
+  for (size_t i = 0; i < nfill; i++) memsnap_release(fill[i]);
+  free(fill);
+  free(done);
 }
 
 static void recorded_numbers(const ms_replay_plan *p, const rec_device *rec, ms_replay_result *r) {
@@ -809,14 +930,13 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   if (r->bad_events)
     note(r, "%lld events with an unknown kind, no size or address, or a device outside 0 to %d were skipped",
          (long long)r->bad_events, r->ndevices - 1);
-  if (r->preloaded_blocks)
-    note(r, "the history starts late (%s): %lld blocks (%lld bytes) live before it began were allocated first, in "
-         "address order; how the cache held memory then (its free blocks, how segments were split) could not be known",
+  if (p->late)
+    note(r, "the history starts late (%s): what was held when it began was rebuilt from the snapshot's state "
+         "rewound through the history (%zu segments, %lld live blocks of %lld bytes), laid out as recorded "
+         "under every setting; how the program got there, and what the settings would have changed before it, "
+         "could not be known",
          s->dropped ? "the ring dropped its oldest events" : "recording started after the first allocations",
-         (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
-  else if (s->dropped)
-    note(r, "the history starts late (the ring dropped %lld events): the cache's state before it could not be known",
-         (long long)s->dropped);
+         p->nsegs, (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
   if (p->private_pools)
     note(r, "the snapshot holds private pools (CUDA graphs, MemPool); the history does not say which allocations "
          "went to them, so all are replayed in the default pools");
