@@ -461,7 +461,7 @@ typedef struct ms_replay_result {
   bool failed;                       /* the replay stopped early: error says why */
   bool invalid_setting;              /* failed because a setting's value is invalid */
   char error[512];
-  char notes[MS_REPLAY_NOTES][320];  /* what could not be known, what was skipped */
+  char notes[MS_REPLAY_NOTES][512];  /* what could not be known, what was skipped */
   int nnotes;
 } ms_replay_result;
 
@@ -478,8 +478,9 @@ void ms_replay_plan_free(ms_replay_plan *p);
 void ms_replay_recorded_config(const ms_replay_plan *p, ms_replay_config *out);
 /* The recorded capacity of the largest device, in bytes. */
 uint64_t ms_replay_recorded_capacity(const ms_replay_plan *p);
-/* Sets key=value in c (replacing that key). Returns 0, or -1 with a message in err for an
- * unknown key or a full config. */
+/* Sets key=value in c (replacing that key; the value "default", or "unlimited" for
+ * max_split_size_mb, removes it). Returns 0, or -1 with a message in err for an unknown key or a
+ * full config. */
 int ms_replay_config_set(ms_replay_config *c, const char *key, const char *value, char *err, size_t errlen);
 /* The setting's value in c, or NULL when unset. */
 const char *ms_replay_config_get(const ms_replay_config *c, const char *key);

@@ -182,7 +182,10 @@ static void print_text(const ms_snapshot *s, const ms_replay_result *r, const ms
 
 static cJSON *json_result(const ms_snapshot *s, const ms_replay_result *r) {
   cJSON *o = cJSON_CreateObject(), *set = cJSON_AddObjectToObject(o, "settings");
-  for (int i = 0; i < r->config.n; i++) cJSON_AddStringToObject(set, r->config.set[i].key, r->config.set[i].value);
+  for (int i = 0; i < r->config.n; i++) {
+    const char *v = ms_replay_config_get(&r->config, r->config.set[i].key);
+    if (v) cJSON_AddStringToObject(set, r->config.set[i].key, v);
+  }
   char line[1024];
   ms_replay_conf_line(&r->config, line, sizeof line);
   cJSON_AddStringToObject(o, "pytorch_cuda_alloc_conf", line);

@@ -84,7 +84,8 @@ static const command commands[] = {
      "                            the recorded allocations replayed through memsnap's allocator under\n"
      "                            other settings: peak reserved, fragmentation, OOM (docs/replay.md)",
      "  SNAPSHOT.db         a memsnap snapshot, or a PyTorch snapshot made one by `memsnap import`\n"
-     "  --set KEY=VALUE     a setting, over the recorded ones (repeatable): max_split_size_mb,\n"
+     "  --set KEY=VALUE     a setting, over the recorded ones (repeatable; VALUE default: the\n"
+     "                      default, whatever was recorded): max_split_size_mb,\n"
      "                      max_non_split_rounding_mb, roundup_power2_divisions (N or [256:1,>:4]),\n"
      "                      garbage_collection_threshold, expandable_segments (True/False),\n"
      "                      backend (native or cudaMallocAsync): PYTORCH_CUDA_ALLOC_CONF's keys;\n"

@@ -72,6 +72,7 @@ struct ms_replay_plan {
   size_t nsegs, segs_cap;
   bool late;    /* something was held when the history began */
   bool checked; /* a replay found the history complete */
+  bool inconsistent; /* the events do not add up to the snapshot's state, and nothing was held before */
   bool imported, private_pools, stacks_recorded;
   char import_source[128];
 };
@@ -118,9 +119,15 @@ int ms_replay_config_set(ms_replay_config *c, const char *key, const char *value
   return 0;
 }
 
+/* "default" (and "unlimited" for max_split_size_mb) stands for the default: the key is kept, so
+ * that it replaces a recorded value, but sets nothing. */
+static bool is_default(const ms_replay_setting *set) {
+  return !strcmp(set->value, "default") || (!strcmp(set->key, "max_split_size_mb") && !strcmp(set->value, "unlimited"));
+}
+
 const char *ms_replay_config_get(const ms_replay_config *c, const char *key) {
   for (int i = 0; i < c->n; i++)
-    if (!strcmp(c->set[i].key, key)) return c->set[i].value;
+    if (!strcmp(c->set[i].key, key)) return is_default(&c->set[i]) ? NULL : c->set[i].value;
   return NULL;
 }
 
@@ -194,6 +201,7 @@ typedef struct plan_pass {
   ms_replay_plan *p;
   ms_live_map live; /* allocations of the history still live: key address, aux device */
   ms_live_map segs; /* segments the history allocated, still held */
+  ms_live_map seen; /* every address the history allocated at */
   int64_t net_reserved[MS_REPLAY_DEVICES];
   bool oom;         /* out of host memory */
 } plan_pass;
@@ -219,8 +227,11 @@ static int plan_event(const ms_event *e, void *arg) {
                   (pre_block){e->address, e->stream, e->size, e->size == (int64_t)(2 << 20), e->device, 0}) != 0)
       goto oom;
   } else if (e->kind == MS_ALLOC) {
-    if (ms_live_put(&pp->live, (ms_live_slot){e->address, e->stack_id, (uint32_t)e->device, e->size}) != 0) goto oom;
-  } else if (e->kind == MS_FREE_REQUESTED && !ms_live_take(&pp->live, e->address, &slot)) {
+    if (ms_live_put(&pp->live, (ms_live_slot){e->address, e->stack_id, (uint32_t)e->device, e->size}) != 0 ||
+        ms_live_put(&pp->seen, (ms_live_slot){e->address, 0, 0, 1}) != 0)
+      goto oom;
+  } else if (e->kind == MS_FREE_REQUESTED && !ms_live_take(&pp->live, e->address, &slot) &&
+             !ms_live_take(&pp->seen, e->address, &slot)) { /* (freed twice: inconsistent, not earlier) */
     if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) goto oom;
     p->pre[p->npre++] = (pre_block){e->address, e->stream, e->size, e->requested, e->device, e->stack_id};
   }
@@ -298,6 +309,7 @@ static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
   plan_pass pp = {.p = p};
   sqlite3_stmt *st;
   int rc = ms_events_each(s, plan_event, &pp);
+  ms_live_free(&pp.seen);
   if (rc != 0) {
     ms_live_free(&pp.live);
     ms_live_free(&pp.segs);
@@ -726,7 +738,7 @@ static int configure(const ms_replay_plan *p, const ms_replay_config *c, ms_repl
   setenv("MEMSNAP_STACKS", "none", 1);
   for (int i = 0; i < c->n; i++)
     for (size_t k = 0; k < NKEYS; k++)
-      if (!strcmp(c->set[i].key, keys[k].key)) setenv(keys[k].var, c->set[i].value, 1);
+      if (!strcmp(c->set[i].key, keys[k].key) && !is_default(&c->set[i])) setenv(keys[k].var, c->set[i].value, 1);
   /* Initialise now, with the library's warnings kept off stderr: an invalid value is this
      replay's error, said once by the caller. */
   memsnap_shutdown();
@@ -907,7 +919,7 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
     d->ooms = stats.num_ooms;
     d->segments_end = stats.segment[MEMSNAP_POOL_ALL].current;
   }
-  if (!p->late && !p->checked && !r->failed && started_late(p, st.rec)) {
+  if (!p->late && !p->checked && !p->inconsistent && !r->failed && started_late(p, st.rec)) {
     /* found late: the blocks live before the history are needed, and this replay again */
     ms_live_free(&st.live);
     ms_live_free(&st.deferred);
@@ -923,6 +935,10 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
       snprintf(r->error, sizeof r->error, "%.500s", prc == -1 ? "out of host memory" : s->error);
       return -1;
     }
+    if (!s->dropped && p->npre == 0 && p->nsegs == 0) { /* nothing was held: the events do not add up */
+      p->late = false;
+      p->inconsistent = true;
+    }
     return ms_replay_run(s, p, c, r);
   }
   p->checked = true;
@@ -937,6 +953,9 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
          "could not be known",
          s->dropped ? "the ring dropped its oldest events" : "recording started after the first allocations",
          p->nsegs, (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
+  if (p->inconsistent)
+    note(r, "the events do not add up to the snapshot's segments and blocks, and no block or segment was held "
+         "before them: the trace is inconsistent, and the recorded figures are those of its events");
   if (p->private_pools)
     note(r, "the snapshot holds private pools (CUDA graphs, MemPool); the history does not say which allocations "
          "went to them, so all are replayed in the default pools");

@@ -39,7 +39,6 @@ int main(int argc, char **argv) {
   memsnap_stream_t other = (memsnap_stream_t)(uintptr_t)0x5200;
   int devices = memsnap_device_count() > 1 ? 2 : 1;
   void *kept[8] = {0};
-  void *used_elsewhere[8] = {0};
   int nused = 0;
   for (int d = 0; d < devices; d++) kept[d] = memsnap_malloc((ssize_t)((37 << 20) + 4096 * d), d, NULL);
   for (int step = 0; step < steps; step++) {
@@ -63,7 +62,6 @@ int main(int argc, char **argv) {
     }
     /* the work of last step's blocks on the other stream is done */
     memsnap_sim_synchronize(other);
-    for (int i = 0; i < nused; i++) used_elsewhere[i] = NULL;
     nused = 0;
     for (int i = n - 1; i > 0; i--) { /* free in a shuffled order */
       int j = (int)(next_random() % (uint64_t)(i + 1));
@@ -75,7 +73,7 @@ int main(int argc, char **argv) {
       if (!live[i]) continue;
       if (i < 2 && nused < 8) { /* used on another stream, freed before that work is done */
         memsnap_record_stream(live[i], other);
-        used_elsewhere[nused++] = live[i];
+        nused++;
       }
       if (i == n - 1 && step % 3 == 0 && kept[2 + dev[i]] == NULL) { /* kept for a while */
         kept[2 + dev[i]] = live[i];
