@@ -11,6 +11,7 @@ int cmd_analyze(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
 
 /* Exit status for what was written to stdout: 0, or 1 (with a message) if writing failed (a
  * full disk, a closed pipe). */

@@ -79,6 +79,31 @@ static const command commands[] = {
      "  --format pytorch    the only format: PyTorch's snapshot pickle (torch.cuda._memory_viz)\n"
      "  -o, --output FILE   the pickle to write, gzip-compressed when it ends in .gz\n",
      false},
+    {"replay", cmd_replay,
+     "memsnap replay [--set KEY=VALUE]... [--capacity SIZE] [--json] [--sweep [--jobs N]] SNAPSHOT.db\n"
+     "                            the recorded allocations replayed through memsnap's allocator under\n"
+     "                            other settings: peak reserved, fragmentation, OOM (docs/replay.md)",
+     "  SNAPSHOT.db         a memsnap snapshot, or a PyTorch snapshot made one by `memsnap import`\n"
+     "  --set KEY=VALUE     a setting, over the recorded ones (repeatable; VALUE default: the\n"
+     "                      default, whatever was recorded): max_split_size_mb,\n"
+     "                      max_non_split_rounding_mb, roundup_power2_divisions (N or [256:1,>:4]),\n"
+     "                      garbage_collection_threshold, expandable_segments (True/False),\n"
+     "                      backend (native or cudaMallocAsync): PYTORCH_CUDA_ALLOC_CONF's keys;\n"
+     "                      memory_fraction (set_per_process_memory_fraction)\n"
+     "  --capacity SIZE     memory of each device (40G, 80GiB, 24000M; default: the recorded card's)\n"
+     "  --json              the answer as JSON (docs/replay.md)\n"
+     "  --sweep             try the grid of docs/replay.md (19 settings and the recorded ones) on all\n"
+     "                      cores; a table ranked by peak reserved, the best first, and the\n"
+     "                      PYTORCH_CUDA_ALLOC_CONF line to use\n"
+     "  --jobs N            sweep workers (default: one per core)\n"
+     "\n"
+     "example (sim device; a 2-core machine):\n"
+     "  $ memsnap replay --sweep --capacity 40G run.db\n"
+     "  sweep of run.db: 20 settings on 40.00 GiB per device, 2 at a time; recorded peak reserved ...\n"
+     "  rank  peak reserved   vs rec.  fragmentation at peak  cudaMalloc  retries   OOM  PYTORCH_CUDA_ALLOC_CONF\n"
+     "     1   ...\n"
+     "  best: PYTORCH_CUDA_ALLOC_CONF=...\n",
+     false},
     {"help", cmd_help, "memsnap help [COMMAND]      show this help, or a command's", "  COMMAND             a command\n", false},
     {"version", cmd_version, "memsnap version             print the version", "", false},
     {"options", cmd_options, "memsnap options             list the MEMSNAP_* environment variables", "", false},

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # run_tests.sh BUILD_DIR [GROUP...]: runs every test program and the Python tests (or only the
-# groups named: alloc options record stress cli analyze import web sample python), then prints the
+# groups named: alloc options record stress cli analyze replay import web sample python), then prints the
 # total as "N passed, N failed" (the line CI reads) and exits non-zero if anything failed.
 # PY_PRELOAD: libraries preloaded into Python (a sanitizer's runtime, for `make sanitize`).
 set -u
 build=${1:-build}
 shift
-groups=" ${*:-alloc options record stress cli analyze import web sample python} "
+groups=" ${*:-alloc options record stress cli analyze replay import web sample python} "
 want() { [[ $groups == *" $1 "* ]]; }
 py_env=(env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/../recorder/python")
 [ -n "${PY_PRELOAD:-}" ] && py_env+=(LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0")
@@ -58,6 +58,7 @@ want stress && run test_stress_async env MEMSNAP_ALLOCATOR=async THREADS="${THRE
 want cli && run test_cli "$here/test_cli.sh" "$build"
 want cli && run test_install "$here/test_install.sh" "$build"
 want analyze && run test_analyze "$here/test_analyze.sh" "$build"
+want replay && run test_replay "$here/test_replay.sh" "$build"
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"
 want import && run test_import "$here/test_import.sh" "$build"
 want web && run test_web "$here/web/run.sh" "$build"

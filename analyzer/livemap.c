@@ -1,4 +1,4 @@
-/* replay.c: what every pass over the history shares: the map of live blocks (address -> site,
+/* livemap.c: what every pass over the history shares: the map of live blocks (address -> site,
  * size, and a word the pass may attach), replaying an event into it, and the time buckets the
  * curves and the page's bands use. Memory follows the live blocks, never the history's length.
  */

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# test_replay.sh BUILD_DIR: `memsnap replay` against known answers on the simulated device.
+#
+# The program tests/replay_workload.c runs under settings A (the defaults) and under each of
+# several settings B with recording on. Replaying A's snapshot under B must give what the run
+# under B recorded: the same peak reserved memory, the same number of device allocations
+# (cudaMalloc) and frees and the same segments at the end; replaying any snapshot under its own
+# settings must give its recorded numbers. Then: late starts (a small ring, recording started
+# mid-run, a real PyTorch snapshot), out of memory on a smaller card, the sweep, hostile and
+# inconsistent traces (a clear message and a partial answer, never a crash), usage errors.
+set -u
+build=$1
+cli=$build/memsnap
+work=$build/tests/replay_workload
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi; }
+# jq-like checks in Python: json FILE EXPR (j is the document)
+json() { python3 -c "import json,sys; j=json.load(open('$1')); sys.exit(0 if ($2) else 1)"; }
+
+# record NAME [VAR=VALUE...]: the workload on two simulated devices, recorded from the start.
+record() {
+  local name=$1
+  shift
+  env -i PATH="$PATH" MEMSNAP_BACKEND=sim MEMSNAP_SIM_DEVICES=2 MEMSNAP_SIM_CAPACITY=8G MEMSNAP_RECORD=1 \
+    MEMSNAP_MAX_ENTRIES=1000000 MEMSNAP_STACKS=${STACKS:-native} MEMSNAP_DUMP="$dir/$name.db" "$@" "$work" 40 7
+}
+
+# same PREDICTED.json RECORDED.json: every device's replay equals the other's recording.
+same() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+p, r = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ok = len(p["devices"]) == len(r["devices"]) == 2
+for a, b in zip(p["devices"], r["devices"]):
+    rec = b["recorded"]
+    ok &= a["peak_reserved_bytes"] == rec["peak_reserved_bytes"] and a["device_allocs"] == rec["device_allocs"]
+    ok &= a["device_frees"] == rec["device_frees"] and a["segments"] == rec["segments"]
+    ok &= a["peak_allocated_bytes"] == rec["peak_allocated_bytes"] and a["ooms"] == 0
+    if not ok:
+        print("device", a["device"], "predicted", {k: a[k] for k in ("peak_reserved_bytes", "device_allocs", "device_frees", "segments")},
+              "recorded", rec, file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+}
+
+# faithful FILE.json: the replay under the recorded settings gives the recorded numbers.
+faithful() {
+  json "$1" "all(d['peak_reserved_bytes'] == d['recorded']['peak_reserved_bytes'] and d['device_allocs'] == d['recorded']['device_allocs'] and d['segments'] == d['recorded']['segments'] and d['peak_allocated_bytes'] == d['recorded']['peak_allocated_bytes'] for d in j['devices']) and len(j['devices']) >= 1"
+}
+
+record A || { echo "FAIL the workload did not run"; echo "0 passed, 1 failed"; exit 1; }
+"$cli" replay --json "$dir/A.db" >"$dir/A.json"
+check "A under its own settings: exit 0" "[ $? -eq 0 ]"
+check "A under its own settings: peak reserved, cudaMalloc/cudaFree counts and segments as recorded" "faithful $dir/A.json"
+check "A: frees completed later (record_stream) and empty_cache calls were replayed" \
+  "json $dir/A.json \"j['deferred_frees'] > 0 and j['empty_caches'] == 8\""
+"$cli" analyze --json "$dir/A.db" >"$dir/A.analysis.json"
+check "analyze --json keeps the recorded peaks under the replay's names" \
+  "python3 -c \"import json,sys; a=json.load(open('$dir/A.analysis.json'))['summary']; r=json.load(open('$dir/A.json'))['devices'][0]['recorded']; sys.exit(0 if a['peak_reserved_bytes'] >= r['peak_reserved_bytes'] > 0 and a['peak_allocated_bytes'] >= r['peak_allocated_bytes'] > 0 else 1)\""
+
+# Settings B: replay A under B, record under B, compare. Each line: name, --set args, variables.
+i=0
+while IFS='|' read -r label sets vars; do
+  i=$((i + 1))
+  # shellcheck disable=SC2086
+  record "B$i" $vars
+  args=()
+  for kv in $sets; do args+=(--set "$kv"); done
+  "$cli" replay --json "${args[@]}" "$dir/A.db" >"$dir/p$i.json"
+  "$cli" replay --json "$dir/B$i.db" >"$dir/r$i.json"
+  check "A replayed under $label = the run under $label (peak reserved, cudaMalloc, cudaFree, segments)" \
+    "same $dir/p$i.json $dir/r$i.json 2>&1"
+  check "$label: its own snapshot replayed under its recorded settings is faithful" "faithful $dir/r$i.json"
+  case $sets in
+    *'['*) ;; # a list is read back in memsnap's own list form (its faithfulness is checked above)
+    *) check "$label: the settings were read back from the snapshot" \
+      "json $dir/r$i.json \"j['pytorch_cuda_alloc_conf'] == json.load(open('$dir/p$i.json'))['pytorch_cuda_alloc_conf']\"" ;;
+  esac
+done <<'EOF'
+max_split_size_mb:64|max_split_size_mb=64|MEMSNAP_MAX_SPLIT_SIZE_MB=64
+roundup_power2_divisions:4|roundup_power2_divisions=4|MEMSNAP_ROUNDUP_POWER2_DIVISIONS=4
+expandable_segments:True|expandable_segments=True|MEMSNAP_EXPANDABLE_SEGMENTS=1
+max_split_size_mb:128 with a power2 list|max_split_size_mb=128 roundup_power2_divisions=[256:1,512:2,>:8]|MEMSNAP_MAX_SPLIT_SIZE_MB=128 MEMSNAP_ROUNDUP_POWER2_DIVISIONS=[256:1,512:2,>:8]
+garbage_collection_threshold:0.5 at memory fraction 0.25|garbage_collection_threshold=0.5 memory_fraction=0.25|MEMSNAP_GARBAGE_COLLECTION_THRESHOLD=0.5 MEMSNAP_MEMORY_FRACTION=0.25
+EOF
+check "the garbage collection case did collect (more cudaFree calls than the defaults)" \
+  "json $dir/p5.json \"sum(d['device_frees'] for d in j['devices']) > sum(d['device_frees'] for d in json.load(open('$dir/A.json'))['devices'])\""
+check "a setting changes the prediction (max_split_size_mb:64 reserves more than the defaults here)" \
+  "json $dir/p1.json \"j['devices'][0]['peak_reserved_bytes'] != json.load(open('$dir/A.json'))['devices'][0]['peak_reserved_bytes']\""
+"$cli" replay --json --set max_split_size_mb=default "$dir/B1.db" >"$dir/back.json"
+check "--set KEY=default: B1 replayed under the defaults = the run under the defaults" "same $dir/back.json $dir/A.json"
+record Async MEMSNAP_ALLOCATOR=async
+"$cli" replay --json --set backend=cudaMallocAsync "$dir/A.db" >"$dir/pa.json"
+"$cli" replay --json "$dir/Async.db" >"$dir/ra.json"
+check "backend:cudaMallocAsync: A replayed = the async run's peak reserved (the pool's)" \
+  "json $dir/pa.json \"[d['peak_reserved_bytes'] for d in j['devices']] == [d['recorded']['peak_reserved_bytes'] for d in json.load(open('$dir/ra.json'))['devices']]\""
+STACKS=none record Nostacks
+"$cli" replay --json "$dir/Nostacks.db" >"$dir/n.json"
+check "recorded without stacks: empty_cache still told from the allocator's own releases (faithful)" \
+  "faithful $dir/n.json && json $dir/n.json \"j['empty_caches'] == 8\""
+"$cli" replay "$dir/A.db" >"$dir/A.txt"
+check "text: a table per device, replay beside recorded" \
+  "grep -q '^device 0 .*replay.*recorded' $dir/A.txt && grep -q 'peak reserved' $dir/A.txt && grep -q 'fragmentation at the peak' $dir/A.txt"
+
+# Late starts.
+env -i PATH="$PATH" MEMSNAP_BACKEND=sim MEMSNAP_SIM_DEVICES=2 MEMSNAP_SIM_CAPACITY=8G MEMSNAP_RECORD=1 \
+  MEMSNAP_MAX_ENTRIES=2000 MEMSNAP_STACKS=native MEMSNAP_DUMP="$dir/ring.db" "$work" 40 7
+"$cli" replay --json "$dir/ring.db" >"$dir/ring.json"
+check "ring overflow: starts from the snapshot's segments and blocks, faithful, and says so" \
+  "faithful $dir/ring.json && json $dir/ring.json \"j['preloaded_blocks'] > 0 and any('starts late' in n and 'ring dropped' in n for n in j['notes'])\""
+mkdir -p "$dir/gen" && "$build/tests/gen_snapshots" "$dir/gen" >/dev/null
+"$cli" replay --json "$dir/gen/late.db" >"$dir/late.json"
+check "recording started mid-run: the weights allocated before it are rebuilt, faithful, and it says so" \
+  "faithful $dir/late.json && json $dir/late.json \"j['preloaded_blocks'] == 1 and any('recording started after' in n for n in j['notes'])\""
+"$cli" import "$here/data/resnet50_leak.pickle.gz" -o "$dir/resnet.db" >/dev/null 2>&1
+"$cli" replay --json "$dir/resnet.db" >"$dir/resnet.json"
+# PyTorch's trace holds requests, not block sizes: allocated memory is the allocator's own (within 1%).
+check "a real PyTorch snapshot (resnet50, recording started mid-run): peak reserved, cudaMalloc and segments as recorded" \
+  "json $dir/resnet.json \"all(d['peak_reserved_bytes'] == d['recorded']['peak_reserved_bytes'] and d['device_allocs'] == d['recorded']['device_allocs'] and d['segments'] == d['recorded']['segments'] and abs(d['peak_allocated_bytes'] - d['recorded']['peak_allocated_bytes']) < d['recorded']['peak_allocated_bytes'] / 100 for d in j['devices'])\""
+check "a PyTorch snapshot: the note says what its trace cannot tell" \
+  "json $dir/resnet.json \"any('imported from PyTorch' in n and 'record_stream' in n for n in j['notes'])\""
+
+# Out of memory on a smaller card, and a recorded out of memory.
+"$cli" replay --json --capacity 1G "$dir/A.db" >"$dir/small.json"
+check "--capacity 1G: device 0 runs out of memory; the first OOM names the request and what was live" \
+  "json $dir/small.json \"j['devices'][0]['oom'] is not None and j['devices'][0]['oom']['requested_bytes'] > 0 and len(j['devices'][0]['oom']['live']) > 0 and j['devices'][0]['oom']['live'][0]['stack'] and j['capacity_bytes'] == 1 << 30\""
+"$cli" replay --capacity 1G "$dir/A.db" >"$dir/small.txt"
+check "--capacity 1G, text: the first out of memory with its live sites" \
+  "grep -q 'out of memory: first at event' $dir/small.txt && grep -q 'replay_workload.c' $dir/small.txt"
+"$cli" replay --json "$dir/gen/oom.db" >"$dir/oom.json"
+check "a recorded out of memory happens in the replay too, marked as recorded" \
+  "json $dir/oom.json \"j['devices'][0]['oom']['recorded'] is True and j['devices'][0]['ooms'] == 1\""
+"$cli" replay --json --capacity 128M "$dir/gen/oom.db" >"$dir/oom2.json"
+check "on a bigger card the recorded out of memory does not happen, and the note says so" \
+  "json $dir/oom2.json \"j['devices'][0]['oom'] is None and any('does not happen' in n for n in j['notes'])\""
+
+# The sweep.
+"$cli" replay --sweep --jobs 2 "$dir/A.db" >"$dir/sweep.txt"
+check "sweep: exit 0, 20 ranked rows, the recorded one marked, the best line" \
+  "[ \$(grep -cE '^ +[0-9]+  ' $dir/sweep.txt) -eq 20 ] && grep -q '\[recorded\]' $dir/sweep.txt && grep -q '^best: PYTORCH_CUDA_ALLOC_CONF=' $dir/sweep.txt"
+"$cli" replay --sweep --json --jobs 2 "$dir/A.db" >"$dir/sweep.json"
+check "sweep --json: ranked by peak reserved (the largest device), the recorded row equal to a single replay" \
+  "python3 - $dir/sweep.json $dir/A.json $dir/p1.json <<'PY'
+import json, sys
+s, a, p1 = (json.load(open(f)) for f in sys.argv[1:4])
+rows = s['ranked']
+peaks = [max(d['peak_reserved_bytes'] for d in r['devices']) for r in rows if not any(d['ooms'] for d in r['devices'])]
+rec = [r for r in rows if r['recorded_settings']]
+ms64 = [r for r in rows if r['pytorch_cuda_alloc_conf'] == 'max_split_size_mb:64']
+ok = len(rows) == 20 and peaks == sorted(peaks) and [r['rank'] for r in rows] == list(range(1, 21))
+ok &= len(rec) == 1 and rec[0]['devices'] == a['devices'] and len(ms64) == 1 and ms64[0]['devices'] == p1['devices']
+sys.exit(0 if ok else 1)
+PY"
+"$cli" replay --sweep --capacity 1G --jobs 2 "$dir/A.db" >"$dir/sweep1g.txt"
+check "sweep on a 1 GiB card: settings that run out of memory are ranked last and marked" \
+  "grep -qE ' yes +' $dir/sweep1g.txt"
+
+# Hostile and inconsistent traces: each gives an answer or a one-line error, never a crash.
+hostile() { # NAME SQL: a copy of A.db edited by SQL, replayed; sets rc
+  cp "$dir/A.db" "$dir/h.db"
+  sqlite3 "$dir/h.db" "$2"
+  "$cli" replay --json "$dir/h.db" >"$dir/h.json" 2>"$dir/h.err"
+  rc=$?
+}
+hostile "double free" "insert into events(id, time_ns, kind, device, stream, address, size, requested_size) select 100000, time_ns, 2, device, stream, address, size, requested_size from events where kind = 2 and device = 0 order by id desc limit 1"
+check "a block freed twice: the second free skipped, counted, noted; the trace said to be inconsistent; exit 0" \
+  "[ $rc -eq 0 ] && json $dir/h.json \"j['unknown_frees'] == 1 and any('frees 0x' in n for n in j['notes']) and any('inconsistent' in n for n in j['notes'])\""
+hostile "overlap" "update events set kind = 1 where id in (select id from events where kind = 2 and device = 0 order by id limit 3)"
+check "allocations at a live address: the old block freed first, counted, noted" \
+  "[ $rc -eq 0 ] && json $dir/h.json \"j['duplicate_allocs'] >= 1 and any('still held' in n for n in j['notes'])\""
+hostile "bad devices and kinds" "update events set device = 99 where id % 50 = 0; update events set device = -3 where id % 51 = 0; update events set kind = 77 where id % 53 = 0; update events set size = -5, requested_size = -5 where id % 57 = 0"
+check "devices out of range, unknown kinds, negative sizes: skipped with a note, an answer" \
+  "[ $rc -eq 0 ] && json $dir/h.json \"j['skipped_events'] > 0 and len(j['devices']) == 2\""
+hostile "huge request" "update events set size = 1099511627776, requested_size = 1099511627776 where id = (select min(id) from events where kind = 1)"
+check "a 1 TiB request: an out of memory in the answer" "[ $rc -eq 0 ] && json $dir/h.json \"j['devices'][0]['oom'] is not None\""
+hostile "streams" "insert into events(id, time_ns, kind, device, stream, address, size, requested_size) select 200000 + value, 1, 1, 0, 1000 + value, 1000000000 + value * 4096, 512, 512 from generate_series(1, 1100)"
+check "more than 1024 streams: stops with a one-line error and a partial answer (exit 1)" \
+  "[ $rc -eq 1 ] && grep -q 'more than 1024 distinct streams' $dir/h.err && json $dir/h.json \"j['error'] and j['devices'][0]['peak_reserved_bytes'] > 0\""
+hostile "text in numbers" "update events set size = 'lots', address = x'00ff' where id % 7 = 0; update devices set total_bytes = 'big'; update options set value = '<script>' where name = 'MEMSNAP_MAX_SPLIT_SIZE_MB'"
+check "text and blobs where numbers belong, a hostile option value: a clear message, no crash" \
+  "[ $rc -le 2 ] && [ -s $dir/h.json -o -s $dir/h.err ]"
+hostile "no options" "drop table options"
+check "a snapshot without an options table: replayed under the defaults" "[ $rc -eq 0 ] && json $dir/h.json \"len(j['devices']) == 2\""
+printf 'not a database' >"$dir/junk.db"
+"$cli" replay "$dir/junk.db" >/dev/null 2>"$dir/junk.err"
+check "not a snapshot: exit 1 with one error line" "[ $? -eq 1 ] && [ \$(wc -l <$dir/junk.err) -eq 1 ]"
+
+# Usage.
+"$cli" replay --set nonsense=1 "$dir/A.db" 2>"$dir/u.err"
+check "an unknown setting: exit 2, the known ones listed" "[ $? -eq 2 ] && grep -q 'known: max_split_size_mb' $dir/u.err"
+"$cli" replay --set max_split_size_mb=abc "$dir/A.db" 2>"$dir/u.err"
+check "an invalid value: exit 2, the library's reason" "[ $? -eq 2 ] && grep -q \"invalid value 'abc'\" $dir/u.err"
+"$cli" replay --capacity lots "$dir/A.db" 2>/dev/null
+check "a bad --capacity: exit 2" "[ $? -eq 2 ]"
+"$cli" replay 2>/dev/null
+check "no snapshot: exit 2" "[ $? -eq 2 ]"
+"$cli" help replay >"$dir/help.txt"
+check "memsnap help replay: the settings, --sweep and an example table" \
+  "grep -q 'roundup_power2_divisions' $dir/help.txt && grep -q -- '--sweep' $dir/help.txt && grep -q 'PYTORCH_CUDA_ALLOC_CONF' $dir/help.txt"
+MEMSNAP_BACKEND=cuda PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:20 "$cli" replay --json "$dir/A.db" >"$dir/env.json"
+check "the caller's MEMSNAP_BACKEND=cuda and PYTORCH_CUDA_ALLOC_CONF do not leak into the replay" "faithful $dir/env.json"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
