@@ -225,9 +225,10 @@ fuzz: $(BUILD)/tests/gen_snapshots
 
 fuzz-programs: $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
 
-$(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS)
+# fuzz_snapshot replays through libmemsnap (C++ inside: linked by the C++ driver, for UBSan's runtime).
+$(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS) $(BUILD)/analyzer/replay_engine.o $(BUILD)/libmemsnap.so
 	@mkdir -p $(dir $@)
-	$(CC) $(FUZZ_LINK) -o $@ $^ $(PKG_LIBS)
+	$(CXX) $(FUZZ_LINK) -o $@ $(filter %.o,$^) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $(PKG_LIBS)
 
 $(BUILD)/fuzz/fuzz_pickle: $(BUILD)/tests/fuzz/fuzz_pickle.o $(addprefix $(BUILD)/analyzer/,import.o pickle_read.o pickle_write.o)
 	@mkdir -p $(dir $@)

@@ -97,12 +97,16 @@ static const command commands[] = {
      "                      PYTORCH_CUDA_ALLOC_CONF line to use\n"
      "  --jobs N            sweep workers (default: one per core)\n"
      "\n"
-     "example (sim device; a 2-core machine):\n"
-     "  $ memsnap replay --sweep --capacity 40G run.db\n"
-     "  sweep of run.db: 20 settings on 40.00 GiB per device, 2 at a time; recorded peak reserved ...\n"
+     "\n"
+     "example: the resnet50 PyTorch snapshot of tests/data (memsnap import), on a 3.5 GiB card:\n"
+     "  $ memsnap replay --sweep --capacity 3.5G r50.db\n"
+     "  sweep of r50.db: 20 settings on 3.50 GiB per device, 2 at a time; recorded peak reserved 3.38 GiB\n"
      "  rank  peak reserved   vs rec.  fragmentation at peak  cudaMalloc  retries   OOM  PYTORCH_CUDA_ALLOC_CONF\n"
-     "     1   ...\n"
-     "  best: PYTORCH_CUDA_ALLOC_CONF=...\n",
+     "     1       2.96 GiB    -12.2%       31.95 MiB (1.1%)          24        0     -  expandable_segments:True\n"
+     "     2       3.03 GiB    -10.1%       84.70 MiB (2.7%)         144        0     -  garbage_collection_threshold:0.6 (memory fraction 0.95)\n"
+     "     5       3.26 GiB     -3.5%      142.63 MiB (4.3%)          24        0     -  roundup_power2_divisions:8\n"
+     "    ...\n"
+     "  best: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n",
      false},
     {"help", cmd_help, "memsnap help [COMMAND]      show this help, or a command's", "  COMMAND             a command\n", false},
     {"version", cmd_version, "memsnap version             print the version", "", false},

@@ -72,6 +72,7 @@ struct ms_replay_plan {
   size_t nsegs, segs_cap;
   bool late;    /* something was held when the history began */
   bool checked; /* a replay found the history complete */
+  bool capacity_known; /* the snapshot says how much memory its devices have */
   bool inconsistent; /* the events do not add up to the snapshot's state, and nothing was held before */
   bool imported, private_pools, stacks_recorded;
   char import_source[128];
@@ -262,7 +263,7 @@ static int plan_tables(ms_snapshot *s, ms_replay_plan *p) {
   if (sqlite3_prepare_v2(s->db, "select max(total_bytes) from devices", -1, &st, NULL) == SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
     int64_t t = sqlite3_column_int64(st, 0);
-    if (t >= (2 << 20) && t <= ((int64_t)1 << 50)) p->capacity = (uint64_t)t;
+    if (t >= (2 << 20) && t <= ((int64_t)1 << 50)) p->capacity = (uint64_t)t, p->capacity_known = true;
   }
   sqlite3_finalize(st);
   /* segments: classic ones are counted (an expandable segment's rows are its mapped ranges, and
@@ -372,8 +373,8 @@ static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
   }
   sqlite3_finalize(st);
   ms_live_free(&pp.live);
-  qsort(p->pre, p->npre, sizeof *p->pre, cmp_pre);
-  qsort(p->segs, p->nsegs, sizeof *p->segs, cmp_pre);
+  if (p->npre) qsort(p->pre, p->npre, sizeof *p->pre, cmp_pre);
+  if (p->nsegs) qsort(p->segs, p->nsegs, sizeof *p->segs, cmp_pre);
   return 0;
 }
 
@@ -953,6 +954,9 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
          "could not be known",
          s->dropped ? "the ring dropped its oldest events" : "recording started after the first allocations",
          p->nsegs, (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
+  if (!p->capacity_known && !c->capacity)
+    note(r, "the snapshot does not say how much memory the device has: %llu GiB assumed (--capacity sets it)",
+         (unsigned long long)(p->capacity >> 30));
   if (p->inconsistent)
     note(r, "the events do not add up to the snapshot's segments and blocks, and no block or segment was held "
          "before them: the trace is inconsistent, and the recorded figures are those of its events");

@@ -105,6 +105,22 @@ except (AttributeError, UnicodeDecodeError, ValueError) as e:
 check("html: the data block is strict UTF-8 JSON holding the names", d is not None and HOSTILE["close"] in d["strings"])
 check("html: the page stays small despite the megabyte name", len(page) < 512 << 10, str(len(page)))
 
+# memsnap replay on a card too small for the blocks: the first out of memory lists the live sites
+replay = run("replay", "--capacity", "4M", snap)
+check("replay: succeeds, names the live sites at the out of memory, no control byte",
+      replay.returncode == 0 and b"out of memory: first at event" in replay.stdout and HOSTILE["markup"].encode() in replay.stdout
+      and not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", replay.stdout), replay.stderr.decode(errors="replace"))
+check("replay: no C1 control or bidirectional override reaches the terminal",
+      not re.search("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]", replay.stdout.decode("utf-8", errors="replace")))
+rjs = run("replay", "--json", "--capacity", "4M", snap)
+try:
+    rdoc = json.loads(rjs.stdout.decode("utf-8", errors="strict"))
+except (UnicodeDecodeError, ValueError) as e:
+    rdoc = None
+    print("  replay json:", e)
+check("replay json: strict UTF-8 that parses, the markup as data in the live sites' stacks",
+      rjs.returncode == 0 and rdoc is not None and HOSTILE["markup"] in json.dumps(rdoc["devices"][0]["oom"]["live"]))
+
 info = run("info", snap)
 check("info: succeeds with no control byte", info.returncode == 0 and not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", info.stdout))
 

@@ -124,6 +124,11 @@ check "a real PyTorch snapshot (resnet50, recording started mid-run): peak reser
 check "a PyTorch snapshot: the note says what its trace cannot tell" \
   "json $dir/resnet.json \"any('imported from PyTorch' in n and 'record_stream' in n for n in j['notes'])\""
 
+"$cli" analyze --json "$dir/gen/leak.db" >"$dir/leak.analysis.json"
+"$cli" replay --json "$dir/gen/leak.db" >"$dir/leak.json"
+check "one device from the start: analyze --json's summary peaks = replay's recorded peaks = the replay's" \
+  "python3 -c \"import json,sys; a=json.load(open('$dir/leak.analysis.json'))['summary']; d=json.load(open('$dir/leak.json'))['devices'][0]; r=d['recorded']; sys.exit(0 if a['peak_reserved_bytes'] == r['peak_reserved_bytes'] == d['peak_reserved_bytes'] and a['peak_allocated_bytes'] == r['peak_allocated_bytes'] == d['peak_allocated_bytes'] else 1)\""
+
 # Out of memory on a smaller card, and a recorded out of memory.
 "$cli" replay --json --capacity 1G "$dir/A.db" >"$dir/small.json"
 check "--capacity 1G: device 0 runs out of memory; the first OOM names the request and what was live" \

@@ -1,5 +1,6 @@
 /* fuzz_snapshot.c: libFuzzer target for the snapshot reader and everything behind it (analysis,
- * the page's timeline, the text, JSON and HTML reports), on hostile SQLite files.
+ * the page's timeline, the text, JSON and HTML reports, and `memsnap replay`'s engine through
+ * libmemsnap's allocator on the simulated device), on hostile SQLite files.
  *
  * A file of random bytes is almost never SQLite, so most inputs are edits of a real snapshot
  * (MEMSNAP_FUZZ_SEED, written by tests/gen_snapshots.c; `make fuzz` makes it): the input is a
@@ -130,6 +131,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ms_analysis_free(&a);
     ms_close(&s);
   }
+  /* memsnap replay: the trace through libmemsnap's allocator on the simulated device */
+  if (ms_open(&s, path) == 0 && ms_load_stacks(&s) == 0) {
+    ms_replay_plan *plan = ms_replay_plan_new(&s);
+    if (plan) {
+      ms_replay_config c;
+      ms_replay_recorded_config(plan, &c);
+      char err[256];
+      if (size & 2) ms_replay_config_set(&c, "max_split_size_mb", "64", err, sizeof err);
+      if (size & 4) ms_replay_config_set(&c, "expandable_segments", "True", err, sizeof err);
+      c.capacity = size & 8 ? (uint64_t)1 << 30 : 0;
+      ms_replay_result *r = malloc(sizeof *r);
+      if (r && ms_replay_check_config(plan, &c, err, sizeof err) == 0) ms_replay_run(&s, plan, &c, r);
+      free(r);
+      ms_replay_plan_free(plan);
+    }
+  }
+  if (s.db) ms_close(&s);
   unlink(path);
   return 0;
 }
