@@ -33,20 +33,20 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/history.c \
+  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/external.c recorder/history.c \
   recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/strindex.c analyzer/report.c analyzer/cmd_info.c \
   analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/replay.c analyzer/timeline.c \
-  analyzer/outfile.c analyzer/pickle.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c
+  analyzer/outfile.c analyzer/pickle.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c analyzer/cmd_run.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test test-programs sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden
-all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/memsnap
+all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/libmemsnap_intercept.so $(BUILD)/memsnap
 
 check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
@@ -70,6 +70,11 @@ GCC_S_FIRST := -Wl,--push-state,--no-as-needed -lgcc_s -Wl,--pop-state
 $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
 	  -Wl,-rpath,'$$ORIGIN' $(GCC_S_FIRST) $(LIB_PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
+
+# The LD_PRELOAD library of `memsnap run --mode intercept` (intercept/): exports the CUDA
+# allocation functions and dlsym; everything else stays local.
+$(BUILD)/libmemsnap_intercept.so: $(BUILD)/intercept/intercept.o $(BUILD)/libmemsnap.so
+	$(CC) -shared -o $@ $(BUILD)/intercept/intercept.o -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -ldl $(EXTRA_LDFLAGS)
 
 # The page's files, embedded into the CLI as they are (no bundler): symbols _binary_<file>_start/_end.
 $(BUILD)/web_assets.o: $(WEB_ASSETS)

@@ -116,12 +116,14 @@ static void fork_phase(int phase) {
       msi_device *d = atomic_load(&devices[i]);
       if (d) pthread_mutex_lock(&d->lock);
     }
+    msi_external_fork(phase);
     msi_history_fork(phase);
     msi_stacks_fork(phase);
     return;
   }
   msi_stacks_fork(phase);
   msi_history_fork(phase);
+  msi_external_fork(phase);
   for (int i = MSI_MAX_DEVICES; i-- > 0;) {
     msi_device *d = atomic_load(&devices[i]);
     if (d) pthread_mutex_unlock(&d->lock);
@@ -433,6 +435,44 @@ int memsnap_sim_synchronize(memsnap_stream_t stream) {
   return msi_sim_synchronize(stream);
 }
 
+/* The simulated device hands out 512-byte multiples, so its addresses stay aligned as the
+ * driver's are (256 bytes at least). */
+static size_t sim_rounded(size_t size) { return size ? (size + 511) & ~(size_t)511 : 512; }
+
+static int sim_device_check(int device) {
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (msi_be != &msi_backend_sim) {
+    msi_error("the simulated device's memory needs MEMSNAP_BACKEND=sim (the backend is %s)", msi_be->name);
+    return MEMSNAP_EINVAL;
+  }
+  if (device < 0 || device >= ndevices) {
+    msi_error("invalid device %d: the sim backend has %d device(s)", device, ndevices);
+    return MEMSNAP_EINVAL;
+  }
+  return MEMSNAP_OK;
+}
+
+int memsnap_sim_mem_alloc(int device, size_t size, void **out) {
+  *out = NULL;
+  int rc = sim_device_check(device);
+  if (rc != MEMSNAP_OK) return rc;
+  uintptr_t p = 0;
+  rc = msi_be->mem_alloc(device, sim_rounded(size), &p);
+  if (rc == MSI_BE_OOM) {
+    msi_error("out of memory: the simulated device %d has no %zu free bytes", device, size);
+    return MEMSNAP_ENOMEM;
+  }
+  if (rc != MSI_BE_OK) return MEMSNAP_EINVAL;
+  *out = (void *)p;
+  return MEMSNAP_OK;
+}
+
+int memsnap_sim_mem_free(int device, void *ptr, size_t size) {
+  int rc = sim_device_check(device);
+  if (rc != MEMSNAP_OK) return rc;
+  return msi_be->mem_free(device, (uintptr_t)ptr, sim_rounded(size)) == MSI_BE_OK ? MEMSNAP_OK : MEMSNAP_EINVAL;
+}
+
 void memsnap_shutdown(void) {
   dump_at_exit();
   pthread_mutex_lock(&dump_lock);
@@ -446,6 +486,7 @@ void memsnap_shutdown(void) {
       }
     }
     msi_be->shutdown();
+    msi_external_reset();
     msi_history_reset();
     msi_stacks_reset();
     atomic_store(&ready, 0);

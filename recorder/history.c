@@ -170,9 +170,7 @@ static bool label_add(const char *text) {
   return true;
 }
 
-/* Interns a label (each distinct text is kept once, for the life of the recording). Returns its
- * id, or UINT32_MAX when out of host memory. */
-static uint32_t label_id(const char *label) {
+uint32_t msi_label_id(const char *label) {
   if (!label) label = "";
   uint32_t id = UINT32_MAX;
   pthread_mutex_lock(&label_lock);
@@ -198,7 +196,7 @@ const char *msi_label(uint32_t id) {
 static int add_label_event(msi_event_kind kind, const char *label) {
   msi_ensure_ready(); /* a first mark before any allocation still sees MEMSNAP_RECORD */
   if (!atomic_load_explicit(&msi_recording, memory_order_relaxed)) return MEMSNAP_OK;
-  uint32_t id = label_id(label);
+  uint32_t id = msi_label_id(label);
   if (id == UINT32_MAX) {
     msi_error("mark: out of host memory");
     return MEMSNAP_ENOMEM;

@@ -373,6 +373,9 @@ void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, u
  * UINT64_MAX when out of host memory. */
 uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns);
 const char *msi_label(uint32_t id);
+/* Interns a label (each distinct text is kept once, for the life of the recording). Returns its
+ * id, or UINT32_MAX when out of host memory. */
+uint32_t msi_label_id(const char *label);
 /* fork(): take (prepare), release (parent) or reset (child) the history's and stacks' locks. */
 void msi_history_fork(int phase);
 void msi_stacks_fork(int phase);
@@ -380,6 +383,9 @@ enum { MSI_FORK_PREPARE, MSI_FORK_PARENT, MSI_FORK_CHILD };
 
 /* Stack of the calling thread (per MEMSNAP_STACKS), interned: its id, or 0 for none. */
 uint32_t msi_stack_capture(void);
+/* The same, its native part starting at return address first_pc when that is among the first
+ * frames outside the library (0: no such start). */
+uint32_t msi_stack_capture_from(uint64_t first_pc);
 void msi_stacks_reset(void);
 
 typedef struct msi_frame {
@@ -543,6 +549,22 @@ void msi_stats_reset_peak(memsnap_stats_t *s);
 /* Writes the values in memsnap_stat_key() order; returns how many. */
 int msi_stats_flatten(const memsnap_stats_t *s, int64_t *values, int capacity);
 void msi_stats_reset_accumulated(memsnap_stats_t *s);
+
+/* external.c: allocations memsnap's allocator did not make (memsnap_external_alloc). */
+typedef struct msi_external_block {
+  uintptr_t ptr;
+  size_t size;
+  memsnap_stream_t stream;
+  uintptr_t caller;  /* return address of the allocating call */
+  uint32_t stack_id;
+  uint32_t source;   /* label id of the API */
+  int device;
+} msi_external_block;
+/* The live ones by address, in a new array (*out, caller frees): the count, or SIZE_MAX when
+ * out of host memory. */
+size_t msi_external_copy(msi_external_block **out);
+void msi_external_reset(void);
+void msi_external_fork(int phase);
 
 /* api.c: device table. Returns the device state, initialising it, or NULL (error set). */
 msi_device *msi_device_get(int device);
