@@ -120,7 +120,15 @@ $(BUILD)/tests/liboom_catcher.so: tests/oom_catcher.cc $(BUILD)/libmemsnap.so
 test: test-programs
 	@tests/run_tests.sh $(BUILD)
 
-test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so
+test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so $(RUN_CUDART)
+
+# A plain CUDA program for `memsnap run` (tests/test_run.sh), linked against the toolkit's
+# libcudart.so when the toolkit has one (the tests say they skip it otherwise).
+RUN_CUDART := $(if $(wildcard $(CUDA_HOME)/lib64/libcudart.so),$(BUILD)/tests/run_cudart)
+$(BUILD)/tests/run_cudart: tests/run_cudart.c | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -g -Wall -Wextra -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 -lcudart \
+	  -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl $(EXTRA_LDFLAGS)
 
 # make sanitize: the whole suite built with AddressSanitizer + UndefinedBehaviorSanitizer in
 # build-asan/ (any report fails the test that triggered it), then the concurrency stress

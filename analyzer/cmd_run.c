@@ -117,15 +117,14 @@ static int set_env(const char *name, const char *value) {
   return -1;
 }
 
-/* Puts `first` before the current value of the list variable `name` (":"-separated, or " " for
- * LD_PRELOAD, which takes both). */
-static int prepend_env(const char *name, const char *first) {
+/* Adds `item` to the ":"-separated list variable `name`, first or last. */
+static int add_to_env(const char *name, const char *item, bool last) {
   const char *old = getenv(name);
-  if (!old || !*old) return set_env(name, first);
-  size_t n = strlen(first) + strlen(old) + 2;
+  if (!old || !*old) return set_env(name, item);
+  size_t n = strlen(item) + strlen(old) + 2;
   char *joined = malloc(n);
   if (!joined) return -1;
-  snprintf(joined, n, "%s:%s", first, old);
+  snprintf(joined, n, "%s:%s", last ? old : item, last ? item : old);
   int rc = set_env(name, joined);
   free(joined);
   return rc;
@@ -162,15 +161,17 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
   }
   if (o->stacks) rc |= set_env("MEMSNAP_STACKS", o->stacks);
   if (o->max_entries) rc |= set_env("MEMSNAP_MAX_ENTRIES", o->max_entries);
-  if (mode == MODE_ALLOCATOR || mode == MODE_TORCH_NATIVE || mode == MODE_BOTH) {
+  { /* every mode: Python programs get the sitecustomize (intercept: it dumps from Python's exit) */
     if (python_dir(bin, py, sizeof py) != 0) {
+      if (mode == MODE_INTERCEPT) goto preload; /* a C program does not need it */
       fprintf(stderr, "error: run: the memsnap Python package is not found beside '%s' (set MEMSNAP_PYTHONPATH "
               "to the directory that holds memsnap/)\n", bin);
       return -1;
     }
     snprintf(site, sizeof site, "%s/memsnap/run_site", py);
-    rc |= prepend_env("PYTHONPATH", py) | prepend_env("PYTHONPATH", site);
+    rc |= add_to_env("PYTHONPATH", py, false) | add_to_env("PYTHONPATH", site, false);
   }
+preload:
   if (mode == MODE_INTERCEPT || mode == MODE_BOTH) {
     char so[PATH_MAX + 32];
     snprintf(so, sizeof so, "%s/libmemsnap_intercept.so", bin);
@@ -178,7 +179,8 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
       fprintf(stderr, "error: run: '%s' is missing (run make)\n", so);
       return -1;
     }
-    rc |= prepend_env("LD_PRELOAD", so);
+    /* last: a sanitizer's runtime the user preloads must stay first */
+    rc |= add_to_env("LD_PRELOAD", so, true);
   }
   return rc ? -1 : 0;
 }

@@ -123,8 +123,35 @@ static void *driver(int id, bool ptsz) {
   return fn;
 }
 
-#define RUNTIME(name, type) ((type)runtime_symbol(#name))
-static void *runtime_symbol(const char *name) { return real_dlsym(RTLD_NEXT, name); }
+/* The runtime functions wrapped here, and cudaGetDevice (not wrapped: called for the device). */
+#define RUNTIME_FUNCTIONS(X) \
+  X(cudaMalloc) X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocAsync) X(cudaMallocFromPoolAsync) \
+  X(cudaFree) X(cudaFreeAsync) X(cudaGetDevice)
+enum {
+#define X(name) RT_##name,
+  RUNTIME_FUNCTIONS(X)
+#undef X
+  RT_COUNT
+};
+static const char *const runtime_names[RT_COUNT] = {
+#define X(name) #name,
+    RUNTIME_FUNCTIONS(X)
+#undef X
+};
+/* libcudart's function per name: found after this library in the global scope, or remembered
+ * from a dlsym on a handle of libcudart (ctypes, libraries that load it themselves). */
+static _Atomic(void *) runtime_fn[RT_COUNT];
+static void *runtime_wrappers[RT_COUNT];
+
+static void *runtime_symbol(int id) {
+  void *fn = atomic_load_explicit(&runtime_fn[id], memory_order_acquire);
+  if (!fn) {
+    fn = real_dlsym(RTLD_NEXT, runtime_names[id]);
+    if (fn) atomic_store(&runtime_fn[id], fn);
+  }
+  return fn;
+}
+#define RUNTIME(name, type) ((type)runtime_symbol(RT_##name))
 
 /* ---- recording ---------------------------------------------------------------------------- */
 
@@ -140,6 +167,10 @@ static int current_device_runtime(void) {
   return get && get(&dev) == cudaSuccess ? dev : 0;
 }
 
+static void report_oom(size_t size, int device, void *caller) {
+  memsnap_external_oom(size, device, NULL, caller);
+}
+
 static void track_alloc(uintptr_t ptr, size_t size, int device, void *stream, const char *api, void *caller) {
   if (ptr) memsnap_external_alloc((void *)ptr, size, device, (memsnap_stream_t)stream, api, caller);
 }
@@ -148,7 +179,10 @@ static void track_alloc(uintptr_t ptr, size_t size, int device, void *stream, co
 static int sim_alloc(uintptr_t *out, size_t size, void *stream, const char *api, void *caller) {
   void *p = NULL;
   *out = 0;
-  if (memsnap_sim_mem_alloc(0, size, &p) != MEMSNAP_OK) return 2;
+  if (memsnap_sim_mem_alloc(0, size, &p) != MEMSNAP_OK) {
+    report_oom(size, 0, caller);
+    return 2;
+  }
   *out = (uintptr_t)p;
   track_alloc(*out, size, 0, stream, api, caller);
   return 0;
@@ -167,7 +201,7 @@ static int sim_free(uintptr_t ptr, void *stream) {
 
 /* Calls the driver's function `id` with `args` unless inside a recorded call's, then `record`
  * if it succeeded at the outermost level. Under sim, `sim_expr` answers instead. */
-#define DRIVER_CALL(id, ptsz, type, args, sim_expr, record)                          \
+#define DRIVER_CALL(id, ptsz, type, args, sim_expr, record, args_size)                          \
   do {                                                                               \
     if (is_sim()) return (sim_expr);                                                 \
     __typeof__((type)0) fn = (type)driver(id, ptsz);                                              \
@@ -176,6 +210,8 @@ static int sim_free(uintptr_t ptr, void *stream) {
     CUresult r = fn args;                                                            \
     depth--;                                                                         \
     if (r == CUDA_SUCCESS && depth == 0) record;                                     \
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && depth == 0 && (args_size) != 0)            \
+      report_oom((args_size), current_device_driver(), CALLER());                      \
     return r;                                                                        \
   } while (0)
 
@@ -185,7 +221,7 @@ static int sim_free(uintptr_t ptr, void *stream) {
 
 static CUresult alloc_driver(CUdeviceptr *p, size_t size, void *caller) {
   DRIVER_CALL(FN_MEM_ALLOC, false, CUresult(*)(CUdeviceptr *, size_t), (p, size), SIM_ALLOC(p, size, NULL, "cuMemAlloc"),
-              track_alloc(*p, size, current_device_driver(), NULL, "cuMemAlloc", caller));
+              track_alloc(*p, size, current_device_driver(), NULL, "cuMemAlloc", caller), size);
 }
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) { return alloc_driver(p, size, CALLER()); }
 
@@ -194,20 +230,20 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, 
   DRIVER_CALL(FN_MEM_ALLOC_PITCH, false, CUresult(*)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int),
               (p, pitch, width, height, elem),
               (*pitch = (width + 511) & ~(size_t)511, SIM_ALLOC(p, *pitch * height, NULL, "cuMemAllocPitch")),
-              track_alloc(*p, *pitch * height, current_device_driver(), NULL, "cuMemAllocPitch", caller));
+              track_alloc(*p, *pitch * height, current_device_driver(), NULL, "cuMemAllocPitch", caller), width * height);
 }
 
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags) {
   void *caller = CALLER();
   DRIVER_CALL(FN_MEM_ALLOC_MANAGED, false, CUresult(*)(CUdeviceptr *, size_t, unsigned int), (p, size, flags),
               SIM_ALLOC(p, size, NULL, "cuMemAllocManaged"),
-              track_alloc(*p, size, current_device_driver(), NULL, "cuMemAllocManaged", caller));
+              track_alloc(*p, size, current_device_driver(), NULL, "cuMemAllocManaged", caller), size);
 }
 
 static CUresult alloc_async(CUdeviceptr *p, size_t size, CUstream s, bool ptsz, void *caller) {
   DRIVER_CALL(FN_MEM_ALLOC_ASYNC, ptsz, CUresult(*)(CUdeviceptr *, size_t, CUstream), (p, size, s),
               SIM_ALLOC(p, size, s, "cuMemAllocAsync"),
-              track_alloc(*p, size, current_device_driver(), s, "cuMemAllocAsync", caller));
+              track_alloc(*p, size, current_device_driver(), s, "cuMemAllocAsync", caller), size);
 }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) { return alloc_async(p, size, s, false, CALLER()); }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { return alloc_async(p, size, s, true, CALLER()); }
@@ -215,7 +251,7 @@ EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { 
 static CUresult alloc_pool(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s, bool ptsz, void *caller) {
   DRIVER_CALL(FN_MEM_ALLOC_POOL, ptsz, CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream), (p, size, pool, s),
               SIM_ALLOC(p, size, s, "cuMemAllocFromPoolAsync"),
-              track_alloc(*p, size, current_device_driver(), s, "cuMemAllocFromPoolAsync", caller));
+              track_alloc(*p, size, current_device_driver(), s, "cuMemAllocFromPoolAsync", caller), size);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
   return alloc_pool(p, size, pool, s, false, CALLER());
@@ -226,12 +262,12 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemo
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   DRIVER_CALL(FN_MEM_FREE, false, CUresult(*)(CUdeviceptr), (p), SIM_FREE(p, NULL),
-              memsnap_external_free((void *)p, 0, NULL, NULL));
+              memsnap_external_free((void *)p, 0, NULL, NULL), 0);
 }
 
 static CUresult free_async(CUdeviceptr p, CUstream s, bool ptsz) {
   DRIVER_CALL(FN_MEM_FREE_ASYNC, ptsz, CUresult(*)(CUdeviceptr, CUstream), (p, s), SIM_FREE(p, s),
-              memsnap_external_free((void *)p, 0, (memsnap_stream_t)s, NULL));
+              memsnap_external_free((void *)p, 0, (memsnap_stream_t)s, NULL), 0);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async(p, s, false); }
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return free_async(p, s, true); }
@@ -241,12 +277,12 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
   void *caller = CALLER();
   DRIVER_CALL(FN_MEM_MAP, false, CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long),
               (p, size, offset, h, flags), CUDA_ERROR_NOT_SUPPORTED,
-              track_alloc(p, size, current_device_driver(), NULL, "cuMemMap", caller));
+              track_alloc(p, size, current_device_driver(), NULL, "cuMemMap", caller), size);
 }
 
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
   DRIVER_CALL(FN_MEM_UNMAP, false, CUresult(*)(CUdeviceptr, size_t), (p, size), CUDA_ERROR_NOT_SUPPORTED,
-              memsnap_external_free((void *)p, size, NULL, NULL));
+              memsnap_external_free((void *)p, size, NULL, NULL), 0);
 }
 
 static int wrapper_index(const char *symbol) {
@@ -305,19 +341,26 @@ static bool from_libmemsnap(void *caller) {
   return dladdr(caller, &info) && info.dli_fbase == memsnap_base;
 }
 
-static void *swap_symbol(void *handle, const char *name, void *caller) {
+__attribute__((noinline)) static void *swap_symbol(void *handle, const char *name, void *caller) {
   void *fn = real_dlsym(handle, name);
-  int i = fn ? wrapper_index(name) : -1;
-  if (i < 0 || fn == wrappers[i] || from_libmemsnap(caller)) return fn;
-  if (i != FN_GET_PROC) {
+  if (!fn || from_libmemsnap(caller)) return fn;
+  int i = wrapper_index(name);
+  if (i >= 0 && fn != wrappers[i]) {
     void *expected = NULL;
-    atomic_compare_exchange_strong(&driver_fn[i][0], &expected, fn);
+    if (i != FN_GET_PROC) atomic_compare_exchange_strong(&driver_fn[i][0], &expected, fn);
+    return wrappers[i];
   }
-  return wrappers[i];
+  for (int k = 0; k < RT_COUNT; k++)
+    if (runtime_wrappers[k] && fn != runtime_wrappers[k] && !strcmp(name, runtime_names[k])) {
+      void *expected = NULL;
+      atomic_compare_exchange_strong(&runtime_fn[k], &expected, fn);
+      return runtime_wrappers[k];
+    }
+  return fn;
 }
 
 EXPORT void *dlsym(void *handle, const char *name) {
-  if (name[0] == 'c' && name[1] == 'u' && (name[2] == 'M' || name[2] == 'G'))
+  if (handle != RTLD_NEXT && name[0] == 'c' && name[1] == 'u' && (name[2] == 'M' || name[2] == 'G' || name[2] == 'd'))
     return swap_symbol(handle, name, CALLER());
   return real_dlsym(handle, name);
 }
@@ -325,7 +368,7 @@ EXPORT void *dlsym(void *handle, const char *name) {
 /* ---- the runtime API ---------------------------------------------------------------------- */
 
 /* As DRIVER_CALL, for libcudart's functions (found after this library). */
-#define RUNTIME_CALL(name, type, args, sim_expr, record)                             \
+#define RUNTIME_CALL(name, type, args, sim_expr, record, args_size)                             \
   do {                                                                               \
     if (is_sim()) return (sim_expr);                                                 \
     __typeof__((type)0) fn = RUNTIME(name, type);                                                 \
@@ -334,6 +377,8 @@ EXPORT void *dlsym(void *handle, const char *name) {
     cudaError_t r = fn args;                                                         \
     depth--;                                                                         \
     if (r == cudaSuccess && depth == 0) record;                                      \
+    if (r == cudaErrorMemoryAllocation && depth == 0 && (args_size) != 0)           \
+      report_oom((args_size), current_device_runtime(), CALLER());                     \
     return r;                                                                        \
   } while (0)
 
@@ -344,44 +389,54 @@ EXPORT void *dlsym(void *handle, const char *name) {
 EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
   void *caller = CALLER();
   RUNTIME_CALL(cudaMalloc, cudaError_t(*)(void **, size_t), (p, size), SIM_RALLOC(p, size, NULL, "cudaMalloc"),
-               track_alloc((uintptr_t)*p, size, current_device_runtime(), NULL, "cudaMalloc", caller));
+               track_alloc((uintptr_t)*p, size, current_device_runtime(), NULL, "cudaMalloc", caller), size);
 }
 
 EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags) {
   void *caller = CALLER();
   RUNTIME_CALL(cudaMallocManaged, cudaError_t(*)(void **, size_t, unsigned int), (p, size, flags),
                SIM_RALLOC(p, size, NULL, "cudaMallocManaged"),
-               track_alloc((uintptr_t)*p, size, current_device_runtime(), NULL, "cudaMallocManaged", caller));
+               track_alloc((uintptr_t)*p, size, current_device_runtime(), NULL, "cudaMallocManaged", caller), size);
 }
 
 EXPORT cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height) {
   void *caller = CALLER();
   RUNTIME_CALL(cudaMallocPitch, cudaError_t(*)(void **, size_t *, size_t, size_t), (p, pitch, width, height),
                (*pitch = (width + 511) & ~(size_t)511, SIM_RALLOC(p, *pitch * height, NULL, "cudaMallocPitch")),
-               track_alloc((uintptr_t)*p, *pitch * height, current_device_runtime(), NULL, "cudaMallocPitch", caller));
+               track_alloc((uintptr_t)*p, *pitch * height, current_device_runtime(), NULL, "cudaMallocPitch", caller), width * height);
 }
 
 EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
   void *caller = CALLER();
   RUNTIME_CALL(cudaMallocAsync, cudaError_t(*)(void **, size_t, cudaStream_t), (p, size, s),
                SIM_RALLOC(p, size, s, "cudaMallocAsync"),
-               track_alloc((uintptr_t)*p, size, current_device_runtime(), s, "cudaMallocAsync", caller));
+               track_alloc((uintptr_t)*p, size, current_device_runtime(), s, "cudaMallocAsync", caller), size);
 }
 
 EXPORT cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s) {
   void *caller = CALLER();
   RUNTIME_CALL(cudaMallocFromPoolAsync, cudaError_t(*)(void **, size_t, cudaMemPool_t, cudaStream_t), (p, size, pool, s),
                SIM_RALLOC(p, size, s, "cudaMallocFromPoolAsync"),
-               track_alloc((uintptr_t)*p, size, current_device_runtime(), s, "cudaMallocFromPoolAsync", caller));
+               track_alloc((uintptr_t)*p, size, current_device_runtime(), s, "cudaMallocFromPoolAsync", caller), size);
 }
 
 EXPORT cudaError_t cudaFree(void *p) {
-  RUNTIME_CALL(cudaFree, cudaError_t(*)(void *), (p), SIM_RFREE(p, NULL), memsnap_external_free(p, 0, NULL, NULL));
+  RUNTIME_CALL(cudaFree, cudaError_t(*)(void *), (p), SIM_RFREE(p, NULL), memsnap_external_free(p, 0, NULL, NULL), 0);
 }
 
 EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   RUNTIME_CALL(cudaFreeAsync, cudaError_t(*)(void *, cudaStream_t), (p, s), SIM_RFREE(p, s),
-               memsnap_external_free(p, 0, (memsnap_stream_t)s, NULL));
+               memsnap_external_free(p, 0, (memsnap_stream_t)s, NULL), 0);
+}
+
+__attribute__((constructor)) static void fill_runtime_wrappers(void) {
+  runtime_wrappers[RT_cudaMalloc] = (void *)cudaMalloc;
+  runtime_wrappers[RT_cudaMallocManaged] = (void *)cudaMallocManaged;
+  runtime_wrappers[RT_cudaMallocPitch] = (void *)cudaMallocPitch;
+  runtime_wrappers[RT_cudaMallocAsync] = (void *)cudaMallocAsync;
+  runtime_wrappers[RT_cudaMallocFromPoolAsync] = (void *)cudaMallocFromPoolAsync;
+  runtime_wrappers[RT_cudaFree] = (void *)cudaFree;
+  runtime_wrappers[RT_cudaFreeAsync] = (void *)cudaFreeAsync;
 }
 
 /* ---- exits that skip the exit handlers ---------------------------------------------------- */

@@ -208,6 +208,17 @@ msi_device *msi_device_get(int device) {
   return MSI_LIKELY(d != NULL) ? d : device_create(device);
 }
 
+void msi_dump_on_oom(void) {
+  char oom_path[1024];
+  if (msi_dump_path(true, oom_path, sizeof oom_path) && atomic_exchange(&oom_dumped, 1) == 0) {
+    char message[512];
+    snprintf(message, sizeof message, "%s", memsnap_last_error());
+    if (memsnap_dump(oom_path) != MEMSNAP_OK)
+      fprintf(stderr, "memsnap: error: snapshot at out of memory: %s\n", memsnap_last_error());
+    msi_error("%s", message); /* the caller wants the OOM message, not the dump's */
+  }
+}
+
 int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) {
   *out = NULL;
   if (size == 0) return MEMSNAP_OK;
@@ -215,15 +226,7 @@ int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) 
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
   int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, call_stack(), out)
                                          : msi_device_malloc(d, size, stream, call_stack(), out);
-  char oom_path[1024];
-  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM) && msi_dump_path(true, oom_path, sizeof oom_path) &&
-      atomic_exchange(&oom_dumped, 1) == 0) {
-    char message[512];
-    snprintf(message, sizeof message, "%s", memsnap_last_error());
-    if (memsnap_dump(oom_path) != MEMSNAP_OK)
-      fprintf(stderr, "memsnap: error: snapshot at out of memory: %s\n", memsnap_last_error());
-    msi_error("%s", message); /* the caller wants the OOM message, not the dump's */
-  }
+  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM)) msi_dump_on_oom();
   return rc;
 }
 

@@ -155,3 +155,16 @@ void msi_external_fork(int phase) {
   if (phase == MSI_FORK_PREPARE) pthread_mutex_lock(&ext_lock);
   else pthread_mutex_unlock(&ext_lock);
 }
+
+int memsnap_external_oom(size_t size, int device, memsnap_stream_t stream, void *caller) {
+  if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (msi_is_recording()) {
+    size_t free_bytes = 0, total = 0;
+    if (device >= 0 && device < memsnap_device_count()) msi_be->device_info(device, &free_bytes, &total, NULL, 0);
+    msi_history_add(MSI_EV_OOM, device, stream, free_bytes, size, size, 0,
+                    msi_stack_capture_from((uint64_t)(uintptr_t)caller));
+  }
+  msi_error("out of memory: an intercepted allocation of %zu bytes on device %d failed", size, device);
+  msi_dump_on_oom();
+  return MEMSNAP_OK;
+}

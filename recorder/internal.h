@@ -433,6 +433,10 @@ void msi_symbolized_free(msi_symbolized *s);
 /* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */
 int msi_expand_path(const char *pattern, char *out, size_t len);
 
+/* api.c: writes the MEMSNAP_DUMP_ON_OOM snapshot if one is set and none was written yet,
+ * keeping the caller's last error. */
+void msi_dump_on_oom(void);
+
 /* api.c: initialises the library (options, backend, MEMSNAP_RECORD) if needed; 0 or -1. */
 int msi_ensure_ready(void);
 

@@ -241,6 +241,11 @@ int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t 
  * none was recorded there. */
 int memsnap_external_free(void *ptr, size_t size, memsnap_stream_t stream, size_t *freed_bytes);
 
+/* Records that an allocation of `size` bytes made by someone else failed for lack of memory
+ * (an oom event while recording) and writes the MEMSNAP_DUMP_ON_OOM snapshot if one is set and
+ * not written yet. Returns MEMSNAP_OK, or MEMSNAP_EBACKEND when the library cannot start. */
+int memsnap_external_oom(size_t size, int device, memsnap_stream_t stream, void *caller);
+
 /* ---- Simulated device (MEMSNAP_BACKEND=sim) ----------------------------------------------- */
 
 /* Completes all work queued on `stream` of the simulated device, so events recorded on it

@@ -2,12 +2,14 @@
 
 `memsnap run` puts this directory first on PYTHONPATH, so Python imports this module at start-up
 (and every Python process the program starts: workers, torchrun's ranks). It does nothing unless
-MEMSNAP_RUN_MODE says what to do:
+MEMSNAP_RUN_MODE says what to do (``allocator+intercept`` does both):
 
 * ``allocator``: when the program imports torch, memsnap becomes PyTorch's allocator
   (memsnap.enable()) before anything can touch CUDA; recording is on from the first allocation
   (MEMSNAP_RECORD=1, which `memsnap run` sets) and the snapshot is written from Python's exit
   (MEMSNAP_DUMP).
+* ``intercept`` (the LD_PRELOAD library records): the snapshot is written from Python's exit,
+  while tensors are alive and Python frames can be named, not from the C library's exit.
 * ``torch-native``: PyTorch's allocator stays; when the program imports torch, PyTorch's own
   recorder starts (torch.cuda.memory._record_memory_history) and at exit, on the dump signal and
   at the first out-of-memory, PyTorch's snapshot is written as a pickle that `memsnap run` then
@@ -171,7 +173,7 @@ def _torch_native_mode():
 def _chain():
     """Imports the next sitecustomize on the path, the one this module hides."""
     here = os.path.dirname(os.path.abspath(__file__))
-    del sys.modules["sitecustomize"]
+    me = sys.modules.pop("sitecustomize")
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
@@ -182,10 +184,26 @@ def _chain():
             raise
     finally:
         sys.path[:] = saved
+        sys.modules.setdefault("sitecustomize", me)  # none further down: this module stays
 
 
-if _mode == "allocator":
+def _intercept_mode():
+    """The intercept library dumps from the C library's exit, after Python has finalized (tensors
+    collected, frames no longer nameable): dump from Python's exit instead, last of its exit
+    handlers (registered first). memsnap_dump_exit() does nothing unless something was recorded."""
+    import atexit
+
+    def dump():
+        import memsnap
+        memsnap.load().memsnap_dump_exit()
+    atexit.register(dump)
+    # os._exit is the intercept library's own (_exit): it writes the snapshot there
+
+
+if _mode in ("allocator", "allocator+intercept"):
     _allocator_mode()
 elif _mode == "torch-native":
     _torch_native_mode()
+if _mode in ("intercept", "allocator+intercept"):
+    _intercept_mode()
 _chain()
