@@ -41,9 +41,20 @@ static atomic_int exit_dumped; /* MEMSNAP_DUMP written (or inherited by a fork c
 /* Serialises the dumps of the signal thread with memsnap_shutdown, which frees what they read. */
 static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Under `memsnap run` (MEMSNAP_RUN_MANIFEST set), a process that used no device and recorded
+ * nothing writes no snapshot at exit: a launcher (torchrun, a shell, a DataLoader's parent) would
+ * otherwise leave an empty file, or one over a worker's of the same rank. */
+static bool nothing_to_dump(void) {
+  const char *manifest = getenv("MEMSNAP_RUN_MANIFEST");
+  if (!manifest || !*manifest || msi_history_total() > 0) return false;
+  for (int i = 0; i < MSI_MAX_DEVICES; i++)
+    if (atomic_load(&devices[i])) return false;
+  return true;
+}
+
 int memsnap_dump_exit(void) {
   char path[1024];
-  if (!atomic_load(&ready) || !msi_dump_path(false, path, sizeof path)) return MEMSNAP_OK;
+  if (!atomic_load(&ready) || !msi_dump_path(false, path, sizeof path) || nothing_to_dump()) return MEMSNAP_OK;
   if (atomic_exchange(&exit_dumped, 1)) return MEMSNAP_OK;
   return memsnap_dump(path);
 }

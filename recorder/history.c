@@ -113,6 +113,13 @@ void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, u
   pthread_mutex_unlock(&ring_lock);
 }
 
+uint64_t msi_history_total(void) {
+  pthread_mutex_lock(&ring_lock);
+  uint64_t n = ring_total;
+  pthread_mutex_unlock(&ring_lock);
+  return n;
+}
+
 uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns) {
   pthread_mutex_lock(&ring_lock);
   uint64_t n = ring_total < ring_cap ? ring_total : ring_cap;

@@ -369,6 +369,8 @@ void msi_history_stop(void);
 void msi_history_reset(void);                /* frees the ring and labels */
 void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                      uint64_t requested, uint64_t aux, uint32_t stack_id);
+/* Events recorded since recording started (dropped ones included). */
+uint64_t msi_history_total(void);
 /* Copies the ring, oldest first, into a new array (*out, caller frees). Returns the count, or
  * UINT64_MAX when out of host memory. */
 uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns);

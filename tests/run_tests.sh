@@ -63,6 +63,7 @@ want sample && run test_sample "$here/test_sample.sh" "$build"
 want python && run test_python "${py_env[@]}" python3 "$here/test_python.py"
 want python && run test_oom_throw "${py_env[@]}" python3 "$here/test_oom_throw.py"
 want python && run test_enable "${py_env[@]}" python3 "$here/test_enable.py"
+want python && run test_libs "${py_env[@]}" python3 "$here/test_libs.py"
 want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "$build/memsnap"
 want run && run test_run env PY_PRELOAD="${PY_PRELOAD:-}" "$here/test_run.sh" "$build"
 

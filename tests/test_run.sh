@@ -174,6 +174,10 @@ check "run py fork: the forked child (os._exit) writes no snapshot of its parent
 run py_workers 0 -o "$work/workers-%p.db" -- python3 "$train" 8 workers 2
 check "run py workers: the program and its 2 spawned workers, one snapshot each" test "$(ls "$work"/workers-*.db | wc -l)" = 3
 for db in "$work"/workers-*.db; do leak_is "py_workers_$(basename "$db" .db)" "$db" keep_loss_for_logging; done
+run py_launch 0 -o "$work/launch-%r.db" -- python3 "$here/data/run/launch.py" 2 8
+check "run py launcher: rank 0 and 1 each their file; the launcher, which used no device, none over rank 0's" \
+  bash -c "test \"\$(ls '$work'/launch-*.db | wc -l)\" = 2 && test \"\$(grep -c '^snapshot ' '$work/py_launch.out')\" = 2"
+for r in 0 1; do leak_is "py_launch_rank$r" "$work/launch-$r.db" keep_loss_for_logging; done
 RANK=3 run py_rank 0 --html -o "$work/rank-%r.db" -- python3 "$train" 8
 check "run py %r and --html: rank-3.db and its page" bash -c "test -s '$work/rank-3.db' && grep -q '<html' '$work/rank-3.html' &&
   grep -q 'page:   $work/rank-3.html' '$work/py_rank.out'"
