@@ -163,7 +163,13 @@ demo: deps
 deps:
 	@scripts/install-deps.sh
 
-gpu-bench: all $(BUILD)/bench_alloc
+# tests/gpu/run_modes.py's CUDA C++ program, built by nvcc with its default static cudart (when
+# the toolkit has nvcc; for the H100 and H200: sm_90, with PTX for newer GPUs).
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+RUN_STATIC := $(if $(wildcard $(NVCC)),$(BUILD)/run_static)
+gpu-bench: all $(BUILD)/bench_alloc $(RUN_STATIC)
+$(BUILD)/run_static: tests/gpu/run_static.cu
+	$(NVCC) -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o $@ $<
 $(BUILD)/bench_alloc: tests/gpu/bench_alloc.c tests/gpu/bench_workload.h $(BUILD)/libmemsnap.so
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 
