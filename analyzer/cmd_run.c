@@ -36,7 +36,7 @@ static const char *const mode_names[] = {"auto", "allocator", "torch-native", "i
 typedef struct run_options {
   const char *output, *stacks, *max_entries, *dump_on_oom, *signal_name;
   run_mode mode;
-  bool html, quiet;
+  bool html, quiet, cache;
   char **program; /* argv of the program, NULL-terminated */
 } run_options;
 
@@ -159,6 +159,7 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
       rc |= set_env("MEMSNAP_DUMP_ON_OOM", path);
     }
   }
+  if (o->cache) rc |= set_env("MEMSNAP_INTERCEPT_CACHE", "1");
   if (o->stacks) rc |= set_env("MEMSNAP_STACKS", o->stacks);
   if (o->max_entries) rc |= set_env("MEMSNAP_MAX_ENTRIES", o->max_entries);
   { /* every mode: Python programs get the sitecustomize (intercept: it dumps from Python's exit) */
@@ -375,6 +376,7 @@ static int parse(int argc, char **argv, run_options *o) {
     else if (!strcmp(arg, "--dump-on-oom") && has_value) o->dump_on_oom = argv[++i];
     else if (!strcmp(arg, "--signal") && has_value) o->signal_name = argv[++i];
     else if (!strcmp(arg, "--html")) o->html = true;
+    else if (!strcmp(arg, "--cache")) o->cache = true;
     else if (!strcmp(arg, "-q") || !strcmp(arg, "--quiet")) o->quiet = true;
     else if (!strcmp(arg, "--mode") && has_value) {
       const char *m = argv[++i];
@@ -407,7 +409,10 @@ int cmd_run(int argc, char **argv) {
   int rc = parse(argc, argv, &o);
   if (rc) return rc;
   run_mode mode = o.mode;
-  if (mode == MODE_AUTO) mode = runs_python(o.program[0]) ? MODE_ALLOCATOR : MODE_INTERCEPT;
+  if (mode == MODE_AUTO) mode = runs_python(o.program[0]) && !o.cache ? MODE_ALLOCATOR : MODE_INTERCEPT;
+  if (o.cache && mode != MODE_INTERCEPT)
+    return ms_usage_error("run", "--cache serves intercepted cudaMalloc calls: it needs --mode intercept (not %s)",
+                          mode_names[mode]);
   char bin[PATH_MAX], manifest[] = "/tmp/memsnap-run-XXXXXX";
   if (self_dir(bin, sizeof bin) != 0) {
     fprintf(stderr, "error: run: cannot find memsnap's own directory (/proc/self/exe)\n");

@@ -81,7 +81,7 @@ static const command commands[] = {
      false},
     {"run", cmd_run,
      "memsnap run [-o PATH] [--mode MODE] [--stacks S] [--max-entries N] [--dump-on-oom PATH]\n"
-     "            [--signal SIG] [--html] [-q] -- PROGRAM [ARGS...]\n"
+     "            [--signal SIG] [--cache] [--html] [-q] -- PROGRAM [ARGS...]\n"
      "                            run a program unchanged, recording its GPU memory",
      "  PROGRAM [ARGS...]   the program, run unchanged; its exit status is memsnap's (128+N when\n"
      "                      signal N ended it). Every process it starts records too, each in its own file\n"
@@ -99,6 +99,9 @@ static const command commands[] = {
      "  --dump-on-oom PATH  also write a snapshot at the first out-of-memory (same patterns)\n"
      "  --signal SIG        USR1, USR2 or a number: the program writes a snapshot to -o's path when\n"
      "                      it gets SIG; SIGTERM or SIGHUP sent to memsnap run asks for one first\n"
+     "  --cache             intercept: serve cudaMalloc/cudaFree (and cuMemAlloc/cuMemFree in the\n"
+     "                      primary context) from memsnap's caching allocator; cudaFree still waits\n"
+     "                      for the device, as it does without memsnap\n"
      "  --html              write each snapshot's page too (PATH with .html for .db)\n"
      "  -q, --quiet         print nothing but the program's output\n"
      "  docs/run.md explains the modes, what each sees and their limits\n",

@@ -25,6 +25,9 @@
  * cuGetProcAddress answers the functions defined here; everything else reports
  * CUDA_ERROR_NOT_FOUND. The tests record real programs built against the toolkit this way.
  *
+ * With MEMSNAP_INTERCEPT_CACHE=1 (`memsnap run --cache`) cudaMalloc and cuMemAlloc are served by
+ * memsnap's caching allocator instead (below, "--cache").
+ *
  * _exit and _Exit write the MEMSNAP_DUMP snapshot first (the exit handlers they skip would have),
  * in the process that started recording only (a vfork child shares its memory).
  */
@@ -80,7 +83,11 @@ __attribute__((constructor)) static void intercept_init(void) {
   X(MEM_MAP, "cuMemMap", "cuMemMap")                               \
   X(MEM_UNMAP, "cuMemUnmap", "cuMemUnmap")                         \
   X(GET_PROC, "cuGetProcAddress", "cuGetProcAddress_v2")           \
-  X(CTX_GET_DEVICE, "cuCtxGetDevice", "cuCtxGetDevice")
+  X(CTX_GET_DEVICE, "cuCtxGetDevice", "cuCtxGetDevice")            \
+  X(CTX_GET_CURRENT, "cuCtxGetCurrent", "cuCtxGetCurrent")         \
+  X(CTX_SYNCHRONIZE, "cuCtxSynchronize", "cuCtxSynchronize")       \
+  X(DEVICE_GET, "cuDeviceGet", "cuDeviceGet")                      \
+  X(PRIMARY_RETAIN, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain")
 
 enum {
 #define X(id, base, exported) FN_##id,
@@ -126,7 +133,7 @@ static void *driver(int id, bool ptsz) {
 /* The runtime functions wrapped here, and cudaGetDevice (not wrapped: called for the device). */
 #define RUNTIME_FUNCTIONS(X) \
   X(cudaMalloc) X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocAsync) X(cudaMallocFromPoolAsync) \
-  X(cudaFree) X(cudaFreeAsync) X(cudaGetDevice)
+  X(cudaFree) X(cudaFreeAsync) X(cudaGetDevice) X(cudaDeviceSynchronize)
 enum {
 #define X(name) RT_##name,
   RUNTIME_FUNCTIONS(X)
@@ -197,6 +204,65 @@ static int sim_free(uintptr_t ptr, void *stream) {
   return 0;
 }
 
+/* ---- --cache: cudaMalloc and cudaFree served by memsnap's caching allocator ------------------ */
+
+/* MEMSNAP_INTERCEPT_CACHE=1 (`memsnap run --cache`): cudaMalloc/cuMemAlloc take blocks from
+ * memsnap's caching allocator (the legacy default stream, the device's primary context), and
+ * cudaFree/cuMemFree return them after synchronizing the device, as cudaFree does: a program
+ * that allocates in a loop skips the driver's allocation and unmapping. The blocks are memsnap's
+ * own in the snapshot (pools small and large). */
+static int cache = -1;
+static bool use_cache(void) {
+  if (cache < 0) {
+    const char *c = getenv("MEMSNAP_INTERCEPT_CACHE");
+    cache = c && !strcmp(c, "1");
+  }
+  return cache && depth == 0;
+}
+
+/* 0 ok, 2 out of memory, 1 any other failure. */
+static int cached_alloc(void **out, size_t size, int device) {
+  int rc = memsnap_alloc(out, size, device, NULL);
+  return rc == MEMSNAP_OK ? 0 : rc == MEMSNAP_ENOMEM ? 2 : 1;
+}
+
+/* Synchronizes the device with `sync` (what cudaFree would do), then returns p to memsnap's
+ * cache. false when memsnap does not own p (allocated before, or in another context: the caller
+ * then frees it the usual way, which synchronizes again). */
+static bool cached_free(void *p, bool (*sync)(void)) {
+  if (!p) return false;
+  if (sync) sync();
+  return memsnap_release(p) == MEMSNAP_OK;
+}
+
+static bool sync_runtime(void) {
+  cudaError_t (*fn)(void) = (cudaError_t(*)(void))runtime_symbol(RT_cudaDeviceSynchronize);
+  return fn && fn() == cudaSuccess;
+}
+
+static bool sync_driver(void) {
+  CUresult (*fn)(void) = (CUresult(*)(void))driver(FN_CTX_SYNCHRONIZE, false);
+  return fn && fn() == CUDA_SUCCESS;
+}
+
+/* Whether the calling thread's context is its device's primary context (cudart's), the one
+ * memsnap allocates in: a driver-API program's own context keeps the driver's allocations. */
+static CUcontext primary[64];
+static bool in_primary_context(int device) {
+  CUcontext cur = NULL;
+  CUresult (*get_current)(CUcontext *) = (CUresult(*)(CUcontext *))driver(FN_CTX_GET_CURRENT, false);
+  if (device < 0 || device >= 64 || !get_current || get_current(&cur) != CUDA_SUCCESS || !cur) return false;
+  if (!primary[device]) {
+    CUresult (*device_get)(CUdevice *, int) = (CUresult(*)(CUdevice *, int))driver(FN_DEVICE_GET, false);
+    CUresult (*retain)(CUcontext *, CUdevice) = (CUresult(*)(CUcontext *, CUdevice))driver(FN_PRIMARY_RETAIN, false);
+    CUdevice d;
+    CUcontext ctx = NULL; /* retained once, for the life of the process, as cudart does */
+    if (!device_get || !retain || device_get(&d, device) != CUDA_SUCCESS || retain(&ctx, d) != CUDA_SUCCESS) return false;
+    primary[device] = ctx;
+  }
+  return cur == primary[device];
+}
+
 /* ---- the driver API ----------------------------------------------------------------------- */
 
 /* Calls the driver's function `id` with `args` unless inside a recorded call's, then `record`
@@ -223,7 +289,16 @@ static CUresult alloc_driver(CUdeviceptr *p, size_t size, void *caller) {
   DRIVER_CALL(FN_MEM_ALLOC, false, CUresult(*)(CUdeviceptr *, size_t), (p, size), SIM_ALLOC(p, size, NULL, "cuMemAlloc"),
               track_alloc(*p, size, current_device_driver(), NULL, "cuMemAlloc", caller), size);
 }
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) { return alloc_driver(p, size, CALLER()); }
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
+  if (use_cache()) {
+    int device = is_sim() ? 0 : current_device_driver();
+    if (is_sim() || in_primary_context(device)) {
+      int rc = cached_alloc((void **)p, size, device);
+      return rc == 0 ? CUDA_SUCCESS : rc == 2 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+    }
+  }
+  return alloc_driver(p, size, CALLER());
+}
 
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int elem) {
   void *caller = CALLER();
@@ -261,6 +336,7 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemo
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+  if (use_cache() && cached_free((void *)p, is_sim() ? NULL : sync_driver)) return CUDA_SUCCESS;
   DRIVER_CALL(FN_MEM_FREE, false, CUresult(*)(CUdeviceptr), (p), SIM_FREE(p, NULL),
               memsnap_external_free((void *)p, 0, NULL, NULL), 0);
 }
@@ -388,6 +464,10 @@ EXPORT void *dlsym(void *handle, const char *name) {
 
 EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
   void *caller = CALLER();
+  if (use_cache()) {
+    int rc = cached_alloc(p, size, is_sim() ? 0 : current_device_runtime());
+    return rc == 0 ? cudaSuccess : rc == 2 ? cudaErrorMemoryAllocation : cudaErrorUnknown;
+  }
   RUNTIME_CALL(cudaMalloc, cudaError_t(*)(void **, size_t), (p, size), SIM_RALLOC(p, size, NULL, "cudaMalloc"),
                track_alloc((uintptr_t)*p, size, current_device_runtime(), NULL, "cudaMalloc", caller), size);
 }
@@ -421,6 +501,7 @@ EXPORT cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t 
 }
 
 EXPORT cudaError_t cudaFree(void *p) {
+  if (use_cache() && cached_free(p, is_sim() ? NULL : sync_runtime)) return cudaSuccess;
   RUNTIME_CALL(cudaFree, cudaError_t(*)(void *), (p), SIM_RFREE(p, NULL), memsnap_external_free(p, 0, NULL, NULL), 0);
 }
 

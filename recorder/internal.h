@@ -75,6 +75,7 @@ typedef struct msi_options {
   bool expandable_segments;    /* grow one virtual segment per stream and pool (expandable.c) */
   bool async_mode;             /* the stream-ordered allocator (async_alloc.c) instead of caching */
   bool sim_old_driver;         /* sim: no virtual memory management, no stream-ordered pools */
+  bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
 } msi_options;
 
 extern msi_options msi_opt;

@@ -24,7 +24,7 @@ static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER; /* msi_opt.dump, .
 enum { OPT_BACKEND, OPT_SIM_CAPACITY, OPT_SIM_DEVICES, OPT_SIM_OLD_DRIVER, OPT_ALLOCATOR, OPT_EXPANDABLE_SEGMENTS,
        OPT_MAX_SPLIT_SIZE_MB, OPT_MAX_NON_SPLIT_ROUNDING_MB,
        OPT_ROUNDUP_POWER2_DIVISIONS, OPT_GC_THRESHOLD, OPT_MEMORY_FRACTION, OPT_OOM, OPT_RECORD,
-       OPT_MAX_ENTRIES, OPT_STACKS, OPT_DUMP, OPT_DUMP_ON_OOM, OPT_DUMP_SIGNAL, OPT_COUNT };
+       OPT_MAX_ENTRIES, OPT_STACKS, OPT_DUMP, OPT_DUMP_ON_OOM, OPT_DUMP_SIGNAL, OPT_INTERCEPT_CACHE, OPT_COUNT };
 
 static const msi_option_info table[OPT_COUNT] = {
     [OPT_BACKEND] = {"backend", "cuda", "device backend: cuda (the GPU, through libcuda) or sim (simulated device)"},
@@ -45,6 +45,7 @@ static const msi_option_info table[OPT_COUNT] = {
     [OPT_DUMP] = {"dump", "", "write a snapshot to this path at exit (%p pid, %r rank, %h host, %t time)"},
     [OPT_DUMP_ON_OOM] = {"dump_on_oom", "", "write a snapshot to this path at the first out of memory (same patterns)"},
     [OPT_DUMP_SIGNAL] = {"dump_signal", "", "signal (USR1, USR2 or a number) that writes a snapshot to MEMSNAP_DUMP"},
+    [OPT_INTERCEPT_CACHE] = {"intercept_cache", "0", "1: the intercept library (memsnap run --cache) serves cudaMalloc/cudaFree from the caching allocator"},
 };
 
 const msi_option_info *msi_option_table(int *count) {
@@ -174,12 +175,14 @@ static int apply(int opt, const char *value, const char *source, bool warn) {
       msi_opt.sim_devices = (int)n;
       return 0;
     case OPT_SIM_OLD_DRIVER:
+    case OPT_INTERCEPT_CACHE:
     case OPT_EXPANDABLE_SEGMENTS: {
       bool v;
       if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "True")) v = true;
       else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "False")) v = false;
       else break;
       if (opt == OPT_SIM_OLD_DRIVER) msi_opt.sim_old_driver = v;
+      else if (opt == OPT_INTERCEPT_CACHE) msi_opt.intercept_cache = v;
       else msi_opt.expandable_segments = v;
       return 0;
     }
@@ -344,6 +347,7 @@ void msi_option_value(int i, char *out, size_t len) {
     case OPT_SIM_CAPACITY: snprintf(out, len, "%zu", msi_opt.sim_capacity); break;
     case OPT_SIM_DEVICES: snprintf(out, len, "%d", msi_opt.sim_devices); break;
     case OPT_SIM_OLD_DRIVER: snprintf(out, len, "%d", msi_opt.sim_old_driver); break;
+    case OPT_INTERCEPT_CACHE: snprintf(out, len, "%d", msi_opt.intercept_cache); break;
     case OPT_ALLOCATOR: snprintf(out, len, "%s", msi_opt.async_mode ? "async" : "native"); break;
     case OPT_EXPANDABLE_SEGMENTS: snprintf(out, len, "%d", msi_opt.expandable_segments); break;
     case OPT_MAX_SPLIT_SIZE_MB:

@@ -123,6 +123,21 @@ else
   check "run cudart tree: two programs under a shell, two snapshots" test "$(ls "$work"/tree-*.db | wc -l)" = 2
   check "run cudart tree: both are summarized" test "$(grep -c '^snapshot .*tree-' "$work/cudart_tree.out")" = 2
 
+  # --cache: cudaMalloc/cudaFree (and cuMemAlloc through cuGetProcAddress) served by memsnap's
+  # caching allocator; managed and stream-ordered memory stay the driver's.
+  run cudart_cache 0 --cache -o "$work/cudart_cache.db" -- "$prog" 8
+  check "run cudart --cache: the kept blocks are memsnap's (its pools), none external at the end" \
+    test "$(sql "$work/cudart_cache.db" "select group_concat(pool || ':' || n, ',') from (select s.pool, count(*) n
+      from blocks b join segments s on s.id = b.segment_id where b.state = 'allocated' group by 1 order by 1)")" = "small:8"
+  check "run cudart --cache: cudaMallocAsync and cudaMallocManaged still go to the driver (recorded external)" \
+    test "$(sql "$work/cudart_cache.db" "select group_concat(text, ',') from (select distinct l.text from events e
+      join labels l on l.id = e.extra where e.kind = 4 and e.extra is not null order by 1)")" = "cudaMallocAsync,cudaMallocManaged"
+  check "run cudart --cache: the snapshot's options say so" \
+    test "$(sql "$work/cudart_cache.db" "select value from options where name = 'MEMSNAP_INTERCEPT_CACHE'")" = 1
+  leak_is cudart_cache "$work/cudart_cache.db" keep_for_later
+  check "usage: --cache needs intercept mode (exit 2)" bash -c "'$cli' run --cache --mode allocator -- true 2>&1 |
+    grep -q -- '--cache serves intercepted'; '$cli' run --cache --mode allocator -- true; test \$? -eq 2"
+
   # dlsym(RTLD_NEXT) keeps its meaning under the interposer's dlsym: from the program, the next
   # definition of cudaMalloc is the interposer's (it comes right after the program).
   cat >"$work/next.c" <<'EOF'
