@@ -35,21 +35,21 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/history.c recorder/devices.c recorder/misuse.c \
+  recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/external.c recorder/history.c recorder/devices.c recorder/misuse.c \
   recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/misuse.c analyzer/strindex.c analyzer/report.c analyzer/cmd_info.c \
   analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/livemap.c analyzer/timeline.c \
   analyzer/outfile.c analyzer/pickle_read.c analyzer/pickle_write.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c \
-  analyzer/replay_engine.c analyzer/cmd_replay.c
+  analyzer/replay_engine.c analyzer/cmd_replay.c analyzer/cmd_run.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test test-programs sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden install uninstall
-all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/memsnap
+all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/libmemsnap_intercept.so $(BUILD)/memsnap
 
 check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
@@ -73,6 +73,11 @@ GCC_S_FIRST := -Wl,--push-state,--no-as-needed -lgcc_s -Wl,--pop-state
 $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
 	  -Wl,-rpath,'$$ORIGIN' $(GCC_S_FIRST) $(LIB_PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
+
+# The LD_PRELOAD library of `memsnap run --mode intercept` (intercept/): exports the CUDA
+# allocation functions and dlsym; everything else stays local.
+$(BUILD)/libmemsnap_intercept.so: $(BUILD)/intercept/intercept.o $(BUILD)/libmemsnap.so
+	$(CC) -shared -o $@ $(BUILD)/intercept/intercept.o -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -ldl $(EXTRA_LDFLAGS)
 
 # The page's files, embedded into the CLI as they are (no bundler): symbols _binary_<file>_start/_end.
 $(BUILD)/web_assets.o: $(WEB_ASSETS)
@@ -118,7 +123,15 @@ $(BUILD)/tests/liboom_catcher.so: tests/oom_catcher.cc $(BUILD)/libmemsnap.so
 test: test-programs
 	@tests/run_tests.sh $(BUILD)
 
-test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so
+test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so $(RUN_CUDART)
+
+# A plain CUDA program for `memsnap run` (tests/test_run.sh), linked against the toolkit's
+# libcudart.so when the toolkit has one (the tests say they skip it otherwise).
+RUN_CUDART := $(if $(wildcard $(CUDA_HOME)/lib64/libcudart.so),$(BUILD)/tests/run_cudart)
+$(BUILD)/tests/run_cudart: tests/run_cudart.c | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -g -Wall -Wextra -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 -lcudart \
+	  -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl $(EXTRA_LDFLAGS)
 
 # make sanitize: the whole suite built with AddressSanitizer + UndefinedBehaviorSanitizer in
 # build-asan/ (any report fails the test that triggered it), then the concurrency stress
@@ -153,7 +166,13 @@ demo: deps
 deps:
 	@scripts/install-deps.sh
 
-gpu-bench: all $(BUILD)/bench_alloc
+# tests/gpu/run_modes.py's CUDA C++ program, built by nvcc with its default static cudart (when
+# the toolkit has nvcc; for the H100 and H200: sm_90, with PTX for newer GPUs).
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+RUN_STATIC := $(if $(wildcard $(NVCC)),$(BUILD)/run_static)
+gpu-bench: all $(BUILD)/bench_alloc $(RUN_STATIC)
+$(BUILD)/run_static: tests/gpu/run_static.cu
+	$(NVCC) -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o $@ $<
 $(BUILD)/bench_alloc: tests/gpu/bench_alloc.c tests/gpu/bench_workload.h $(BUILD)/libmemsnap.so
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 

@@ -584,8 +584,11 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
                          "select (select count(*) from segments), "
                          "(select count(*) from blocks b where state = 'free' and (select count(*) from blocks c where c.segment_id = b.segment_id) > 1), "
                          "(select coalesce(sum(size), 0) from blocks b where state = 'free' and (select count(*) from blocks c where c.segment_id = b.segment_id) > 1), "
-                         "(select coalesce(sum(value), 0) from stats where key = 'allocated_bytes.all.current'), "
-                         "(select coalesce(sum(value), 0) from stats where key = 'reserved_bytes.all.current')",
+                         /* external allocations (memsnap run --mode intercept) are outside the allocator's stats */
+                         "(select coalesce(sum(value), 0) from stats where key = 'allocated_bytes.all.current') + "
+                         "(select coalesce(sum(size), 0) from segments where pool = 'external'), "
+                         "(select coalesce(sum(value), 0) from stats where key = 'reserved_bytes.all.current') + "
+                         "(select coalesce(sum(size), 0) from segments where pool = 'external')",
                          -1, &st, NULL) == SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW) {
     a->segments = sqlite3_column_int64(st, 0);

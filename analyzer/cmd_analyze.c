@@ -11,35 +11,6 @@
 #include "analyzer.h"
 #include "commands.h"
 
-/* The report page (html.c). Written beside `out` and renamed over it; never over one of the
- * inputs. 0, or 1 (message). */
-static int write_html(const char *out, ms_analysis *a, size_t n) {
-  const char *inputs[64];
-  for (size_t i = 0; i < n && i < 64; i++) inputs[i] = a[i].snap->path;
-  if (ms_refuse_overwrite("--html", out, inputs, n < 64 ? n : 64)) return 1;
-  char tmp[PATH_MAX + 32];
-  ms_temp_path(out, tmp, sizeof tmp);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
-    return 1;
-  }
-  if (ms_report_html(&a[0], f) != 0) {
-    fclose(f);
-    unlink(tmp);
-    fprintf(stderr, "error: writing '%s': %s\n", out, a[0].snap->error[0] ? a[0].snap->error : "out of memory");
-    return 1;
-  }
-  bool ok = !ferror(f);
-  ok = (fclose(f) == 0) && ok;
-  if (!ok) unlink(tmp);
-  if (!ok || ms_commit(tmp, out) != 0) {
-    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
-    return 1;
-  }
-  return 0;
-}
-
 int cmd_analyze(int argc, char **argv) {
   ms_report_options o = {.max_frames = 4};
   ms_fold fold = {0};
@@ -82,7 +53,7 @@ int cmd_analyze(int argc, char **argv) {
     }
   }
   if (rc == 0 && html) {
-    rc = write_html(html, a, (size_t)npaths);
+    rc = ms_write_html(html, a, (size_t)npaths);
   } else if (rc == 0 && json) {
     if (npaths > 1) printf("{\"snapshots\": [\n");
     for (int i = 0; i < npaths && rc == 0; i++) {

@@ -12,6 +12,7 @@ int cmd_diff(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 /* Exit status for what was written to stdout: 0, or 1 (with a message) if writing failed (a
  * full disk, a closed pipe). */
@@ -40,5 +41,14 @@ void ms_temp_path(const char *out, char *tmp, size_t len);
 /* Syncs tmp and renames it over out (then syncs the directory). 0, or -1 with errno set and tmp
  * removed. */
 int ms_commit(const char *tmp, const char *out);
+
+/* Writes the report page of a[0] (html.c) to `out`, atomically, never over one of the n
+ * snapshots analyzed. 0, or 1 (message printed). */
+struct ms_analysis;
+int ms_write_html(const char *out, struct ms_analysis *a, size_t n);
+/* Imports the PyTorch snapshot pickle `in` into the snapshot `out` (import.c), atomically,
+ * printing warnings, and with show_progress the progress and a line saying what was imported.
+ * 0, or 1 (message printed). */
+int ms_import_to(const char *in, const char *out, bool show_progress);
 
 #endif

@@ -143,7 +143,7 @@ static const char *const builtin_native[] = {
     "clone*", "pthread_*", "__pthread*", "__GI_*", "__libc_*"};
 /* Native frames of the interpreter and its foreign-function glue, named or not, by their module's
  * file name. */
-static const char *const builtin_modules[] = {"python*", "libpython*", "_ctypes*", "libffi*"};
+static const char *const builtin_modules[] = {"python*", "libpython*", "_ctypes*", "libffi*", "libmemsnap_intercept*"};
 /* Python frames, as NAME@FILE: memsnap's own module and PyTorch's module-call plumbing. */
 static const char *const builtin_python[] = {"*@*memsnap/__init__.py", "*_call_impl@*torch/nn/modules/module.py"};
 

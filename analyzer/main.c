@@ -79,6 +79,33 @@ static const command commands[] = {
      "  --format pytorch    the only format: PyTorch's snapshot pickle (torch.cuda._memory_viz)\n"
      "  -o, --output FILE   the pickle to write, gzip-compressed when it ends in .gz\n",
      false},
+    {"run", cmd_run,
+     "memsnap run [-o PATH] [--mode MODE] [--stacks S] [--max-entries N] [--dump-on-oom PATH]\n"
+     "            [--signal SIG] [--cache] [--html] [-q] -- PROGRAM [ARGS...]\n"
+     "                            run a program unchanged, recording its GPU memory",
+     "  PROGRAM [ARGS...]   the program, run unchanged; its exit status is memsnap's (128+N when\n"
+     "                      signal N ended it). Every process it starts records too, each in its own file\n"
+     "  -o, --output PATH   the snapshot to write at exit (default memsnap-%p.db); %p pid, %r rank\n"
+     "                      (RANK, LOCAL_RANK...: torchrun), %h host, %t time, %% a percent sign\n"
+     "  --mode MODE         how memory is seen (default auto: allocator for Python programs, else\n"
+     "                      intercept):\n"
+     "                        allocator     memsnap becomes PyTorch's allocator when torch is imported\n"
+     "                        torch-native  PyTorch's allocator and recorder; its snapshot is imported\n"
+     "                        intercept     an LD_PRELOAD library records every cudaMalloc, cuMemAlloc,\n"
+     "                                      cuMemMap... of any program (static cudart too)\n"
+     "                        allocator+intercept  both: PyTorch's blocks and every other library's\n"
+     "  --stacks S          stacks recorded: none, native, python or all (default all)\n"
+     "  --max-entries N     events kept (default 100000; older ones are dropped and counted)\n"
+     "  --dump-on-oom PATH  also write a snapshot at the first out-of-memory (same patterns)\n"
+     "  --signal SIG        USR1, USR2 or a number: the program writes a snapshot to -o's path when\n"
+     "                      it gets SIG; SIGTERM or SIGHUP sent to memsnap run asks for one first\n"
+     "  --cache             intercept: serve cudaMalloc/cudaFree (and cuMemAlloc/cuMemFree in the\n"
+     "                      primary context) from memsnap's caching allocator; cudaFree still waits\n"
+     "                      for the device, as it does without memsnap\n"
+     "  --html              write each snapshot's page too (PATH with .html for .db)\n"
+     "  -q, --quiet         print nothing but the program's output\n"
+     "  docs/run.md explains the modes, what each sees and their limits\n",
+     false},
     {"replay", cmd_replay,
      "memsnap replay [--set KEY=VALUE]... [--capacity SIZE] [--json] [--sweep [--jobs N]] SNAPSHOT.db\n"
      "                            the recorded allocations replayed through memsnap's allocator under\n"

@@ -2,13 +2,16 @@
  * beside the target, synced, then renamed over it) and never over one of the command's inputs. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "analyzer.h"
 #include "commands.h"
 
 int ms_refuse_overwrite(const char *option, const char *out, const char *const *inputs, size_t n) {
@@ -45,5 +48,59 @@ int ms_commit(const char *tmp, const char *out) {
     fsync(dfd);
     close(dfd);
   }
+  return 0;
+}
+
+int ms_write_html(const char *out, ms_analysis *a, size_t n) {
+  const char *inputs[64];
+  for (size_t i = 0; i < n && i < 64; i++) inputs[i] = a[i].snap->path;
+  if (ms_refuse_overwrite("--html", out, inputs, n < 64 ? n : 64)) return 1;
+  char tmp[PATH_MAX + 32];
+  ms_temp_path(out, tmp, sizeof tmp);
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+    return 1;
+  }
+  if (ms_report_html(&a[0], f) != 0) {
+    fclose(f);
+    unlink(tmp);
+    fprintf(stderr, "error: writing '%s': %s\n", out, a[0].snap->error[0] ? a[0].snap->error : "out of memory");
+    return 1;
+  }
+  bool ok = !ferror(f);
+  ok = (fclose(f) == 0) && ok;
+  if (!ok) unlink(tmp);
+  if (!ok || ms_commit(tmp, out) != 0) {
+    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+int ms_import_to(const char *in, const char *out, bool show_progress) {
+  if (ms_refuse_overwrite("-o", out, &in, 1)) return 1;
+  char tmp[PATH_MAX + 32];
+  ms_temp_path(out, tmp, sizeof tmp);
+  unlink(tmp);
+  ms_import_result r;
+  if (ms_import_file(in, tmp, show_progress, &r) != 0) {
+    unlink(tmp);
+    fprintf(stderr, "error: %s\n", r.error);
+    return 1;
+  }
+  if (ms_commit(tmp, out) != 0) {
+    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+    return 1;
+  }
+  if (r.skipped)
+    fprintf(stderr, "warning: '%s': %" PRId64 " trace entries with actions memsnap has no kind for (the first: '%s') "
+            "were left out\n", in, r.skipped, r.skipped_action);
+  if (r.unmatched_ends)
+    fprintf(stderr, "warning: '%s': %" PRId64 " annotation ENDs had no START (started before recording)\n", in,
+            r.unmatched_ends);
+  if (show_progress)
+    printf("imported %s: %" PRId64 " trace entries, %" PRId64 " segments, %" PRId64 " blocks -> %s\n", in, r.entries,
+           r.segments, r.blocks, out);
   return 0;
 }

@@ -30,15 +30,25 @@ static inline int device_free(msi_device *d, void *ptr, uint32_t stack) {
 
 /* The caller's stack while recording (0 otherwise): captured before any lock is taken. */
 static inline uint32_t call_stack(void) { return MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0; }
-static atomic_int oom_dumped;
 
 static atomic_int exit_dumped; /* MEMSNAP_DUMP written (or inherited by a fork child): not at exit */
 /* Serialises the dumps of the signal thread with memsnap_shutdown, which frees what they read. */
 static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Under `memsnap run` (MEMSNAP_RUN_MANIFEST set), a process that used no device and recorded
+ * nothing writes no snapshot at exit: a launcher (torchrun, a shell, a DataLoader's parent) would
+ * otherwise leave an empty file, or one over a worker's of the same rank. */
+static bool nothing_to_dump(void) {
+  const char *manifest = getenv("MEMSNAP_RUN_MANIFEST");
+  if (!manifest || !*manifest || msi_history_total() > 0) return false;
+  for (int i = 0; i < MSI_MAX_DEVICES; i++)
+    if (atomic_load(&msi_device_table[i])) return false;
+  return true;
+}
+
 int memsnap_dump_exit(void) {
   char path[1024];
-  if (!msi_is_ready() || !msi_dump_path(false, path, sizeof path)) return MEMSNAP_OK;
+  if (!msi_is_ready() || !msi_dump_path(false, path, sizeof path) || nothing_to_dump()) return MEMSNAP_OK;
   if (atomic_exchange(&exit_dumped, 1)) return MEMSNAP_OK;
   return memsnap_dump(path);
 }
@@ -107,12 +117,14 @@ static void start_signal_dumper(void) {
 static void fork_phase(int phase) {
   if (phase == MSI_FORK_PREPARE) {
     msi_devices_fork(phase);
+    msi_external_fork(phase);
     msi_history_fork(phase);
     msi_stacks_fork(phase);
     return;
   }
   msi_stacks_fork(phase);
   msi_history_fork(phase);
+  msi_external_fork(phase);
   if (phase == MSI_FORK_CHILD) {
     atomic_store(&exit_dumped, 1);
     if (signal_pipe[0] >= 0) close(signal_pipe[0]);
@@ -150,15 +162,7 @@ int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) 
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
   int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, call_stack(), out)
                                          : msi_device_malloc(d, size, stream, call_stack(), out);
-  char oom_path[1024];
-  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM) && msi_dump_path(true, oom_path, sizeof oom_path) &&
-      atomic_exchange(&oom_dumped, 1) == 0) {
-    char message[512];
-    snprintf(message, sizeof message, "%s", memsnap_last_error());
-    if (memsnap_dump(oom_path) != MEMSNAP_OK)
-      fprintf(stderr, "memsnap: error: snapshot at out of memory: %s\n", memsnap_last_error());
-    msi_error("%s", message); /* the caller wants the OOM message, not the dump's */
-  }
+  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM)) msi_dump_on_oom();
   return rc;
 }
 
@@ -266,6 +270,22 @@ int memsnap_set_option(const char *name, const char *value) {
 }
 
 const char *memsnap_backend_name(void) { return ensure_ready() == 0 ? msi_be->name : NULL; }
+
+/* An intercepted allocation failed (the intercept library reports it): recorded as an oom
+ * event with the caller's stack, and the MEMSNAP_DUMP_ON_OOM snapshot written (external.c holds
+ * the intercepted blocks; this entry point sits here, above the snapshot writer). */
+int memsnap_external_oom(size_t size, int device, memsnap_stream_t stream, void *caller) {
+  if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (msi_is_recording()) {
+    size_t free_bytes = 0, total = 0;
+    if (device >= 0 && device < msi_device_count_ready()) msi_be->device_info(device, &free_bytes, &total, NULL, 0);
+    msi_history_add(MSI_EV_OOM, device, stream, free_bytes, size, size, 0,
+                    msi_stack_capture_from((uint64_t)(uintptr_t)caller));
+  }
+  msi_error("out of memory: an intercepted allocation of %zu bytes on device %d failed", size, device);
+  msi_dump_on_oom();
+  return MEMSNAP_OK;
+}
 
 int memsnap_device_count(void) { return ensure_ready() == 0 ? msi_device_count_ready() : MEMSNAP_EBACKEND; }
 
@@ -388,10 +408,49 @@ int memsnap_sim_synchronize(memsnap_stream_t stream) {
   return msi_sim_synchronize(stream);
 }
 
+/* The simulated device hands out 512-byte multiples, so its addresses stay aligned as the
+ * driver's are (256 bytes at least). */
+static size_t sim_rounded(size_t size) { return size ? (size + 511) & ~(size_t)511 : 512; }
+
+static int sim_device_check(int device) {
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (msi_be != &msi_backend_sim) {
+    msi_error("the simulated device's memory needs MEMSNAP_BACKEND=sim (the backend is %s)", msi_be->name);
+    return MEMSNAP_EINVAL;
+  }
+  if (device < 0 || device >= msi_device_count_ready()) {
+    msi_error("invalid device %d: the sim backend has %d device(s)", device, msi_device_count_ready());
+    return MEMSNAP_EINVAL;
+  }
+  return MEMSNAP_OK;
+}
+
+int memsnap_sim_mem_alloc(int device, size_t size, void **out) {
+  *out = NULL;
+  int rc = sim_device_check(device);
+  if (rc != MEMSNAP_OK) return rc;
+  uintptr_t p = 0;
+  rc = msi_be->mem_alloc(device, sim_rounded(size), &p);
+  if (rc == MSI_BE_OOM) {
+    msi_error("out of memory: the simulated device %d has no %zu free bytes", device, size);
+    return MEMSNAP_ENOMEM;
+  }
+  if (rc != MSI_BE_OK) return MEMSNAP_EINVAL;
+  *out = (void *)p;
+  return MEMSNAP_OK;
+}
+
+int memsnap_sim_mem_free(int device, void *ptr, size_t size) {
+  int rc = sim_device_check(device);
+  if (rc != MEMSNAP_OK) return rc;
+  return msi_be->mem_free(device, (uintptr_t)ptr, sim_rounded(size)) == MSI_BE_OK ? MEMSNAP_OK : MEMSNAP_EINVAL;
+}
+
 void memsnap_shutdown(void) {
   dump_at_exit();
   pthread_mutex_lock(&dump_lock);
   if (msi_devices_shutdown()) atomic_store(&exit_dumped, 0);
+  msi_external_reset();
   msi_invalid_free_reset();
   pthread_mutex_unlock(&dump_lock);
 }

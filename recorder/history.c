@@ -113,6 +113,13 @@ void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, u
   pthread_mutex_unlock(&ring_lock);
 }
 
+uint64_t msi_history_total(void) {
+  pthread_mutex_lock(&ring_lock);
+  uint64_t n = ring_total;
+  pthread_mutex_unlock(&ring_lock);
+  return n;
+}
+
 uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns) {
   pthread_mutex_lock(&ring_lock);
   uint64_t n = ring_total < ring_cap ? ring_total : ring_cap;
@@ -170,9 +177,7 @@ static bool label_add(const char *text) {
   return true;
 }
 
-/* Interns a label (each distinct text is kept once, for the life of the recording). Returns its
- * id, or UINT32_MAX when out of host memory. */
-static uint32_t label_id(const char *label) {
+uint32_t msi_label_id(const char *label) {
   if (!label) label = "";
   uint32_t id = UINT32_MAX;
   pthread_mutex_lock(&label_lock);
@@ -197,7 +202,7 @@ const char *msi_label(uint32_t id) {
 
 static int add_label_event(msi_event_kind kind, const char *label) {
   if (!atomic_load_explicit(&msi_recording, memory_order_relaxed)) return MEMSNAP_OK;
-  uint32_t id = label_id(label);
+  uint32_t id = msi_label_id(label);
   if (id == UINT32_MAX) {
     msi_error("mark: out of host memory");
     return MEMSNAP_ENOMEM;

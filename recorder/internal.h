@@ -79,6 +79,7 @@ typedef struct msi_options {
   bool expandable_segments;    /* grow one virtual segment per stream and pool (expandable.c) */
   bool async_mode;             /* the stream-ordered allocator (async_alloc.c) instead of caching */
   bool sim_old_driver;         /* sim: no virtual memory management, no stream-ordered pools */
+  bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
 } msi_options;
 
 extern msi_options msi_opt;
@@ -367,6 +368,8 @@ void msi_history_stop(void);
 void msi_history_reset(void);                /* frees the ring and labels */
 void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                      uint64_t requested, uint64_t aux, uint32_t stack_id);
+/* Events recorded since recording started (dropped ones included). */
+uint64_t msi_history_total(void);
 /* Copies the ring, oldest first, into a new array (*out, caller frees). Returns the count, or
  * UINT64_MAX when out of host memory. */
 uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns);
@@ -375,6 +378,10 @@ const char *msi_label(uint32_t id);
 int msi_history_mark(const char *label);
 int msi_history_range_push(const char *label);
 int msi_history_range_pop(void);
+
+/* Interns a label (each distinct text is kept once, for the life of the recording). Returns its
+ * id, or UINT32_MAX when out of host memory. */
+uint32_t msi_label_id(const char *label);
 /* fork(): take (prepare), release (parent) or reset (child) the history's and stacks' locks. */
 void msi_history_fork(int phase);
 void msi_stacks_fork(int phase);
@@ -382,6 +389,9 @@ enum { MSI_FORK_PREPARE, MSI_FORK_PARENT, MSI_FORK_CHILD };
 
 /* Stack of the calling thread (per MEMSNAP_STACKS), interned: its id, or 0 for none. */
 uint32_t msi_stack_capture(void);
+/* The same, its native part starting at return address first_pc when that is among the first
+ * frames outside the library (0: no such start). */
+uint32_t msi_stack_capture_from(uint64_t first_pc);
 void msi_stacks_reset(void);
 
 typedef struct msi_frame {
@@ -428,6 +438,10 @@ void msi_symbolized_free(msi_symbolized *s);
 
 /* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */
 int msi_expand_path(const char *pattern, char *out, size_t len);
+
+/* snapshot.c: writes the MEMSNAP_DUMP_ON_OOM snapshot if one is set and none was written yet,
+ * keeping the caller's last error (api.c's and external.c's entry points call it). */
+void msi_dump_on_oom(void);
 
 /* ---- invalid frees (misuse.c) ---------------------------------------------------------- */
 
@@ -582,5 +596,20 @@ void msi_stats_reset_peak(memsnap_stats_t *s);
 int msi_stats_flatten(const memsnap_stats_t *s, int64_t *values, int capacity);
 void msi_stats_reset_accumulated(memsnap_stats_t *s);
 
+/* external.c: allocations memsnap's allocator did not make (memsnap_external_alloc). */
+typedef struct msi_external_block {
+  uintptr_t ptr;
+  size_t size;
+  memsnap_stream_t stream;
+  uintptr_t caller;  /* return address of the allocating call */
+  uint32_t stack_id;
+  uint32_t source;   /* label id of the API */
+  int device;
+} msi_external_block;
+/* The live ones by address, in a new array (*out, caller frees): the count, or SIZE_MAX when
+ * out of host memory. */
+size_t msi_external_copy(msi_external_block **out);
+void msi_external_reset(void);
+void msi_external_fork(int phase);
 
 #endif /* MEMSNAP_INTERNAL_H */

@@ -229,11 +229,41 @@ int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1);
  * MEMSNAP_EINVAL for an unknown pool. */
 int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, const uint64_t *ptrs, size_t n);
 
+/* ---- Allocations memsnap's allocator did not make ---------------------------------------- */
+
+/* Records a device allocation made by someone else (the intercept library of `memsnap run
+ * --mode intercept`: cudaMalloc, cuMemAlloc, cuMemMap... of any library), after it succeeded:
+ * `source` names the API (a string that stays valid, a literal), `caller` is the return address
+ * of the allocating call (its library is named in the snapshot), NULL if unknown. While
+ * recording it becomes the events segment_alloc and alloc; a snapshot shows it as a segment of
+ * pool "external" (docs/snapshot-format.md). Returns MEMSNAP_OK, MEMSNAP_EINVAL for a NULL ptr,
+ * MEMSNAP_ENOMEM, or MEMSNAP_EBACKEND when the library cannot start. */
+int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t stream, const char *source,
+                           void *caller);
+
+/* Records the free of the external allocation at `ptr`, or with size > 0 of every external
+ * allocation that starts in [ptr, ptr + size) (cuMemUnmap of a range), and sets *freed_bytes
+ * (if not NULL) to their total size. Returns MEMSNAP_OK (also for NULL), or MEMSNAP_EINVAL when
+ * none was recorded there. */
+int memsnap_external_free(void *ptr, size_t size, memsnap_stream_t stream, size_t *freed_bytes);
+
+/* Records that an allocation of `size` bytes made by someone else failed for lack of memory
+ * (an oom event while recording) and writes the MEMSNAP_DUMP_ON_OOM snapshot if one is set and
+ * not written yet. Returns MEMSNAP_OK, or MEMSNAP_EBACKEND when the library cannot start. */
+int memsnap_external_oom(size_t size, int device, memsnap_stream_t stream, void *caller);
+
 /* ---- Simulated device (MEMSNAP_BACKEND=sim) ----------------------------------------------- */
 
 /* Completes all work queued on `stream` of the simulated device, so events recorded on it
  * become complete. Returns MEMSNAP_OK, or MEMSNAP_EINVAL when the backend is not sim. */
 int memsnap_sim_synchronize(memsnap_stream_t stream);
+
+/* Takes `size` bytes of the simulated device's memory straight from the device, with no cache
+ * (what cudaMalloc answers under the intercept library with MEMSNAP_BACKEND=sim), and gives them
+ * back. Return MEMSNAP_OK, MEMSNAP_ENOMEM when the device is full, or MEMSNAP_EINVAL (not the sim
+ * backend, bad device, a range the device did not give). */
+int memsnap_sim_mem_alloc(int device, size_t size, void **out);
+int memsnap_sim_mem_free(int device, void *ptr, size_t size);
 
 #ifdef __cplusplus
 }

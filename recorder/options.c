@@ -107,6 +107,8 @@ static const option table[] = {
      K_PATH, FIELD(dump_on_oom), .runtime = true},
     {{"dump_signal", "", "signal (USR1, USR2 or a number) that writes a snapshot to MEMSNAP_DUMP"},
      K_SIGNAL, FIELD(dump_signal), .runtime = false},
+    {{"intercept_cache", "0", "1: the intercept library (memsnap run --cache) serves cudaMalloc/cudaFree from the caching allocator"},
+     K_BOOL, FIELD(intercept_cache), .runtime = false},
 };
 
 enum { OPT_COUNT = sizeof table / sizeof table[0] };

@@ -14,6 +14,7 @@
  * $SLURM_PROCID; else 0), %h (host name), %t (Unix time in seconds) and %% (a percent sign), so
  * the processes of a job never write the same file.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -38,7 +39,9 @@ typedef struct snap_block {
 typedef struct snap_segment {
   int device;
   uint64_t address, size, stream;
-  const char *pool;            /* "small", "large" or "async" */
+  const char *pool;            /* "small", "large", "async" or "external" */
+  uint32_t source;             /* external: label id of the API that allocated it */
+  uint64_t caller;             /* external: return address of the allocating call */
   bool expandable;
   bool private_pool;           /* pool_id is a graph or MemPool pool's */
   uint64_t pool_id[2];
@@ -101,6 +104,44 @@ static snap_segment *push_segment(snapshot *s, snap_segment seg) {
   return &s->segs[s->nsegs++];
 }
 
+/* Appends one segment holding one allocated block (the async mode's live blocks, external
+ * allocations). */
+static void push_whole(snapshot *s, snap_segment seg, uint32_t stack_id) {
+  seg.first_block = s->nblocks;
+  seg.nblocks = 1;
+  if (!push_segment(s, seg)) return;
+  if (s->nblocks == s->blocks_cap && !grow_blocks(s)) {
+    s->failed = true;
+    return;
+  }
+  s->blocks[s->nblocks++] = (snap_block){seg.address, seg.size, seg.size, stack_id, 0};
+}
+
+/* Allocations memsnap's allocator did not make (external.c): one segment each, pool "external". */
+static void gather_external(snapshot *s) {
+  msi_external_block *v;
+  size_t n = msi_external_copy(&v);
+  if (n == SIZE_MAX) {
+    s->failed = true;
+    return;
+  }
+  for (size_t i = 0; i < n && !s->failed; i++) {
+    push_whole(s, (snap_segment){v[i].device, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "external",
+                                 v[i].source, v[i].caller, false, false, {0, 0}, 0, 0}, v[i].stack_id);
+    /* a device with external allocations is listed even when memsnap's allocator never ran on it */
+    bool listed = false;
+    for (int k = 0; k < s->ndevs; k++) listed |= s->devs[k].index == v[i].device;
+    if (!listed && v[i].device >= 0 && v[i].device < MSI_MAX_DEVICES && s->ndevs < MSI_MAX_DEVICES) {
+      snap_device *sd = &s->devs[s->ndevs++];
+      sd->index = v[i].device;
+      if (v[i].device >= msi_device_count_ready() ||
+          msi_be->device_info(v[i].device, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name) != MSI_BE_OK)
+        snprintf(sd->name, sizeof sd->name, "device %d", v[i].device);
+    }
+  }
+  free(v);
+}
+
 /* Async mode: the driver's pool has no segments to show, so each live allocation is a segment
  * of its own (pool "async") holding one allocated block. */
 static void gather_async(snapshot *s, msi_device *d) {
@@ -110,16 +151,9 @@ static void gather_async(snapshot *s, msi_device *d) {
     s->failed = true;
     return;
   }
-  for (size_t i = 0; i < n && !s->failed; i++) {
-    snap_segment *seg = push_segment(s, (snap_segment){d->index, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream,
-                                                       "async", false, false, {0, 0}, s->nblocks, 1});
-    if (!seg) break;
-    if (s->nblocks == s->blocks_cap && !grow_blocks(s)) {
-      s->failed = true;
-      break;
-    }
-    s->blocks[s->nblocks++] = (snap_block){v[i].ptr, v[i].size, v[i].size, v[i].stack_id, 0};
-  }
+  for (size_t i = 0; i < n && !s->failed; i++)
+    push_whole(s, (snap_segment){d->index, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "async", 0, 0,
+                                 false, false, {0, 0}, 0, 0}, v[i].stack_id);
   free(v);
 }
 
@@ -150,7 +184,7 @@ static void gather(msi_device **devs, int n, void *arg) {
       const msi_block *head = heads[h];
       msi_private_pool *owner = head->pool->owner;
       snap_segment *seg = push_segment(s, (snap_segment){d->index, head->ptr, 0, (uint64_t)(uintptr_t)head->stream,
-                                                         head->pool->is_small ? "small" : "large", head->seg != NULL,
+                                                         head->pool->is_small ? "small" : "large", 0, 0, head->seg != NULL,
                                                          owner != NULL, {owner ? owner->id[0] : 0, owner ? owner->id[1] : 0},
                                                          s->nblocks, 0});
       /* An expandable segment's mapped runs are one segment each, as PyTorch lists them. */
@@ -165,6 +199,7 @@ static void gather(msi_device **devs, int n, void *arg) {
     }
     free(heads);
   }
+  gather_external(s);
   /* Still under every device lock: the snapshot event and the ring copy see the same instant
    * as the blocks (lock order: device locks, then the ring's). */
   if (msi_is_recording()) msi_history_add(MSI_EV_SNAPSHOT, -1, NULL, 0, 0, 0, 0, 0);
@@ -219,6 +254,31 @@ int msi_expand_path(const char *pattern, char *out, size_t len) {
     return MEMSNAP_EINVAL;
   }
   return MEMSNAP_OK;
+}
+
+/* The file name of the module holding `pc` (libnccl.so.2, the program), or "" if none does. */
+static void library_of(uint64_t pc, char *out, size_t len) {
+  Dl_info info;
+  out[0] = '\0';
+  if (!pc || !dladdr((void *)(uintptr_t)pc, &info) || !info.dli_fname) return;
+  const char *name = info.dli_fname;
+  char exe[1024];
+  if (!name[0]) { /* the main program */
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return;
+    exe[n] = '\0';
+    name = exe;
+  }
+  const char *slash = strrchr(name, '/');
+  snprintf(out, len, "%.*s", (int)len - 1, slash ? slash + 1 : name);
+}
+
+/* By device, then address, as the format lists segments (external allocations interleave with
+ * the allocator's). */
+static int segment_order(const void *a, const void *b) {
+  const snap_segment *x = a, *y = b;
+  if (x->device != y->device) return x->device < y->device ? -1 : 1;
+  return x->address < y->address ? -1 : x->address > y->address;
 }
 
 /* ---- 3. write -------------------------------------------------------------------------- */
@@ -363,6 +423,15 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
       sqlite3_bind_null(st, 8);
       sqlite3_bind_null(st, 9);
     }
+    char library[256] = "";
+    if (g->source) {
+      sqlite3_bind_text(st, 10, msi_label(g->source), -1, SQLITE_TRANSIENT);
+      library_of(g->caller, library, sizeof library);
+    } else {
+      sqlite3_bind_null(st, 10);
+    }
+    if (library[0]) sqlite3_bind_text(st, 11, library, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 11);
     ok(w, sqlite3_step(st), "insert segment");
     sqlite3_reset(st);
     for (size_t b = g->first_block; b < g->first_block + g->nblocks && !w->rc; b++) {
@@ -422,13 +491,14 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
           break;
         }
     }
+    if (e->kind == MSI_EV_SEGMENT_ALLOC && e->aux > max_label) max_label = (uint32_t)e->aux; /* external: the API */
     int64_t v[] = {id, t, e->kind, e->device, (int64_t)e->stream, (int64_t)e->addr, (int64_t)e->size,
                    (int64_t)e->requested, (int64_t)e->aux, e->tid, e->stack_id};
     if (!st || w->rc) break;
     for (int k = 0; k < 11; k++) {
       bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
                   (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH &&
-                   e->kind != MSI_EV_INVALID_FREE);
+                   e->kind != MSI_EV_INVALID_FREE && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux));
       if (null) sqlite3_bind_null(st, k + 1);
       else sqlite3_bind_int64(st, k + 1, v[k]);
     }
@@ -451,6 +521,8 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   sqlite3_finalize(st);
   sqlite3_finalize(st2);
   sqlite3_finalize(st3);
+  for (size_t i = 0; i < s->nsegs; i++)
+    if (s->segs[i].source > max_label) max_label = s->segs[i].source;
   st = prepare(w, "INSERT INTO labels VALUES(?,?)");
   for (uint32_t i = 0; i <= max_label && !w->rc; i++) {
     sqlite3_bind_int(st, 1, (int)i);
@@ -500,6 +572,21 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
 
 static atomic_uint tmp_counter;
 
+/* `memsnap run` learns which snapshots its program's processes wrote from the file named by
+ * MEMSNAP_RUN_MANIFEST: one line "db<TAB>path" per snapshot, each appended with one write. */
+static void note_in_manifest(const char *path) {
+  const char *manifest = getenv("MEMSNAP_RUN_MANIFEST");
+  if (!manifest || !*manifest) return;
+  char line[1200], abs_path[1100] = "";
+  if (path[0] != '/' && getcwd(abs_path, 1024)) strcat(abs_path, "/");
+  snprintf(line, sizeof line, "db\t%s%s\n", abs_path, path);
+  int fd = open(manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t ignored = write(fd, line, strlen(line));
+  (void)ignored;
+  close(fd);
+}
+
 /* fsyncs a file or directory by path; returns 0 or -1. */
 static int sync_path(const char *path, int flags) {
   int fd = open(path, flags | O_CLOEXEC);
@@ -507,6 +594,19 @@ static int sync_path(const char *path, int flags) {
   int rc = fsync(fd);
   close(fd);
   return rc;
+}
+
+static atomic_int oom_dumped; /* MEMSNAP_DUMP_ON_OOM written: once a process */
+
+void msi_dump_on_oom(void) {
+  char oom_path[1024];
+  if (msi_dump_path(true, oom_path, sizeof oom_path) && atomic_exchange(&oom_dumped, 1) == 0) {
+    char message[512];
+    snprintf(message, sizeof message, "%s", memsnap_last_error());
+    if (memsnap_dump(oom_path) != MEMSNAP_OK)
+      fprintf(stderr, "memsnap: error: snapshot at out of memory: %s\n", memsnap_last_error());
+    msi_error("%s", message); /* the caller wants the OOM message, not the dump's */
+  }
 }
 
 int memsnap_dump(const char *pattern) {
@@ -531,6 +631,7 @@ int memsnap_dump(const char *pattern) {
     goto cleanup;
   }
   if (!max_entries) start_ns = msi_now_ns(); /* never recorded: times count from now */
+  qsort(s.segs, s.nsegs, sizeof *s.segs, segment_order);
   rc = msi_stacks_symbolize(&sym);
   if (rc != MEMSNAP_OK) goto cleanup;
 
@@ -560,6 +661,7 @@ int memsnap_dump(const char *pattern) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", path);
     sync_path(dirname(dir), O_RDONLY | O_DIRECTORY);
+    note_in_manifest(path);
   }
 cleanup:
   msi_symbolized_free(&sym);

@@ -10,7 +10,7 @@
 
 /* Creates every table of an empty snapshot and sets its format version. Columns added after
  * version 1's first files (segments.expandable, pool_id0, pool_id1) are at the end of their table:
- * readers of old files find them missing (see docs/snapshot-format.md). */
+ * (and segments.source, library) readers of old files find them missing (see docs/snapshot-format.md). */
 __attribute__((unused)) static const char memsnap_schema_sql[] =
     "PRAGMA user_version = " MEMSNAP_STRINGIFY(MEMSNAP_FORMAT_VERSION) ";"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
@@ -19,7 +19,7 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     " cap_bytes INTEGER);"
     "CREATE TABLE stats(device INTEGER, key TEXT, value INTEGER, PRIMARY KEY(device, key)) WITHOUT ROWID;"
     "CREATE TABLE segments(id INTEGER PRIMARY KEY, device INTEGER, address INTEGER, size INTEGER, pool TEXT,"
-    " stream INTEGER, expandable INTEGER, pool_id0 INTEGER, pool_id1 INTEGER);"
+    " stream INTEGER, expandable INTEGER, pool_id0 INTEGER, pool_id1 INTEGER, source TEXT, library TEXT);"
     "CREATE TABLE blocks(id INTEGER PRIMARY KEY, segment_id INTEGER, address INTEGER, size INTEGER,"
     " requested_size INTEGER, state TEXT, stack_id INTEGER);"
     "CREATE TABLE event_kinds(id INTEGER PRIMARY KEY, name TEXT);"
@@ -61,7 +61,7 @@ __attribute__((unused)) static const char *const memsnap_event_kind_names[MEMSNA
 
 /* Inserts one segment, naming its columns (both writers use it). */
 __attribute__((unused)) static const char memsnap_insert_segment_sql[] =
-    "INSERT INTO segments(id, device, address, size, pool, stream, expandable, pool_id0, pool_id1) "
-    "VALUES(?,?,?,?,?,?,?,?,?)";
+    "INSERT INTO segments(id, device, address, size, pool, stream, expandable, pool_id0, pool_id1, source, library) "
+    "VALUES(?,?,?,?,?,?,?,?,?,?,?)";
 
 #endif

@@ -180,11 +180,19 @@ __attribute__((constructor)) static void find_self_at_load(void) {
 #define unw_backtrace backtrace
 #endif
 
-static int native_frames(uint64_t *out, int max) {
+/* The calling thread's return addresses outside this library; from `first_pc` on when it is
+ * among the next few (the interposer's own frames are left out: the stack starts in the code
+ * that called cudaMalloc). */
+static int native_frames(uint64_t *out, int max, uint64_t first_pc) {
   void *pcs[MAX_NATIVE + 8];
   int got = unw_backtrace(pcs, MAX_NATIVE + 8), n = 0;
   int i = 0;
   while (i < got && (uintptr_t)pcs[i] >= self_start && (uintptr_t)pcs[i] < self_end) i++;
+  for (int k = i; first_pc && k < got && k < i + 8; k++)
+    if ((uint64_t)(uintptr_t)pcs[k] == first_pc) {
+      i = k;
+      break;
+    }
   for (; i < got && n < max; i++) out[n++] = (uint64_t)(uintptr_t)pcs[i];
   return n;
 }
@@ -256,12 +264,14 @@ static uint32_t intern(const uint64_t *w, int n_native, int n_python) {
   return nrecs++;
 }
 
-uint32_t msi_stack_capture(void) {
+uint32_t msi_stack_capture(void) { return msi_stack_capture_from(0); }
+
+uint32_t msi_stack_capture_from(uint64_t first_pc) {
   int mode = msi_opt.stacks;
   if (mode == MSI_STACKS_NONE || in_capture) return 0;
   in_capture = 1;
   uint64_t w[MAX_NATIVE + 2 * MAX_PYTHON];
-  int nn = (mode & MSI_STACKS_NATIVE) ? native_frames(w, MAX_NATIVE) : 0;
+  int nn = (mode & MSI_STACKS_NATIVE) ? native_frames(w, MAX_NATIVE, first_pc) : 0;
   int gil = 0, entered = (mode & MSI_STACKS_PYTHON) ? python_enter(&gil) : -1;
   int np = entered >= 0 ? python_frames(w + nn, MAX_PYTHON) : 0;
   uint32_t id = 0;

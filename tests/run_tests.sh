@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # run_tests.sh BUILD_DIR [GROUP...]: runs every test program and the Python tests (or only the
-# groups named: alloc options record stress cli analyze replay import web sample python), then prints the
+# groups named: alloc options record stress cli analyze replay import web sample python run), then prints the
 # total as "N passed, N failed" (the line CI reads) and exits non-zero if anything failed.
 # PY_PRELOAD: libraries preloaded into Python (a sanitizer's runtime, for `make sanitize`).
 set -u
 build=${1:-build}
 shift
-groups=" ${*:-alloc options record stress cli analyze replay import web sample python} "
+groups=" ${*:-alloc options record stress cli analyze replay import web sample python run} "
 want() { [[ $groups == *" $1 "* ]]; }
 py_env=(env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/../recorder/python")
 [ -n "${PY_PRELOAD:-}" ] && py_env+=(LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0")
@@ -66,7 +66,9 @@ want sample && run test_sample "$here/test_sample.sh" "$build"
 want python && run test_python "${py_env[@]}" python3 "$here/test_python.py"
 want python && run test_oom_throw "${py_env[@]}" python3 "$here/test_oom_throw.py"
 want python && run test_enable "${py_env[@]}" python3 "$here/test_enable.py"
+want python && run test_libs "${py_env[@]}" python3 "$here/test_libs.py"
 want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "$build/memsnap"
+want run && run test_run env PY_PRELOAD="${PY_PRELOAD:-}" "$here/test_run.sh" "$build"
 
 echo
 echo "$passed passed, $failed failed"

@@ -1,0 +1,287 @@
+"""run_modes.py: `memsnap run` on the GPU, in one call (issue 12; docs/run.md, docs/BENCHMARKS.md
+"memsnap run").
+
+Records unchanged programs and checks each snapshot names the program's leak, then measures what
+recording costs against the same program run without memsnap:
+
+  resnet50   a torchvision resnet50 training script (batch 64, STEPS steps, SGD with momentum)
+             that keeps each step's logits in keep_logits_for_logging(): run plain, then under
+             `memsnap run` in each mode (allocator, torch-native, intercept, allocator+intercept);
+             the median step time (steps 5 and on) of each against plain
+  cupy       a CuPy program that keeps one array per step in keep_for_later(): plain, intercept
+  jax        a JAX program (XLA_PYTHON_CLIENT_ALLOCATOR=platform, so each buffer is its own
+             cuMemAlloc) that keeps one array per step: plain, intercept
+  static     build/run_static (tests/gpu/run_static.cu, nvcc's default static cudart): keeps
+             256 KiB per step, then times 1 MiB cudaMalloc + cudaFree pairs: plain, intercept with
+             stacks, intercept without stacks; the interposer's cost per pair
+
+Each run is a child process; plain and recorded runs of one program alternate REPS times (the
+fastest of each side is kept). One JSON line per run goes to $OUT/run_modes.jsonl; a short table
+is printed last. A program that is not installed (CuPy, JAX) is reported as skipped.
+
+usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
+  python3 tests/gpu/run_modes.py [--steps N] [--reps N] [--only resnet50,cupy,jax,static]
+"""
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MEMSNAP = os.path.join(ROOT, "build", "memsnap")
+STATIC = os.path.join(ROOT, "build", "run_static")
+OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-run-modes-")
+
+# ---- the unchanged programs ---------------------------------------------------------------------
+
+RESNET = r'''
+import json, os, statistics, sys, time
+import torch, torchvision
+steps = int(sys.argv[1])
+model = torchvision.models.resnet50().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x = torch.randn(64, 3, 224, 224, device="cuda")
+y = torch.randint(0, 1000, (64,), device="cuda")
+kept = []
+
+def keep_logits_for_logging(logits):
+    kept.append(logits.detach().clone())
+
+times = []
+for step in range(steps):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = model(x)
+    loss = torch.nn.functional.cross_entropy(out, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    keep_logits_for_logging(out)
+    torch.cuda.synchronize()
+    times.append(time.perf_counter() - t0)
+print("RESULT " + json.dumps({"step_ms": statistics.median(times[5:]) * 1e3, "loss": loss.item(),
+                              "peak_allocated": torch.cuda.max_memory_allocated()}), flush=True)
+'''
+
+CUPY = r'''
+import json, sys, time
+import cupy as cp
+steps = int(sys.argv[1])
+kept = []
+
+def keep_for_later(a):
+    kept.append(a[:65536].copy())
+
+t0 = time.perf_counter()
+for step in range(steps):
+    a = cp.random.random((1 << 20,), dtype=cp.float32)
+    b = cp.sqrt(a) * 2
+    keep_for_later(b)
+    del a, b
+cp.cuda.Device().synchronize()
+print("RESULT " + json.dumps({"total_ms": (time.perf_counter() - t0) * 1e3, "kept": len(kept)}), flush=True)
+'''
+
+JAX = r'''
+import json, sys, time
+import jax, jax.numpy as jnp
+steps = int(sys.argv[1])
+kept = []
+
+def keep_for_later(a):
+    kept.append(a[:65536] + 0)
+
+key = jax.random.PRNGKey(0)
+t0 = time.perf_counter()
+for step in range(steps):
+    key, sub = jax.random.split(key)
+    a = jax.random.normal(sub, (1 << 20,))
+    b = jnp.sqrt(jnp.abs(a)) * 2
+    keep_for_later(b)
+    b.block_until_ready()
+print("RESULT " + json.dumps({"total_ms": (time.perf_counter() - t0) * 1e3, "kept": len(kept),
+                              "backend": jax.default_backend()}), flush=True)
+'''
+
+JAX_ENV = {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def write_program(name, text):
+    path = os.path.join(OUT, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+# ---- running one ---------------------------------------------------------------------------------
+
+def run_one(program, args, mode=None, env_extra=None, stacks=None, timeout=400):
+    """Runs the program plain (mode None) or under memsnap run --mode MODE. Returns a dict:
+    status, wall_s, the program's RESULT (or its JSON line), and the snapshots written."""
+    env = dict(os.environ, **(env_extra or {}))
+    tag = "%s-%s%s" % (program, mode or "plain", "-" + stacks if stacks else "")
+    db = os.path.join(OUT, tag + "-%p.db")
+    cmd = list(args)
+    if mode:
+        cmd = [MEMSNAP, "run", "--mode", mode, "-o", db, "--max-entries", "400000"] + \
+            (["--stacks", stacks] if stacks else []) + ["--"] + cmd
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        status, stdout, stderr = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        status, stdout, stderr = "timeout", e.stdout or "", e.stderr or ""
+        stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
+        stderr = stderr.decode() if isinstance(stderr, bytes) else stderr
+    wall = time.perf_counter() - t0
+    with open(os.path.join(OUT, tag + ".log"), "a") as f:
+        f.write("$ %s\n%s\n%s\n" % (" ".join(cmd), stdout, stderr))
+    result = {}
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+        elif line.startswith("{\"program\""):
+            result = json.loads(line)
+    snapshots = [line.split(" ", 1)[1] for line in stdout.splitlines() if line.startswith("snapshot ")]
+    return {"program": program, "mode": mode or "plain", "stacks": stacks, "status": status, "wall_s": wall,
+            "result": result, "snapshots": snapshots, "stderr_tail": stderr[-800:] if status != 0 else ""}
+
+
+def inspect(db, leak_function):
+    """What a snapshot shows: its first leak candidate's frames, whether they name the leak, and
+    the external segments by source and library."""
+    out = {"db": db}
+    try:
+        a = json.loads(subprocess.run([MEMSNAP, "analyze", "--json", db], capture_output=True, text=True,
+                                      timeout=300).stdout)
+        leaks = a.get("leaks", [])
+        names = [f.get("short_name") or f.get("name") for f in (leaks[0]["stack"] if leaks else [])][:8]
+        out["first_leak"] = {"kind": leaks[0]["kind"], "bytes_per_iteration": leaks[0]["bytes_per_iteration"],
+                             "frames": names} if leaks else None
+        out["leak_named"] = any(leak_function in (n or "") for leak in leaks[:3] for n in
+                                [f.get("short_name") or f.get("name") for f in leak["stack"]])
+        out["peak_allocated"] = a["summary"].get("peak_allocated_bytes", a["summary"].get("peak_allocated"))
+    except (ValueError, KeyError, subprocess.TimeoutExpired) as e:
+        out["error"] = "analyze: %s" % e
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+        out["segments"] = con.execute("select pool, ifnull(source, ''), ifnull(library, ''), count(*), sum(size) "
+                                      "from segments group by 1, 2, 3 order by 5 desc limit 12").fetchall()
+        out["events"] = con.execute("select count(*) from events").fetchone()[0]
+    except sqlite3.Error as e:
+        out["error_sql"] = str(e)
+    return out
+
+
+def emit(record):
+    line = json.dumps(record, default=str)
+    print(line, flush=True)
+    with open(os.path.join(OUT, "run_modes.jsonl"), "a") as f:
+        f.write(line + "\n")
+
+
+def best(runs, key):
+    vals = [r["result"].get(key) for r in runs if r["status"] == 0 and r["result"].get(key) is not None]
+    return min(vals) if vals else None
+
+
+# ---- the suites ------------------------------------------------------------------------------------
+
+def suite(name, args, modes, leak_function, key, reps, env_extra=None, stacks_variants=(None,)):
+    """Plain and each mode alternate `reps` times; the fastest `key` of each side is kept."""
+    rows = []
+    runs = {("plain", None): []}
+    for m in modes:
+        for s in stacks_variants:
+            runs[(m, s)] = []
+    for rep in range(reps):
+        for (m, s) in runs:
+            r = run_one(name, args, None if m == "plain" else m, env_extra, s)
+            r["rep"] = rep
+            if m != "plain" and r["snapshots"]:
+                r["inspect"] = [inspect(db, leak_function) for db in r["snapshots"][:4]]
+            emit(r)
+            runs[(m, s)].append(r)
+    base = best(runs[("plain", None)], key)
+    for (m, s), rs in runs.items():
+        value = best(rs, key)
+        named = None
+        if m != "plain" and s != "none":  # without stacks no site has a name
+            named = all(any(i.get("leak_named") for i in r.get("inspect", [])) for r in rs if r["status"] == 0) and \
+                any(r["status"] == 0 for r in rs)
+        rows.append({"program": name, "mode": m + ("/stacks " + s if s else ""), key: value,
+                     "vs_plain": (value / base) if value and base else None,
+                     "status": sorted({r["status"] for r in rs}, key=str), "leak_named": named,
+                     "snapshots": sum(len(r["snapshots"]) for r in rs)})
+    emit({"summary": name, "rows": rows})
+    return rows
+
+
+def have(module):
+    return subprocess.run([sys.executable, "-c", "import " + module], capture_output=True).returncode == 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--only", default="resnet50,cupy,jax,static")
+    opts = ap.parse_args()
+    only = set(opts.only.split(","))
+    os.makedirs(OUT, exist_ok=True)
+    print("results in", OUT, flush=True)
+    subprocess.run("nvidia-smi -L || echo no nvidia-smi", shell=True)
+    if not os.access(MEMSNAP, os.X_OK):
+        sys.exit("error: %s is missing: build on the development machine and carry build/ (tests/gpu/prepare.sh)"
+                 % MEMSNAP)
+    libs = subprocess.run(["ldd", os.path.join(ROOT, "build", "libmemsnap.so")], capture_output=True, text=True).stdout
+    if "not found" in libs:
+        sys.exit("error: libmemsnap.so misses libraries:\n" + libs)
+    table = []
+    if "resnet50" in only:
+        if have("torchvision"):
+            prog = write_program("train_resnet50.py", RESNET)
+            table += suite("resnet50", [sys.executable, prog, str(opts.steps)],
+                           ["allocator", "torch-native", "intercept", "allocator+intercept"],
+                           "keep_logits_for_logging", "step_ms", opts.reps)
+        else:
+            emit({"skipped": "resnet50", "why": "torchvision is not installed"})
+    if "cupy" in only:
+        if have("cupy"):
+            prog = write_program("cupy_loop.py", CUPY)
+            table += suite("cupy", [sys.executable, prog, str(opts.steps * 10)], ["intercept"], "keep_for_later",
+                           "total_ms", opts.reps)
+        else:
+            emit({"skipped": "cupy", "why": "CuPy is not installed"})
+    if "jax" in only:
+        if have("jax"):
+            prog = write_program("jax_loop.py", JAX)
+            table += suite("jax", [sys.executable, prog, str(opts.steps * 10)], ["intercept"], "keep_for_later",
+                           "total_ms", opts.reps, env_extra=JAX_ENV)
+        else:
+            emit({"skipped": "jax", "why": "JAX is not installed"})
+    if "static" in only:
+        if os.access(STATIC, os.X_OK):
+            table += suite("static", [STATIC, "20", "20000"], ["intercept"], "keep_for_later", "ns_per_pair",
+                           opts.reps, stacks_variants=("all", "none"))
+        else:
+            emit({"skipped": "static", "why": STATIC + " was not built (make gpu-bench needs nvcc)"})
+
+    print("\n%-10s %-30s %14s %9s %-8s %-6s %s" % ("program", "mode", "value", "vs plain", "status", "leak", "snaps"))
+    for r in table:
+        key = [k for k in ("step_ms", "total_ms", "ns_per_pair") if k in r][0]
+        value = "-" if r[key] is None else "%.2f %s" % (r[key], {"step_ms": "ms/step", "total_ms": "ms",
+                                                                  "ns_per_pair": "ns/pair"}[key])
+        print("%-10s %-30s %14s %9s %-8s %-6s %s" % (
+            r["program"], r["mode"], value, "-" if r["vs_plain"] is None else "%.3fx" % r["vs_plain"],
+            ",".join(map(str, r["status"])), {None: "-", True: "named", False: "MISSED"}[r["leak_named"]],
+            r["snapshots"]))
+
+
+if __name__ == "__main__":
+    main()

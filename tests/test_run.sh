@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# test_run.sh BUILD_DIR: `memsnap run` records unchanged programs on the simulated device.
+#
+#   - a C program linked against the CUDA toolkit's libcudart.so (tests/run_cudart.c): every
+#     cudaMalloc, cudaMallocAsync, cudaMallocManaged and a cuMemAlloc reached through
+#     dlsym + cuGetProcAddress, recorded by the intercept library with MEMSNAP_BACKEND=sim
+#     answering behind it; the leak named by `memsnap analyze`; its exit status, _exit, abort,
+#     --signal with SIGTERM, --dump-on-oom, a process tree (a shell starting it twice);
+#   - a Python training script (tests/data/run/train.py) with the stand-in torch of
+#     tests/data/fake_torch in each mode (allocator, torch-native, intercept and both), its leak
+#     named; workers (multiprocessing spawn) each in their own file (%p), a fork child writing
+#     none, %r, an uncaught exception, os._exit;
+#   - the command's usage errors and `memsnap help run`.
+# The C program needs the toolkit's libcudart.so (CUDA_HOME/lib64); without it those checks are
+# skipped with a message. PY_PRELOAD (make sanitize) is preloaded into the programs.
+set -u
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+cli=$build/memsnap
+prog=$build/tests/run_cudart
+cudart=${CUDA_HOME:-/usr/local/cuda}/lib64/libcudart.so
+train=$here/data/run/train.py
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | tail -n 30; }
+check() { # check NAME CMD...
+  local name=$1
+  shift
+  if "$@" >"$work/check.out" 2>&1; then ok "$name"; else bad "$name" "$work/check.out"; fi
+}
+export MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=1G
+[ -n "${PY_PRELOAD:-}" ] && export LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+fold=(--fold '*@*fake_torch/torch/__init__.py')
+
+# run NAME EXPECTED_STATUS ARGS...: memsnap run ARGS, output in $work/NAME.out, status checked.
+run() {
+  local name=$1 want=$2
+  shift 2
+  (cd "$work" && "$cli" run "$@") >"$work/$name.out" 2>&1
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok "run $name: exit status $want"; else bad "run $name: exit status $rc, expected $want" "$work/$name.out"; fi
+}
+# leak_is NAME DB FUNCTION: the first leak candidate of DB's analysis names FUNCTION.
+leak_is() {
+  "$cli" analyze "${fold[@]}" "$2" >"$work/$1.analysis" 2>&1
+  if awk '/^leak candidates/{on=1; next} on && /^$/{exit} on' "$work/$1.analysis" | sed -n '2,6p' | grep -q "$3"; then
+    ok "run $1: the first leak candidate is $3"
+  else
+    bad "run $1: the first leak candidate is not $3" "$work/$1.analysis"
+  fi
+}
+sql() { # sql DB QUERY: the rows, "|" between columns (never creates DB)
+  python3 -c 'import sqlite3, sys
+db = sqlite3.connect("file:%s?mode=ro" % sys.argv[1], uri=True)
+print("\n".join("|".join(map(str, r)) for r in db.execute(sys.argv[2])))' "$@" 2>&1
+}
+
+# ---- usage ------------------------------------------------------------------------------------
+check "usage: memsnap help run names the modes and options" bash -c "'$cli' help run | grep -q -- '--mode MODE' &&
+  '$cli' help run | grep -q 'torch-native' && '$cli' help run | grep -q -- '--dump-on-oom PATH'"
+check "usage: no program (exit 2)" bash -c "'$cli' run -o x.db 2>&1 | grep -q 'no program given'; '$cli' run; test \$? -eq 2"
+check "usage: unknown mode (exit 2)" bash -c "'$cli' run --mode fast -- true 2>&1 | grep -q \"unknown mode 'fast'\""
+check "usage: bad --signal (exit 2)" bash -c "'$cli' run --signal KILLME -- true 2>&1 | grep -q -- '--signal takes'; '$cli' run --signal X -- true; test \$? -eq 2"
+check "usage: bad --stacks, --max-entries (exit 2)" bash -c "'$cli' run --stacks some -- true; test \$? -eq 2 &&
+  { '$cli' run --max-entries 3 -- true; test \$? -eq 2; }"
+check "usage: a program that does not exist: exit 127, named" bash -c "'$cli' run -- '$work/no-such-program' 2>&1 |
+  grep -q \"cannot run '$work/no-such-program'\"; '$cli' run -- '$work/no-such-program'; test \$? -eq 127"
+run nothing 0 -o "$work/nothing.db" -- true
+check "run nothing: says that no snapshot was written" bash -c "grep -q 'no snapshot was written' '$work/nothing.out' && test ! -e '$work/nothing.db'"
+
+# ---- a C program through libcudart -------------------------------------------------------------
+if [ ! -x "$prog" ]; then
+  echo "skip: the C program checks need the CUDA toolkit's libcudart.so ($cudart): $prog was not built"
+else
+  run cudart 7 -o "$work/cudart.db" -- "$prog" 8 exit 7
+  check "run cudart: intercept chosen for a program that is not Python" grep -q "mode intercept" "$work/cudart.out"
+  check "run cudart: the summary names the snapshot and the report command" \
+    bash -c "grep -q '^snapshot $work/cudart.db' '$work/cudart.out' && grep -q 'memsnap analyze $work/cudart.db' '$work/cudart.out'"
+  leak_is cudart "$work/cudart.db" keep_for_later
+  check "run cudart: the 8 kept blocks are live external segments from cudaMalloc in run_cudart" \
+    test "$(sql "$work/cudart.db" "select count(*), sum(size), source, library from segments where pool = 'external'")" = "8|524288|cudaMalloc|run_cudart"
+  check "run cudart: every API is recorded under its name (runtime calls and cuMemAlloc through cuGetProcAddress)" \
+    test "$(sql "$work/cudart.db" "select group_concat(text, ',') from (select distinct l.text from events e join labels l on l.id = e.extra
+      where e.kind = 4 order by 1)")" = "cuMemAlloc,cudaMalloc,cudaMallocAsync,cudaMallocManaged"
+  check "run cudart: each allocation is recorded once (8 steps x 4 + 1, and as many frees less the kept)" \
+    test "$(sql "$work/cudart.db" "select sum(kind = 1), sum(kind = 3) from events")" = "33|25"
+  "$cli" analyze --json "$work/cudart.db" >"$work/cudart.json" 2>&1
+  check "run cudart: the analysis sees 512 KiB allocated at the end and the 3 MiB peak" \
+    python3 -c "import json; a = json.load(open('$work/cudart.json')); s = json.dumps(a); assert '524288' in s and '3145728' in s"
+
+  run cudart_exit 5 -o "$work/cudart_exit.db" -- "$prog" 4 _exit 5
+  check "run cudart _exit: the snapshot is written at _exit" test "$(sql "$work/cudart_exit.db" "select count(*) from segments")" = 4
+  run cudart_abort 134 -o "$work/cudart_abort.db" -- "$prog" 4 abort
+  check "run cudart abort: killed by signal 6, no snapshot, and says why" \
+    bash -c "grep -q 'killed by signal 6' '$work/cudart_abort.out' && grep -q 'cannot write one (--signal' '$work/cudart_abort.out' &&
+      test ! -e '$work/cudart_abort.db'"
+
+  # --signal: SIGTERM to memsnap run asks the program for a snapshot first.
+  (cd "$work" && exec "$cli" run --signal USR1 -o "$work/cudart_sig-%p.db" -- "$prog" 4 wait) >"$work/cudart_sig.out" 2>&1 &
+  runner=$!
+  for _ in $(seq 100); do grep -q '^ready' "$work/cudart_sig.out" && break; sleep 0.1; done
+  kill -TERM "$runner"
+  wait "$runner"
+  rc=$?
+  sig_db=$(ls "$work"/cudart_sig-*.db 2>/dev/null | head -1)
+  check "run cudart --signal: SIGTERM gives a snapshot, then ends the program (143)" \
+    bash -c "test $rc -eq 143 && test -n '$sig_db' && grep -q 'asking pid' '$work/cudart_sig.out' &&
+      grep -q '^snapshot $sig_db' '$work/cudart_sig.out'"
+  [ -n "$sig_db" ] && leak_is cudart_sig "$sig_db" keep_for_later
+
+  # --dump-on-oom: a device of 4 MiB runs out after some 40 steps.
+  MEMSNAP_SIM_CAPACITY=4M run cudart_oom 3 -o "$work/cudart_oom.db" --dump-on-oom "$work/cudart_oom-at-oom.db" -- "$prog" 100
+  check "run cudart --dump-on-oom: a snapshot at the out-of-memory, with its oom event" \
+    test "$(sql "$work/cudart_oom-at-oom.db" "select count(*) from events where kind = 6")" = 1
+  check "run cudart --dump-on-oom: both snapshots are listed" \
+    bash -c "grep -q '^snapshot $work/cudart_oom-at-oom.db' '$work/cudart_oom.out' && grep -q '^snapshot $work/cudart_oom.db' '$work/cudart_oom.out'"
+
+  # A process tree: a shell that runs the program twice, each its own file.
+  run cudart_tree 0 -o "$work/tree-%p.db" -- sh -c "'$prog' 2 && '$prog' 3"
+  check "run cudart tree: two programs under a shell, two snapshots" test "$(ls "$work"/tree-*.db | wc -l)" = 2
+  check "run cudart tree: both are summarized" test "$(grep -c '^snapshot .*tree-' "$work/cudart_tree.out")" = 2
+
+  # --cache: cudaMalloc/cudaFree (and cuMemAlloc through cuGetProcAddress) served by memsnap's
+  # caching allocator; managed and stream-ordered memory stay the driver's.
+  run cudart_cache 0 --cache -o "$work/cudart_cache.db" -- "$prog" 8
+  check "run cudart --cache: the kept blocks are memsnap's (its pools), none external at the end" \
+    test "$(sql "$work/cudart_cache.db" "select group_concat(pool || ':' || n, ',') from (select s.pool, count(*) n
+      from blocks b join segments s on s.id = b.segment_id where b.state = 'allocated' group by 1 order by 1)")" = "small:8"
+  check "run cudart --cache: cudaMallocAsync and cudaMallocManaged still go to the driver (recorded external)" \
+    test "$(sql "$work/cudart_cache.db" "select group_concat(text, ',') from (select distinct l.text from events e
+      join labels l on l.id = e.extra where e.kind = 4 and e.extra is not null order by 1)")" = "cudaMallocAsync,cudaMallocManaged"
+  check "run cudart --cache: the snapshot's options say so" \
+    test "$(sql "$work/cudart_cache.db" "select value from options where name = 'MEMSNAP_INTERCEPT_CACHE'")" = 1
+  leak_is cudart_cache "$work/cudart_cache.db" keep_for_later
+  check "usage: --cache needs intercept mode (exit 2)" bash -c "'$cli' run --cache --mode allocator -- true 2>&1 |
+    grep -q -- '--cache serves intercepted'; '$cli' run --cache --mode allocator -- true; test \$? -eq 2"
+
+  # dlsym(RTLD_NEXT) keeps its meaning under the interposer's dlsym: from the program, the next
+  # definition of cudaMalloc is the interposer's (it comes right after the program).
+  cat >"$work/next.c" <<'EOF'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void) { return dlsym(RTLD_NEXT, "cudaMalloc") == dlsym(RTLD_DEFAULT, "cudaMalloc") ? 0 : 1; }
+EOF
+  if cc -o "$work/next" "$work/next.c" -ldl 2>/dev/null; then
+    check "intercept: dlsym(RTLD_NEXT, ...) is resolved from the caller, not from the interposer" \
+      env LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$build/libmemsnap_intercept.so" "$work/next"
+  fi
+fi
+
+# ---- a Python training script in each mode ------------------------------------------------------
+export PYTHONPATH="$here/data/fake_torch${PYTHONPATH:+:$PYTHONPATH}"
+run py_allocator 4 -o "$work/py_allocator.db" -- python3 "$train" 8 exit 4
+check "run py allocator: chosen for python, memsnap's allocator made the segments" \
+  bash -c "grep -q 'mode allocator' '$work/py_allocator.out' &&
+    test '$(sql "$work/py_allocator.db" "select count(*) > 0 from segments where pool in ('small', 'large')")' = 1"
+leak_is py_allocator "$work/py_allocator.db" keep_loss_for_logging
+
+run py_native 0 --mode torch-native -o "$work/py_native.db" -- python3 "$train" 8
+check "run py torch-native: PyTorch's snapshot imported, the pickle removed" \
+  bash -c "test '$(sql "$work/py_native.db" "select count(*) from meta where key = 'import_source'")' = 1 &&
+    ! ls '$work'/*.pickle 2>/dev/null"
+leak_is py_native "$work/py_native.db" keep_loss_for_logging
+
+if [ -e "$cudart" ]; then
+  FAKE_TORCH_CUDART=$cudart run py_intercept 0 --mode intercept -o "$work/py_intercept.db" -- python3 "$train" 8
+  check "run py intercept: torch's cudaMalloc calls are external segments" \
+    test "$(sql "$work/py_intercept.db" "select count(*), source from segments where pool = 'external'")" = "8|cudaMalloc"
+  leak_is py_intercept "$work/py_intercept.db" keep_loss_for_logging
+  run py_both 0 --mode allocator+intercept -o "$work/py_both.db" -- python3 "$train" 8 cudart "$cudart"
+  check "run py allocator+intercept: torch's blocks in memsnap's pools, the direct cudaMalloc external" \
+    test "$(sql "$work/py_both.db" "select group_concat(pool || ':' || ifnull(source, '-'), ',') from (select distinct pool, source from segments order by 1)")" = "external:cudaMalloc,small:-"
+  leak_is py_both "$work/py_both.db" keep_loss_for_logging
+else
+  echo "skip: intercept mode for Python needs $cudart"
+fi
+
+run py_raise 1 -o "$work/py_raise.db" -- python3 "$train" 8 raise
+check "run py raise: an uncaught exception still leaves the snapshot" test -s "$work/py_raise.db"
+run py_exit 9 -o "$work/py_exit.db" -- python3 "$train" 8 _exit 9
+check "run py os._exit: the snapshot is written first" test "$(sql "$work/py_exit.db" "select count(*) from blocks where state = 'allocated'")" = 8
+run py_native_exit 9 --mode torch-native -o "$work/py_native_exit.db" -- python3 "$train" 8 _exit 9
+check "run py torch-native os._exit: the snapshot is written first" test -s "$work/py_native_exit.db"
+run py_fork 0 -o "$work/fork-%p.db" -- python3 "$train" 8 fork
+check "run py fork: the forked child (os._exit) writes no snapshot of its parent's" test "$(ls "$work"/fork-*.db | wc -l)" = 1
+run py_workers 0 -o "$work/workers-%p.db" -- python3 "$train" 8 workers 2
+check "run py workers: the program and its 2 spawned workers, one snapshot each" test "$(ls "$work"/workers-*.db | wc -l)" = 3
+for db in "$work"/workers-*.db; do leak_is "py_workers_$(basename "$db" .db)" "$db" keep_loss_for_logging; done
+run py_launch 0 -o "$work/launch-%r.db" -- python3 "$here/data/run/launch.py" 2 8
+check "run py launcher: rank 0 and 1 each their file; the launcher, which used no device, none over rank 0's" \
+  bash -c "test \"\$(ls '$work'/launch-*.db | wc -l)\" = 2 && test \"\$(grep -c '^snapshot ' '$work/py_launch.out')\" = 2"
+for r in 0 1; do leak_is "py_launch_rank$r" "$work/launch-$r.db" keep_loss_for_logging; done
+RANK=3 run py_rank 0 --html -o "$work/rank-%r.db" -- python3 "$train" 8
+check "run py %r and --html: rank-3.db and its page" bash -c "test -s '$work/rank-3.db' && grep -q '<html' '$work/rank-3.html' &&
+  grep -q 'page:   $work/rank-3.html' '$work/py_rank.out'"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
