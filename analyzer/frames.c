@@ -140,7 +140,8 @@ static const char *const builtin_native[] = {
     "torch::autograd::validate_outputs*", "torch::ADInplaceOrView::*", "torch::TraceType::*", "torch::jit::*",
     "torch::PythonArgParser*", "torch::utils::*", "memsnap_*", "_Py*", "Py*", "0x*", "ffi_*", "_ctypes*", "std::*",
     "pybind11::*", "cfunction_*", "method_vectorcall*", "__libc_start*", "_start", "start_thread", "__clone*",
-    "clone*", "pthread_*", "__pthread*", "__GI_*", "__libc_*"};
+    "clone*", "pthread_*", "__pthread*", "__GI_*", "__libc_*",
+    "libcudart_static_*" /* the internals of nvcc's static cudart, named by a hash */};
 /* Native frames of the interpreter and its foreign-function glue, named or not, by their module's
  * file name. */
 static const char *const builtin_modules[] = {"python*", "libpython*", "_ctypes*", "libffi*", "libmemsnap_intercept*"};

@@ -153,6 +153,33 @@ PY
 check "python stacks: the operator that allocated, then the Python lines; allocator, dispatch, binding, interpreter (unnamed too) and Module._call_impl folded" \
   "json $dir/torchstack.json \"[[f['short_name'] for f in l['stack']] for l in j['leaks'] if l['live_bytes'] == 64 * $MiB] == [['at::native::structured_addmm_out_cuda::impl()', 'Linear.forward', 'GPT2LMHeadModel.forward', 'train_step']]\""
 
+# A CUDA C++ program built by nvcc (static cudart: its internals are named by a hash), recorded by
+# the intercept library: the stack starts at the API the program called.
+cp "$dir/leak.db" "$dir/staticstack.db"
+python3 - "$dir/staticstack.db" <<'PY'
+import sqlite3, sys
+app = "/home/me/app"
+frames = [  # kind, name, file, line, module, offset; innermost first
+    ("native", "libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c", "", None, app, 0x9a10),
+    ("native", "libcudart_static_f74e2f2bcf2cf49bd1a61332e1d15bd1e748f9cf", "", None, app, 0x9c20),
+    ("native", "cudaMalloc", "", None, app, 0xa000),
+    ("native", "keep_for_later(unsigned long)", "/home/me/app.cu", 36, app, 0x1200),
+    ("native", "step(int)", "/home/me/app.cu", 44, app, 0x1300),
+    ("native", "main", "/home/me/app.cu", 78, app, 0x1400),
+]
+c = sqlite3.connect(sys.argv[1])
+fid, sid = c.execute("select max(id) from frames").fetchone()[0], c.execute("select max(id) + 1 from stacks").fetchone()[0]
+c.execute("insert into stacks values (?, ?)", (sid, len(frames)))
+for pos, (kind, name, file, line, module, offset) in enumerate(frames):
+    c.execute("insert into frames values (?, ?, ?, ?, ?, ?, ?, ?, 0)", (fid + 1 + pos, kind, name, file, line, module, 0x400000 + offset, offset))
+    c.execute("insert into stack_frames values (?, ?, ?)", (sid, pos, fid + 1 + pos))
+c.execute("update blocks set stack_id = ? where size = 64 * 1048576", (sid,))
+c.commit()
+PY
+"$cli" analyze --json "$dir/staticstack.db" >"$dir/staticstack.json"
+check "native stacks: nvcc's static cudart internals folded, the stack starts at cudaMalloc" \
+  "json $dir/staticstack.json \"[[f['short_name'] for f in l['stack']] for l in j['leaks'] if l['live_bytes'] == 64 * $MiB] == [['cudaMalloc', 'keep_for_later()', 'step()', 'main']]\""
+
 # Snapshots written before frames.inlined existed (format 1 all the same) read as before.
 cp "$dir/leak.db" "$dir/old.db"
 python3 -c "import sqlite3; c=sqlite3.connect('$dir/old.db'); c.execute('alter table frames drop column inlined'); c.commit()"
