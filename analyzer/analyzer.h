@@ -95,6 +95,50 @@ bool ms_has_column(ms_snapshot *s, const char *table, const char *column);
 int ms_open(ms_snapshot *s, const char *path);
 void ms_close(ms_snapshot *s);
 int ms_load_stacks(ms_snapshot *s);
+/* ---- the snapshot's tables as rows (reader.c): commands read them here, never in SQL ---- */
+
+#define MS_MAX_DEVICES 64 /* devices a snapshot may name (the library's MSI_MAX_DEVICES) */
+
+/* A segment at the snapshot. Rows with an implausible device (outside 0..MS_MAX_DEVICES-1) or
+ * size (negative, or over 2^40 bytes) are skipped by the reader. */
+typedef struct ms_segment_row {
+  int64_t id;
+  int device;
+  uint64_t address, stream;
+  int64_t size;
+  char pool[16];     /* "small", "large", "async", "external", "private", ...; "" when missing */
+  bool expandable;   /* a mapped range of an expandable segment (format 1 files without the column: no) */
+  bool private_pool; /* in a private pool (CUDA graphs, MemPool): pool_id0 set */
+} ms_segment_row;
+
+typedef enum { MS_BLOCK_FREE, MS_BLOCK_ALLOCATED, MS_BLOCK_PENDING } ms_block_state;
+
+/* A block at the snapshot, with its segment's device and stream. Rows with implausible sizes,
+ * or whose segment is missing, are skipped. */
+typedef struct ms_block_row {
+  int64_t segment_id;
+  int device;
+  uint64_t address, stream;
+  int64_t size, requested;
+  ms_block_state state;
+  uint32_t stack_id; /* 0: none (or one the stacks table lacks) */
+} ms_block_row;
+
+/* A device the snapshot describes; total_bytes -1 when unknown (imported snapshots). */
+typedef struct ms_device_row {
+  int device;
+  char name[256]; /* neutralised; "" when unknown */
+  int64_t total_bytes;
+} ms_device_row;
+
+/* Each calls fn for every row; stops when fn returns non-zero and returns that, or -1 with
+ * s->error set when the table cannot be read (a missing table reads as empty). */
+int ms_segments_each(ms_snapshot *s, int (*fn)(const ms_segment_row *r, void *arg), void *arg);
+int ms_blocks_each(ms_snapshot *s, int (*fn)(const ms_block_row *r, void *arg), void *arg);
+int ms_devices_each(ms_snapshot *s, int (*fn)(const ms_device_row *r, void *arg), void *arg);
+/* The options table's rows (name, value; neither NULL). */
+int ms_options_each(ms_snapshot *s, int (*fn)(const char *name, const char *value, void *arg), void *arg);
+
 /* Calls fn for every event in order; stops when fn returns non-zero and returns that. */
 int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg);
 

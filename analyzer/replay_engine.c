@@ -251,56 +251,77 @@ static int cmp_pre(const void *a, const void *b) {
 /* The snapshot's tables beside the events: settings, capacity, state at the snapshot. */
 static int plan_late(ms_snapshot *s, ms_replay_plan *p);
 
+static int plan_option(const char *name, const char *value, void *arg) {
+  recorded_setting(&((ms_replay_plan *)arg)->recorded, name, value);
+  return 0;
+}
+
+static int plan_device_row(const ms_device_row *r, void *arg) {
+  ms_replay_plan *p = arg;
+  /* the largest device's memory (replays give every device the same capacity) */
+  if (r->total_bytes >= (2 << 20) && (!p->capacity_known || (uint64_t)r->total_bytes > p->capacity))
+    p->capacity = (uint64_t)r->total_bytes, p->capacity_known = true;
+  if (r->device < MS_REPLAY_DEVICES && r->device + 1 > p->ndevices) p->ndevices = r->device + 1;
+  return 0;
+}
+
+/* Segments: classic ones are counted (an expandable segment's rows are its mapped ranges, and
+   PyTorch's segment statistic leaves them out too); all of them are reserved. */
+static int plan_segment(const ms_segment_row *r, void *arg) {
+  ms_replay_plan *p = arg;
+  if (r->device >= MS_REPLAY_DEVICES) return 0;
+  p->dev[r->device].end_reserved += r->size;
+  p->dev[r->device].end_segments += !r->expandable && strcmp(r->pool, "async") != 0;
+  if (r->private_pool) p->private_pools = true;
+  if (r->device + 1 > p->ndevices) p->ndevices = r->device + 1;
+  return 0;
+}
+
+static int plan_block(const ms_block_row *r, void *arg) {
+  ms_replay_plan *p = arg;
+  if (r->state == MS_BLOCK_ALLOCATED && r->device < MS_REPLAY_DEVICES) p->dev[r->device].end_allocated += r->size;
+  return 0;
+}
+
+/* The snapshot's tables beside the events: settings, capacity, the devices it names (events on
+ * others are skipped), the state at the snapshot. 0, -1 out of memory, -2 unreadable (s->error). */
 static int plan_tables(ms_snapshot *s, ms_replay_plan *p) {
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(s->db, "select name, value from options", -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      const char *name = (const char *)sqlite3_column_text(st, 0), *value = (const char *)sqlite3_column_text(st, 1);
-      if (name && value) recorded_setting(&p->recorded, name, value);
-    }
-  }
-  sqlite3_finalize(st);
-  if (sqlite3_prepare_v2(s->db, "select max(total_bytes) from devices", -1, &st, NULL) == SQLITE_OK &&
-      sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
-    int64_t t = sqlite3_column_int64(st, 0);
-    if (t >= (2 << 20) && t <= ((int64_t)1 << 50)) p->capacity = (uint64_t)t, p->capacity_known = true;
-  }
-  sqlite3_finalize(st);
-  /* segments: classic ones are counted (an expandable segment's rows are its mapped ranges, and
-     PyTorch's segment statistic leaves them out too) */
-  bool has_pool = ms_has_column(s, "segments", "pool_id0"), has_exp = ms_has_column(s, "segments", "expandable");
-  char sql[160];
-  snprintf(sql, sizeof sql, "select device, size, %s, %s from segments", has_pool ? "pool_id0 is not null" : "0",
-           has_exp ? "coalesce(expandable, 0) = 0 and pool != 'async'" : "pool != 'async'");
-  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      int64_t dev = sqlite3_column_int64(st, 0), size = sqlite3_column_int64(st, 1);
-      if (dev < 0 || dev >= MS_REPLAY_DEVICES || size < 0 || size > ((int64_t)1 << 50)) continue;
-      p->dev[dev].end_reserved += size;
-      p->dev[dev].end_segments += sqlite3_column_int64(st, 3) != 0;
-      if (sqlite3_column_int64(st, 2)) p->private_pools = true;
-    }
-  }
-  sqlite3_finalize(st);
-  if (sqlite3_prepare_v2(s->db,
-                         "select s.device, sum(b.size) from blocks b join segments s on s.id = b.segment_id "
-                         "where b.state = 'allocated' and b.size between 0 and 1099511627776 and s.device between 0 and 63 "
-                         "group by s.device",
-                         -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) p->dev[sqlite3_column_int64(st, 0)].end_allocated = sqlite3_column_int64(st, 1);
-  }
-  sqlite3_finalize(st);
-  /* The devices: those the snapshot names (events on others are skipped). */
-  if (sqlite3_prepare_v2(s->db, "select max(device) from (select device from devices union all select device from segments)",
-                         -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-    int64_t dev = sqlite3_column_int64(st, 0);
-    if (dev >= 0 && dev < MS_REPLAY_DEVICES && dev + 1 > p->ndevices) p->ndevices = (int)dev + 1;
-  }
-  sqlite3_finalize(st);
+  if (ms_options_each(s, plan_option, p) != 0 || ms_devices_each(s, plan_device_row, p) != 0 ||
+      ms_segments_each(s, plan_segment, p) != 0 || ms_blocks_each(s, plan_block, p) != 0)
+    return -2;
   if (s->device_count > p->ndevices) p->ndevices = s->device_count < MS_REPLAY_DEVICES ? (int)s->device_count : MS_REPLAY_DEVICES;
   if (p->ndevices == 0) p->ndevices = 1;
   p->late = s->dropped > 0;
   return p->late ? plan_late(s, p) : 0;
+}
+
+static int late_segment(const ms_segment_row *r, void *arg) {
+  plan_pass *pp = arg;
+  ms_replay_plan *p = pp->p;
+  ms_live_slot slot;
+  if (r->expandable || !strcmp(r->pool, "async") || r->device >= MS_REPLAY_DEVICES || r->size <= 0 || !r->address) return 0;
+  if (ms_live_take(&pp->segs, r->address, &slot)) return 0; /* the history allocated it */
+  if (add_block(&p->segs, &p->nsegs, &p->segs_cap, (pre_block){r->address, r->stream, r->size, !strcmp(r->pool, "small"), r->device, 0}) != 0) {
+    pp->oom = true;
+    return -1;
+  }
+  return 0;
+}
+
+static int late_block(const ms_block_row *r, void *arg) {
+  plan_pass *pp = arg;
+  ms_replay_plan *p = pp->p;
+  ms_live_slot slot;
+  if (r->state == MS_BLOCK_FREE || r->device >= MS_REPLAY_DEVICES || r->size <= 0 || !r->address) return 0;
+  if (ms_live_take(&pp->live, r->address, &slot)) return 0; /* allocated in the history */
+  if (r->state != MS_BLOCK_ALLOCATED) return 0;             /* pending: its free is in the history */
+  if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) {
+    pp->oom = true;
+    return -1;
+  }
+  p->pre[p->npre++] = (pre_block){r->address, r->stream, r->size, r->requested, r->device, r->stack_id};
+  if (r->device + 1 > p->ndevices) p->ndevices = r->device + 1;
+  return 0;
 }
 
 /* A history that starts late: finds the blocks live when it began (freed by it without being
@@ -308,7 +329,6 @@ static int plan_tables(ms_snapshot *s, ms_replay_plan *p) {
  * memory, -2 unreadable events (s->error). */
 static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
   plan_pass pp = {.p = p};
-  sqlite3_stmt *st;
   int rc = ms_events_each(s, plan_event, &pp);
   ms_live_free(&pp.seen);
   if (rc != 0) {
@@ -320,59 +340,13 @@ static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
     p->dev[i].start_reserved = p->dev[i].end_reserved - pp.net_reserved[i];
     if (p->dev[i].start_reserved < 0) p->dev[i].start_reserved = 0;
   }
-  /* Classic segments at the snapshot that the history did not allocate: held before it. */
-  bool has_exp = ms_has_column(s, "segments", "expandable");
-  if (sqlite3_prepare_v2(s->db,
-                         has_exp ? "select device, address, size, stream, pool = 'small' from segments "
-                                   "where coalesce(expandable, 0) = 0 and pool != 'async'"
-                                 : "select device, address, size, stream, pool = 'small' from segments where pool != 'async'",
-                         -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      int64_t dev = sqlite3_column_int64(st, 0), size = sqlite3_column_int64(st, 2);
-      uint64_t addr = (uint64_t)sqlite3_column_int64(st, 1);
-      ms_live_slot slot;
-      if (dev < 0 || dev >= MS_REPLAY_DEVICES || size <= 0 || size > ((int64_t)1 << 40) || !addr) continue;
-      if (ms_live_take(&pp.segs, addr, &slot)) continue;
-      if (add_block(&p->segs, &p->nsegs, &p->segs_cap,
-                    (pre_block){addr, (uint64_t)sqlite3_column_int64(st, 3), size, sqlite3_column_int64(st, 4), (int)dev, 0}) != 0) {
-        sqlite3_finalize(st);
-        ms_live_free(&pp.live);
-        ms_live_free(&pp.segs);
-        return -1;
-      }
-    }
-  }
-  sqlite3_finalize(st);
+  /* Classic segments at the snapshot that the history did not allocate: held before it; then
+     blocks allocated at the snapshot that no kept event allocated: live before the history. */
+  int rc2 = ms_segments_each(s, late_segment, &pp);
   ms_live_free(&pp.segs);
-  /* Blocks allocated at the snapshot that no kept event allocated: live before the history. */
-  if (sqlite3_prepare_v2(s->db,
-                         "select s.device, b.address, b.size, b.requested_size, s.stream, coalesce(b.stack_id, 0), b.state "
-                         "from blocks b join segments s on s.id = b.segment_id where b.state != 'free'",
-                         -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      int64_t dev = sqlite3_column_int64(st, 0), size = sqlite3_column_int64(st, 2), req = sqlite3_column_int64(st, 3);
-      uint64_t addr = (uint64_t)sqlite3_column_int64(st, 1);
-      const char *state = (const char *)sqlite3_column_text(st, 6);
-      if (dev < 0 || dev >= MS_REPLAY_DEVICES || size <= 0 || size > ((int64_t)1 << 40) || req < 0 ||
-          req > ((int64_t)1 << 40) || !addr)
-        continue;
-      bool allocated = state && !strcmp(state, "allocated");
-      ms_live_slot slot;
-      if (ms_live_take(&pp.live, addr, &slot)) continue; /* allocated in the history */
-      if (!allocated) continue;                           /* pending: its free is in the history */
-      if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) {
-        sqlite3_finalize(st);
-        ms_live_free(&pp.live);
-        return -1;
-      }
-      int64_t stack = sqlite3_column_int64(st, 5);
-      p->pre[p->npre++] = (pre_block){addr, (uint64_t)sqlite3_column_int64(st, 4), size, req, (int)dev,
-                                      stack > 0 && (size_t)stack < s->nstacks ? (uint32_t)stack : 0};
-      if (dev + 1 > p->ndevices) p->ndevices = (int)dev + 1;
-    }
-  }
-  sqlite3_finalize(st);
+  if (rc2 == 0) rc2 = ms_blocks_each(s, late_block, &pp);
   ms_live_free(&pp.live);
+  if (rc2 != 0) return pp.oom ? -1 : -2;
   if (p->npre) qsort(p->pre, p->npre, sizeof *p->pre, cmp_pre);
   if (p->nsegs) qsort(p->segs, p->nsegs, sizeof *p->segs, cmp_pre);
   return 0;
