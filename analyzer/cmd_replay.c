@@ -152,6 +152,9 @@ static void print_text(const ms_snapshot *s, const ms_replay_result *r, const ms
   printf("  recorded   %s\n", rec);
   printf("  capacity   %s per device (simulated)\n", cap);
   printf("  events     %lld read, %lld allocations and frees replayed\n", (long long)r->events, (long long)r->replayed);
+  bool any = false;
+  for (int i = 0; i < r->ndevices; i++) any |= r->dev[i].used;
+  if (!any) printf("\nno allocation in the history and no segment at the snapshot: nothing to replay\n");
   for (int i = 0; i < r->ndevices; i++) {
     const ms_replay_device *d = &r->dev[i];
     if (!d->used) continue;
