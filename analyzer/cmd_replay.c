@@ -101,7 +101,7 @@ static void describe_config(const ms_replay_config *c, char *out, size_t len) {
 static void bytes_cell(int64_t v, char *out, size_t len) { ms_format_bytes(v, out, len); }
 
 static void print_row(const char *label, const char *replay, const char *recorded) {
-  printf("  %-34s %16s  %16s\n", label, replay, recorded);
+  printf("  %-34s %20s  %20s\n", label, replay, recorded);
 }
 
 static void print_bytes_row(const char *label, int64_t replay, int64_t recorded) {
@@ -152,11 +152,14 @@ static void print_text(const ms_snapshot *s, const ms_replay_result *r, const ms
   printf("  recorded   %s\n", rec);
   printf("  capacity   %s per device (simulated)\n", cap);
   printf("  events     %lld read, %lld allocations and frees replayed\n", (long long)r->events, (long long)r->replayed);
+  bool any = false;
+  for (int i = 0; i < r->ndevices; i++) any |= r->dev[i].used;
+  if (!any) printf("\nno allocation in the history and no segment at the snapshot: nothing to replay\n");
   for (int i = 0; i < r->ndevices; i++) {
     const ms_replay_device *d = &r->dev[i];
     if (!d->used) continue;
     char a[48], b[48];
-    printf("\ndevice %d %35s  %16s\n", i, "replay", "recorded");
+    printf("\ndevice %-29d %20s  %20s\n", i, "replay", "recorded");
     print_bytes_row("peak allocated", d->peak_allocated, d->rec_peak_allocated);
     print_bytes_row("peak reserved", d->peak_reserved, d->rec_peak_reserved);
     fragmentation_cell(d->peak_reserved, d->allocated_at_peak, a, sizeof a);

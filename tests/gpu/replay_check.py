@@ -204,7 +204,7 @@ def table(rows):
 
 def main():
     args = sys.argv[1:]
-    if len(args) >= 4 and args[0] == "--child":
+    if len(args) == 5 and args[0] == "--child":
         child(args[1], args[2], int(args[3]), args[4])
         return 0
     steps, models, only = 8, MODELS, None
