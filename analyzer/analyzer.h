@@ -8,6 +8,7 @@
  *   strindex.c  an index of strings kept elsewhere (string table, labels, matched sites)
  *   report.c    the analysis as text for a terminal, and as JSON (docs/analysis-json.md)
  *   replay.c    the live-block map and time buckets every pass over the events shares
+ *   prehistory.c  the state when the history starts (memory from before recording)
  *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
  *   html.c      the report page (web/ inlined, the analysis embedded)
  *   cmd_info.c  `memsnap info`
@@ -86,6 +87,9 @@ void ms_neutralise(char *text);
 /* reader.c: whether table `table` of the snapshot has column `column` (columns added to format 1
  * after its first files, such as segments.expandable, are missing from old files). */
 bool ms_has_column(ms_snapshot *s, const char *table, const char *column);
+/* reader.c: "pid N on HOST", each "unknown" where the snapshot does not say (PyTorch's has
+ * neither: an imported snapshot's pid is 0 and its host empty). */
+void ms_process_text(const ms_snapshot *s, char *out, size_t len);
 /* reader.c: 0 on success, -1 with s->error set. */
 int ms_open(ms_snapshot *s, const char *path);
 void ms_close(ms_snapshot *s);
@@ -192,6 +196,40 @@ static inline int64_t ms_size_bin_floor(int bin) {
   return ((int64_t)4 + (bin & 3)) << (msb - 2);
 }
 
+/* ---- the state when the history starts (prehistory.c) ------------------------------------ */
+
+/* A block allocated before the kept history: freed by it, or still allocated at the snapshot. */
+typedef struct ms_prior_block {
+  uint64_t address;
+  int64_t size;
+  uint32_t stack_id; /* from the blocks table (0: none, or freed by the history) */
+  uint32_t site;     /* the analysis's site for it (set by ms_analyze) */
+  bool alive_at_end;
+} ms_prior_block;
+
+typedef struct ms_prior_segment {
+  uint64_t address, stream;
+  int64_t size;
+  int device;
+} ms_prior_segment;
+
+typedef struct ms_prehistory {
+  ms_prior_block *blocks;
+  size_t nblocks;
+  ms_prior_segment *segments; /* for the allocator's layout; only when layout_known */
+  size_t nsegments;
+  int64_t allocated, reserved; /* when the history starts */
+  int64_t end_bytes, end_count; /* of the blocks, what is still allocated at the snapshot */
+  bool layout_known; /* false with expandable segments' map/unmap: totals only */
+} ms_prehistory;
+
+/* Reconstructs the state when the kept history starts (one pass over its allocation and segment
+ * events, and the snapshot's blocks and segments): 0, or -1 (s->error set, h empty). */
+int ms_prehistory_build(ms_snapshot *s, ms_prehistory *h);
+/* Puts the blocks into a replay's live map (their sites as set); sets *failed out of memory. */
+void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed);
+void ms_prehistory_free(ms_prehistory *h);
+
 /* ---- the analysis (analysis.c) ---------------------------------------------------------- */
 
 typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
@@ -226,6 +264,7 @@ typedef struct ms_iteration {
   int64_t peak_allocated, peak_reserved;
   int64_t peak_ns;
   int64_t end_unallocated; /* reserved but unallocated at the iteration's end: fragmentation */
+  int64_t end_allocated;   /* allocated at the iteration's end: what a leak adds to, iteration by iteration */
 } ms_iteration;
 
 typedef struct ms_site_bytes {
@@ -261,7 +300,8 @@ typedef struct ms_analysis {
   ms_iteration *iters;
   size_t niters;
   char iteration_label[256];
-  char iteration_source[32]; /* "marks", "ranges" or "none" */
+  char iteration_source[32]; /* "marks", "ranges", "inferred" or "none" */
+  bool iterations_from_range_ends; /* ranges covering part of each step, ending it: see ranges_to_steps */
   ms_oom *ooms;
   size_t nooms;
   uint32_t *leaks; /* site indices, best candidate first */
@@ -269,6 +309,7 @@ typedef struct ms_analysis {
   uint32_t *top; /* site indices by bytes allocated, largest first */
   size_t ntop;
   int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
+  ms_prehistory before; /* the state when the history starts: counted from its first instant */
   bool truncated;
 } ms_analysis;
 
@@ -428,6 +469,10 @@ int ms_report_html(ms_analysis *a, FILE *out);
  * and stack_note for a site without a stack). */
 struct cJSON;
 void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* Adds "before_history" (the state when the history starts: prehistory.c) to a JSON object. */
+void ms_json_before_history(struct cJSON *o, const ms_analysis *a);
+/* Adds "pid" and "host" to a JSON object, null where the snapshot does not say (imported). */
+void ms_json_process(struct cJSON *o, const ms_snapshot *s);
 /* Writes the JSON document; 0, or -1 when out of memory. */
 int ms_report_json(const ms_analysis *a, FILE *out);
 void ms_format_bytes(int64_t bytes, char *out, size_t len);

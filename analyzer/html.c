@@ -272,8 +272,8 @@ static char *page_json(const ms_analysis *a) {
   cJSON_AddStringToObject(root, "format", "memsnap-viewer-1");
   cJSON *sum = cJSON_AddObjectToObject(root, "summary");
   cJSON_AddStringToObject(sum, "path", s->shown_path);
-  cJSON_AddNumberToObject(sum, "pid", (double)s->pid);
-  cJSON_AddStringToObject(sum, "host", s->host);
+  ms_json_process(sum, s);
+  ms_json_before_history(sum, a);
   cJSON_AddNumberToObject(sum, "events", (double)s->nevents);
   cJSON_AddNumberToObject(sum, "dropped", (double)s->dropped);
   cJSON_AddNumberToObject(sum, "first_ns", (double)s->first_ns);
@@ -282,6 +282,7 @@ static char *page_json(const ms_analysis *a) {
   cJSON_AddNumberToObject(sum, "peak_reserved", (double)a->peak_reserved);
   cJSON_AddNumberToObject(sum, "peak_ns", (double)a->peak_allocated_ns);
   cJSON_AddStringToObject(sum, "iteration_source", a->iteration_source);
+  cJSON_AddStringToObject(sum, "iteration_edges", a->iterations_from_range_ends ? "range ends" : "starts");
   cJSON_AddStringToObject(sum, "iteration_label", a->iteration_label);
   cJSON *curves = cJSON_AddObjectToObject(root, "curves");
   cJSON_AddItemToObject(curves, "allocated", curve_json(a->allocated_curve));

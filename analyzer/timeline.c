@@ -11,7 +11,8 @@
  * A checkpoint at time t holds the state after every event at or before t (the peak's, after
  * the peak event itself). Blocks freed with free_requested but not yet free_completed are
  * pending (waiting on other streams' work). Segments and blocks from before the kept history
- * are unknown to the replay and missing from checkpoints.
+ * (prehistory.c) are in the replay from its first instant; with expandable segments only their
+ * totals are (the mapped ranges of that time are unknown).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -309,9 +310,10 @@ static void add_detail(timeline_pass *p, const ms_event *e, uint32_t site, uint3
   *aux = (uint32_t)t->ndetail;
 }
 
-static void band_bucket(timeline_pass *p, const ms_event *e) {
+/* After an event at time t (or the history's first instant): the bands of t's bucket. */
+static void band_bucket(timeline_pass *p, int64_t t) {
   ms_bands *b = &p->t->bands;
-  int64_t start = ms_bucket_start(p->a->snap, p->width, e->time_ns); /* the curves' buckets */
+  int64_t start = ms_bucket_start(p->a->snap, p->width, t); /* the curves' buckets */
   if (b->n == 0 || b->t[b->n - 1] != start) {
     if (b->n == MS_BUCKETS) return;
     b->t[b->n++] = start;
@@ -319,9 +321,33 @@ static void band_bucket(timeline_pass *p, const ms_event *e) {
   }
   if (p->allocated > p->best) { /* the bucket's peak so far: record how it splits by site */
     p->best = p->allocated;
-    b->tp[b->n - 1] = e->time_ns;
+    b->tp[b->n - 1] = t;
     memcpy(b->bytes[b->n - 1], p->band_live, sizeof p->band_live);
   }
+}
+
+static int compare_segment_address(const void *x, const void *y) {
+  uint64_t a = ((const seg *)x)->address, b = ((const seg *)y)->address;
+  return a < b ? -1 : a > b;
+}
+
+/* Starts the replay from the state when the history starts: the blocks and segments from before
+ * it, and its totals. False when out of memory. */
+static bool seed_prehistory(timeline_pass *p) {
+  const ms_prehistory *h = &p->a->before;
+  ms_prehistory_seed(h, &p->live, &p->failed);
+  for (size_t i = 0; i < h->nblocks; i++) p->band_live[p->band_of_site[h->blocks[i].site]] += h->blocks[i].size;
+  if (h->layout_known && h->nsegments) {
+    if (!grow(&p->segs, &p->capsegs, h->nsegments, sizeof *p->segs)) return false;
+    for (size_t i = 0; i < h->nsegments; i++)
+      p->segs[i] = (seg){h->segments[i].address, h->segments[i].stream, h->segments[i].size, h->segments[i].device};
+    p->nsegs = h->nsegments;
+    qsort(p->segs, p->nsegs, sizeof *p->segs, compare_segment_address);
+  }
+  p->allocated = h->allocated;
+  p->reserved = h->reserved;
+  band_bucket(p, p->a->snap->first_ns); /* the first instant, as the curves have it */
+  return !p->failed;
 }
 
 static int timeline_event(const ms_event *e, void *arg) {
@@ -352,7 +378,7 @@ static int timeline_event(const ms_event *e, void *arg) {
   else if (e->kind == MS_SEGMENT_FREE) seg_remove(p, e->address);
   else if (e->kind == MS_SEGMENT_MAP) seg_map(p, e);
   else if (e->kind == MS_SEGMENT_UNMAP) seg_unmap(p, e);
-  band_bucket(p, e);
+  band_bucket(p, e->time_ns);
   if (p->next < p->ntargets && p->targets[p->next].event_id == e->id) {
     take_checkpoint(p, &p->targets[p->next], e->time_ns);
     p->next++;
@@ -405,7 +431,7 @@ int ms_analyze_timeline(ms_analysis *a) {
     p.band_of_site = choose_bands(a, &t->bands);
     p.site_live = calloc(a->nsites ? a->nsites : 1, sizeof *p.site_live);
   }
-  bool ok = t && p.band_of_site && p.site_live && choose_targets(&p);
+  bool ok = t && p.band_of_site && p.site_live && choose_targets(&p) && seed_prehistory(&p);
   if (ok) {
     int rc = ms_events_each(s, timeline_event, &p);
     ok = !p.failed && rc >= 0;

@@ -56,6 +56,7 @@ want stress && run test_stress_async env MEMSNAP_ALLOCATOR=async THREADS="${THRE
   ITER=$(( ${ITER:-200000} / 4 )) "$build/tests/test_stress"
 want cli && run test_cli "$here/test_cli.sh" "$build"
 want analyze && run test_analyze "$here/test_analyze.sh" "$build"
+want analyze && run test_invariants "$here/test_invariants.sh" "$build"
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"
 want import && run test_import "$here/test_import.sh" "$build"
 want web && run test_web "$here/web/run.sh" "$build"

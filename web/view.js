@@ -22,7 +22,8 @@
   const rel = (t) => Model.formatTime(Math.max(0, Math.round(t - full.t0))); // times shown from the start
 
   text($("summary"),
-    d.summary.path + " \u2014 pid " + d.summary.pid + " on " + d.summary.host + ", " + d.summary.events + " events" +
+    d.summary.path + " \u2014 pid " + (d.summary.pid == null ? "unknown" : d.summary.pid) + " on " + (d.summary.host || "unknown host") +
+    ", " + d.summary.events + " events" +
     (d.summary.dropped ? " (" + d.summary.dropped + " dropped: history truncated)" : "") +
     "; peak allocated " + Model.formatBytes(d.summary.peak_allocated) + ", reserved " + Model.formatBytes(d.summary.peak_reserved) +
     (d.iterations.length ? "; " + d.iterations.length + " iterations (" + d.summary.iteration_source + ")" : "") +
