@@ -350,12 +350,13 @@ static void close_iteration(pass *p, int64_t end_ns) {
   }
 }
 
-static void open_iteration(pass *p, int64_t start_ns) {
+static void open_iteration(pass *p, int64_t start_ns, int64_t event_id) {
   ms_analysis *a = p->a;
   p->cur_iter++;
   ms_iteration *it = &a->iters[p->cur_iter];
   it->index = p->cur_iter;
   it->start_ns = start_ns;
+  it->start_event_id = event_id;
   it->end_ns = start_ns;
   it->peak_allocated = p->allocated;
   it->peak_reserved = p->reserved;
@@ -433,7 +434,7 @@ static int pass1_event(const ms_event *e, void *arg) {
           : p->bounds[p->next_bound].id      ? e->id >= p->bounds[p->next_bound].id
                                              : e->time_ns >= p->bounds[p->next_bound].time)) {
     close_iteration(p, e->time_ns);
-    open_iteration(p, e->time_ns);
+    open_iteration(p, e->time_ns, e->id);
     p->next_bound++;
   }
   ms_live_slot block = {0}; /* aux: the allocation's iteration + 1 (0: before the first) */

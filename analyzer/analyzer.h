@@ -261,6 +261,7 @@ typedef struct ms_site {
 typedef struct ms_iteration {
   int index;
   int64_t start_ns, end_ns;
+  int64_t start_event_id; /* its first event */
   int64_t peak_allocated, peak_reserved;
   int64_t peak_ns;
   int64_t end_unallocated; /* reserved but unallocated at the iteration's end: fragmentation */
@@ -407,8 +408,15 @@ typedef struct ms_checkpoint {
   size_t omitted_segments;   /* segments left out past MS_CHECKPOINT_RUNS_EACH runs */
 } ms_checkpoint;
 
+/* Live bytes of the leading leak candidates at the end of every iteration (the page's growth
+ * chart): at most MS_LEAK_SERIES candidates, and none past MS_LEAK_SERIES_ITERATIONS iterations. */
+#define MS_LEAK_SERIES 64
+#define MS_LEAK_SERIES_ITERATIONS 4096
+
 typedef struct ms_timeline {
   ms_bands bands;
+  int64_t *leak_live; /* [candidate * leak_iterations + iteration], candidates in a->leaks' order */
+  size_t leak_series, leak_iterations;
   ms_detail *detail; /* in allocation order */
   size_t ndetail;
   int64_t detail_min_size, allocations; /* allocations smaller than detail_min_size are only in bands */

@@ -14,6 +14,7 @@
 
 #define MS_PAGE_LEAKS 200  /* leak candidates listed on the page */
 #define MS_PAGE_FRAMES 128 /* frames that matter kept per stack */
+#define MS_PAGE_STEPS 300000 /* allocator events embedded for stepping event by event; more: none */
 
 #define ASSET(name)                                  \
   extern const char _binary_##name##_start[];        \
@@ -262,6 +263,66 @@ static void page_columns(page_data *p, sbuf *b) {
   sb_put(b, "]");
 }
 
+/* ---- the allocator's events, to step its state event by event (the arrow keys) ------------- */
+
+typedef struct steps_pass {
+  page_data *p;
+  sbuf cols[5]; /* t, kind, addr, size, site */
+} steps_pass;
+
+static int step_event(const ms_event *e, void *arg) {
+  steps_pass *sp = arg;
+  if (e->kind != MS_ALLOC && e->kind != MS_FREE_REQUESTED && e->kind != MS_FREE_COMPLETED && e->kind != MS_SEGMENT_ALLOC &&
+      e->kind != MS_SEGMENT_FREE && e->kind != MS_SEGMENT_MAP && e->kind != MS_SEGMENT_UNMAP)
+    return 0;
+  int site = e->kind == MS_ALLOC ? page_site(sp->p, (uint32_t)(sp->p->a->site_of_stack[e->stack_id] - 1)) : -1;
+  const char *sep = sp->cols[0].n ? "," : "";
+  sb_put(&sp->cols[0], "%s%lld", sep, (long long)e->time_ns);
+  sb_put(&sp->cols[1], "%s%d", sep, e->kind);
+  sb_put(&sp->cols[2], "%s%llu", sep, (unsigned long long)e->address);
+  sb_put(&sp->cols[3], "%s%lld", sep, (long long)e->size);
+  sb_put(&sp->cols[4], "%s%d", sep, site);
+  return sp->cols[4].failed;
+}
+
+/* `"steps":{...}`: the allocator's events (alloc, frees, segments) as columns and the state when
+ * the history starts (prehistory.c), for the page to replay the state at any event; null past
+ * MS_PAGE_STEPS events (the page then steps through the checkpoints). */
+static void page_steps(page_data *p, sbuf *b) {
+  const ms_analysis *a = p->a;
+  ms_snapshot *s = (ms_snapshot *)p->s;
+  sqlite3_stmt *st;
+  int64_t n = MS_PAGE_STEPS + 1;
+  if (sqlite3_prepare_v2(s->db, "select count(*) from events where kind in (1, 2, 3, 4, 5, 11, 12)", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    n = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (n > MS_PAGE_STEPS || !a->site_of_stack) {
+    sb_put(b, ",\"steps\":null");
+    return;
+  }
+  steps_pass sp = {p, {{0}}};
+  int rc = ms_events_each(s, step_event, &sp);
+  static const char *const names[5] = {"t", "kind", "addr", "size", "site"};
+  sb_put(b, ",\"steps\":{");
+  for (int k = 0; k < 5; k++) {
+    if (rc != 0 || sp.cols[k].failed) b->failed = true;
+    sb_put(b, "%s\"%s\":[%.*s]", k ? "," : "", names[k], (int)sp.cols[k].n, sp.cols[k].s ? sp.cols[k].s : "");
+    free(sp.cols[k].s);
+  }
+  const ms_prehistory *h = &a->before;
+  sb_put(b, ",\"start\":{\"allocated\":%lld,\"reserved\":%lld,\"segments_known\":%s,\"blocks\":[", (long long)h->allocated,
+         (long long)h->reserved, h->layout_known ? "true" : "false");
+  for (size_t i = 0; i < h->nblocks; i++)
+    sb_put(b, "%s%llu,%lld,%d", i ? "," : "", (unsigned long long)h->blocks[i].address, (long long)h->blocks[i].size,
+           page_site(p, h->blocks[i].site));
+  sb_put(b, "],\"segs\":[");
+  for (size_t i = 0; h->layout_known && i < h->nsegments; i++)
+    sb_put(b, "%s%llu,%lld,%llu,%d", i ? "," : "", (unsigned long long)h->segments[i].address, (long long)h->segments[i].size,
+           (unsigned long long)h->segments[i].stream, h->segments[i].device);
+  sb_put(b, "]}}");
+}
+
 /* The page's data document (format memsnap-viewer-1, read by web/model.js); NULL when out of
  * memory. */
 static char *page_json(const ms_analysis *a) {
@@ -314,6 +375,12 @@ static char *page_json(const ms_analysis *a) {
     cJSON_AddNumberToObject(o, "first_ns", (double)st->first_ns);
     cJSON_AddNumberToObject(o, "last_ns", (double)st->last_ns);
     cJSON_AddNumberToObject(o, "stack", site_stack(&p, a->leaks[i]));
+    const ms_timeline *tl = a->timeline;
+    if (i < tl->leak_series) { /* live bytes at the end of each iteration: the growth chart */
+      cJSON *series = cJSON_AddArrayToObject(o, "per_iteration");
+      for (size_t k = 0; k < tl->leak_iterations; k++)
+        cJSON_AddItemToArray(series, cJSON_CreateNumber((double)tl->leak_live[i * tl->leak_iterations + k]));
+    }
     cJSON_AddItemToArray(leaks, o);
   }
   cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
@@ -329,7 +396,10 @@ static char *page_json(const ms_analysis *a) {
     cJSON_AddItemToArray(ooms, o);
   }
   sbuf cols = {0};
-  if (p.frame_of && p.site_of) page_columns(&p, &cols); /* adds sites, stacks and strings */
+  if (p.frame_of && p.site_of) { /* adds sites, stacks and strings */
+    page_columns(&p, &cols);
+    page_steps(&p, &cols);
+  }
   cJSON_AddItemToObject(root, "strings", p.strings.array);
   char *head = p.frame_of && p.site_of && !cols.failed ? cJSON_PrintUnformatted(root) : NULL, *text = NULL;
   if (head) { /* head's closing brace, then the columns */

@@ -43,6 +43,8 @@ typedef struct timeline_pass {
   target *targets;
   size_t ntargets, next;
   int64_t *site_live; /* by site, scratch for checkpoints */
+  int64_t *site_now;  /* by site, live bytes now (for the leak series) */
+  size_t next_iteration; /* the iteration whose end the leak series records next */
   ms_live_slot *scratch;
   size_t capscratch, capdetail, capcheckpoints, capsegments, capruns, capsites; /* of t's arrays */
   bool failed;
@@ -336,7 +338,10 @@ static int compare_segment_address(const void *x, const void *y) {
 static bool seed_prehistory(timeline_pass *p) {
   const ms_prehistory *h = &p->a->before;
   ms_prehistory_seed(h, &p->live, &p->failed);
-  for (size_t i = 0; i < h->nblocks; i++) p->band_live[p->band_of_site[h->blocks[i].site]] += h->blocks[i].size;
+  for (size_t i = 0; i < h->nblocks; i++) {
+    p->band_live[p->band_of_site[h->blocks[i].site]] += h->blocks[i].size;
+    p->site_now[h->blocks[i].site] += h->blocks[i].size;
+  }
   if (h->layout_known && h->nsegments) {
     if (!grow(&p->segs, &p->capsegs, h->nsegments, sizeof *p->segs)) return false;
     for (size_t i = 0; i < h->nsegments; i++)
@@ -350,8 +355,17 @@ static bool seed_prehistory(timeline_pass *p) {
   return !p->failed;
 }
 
+/* Records the leak series at the end of iteration k. */
+static void record_leak_series(timeline_pass *p, size_t k) {
+  ms_timeline *t = p->t;
+  for (size_t l = 0; l < t->leak_series; l++) t->leak_live[l * t->leak_iterations + k] = p->site_now[p->a->leaks[l]];
+}
+
 static int timeline_event(const ms_event *e, void *arg) {
   timeline_pass *p = arg;
+  const ms_analysis *a = p->a;
+  while (p->t->leak_series && p->next_iteration + 1 < a->niters && e->id >= a->iters[p->next_iteration + 1].start_event_id)
+    record_leak_series(p, p->next_iteration++);
   while (p->next < p->ntargets && !p->targets[p->next].event_id && e->time_ns > p->targets[p->next].time_ns) {
     take_checkpoint(p, &p->targets[p->next], p->targets[p->next].time_ns);
     p->next++;
@@ -366,6 +380,7 @@ static int timeline_event(const ms_event *e, void *arg) {
   int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? (int64_t)site : -1, aux, &block, &p->failed);
   if (delta) {
     p->band_live[p->band_of_site[block.site]] += delta;
+    p->site_now[block.site] += delta;
     p->allocated += delta;
     if (delta < 0) {
       if (block.aux) p->t->detail[block.aux - 1].free_ns = e->time_ns;
@@ -430,14 +445,22 @@ int ms_analyze_timeline(ms_analysis *a) {
     t->detail_min_size = detail_threshold(a);
     p.band_of_site = choose_bands(a, &t->bands);
     p.site_live = calloc(a->nsites ? a->nsites : 1, sizeof *p.site_live);
+    p.site_now = calloc(a->nsites ? a->nsites : 1, sizeof *p.site_now);
+    if (a->niters && a->niters <= MS_LEAK_SERIES_ITERATIONS) {
+      t->leak_series = a->nleaks < MS_LEAK_SERIES ? a->nleaks : MS_LEAK_SERIES;
+      t->leak_iterations = a->niters;
+      t->leak_live = calloc(t->leak_series * t->leak_iterations + 1, sizeof *t->leak_live);
+      if (!t->leak_live) t->leak_series = 0;
+    }
   }
-  bool ok = t && p.band_of_site && p.site_live && choose_targets(&p) && seed_prehistory(&p);
+  bool ok = t && p.band_of_site && p.site_live && p.site_now && choose_targets(&p) && seed_prehistory(&p);
   if (ok) {
     int rc = ms_events_each(s, timeline_event, &p);
     ok = !p.failed && rc >= 0;
   }
   if (ok) { /* what is left: by-time targets past the last event, and the end */
     for (; p.next < p.ntargets && !p.failed; p.next++) take_checkpoint(&p, &p.targets[p.next], p.targets[p.next].time_ns);
+    while (t->leak_series && p.next_iteration < a->niters) record_leak_series(&p, p.next_iteration++);
     target end = {s->last_ns, 0, MS_CP_END, 0};
     if (!p.failed) take_checkpoint(&p, &end, s->last_ns);
     ok = !p.failed;
@@ -446,6 +469,7 @@ int ms_analyze_timeline(ms_analysis *a) {
   ms_live_free(&p.pending);
   free(p.band_of_site);
   free(p.site_live);
+  free(p.site_now);
   free(p.segs);
   free(p.targets);
   free(p.scratch);
@@ -461,6 +485,7 @@ int ms_analyze_timeline(ms_analysis *a) {
 void ms_timeline_free(ms_timeline *t) {
   if (!t) return;
   free(t->detail);
+  free(t->leak_live);
   free(t->checkpoints);
   free(t->segments);
   free(t->runs);

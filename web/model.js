@@ -198,6 +198,110 @@ const Model = {
     return root;
   },
 
+  // The allocator's state after event i of d.steps (the alloc, free and segment events, replayed
+  // from the state when the history starts), as a checkpoint ({t, kind: "event", index: i,
+  // allocated, reserved, pending, segs, runs, sites}) that segments() and flameTree() read.
+  // A stepper keeps its replay: stepping forward replays only the new events.
+  stepper(d) {
+    const s = d.steps;
+    let blocks, segs, allocated, reserved, pending, at;
+    const reset = () => {
+      blocks = new Map(); segs = []; at = -1;
+      allocated = s.start.allocated; reserved = s.start.reserved; pending = 0;
+      for (let i = 0; i + 2 < s.start.blocks.length; i += 3) blocks.set(s.start.blocks[i], { size: s.start.blocks[i + 1], site: s.start.blocks[i + 2], pending: false });
+      for (let i = 0; i + 3 < s.start.segs.length; i += 4) segs.push({ addr: s.start.segs[i], size: s.start.segs[i + 1], stream: s.start.segs[i + 2], device: s.start.segs[i + 3] });
+    };
+    const cut = (addr, size) => { // unmapped pages leave what is around them
+      const out = [];
+      for (const g of segs) {
+        const end = g.addr + g.size, cend = addr + size;
+        if (cend <= g.addr || addr >= end) { out.push(g); continue; }
+        if (addr > g.addr) out.push(Object.assign({}, g, { size: addr - g.addr }));
+        if (cend < end) out.push(Object.assign({}, g, { addr: cend, size: end - cend }));
+      }
+      segs = out;
+    };
+    const apply = (i) => {
+      const kind = s.kind[i], addr = s.addr[i], size = s.size[i];
+      const b = blocks.get(addr);
+      if (kind === 1) { // alloc (a pending block at the address is reused)
+        if (b && b.pending) pending -= b.size;
+        else if (b) allocated -= b.size;
+        blocks.set(addr, { size, site: s.site[i], pending: false });
+        allocated += size;
+      } else if (kind === 2 && b && !b.pending) { b.pending = true; allocated -= b.size; pending += b.size; }
+      else if (kind === 3 && b && b.pending) { blocks.delete(addr); pending -= b.size; }
+      else if (kind === 4 || kind === 11) {
+        reserved += size;
+        const prev = segs.find((g) => g.addr + g.size === addr);
+        if (kind === 11 && prev) prev.size += size;
+        else segs.push({ addr, size, stream: 0, device: 0 });
+      } else if (kind === 5) { reserved -= size; segs = segs.filter((g) => g.addr !== addr); }
+      else if (kind === 12) { reserved -= size; cut(addr, size); }
+    };
+    reset();
+    return {
+      count: s.t.length,
+      at(i) {
+        i = Math.max(-1, Math.min(s.t.length - 1, i));
+        if (i < at) reset();
+        for (let k = at + 1; k <= i; k++) apply(k);
+        at = i;
+        return Model.layOut({ t: i >= 0 ? s.t[i] : d.summary.first_ns, kind: "event", index: i, allocated, reserved, pending }, blocks, segs);
+      },
+    };
+  },
+
+  // Fills a checkpoint's segs, runs and sites (the embedded checkpoints' form) from live blocks
+  // (address -> {size, site, pending}) and segments ({addr, size, stream, device}).
+  layOut(cp, blocks, segs) {
+    const sorted = [...blocks.entries()].sort((a, b) => a[0] - b[0]), order = segs.slice().sort((a, b) => a.addr - b.addr);
+    cp.segs = []; cp.runs = []; cp.sites = []; cp.other = 0; cp.omitted = 0;
+    let b = 0;
+    for (const g of order) {
+      const end = g.addr + g.size, runs = [];
+      const run = (state, size) => {
+        if (size <= 0) return;
+        const last = runs[runs.length - 1];
+        if (last && last[0] === state) { last[1] += size; last[2] += state ? 1 : 0; } else runs.push([state, size, state ? 1 : 0]);
+      };
+      let at = g.addr;
+      while (b < sorted.length && sorted[b][0] < g.addr) b++;
+      for (; b < sorted.length && sorted[b][0] < end; b++) {
+        const [addr, blk] = sorted[b];
+        if (addr < at || addr + blk.size > end) continue;
+        run(0, addr - at);
+        run(blk.pending ? 2 : 1, blk.size);
+        at = addr + blk.size;
+      }
+      run(0, end - at);
+      cp.segs.push(g.addr, g.size, g.stream, g.device, runs.length);
+      for (const r of runs) cp.runs.push(r[0], r[1], r[2]);
+    }
+    const bySite = new Map();
+    for (const [, blk] of sorted) if (!blk.pending) bySite.set(blk.site, (bySite.get(blk.site) || 0) + blk.size);
+    [...bySite.entries()].sort((x, y) => y[1] - x[1]).forEach(([site, bytes]) => cp.sites.push(site, bytes));
+    return cp;
+  },
+
+  // The last step at or before time t (-1: none).
+  stepAt(d, t) {
+    const ts = d.steps.t;
+    let a = 0, b = ts.length - 1, found = -1;
+    while (a <= b) { const m = (a + b) >> 1; if (ts[m] <= t) { found = m; a = m + 1; } else b = m - 1; }
+    return found;
+  },
+
+  // A leak candidate's growth chart: its live bytes at the end of each iteration with the scale
+  // that shows their differences (from just under the lowest to the highest), or null.
+  growth(leak) {
+    const v = leak && leak.per_iteration;
+    if (!v || !v.length) return null;
+    const lo = Math.min(...v), hi = Math.max(...v), pad = (hi - lo) * 0.1 || Math.max(hi * 0.1, 1);
+    return { values: v, min: Math.max(0, lo - pad), max: hi, first: v[0], last: v[v.length - 1],
+      perIteration: v.length > 1 ? (v[v.length - 1] - v[0]) / (v.length - 1) : 0 };
+  },
+
   // Detailed allocations whose address range holds the number `text` (hex with 0x, or decimal).
   searchAddress(d, text) {
     const q = String(text).trim().toLowerCase();

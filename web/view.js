@@ -6,7 +6,8 @@
 (function () {
   const d = Model.decode(document.getElementById("memsnap-data").textContent);
   const $ = (id) => document.getElementById(id);
-  const tl = $("timeline"), ov = $("overview"), segCanvas = $("segments"), flame = $("flame");
+  const tl = $("timeline"), ov = $("overview"), segCanvas = $("segments"), flame = $("flame"), growthCanvas = $("growth");
+  const stepper = d.steps ? Model.stepper(d) : null; // the allocator state at any event (arrow keys)
   const readout = $("readout"), details = $("details");
   const full = { t0: d.summary.first_ns, t1: Math.max(d.summary.last_ns, d.summary.first_ns + 1) };
   const st = Object.assign({ t0: full.t0, t1: full.t1, leak: null, cur: d.summary.peak_ns, pin: null }, Model.decodeState(location.hash));
@@ -16,6 +17,7 @@
   if (st.leak !== null && !d.leaks[st.leak]) st.leak = null;
   if (st.pin !== null && !(st.pin >= 0 && st.pin < d.detail.alloc.length)) st.pin = null;
   st.cur = Math.max(full.t0, Math.min(st.cur || full.t0, full.t1));
+  st.step = null; // the event the allocator state shows (arrow keys, clicks); null: the nearest checkpoint
 
   const text = (el, s) => { el.textContent = s; return el; };
   const add = (parent, tag, s, cls) => { const e = document.createElement(tag); if (s !== undefined) text(e, s); if (cls) e.className = cls; parent.appendChild(e); return e; };
@@ -84,8 +86,19 @@
       ctx.fillStyle = "#c62828";
       ctx.fillRect(x(it.peak_ns) - 1, y(it.peak_allocated), 3, 3);
     });
-    ctx.fillStyle = "#c62828";
-    d.oom.forEach((o) => ctx.fillRect(x(o.time_ns), 0, 2, H));
+    d.oom.forEach((o) => { // a line and a flag, kept inside the canvas when the OOM is the last event
+      const ox = Math.max(0, Math.min(W - 3, x(o.time_ns)));
+      if (x(o.time_ns) < -3 || x(o.time_ns) > W + 3) return;
+      ctx.fillStyle = "#c62828";
+      ctx.fillRect(ox, 0, 3, H);
+      if (withBands) {
+        const fx = ox > W - 40 ? ox - 34 : ox + 3;
+        ctx.fillRect(fx, 2, 34, 16);
+        ctx.fillStyle = "#fff";
+        ctx.font = "bold 11px sans-serif";
+        ctx.fillText("OOM", fx + 5, 14);
+      }
+    });
     if (withBands && st.pin !== null) { // the pinned allocation's lifetime
       const a = Model.allocation(d, st.pin), end = a.free >= 0 ? a.free : full.t1;
       ctx.strokeStyle = "#212121";
@@ -224,12 +237,47 @@
     drawSegments(c);
     drawFlame(c);
   }
+  // The state after step st.step (an event of d.steps), replayed; else the nearest checkpoint.
+  function showState() {
+    if (st.step === null || !stepper) { showCheckpoint(); return; }
+    const c = stepper.at(st.step), i = st.step, s = d.steps;
+    const kinds = { 1: "alloc", 2: "free requested", 3: "free completed", 4: "segment alloc", 5: "segment free", 11: "segment map", 12: "segment unmap" };
+    const title = i < 0 ? "when the history starts (" + rel(full.t0) + ")" :
+      "after event " + (i + 1) + " of " + s.t.length + " at " + rel(s.t[i]) + ": " + kinds[s.kind[i]] + " " + Model.formatBytes(s.size[i]) + " at " + Model.formatAddress(s.addr[i]);
+    text($("state-title"), title);
+    text($("flame-title"), title);
+    shownCheckpoint = -1;
+    drawSegments(c);
+    drawFlame(c);
+  }
+  // The selected leak candidate's live bytes at the end of each iteration, on their own scale.
+  function drawGrowth() {
+    const g = st.leak === null ? null : Model.growth(d.leaks[st.leak]);
+    $("growth-panel").hidden = !g;
+    if (!g) return;
+    const ctx = growthCanvas.getContext("2d"), W = growthCanvas.width, H = growthCanvas.height, n = g.values.length;
+    ctx.clearRect(0, 0, W, H);
+    const left = 90, bw = (W - left - 10) / n, y = (v) => H - 18 - ((v - g.min) / (g.max - g.min || 1)) * (H - 36);
+    ctx.font = "11px sans-serif";
+    ctx.fillStyle = "#37474f";
+    ctx.fillText(Model.formatBytes(g.max), 4, 14);
+    ctx.fillText(Model.formatBytes(Math.round(g.min)), 4, H - 20);
+    g.values.forEach((v, k) => {
+      ctx.fillStyle = "#e53935";
+      ctx.fillRect(left + k * bw + 1, y(v), Math.max(1, bw - 2), H - 18 - y(v));
+      if (n <= 40 || k % Math.ceil(n / 40) === 0) { ctx.fillStyle = "#37474f"; ctx.fillText(String(k), left + k * bw + 1, H - 4); }
+    });
+    text($("growth-title"), "leak candidate " + (st.leak + 1) + ": live bytes at the end of each iteration (own scale, from " +
+      Model.formatBytes(Math.round(g.min)) + "): " + Model.formatBytes(g.first) + " after iteration 0, " + Model.formatBytes(g.last) +
+      " after iteration " + (n - 1) + " (" + (g.perIteration >= 0 ? "+" : "") + Model.formatBytes(Math.round(g.perIteration)) + " per iteration)");
+  }
 
   function redraw() {
     plot(tl, st.t0, st.t1, true);
     axes();
     drawOverview();
-    showCheckpoint();
+    showState();
+    drawGrowth();
     history.replaceState(null, "", Model.encodeState(st));
   }
 
@@ -366,6 +414,7 @@
     if (drag && !drag.moved && ev.target === tl) { // a click: the cursor, and pin what is there
       const h = hit(ev);
       st.cur = h.t;
+      st.step = stepper ? Model.stepAt(d, h.t) : null;
       if (h.alloc !== undefined && st.pin !== h.alloc) pin(h.alloc, false);
       else if (st.pin !== null) unpin();
       else redraw();
@@ -381,7 +430,21 @@
     st.t1 = st.t0 + span;
     redraw();
   });
-  window.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && st.pin !== null) unpin(); });
+  window.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape" && st.pin !== null) unpin();
+    if ((ev.key !== "ArrowLeft" && ev.key !== "ArrowRight") || ev.target === search) return;
+    ev.preventDefault();
+    const by = (ev.key === "ArrowRight" ? 1 : -1) * (ev.shiftKey ? 10 : 1);
+    if (stepper) { // event by event
+      st.step = Math.max(-1, Math.min(stepper.count - 1, (st.step === null ? Model.stepAt(d, st.cur) : st.step) + by));
+      st.cur = st.step >= 0 ? d.steps.t[st.step] : full.t0;
+    } else if (d.checkpoints.length) { // checkpoint by checkpoint
+      const i = Math.max(0, Math.min(d.checkpoints.length - 1, Model.checkpointNear(d, st.cur) + by));
+      st.cur = d.checkpoints[i].t;
+    }
+    if (st.cur < st.t0 || st.cur > st.t1) { const span = st.t1 - st.t0; st.t0 = Math.max(full.t0, st.cur - span / 2); st.t1 = Math.min(full.t1, st.t0 + span); }
+    redraw();
+  });
   let brush = null;
   ov.addEventListener("mousedown", (ev) => { brush = toTime(ov, ev, full.t0, full.t1); });
   ov.addEventListener("mouseup", (ev) => {

@@ -38,10 +38,14 @@ before(async () => {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
-  // A real PyTorch snapshot (tests/data): C++ names hundreds of characters long.
-  execFileSync(path.join(build, "memsnap"), ["import", path.join(root, "tests/data/resnet50_leak.pickle.gz"), "-o", path.join(dir, "resnet.db")], { stdio: "ignore" });
-  pages.resnet = path.join(dir, "resnet.html");
-  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.resnet, path.join(dir, "resnet.db")]);
+  // Real PyTorch snapshots (tests/data): resnet50_leak (C++ names hundreds of characters long,
+  // 2.79 GiB reserved before its trace starts), cycle_oom (a site growing 512 MiB per iteration
+  // until an OOM, the last event).
+  for (const [name, file] of [["resnet", "resnet50_leak"], ["cycle", "cycle_oom"]]) {
+    execFileSync(path.join(build, "memsnap"), ["import", path.join(root, "tests/data", file + ".pickle.gz"), "-o", path.join(dir, name + ".db")], { stdio: "ignore" });
+    pages[name] = path.join(dir, name + ".html");
+    execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
+  }
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -266,5 +270,103 @@ test("hostile frame names show as text and run nothing", async () => {
   assert.ok(lines.some((t) => t.startsWith(HOSTILE.keep_history)), lines.join("\n"));
   assert.ok((await page.locator("#flame-readout").textContent()).includes(HOSTILE.load_weights));
   await shot(page, "hostile");
+  await page.close();
+});
+
+// ---- real PyTorch snapshots: what must hold (issue 17) -----------------------------------
+
+// Pixels of an exact colour in a canvas, per column of x (from x0, w columns wide).
+async function colourColumns(page, id, rgb, x0, w) {
+  return page.evaluate(([id, rgb, x0, w]) => {
+    const c = document.getElementById(id), data = c.getContext("2d").getImageData(x0, 0, w, c.height).data, cols = new Array(w).fill(0);
+    for (let i = 0; i < data.length; i += 4)
+      if (data[i] === rgb[0] && data[i + 1] === rgb[1] && data[i + 2] === rgb[2]) cols[(i / 4) % w]++;
+    return cols;
+  }, [id, rgb, x0, w]);
+}
+
+test("real cycle_oom: selecting the growing leak candidate shows its growth, bar by bar per iteration", async () => {
+  const { page, seen } = await open("cycle");
+  assert.ok(await page.locator("#growth-panel").isHidden());
+  const first = page.locator("#leaks li").first();
+  assert.match(await first.textContent(), /^growing \+512\.00 MiB\/iteration/);
+  await first.click();
+  assert.ok(await page.locator("#growth-panel").isVisible());
+  assert.match(await page.locator("#growth-title").textContent(), /\+512\.00 MiB per iteration/);
+  // 15 iterations: each bar (its middle column) taller than the one before, by about the same.
+  const n = 15, W = 1200, left = 90, bw = (W - left - 10) / n;
+  const heights = [];
+  for (let k = 0; k < n; k++) heights.push((await colourColumns(page, "growth", [0xe5, 0x39, 0x35], Math.floor(left + k * bw + bw / 2), 1))[0]);
+  for (let k = 1; k < n; k++) assert.ok(heights[k] > heights[k - 1], "bar heights " + heights.join(","));
+  const steps = heights.slice(1).map((h, k) => h - heights[k]);
+  assert.ok(Math.max(...steps) - Math.min(...steps) <= 2, "steady growth per iteration: " + steps.join(","));
+  await shot(page, "pytorch-cycle_oom-leak");
+  await first.click(); // unselected: the chart goes
+  assert.ok(await page.locator("#growth-panel").isHidden());
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real cycle_oom: the OOM is marked though it is the last event, before and after clicking it", async () => {
+  const { page, seen } = await open("cycle");
+  const red = [0xc6, 0x28, 0x28], H = 320;
+  const marked = async () => (await colourColumns(page, "timeline", red, 1160, 40)).filter((c) => c >= H - 10).length;
+  assert.ok(await marked() >= 2, "a full-height red line at the right edge");
+  await page.locator("#ooms li").first().click();
+  assert.ok(await marked() >= 2, "still there once the OOM is clicked");
+  const flag = (await colourColumns(page, "timeline", red, 1120, 76)).map((c) => Math.min(c, 16)); // left of the line
+  assert.ok(flag.reduce((a, b) => a + b, 0) >= 250, "the OOM flag (34 x 16 px, its text cut out): " + flag.join(","));
+  await shot(page, "pytorch-cycle_oom-oom");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: the arrow keys step the allocator state event by event", async () => {
+  const { page, seen } = await open("resnet");
+  await overTimeline(page, 0.5, 0.5);
+  await page.mouse.down();
+  await page.mouse.up();
+  const title = async () => page.locator("#state-title").textContent();
+  const summary = async () => page.locator("#state-summary").textContent();
+  const start = await title();
+  assert.match(start, /^after event (\d+) of 10052 at /);
+  const n0 = Number(start.match(/^after event (\d+)/)[1]);
+  const seenStates = new Set([await summary()]);
+  for (let k = 1; k <= 6; k++) {
+    await page.keyboard.press("ArrowRight");
+    assert.match(await title(), new RegExp("^after event " + (n0 + k) + " of 10052 at .*: (alloc|free requested|free completed|segment alloc|segment free) "));
+    seenStates.add(await summary());
+  }
+  assert.ok(seenStates.size >= 3, "the state moved: " + [...seenStates].join("\n"));
+  await page.keyboard.press("Shift+ArrowLeft");
+  assert.match(await title(), new RegExp("^after event " + (n0 - 4) + " of 10052 "));
+  // Back at the history's first instant: what predates it (2.79 GiB reserved) is there.
+  await page.keyboard.press("Home");
+  for (let k = 0; k < 3; k++) await page.keyboard.press("Shift+ArrowLeft");
+  await page.evaluate(() => { for (let i = 0; i < 1200; i++) window.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowLeft", shiftKey: true })); });
+  assert.match(await title(), /^when the history starts/);
+  assert.match(await summary(), /reserved 2\.79 GiB, allocated 149\.23 MiB/);
+  await shot(page, "pytorch-resnet50-start");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: memory from before the history is drawn from the start, under the reserved curve", async () => {
+  const { page, seen } = await open("resnet");
+  // The first pixel column: allocated (bands) from the bottom, and reserved above them.
+  const col = await page.evaluate(() => {
+    const c = document.getElementById("timeline"), data = c.getContext("2d").getImageData(2, 0, 1, c.height).data, out = [];
+    for (let i = 0; i < data.length; i += 4) out.push([data[i], data[i + 1], data[i + 2]]);
+    return out;
+  });
+  const grey = ([r, g, b]) => r === 0xcf && g === 0xd8 && b === 0xdc;
+  const shade = ([r, g, b]) => (r === 0xea && g === 0xee && b === 0xf7) || (r === 0xf4 && g === 0xf6 && b === 0xfb) || (r === g && g === b);
+  const H = col.length, yMax = 3623878656 * 1.05, top = col.findIndex(grey);
+  const reservedAtStart = ((H - top) / (H - 4)) * yMax;
+  assert.ok(top >= 0 && reservedAtStart >= 2996830208 * 0.98, "reserved drawn from 2.79 GiB at the start: top row " + top + " = " + reservedAtStart);
+  const bands = col.filter((c) => !grey(c) && !shade(c)).length;
+  assert.ok(bands >= 10, "the allocations from before the history (149 MiB) drawn from the start: " + bands + " px");
+  await shot(page, "pytorch-resnet50");
+  assert.deepStrictEqual(seen.errors, []);
   await page.close();
 });

@@ -161,3 +161,29 @@ test("the view state round-trips through the URL fragment, ignoring junk", () =>
   assert.deepStrictEqual(Model.decodeState(Model.encodeState(st)), st);
   assert.deepStrictEqual(Model.decodeState("#t0=1&pin=x&cur=<script>&evil=3"), { t0: 1 });
 });
+
+test("stepping: the allocator state after any event, from the state when the history starts", () => {
+  const steps = { // a segment from before the history holding one block; then alloc, free, reuse
+    t: [10, 20, 30, 40, 50, 60], kind: [4, 1, 2, 3, 1, 5], addr: [4096, 4096, 4096, 4096, 4096, 4096], size: [1024, 512, 512, 512, 256, 1024], site: [-1, 1, -1, -1, 2, -1],
+    start: { allocated: 100, reserved: 1000, segments_known: true, blocks: [0, 100, 0], segs: [0, 1000, 0, 0] },
+  };
+  const s = Model.stepper({ steps, summary: { first_ns: 0 } });
+  const at = (i) => { const c = s.at(i); return [c.allocated, c.reserved, c.pending, Model.segments(c).segs.map((g) => g.runs.map((r) => r.state[0] + r.size).join(" "))]; };
+  assert.deepStrictEqual(at(-1), [100, 1000, 0, ["a100 f900"]]);
+  assert.deepStrictEqual(at(1), [612, 2024, 0, ["a100 f900", "a512 f512"]]);
+  assert.deepStrictEqual(at(2), [100, 2024, 512, ["a100 f900", "p512 f512"]]);
+  assert.deepStrictEqual(at(3), [100, 2024, 0, ["a100 f900", "f1024"]]);
+  assert.deepStrictEqual(at(0), [100, 2024, 0, ["a100 f900", "f1024"]]); // back: replayed again
+  assert.deepStrictEqual(at(5), [356, 1000, 0, ["a100 f900"]]); // the segment freed (its block left outside it)
+  assert.deepStrictEqual(s.at(4).sites, [2, 256, 0, 100]);
+  assert.strictEqual(Model.stepAt({ steps }, 35), 2);
+  assert.strictEqual(Model.stepAt({ steps }, 5), -1);
+});
+
+test("growth chart: a leak's live bytes per iteration on the scale that shows them", () => {
+  const g = Model.growth({ per_iteration: [1 << 30, (1 << 30) + (2 << 20), (1 << 30) + (4 << 20)] });
+  assert.strictEqual(g.perIteration, 2 << 20);
+  assert.ok(g.min < 1 << 30 && g.min > (1 << 30) - (1 << 20), "the scale starts just under the lowest value: " + g.min);
+  assert.strictEqual(Model.growth({ per_iteration: [] }), null);
+  assert.strictEqual(Model.growth({}), null);
+});
