@@ -34,6 +34,27 @@ const Model = {
     return (whole ? f.full : f.name) + where;
   },
 
+  // "file.py:12" for a frame with a line (the file's last component), else "".
+  fileLine(f) { return f && f.file && f.line > 0 ? f.file.slice(f.file.lastIndexOf("/") + 1) + ":" + f.line : ""; },
+
+  // The user's frame of a stack (frames innermost first): the first with a line whose file is not
+  // a library's (site-packages, dist-packages, the interpreter's lib/python, torch/), else the first
+  // with a line; null when none has one.
+  userFrame(frames) {
+    const lib = /(^|\/)(site-packages|dist-packages|lib\/python[0-9.]*|torch)\//;
+    return frames.find((f) => f.line > 0 && f.file && !lib.test(f.file)) || frames.find((f) => f.line > 0 && f.file) || null;
+  },
+
+  // How lists name a site: the frame that allocated, then the user's frame with its file:line
+  // ("at::native::clone() \u2190 train (train.py:40)"; a "<module>" frame reads as its file:line).
+  siteLabel(frames) {
+    const top = frames[0];
+    if (!top) return "(no stack recorded)";
+    const user = Model.userFrame(frames), where = (f) => (f.name === "<module>" ? "" : f.name + " ") + "(" + Model.fileLine(f) + ")";
+    if (!user) return top.name;
+    return user === top ? where(top) : top.name + " \u2190 " + where(user);
+  },
+
   // Re-buckets a min/max curve for `width` pixels between t0 and t1, keeping every peak: each
   // pixel gets the lowest lo and the highest hi of the buckets it covers.
   resample(curve, t0, t1, width) {

@@ -40,15 +40,22 @@
   function selectedBand() { return st.leak === null ? -2 : d.bands.sites.findIndex((b) => b.leak === st.leak); }
 
   function maxOf(curve) { return curve.hi.reduce((m, v) => Math.max(m, v), 1); }
-  const yMax = Math.max(maxOf(d.curves.reserved), maxOf(d.curves.allocated)) * 1.05;
+  const yMax = Math.max(maxOf(d.curves.reserved), maxOf(d.curves.allocated)) * 1.05; // the overview's scale
+  let yTop = yMax; // the timeline's: the highest reserved or allocated value in the window, rescaled on every zoom and pan
+  function windowTop() {
+    const r = Model.resample(d.curves.reserved, st.t0, st.t1, tl.width), a = Model.resample(d.curves.allocated, st.t0, st.t1, tl.width);
+    let m = 1;
+    for (let i = 0; i < tl.width; i++) m = Math.max(m, r.hi[i], a.hi[i]);
+    return m * 1.05;
+  }
 
   // ---- the timeline -----------------------------------------------------------------------
 
   let cols = null; // the band bucket drawn in each pixel of the timeline (for hover)
-  function plot(canvas, t0, t1, withBands) {
+  function plot(canvas, t0, t1, withBands, top) {
     const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
     ctx.clearRect(0, 0, W, H);
-    const x = (t) => ((t - t0) / (t1 - t0)) * W, y = (v) => H - (v / yMax) * (H - 4);
+    const x = (t) => ((t - t0) / (t1 - t0)) * W, y = (v) => H - (v / top) * (H - 4);
     if (withBands) d.iterations.forEach((it, i) => {
       ctx.fillStyle = i % 2 ? "#f4f6fb" : "#eaeef7";
       ctx.fillRect(x(it.start_ns), 0, Math.max(1, x(it.end_ns) - x(it.start_ns)), H);
@@ -116,7 +123,7 @@
   }
 
   function drawOverview() {
-    plot(ov, full.t0, full.t1, false);
+    plot(ov, full.t0, full.t1, false, yMax);
     const ctx = ov.getContext("2d"), W = ov.width, H = ov.height;
     const x = (t) => ((t - full.t0) / (full.t1 - full.t0)) * W;
     ctx.strokeStyle = "#37474f";
@@ -124,14 +131,28 @@
     ctx.strokeRect(x(st.t0), 1, Math.max(2, x(st.t1) - x(st.t0)), H - 2);
   }
 
-  function axes() { // the scale and the window shown (text made here, never from the snapshot)
-    const ctx = tl.getContext("2d");
-    ctx.fillStyle = "#37474f";
-    ctx.font = "12px sans-serif";
-    ctx.fillText(Model.formatBytes(Math.round(yMax)), 4, 16);
-    ctx.fillText(rel(st.t0), 4, tl.height - 4);
-    const end = rel(st.t1);
-    ctx.fillText(end, tl.width - ctx.measureText(end).width - 4, tl.height - 4);
+  function axes() { // tick labels on both axes (text made here, never from the snapshot)
+    const ctx = tl.getContext("2d"), W = tl.width, H = tl.height;
+    ctx.font = "11px sans-serif";
+    const label = (s, x, y) => { // on a light backing, so it reads over the bands
+      const w = ctx.measureText(s).width;
+      ctx.fillStyle = "rgba(255, 255, 255, 0.75)";
+      ctx.fillRect(x - 2, y - 11, w + 4, 14);
+      ctx.fillStyle = "#37474f";
+      ctx.fillText(s, x, y);
+    };
+    for (let k = 1; k <= 4; k++) { // bytes: quarters of the window's scale
+      const v = (yTop * k) / 4.2, yy = H - (v / yTop) * (H - 4);
+      ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
+      ctx.fillRect(0, yy, 8, 1);
+      label(Model.formatBytes(Math.round(v)), 10, yy + 4);
+    }
+    for (let k = 0; k <= 6; k++) { // time: sevenths of the window
+      const t = st.t0 + ((st.t1 - st.t0) * k) / 6, xx = (k / 6) * W, s = rel(t), w = ctx.measureText(s).width;
+      ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
+      ctx.fillRect(Math.min(W - 1, xx), H - 6, 1, 6);
+      label(s, Math.max(2, Math.min(W - w - 2, xx - w / 2)), H - 8);
+    }
   }
 
   // ---- the allocator state and the flame graph at the cursor ------------------------------
@@ -206,7 +227,7 @@
       flameLayout.push({ x, w, k, node: n });
       if (w > 40) {
         ctx.fillStyle = "#212121";
-        const label = n.name + " " + Model.formatBytes(n.bytes);
+        const at = Model.fileLine(n), label = n.name + (at ? " (" + at + ")" : "") + " " + Model.formatBytes(n.bytes);
         let s = label;
         while (s.length > 1 && ctx.measureText(s).width > w - 6) s = s.slice(0, Math.max(1, Math.floor(s.length * 0.8)));
         ctx.fillText(s === label ? s : s + "\u2026", x + 3, k * rowH + 13);
@@ -273,7 +294,8 @@
   }
 
   function redraw() {
-    plot(tl, st.t0, st.t1, true);
+    yTop = windowTop();
+    plot(tl, st.t0, st.t1, true, yTop);
     axes();
     drawOverview();
     showState();
@@ -327,9 +349,9 @@
     const only = filter ? new Set(Model.search(d, filter).map((h) => h.kind + h.index)) : null;
     d.leaks.forEach((l, i) => {
       if (only && !only.has("leak" + i)) return;
-      const top = Model.stackFrames(d, l.stack)[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
+      const frames = Model.stackFrames(d, l.stack), top = frames[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
       const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : l.kind + ", ";
-      const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + (top ? top.name : "(no stack recorded)"),
+      const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + Model.siteLabel(frames),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
       li.addEventListener("click", () => {
@@ -375,7 +397,7 @@
     if (!d.bands.t.length || !cols) return out;
     const rect = tl.getBoundingClientRect(), px = Math.floor(((ev.clientX - rect.left) / rect.width) * tl.width);
     const i = cols[Math.max(0, Math.min(tl.width - 1, px))];
-    const v = ((rect.bottom - ev.clientY) / rect.height) * yMax * (tl.height / (tl.height - 4));
+    const v = ((rect.bottom - ev.clientY) / rect.height) * yTop * (tl.height / (tl.height - 4));
     if (i < 0) return out;
     const k = Model.bandAt(d.bands, i, v);
     if (k < 0) return out;
