@@ -58,11 +58,15 @@ const Model = {
   // Re-buckets a min/max curve for `width` pixels between t0 and t1, keeping every peak: each
   // pixel gets the lowest lo and the highest hi of the buckets it covers.
   resample(curve, t0, t1, width) {
-    const lo = new Array(width).fill(Infinity), hi = new Array(width).fill(-Infinity);
     const span = t1 - t0 || 1;
+    return Model.resampleBy(curve, width, (t) => Math.floor(((t - t0) / span) * width));
+  },
+  // The same with pixelOf(t) giving each time's pixel (< 0 before the first, >= width after).
+  resampleBy(curve, width, pixelOf) {
+    const lo = new Array(width).fill(Infinity), hi = new Array(width).fill(-Infinity);
     let last = -1;
     for (let i = 0; i < curve.t.length; i++) {
-      const x = Math.floor(((curve.t[i] - t0) / span) * width);
+      const x = pixelOf(curve.t[i]);
       if (x < 0) { last = i; continue; }
       if (x >= width) break;
       lo[x] = Math.min(lo[x], curve.lo[i]);
@@ -76,14 +80,47 @@ const Model = {
     return { lo, hi };
   },
 
+  // The event-index axis (PyTorch's memory viz draws this way): for the window [t0, t1], the time
+  // at the left edge of each of `width` pixels when the window's events (d.steps) are spread evenly
+  // over the width, so a stretch with many events gets as many pixels as it has events, however
+  // short. Null without events in the window.
+  eventEdges(d, t0, t1, width) {
+    const ts = d.steps && d.steps.t;
+    if (!ts || !ts.length) return null;
+    const a = Model.stepAt(d, t0 - 1) + 1, b = Model.stepAt(d, t1);
+    if (b < a) return null;
+    const n = b - a + 1, edges = new Array(width);
+    for (let px = 0; px < width; px++) edges[px] = ts[a + Math.floor((px * n) / width)];
+    edges[0] = Math.min(edges[0], t0);
+    edges.end = t1;
+    return edges;
+  },
+
+  // The pixel of time t on an axis given by its edges (eventEdges): -1 before it, width after it.
+  pixelOf(edges, t) {
+    if (t < edges[0]) return -1;
+    if (t > edges.end) return edges.length;
+    let a = 0, b = edges.length - 1;
+    while (a < b) { const m = (a + b + 1) >> 1; if (edges[m] <= t) a = m; else b = m - 1; }
+    return a;
+  },
+
+  // resample() and bandColumns() on an axis given by its edges.
+  resampleEdges(curve, edges) { return Model.resampleBy(curve, edges.length, (t) => Model.pixelOf(edges, t)); },
+  bandColumnsEdges(bands, edges) { return Model.bandColumnsBy(bands, edges.length, (t) => Model.pixelOf(edges, t)); },
+
   // For each of `width` pixels between t0 and t1, the bucket of `bands` to draw there: the one
   // whose total (all bands) is highest among the buckets in that pixel, so the stacked drawing
   // keeps every peak; a pixel without a bucket repeats the last one before it (-1: none yet).
   bandColumns(bands, t0, t1, width) {
-    const span = t1 - t0 || 1, cols = new Array(width).fill(-1), best = new Array(width).fill(-Infinity);
+    const span = t1 - t0 || 1;
+    return Model.bandColumnsBy(bands, width, (t) => Math.floor(((t - t0) / span) * width));
+  },
+  bandColumnsBy(bands, width, pixelOf) {
+    const cols = new Array(width).fill(-1), best = new Array(width).fill(-Infinity);
     let before = -1;
     for (let i = 0; i < bands.t.length; i++) {
-      const x = Math.floor(((bands.t[i] - t0) / span) * width);
+      const x = pixelOf(bands.t[i]);
       if (x < 0) { before = i; continue; }
       if (x >= width) break;
       let total = 0;
@@ -356,14 +393,14 @@ const Model = {
   // selected leak, the time cursor and the pinned allocation; and back.
   encodeState(st) {
     const parts = [];
-    for (const k of ["t0", "t1", "leak", "cur", "pin"]) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));
+    for (const k of ["t0", "t1", "leak", "cur", "pin", "ev"]) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));
     return "#" + parts.join("&");
   },
   decodeState(hash) {
     const st = {};
     String(hash).replace(/^#/, "").split("&").forEach((p) => {
       const [k, v] = p.split("=");
-      if (["t0", "t1", "leak", "cur", "pin"].includes(k) && /^-?\d+$/.test(v || "")) st[k] = Number(v);
+      if (["t0", "t1", "leak", "cur", "pin", "ev"].includes(k) && /^-?\d+$/.test(v || "")) st[k] = Number(v);
     });
     return st;
   },

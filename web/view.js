@@ -52,10 +52,13 @@
   // ---- the timeline -----------------------------------------------------------------------
 
   let cols = null; // the band bucket drawn in each pixel of the timeline (for hover)
-  function plot(canvas, t0, t1, withBands, top) {
+  // The timeline's axis: null for time, else the time at each pixel's left edge (event index).
+  let edges = null;
+  function plot(canvas, t0, t1, withBands, top, axis) {
     const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
     ctx.clearRect(0, 0, W, H);
-    const x = (t) => ((t - t0) / (t1 - t0)) * W, y = (v) => H - (v / top) * (H - 4);
+    const x = axis ? (t) => Model.pixelOf(axis, t) : (t) => ((t - t0) / (t1 - t0)) * W, y = (v) => H - (v / top) * (H - 4);
+    const resample = (curve) => (axis ? Model.resampleEdges(curve, axis) : Model.resample(curve, t0, t1, W));
     if (withBands) d.iterations.forEach((it, i) => {
       ctx.fillStyle = i % 2 ? "#f4f6fb" : "#eaeef7";
       ctx.fillRect(x(it.start_ns), 0, Math.max(1, x(it.end_ns) - x(it.start_ns)), H);
@@ -69,12 +72,12 @@
     const banded = withBands && d.bands.t.length;
     const curves = banded ? [[d.curves.reserved, "#cfd8dc"]] : [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]];
     for (const [curve, color] of curves) {
-      const r = Model.resample(curve, t0, t1, W);
+      const r = resample(curve);
       ctx.fillStyle = color;
       for (let px = 0; px < W; px++) ctx.fillRect(px, y(r.hi[px]), 1, H - y(r.hi[px]));
     }
     if (banded) { // allocated memory stacked by allocation site
-      cols = Model.bandColumns(d.bands, t0, t1, W);
+      cols = axis ? Model.bandColumnsEdges(d.bands, axis) : Model.bandColumns(d.bands, t0, t1, W);
       const sel = selectedBand();
       for (let px = 0; px < W; px++) {
         const i = cols[px];
@@ -147,8 +150,9 @@
       ctx.fillRect(0, yy, 8, 1);
       label(Model.formatBytes(Math.round(v)), 10, yy + 4);
     }
-    for (let k = 0; k <= 6; k++) { // time: sevenths of the window
-      const t = st.t0 + ((st.t1 - st.t0) * k) / 6, xx = (k / 6) * W, s = rel(t), w = ctx.measureText(s).width;
+    for (let k = 0; k <= 6; k++) { // time (or event index: "#event time"): sevenths of the window
+      const xx = (k / 6) * W, px = Math.min(W - 1, Math.round(xx)), t = edges ? (k === 6 ? edges.end : edges[px]) : st.t0 + ((st.t1 - st.t0) * k) / 6;
+      const s = (edges ? "#" + (Model.stepAt(d, t) + 1) + " " : "") + rel(t), w = ctx.measureText(s).width;
       ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
       ctx.fillRect(Math.min(W - 1, xx), H - 6, 1, 6);
       label(s, Math.max(2, Math.min(W - w - 2, xx - w / 2)), H - 8);
@@ -295,7 +299,9 @@
 
   function redraw() {
     yTop = windowTop();
-    plot(tl, st.t0, st.t1, true, yTop);
+    edges = st.ev ? Model.eventEdges(d, st.t0, st.t1, tl.width) : null;
+    $("event-axis").checked = !!edges;
+    plot(tl, st.t0, st.t1, true, yTop, edges);
     axes();
     drawOverview();
     showState();
@@ -390,7 +396,11 @@
 
   // ---- interaction -----------------------------------------------------------------------
 
-  const toTime = (canvas, ev, t0, t1) => { const r = canvas.getBoundingClientRect(); return t0 + ((ev.clientX - r.left) / r.width) * (t1 - t0); };
+  const toTime = (canvas, ev, t0, t1) => {
+    const r = canvas.getBoundingClientRect(), f = (ev.clientX - r.left) / r.width;
+    if (canvas === tl && edges) return edges[Math.max(0, Math.min(edges.length - 1, Math.floor(f * edges.length)))];
+    return t0 + f * (t1 - t0);
+  };
   // What is under the pointer on the timeline: {t, band, alloc or small}.
   function hit(ev) {
     const t = toTime(tl, ev, st.t0, st.t1), out = { t, band: -1 };
@@ -490,6 +500,8 @@
       Model.formatBytes(n.node.bytes) + " (" + (flameLayout.total ? (100 * n.node.bytes / flameLayout.total).toFixed(1) : "0") + "%)");
   });
 
+  $("event-axis").disabled = !d.steps;
+  $("event-axis").addEventListener("change", (ev) => { st.ev = ev.target.checked ? 1 : null; redraw(); });
   fillLists("");
   if (st.pin !== null) showAllocation(st.pin, true);
   else if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);

@@ -374,3 +374,30 @@ test("real resnet50: memory from before the history is drawn from the start, und
   assert.deepStrictEqual(seen.errors, []);
   await page.close();
 });
+
+test("real resnet50: the event-index axis gives each iteration its share of the width", async () => {
+  const { page, seen } = await open("resnet");
+  // Columns holding the iteration peaks' red dots (nothing else on this timeline is that red).
+  const reds = () => page.evaluate(() => {
+    const c = document.getElementById("timeline"), px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data, xs = new Set();
+    for (let i = 0; i < px.length; i += 4) if (px[i] === 0xc6 && px[i + 1] === 0x28 && px[i + 2] === 0x28) xs.add((i / 4) % c.width);
+    return [...xs];
+  });
+  // Where each peak belongs on the event axis: its event's index over the events, times the width.
+  const expected = await page.evaluate(() => {
+    const d = JSON.parse(document.getElementById("memsnap-data").textContent), ts = d.steps.t;
+    return d.iterations.map((it) => ((ts.filter((t) => t <= it.peak_ns).length - 1) / ts.length) * 1200);
+  });
+  const near = (xs, e) => xs.some((x) => Math.abs(x - e) <= 3);
+  const timeAxis = await reds();
+  assert.ok(!near(timeAxis, expected[0]) && !near(timeAxis, expected[1]), "time axis: " + timeAxis.join(","));
+  await page.locator("#event-axis").check();
+  const eventAxis = await reds();
+  for (const e of expected) assert.ok(near(eventAxis, e), "event axis: a peak near " + e + " in " + eventAxis.join(","));
+  // evenly spread: five iterations, each about a fifth of the width
+  assert.ok(expected[1] - expected[0] > 150 && expected[4] - expected[3] > 150, expected.join(","));
+  assert.strictEqual((await hashState(page)).ev, 1);
+  await shot(page, "pytorch-resnet50-events");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});

@@ -199,3 +199,17 @@ test("site labels: the frame that allocated, then the user's frame with file:lin
   assert.strictEqual(Model.siteLabel([f("_init_group", torch + "optim/adam.py", 160)]), "_init_group (adam.py:160)"); // only library frames: the first with a line
   assert.strictEqual(Model.siteLabel([]), "(no stack recorded)");
 });
+
+test("event-index axis: pixels shared out by events, times mapped back to pixels", () => {
+  const d = { steps: { t: [0, 1, 2, 3, 1000, 1001, 1002, 1003] } };
+  const e = Model.eventEdges(d, 0, 1003, 8);
+  assert.deepStrictEqual([...e], [0, 1, 2, 3, 1000, 1001, 1002, 1003]);
+  assert.strictEqual(Model.pixelOf(e, 500), 3); // the quiet stretch is inside one event's pixel
+  assert.strictEqual(Model.pixelOf(e, 1001), 5);
+  assert.strictEqual(Model.pixelOf(e, -1), -1);
+  assert.strictEqual(Model.pixelOf(e, 2000), 8);
+  const r = Model.resampleEdges({ t: [0, 2, 1000], lo: [1, 5, 9], hi: [1, 5, 9] }, e);
+  assert.deepStrictEqual(r.hi, [1, 1, 5, 5, 9, 9, 9, 9]);
+  assert.strictEqual(Model.eventEdges({ steps: { t: [] } }, 0, 10, 4), null);
+  assert.strictEqual(Model.eventEdges(d, 5, 6, 4), null);
+});
