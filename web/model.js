@@ -237,7 +237,7 @@ const Model = {
         const key = (f.full || f.name) + "\u0000" + f.file + "\u0000" + f.line;
         let child = node.index.get(key);
         if (!child) {
-          child = { name: f.name, full: f.full || f.name, file: f.file, line: f.line, inlined: !!f.inlined, bytes: 0, children: [], index: new Map() };
+          child = { key, name: f.name, full: f.full || f.name, file: f.file, line: f.line, inlined: !!f.inlined, bytes: 0, children: [], index: new Map() };
           node.index.set(key, child);
           node.children.push(child);
         }
@@ -338,6 +338,21 @@ const Model = {
     }
     const bySite = new Map();
     for (const [, blk] of sorted) if (!blk.pending) bySite.set(blk.site, (bySite.get(blk.site) || 0) + blk.size);
+    [...bySite.entries()].sort((x, y) => y[1] - x[1]).forEach(([site, bytes]) => cp.sites.push(site, bytes));
+    return cp;
+  },
+
+  // memray's temporal mode: what was allocated between t0 and t1 and not freed by t1, by site, as
+  // a checkpoint's `sites` (for flameTree), from the embedded events.
+  temporal(d, t0, t1) {
+    const s = d.steps, live = new Map();
+    for (let i = Model.stepAt(d, t0 - 1) + 1; i < s.t.length && s.t[i] <= t1; i++) {
+      if (s.kind[i] === 1) live.set(s.addr[i], [s.site[i], s.size[i]]);
+      else if (s.kind[i] === 2) live.delete(s.addr[i]);
+    }
+    const bySite = new Map();
+    for (const [site, size] of live.values()) bySite.set(site, (bySite.get(site) || 0) + size);
+    const cp = { t: t1, kind: "temporal", sites: [], other: 0 };
     [...bySite.entries()].sort((x, y) => y[1] - x[1]).forEach(([site, bytes]) => cp.sites.push(site, bytes));
     return cp;
   },

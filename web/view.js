@@ -53,7 +53,8 @@
 
   let cols = null; // the band bucket drawn in each pixel of the timeline (for hover)
   // The timeline's axis: null for time, else the time at each pixel's left edge (event index).
-  let edges = null;
+  let edges = null, hovered = null; // hovered: the allocation under the pointer (index into d.detail)
+  function drawTimeline() { plot(tl, st.t0, st.t1, true, yTop, edges); axes(); }
   function plot(canvas, t0, t1, withBands, top, axis) {
     const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
     ctx.clearRect(0, 0, W, H);
@@ -109,6 +110,14 @@
         ctx.fillText("OOM", fx + 5, 14);
       }
     });
+    if (withBands && hovered !== null && hovered !== st.pin) { // the allocation under the pointer: outlined
+      const a = Model.allocation(d, hovered), end = a.free >= 0 ? a.free : full.t1;
+      ctx.strokeStyle = "#37474f";
+      ctx.lineWidth = 1.5;
+      ctx.setLineDash([4, 3]);
+      ctx.strokeRect(x(a.alloc), 1, Math.max(2, x(end) - x(a.alloc)), H - 2);
+      ctx.setLineDash([]);
+    }
     if (withBands && st.pin !== null) { // the pinned allocation's lifetime
       const a = Model.allocation(d, st.pin), end = a.free >= 0 ? a.free : full.t1;
       ctx.strokeStyle = "#212121";
@@ -162,6 +171,7 @@
   // ---- the allocator state and the flame graph at the cursor ------------------------------
 
   let shownCheckpoint = -1, segLayout = null, flameLayout = null;
+  const flameTitle = (title) => (st.temporal && d.steps ? "allocated from " + rel(st.t0) + " to " + rel(st.t1) + " (the window) and not freed by its end" : title);
   function checkpointTitle(c) {
     const why = c.kind === "iteration peak" ? "peak of iteration " + c.index : c.kind === "oom" ? "out of memory " + (c.index + 1) :
       c.kind === "time" ? "nearest checkpoint" : c.kind;
@@ -213,8 +223,18 @@
   }
 
   let search = null;
+  let flameZoom = []; // the path (frame keys from the root) of the frame the icicle graph is zoomed into
   function drawFlame(c) {
-    const root = Model.flameTree(d, c), ctx = flame.getContext("2d"), W = flame.width, rowH = 18;
+    if (st.temporal && d.steps) c = Model.temporal(d, st.t0, st.t1);
+    let root = Model.flameTree(d, c);
+    const path = [];
+    for (const key of flameZoom) { // as deep as the zoom's frames still exist at this state
+      const next = root.index.get(key);
+      if (!next) break;
+      root = next;
+      path.push(key);
+    }
+    const ctx = flame.getContext("2d"), W = flame.width, rowH = 18;
     let depth = 0;
     const measure = (n, k) => { depth = Math.max(depth, k); n.children.forEach((ch) => measure(ch, k + 1)); };
     measure(root, 1);
@@ -223,12 +243,12 @@
     ctx.font = "11px sans-serif";
     const q = search && search.value.trim().toLowerCase();
     flameLayout = [];
-    const draw = (n, x, k, w) => {
+    const draw = (n, x, k, w, at) => {
       if (w < 1) return;
       const hit = q && (n.full.toLowerCase().includes(q) || n.file.toLowerCase().includes(q));
       ctx.fillStyle = hit ? "#ffb300" : k === 0 ? "#90a4ae" : ["#ef9a9a", "#f48fb1", "#ffcc80", "#ffab91"][k % 4];
       ctx.fillRect(x, k * rowH, w - 1, rowH - 1);
-      flameLayout.push({ x, w, k, node: n });
+      flameLayout.push({ x, w, k, node: n, path: at });
       if (w > 40) {
         ctx.fillStyle = "#212121";
         const at = Model.fileLine(n), label = n.name + (at ? " (" + at + ")" : "") + " " + Model.formatBytes(n.bytes);
@@ -237,9 +257,11 @@
         ctx.fillText(s === label ? s : s + "\u2026", x + 3, k * rowH + 13);
       }
       let cx = x;
-      for (const ch of n.children) { const cw = root.bytes ? (ch.bytes / root.bytes) * W : 0; draw(ch, cx, k + 1, cw); cx += cw; }
+      for (const ch of n.children) { const cw = root.bytes ? (ch.bytes / root.bytes) * W : 0; draw(ch, cx, k + 1, cw, at.concat([ch.key])); cx += cw; }
     };
-    draw(root, 0, 0, W);
+    draw(root, 0, 0, W, path);
+    $("flame-zoom").hidden = !path.length;
+    text($("flame-zoom"), path.length ? "zoomed into " + root.name + " (" + Model.formatBytes(root.bytes) + "): click the top row to zoom out" : "");
     flameLayout.total = root.bytes;
   }
 
@@ -255,7 +277,7 @@
     if (i < 0) { text($("state-title"), "(no checkpoints)"); return; }
     const c = d.checkpoints[i];
     text($("state-title"), checkpointTitle(c));
-    text($("flame-title"), checkpointTitle(c));
+    text($("flame-title"), flameTitle(checkpointTitle(c)));
     if (i === shownCheckpoint && !showCheckpoint.force) return;
     shownCheckpoint = i;
     showCheckpoint.force = false;
@@ -270,7 +292,7 @@
     const title = i < 0 ? "when the history starts (" + rel(full.t0) + ")" :
       "after event " + (i + 1) + " of " + s.t.length + " at " + rel(s.t[i]) + ": " + kinds[s.kind[i]] + " " + Model.formatBytes(s.size[i]) + " at " + Model.formatAddress(s.addr[i]);
     text($("state-title"), title);
-    text($("flame-title"), title);
+    text($("flame-title"), flameTitle(title));
     shownCheckpoint = -1;
     drawSegments(c);
     drawFlame(c);
@@ -301,9 +323,9 @@
     yTop = windowTop();
     edges = st.ev ? Model.eventEdges(d, st.t0, st.t1, tl.width) : null;
     $("event-axis").checked = !!edges;
-    plot(tl, st.t0, st.t1, true, yTop, edges);
-    axes();
+    drawTimeline();
     drawOverview();
+    if (st.temporal) showCheckpoint.force = true; // follows the window
     showState();
     drawGrowth();
     history.replaceState(null, "", Model.encodeState(st));
@@ -421,6 +443,8 @@
     const h = hit(ev), a = Model.valueAt(d.curves.allocated, h.t), r = Model.valueAt(d.curves.reserved, h.t);
     const it = d.iterations.findIndex((x) => h.t >= x.start_ns && h.t < x.end_ns);
     let what = "";
+    const under = h.alloc !== undefined ? h.alloc : null;
+    if (under !== hovered) { hovered = under; drawTimeline(); }
     if (h.alloc !== undefined) {
       what = "\n" + describe(Model.allocation(d, h.alloc));
       if (st.pin === null) showAllocation(h.alloc, false);
@@ -431,6 +455,7 @@
     }
     text(readout, rel(h.t) + "  allocated " + (a ? Model.formatBytes(a.hi) : "-") + "  reserved " + (r ? Model.formatBytes(r.hi) : "-") + (it >= 0 ? "  iteration " + it : "") + what);
   });
+  tl.addEventListener("mouseleave", () => { if (hovered !== null) { hovered = null; drawTimeline(); } });
   tl.addEventListener("wheel", (ev) => {
     ev.preventDefault();
     const t = toTime(tl, ev, st.t0, st.t1), k = ev.deltaY > 0 ? 1.25 : 0.8;
@@ -502,6 +527,17 @@
 
   $("event-axis").disabled = !d.steps;
   $("event-axis").addEventListener("change", (ev) => { st.ev = ev.target.checked ? 1 : null; redraw(); });
+  flame.addEventListener("click", (ev) => { // click-to-zoom: a frame fills the width; the top row zooms out
+    if (!flameLayout) return;
+    const rect = flame.getBoundingClientRect(), x = ((ev.clientX - rect.left) / rect.width) * flame.width, k = Math.floor(((ev.clientY - rect.top) / rect.height) * flame.height / 18);
+    const n = flameLayout.find((b) => b.k === k && x >= b.x && x < b.x + b.w);
+    if (!n) return;
+    flameZoom = k === 0 ? flameZoom.slice(0, -1) : n.path;
+    showCheckpoint.force = true;
+    showState();
+  });
+  $("temporal").disabled = !d.steps;
+  $("temporal").addEventListener("change", (ev) => { st.temporal = ev.target.checked; showCheckpoint.force = true; redraw(); });
   fillLists("");
   if (st.pin !== null) showAllocation(st.pin, true);
   else if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);

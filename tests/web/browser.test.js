@@ -401,3 +401,37 @@ test("real resnet50: the event-index axis gives each iteration its share of the 
   assert.deepStrictEqual(seen.errors, []);
   await page.close();
 });
+
+test("real resnet50: icicle click-to-zoom, temporal mode, hovered allocation outlined", async () => {
+  const { page, seen } = await open("resnet");
+  const fb = await page.locator("#flame").boundingBox();
+  const readFrame = async (x, row) => { await page.mouse.move(fb.x + x, fb.y + row * 18 + 9); return page.locator("#flame-readout").textContent(); };
+  const second = await readFrame(50, 2);
+  assert.match(second, /^forward {2}\(.*resnet\.py:285\): /);
+  await page.mouse.click(fb.x + 50, fb.y + 2 * 18 + 9); // zoom into it: it becomes the top row, full width
+  assert.match(await page.locator("#flame-zoom").textContent(), /^zoomed into forward \(/);
+  const fb2 = await page.locator("#flame").boundingBox();
+  await page.mouse.move(fb2.x + fb2.width - 5, fb2.y + 9);
+  assert.match(await page.locator("#flame-readout").textContent(), /^forward {2}\(.*resnet\.py:285\): /);
+  await page.mouse.click(fb2.x + 5, fb2.y + 9); // the top row: one level out
+  await page.mouse.click(fb2.x + 5, fb2.y + 9); // and out again: the whole
+  assert.ok(await page.locator("#flame-zoom").isHidden());
+  // Temporal: what the window allocated and did not free; zoomed into the last iteration, the
+  // gradients and momentum buffers (allocated in the first iteration) are not in it.
+  await page.locator("#temporal").check();
+  assert.match(await page.locator("#flame-title").textContent(), /^allocated from 0 ns to 328\.2 ms \(the window\) and not freed by its end$/);
+  await page.mouse.move(fb.x + 5, fb.y + 9);
+  const whole = Number((await page.locator("#flame-readout").textContent()).match(/: ([\d.]+) MiB/)[1]);
+  assert.ok(Math.abs(whole - (385.03 - 149.23)) < 0.05, "all the history allocated and kept: " + whole); // at the snapshot, less what predates it
+  // Hover an allocation: it is outlined (dashed, dark) on the timeline.
+  const dark = () => page.evaluate(() => { const c = document.getElementById("timeline"), px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data; let n = 0;
+    for (let i = 0; i < px.length; i += 4) if (px[i] === 0x37 && px[i + 1] === 0x47 && px[i + 2] === 0x4f) n++; return n; });
+  const before = await dark();
+  const b = await page.locator("#timeline").boundingBox();
+  await page.mouse.move(b.x + b.width * 0.62, b.y + b.height * 0.9);
+  assert.match(await page.locator("#readout").textContent(), /\n[\d.]+ [KMG]i?B at 0x/);
+  assert.ok(await dark() > before + 50, "outline drawn: " + before + " -> " + (await dark()));
+  await shot(page, "pytorch-resnet50-temporal");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
