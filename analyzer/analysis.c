@@ -445,7 +445,13 @@ static int pass1_event(const ms_event *e, void *arg) {
   switch (e->kind) {
     case MS_ALLOC: {
       ms_site *s = &a->sites[site];
-      if (s->allocs == 0) s->first_ns = e->time_ns;
+      if (s->allocs == 0) {
+        s->first_ns = e->time_ns;
+        s->thread = e->thread;
+        s->stream = e->stream;
+      }
+      s->several_threads |= e->thread != s->thread;
+      s->several_streams |= e->stream != s->stream;
       s->allocs++;
       s->alloc_bytes += e->size;
       a->size_hist[ms_size_bin(e->size)]++;

@@ -240,6 +240,9 @@ typedef struct ms_site {
   int64_t live_bytes, live_count;  /* replayed, at the end of the history */
   int64_t end_bytes, end_count;    /* allocated at the snapshot (blocks table) */
   int64_t first_ns, last_ns;       /* first and last allocation */
+  int64_t thread;                  /* of the first allocation */
+  uint64_t stream;                 /* of the first allocation */
+  bool several_threads, several_streams; /* later allocations came from others too */
   /* per-iteration evidence */
   int64_t prev_iter_live, first_iter_live, last_iter_live;
   int increases, decreases, observed; /* iteration boundaries seen after the first */

@@ -15,6 +15,7 @@
 #define MS_PAGE_LEAKS 200  /* leak candidates listed on the page */
 #define MS_PAGE_FRAMES 128 /* frames that matter kept per stack */
 #define MS_PAGE_STEPS 300000 /* allocator events embedded for stepping event by event; more: none */
+#define MS_PAGE_TABLE 500    /* sites in the page's table (the most bytes allocated first) */
 
 #define ASSET(name)                                  \
   extern const char _binary_##name##_start[];        \
@@ -263,6 +264,23 @@ static void page_columns(page_data *p, sbuf *b) {
   sb_put(b, "]");
 }
 
+/* `"site_table":[...]`: the sites that allocated most (and every leak candidate), each
+ * [page site, bytes allocated, allocations, bytes live at the snapshot, blocks, thread, stream]
+ * (thread and stream -1 when several; thread 0 when not recorded). */
+static void page_site_table(page_data *p, sbuf *b) {
+  const ms_analysis *a = p->a;
+  sb_put(b, ",\"site_table\":[");
+  size_t n = 0;
+  for (size_t i = 0; i < a->ntop; i++) {
+    const ms_site *st = &a->sites[a->top[i]];
+    if ((i >= MS_PAGE_TABLE && leak_index(a, a->top[i]) < 0) || (st->allocs == 0 && st->end_bytes == 0)) continue;
+    sb_put(b, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld]", n++ ? "," : "", page_site(p, a->top[i]), (long long)st->alloc_bytes,
+           (long long)st->allocs, (long long)st->end_bytes, (long long)st->end_count,
+           st->several_threads ? -1LL : (long long)st->thread, st->several_streams ? -1LL : (long long)st->stream);
+  }
+  sb_put(b, "]");
+}
+
 /* ---- the allocator's events, to step its state event by event (the arrow keys) ------------- */
 
 typedef struct steps_pass {
@@ -399,6 +417,7 @@ static char *page_json(const ms_analysis *a) {
   if (p.frame_of && p.site_of) { /* adds sites, stacks and strings */
     page_columns(&p, &cols);
     page_steps(&p, &cols);
+    page_site_table(&p, &cols);
   }
   cJSON_AddItemToObject(root, "strings", p.strings.array);
   char *head = p.frame_of && p.site_of && !cols.failed ? cJSON_PrintUnformatted(root) : NULL, *text = NULL;

@@ -357,6 +357,21 @@ const Model = {
     return cp;
   },
 
+  // The table of sites (d.site_table) as rows {site, stack, label, frames, alloc, count, live,
+  // blocks, thread, stream}, those whose frames or label mention `q` (case-insensitive), sorted by
+  // column `col` (descending unless `asc`; labels alphabetically).
+  siteRows(d, q, col, asc) {
+    const needle = String(q || "").trim().toLowerCase();
+    const rows = (d.site_table || []).map((r) => {
+      const site = d.sites[r[0]] || [0, -1, -1], frames = Model.stackFrames(d, site[0]);
+      return { site: r[0], stack: site[0], leak: site[1], frames, label: Model.siteLabel(frames), alloc: r[1], count: r[2], live: r[3], blocks: r[4], thread: r[5], stream: r[6] };
+    }).filter((r) => !needle || r.label.toLowerCase().includes(needle) ||
+      r.frames.some((f) => f.full.toLowerCase().includes(needle) || f.file.toLowerCase().includes(needle)));
+    const key = col || "alloc", sign = asc ? 1 : -1;
+    rows.sort((a, b) => (key === "label" ? sign * a.label.localeCompare(b.label) : sign * (a[key] - b[key])) || a.site - b.site);
+    return rows;
+  },
+
   // The last step at or before time t (-1: none).
   stepAt(d, t) {
     const ts = d.steps.t;

@@ -413,8 +413,34 @@
       add(results, "li", "no listed allocation holds this address" +
         (d.detail.min_size ? " (only allocations of " + Model.formatBytes(d.detail.min_size) + " or more are listed)" : ""), "muted");
   }
+  // The sortable table of sites, filtered by the search box (at most 200 rows shown).
+  const table = { col: "alloc", asc: false };
+  function fillTable() {
+    const rows = Model.siteRows(d, search.value, table.col, table.asc), body = document.querySelector("#site-table tbody");
+    body.textContent = "";
+    const who = (v, word) => (v === -1 ? "several" : v === 0 && word === "thread" ? "-" : word === "stream" ? Model.formatAddress(v) : String(v));
+    for (const r of rows.slice(0, 200)) {
+      const tr = add(body, "tr");
+      add(tr, "td", r.label).title = r.frames.length ? Model.frameLine(r.frames[0], true) : "";
+      add(tr, "td", Model.formatBytes(r.alloc), "num");
+      add(tr, "td", String(r.count), "num");
+      add(tr, "td", Model.formatBytes(r.live), "num");
+      add(tr, "td", String(r.blocks), "num");
+      add(tr, "td", who(r.thread, "thread"), "num");
+      add(tr, "td", who(r.stream, "stream"), "num");
+      tr.addEventListener("click", () => showStack(r.leak >= 0 ? "Leak candidate " + (r.leak + 1) : "Allocation site", r.stack));
+    }
+    document.querySelectorAll("#site-table th").forEach((th) => th.classList.toggle("sorted", th.dataset.col === table.col));
+    text($("sites-title"), rows.length + " of " + (d.site_table || []).length + " sites" + (rows.length > 200 ? ", the first 200 shown" : "") +
+      "; sorted by " + table.col + (table.asc ? " (ascending)" : " (descending)") + "; click a column to sort, the search box filters");
+  }
+  document.querySelectorAll("#site-table th").forEach((th) => th.addEventListener("click", () => {
+    if (table.col === th.dataset.col) table.asc = !table.asc;
+    else { table.col = th.dataset.col; table.asc = th.dataset.col === "label"; }
+    fillTable();
+  }));
   search = $("search");
-  search.addEventListener("input", () => { fillLists(search.value); showCheckpoint.force = true; showCheckpoint(); });
+  search.addEventListener("input", () => { fillLists(search.value); fillTable(); showCheckpoint.force = true; showCheckpoint(); });
 
   // ---- interaction -----------------------------------------------------------------------
 
@@ -539,6 +565,7 @@
   $("temporal").disabled = !d.steps;
   $("temporal").addEventListener("change", (ev) => { st.temporal = ev.target.checked; showCheckpoint.force = true; redraw(); });
   fillLists("");
+  fillTable();
   if (st.pin !== null) showAllocation(st.pin, true);
   else if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
   else if (d.leaks.length) showStack("Leak candidate 1", d.leaks[0].stack);

@@ -435,3 +435,30 @@ test("real resnet50: icicle click-to-zoom, temporal mode, hovered allocation out
   assert.deepStrictEqual(seen.errors, []);
   await page.close();
 });
+
+test("real resnet50: the table of sites sorts by any column and follows the search", async () => {
+  const { page, seen } = await open("resnet");
+  const rows = page.locator("#site-table tbody tr");
+  const column = async (i) => rows.evaluateAll((trs, i) => trs.map((tr) => tr.children[i].textContent), i);
+  const bytes = (s) => { const [v, u] = s.split(" "); return Number(v) * { B: 1, KiB: 1024, MiB: 1048576, GiB: 1073741824 }[u]; };
+  const sortedDesc = (xs) => xs.every((x, i) => i === 0 || xs[i - 1] >= x);
+  assert.ok(await rows.count() > 50);
+  assert.ok(sortedDesc((await column(1)).map(bytes)), "by bytes allocated, largest first");
+  await page.locator("#site-table th[data-col=live]").click();
+  const live = (await column(3)).map(bytes);
+  assert.ok(sortedDesc(live) && live[0] > 140 * 1048576, "by live bytes: " + live.slice(0, 3)); // before the history: 149.23 MiB
+  assert.match((await column(0))[0], /^\(allocated before recording started\)$/);
+  await page.locator("#site-table th[data-col=count]").click();
+  await page.locator("#site-table th[data-col=count]").click(); // again: ascending
+  const counts = (await column(2)).map(Number);
+  assert.ok(counts.every((x, i) => i === 0 || counts[i - 1] <= x), "by allocations, ascending: " + counts.slice(0, 5));
+  await page.fill("#search", "sgd.py");
+  const labels = await column(0);
+  assert.ok(labels.length >= 1 && labels.length < 20, labels.join("\n"));
+  await rows.first().click();
+  assert.match(await page.locator("#details").textContent(), /sgd\.py/);
+  assert.match(await page.locator("#sites-title").textContent(), new RegExp("^" + labels.length + " of \\d+ sites"));
+  await shot(page, "pytorch-resnet50-sites");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});

@@ -213,3 +213,17 @@ test("event-index axis: pixels shared out by events, times mapped back to pixels
   assert.strictEqual(Model.eventEdges({ steps: { t: [] } }, 0, 10, 4), null);
   assert.strictEqual(Model.eventEdges(d, 5, 6, 4), null);
 });
+
+test("site table: rows filtered by frames and sorted by any column", () => {
+  const d = { ...doc, sites: [[5, 0, 0], [6, 1, 1]], site_table: [[0, 100, 3, 10, 1, 7, 0], [1, 50, 9, 40, 2, -1, 0]] };
+  const cols = (rows) => rows.map((r) => r.site);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "alloc", false)), [0, 1]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "count", false)), [1, 0]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "live", true)), [0, 1]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "label", true)), [0, 1]); // keep_history before load_weights
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "label", false)), [1, 0]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "LOAD_W", "alloc", false)), [1]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "train.py", "alloc", false)), [0, 1]);
+  assert.strictEqual(Model.siteRows(d, "", "alloc", false)[1].thread, -1);
+  assert.deepStrictEqual(Model.siteRows({ ...doc, sites: [] }, "", "alloc", false), []);
+});
