@@ -306,16 +306,45 @@ static ptrdiff_t matched_leaks(const ms_analysis *a, size_t n, ms_matches *m, co
 static const char *kind_text(ms_leak_kind k) { return k == MS_LEAK_GROWING_RELEASED ? "growing, released" : ms_leak_kind_name(k); }
 
 /* A site's first frame that matters as one short line (or why it has none). */
+/* True for a frame of a library (site-packages, dist-packages, the interpreter's lib/python*,
+ * torch/): not the user's. */
+static bool library_frame(const ms_frame *f) {
+  return strstr(f->file, "site-packages/") || strstr(f->file, "dist-packages/") || strstr(f->file, "/lib/python") ||
+         strncmp(f->file, "torch/", 6) == 0 || strstr(f->file, "/torch/");
+}
+
+/* "frame (file:line)"; a <module> frame as its file:line. */
+static void frame_where(const ms_frame *f, char *out, size_t len) {
+  if (strcmp(f->name, "<module>") == 0) snprintf(out, len, "(%s:%lld)", base_name(f->file), (long long)f->line);
+  else snprintf(out, len, "%s (%s:%lld)", f->short_name, base_name(f->file), (long long)f->line);
+}
+
+/* How one-line lists name a site (as the page's lists do): the frame that allocated, then the
+ * user's frame (the first with a line outside the libraries, else the first with a line) with
+ * its file:line: "at::native::clone() <- train (train.py:40)". */
 static void site_label(const ms_analysis *a, uint32_t site, char *out, size_t len) {
   const ms_snapshot *s = a->snap;
-  uint32_t id;
-  if (ms_stack_frames_that_matter(s, a->sites[site].stack_id, &id, 1) == 0) {
+  uint32_t ids[64];
+  size_t n = ms_stack_frames_that_matter(s, a->sites[site].stack_id, ids, 64);
+  if (n == 0) {
     snprintf(out, len, "(%s)", ms_site_note(a, &a->sites[site]));
     return;
   }
-  const ms_frame *f = &s->frames[id];
-  if (f->file[0] && f->line > 0) snprintf(out, len, "%s (%s:%lld)", f->short_name, base_name(f->file), (long long)f->line);
-  else snprintf(out, len, "%s", f->short_name);
+  const ms_frame *top = &s->frames[ids[0]], *user = NULL, *any = NULL;
+  for (size_t i = 0; i < n && !user; i++) {
+    const ms_frame *f = &s->frames[ids[i]];
+    if (!f->file[0] || f->line <= 0) continue;
+    if (!any) any = f;
+    if (!library_frame(f)) user = f;
+  }
+  if (!user) user = any;
+  char where[256] = "";
+  if (user) frame_where(user, where, sizeof where);
+  if (!user || user == top) snprintf(out, len, "%s", user ? where : top->short_name);
+  else { /* cut where it must be: the operator, then as much of the user's frame as fits */
+    int k = snprintf(out, len, "%s <- ", top->short_name);
+    if (k >= 0 && (size_t)k < len) memcpy(out + k, where, strnlen(where, len - (size_t)k - 1) + 1), out[len - 1] = '\0';
+  }
 }
 
 void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
