@@ -285,7 +285,7 @@ static void page_site_table(page_data *p, sbuf *b) {
 
 typedef struct steps_pass {
   page_data *p;
-  sbuf cols[5]; /* t, kind, addr, size, site */
+  sbuf cols[6]; /* t, kind, addr, size, site, req */
 } steps_pass;
 
 static int step_event(const ms_event *e, void *arg) {
@@ -300,7 +300,8 @@ static int step_event(const ms_event *e, void *arg) {
   sb_put(&sp->cols[2], "%s%llu", sep, (unsigned long long)e->address);
   sb_put(&sp->cols[3], "%s%lld", sep, (long long)e->size);
   sb_put(&sp->cols[4], "%s%d", sep, site);
-  return sp->cols[4].failed;
+  sb_put(&sp->cols[5], "%s%lld", sep, (long long)(e->kind == MS_ALLOC && e->requested > 0 ? e->requested : e->size));
+  return sp->cols[4].failed || sp->cols[5].failed;
 }
 
 /* `"steps":{...}`: the allocator's events (alloc, frees, segments) as columns and the state when
@@ -321,9 +322,9 @@ static void page_steps(page_data *p, sbuf *b) {
   }
   steps_pass sp = {p, {{0}}};
   int rc = ms_events_each(s, step_event, &sp);
-  static const char *const names[5] = {"t", "kind", "addr", "size", "site"};
+  static const char *const names[6] = {"t", "kind", "addr", "size", "site", "req"};
   sb_put(b, ",\"steps\":{");
-  for (int k = 0; k < 5; k++) {
+  for (int k = 0; k < 6; k++) {
     if (rc != 0 || sp.cols[k].failed) b->failed = true;
     sb_put(b, "%s\"%s\":[%.*s]", k ? "," : "", names[k], (int)sp.cols[k].n, sp.cols[k].s ? sp.cols[k].s : "");
     free(sp.cols[k].s);

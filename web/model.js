@@ -285,7 +285,7 @@ const Model = {
       if (kind === 1) { // alloc (a pending block at the address is reused)
         if (b && b.pending) pending -= b.size;
         else if (b) allocated -= b.size;
-        blocks.set(addr, { size, site: s.site[i], pending: false });
+        blocks.set(addr, { size, req: s.req ? s.req[i] : size, site: s.site[i], pending: false });
         allocated += size;
       } else if (kind === 2 && b && !b.pending) { b.pending = true; allocated -= b.size; pending += b.size; }
       else if (kind === 3 && b && b.pending) { blocks.delete(addr); pending -= b.size; }
@@ -315,6 +315,8 @@ const Model = {
   layOut(cp, blocks, segs) {
     const sorted = [...blocks.entries()].sort((a, b) => a[0] - b[0]), order = segs.slice().sort((a, b) => a.addr - b.addr);
     cp.segs = []; cp.runs = []; cp.sites = []; cp.other = 0; cp.omitted = 0;
+    cp.rounding = 0; // allocated but not requested: internal fragmentation
+    for (const [, blk] of sorted) if (!blk.pending && blk.req !== undefined && blk.req < blk.size) cp.rounding += blk.size - blk.req;
     let b = 0;
     for (const g of order) {
       const end = g.addr + g.size, runs = [];

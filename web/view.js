@@ -186,6 +186,7 @@
       (c.pending ? ", pending " + Model.formatBytes(c.pending) : "") + "; cached free " + Model.formatBytes(info.freeBytes) + " in " + count(info.pieces, "piece") +
       ", the largest " + Model.formatBytes(info.largest) + "; fragmentation (free inside partly used segments): " +
       Model.formatBytes(info.splitFree) + " in " + count(info.splitPieces, "piece") +
+      (c.rounding !== undefined ? "; rounding inside allocated blocks (internal fragmentation): " + Model.formatBytes(c.rounding) : "") +
       (c.omitted ? "; " + c.omitted + " more segments not drawn (too many blocks to embed)" : ""));
     // Segments one after another, folded into rows; each at least 2 px so none disappears.
     const total = info.segs.reduce((s, g) => s + g.size, 0) || 1, rowH = 16, rows = Math.max(1, Math.min(12, Math.ceil(info.segs.length / 40)));

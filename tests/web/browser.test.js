@@ -341,6 +341,7 @@ test("real resnet50: the arrow keys step the allocator state event by event", as
     seenStates.add(await summary());
   }
   assert.ok(seenStates.size >= 3, "the state moved: " + [...seenStates].join("\n"));
+  assert.match(await summary(), /; rounding inside allocated blocks \(internal fragmentation\): [\d.]+ [KMG]?i?B/);
   await page.keyboard.press("Shift+ArrowLeft");
   assert.match(await title(), new RegExp("^after event " + (n0 - 4) + " of 10052 "));
   // Back at the history's first instant: what predates it (2.79 GiB reserved) is there.

@@ -227,3 +227,11 @@ test("site table: rows filtered by frames and sorted by any column", () => {
   assert.strictEqual(Model.siteRows(d, "", "alloc", false)[1].thread, -1);
   assert.deepStrictEqual(Model.siteRows({ ...doc, sites: [] }, "", "alloc", false), []);
 });
+
+test("stepping: internal fragmentation, the bytes allocated beyond the requests", () => {
+  const steps = { t: [1, 2, 3], kind: [4, 1, 1], addr: [0, 0, 600], size: [2048, 512, 1024], site: [-1, 0, 0], req: [2048, 500, 1000],
+    start: { allocated: 0, reserved: 0, segments_known: true, blocks: [], segs: [] } };
+  const s = Model.stepper({ steps, summary: { first_ns: 0 } });
+  assert.strictEqual(s.at(1).rounding, 12);
+  assert.strictEqual(s.at(2).rounding, 36);
+});
