@@ -14,7 +14,7 @@
 
 #define MS_PAGE_LEAKS 200  /* leak candidates listed on the page */
 #define MS_PAGE_FRAMES 128 /* frames that matter kept per stack */
-#define MS_PAGE_STEPS 300000 /* allocator events embedded for stepping event by event; more: none */
+#define MS_PAGE_STEPS 120000 /* allocator events embedded for stepping event by event; more: none */
 #define MS_PAGE_TABLE 500    /* sites in the page's table (the most bytes allocated first) */
 
 #define ASSET(name)                                  \
@@ -311,11 +311,14 @@ static void page_steps(page_data *p, sbuf *b) {
   const ms_analysis *a = p->a;
   ms_snapshot *s = (ms_snapshot *)p->s;
   sqlite3_stmt *st;
-  int64_t n = MS_PAGE_STEPS + 1;
-  if (sqlite3_prepare_v2(s->db, "select count(*) from events where kind in (1, 2, 3, 4, 5, 11, 12)", -1, &st, NULL) == SQLITE_OK &&
-      sqlite3_step(st) == SQLITE_ROW)
-    n = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
+  /* how many: at most the events (no scan then); past twice the bound, surely too many */
+  int64_t n = s->nevents <= MS_PAGE_STEPS ? s->nevents : MS_PAGE_STEPS + 1;
+  if (s->nevents > MS_PAGE_STEPS && s->nevents <= 2 * MS_PAGE_STEPS) {
+    if (sqlite3_prepare_v2(s->db, "select count(*) from events where kind in (1, 2, 3, 4, 5, 11, 12)", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+      n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }
   if (n > MS_PAGE_STEPS || !a->site_of_stack) {
     sb_put(b, ",\"steps\":null");
     return;
