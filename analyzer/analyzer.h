@@ -94,6 +94,10 @@ void ms_process_text(const ms_snapshot *s, char *out, size_t len);
 int ms_open(ms_snapshot *s, const char *path);
 void ms_close(ms_snapshot *s);
 int ms_load_stacks(ms_snapshot *s);
+/* Events whose sizes are implausible (negative, or over 2^40 bytes: no device has a TiB) are
+ * malformed and skipped by every pass: ms_events_each in C, this condition in SQL. */
+#define MS_EVENT_PLAUSIBLE_SQL \
+  "coalesce(size, 0) between 0 and 1099511627776 and coalesce(requested_size, 0) between 0 and 1099511627776"
 /* Calls fn for every event in order; stops when fn returns non-zero and returns that. */
 int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg);
 

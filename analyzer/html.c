@@ -221,7 +221,8 @@ static void page_columns(page_data *p, sbuf *b) {
   /* The largest allocations one by one, as columns. */
   sb_put(b, ",\"detail\":{\"min_size\":%lld,\"allocations\":%lld", (long long)t->detail_min_size,
          (long long)t->allocations);
-  const ms_detail *d = t->detail;
+  static const ms_detail none; /* no allocations: the columns are empty, their base must be valid */
+  const ms_detail *d = t->detail ? t->detail : &none;
   sb_column(b, "alloc", &d->alloc_ns, t->ndetail, sizeof *d);
   sb_column(b, "free", &d->free_ns, t->ndetail, sizeof *d);
   sb_column(b, "size", &d->size, t->ndetail, sizeof *d);

@@ -16,4 +16,16 @@ for p in "$here"/data/*.pickle.gz; do
   name=$(basename "$p" .pickle.gz)
   "$build/memsnap" import "$p" -o "$dir/pytorch-$name.db" >/dev/null 2>&1 || fail_setup "import $p"
 done
+# Hostile sizes in what the reconstruction reads (blocks, segments, events): skipped as the
+# reader skips them, never summed into an overflow.
+cp "$dir/late.db" "$dir/hostile-sizes.db"
+python3 - "$dir/hostile-sizes.db" <<'PY' || fail_setup "hostile-sizes.db"
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("insert into blocks(segment_id, address, size, requested_size, state) values (1, 7, 1 << 62, 1, 'allocated')")
+c.execute("insert into segments(device, address, size) values (0, 9, 1 << 62)")
+c.execute("insert into events(time_ns, kind, device, address, size) values (1, 2, 0, 11, 1 << 62)")
+c.execute("insert into events(time_ns, kind, device, address, size) values (1, 5, 0, 13, -5)")
+c.commit()
+PY
 exec python3 "$here/check_invariants.py" "$build/memsnap" "$dir"/*.db
