@@ -45,7 +45,39 @@ typedef struct boundary {
   int64_t id;    /* mark: its event id; else 0 */
   int64_t time;  /* range: start time */
   int64_t alloc; /* inferred: the ordinal of the allocation that starts it; else -1 */
+  int64_t end;   /* range: its end (read by ranges_to_steps) */
 } boundary;
+
+/* Allocations in [from, to). */
+static int64_t allocations_between(ms_snapshot *s, int64_t from, int64_t to) {
+  sqlite3_stmt *st;
+  int64_t n = 0;
+  if (sqlite3_prepare_v2(s->db, "select count(*) from events where kind = 1 and time_ns >= ? and time_ns < ?", -1, &st, NULL) ==
+      SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, from);
+    sqlite3_bind_int64(st, 2, to);
+    if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  return n;
+}
+
+/* Ranges that last, but cover only part of each step (Optimizer.step, a data loader's fetch) must still
+ * give iterations covering the whole loop: each runs from one range's start to the next one's,
+ * or, when the work comes before each range (more allocations before the first range than after
+ * the last: forward and backward, then the optimizer step), from one range's end to the next
+ * one's, the first from the history's start. Rewrites b's times in that case. */
+static void ranges_to_steps(ms_analysis *a, boundary *b, size_t n, int64_t covered, int64_t last_end) {
+  ms_snapshot *s = a->snap;
+  /* instants (marks exported as annotations) start their steps; ranges that fill the loop are its steps */
+  if (covered == 0 || covered * 2 >= last_end - b[0].time) return;
+  int64_t before = allocations_between(s, s->first_ns, b[0].time);
+  int64_t after = allocations_between(s, last_end + 1, INT64_MAX);
+  if (before <= after) return; /* the work follows each range's start: starts are the boundaries */
+  for (size_t i = n - 1; i > 0; i--) b[i].time = b[i - 1].end;
+  b[0].time = s->first_ns;
+  a->iterations_from_range_ends = true;
+}
 
 /* A label (its key) and how often it came, at which outermost range depth. */
 typedef struct tally {
@@ -60,8 +92,9 @@ static const char *tally_key(const void *ctx, size_t i) { return ((const tally *
 static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **out) {
   ms_snapshot *s = a->snap;
   static const char *const queries[2] = {
-      "select m.event_id, m.time_ns, l.text, 0 from marks m join labels l on l.id = m.label_id order by m.event_id",
-      "select 0, r.start_ns, l.text, r.depth from ranges r join labels l on l.id = r.label_id order by r.start_ns"};
+      "select m.event_id, m.time_ns, l.text, 0, m.time_ns from marks m join labels l on l.id = m.label_id order by m.event_id",
+      "select 0, r.start_ns, l.text, r.depth, coalesce(r.end_ns, r.start_ns) from ranges r join labels l on l.id = r.label_id "
+      "order by r.start_ns"};
   char best[256] = "";
   int best_source = -1, best_depth = 1 << 30;
   int64_t best_count = 1;
@@ -119,6 +152,7 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
   sqlite3_stmt *st;
   size_t n = 0, cap = 0;
   boundary *b = NULL;
+  int64_t covered = 0, last_end = 0; /* ranges: time inside them, and where the last ends */
   if (sqlite3_prepare_v2(s->db, queries[best_source], -1, &st, NULL) == SQLITE_OK) {
     while (sqlite3_step(st) == SQLITE_ROW) {
       char key[256];
@@ -131,10 +165,15 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
         if (!g) break;
         b = g;
       }
-      b[n++] = (boundary){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), -1};
+      b[n++] = (boundary){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), -1, 0};
+      int64_t end = sqlite3_column_int64(st, 4);
+      if (end > b[n - 1].time) covered += end - b[n - 1].time;
+      if (end > last_end) last_end = end;
+      b[n - 1].end = end;
     }
     sqlite3_finalize(st);
   }
+  if (best_source == 1 && n >= 2) ranges_to_steps(a, b, n, covered, last_end);
   *out = b;
   return n;
 }
@@ -186,7 +225,7 @@ static size_t infer_iterations(ms_analysis *a, boundary **out) {
     while (first >= period && tok[first - period] == tok[first]) first -= period;
     size_t count = (size_t)((total - (int64_t)first + (int64_t)period - 1) / (int64_t)period);
     boundary *b = count ? malloc(sizeof *b * count) : NULL;
-    for (size_t k = 0; b && k < count; k++) b[k] = (boundary){0, 0, (int64_t)(first + k * period)};
+    for (size_t k = 0; b && k < count; k++) b[k] = (boundary){0, 0, (int64_t)(first + k * period), 0};
     if (b && count >= 3) {
       *out = b;
       n_out = count;
@@ -254,13 +293,12 @@ const char *ms_site_note(const ms_analysis *a, const ms_site *site) {
                       : "allocated before recording started";
 }
 
-/* What is alive at the snapshot, by site, from the blocks table. A block without a stack that
- * no kept event allocated (not live at the end of the replay) goes to a site of its own: it was
- * allocated before recording started, or before the kept history. 0, or -1 out of memory. */
+/* What is alive at the snapshot, by site, from the blocks table: its stack's site, or for a block
+ * without one the site the replay holds it under (the one of memory from before recording for
+ * blocks no kept event allocated: see seed_prehistory). 0, or -1 out of memory. */
 static int read_blocks(pass *p) {
   ms_analysis *a = p->a;
   ms_snapshot *s = a->snap;
-  int64_t before = -1;
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), size, address from blocks where state = 'allocated'", -1, &st,
                          NULL) != SQLITE_OK)
@@ -270,13 +308,9 @@ static int read_blocks(pass *p) {
     int64_t sid = sqlite3_column_int64(st, 0), size = sqlite3_column_int64(st, 1);
     if (sid < 0 || (size_t)sid >= s->nstacks) sid = 0;
     ms_live_slot taken;
-    int64_t site;
-    if (sid == 0 && !ms_live_take(&p->live, (uint64_t)sqlite3_column_int64(st, 2), &taken)) {
-      if (before < 0 && (before = add_site(p, 0)) >= 0) a->sites[before].before_history = true;
-      site = before;
-    } else {
-      site = site_index(p, (uint32_t)sid);
-    }
+    int64_t site = sid == 0 && ms_live_take(&p->live, (uint64_t)sqlite3_column_int64(st, 2), &taken)
+                       ? (int64_t)taken.site
+                       : site_index(p, (uint32_t)sid);
     if (site < 0) {
       rc = -1;
       break;
@@ -294,6 +328,7 @@ static void close_iteration(pass *p, int64_t end_ns) {
   if (p->cur_iter >= 0) {
     a->iters[p->cur_iter].end_ns = end_ns;
     a->iters[p->cur_iter].end_unallocated = p->reserved - p->allocated;
+    a->iters[p->cur_iter].end_allocated = p->allocated;
     for (size_t i = 0; i < a->nsites; i++) {
       ms_site *s = &a->sites[i];
       if (p->cur_iter == 0) s->first_iter_live = s->peak_iter_live = s->live_bytes;
@@ -315,12 +350,13 @@ static void close_iteration(pass *p, int64_t end_ns) {
   }
 }
 
-static void open_iteration(pass *p, int64_t start_ns) {
+static void open_iteration(pass *p, int64_t start_ns, int64_t event_id) {
   ms_analysis *a = p->a;
   p->cur_iter++;
   ms_iteration *it = &a->iters[p->cur_iter];
   it->index = p->cur_iter;
   it->start_ns = start_ns;
+  it->start_event_id = event_id;
   it->end_ns = start_ns;
   it->peak_allocated = p->allocated;
   it->peak_reserved = p->reserved;
@@ -366,6 +402,29 @@ static void curves_add(pass *p, int64_t t) {
   curve_add(p->a->reserved_curve, start, p->reserved);
 }
 
+/* Puts what was allocated before the history into the replay, each block under its site: its
+ * stack's when the snapshot has one, else the one site of memory from before recording (created
+ * on the first pass). Returns false when out of memory. */
+static bool seed_prehistory(pass *p) {
+  ms_analysis *a = p->a;
+  int64_t before = -1;
+  for (size_t i = 0; i < a->before.nblocks; i++) {
+    ms_prior_block *b = &a->before.blocks[i];
+    if (!p->stop_at) { /* pass 1: choose the sites */
+      int64_t site = b->stack_id ? site_index(p, b->stack_id) : before;
+      if (site < 0 && !b->stack_id && (site = before = add_site(p, 0)) >= 0) a->sites[site].before_history = true;
+      if (site < 0) return false;
+      b->site = (uint32_t)site;
+    }
+    a->sites[b->site].live_bytes += b->size;
+    a->sites[b->site].live_count++;
+  }
+  ms_prehistory_seed(&a->before, &p->live, &p->failed);
+  p->allocated = a->before.allocated;
+  p->reserved = a->before.reserved;
+  return !p->failed;
+}
+
 static int pass1_event(const ms_event *e, void *arg) {
   pass *p = arg;
   ms_analysis *a = p->a;
@@ -375,7 +434,7 @@ static int pass1_event(const ms_event *e, void *arg) {
           : p->bounds[p->next_bound].id      ? e->id >= p->bounds[p->next_bound].id
                                              : e->time_ns >= p->bounds[p->next_bound].time)) {
     close_iteration(p, e->time_ns);
-    open_iteration(p, e->time_ns);
+    open_iteration(p, e->time_ns, e->id);
     p->next_bound++;
   }
   ms_live_slot block = {0}; /* aux: the allocation's iteration + 1 (0: before the first) */
@@ -386,7 +445,13 @@ static int pass1_event(const ms_event *e, void *arg) {
   switch (e->kind) {
     case MS_ALLOC: {
       ms_site *s = &a->sites[site];
-      if (s->allocs == 0) s->first_ns = e->time_ns;
+      if (s->allocs == 0) {
+        s->first_ns = e->time_ns;
+        s->thread = e->thread;
+        s->stream = e->stream;
+      }
+      s->several_threads |= e->thread != s->thread;
+      s->several_streams |= e->stream != s->stream;
       s->allocs++;
       s->alloc_bytes += e->size;
       a->size_hist[ms_size_bin(e->size)]++;
@@ -544,7 +609,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   a->snap = s;
   snprintf(a->iteration_source, sizeof a->iteration_source, "none");
   a->truncated = s->dropped > 0;
-  if (ms_load_stacks(s) != 0) return -1;
+  if (ms_load_stacks(s) != 0 || ms_prehistory_build(s, &a->before) != 0) return -1;
   pass p = {0};
   p.a = a;
   p.cur_iter = -1;
@@ -554,6 +619,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   if (label && p.nbounds == 0) {
     snprintf(s->error, sizeof s->error, "no marks or ranges labelled '%s' in '%s'", label, s->shown_path);
     free(p.site_of_stack);
+    ms_prehistory_free(&a->before);
     return -1;
   }
   a->iters = calloc(p.nbounds ? p.nbounds : 1, sizeof *a->iters);
@@ -564,6 +630,15 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     goto fail;
   }
   a->niters = p.nbounds;
+  if (!seed_prehistory(&p)) {
+    snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
+    goto fail;
+  }
+  /* The state when the history starts is its first instant: drawn and counted in every peak. */
+  a->peak_allocated = p.allocated;
+  a->peak_reserved = p.reserved;
+  a->peak_allocated_ns = a->peak_reserved_ns = s->first_ns;
+  curves_add(&p, s->first_ns);
   int rc = ms_events_each(s, pass1_event, &p);
   if (rc < 0 || p.failed) {
     if (p.failed) snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
@@ -600,14 +675,15 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   sqlite3_finalize(st);
   classify(a);
   ms_misuse_finish(a);
-  /* Pass 2: what was live at the allocated peak. */
-  if (a->peak_event_id > 0) {
+  /* Pass 2: what was live at the allocated peak (the history's first instant when peak_event_id
+     is 0: what predates it). */
+  if (a->peak_allocated > 0) {
     for (size_t i = 0; i < a->nsites; i++) a->sites[i].live_bytes = a->sites[i].live_count = 0;
     pass p2 = {0};
     p2.a = a;
     p2.site_of_stack = p.site_of_stack;
-    p2.stop_at = a->peak_event_id;
-    ms_events_each(s, pass2_event, &p2);
+    p2.stop_at = a->peak_event_id > 0 ? a->peak_event_id : -1;
+    if (seed_prehistory(&p2) && a->peak_event_id > 0) ms_events_each(s, pass2_event, &p2);
     a->at_peak = malloc(sizeof *a->at_peak * 8);
     if (a->at_peak) a->nat_peak = (size_t)top_live(a, a->at_peak, 8);
     ms_live_free(&p2.live);
@@ -636,6 +712,7 @@ int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_
 
 void ms_analysis_free(ms_analysis *a) {
   ms_timeline_free(a->timeline);
+  ms_prehistory_free(&a->before);
   free(a->site_of_stack);
   free(a->allocated_curve);
   free(a->reserved_curve);

@@ -9,6 +9,7 @@
  *   misuse.c    invalid frees by site (double, foreign, interior pointers)
  *   report.c    the analysis as text for a terminal, and as JSON (docs/analysis-json.md)
  *   livemap.c   the live-block map and time buckets every pass over the events shares
+ *   prehistory.c  the state when the history starts (memory from before recording)
  *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
  *   html.c      the report page (web/ inlined, the analysis embedded)
  *   cmd_info.c  `memsnap info`
@@ -91,10 +92,17 @@ void ms_neutralise(char *text);
 /* reader.c: whether table `table` of the snapshot has column `column` (columns added to format 1
  * after its first files, such as segments.expandable, are missing from old files). */
 bool ms_has_column(ms_snapshot *s, const char *table, const char *column);
+/* reader.c: "pid N on HOST", each "unknown" where the snapshot does not say (PyTorch's has
+ * neither: an imported snapshot's pid is 0 and its host empty). */
+void ms_process_text(const ms_snapshot *s, char *out, size_t len);
 /* reader.c: 0 on success, -1 with s->error set. */
 int ms_open(ms_snapshot *s, const char *path);
 void ms_close(ms_snapshot *s);
 int ms_load_stacks(ms_snapshot *s);
+/* Events whose sizes are implausible (negative, or over 2^40 bytes: no device has a TiB) are
+ * malformed and skipped by every pass: ms_events_each in C, this condition in SQL. */
+#define MS_EVENT_PLAUSIBLE_SQL \
+  "coalesce(size, 0) between 0 and 1099511627776 and coalesce(requested_size, 0) between 0 and 1099511627776"
 /* ---- the snapshot's tables as rows (reader.c): commands read them here, never in SQL ---- */
 
 #define MS_MAX_DEVICES 64 /* devices a snapshot may name (the library's MSI_MAX_DEVICES) */
@@ -241,6 +249,40 @@ static inline int64_t ms_size_bin_floor(int bin) {
   return ((int64_t)4 + (bin & 3)) << (msb - 2);
 }
 
+/* ---- the state when the history starts (prehistory.c) ------------------------------------ */
+
+/* A block allocated before the kept history: freed by it, or still allocated at the snapshot. */
+typedef struct ms_prior_block {
+  uint64_t address;
+  int64_t size;
+  uint32_t stack_id; /* from the blocks table (0: none, or freed by the history) */
+  uint32_t site;     /* the analysis's site for it (set by ms_analyze) */
+  bool alive_at_end;
+} ms_prior_block;
+
+typedef struct ms_prior_segment {
+  uint64_t address, stream;
+  int64_t size;
+  int device;
+} ms_prior_segment;
+
+typedef struct ms_prehistory {
+  ms_prior_block *blocks;
+  size_t nblocks;
+  ms_prior_segment *segments; /* for the allocator's layout; only when layout_known */
+  size_t nsegments;
+  int64_t allocated, reserved; /* when the history starts */
+  int64_t end_bytes, end_count; /* of the blocks, what is still allocated at the snapshot */
+  bool layout_known; /* false with expandable segments' map/unmap: totals only */
+} ms_prehistory;
+
+/* Reconstructs the state when the kept history starts (one pass over its allocation and segment
+ * events, and the snapshot's blocks and segments): 0, or -1 (s->error set, h empty). */
+int ms_prehistory_build(ms_snapshot *s, ms_prehistory *h);
+/* Puts the blocks into a replay's live map (their sites as set); sets *failed out of memory. */
+void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed);
+void ms_prehistory_free(ms_prehistory *h);
+
 /* ---- the analysis (analysis.c) ---------------------------------------------------------- */
 
 typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
@@ -251,6 +293,9 @@ typedef struct ms_site {
   int64_t live_bytes, live_count;  /* replayed, at the end of the history */
   int64_t end_bytes, end_count;    /* allocated at the snapshot (blocks table) */
   int64_t first_ns, last_ns;       /* first and last allocation */
+  int64_t thread;                  /* of the first allocation */
+  uint64_t stream;                 /* of the first allocation */
+  bool several_threads, several_streams; /* later allocations came from others too */
   /* per-iteration evidence */
   int64_t prev_iter_live, first_iter_live, last_iter_live;
   int increases, decreases, observed; /* iteration boundaries seen after the first */
@@ -272,9 +317,11 @@ typedef struct ms_site {
 typedef struct ms_iteration {
   int index;
   int64_t start_ns, end_ns;
+  int64_t start_event_id; /* its first event */
   int64_t peak_allocated, peak_reserved;
   int64_t peak_ns;
   int64_t end_unallocated; /* reserved but unallocated at the iteration's end: fragmentation */
+  int64_t end_allocated;   /* allocated at the iteration's end: what a leak adds to, iteration by iteration */
 } ms_iteration;
 
 typedef struct ms_site_bytes {
@@ -322,7 +369,8 @@ typedef struct ms_analysis {
   ms_iteration *iters;
   size_t niters;
   char iteration_label[256];
-  char iteration_source[32]; /* "marks", "ranges" or "none" */
+  char iteration_source[32]; /* "marks", "ranges", "inferred" or "none" */
+  bool iterations_from_range_ends; /* ranges covering part of each step, ending it: see ranges_to_steps */
   ms_oom *ooms;
   size_t nooms;
   uint32_t *leaks; /* site indices, best candidate first */
@@ -330,6 +378,7 @@ typedef struct ms_analysis {
   uint32_t *top; /* site indices by bytes allocated, largest first */
   size_t ntop;
   int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
+  ms_prehistory before; /* the state when the history starts: counted from its first instant */
   bool truncated;
   ms_invalid_free *invalid_frees; /* by count, largest first */
   size_t ninvalid_frees;
@@ -438,8 +487,15 @@ typedef struct ms_checkpoint {
   size_t omitted_segments;   /* segments left out past MS_CHECKPOINT_RUNS_EACH runs */
 } ms_checkpoint;
 
+/* Live bytes of the leading leak candidates at the end of every iteration (the page's growth
+ * chart): at most MS_LEAK_SERIES candidates, and none past MS_LEAK_SERIES_ITERATIONS iterations. */
+#define MS_LEAK_SERIES 64
+#define MS_LEAK_SERIES_ITERATIONS 4096
+
 typedef struct ms_timeline {
   ms_bands bands;
+  int64_t *leak_live; /* [candidate * leak_iterations + iteration], candidates in a->leaks' order */
+  size_t leak_series, leak_iterations;
   ms_detail *detail; /* in allocation order */
   size_t ndetail;
   int64_t detail_min_size, allocations; /* allocations smaller than detail_min_size are only in bands */
@@ -600,6 +656,10 @@ void ms_json_stack(struct cJSON *o, const ms_snapshot *s, uint32_t stack_id, con
  * "invalid_frees" object (0, or -1 when out of memory). */
 void ms_misuse_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
 int ms_misuse_json(struct cJSON *root, const ms_analysis *a);
+/* Adds "before_history" (the state when the history starts: prehistory.c) to a JSON object. */
+void ms_json_before_history(struct cJSON *o, const ms_analysis *a);
+/* Adds "pid" and "host" to a JSON object, null where the snapshot does not say (imported). */
+void ms_json_process(struct cJSON *o, const ms_snapshot *s);
 /* Writes the JSON document; 0, or -1 when out of memory. */
 int ms_report_json(const ms_analysis *a, FILE *out);
 void ms_format_bytes(int64_t bytes, char *out, size_t len);

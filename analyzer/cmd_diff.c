@@ -98,8 +98,7 @@ static void print_text(const ms_analysis *a, const char *const *paths, ms_match_
 static cJSON *side_json(const ms_analysis *a, const totals *t, int k) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "path", a->snap->shown_path);
-  cJSON_AddNumberToObject(o, "pid", (double)a->snap->pid);
-  cJSON_AddStringToObject(o, "host", a->snap->host);
+  ms_json_process(o, a->snap);
   cJSON_AddNumberToObject(o, "allocated_bytes", (double)t->bytes[k]);
   cJSON_AddNumberToObject(o, "blocks", (double)t->blocks[k]);
   return o;

@@ -12,6 +12,23 @@ static void print_count(ms_snapshot *s, const char *label, const char *sql) {
   sqlite3_finalize(st);
 }
 
+/* What the driver still had free on `device` at the last out-of-memory error, when there was one
+ * (an imported PyTorch snapshot says nothing else about the device's memory). */
+static void print_oom_free(ms_snapshot *s, int64_t device) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(s->db, "select address, time_ns from events where kind = 6 and device = ? order by id desc limit 1", -1,
+                         &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, device);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+      char b[32], t[32];
+      ms_format_bytes(sqlite3_column_int64(st, 0), b, sizeof b);
+      ms_format_ns(sqlite3_column_int64(st, 1) - s->first_ns, t, sizeof t);
+      printf("  %-18s %s free on the device at the out-of-memory error at %s\n", "", b, t);
+    }
+  }
+  sqlite3_finalize(st);
+}
+
 int cmd_info(int argc, char **argv) {
   if (argc < 2) return ms_usage_error("info", "no snapshot given");
   for (int i = 1; i < argc; i++)
@@ -31,7 +48,9 @@ int cmd_info(int argc, char **argv) {
     printf("%s\n", argv[i]);
     printf("  %-18s %d\n", "format", s.format_version);
     printf("  %-18s memsnap %s\n", "written by", s.tool_version);
-    printf("  %-18s %lld on %s\n", "process", (long long)s.pid, s.host);
+    char process[sizeof s.host + 64];
+    ms_process_text(&s, process, sizeof process);
+    printf("  %-18s %s\n", "process", process);
     printf("  %-18s %s\n", "command line", s.command_line);
     printf("  %-18s %s, %lld device(s)\n", "backend", s.backend, (long long)s.device_count);
     printf("  %-18s %s\n", "stacks", s.stacks_mode);
@@ -46,7 +65,9 @@ int cmd_info(int argc, char **argv) {
         char name[256];
         snprintf(name, sizeof name, "%s", sqlite3_column_text(st, 1) ? (const char *)sqlite3_column_text(st, 1) : "");
         ms_neutralise(name);
-        printf("  %-18s %lld: %s, %s\n", "device", (long long)sqlite3_column_int64(st, 0), name, b);
+        if (sqlite3_column_type(st, 2) == SQLITE_NULL) snprintf(b, sizeof b, "memory unknown");
+        printf("  %-18s %lld: %s, %s\n", "device", (long long)sqlite3_column_int64(st, 0), name[0] ? name : "name unknown", b);
+        print_oom_free(&s, sqlite3_column_int64(st, 0));
       }
     }
     sqlite3_finalize(st);

@@ -14,6 +14,8 @@
 
 #define MS_PAGE_LEAKS 200  /* leak candidates listed on the page */
 #define MS_PAGE_FRAMES 128 /* frames that matter kept per stack */
+#define MS_PAGE_STEPS 120000 /* allocator events embedded for stepping event by event; more: none */
+#define MS_PAGE_TABLE 500    /* sites in the page's table (the most bytes allocated first) */
 
 #define ASSET(name)                                  \
   extern const char _binary_##name##_start[];        \
@@ -219,7 +221,8 @@ static void page_columns(page_data *p, sbuf *b) {
   /* The largest allocations one by one, as columns. */
   sb_put(b, ",\"detail\":{\"min_size\":%lld,\"allocations\":%lld", (long long)t->detail_min_size,
          (long long)t->allocations);
-  const ms_detail *d = t->detail;
+  static const ms_detail none; /* no allocations: the columns are empty, their base must be valid */
+  const ms_detail *d = t->detail ? t->detail : &none;
   sb_column(b, "alloc", &d->alloc_ns, t->ndetail, sizeof *d);
   sb_column(b, "free", &d->free_ns, t->ndetail, sizeof *d);
   sb_column(b, "size", &d->size, t->ndetail, sizeof *d);
@@ -262,6 +265,87 @@ static void page_columns(page_data *p, sbuf *b) {
   sb_put(b, "]");
 }
 
+/* `"site_table":[...]`: the sites that allocated most (and every leak candidate), each
+ * [page site, bytes allocated, allocations, bytes live at the snapshot, blocks, thread, stream]
+ * (thread and stream -1 when several; thread 0 when not recorded). */
+static void page_site_table(page_data *p, sbuf *b) {
+  const ms_analysis *a = p->a;
+  sb_put(b, ",\"site_table\":[");
+  size_t n = 0;
+  for (size_t i = 0; i < a->ntop; i++) {
+    const ms_site *st = &a->sites[a->top[i]];
+    if ((i >= MS_PAGE_TABLE && leak_index(a, a->top[i]) < 0) || (st->allocs == 0 && st->end_bytes == 0)) continue;
+    sb_put(b, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld]", n++ ? "," : "", page_site(p, a->top[i]), (long long)st->alloc_bytes,
+           (long long)st->allocs, (long long)st->end_bytes, (long long)st->end_count,
+           st->several_threads ? -1LL : (long long)st->thread, st->several_streams ? -1LL : (long long)st->stream);
+  }
+  sb_put(b, "]");
+}
+
+/* ---- the allocator's events, to step its state event by event (the arrow keys) ------------- */
+
+typedef struct steps_pass {
+  page_data *p;
+  sbuf cols[6]; /* t, kind, addr, size, site, req */
+} steps_pass;
+
+static int step_event(const ms_event *e, void *arg) {
+  steps_pass *sp = arg;
+  if (e->kind != MS_ALLOC && e->kind != MS_FREE_REQUESTED && e->kind != MS_FREE_COMPLETED && e->kind != MS_SEGMENT_ALLOC &&
+      e->kind != MS_SEGMENT_FREE && e->kind != MS_SEGMENT_MAP && e->kind != MS_SEGMENT_UNMAP)
+    return 0;
+  int site = e->kind == MS_ALLOC ? page_site(sp->p, (uint32_t)(sp->p->a->site_of_stack[e->stack_id] - 1)) : -1;
+  const char *sep = sp->cols[0].n ? "," : "";
+  sb_put(&sp->cols[0], "%s%lld", sep, (long long)e->time_ns);
+  sb_put(&sp->cols[1], "%s%d", sep, e->kind);
+  sb_put(&sp->cols[2], "%s%llu", sep, (unsigned long long)e->address);
+  sb_put(&sp->cols[3], "%s%lld", sep, (long long)e->size);
+  sb_put(&sp->cols[4], "%s%d", sep, site);
+  sb_put(&sp->cols[5], "%s%lld", sep, (long long)(e->kind == MS_ALLOC && e->requested > 0 ? e->requested : e->size));
+  return sp->cols[4].failed || sp->cols[5].failed;
+}
+
+/* `"steps":{...}`: the allocator's events (alloc, frees, segments) as columns and the state when
+ * the history starts (prehistory.c), for the page to replay the state at any event; null past
+ * MS_PAGE_STEPS events (the page then steps through the checkpoints). */
+static void page_steps(page_data *p, sbuf *b) {
+  const ms_analysis *a = p->a;
+  ms_snapshot *s = (ms_snapshot *)p->s;
+  sqlite3_stmt *st;
+  /* how many: at most the events (no scan then); past twice the bound, surely too many */
+  int64_t n = s->nevents <= MS_PAGE_STEPS ? s->nevents : MS_PAGE_STEPS + 1;
+  if (s->nevents > MS_PAGE_STEPS && s->nevents <= 2 * MS_PAGE_STEPS) {
+    if (sqlite3_prepare_v2(s->db, "select count(*) from events where kind in (1, 2, 3, 4, 5, 11, 12)", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+      n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }
+  if (n > MS_PAGE_STEPS || !a->site_of_stack) {
+    sb_put(b, ",\"steps\":null");
+    return;
+  }
+  steps_pass sp = {p, {{0}}};
+  int rc = ms_events_each(s, step_event, &sp);
+  static const char *const names[6] = {"t", "kind", "addr", "size", "site", "req"};
+  sb_put(b, ",\"steps\":{");
+  for (int k = 0; k < 6; k++) {
+    if (rc != 0 || sp.cols[k].failed) b->failed = true;
+    sb_put(b, "%s\"%s\":[%.*s]", k ? "," : "", names[k], (int)sp.cols[k].n, sp.cols[k].s ? sp.cols[k].s : "");
+    free(sp.cols[k].s);
+  }
+  const ms_prehistory *h = &a->before;
+  sb_put(b, ",\"start\":{\"allocated\":%lld,\"reserved\":%lld,\"segments_known\":%s,\"blocks\":[", (long long)h->allocated,
+         (long long)h->reserved, h->layout_known ? "true" : "false");
+  for (size_t i = 0; i < h->nblocks; i++)
+    sb_put(b, "%s%llu,%lld,%d", i ? "," : "", (unsigned long long)h->blocks[i].address, (long long)h->blocks[i].size,
+           page_site(p, h->blocks[i].site));
+  sb_put(b, "],\"segs\":[");
+  for (size_t i = 0; h->layout_known && i < h->nsegments; i++)
+    sb_put(b, "%s%llu,%lld,%llu,%d", i ? "," : "", (unsigned long long)h->segments[i].address, (long long)h->segments[i].size,
+           (unsigned long long)h->segments[i].stream, h->segments[i].device);
+  sb_put(b, "]}}");
+}
+
 /* The page's data document (format memsnap-viewer-1, read by web/model.js); NULL when out of
  * memory. */
 static char *page_json(const ms_analysis *a) {
@@ -272,8 +356,8 @@ static char *page_json(const ms_analysis *a) {
   cJSON_AddStringToObject(root, "format", "memsnap-viewer-1");
   cJSON *sum = cJSON_AddObjectToObject(root, "summary");
   cJSON_AddStringToObject(sum, "path", s->shown_path);
-  cJSON_AddNumberToObject(sum, "pid", (double)s->pid);
-  cJSON_AddStringToObject(sum, "host", s->host);
+  ms_json_process(sum, s);
+  ms_json_before_history(sum, a);
   cJSON_AddNumberToObject(sum, "events", (double)s->nevents);
   cJSON_AddNumberToObject(sum, "dropped", (double)s->dropped);
   cJSON_AddNumberToObject(sum, "first_ns", (double)s->first_ns);
@@ -282,6 +366,7 @@ static char *page_json(const ms_analysis *a) {
   cJSON_AddNumberToObject(sum, "peak_reserved", (double)a->peak_reserved);
   cJSON_AddNumberToObject(sum, "peak_ns", (double)a->peak_allocated_ns);
   cJSON_AddStringToObject(sum, "iteration_source", a->iteration_source);
+  cJSON_AddStringToObject(sum, "iteration_edges", a->iterations_from_range_ends ? "range ends" : "starts");
   cJSON_AddStringToObject(sum, "iteration_label", a->iteration_label);
   cJSON *curves = cJSON_AddObjectToObject(root, "curves");
   cJSON_AddItemToObject(curves, "allocated", curve_json(a->allocated_curve));
@@ -313,6 +398,12 @@ static char *page_json(const ms_analysis *a) {
     cJSON_AddNumberToObject(o, "first_ns", (double)st->first_ns);
     cJSON_AddNumberToObject(o, "last_ns", (double)st->last_ns);
     cJSON_AddNumberToObject(o, "stack", site_stack(&p, a->leaks[i]));
+    const ms_timeline *tl = a->timeline;
+    if (i < tl->leak_series) { /* live bytes at the end of each iteration: the growth chart */
+      cJSON *series = cJSON_AddArrayToObject(o, "per_iteration");
+      for (size_t k = 0; k < tl->leak_iterations; k++)
+        cJSON_AddItemToArray(series, cJSON_CreateNumber((double)tl->leak_live[i * tl->leak_iterations + k]));
+    }
     cJSON_AddItemToArray(leaks, o);
   }
   cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
@@ -341,7 +432,11 @@ static char *page_json(const ms_analysis *a) {
     cJSON_AddItemToArray(invalid, o);
   }
   sbuf cols = {0};
-  if (p.frame_of && p.site_of) page_columns(&p, &cols); /* adds sites, stacks and strings */
+  if (p.frame_of && p.site_of) { /* adds sites, stacks and strings */
+    page_columns(&p, &cols);
+    page_steps(&p, &cols);
+    page_site_table(&p, &cols);
+  }
   cJSON_AddItemToObject(root, "strings", p.strings.array);
   char *head = p.frame_of && p.site_of && !cols.failed ? cJSON_PrintUnformatted(root) : NULL, *text = NULL;
   if (head) { /* head's closing brace, then the columns */

@@ -836,6 +836,19 @@ static int put_meta(importer *im, const char *key, const char *text, int64_t num
   return rc;
 }
 
+/* PyTorch's trace holds the request, the blocks at the snapshot their size (up to 1 MiB more when
+ * the allocator did not split the rest off): a block still allocated at the snapshot gets its
+ * size in the event that allocated it (the last event at its address, an alloc), so the history
+ * replayed ends with what the snapshot says is allocated. */
+static const char *const block_sizes_sql =
+    "CREATE TEMP TABLE last_at(address INTEGER PRIMARY KEY, id INTEGER);"
+    "INSERT INTO temp.last_at SELECT address, max(id) FROM events WHERE kind IN (1, 2) AND address IS NOT NULL GROUP BY address;"
+    "CREATE TEMP TABLE grown(id INTEGER PRIMARY KEY, size INTEGER);"
+    "INSERT OR IGNORE INTO temp.grown SELECT e.id, b.size FROM blocks b JOIN temp.last_at l ON l.address = b.address "
+    "JOIN events e ON e.id = l.id WHERE b.state = 'allocated' AND e.kind = 1 AND b.size > e.size;"
+    "UPDATE events SET size = (SELECT g.size FROM temp.grown g WHERE g.id = events.id) WHERE id IN (SELECT id FROM temp.grown);"
+    "DROP TABLE temp.last_at; DROP TABLE temp.grown;";
+
 /* After the STOP: what the stream left, the devices, events in time order, ranges, statistics,
  * meta. */
 static int finish(importer *im, const pk_value *root, const char *source) {
@@ -879,7 +892,8 @@ static int finish(importer *im, const pk_value *root, const char *source) {
            "INSERT INTO devices SELECT device, '', NULL, NULL, NULL FROM (SELECT device FROM temp.stage_lists UNION "
            "SELECT device FROM segments);",
            t0, t0, t0);
-  if (exec(im, sql) != 0 || query_int(im, "SELECT count(*) FROM events", &nevents) != 0 || write_stats(im) != 0)
+  if (exec(im, sql) != 0 || exec(im, block_sizes_sql) != 0 || query_int(im, "SELECT count(*) FROM events", &nevents) != 0 ||
+      write_stats(im) != 0)
     return -1;
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(im->db, "INSERT INTO event_kinds VALUES(?,?)", -1, &st, NULL) != SQLITE_OK) return db_fail(im);

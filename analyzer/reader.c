@@ -75,6 +75,12 @@ void ms_neutralise(char *text) {
   }
 }
 
+void ms_process_text(const ms_snapshot *s, char *out, size_t len) {
+  char pid[32] = "unknown";
+  if (s->pid > 0) snprintf(pid, sizeof pid, "%lld", (long long)s->pid);
+  snprintf(out, len, "pid %s on %s", pid, s->host[0] ? s->host : "unknown host");
+}
+
 static int64_t meta_int(ms_snapshot *s, const char *key, int64_t fallback) {
   sqlite3_stmt *st;
   int64_t v = fallback;

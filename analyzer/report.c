@@ -66,6 +66,69 @@ static void print_site(const ms_analysis *a, uint32_t site, const ms_report_opti
 }
 
 
+/* What the snapshot held that no kept event made: counted from the history's first instant. */
+static void print_before_history(const ms_analysis *a, FILE *out) {
+  const ms_prehistory *h = &a->before;
+  if (h->allocated == 0 && h->reserved == 0) return;
+  char b1[32], b2[32], b3[32];
+  ms_format_bytes(h->allocated, b1, sizeof b1);
+  ms_format_bytes(h->reserved, b2, sizeof b2);
+  ms_format_bytes(h->end_bytes, b3, sizeof b3);
+  fprintf(out, "  before the history: %s allocated in %zu blocks (%s of it still allocated at the snapshot),\n"
+               "    %s reserved (reconstructed from the snapshot; counted from the history's first instant)\n",
+          b1, h->nblocks, b3, b2);
+}
+
+/* Byte amounts of one column as text, in one unit with as many decimals as it takes for values
+ * that differ to read differently (up to 6, then exact bytes): a leak's +2 MiB beside 1 GiB shows. */
+static void format_column(const int64_t *v, size_t n, size_t stride, char (*out)[40]) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int64_t max = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t x = *(const int64_t *)((const char *)v + i * stride);
+    if (x > max) max = x;
+  }
+  int u = 0;
+  while (u < 4 && max >= ((int64_t)1024 << (10 * u))) u++;
+  double scale = (double)((int64_t)1 << (10 * u));
+  for (int decimals = u ? 2 : 0; decimals <= 6; decimals++) {
+    bool distinct = true;
+    for (size_t i = 0; i < n; i++) {
+      int64_t x = *(const int64_t *)((const char *)v + i * stride);
+      snprintf(out[i], sizeof out[i], "%.*f %s", decimals, (double)x / scale, units[u]);
+      for (size_t k = 0; k < i && distinct; k++)
+        if (strcmp(out[k], out[i]) == 0 && *(const int64_t *)((const char *)v + k * stride) != x) distinct = false;
+    }
+    if (distinct) return;
+  }
+  for (size_t i = 0; i < n; i++) snprintf(out[i], sizeof out[i], "%lld B", (long long)*(const int64_t *)((const char *)v + i * stride));
+}
+
+/* The iteration table: each byte column in one unit, with the digits its differences need. */
+static void print_iterations(const ms_analysis *a, FILE *out) {
+  enum { ROWS = 4096 }; /* more iterations: the first and last ROWS / 2 */
+  char (*cols)[40] = malloc(sizeof *cols * a->niters * 4);
+  if (!cols) return;
+  const ms_iteration *it = a->iters;
+  format_column(&it->peak_allocated, a->niters, sizeof *it, cols);
+  format_column(&it->peak_reserved, a->niters, sizeof *it, cols + a->niters);
+  format_column(&it->end_allocated, a->niters, sizeof *it, cols + 2 * a->niters);
+  format_column(&it->end_unallocated, a->niters, sizeof *it, cols + 3 * a->niters);
+  fprintf(out, "  %5s %12s %16s %16s %18s %22s\n", "#", "start", "peak allocated", "peak reserved", "allocated at end",
+          "cached unused at end");
+  for (size_t i = 0; i < a->niters; i++) {
+    if (a->niters > ROWS && i == ROWS / 2) {
+      fprintf(out, "  %5s (%zu iterations not shown: --json lists them all)\n", "...", a->niters - ROWS);
+      i = a->niters - ROWS / 2;
+    }
+    char t[32];
+    ms_format_ns(it[i].start_ns, t, sizeof t);
+    fprintf(out, "  %5zu %12s %16s %16s %18s %22s\n", i, t, cols[i], cols[a->niters + i], cols[2 * a->niters + i],
+            cols[3 * a->niters + i]);
+  }
+  free(cols);
+}
+
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   const ms_snapshot *s = a->snap;
   char b1[32], b2[32], b3[32], t1[32], t2[32];
@@ -73,16 +136,21 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   if (s->import_file[0])
     fprintf(out, "  imported from %s (%s) by memsnap %s\n", s->import_file, s->import_source, s->tool_version);
   else
-    fprintf(out, "  snapshot of pid %lld on %s, %s backend, memsnap %s, stacks %s\n", (long long)s->pid, s->host,
-            s->backend, s->tool_version, s->stacks_mode);
+  {
+    char process[sizeof s->host + 64];
+    ms_process_text(s, process, sizeof process);
+    fprintf(out, "  snapshot of %s, %s backend, memsnap %s, stacks %s\n", process, s->backend, s->tool_version,
+            s->stacks_mode);
+  }
   ms_format_ns(s->last_ns - s->first_ns, t1, sizeof t1);
   fprintf(out, "  history: %lld events over %s, %lld dropped%s\n", (long long)s->nevents, t1, (long long)s->dropped,
-          a->truncated ? " (truncated: the oldest events are gone; allocations made before the kept history are not "
-                         "in the peaks)"
+          a->truncated ? " (truncated: the oldest events are gone; what they left allocated and reserved is "
+                         "reconstructed from the snapshot)"
                        : " (complete since recording started)");
   ms_format_bytes(a->end_allocated, b1, sizeof b1);
   ms_format_bytes(a->end_reserved, b2, sizeof b2);
   fprintf(out, "  at the snapshot: %s allocated, %s reserved in %lld segments\n", b1, b2, (long long)a->segments);
+  print_before_history(a, out);
 
   fprintf(out, "\npeak\n");
   ms_format_bytes(a->peak_allocated, b1, sizeof b1);
@@ -105,15 +173,10 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
       fprintf(out, "  %zu, inferred from the allocation pattern (%s; no repeated mark or range)\n", a->niters,
               a->iteration_label);
     else
-      fprintf(out, "  %zu from %s labelled '%s'\n", a->niters, a->iteration_source, a->iteration_label);
-    fprintf(out, "  %5s %12s %16s %16s %22s\n", "#", "start", "peak allocated", "peak reserved", "cached unused at end");
-    for (size_t i = 0; i < a->niters; i++) {
-      ms_format_ns(a->iters[i].start_ns, t1, sizeof t1);
-      ms_format_bytes(a->iters[i].peak_allocated, b1, sizeof b1);
-      ms_format_bytes(a->iters[i].peak_reserved, b2, sizeof b2);
-      ms_format_bytes(a->iters[i].end_unallocated, b3, sizeof b3);
-      fprintf(out, "  %5zu %12s %16s %16s %22s\n", i, t1, b1, b2, b3);
-    }
+      fprintf(out, "  %zu from %s labelled '%s'%s\n", a->niters, a->iteration_source, a->iteration_label,
+              a->iterations_from_range_ends ? ",\n    each from one range's end to the next one's, the first from the history's start"
+              : strcmp(a->iteration_source, "ranges") == 0 ? ", each from one range's start to the next one's" : "");
+    print_iterations(a, out);
   }
 
   fprintf(out, "\nleak candidates (best first)\n");
@@ -157,6 +220,9 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     ms_format_bytes(m->cached_unallocated, b3, sizeof b3);
     fprintf(out, "  at %s on device %d: %s requested; the device had %s free; the cache held %s reserved but unallocated\n",
             t1, m->device, b1, b2, b3);
+    if (m->device_free >= m->requested)
+      fprintf(out, "    refused by a cap, not by the device: it had room, so a memory fraction or limit stopped the request "
+                   "(torch.cuda.set_per_process_memory_fraction, MEMSNAP_MEMORY_FRACTION)\n");
     ms_print_stack(s, m->stack_id, NULL, o, "      ", out);
     ms_format_bytes(m->live_bytes, b1, sizeof b1);
     fprintf(out, "    %s was allocated, largest sites:\n", b1);
@@ -242,16 +308,45 @@ static ptrdiff_t matched_leaks(const ms_analysis *a, size_t n, ms_matches *m, co
 static const char *kind_text(ms_leak_kind k) { return k == MS_LEAK_GROWING_RELEASED ? "growing, released" : ms_leak_kind_name(k); }
 
 /* A site's first frame that matters as one short line (or why it has none). */
+/* True for a frame of a library (site-packages, dist-packages, the interpreter's lib/python*,
+ * torch/): not the user's. */
+static bool library_frame(const ms_frame *f) {
+  return strstr(f->file, "site-packages/") || strstr(f->file, "dist-packages/") || strstr(f->file, "/lib/python") ||
+         strncmp(f->file, "torch/", 6) == 0 || strstr(f->file, "/torch/");
+}
+
+/* "frame (file:line)"; a <module> frame as its file:line. */
+static void frame_where(const ms_frame *f, char *out, size_t len) {
+  if (strcmp(f->name, "<module>") == 0) snprintf(out, len, "(%s:%lld)", base_name(f->file), (long long)f->line);
+  else snprintf(out, len, "%s (%s:%lld)", f->short_name, base_name(f->file), (long long)f->line);
+}
+
+/* How one-line lists name a site (as the page's lists do): the frame that allocated, then the
+ * user's frame (the first with a line outside the libraries, else the first with a line) with
+ * its file:line: "at::native::clone() <- train (train.py:40)". */
 static void site_label(const ms_analysis *a, uint32_t site, char *out, size_t len) {
   const ms_snapshot *s = a->snap;
-  uint32_t id;
-  if (ms_stack_frames_that_matter(s, a->sites[site].stack_id, &id, 1) == 0) {
+  uint32_t ids[64];
+  size_t n = ms_stack_frames_that_matter(s, a->sites[site].stack_id, ids, 64);
+  if (n == 0) {
     snprintf(out, len, "(%s)", ms_site_note(a, &a->sites[site]));
     return;
   }
-  const ms_frame *f = &s->frames[id];
-  if (f->file[0] && f->line > 0) snprintf(out, len, "%s (%s:%lld)", f->short_name, base_name(f->file), (long long)f->line);
-  else snprintf(out, len, "%s", f->short_name);
+  const ms_frame *top = &s->frames[ids[0]], *user = NULL, *any = NULL;
+  for (size_t i = 0; i < n && !user; i++) {
+    const ms_frame *f = &s->frames[ids[i]];
+    if (!f->file[0] || f->line <= 0) continue;
+    if (!any) any = f;
+    if (!library_frame(f)) user = f;
+  }
+  if (!user) user = any;
+  char where[256] = "";
+  if (user) frame_where(user, where, sizeof where);
+  if (!user || user == top) snprintf(out, len, "%s", user ? where : top->short_name);
+  else { /* cut where it must be: the operator, then as much of the user's frame as fits */
+    int k = snprintf(out, len, "%s <- ", top->short_name);
+    if (k >= 0 && (size_t)k < len) memcpy(out + k, where, strnlen(where, len - (size_t)k - 1) + 1), out[len - 1] = '\0';
+  }
 }
 
 void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
@@ -271,8 +366,10 @@ void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
       site_label(&a[i], a[i].leaks[0], where, sizeof where);
       snprintf(lead, sizeof lead, "%s %s%s in %s", kind_text(st->kind), grew ? "+" : "", bytes, where);
     }
-    fprintf(out, "  %-28s %8lld %10lld %14s %14s %6zu  %s\n", base_name(s->shown_path), (long long)s->pid, (long long)s->nevents,
-            b1, b2, a[i].niters, lead);
+    char pid[24] = "unknown";
+    if (s->pid > 0) snprintf(pid, sizeof pid, "%lld", (long long)s->pid);
+    fprintf(out, "  %-28s %8s %10lld %14s %14s %6zu  %s\n", base_name(s->shown_path), pid, (long long)s->nevents, b1, b2,
+            a[i].niters, lead);
   }
   /* The leading candidates of every snapshot, each one row whatever snapshot it is in. */
   ms_matches m;
@@ -386,14 +483,32 @@ void ms_json_site_stacks(cJSON *o, const ms_analysis *a, uint32_t site) {
   add_stacks(o, a->snap, a->sites[site].stack_id, ms_site_note(a, &a->sites[site]));
 }
 
+void ms_json_before_history(struct cJSON *o, const ms_analysis *a) {
+  const ms_prehistory *h = &a->before;
+  cJSON *b = cJSON_AddObjectToObject(o, "before_history");
+  cJSON_AddNumberToObject(b, "allocated_bytes", (double)h->allocated);
+  cJSON_AddNumberToObject(b, "blocks", (double)h->nblocks);
+  cJSON_AddNumberToObject(b, "allocated_at_snapshot_bytes", (double)h->end_bytes);
+  cJSON_AddNumberToObject(b, "blocks_at_snapshot", (double)h->end_count);
+  cJSON_AddNumberToObject(b, "reserved_bytes", (double)h->reserved);
+  cJSON_AddBoolToObject(b, "segments_known", h->layout_known);
+  cJSON_AddNumberToObject(b, "segments", (double)h->nsegments);
+}
+
+void ms_json_process(struct cJSON *o, const ms_snapshot *s) {
+  if (s->pid > 0) cJSON_AddNumberToObject(o, "pid", (double)s->pid);
+  else cJSON_AddNullToObject(o, "pid");
+  if (s->host[0]) cJSON_AddStringToObject(o, "host", s->host);
+  else cJSON_AddNullToObject(o, "host");
+}
+
 int ms_report_json(const ms_analysis *a, FILE *out) {
   const ms_snapshot *s = a->snap;
   cJSON *root = cJSON_CreateObject();
   cJSON *summary = cJSON_AddObjectToObject(root, "summary");
   cJSON_AddStringToObject(summary, "path", s->shown_path);
   cJSON_AddNumberToObject(summary, "format_version", s->format_version);
-  cJSON_AddNumberToObject(summary, "pid", (double)s->pid);
-  cJSON_AddStringToObject(summary, "host", s->host);
+  ms_json_process(summary, s);
   cJSON_AddStringToObject(summary, "backend", s->backend);
   cJSON_AddNumberToObject(summary, "events", (double)s->nevents);
   cJSON_AddNumberToObject(summary, "recorded_events", (double)s->recorded);
@@ -406,8 +521,10 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
   cJSON_AddNumberToObject(summary, "peak_reserved_ns", (double)a->peak_reserved_ns);
   cJSON_AddNumberToObject(summary, "allocated_bytes", (double)a->end_allocated);
   cJSON_AddNumberToObject(summary, "reserved_bytes", (double)a->end_reserved);
+  ms_json_before_history(summary, a);
   cJSON_AddNumberToObject(summary, "segments", (double)a->segments);
   cJSON_AddStringToObject(summary, "iteration_source", a->iteration_source);
+  cJSON_AddStringToObject(summary, "iteration_edges", a->iterations_from_range_ends ? "range ends" : "starts");
   cJSON_AddStringToObject(summary, "iteration_label", a->iteration_label);
 
   cJSON *peak = cJSON_AddArrayToObject(root, "live_at_peak");
@@ -427,6 +544,7 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON_AddNumberToObject(o, "end_ns", (double)a->iters[i].end_ns);
     cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)a->iters[i].peak_allocated);
     cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)a->iters[i].peak_reserved);
+    cJSON_AddNumberToObject(o, "end_allocated_bytes", (double)a->iters[i].end_allocated);
     cJSON_AddNumberToObject(o, "unallocated_at_end_bytes", (double)a->iters[i].end_unallocated);
     cJSON_AddItemToArray(iters, o);
   }

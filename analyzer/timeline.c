@@ -11,7 +11,8 @@
  * A checkpoint at time t holds the state after every event at or before t (the peak's, after
  * the peak event itself). Blocks freed with free_requested but not yet free_completed are
  * pending (waiting on other streams' work). Segments and blocks from before the kept history
- * are unknown to the replay and missing from checkpoints.
+ * (prehistory.c) are in the replay from its first instant; with expandable segments only their
+ * totals are (the mapped ranges of that time are unknown).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ typedef struct timeline_pass {
   target *targets;
   size_t ntargets, next;
   int64_t *site_live; /* by site, scratch for checkpoints */
+  int64_t *site_now;  /* by site, live bytes now (for the leak series) */
+  size_t next_iteration; /* the iteration whose end the leak series records next */
   ms_live_slot *scratch;
   size_t capscratch, capdetail, capcheckpoints, capsegments, capruns, capsites; /* of t's arrays */
   bool failed;
@@ -309,9 +312,10 @@ static void add_detail(timeline_pass *p, const ms_event *e, uint32_t site, uint3
   *aux = (uint32_t)t->ndetail;
 }
 
-static void band_bucket(timeline_pass *p, const ms_event *e) {
+/* After an event at time t (or the history's first instant): the bands of t's bucket. */
+static void band_bucket(timeline_pass *p, int64_t t) {
   ms_bands *b = &p->t->bands;
-  int64_t start = ms_bucket_start(p->a->snap, p->width, e->time_ns); /* the curves' buckets */
+  int64_t start = ms_bucket_start(p->a->snap, p->width, t); /* the curves' buckets */
   if (b->n == 0 || b->t[b->n - 1] != start) {
     if (b->n == MS_BUCKETS) return;
     b->t[b->n++] = start;
@@ -319,13 +323,49 @@ static void band_bucket(timeline_pass *p, const ms_event *e) {
   }
   if (p->allocated > p->best) { /* the bucket's peak so far: record how it splits by site */
     p->best = p->allocated;
-    b->tp[b->n - 1] = e->time_ns;
+    b->tp[b->n - 1] = t;
     memcpy(b->bytes[b->n - 1], p->band_live, sizeof p->band_live);
   }
 }
 
+static int compare_segment_address(const void *x, const void *y) {
+  uint64_t a = ((const seg *)x)->address, b = ((const seg *)y)->address;
+  return a < b ? -1 : a > b;
+}
+
+/* Starts the replay from the state when the history starts: the blocks and segments from before
+ * it, and its totals. False when out of memory. */
+static bool seed_prehistory(timeline_pass *p) {
+  const ms_prehistory *h = &p->a->before;
+  ms_prehistory_seed(h, &p->live, &p->failed);
+  for (size_t i = 0; i < h->nblocks; i++) {
+    p->band_live[p->band_of_site[h->blocks[i].site]] += h->blocks[i].size;
+    p->site_now[h->blocks[i].site] += h->blocks[i].size;
+  }
+  if (h->layout_known && h->nsegments) {
+    if (!grow(&p->segs, &p->capsegs, h->nsegments, sizeof *p->segs)) return false;
+    for (size_t i = 0; i < h->nsegments; i++)
+      p->segs[i] = (seg){h->segments[i].address, h->segments[i].stream, h->segments[i].size, h->segments[i].device};
+    p->nsegs = h->nsegments;
+    qsort(p->segs, p->nsegs, sizeof *p->segs, compare_segment_address);
+  }
+  p->allocated = h->allocated;
+  p->reserved = h->reserved;
+  band_bucket(p, p->a->snap->first_ns); /* the first instant, as the curves have it */
+  return !p->failed;
+}
+
+/* Records the leak series at the end of iteration k. */
+static void record_leak_series(timeline_pass *p, size_t k) {
+  ms_timeline *t = p->t;
+  for (size_t l = 0; l < t->leak_series; l++) t->leak_live[l * t->leak_iterations + k] = p->site_now[p->a->leaks[l]];
+}
+
 static int timeline_event(const ms_event *e, void *arg) {
   timeline_pass *p = arg;
+  const ms_analysis *a = p->a;
+  while (p->t->leak_series && p->next_iteration + 1 < a->niters && e->id >= a->iters[p->next_iteration + 1].start_event_id)
+    record_leak_series(p, p->next_iteration++);
   while (p->next < p->ntargets && !p->targets[p->next].event_id && e->time_ns > p->targets[p->next].time_ns) {
     take_checkpoint(p, &p->targets[p->next], p->targets[p->next].time_ns);
     p->next++;
@@ -340,6 +380,7 @@ static int timeline_event(const ms_event *e, void *arg) {
   int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? (int64_t)site : -1, aux, &block, &p->failed);
   if (delta) {
     p->band_live[p->band_of_site[block.site]] += delta;
+    p->site_now[block.site] += delta;
     p->allocated += delta;
     if (delta < 0) {
       if (block.aux) p->t->detail[block.aux - 1].free_ns = e->time_ns;
@@ -352,7 +393,7 @@ static int timeline_event(const ms_event *e, void *arg) {
   else if (e->kind == MS_SEGMENT_FREE) seg_remove(p, e->address);
   else if (e->kind == MS_SEGMENT_MAP) seg_map(p, e);
   else if (e->kind == MS_SEGMENT_UNMAP) seg_unmap(p, e);
-  band_bucket(p, e);
+  band_bucket(p, e->time_ns);
   if (p->next < p->ntargets && p->targets[p->next].event_id == e->id) {
     take_checkpoint(p, &p->targets[p->next], e->time_ns);
     p->next++;
@@ -404,14 +445,22 @@ int ms_analyze_timeline(ms_analysis *a) {
     t->detail_min_size = detail_threshold(a);
     p.band_of_site = choose_bands(a, &t->bands);
     p.site_live = calloc(a->nsites ? a->nsites : 1, sizeof *p.site_live);
+    p.site_now = calloc(a->nsites ? a->nsites : 1, sizeof *p.site_now);
+    if (a->niters && a->niters <= MS_LEAK_SERIES_ITERATIONS) {
+      t->leak_series = a->nleaks < MS_LEAK_SERIES ? a->nleaks : MS_LEAK_SERIES;
+      t->leak_iterations = a->niters;
+      t->leak_live = calloc(t->leak_series * t->leak_iterations + 1, sizeof *t->leak_live);
+      if (!t->leak_live) t->leak_series = 0;
+    }
   }
-  bool ok = t && p.band_of_site && p.site_live && choose_targets(&p);
+  bool ok = t && p.band_of_site && p.site_live && p.site_now && choose_targets(&p) && seed_prehistory(&p);
   if (ok) {
     int rc = ms_events_each(s, timeline_event, &p);
     ok = !p.failed && rc >= 0;
   }
   if (ok) { /* what is left: by-time targets past the last event, and the end */
     for (; p.next < p.ntargets && !p.failed; p.next++) take_checkpoint(&p, &p.targets[p.next], p.targets[p.next].time_ns);
+    while (t->leak_series && p.next_iteration < a->niters) record_leak_series(&p, p.next_iteration++);
     target end = {s->last_ns, 0, MS_CP_END, 0};
     if (!p.failed) take_checkpoint(&p, &end, s->last_ns);
     ok = !p.failed;
@@ -420,6 +469,7 @@ int ms_analyze_timeline(ms_analysis *a) {
   ms_live_free(&p.pending);
   free(p.band_of_site);
   free(p.site_live);
+  free(p.site_now);
   free(p.segs);
   free(p.targets);
   free(p.scratch);
@@ -435,6 +485,7 @@ int ms_analyze_timeline(ms_analysis *a) {
 void ms_timeline_free(ms_timeline *t) {
   if (!t) return;
   free(t->detail);
+  free(t->leak_live);
   free(t->checkpoints);
   free(t->segments);
   free(t->runs);

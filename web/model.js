@@ -34,14 +34,39 @@ const Model = {
     return (whole ? f.full : f.name) + where;
   },
 
+  // "file.py:12" for a frame with a line (the file's last component), else "".
+  fileLine(f) { return f && f.file && f.line > 0 ? f.file.slice(f.file.lastIndexOf("/") + 1) + ":" + f.line : ""; },
+
+  // The user's frame of a stack (frames innermost first): the first with a line whose file is not
+  // a library's (site-packages, dist-packages, the interpreter's lib/python, torch/), else the first
+  // with a line; null when none has one.
+  userFrame(frames) {
+    const lib = /(^|\/)(site-packages|dist-packages|lib\/python[0-9.]*|torch)\//;
+    return frames.find((f) => f.line > 0 && f.file && !lib.test(f.file)) || frames.find((f) => f.line > 0 && f.file) || null;
+  },
+
+  // How lists name a site: the frame that allocated, then the user's frame with its file:line
+  // ("at::native::clone() \u2190 train (train.py:40)"; a "<module>" frame reads as its file:line).
+  siteLabel(frames) {
+    const top = frames[0];
+    if (!top) return "(no stack recorded)";
+    const user = Model.userFrame(frames), where = (f) => (f.name === "<module>" ? "" : f.name + " ") + "(" + Model.fileLine(f) + ")";
+    if (!user) return top.name;
+    return user === top ? where(top) : top.name + " \u2190 " + where(user);
+  },
+
   // Re-buckets a min/max curve for `width` pixels between t0 and t1, keeping every peak: each
   // pixel gets the lowest lo and the highest hi of the buckets it covers.
   resample(curve, t0, t1, width) {
-    const lo = new Array(width).fill(Infinity), hi = new Array(width).fill(-Infinity);
     const span = t1 - t0 || 1;
+    return Model.resampleBy(curve, width, (t) => Math.floor(((t - t0) / span) * width));
+  },
+  // The same with pixelOf(t) giving each time's pixel (< 0 before the first, >= width after).
+  resampleBy(curve, width, pixelOf) {
+    const lo = new Array(width).fill(Infinity), hi = new Array(width).fill(-Infinity);
     let last = -1;
     for (let i = 0; i < curve.t.length; i++) {
-      const x = Math.floor(((curve.t[i] - t0) / span) * width);
+      const x = pixelOf(curve.t[i]);
       if (x < 0) { last = i; continue; }
       if (x >= width) break;
       lo[x] = Math.min(lo[x], curve.lo[i]);
@@ -55,14 +80,47 @@ const Model = {
     return { lo, hi };
   },
 
+  // The event-index axis (PyTorch's memory viz draws this way): for the window [t0, t1], the time
+  // at the left edge of each of `width` pixels when the window's events (d.steps) are spread evenly
+  // over the width, so a stretch with many events gets as many pixels as it has events, however
+  // short. Null without events in the window.
+  eventEdges(d, t0, t1, width) {
+    const ts = d.steps && d.steps.t;
+    if (!ts || !ts.length) return null;
+    const a = Model.stepAt(d, t0 - 1) + 1, b = Model.stepAt(d, t1);
+    if (b < a) return null;
+    const n = b - a + 1, edges = new Array(width);
+    for (let px = 0; px < width; px++) edges[px] = ts[a + Math.floor((px * n) / width)];
+    edges[0] = Math.min(edges[0], t0);
+    edges.end = t1;
+    return edges;
+  },
+
+  // The pixel of time t on an axis given by its edges (eventEdges): -1 before it, width after it.
+  pixelOf(edges, t) {
+    if (t < edges[0]) return -1;
+    if (t > edges.end) return edges.length;
+    let a = 0, b = edges.length - 1;
+    while (a < b) { const m = (a + b + 1) >> 1; if (edges[m] <= t) a = m; else b = m - 1; }
+    return a;
+  },
+
+  // resample() and bandColumns() on an axis given by its edges.
+  resampleEdges(curve, edges) { return Model.resampleBy(curve, edges.length, (t) => Model.pixelOf(edges, t)); },
+  bandColumnsEdges(bands, edges) { return Model.bandColumnsBy(bands, edges.length, (t) => Model.pixelOf(edges, t)); },
+
   // For each of `width` pixels between t0 and t1, the bucket of `bands` to draw there: the one
   // whose total (all bands) is highest among the buckets in that pixel, so the stacked drawing
   // keeps every peak; a pixel without a bucket repeats the last one before it (-1: none yet).
   bandColumns(bands, t0, t1, width) {
-    const span = t1 - t0 || 1, cols = new Array(width).fill(-1), best = new Array(width).fill(-Infinity);
+    const span = t1 - t0 || 1;
+    return Model.bandColumnsBy(bands, width, (t) => Math.floor(((t - t0) / span) * width));
+  },
+  bandColumnsBy(bands, width, pixelOf) {
+    const cols = new Array(width).fill(-1), best = new Array(width).fill(-Infinity);
     let before = -1;
     for (let i = 0; i < bands.t.length; i++) {
-      const x = Math.floor(((bands.t[i] - t0) / span) * width);
+      const x = pixelOf(bands.t[i]);
       if (x < 0) { before = i; continue; }
       if (x >= width) break;
       let total = 0;
@@ -179,7 +237,7 @@ const Model = {
         const key = (f.full || f.name) + "\u0000" + f.file + "\u0000" + f.line;
         let child = node.index.get(key);
         if (!child) {
-          child = { name: f.name, full: f.full || f.name, file: f.file, line: f.line, inlined: !!f.inlined, bytes: 0, children: [], index: new Map() };
+          child = { key, name: f.name, full: f.full || f.name, file: f.file, line: f.line, inlined: !!f.inlined, bytes: 0, children: [], index: new Map() };
           node.index.set(key, child);
           node.children.push(child);
         }
@@ -196,6 +254,142 @@ const Model = {
     const sort = (n) => { n.children.sort((a, b) => b.bytes - a.bytes); n.children.forEach(sort); };
     sort(root);
     return root;
+  },
+
+  // The allocator's state after event i of d.steps (the alloc, free and segment events, replayed
+  // from the state when the history starts), as a checkpoint ({t, kind: "event", index: i,
+  // allocated, reserved, pending, segs, runs, sites}) that segments() and flameTree() read.
+  // A stepper keeps its replay: stepping forward replays only the new events.
+  stepper(d) {
+    const s = d.steps;
+    let blocks, segs, allocated, reserved, pending, at;
+    const reset = () => {
+      blocks = new Map(); segs = []; at = -1;
+      allocated = s.start.allocated; reserved = s.start.reserved; pending = 0;
+      for (let i = 0; i + 2 < s.start.blocks.length; i += 3) blocks.set(s.start.blocks[i], { size: s.start.blocks[i + 1], site: s.start.blocks[i + 2], pending: false });
+      for (let i = 0; i + 3 < s.start.segs.length; i += 4) segs.push({ addr: s.start.segs[i], size: s.start.segs[i + 1], stream: s.start.segs[i + 2], device: s.start.segs[i + 3] });
+    };
+    const cut = (addr, size) => { // unmapped pages leave what is around them
+      const out = [];
+      for (const g of segs) {
+        const end = g.addr + g.size, cend = addr + size;
+        if (cend <= g.addr || addr >= end) { out.push(g); continue; }
+        if (addr > g.addr) out.push(Object.assign({}, g, { size: addr - g.addr }));
+        if (cend < end) out.push(Object.assign({}, g, { addr: cend, size: end - cend }));
+      }
+      segs = out;
+    };
+    const apply = (i) => {
+      const kind = s.kind[i], addr = s.addr[i], size = s.size[i];
+      const b = blocks.get(addr);
+      if (kind === 1) { // alloc (a pending block at the address is reused)
+        if (b && b.pending) pending -= b.size;
+        else if (b) allocated -= b.size;
+        blocks.set(addr, { size, req: s.req ? s.req[i] : size, site: s.site[i], pending: false });
+        allocated += size;
+      } else if (kind === 2 && b && !b.pending) { b.pending = true; allocated -= b.size; pending += b.size; }
+      else if (kind === 3 && b && b.pending) { blocks.delete(addr); pending -= b.size; }
+      else if (kind === 4 || kind === 11) {
+        reserved += size;
+        const prev = segs.find((g) => g.addr + g.size === addr);
+        if (kind === 11 && prev) prev.size += size;
+        else segs.push({ addr, size, stream: 0, device: 0 });
+      } else if (kind === 5) { reserved -= size; segs = segs.filter((g) => g.addr !== addr); }
+      else if (kind === 12) { reserved -= size; cut(addr, size); }
+    };
+    reset();
+    return {
+      count: s.t.length,
+      at(i) {
+        i = Math.max(-1, Math.min(s.t.length - 1, i));
+        if (i < at) reset();
+        for (let k = at + 1; k <= i; k++) apply(k);
+        at = i;
+        return Model.layOut({ t: i >= 0 ? s.t[i] : d.summary.first_ns, kind: "event", index: i, allocated, reserved, pending }, blocks, segs);
+      },
+    };
+  },
+
+  // Fills a checkpoint's segs, runs and sites (the embedded checkpoints' form) from live blocks
+  // (address -> {size, site, pending}) and segments ({addr, size, stream, device}).
+  layOut(cp, blocks, segs) {
+    const sorted = [...blocks.entries()].sort((a, b) => a[0] - b[0]), order = segs.slice().sort((a, b) => a.addr - b.addr);
+    cp.segs = []; cp.runs = []; cp.sites = []; cp.other = 0; cp.omitted = 0;
+    cp.rounding = 0; // allocated but not requested: internal fragmentation
+    for (const [, blk] of sorted) if (!blk.pending && blk.req !== undefined && blk.req < blk.size) cp.rounding += blk.size - blk.req;
+    let b = 0;
+    for (const g of order) {
+      const end = g.addr + g.size, runs = [];
+      const run = (state, size) => {
+        if (size <= 0) return;
+        const last = runs[runs.length - 1];
+        if (last && last[0] === state) { last[1] += size; last[2] += state ? 1 : 0; } else runs.push([state, size, state ? 1 : 0]);
+      };
+      let at = g.addr;
+      while (b < sorted.length && sorted[b][0] < g.addr) b++;
+      for (; b < sorted.length && sorted[b][0] < end; b++) {
+        const [addr, blk] = sorted[b];
+        if (addr < at || addr + blk.size > end) continue;
+        run(0, addr - at);
+        run(blk.pending ? 2 : 1, blk.size);
+        at = addr + blk.size;
+      }
+      run(0, end - at);
+      cp.segs.push(g.addr, g.size, g.stream, g.device, runs.length);
+      for (const r of runs) cp.runs.push(r[0], r[1], r[2]);
+    }
+    const bySite = new Map();
+    for (const [, blk] of sorted) if (!blk.pending) bySite.set(blk.site, (bySite.get(blk.site) || 0) + blk.size);
+    [...bySite.entries()].sort((x, y) => y[1] - x[1]).forEach(([site, bytes]) => cp.sites.push(site, bytes));
+    return cp;
+  },
+
+  // memray's temporal mode: what was allocated between t0 and t1 and not freed by t1, by site, as
+  // a checkpoint's `sites` (for flameTree), from the embedded events.
+  temporal(d, t0, t1) {
+    const s = d.steps, live = new Map();
+    for (let i = Model.stepAt(d, t0 - 1) + 1; i < s.t.length && s.t[i] <= t1; i++) {
+      if (s.kind[i] === 1) live.set(s.addr[i], [s.site[i], s.size[i]]);
+      else if (s.kind[i] === 2) live.delete(s.addr[i]);
+    }
+    const bySite = new Map();
+    for (const [site, size] of live.values()) bySite.set(site, (bySite.get(site) || 0) + size);
+    const cp = { t: t1, kind: "temporal", sites: [], other: 0 };
+    [...bySite.entries()].sort((x, y) => y[1] - x[1]).forEach(([site, bytes]) => cp.sites.push(site, bytes));
+    return cp;
+  },
+
+  // The table of sites (d.site_table) as rows {site, stack, label, frames, alloc, count, live,
+  // blocks, thread, stream}, those whose frames or label mention `q` (case-insensitive), sorted by
+  // column `col` (descending unless `asc`; labels alphabetically).
+  siteRows(d, q, col, asc) {
+    const needle = String(q || "").trim().toLowerCase();
+    const rows = (d.site_table || []).map((r) => {
+      const site = d.sites[r[0]] || [0, -1, -1], frames = Model.stackFrames(d, site[0]);
+      return { site: r[0], stack: site[0], leak: site[1], frames, label: Model.siteLabel(frames), alloc: r[1], count: r[2], live: r[3], blocks: r[4], thread: r[5], stream: r[6] };
+    }).filter((r) => !needle || r.label.toLowerCase().includes(needle) ||
+      r.frames.some((f) => f.full.toLowerCase().includes(needle) || f.file.toLowerCase().includes(needle)));
+    const key = col || "alloc", sign = asc ? 1 : -1;
+    rows.sort((a, b) => (key === "label" ? sign * a.label.localeCompare(b.label) : sign * (a[key] - b[key])) || a.site - b.site);
+    return rows;
+  },
+
+  // The last step at or before time t (-1: none).
+  stepAt(d, t) {
+    const ts = d.steps.t;
+    let a = 0, b = ts.length - 1, found = -1;
+    while (a <= b) { const m = (a + b) >> 1; if (ts[m] <= t) { found = m; a = m + 1; } else b = m - 1; }
+    return found;
+  },
+
+  // A leak candidate's growth chart: its live bytes at the end of each iteration with the scale
+  // that shows their differences (from just under the lowest to the highest), or null.
+  growth(leak) {
+    const v = leak && leak.per_iteration;
+    if (!v || !v.length) return null;
+    const lo = Math.min(...v), hi = Math.max(...v), pad = (hi - lo) * 0.1 || Math.max(hi * 0.1, 1);
+    return { values: v, min: Math.max(0, lo - pad), max: hi, first: v[0], last: v[v.length - 1],
+      perIteration: v.length > 1 ? (v[v.length - 1] - v[0]) / (v.length - 1) : 0 };
   },
 
   // Detailed allocations whose address range holds the number `text` (hex with 0x, or decimal).
@@ -231,14 +425,14 @@ const Model = {
   // selected leak, the time cursor and the pinned allocation; and back.
   encodeState(st) {
     const parts = [];
-    for (const k of ["t0", "t1", "leak", "cur", "pin"]) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));
+    for (const k of ["t0", "t1", "leak", "cur", "pin", "ev"]) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));
     return "#" + parts.join("&");
   },
   decodeState(hash) {
     const st = {};
     String(hash).replace(/^#/, "").split("&").forEach((p) => {
       const [k, v] = p.split("=");
-      if (["t0", "t1", "leak", "cur", "pin"].includes(k) && /^-?\d+$/.test(v || "")) st[k] = Number(v);
+      if (["t0", "t1", "leak", "cur", "pin", "ev"].includes(k) && /^-?\d+$/.test(v || "")) st[k] = Number(v);
     });
     return st;
   },

@@ -6,7 +6,8 @@
 (function () {
   const d = Model.decode(document.getElementById("memsnap-data").textContent);
   const $ = (id) => document.getElementById(id);
-  const tl = $("timeline"), ov = $("overview"), segCanvas = $("segments"), flame = $("flame");
+  const tl = $("timeline"), ov = $("overview"), segCanvas = $("segments"), flame = $("flame"), growthCanvas = $("growth");
+  const stepper = d.steps ? Model.stepper(d) : null; // the allocator state at any event (arrow keys)
   const readout = $("readout"), details = $("details");
   const full = { t0: d.summary.first_ns, t1: Math.max(d.summary.last_ns, d.summary.first_ns + 1) };
   const st = Object.assign({ t0: full.t0, t1: full.t1, leak: null, cur: d.summary.peak_ns, pin: null }, Model.decodeState(location.hash));
@@ -16,13 +17,15 @@
   if (st.leak !== null && !d.leaks[st.leak]) st.leak = null;
   if (st.pin !== null && !(st.pin >= 0 && st.pin < d.detail.alloc.length)) st.pin = null;
   st.cur = Math.max(full.t0, Math.min(st.cur || full.t0, full.t1));
+  st.step = null; // the event the allocator state shows (arrow keys, clicks); null: the nearest checkpoint
 
   const text = (el, s) => { el.textContent = s; return el; };
   const add = (parent, tag, s, cls) => { const e = document.createElement(tag); if (s !== undefined) text(e, s); if (cls) e.className = cls; parent.appendChild(e); return e; };
   const rel = (t) => Model.formatTime(Math.max(0, Math.round(t - full.t0))); // times shown from the start
 
   text($("summary"),
-    d.summary.path + " \u2014 pid " + d.summary.pid + " on " + d.summary.host + ", " + d.summary.events + " events" +
+    d.summary.path + " \u2014 pid " + (d.summary.pid == null ? "unknown" : d.summary.pid) + " on " + (d.summary.host || "unknown host") +
+    ", " + d.summary.events + " events" +
     (d.summary.dropped ? " (" + d.summary.dropped + " dropped: history truncated)" : "") +
     "; peak allocated " + Model.formatBytes(d.summary.peak_allocated) + ", reserved " + Model.formatBytes(d.summary.peak_reserved) +
     (d.iterations.length ? "; " + d.iterations.length + " iterations (" + d.summary.iteration_source + ")" : "") +
@@ -37,15 +40,26 @@
   function selectedBand() { return st.leak === null ? -2 : d.bands.sites.findIndex((b) => b.leak === st.leak); }
 
   function maxOf(curve) { return curve.hi.reduce((m, v) => Math.max(m, v), 1); }
-  const yMax = Math.max(maxOf(d.curves.reserved), maxOf(d.curves.allocated)) * 1.05;
+  const yMax = Math.max(maxOf(d.curves.reserved), maxOf(d.curves.allocated)) * 1.05; // the overview's scale
+  let yTop = yMax; // the timeline's: the highest reserved or allocated value in the window, rescaled on every zoom and pan
+  function windowTop() {
+    const r = Model.resample(d.curves.reserved, st.t0, st.t1, tl.width), a = Model.resample(d.curves.allocated, st.t0, st.t1, tl.width);
+    let m = 1;
+    for (let i = 0; i < tl.width; i++) m = Math.max(m, r.hi[i], a.hi[i]);
+    return m * 1.05;
+  }
 
   // ---- the timeline -----------------------------------------------------------------------
 
   let cols = null; // the band bucket drawn in each pixel of the timeline (for hover)
-  function plot(canvas, t0, t1, withBands) {
+  // The timeline's axis: null for time, else the time at each pixel's left edge (event index).
+  let edges = null, hovered = null; // hovered: the allocation under the pointer (index into d.detail)
+  function drawTimeline() { plot(tl, st.t0, st.t1, true, yTop, edges); axes(); }
+  function plot(canvas, t0, t1, withBands, top, axis) {
     const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
     ctx.clearRect(0, 0, W, H);
-    const x = (t) => ((t - t0) / (t1 - t0)) * W, y = (v) => H - (v / yMax) * (H - 4);
+    const x = axis ? (t) => Model.pixelOf(axis, t) : (t) => ((t - t0) / (t1 - t0)) * W, y = (v) => H - (v / top) * (H - 4);
+    const resample = (curve) => (axis ? Model.resampleEdges(curve, axis) : Model.resample(curve, t0, t1, W));
     if (withBands) d.iterations.forEach((it, i) => {
       ctx.fillStyle = i % 2 ? "#f4f6fb" : "#eaeef7";
       ctx.fillRect(x(it.start_ns), 0, Math.max(1, x(it.end_ns) - x(it.start_ns)), H);
@@ -59,12 +73,12 @@
     const banded = withBands && d.bands.t.length;
     const curves = banded ? [[d.curves.reserved, "#cfd8dc"]] : [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]];
     for (const [curve, color] of curves) {
-      const r = Model.resample(curve, t0, t1, W);
+      const r = resample(curve);
       ctx.fillStyle = color;
       for (let px = 0; px < W; px++) ctx.fillRect(px, y(r.hi[px]), 1, H - y(r.hi[px]));
     }
     if (banded) { // allocated memory stacked by allocation site
-      cols = Model.bandColumns(d.bands, t0, t1, W);
+      cols = axis ? Model.bandColumnsEdges(d.bands, axis) : Model.bandColumns(d.bands, t0, t1, W);
       const sel = selectedBand();
       for (let px = 0; px < W; px++) {
         const i = cols[px];
@@ -83,8 +97,27 @@
       ctx.fillStyle = "#c62828";
       ctx.fillRect(x(it.peak_ns) - 1, y(it.peak_allocated), 3, 3);
     });
-    ctx.fillStyle = "#c62828";
-    d.oom.forEach((o) => ctx.fillRect(x(o.time_ns), 0, 2, H));
+    d.oom.forEach((o) => { // a line and a flag, kept inside the canvas when the OOM is the last event
+      const ox = Math.max(0, Math.min(W - 3, x(o.time_ns)));
+      if (x(o.time_ns) < -3 || x(o.time_ns) > W + 3) return;
+      ctx.fillStyle = "#c62828";
+      ctx.fillRect(ox, 0, 3, H);
+      if (withBands) {
+        const fx = ox > W - 40 ? ox - 34 : ox + 3;
+        ctx.fillRect(fx, 2, 34, 16);
+        ctx.fillStyle = "#fff";
+        ctx.font = "bold 11px sans-serif";
+        ctx.fillText("OOM", fx + 5, 14);
+      }
+    });
+    if (withBands && hovered !== null && hovered !== st.pin) { // the allocation under the pointer: outlined
+      const a = Model.allocation(d, hovered), end = a.free >= 0 ? a.free : full.t1;
+      ctx.strokeStyle = "#37474f";
+      ctx.lineWidth = 1.5;
+      ctx.setLineDash([4, 3]);
+      ctx.strokeRect(x(a.alloc), 1, Math.max(2, x(end) - x(a.alloc)), H - 2);
+      ctx.setLineDash([]);
+    }
     if (withBands && st.pin !== null) { // the pinned allocation's lifetime
       const a = Model.allocation(d, st.pin), end = a.free >= 0 ? a.free : full.t1;
       ctx.strokeStyle = "#212121";
@@ -102,7 +135,7 @@
   }
 
   function drawOverview() {
-    plot(ov, full.t0, full.t1, false);
+    plot(ov, full.t0, full.t1, false, yMax);
     const ctx = ov.getContext("2d"), W = ov.width, H = ov.height;
     const x = (t) => ((t - full.t0) / (full.t1 - full.t0)) * W;
     ctx.strokeStyle = "#37474f";
@@ -110,19 +143,35 @@
     ctx.strokeRect(x(st.t0), 1, Math.max(2, x(st.t1) - x(st.t0)), H - 2);
   }
 
-  function axes() { // the scale and the window shown (text made here, never from the snapshot)
-    const ctx = tl.getContext("2d");
-    ctx.fillStyle = "#37474f";
-    ctx.font = "12px sans-serif";
-    ctx.fillText(Model.formatBytes(Math.round(yMax)), 4, 16);
-    ctx.fillText(rel(st.t0), 4, tl.height - 4);
-    const end = rel(st.t1);
-    ctx.fillText(end, tl.width - ctx.measureText(end).width - 4, tl.height - 4);
+  function axes() { // tick labels on both axes (text made here, never from the snapshot)
+    const ctx = tl.getContext("2d"), W = tl.width, H = tl.height;
+    ctx.font = "11px sans-serif";
+    const label = (s, x, y) => { // on a light backing, so it reads over the bands
+      const w = ctx.measureText(s).width;
+      ctx.fillStyle = "rgba(255, 255, 255, 0.75)";
+      ctx.fillRect(x - 2, y - 11, w + 4, 14);
+      ctx.fillStyle = "#37474f";
+      ctx.fillText(s, x, y);
+    };
+    for (let k = 1; k <= 4; k++) { // bytes: quarters of the window's scale
+      const v = (yTop * k) / 4.2, yy = H - (v / yTop) * (H - 4);
+      ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
+      ctx.fillRect(0, yy, 8, 1);
+      label(Model.formatBytes(Math.round(v)), 10, yy + 4);
+    }
+    for (let k = 0; k <= 6; k++) { // time (or event index: "#event time"): sevenths of the window
+      const xx = (k / 6) * W, px = Math.min(W - 1, Math.round(xx)), t = edges ? (k === 6 ? edges.end : edges[px]) : st.t0 + ((st.t1 - st.t0) * k) / 6;
+      const s = (edges ? "#" + (Model.stepAt(d, t) + 1) + " " : "") + rel(t), w = ctx.measureText(s).width;
+      ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
+      ctx.fillRect(Math.min(W - 1, xx), H - 6, 1, 6);
+      label(s, Math.max(2, Math.min(W - w - 2, xx - w / 2)), H - 8);
+    }
   }
 
   // ---- the allocator state and the flame graph at the cursor ------------------------------
 
   let shownCheckpoint = -1, segLayout = null, flameLayout = null;
+  const flameTitle = (title) => (st.temporal && d.steps ? "allocated from " + rel(st.t0) + " to " + rel(st.t1) + " (the window) and not freed by its end" : title);
   function checkpointTitle(c) {
     const why = c.kind === "iteration peak" ? "peak of iteration " + c.index : c.kind === "oom" ? "out of memory " + (c.index + 1) :
       c.kind === "time" ? "nearest checkpoint" : c.kind;
@@ -137,6 +186,7 @@
       (c.pending ? ", pending " + Model.formatBytes(c.pending) : "") + "; cached free " + Model.formatBytes(info.freeBytes) + " in " + count(info.pieces, "piece") +
       ", the largest " + Model.formatBytes(info.largest) + "; fragmentation (free inside partly used segments): " +
       Model.formatBytes(info.splitFree) + " in " + count(info.splitPieces, "piece") +
+      (c.rounding !== undefined ? "; rounding inside allocated blocks (internal fragmentation): " + Model.formatBytes(c.rounding) : "") +
       (c.omitted ? "; " + c.omitted + " more segments not drawn (too many blocks to embed)" : ""));
     // Segments one after another, folded into rows; each at least 2 px so none disappears.
     const total = info.segs.reduce((s, g) => s + g.size, 0) || 1, rowH = 16, rows = Math.max(1, Math.min(12, Math.ceil(info.segs.length / 40)));
@@ -174,8 +224,18 @@
   }
 
   let search = null;
+  let flameZoom = []; // the path (frame keys from the root) of the frame the icicle graph is zoomed into
   function drawFlame(c) {
-    const root = Model.flameTree(d, c), ctx = flame.getContext("2d"), W = flame.width, rowH = 18;
+    if (st.temporal && d.steps) c = Model.temporal(d, st.t0, st.t1);
+    let root = Model.flameTree(d, c);
+    const path = [];
+    for (const key of flameZoom) { // as deep as the zoom's frames still exist at this state
+      const next = root.index.get(key);
+      if (!next) break;
+      root = next;
+      path.push(key);
+    }
+    const ctx = flame.getContext("2d"), W = flame.width, rowH = 18;
     let depth = 0;
     const measure = (n, k) => { depth = Math.max(depth, k); n.children.forEach((ch) => measure(ch, k + 1)); };
     measure(root, 1);
@@ -184,23 +244,25 @@
     ctx.font = "11px sans-serif";
     const q = search && search.value.trim().toLowerCase();
     flameLayout = [];
-    const draw = (n, x, k, w) => {
+    const draw = (n, x, k, w, at) => {
       if (w < 1) return;
       const hit = q && (n.full.toLowerCase().includes(q) || n.file.toLowerCase().includes(q));
       ctx.fillStyle = hit ? "#ffb300" : k === 0 ? "#90a4ae" : ["#ef9a9a", "#f48fb1", "#ffcc80", "#ffab91"][k % 4];
       ctx.fillRect(x, k * rowH, w - 1, rowH - 1);
-      flameLayout.push({ x, w, k, node: n });
+      flameLayout.push({ x, w, k, node: n, path: at });
       if (w > 40) {
         ctx.fillStyle = "#212121";
-        const label = n.name + " " + Model.formatBytes(n.bytes);
+        const at = Model.fileLine(n), label = n.name + (at ? " (" + at + ")" : "") + " " + Model.formatBytes(n.bytes);
         let s = label;
         while (s.length > 1 && ctx.measureText(s).width > w - 6) s = s.slice(0, Math.max(1, Math.floor(s.length * 0.8)));
         ctx.fillText(s === label ? s : s + "\u2026", x + 3, k * rowH + 13);
       }
       let cx = x;
-      for (const ch of n.children) { const cw = root.bytes ? (ch.bytes / root.bytes) * W : 0; draw(ch, cx, k + 1, cw); cx += cw; }
+      for (const ch of n.children) { const cw = root.bytes ? (ch.bytes / root.bytes) * W : 0; draw(ch, cx, k + 1, cw, at.concat([ch.key])); cx += cw; }
     };
-    draw(root, 0, 0, W);
+    draw(root, 0, 0, W, path);
+    $("flame-zoom").hidden = !path.length;
+    text($("flame-zoom"), path.length ? "zoomed into " + root.name + " (" + Model.formatBytes(root.bytes) + "): click the top row to zoom out" : "");
     flameLayout.total = root.bytes;
   }
 
@@ -216,19 +278,57 @@
     if (i < 0) { text($("state-title"), "(no checkpoints)"); return; }
     const c = d.checkpoints[i];
     text($("state-title"), checkpointTitle(c));
-    text($("flame-title"), checkpointTitle(c));
+    text($("flame-title"), flameTitle(checkpointTitle(c)));
     if (i === shownCheckpoint && !showCheckpoint.force) return;
     shownCheckpoint = i;
     showCheckpoint.force = false;
     drawSegments(c);
     drawFlame(c);
   }
+  // The state after step st.step (an event of d.steps), replayed; else the nearest checkpoint.
+  function showState() {
+    if (st.step === null || !stepper) { showCheckpoint(); return; }
+    const c = stepper.at(st.step), i = st.step, s = d.steps;
+    const kinds = { 1: "alloc", 2: "free requested", 3: "free completed", 4: "segment alloc", 5: "segment free", 11: "segment map", 12: "segment unmap" };
+    const title = i < 0 ? "when the history starts (" + rel(full.t0) + ")" :
+      "after event " + (i + 1) + " of " + s.t.length + " at " + rel(s.t[i]) + ": " + kinds[s.kind[i]] + " " + Model.formatBytes(s.size[i]) + " at " + Model.formatAddress(s.addr[i]);
+    text($("state-title"), title);
+    text($("flame-title"), flameTitle(title));
+    shownCheckpoint = -1;
+    drawSegments(c);
+    drawFlame(c);
+  }
+  // The selected leak candidate's live bytes at the end of each iteration, on their own scale.
+  function drawGrowth() {
+    const g = st.leak === null ? null : Model.growth(d.leaks[st.leak]);
+    $("growth-panel").hidden = !g;
+    if (!g) return;
+    const ctx = growthCanvas.getContext("2d"), W = growthCanvas.width, H = growthCanvas.height, n = g.values.length;
+    ctx.clearRect(0, 0, W, H);
+    const left = 90, bw = (W - left - 10) / n, y = (v) => H - 18 - ((v - g.min) / (g.max - g.min || 1)) * (H - 36);
+    ctx.font = "11px sans-serif";
+    ctx.fillStyle = "#37474f";
+    ctx.fillText(Model.formatBytes(g.max), 4, 14);
+    ctx.fillText(Model.formatBytes(Math.round(g.min)), 4, H - 20);
+    g.values.forEach((v, k) => {
+      ctx.fillStyle = "#e53935";
+      ctx.fillRect(left + k * bw + 1, y(v), Math.max(1, bw - 2), H - 18 - y(v));
+      if (n <= 40 || k % Math.ceil(n / 40) === 0) { ctx.fillStyle = "#37474f"; ctx.fillText(String(k), left + k * bw + 1, H - 4); }
+    });
+    text($("growth-title"), "leak candidate " + (st.leak + 1) + ": live bytes at the end of each iteration (own scale, from " +
+      Model.formatBytes(Math.round(g.min)) + "): " + Model.formatBytes(g.first) + " after iteration 0, " + Model.formatBytes(g.last) +
+      " after iteration " + (n - 1) + " (" + (g.perIteration >= 0 ? "+" : "") + Model.formatBytes(Math.round(g.perIteration)) + " per iteration)");
+  }
 
   function redraw() {
-    plot(tl, st.t0, st.t1, true);
-    axes();
+    yTop = windowTop();
+    edges = st.ev ? Model.eventEdges(d, st.t0, st.t1, tl.width) : null;
+    $("event-axis").checked = !!edges;
+    drawTimeline();
     drawOverview();
-    showCheckpoint();
+    if (st.temporal) showCheckpoint.force = true; // follows the window
+    showState();
+    drawGrowth();
     history.replaceState(null, "", Model.encodeState(st));
   }
 
@@ -278,9 +378,9 @@
     const only = filter ? new Set(Model.search(d, filter).map((h) => h.kind + h.index)) : null;
     d.leaks.forEach((l, i) => {
       if (only && !only.has("leak" + i)) return;
-      const top = Model.stackFrames(d, l.stack)[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
+      const frames = Model.stackFrames(d, l.stack), top = frames[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
       const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : l.kind + ", ";
-      const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + (top ? top.name : "(no stack recorded)"),
+      const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + Model.siteLabel(frames),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
       li.addEventListener("click", () => {
@@ -325,19 +425,50 @@
     if (top) li.title = Model.frameLine(top, true);
     li.addEventListener("click", () => { showStack("Invalid free " + (i + 1) + " (" + f.kind.replace("_", " ") + ")", f.stack); st.cur = f.first_ns; redraw(); });
   });
+
+  // The sortable table of sites, filtered by the search box (at most 200 rows shown).
+  const table = { col: "alloc", asc: false };
+  function fillTable() {
+    const rows = Model.siteRows(d, search.value, table.col, table.asc), body = document.querySelector("#site-table tbody");
+    body.textContent = "";
+    const who = (v, word) => (v === -1 ? "several" : v === 0 && word === "thread" ? "-" : word === "stream" ? Model.formatAddress(v) : String(v));
+    for (const r of rows.slice(0, 200)) {
+      const tr = add(body, "tr");
+      add(tr, "td", r.label).title = r.frames.length ? Model.frameLine(r.frames[0], true) : "";
+      add(tr, "td", Model.formatBytes(r.alloc), "num");
+      add(tr, "td", String(r.count), "num");
+      add(tr, "td", Model.formatBytes(r.live), "num");
+      add(tr, "td", String(r.blocks), "num");
+      add(tr, "td", who(r.thread, "thread"), "num");
+      add(tr, "td", who(r.stream, "stream"), "num");
+      tr.addEventListener("click", () => showStack(r.leak >= 0 ? "Leak candidate " + (r.leak + 1) : "Allocation site", r.stack));
+    }
+    document.querySelectorAll("#site-table th").forEach((th) => th.classList.toggle("sorted", th.dataset.col === table.col));
+    text($("sites-title"), rows.length + " of " + (d.site_table || []).length + " sites" + (rows.length > 200 ? ", the first 200 shown" : "") +
+      "; sorted by " + table.col + (table.asc ? " (ascending)" : " (descending)") + "; click a column to sort, the search box filters");
+  }
+  document.querySelectorAll("#site-table th").forEach((th) => th.addEventListener("click", () => {
+    if (table.col === th.dataset.col) table.asc = !table.asc;
+    else { table.col = th.dataset.col; table.asc = th.dataset.col === "label"; }
+    fillTable();
+  }));
   search = $("search");
-  search.addEventListener("input", () => { fillLists(search.value); showCheckpoint.force = true; showCheckpoint(); });
+  search.addEventListener("input", () => { fillLists(search.value); fillTable(); showCheckpoint.force = true; showCheckpoint(); });
 
   // ---- interaction -----------------------------------------------------------------------
 
-  const toTime = (canvas, ev, t0, t1) => { const r = canvas.getBoundingClientRect(); return t0 + ((ev.clientX - r.left) / r.width) * (t1 - t0); };
+  const toTime = (canvas, ev, t0, t1) => {
+    const r = canvas.getBoundingClientRect(), f = (ev.clientX - r.left) / r.width;
+    if (canvas === tl && edges) return edges[Math.max(0, Math.min(edges.length - 1, Math.floor(f * edges.length)))];
+    return t0 + f * (t1 - t0);
+  };
   // What is under the pointer on the timeline: {t, band, alloc or small}.
   function hit(ev) {
     const t = toTime(tl, ev, st.t0, st.t1), out = { t, band: -1 };
     if (!d.bands.t.length || !cols) return out;
     const rect = tl.getBoundingClientRect(), px = Math.floor(((ev.clientX - rect.left) / rect.width) * tl.width);
     const i = cols[Math.max(0, Math.min(tl.width - 1, px))];
-    const v = ((rect.bottom - ev.clientY) / rect.height) * yMax * (tl.height / (tl.height - 4));
+    const v = ((rect.bottom - ev.clientY) / rect.height) * yTop * (tl.height / (tl.height - 4));
     if (i < 0) return out;
     const k = Model.bandAt(d.bands, i, v);
     if (k < 0) return out;
@@ -351,6 +482,8 @@
     const h = hit(ev), a = Model.valueAt(d.curves.allocated, h.t), r = Model.valueAt(d.curves.reserved, h.t);
     const it = d.iterations.findIndex((x) => h.t >= x.start_ns && h.t < x.end_ns);
     let what = "";
+    const under = h.alloc !== undefined ? h.alloc : null;
+    if (under !== hovered) { hovered = under; drawTimeline(); }
     if (h.alloc !== undefined) {
       what = "\n" + describe(Model.allocation(d, h.alloc));
       if (st.pin === null) showAllocation(h.alloc, false);
@@ -361,6 +494,7 @@
     }
     text(readout, rel(h.t) + "  allocated " + (a ? Model.formatBytes(a.hi) : "-") + "  reserved " + (r ? Model.formatBytes(r.hi) : "-") + (it >= 0 ? "  iteration " + it : "") + what);
   });
+  tl.addEventListener("mouseleave", () => { if (hovered !== null) { hovered = null; drawTimeline(); } });
   tl.addEventListener("wheel", (ev) => {
     ev.preventDefault();
     const t = toTime(tl, ev, st.t0, st.t1), k = ev.deltaY > 0 ? 1.25 : 0.8;
@@ -376,6 +510,7 @@
     if (drag && !drag.moved && ev.target === tl) { // a click: the cursor, and pin what is there
       const h = hit(ev);
       st.cur = h.t;
+      st.step = stepper ? Model.stepAt(d, h.t) : null;
       if (h.alloc !== undefined && st.pin !== h.alloc) pin(h.alloc, false);
       else if (st.pin !== null) unpin();
       else redraw();
@@ -391,7 +526,21 @@
     st.t1 = st.t0 + span;
     redraw();
   });
-  window.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && st.pin !== null) unpin(); });
+  window.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape" && st.pin !== null) unpin();
+    if ((ev.key !== "ArrowLeft" && ev.key !== "ArrowRight") || ev.target === search) return;
+    ev.preventDefault();
+    const by = (ev.key === "ArrowRight" ? 1 : -1) * (ev.shiftKey ? 10 : 1);
+    if (stepper) { // event by event
+      st.step = Math.max(-1, Math.min(stepper.count - 1, (st.step === null ? Model.stepAt(d, st.cur) : st.step) + by));
+      st.cur = st.step >= 0 ? d.steps.t[st.step] : full.t0;
+    } else if (d.checkpoints.length) { // checkpoint by checkpoint
+      const i = Math.max(0, Math.min(d.checkpoints.length - 1, Model.checkpointNear(d, st.cur) + by));
+      st.cur = d.checkpoints[i].t;
+    }
+    if (st.cur < st.t0 || st.cur > st.t1) { const span = st.t1 - st.t0; st.t0 = Math.max(full.t0, st.cur - span / 2); st.t1 = Math.min(full.t1, st.t0 + span); }
+    redraw();
+  });
   let brush = null;
   ov.addEventListener("mousedown", (ev) => { brush = toTime(ov, ev, full.t0, full.t1); });
   ov.addEventListener("mouseup", (ev) => {
@@ -415,7 +564,21 @@
       Model.formatBytes(n.node.bytes) + " (" + (flameLayout.total ? (100 * n.node.bytes / flameLayout.total).toFixed(1) : "0") + "%)");
   });
 
+  $("event-axis").disabled = !d.steps;
+  $("event-axis").addEventListener("change", (ev) => { st.ev = ev.target.checked ? 1 : null; redraw(); });
+  flame.addEventListener("click", (ev) => { // click-to-zoom: a frame fills the width; the top row zooms out
+    if (!flameLayout) return;
+    const rect = flame.getBoundingClientRect(), x = ((ev.clientX - rect.left) / rect.width) * flame.width, k = Math.floor(((ev.clientY - rect.top) / rect.height) * flame.height / 18);
+    const n = flameLayout.find((b) => b.k === k && x >= b.x && x < b.x + b.w);
+    if (!n) return;
+    flameZoom = k === 0 ? flameZoom.slice(0, -1) : n.path;
+    showCheckpoint.force = true;
+    showState();
+  });
+  $("temporal").disabled = !d.steps;
+  $("temporal").addEventListener("change", (ev) => { st.temporal = ev.target.checked; showCheckpoint.force = true; redraw(); });
   fillLists("");
+  fillTable();
   if (st.pin !== null) showAllocation(st.pin, true);
   else if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
   else if (d.leaks.length) showStack("Leak candidate 1", d.leaks[0].stack);

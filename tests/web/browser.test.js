@@ -40,10 +40,14 @@ before(async () => {
   }
   pages.misuse = path.join(dir, "misuse.html"); // invalid frees
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.misuse, path.join(dir, "misuse.db")]);
-  // A real PyTorch snapshot (tests/data): C++ names hundreds of characters long.
-  execFileSync(path.join(build, "memsnap"), ["import", path.join(root, "tests/data/resnet50_leak.pickle.gz"), "-o", path.join(dir, "resnet.db")], { stdio: "ignore" });
-  pages.resnet = path.join(dir, "resnet.html");
-  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.resnet, path.join(dir, "resnet.db")]);
+  // Real PyTorch snapshots (tests/data): resnet50_leak (C++ names hundreds of characters long,
+  // 2.79 GiB reserved before its trace starts), cycle_oom (a site growing 512 MiB per iteration
+  // until an OOM, the last event).
+  for (const [name, file] of [["resnet", "resnet50_leak"], ["cycle", "cycle_oom"]]) {
+    execFileSync(path.join(build, "memsnap"), ["import", path.join(root, "tests/data", file + ".pickle.gz"), "-o", path.join(dir, name + ".db")], { stdio: "ignore" });
+    pages[name] = path.join(dir, name + ".html");
+    execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
+  }
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -90,14 +94,14 @@ test("the page loads offline: no request but itself, no console output, no error
 test("the leak list names the known leak site first", async () => {
   const { page } = await open("leak");
   const first = await page.locator("#leaks li").first().textContent();
-  assert.match(first, /^growing \+1\.00 MiB\/iteration, 6\.00 MiB in 6 \u2014 keep_history$/);
+  assert.match(first, /^growing \+1\.00 MiB\/iteration, 6\.00 MiB in 6 \u2014 keep_history \(gen_snapshots\.c:\d+\)$/);
   await page.close();
 });
 
 test("growth released before the snapshot is listed first, with when it was released", async () => {
   const { page } = await open("released");
   const first = await page.locator("#leaks li").first().textContent();
-  assert.match(first, /^growing \+1\.00 MiB\/iteration, released at [0-9.]+ [mu]?s, 0 B in 0 \u2014 keep_history$/);
+  assert.match(first, /^growing \+1\.00 MiB\/iteration, released at [0-9.]+ [mu]?s, 0 B in 0 \u2014 keep_history \(gen_snapshots\.c:\d+\)$/);
   assert.match(await page.locator("#leaks li").first().getAttribute("class"), /growing/);
   await page.close();
 });
@@ -190,7 +194,10 @@ test("clicking pins an allocation: the cursor moves there and the views follow i
   const data = await page.evaluate(() => JSON.parse(document.getElementById("memsnap-data").textContent).summary);
   const clicked = data.first_ns + 0.5 * (data.last_ns - data.first_ns); // the cursor is where we clicked
   assert.ok(Math.abs(st.cur - clicked) < (data.last_ns - data.first_ns) / 100, JSON.stringify({ st, clicked }));
-  assert.match(await page.locator("#state-title").textContent(), /^at .*cursor at/);
+  // The allocator state follows the click: the state right after the last event at or before it.
+  const steps = await page.evaluate(() => JSON.parse(document.getElementById("memsnap-data").textContent).steps.t);
+  const last = steps.filter((t) => t <= st.cur).length;
+  assert.match(await page.locator("#state-title").textContent(), new RegExp("^after event " + last + " of " + steps.length + " at "));
   await page.keyboard.press("Escape");
   assert.ok(!("pin" in (await hashState(page))));
   assert.doesNotMatch(await page.locator("#details-title").textContent(), /Pinned/);
@@ -284,5 +291,193 @@ test("invalid frees: listed by site with their kind; selecting one shows where i
   assert.strictEqual(await leak.page.locator("#invalid-frees-box").isHidden(), true);
   await leak.page.close();
   await shot(page, "invalid-frees");
+  await page.close();
+});
+
+// ---- real PyTorch snapshots: what must hold (issue 17) -----------------------------------
+
+// Pixels of an exact colour in a canvas, per column of x (from x0, w columns wide).
+async function colourColumns(page, id, rgb, x0, w) {
+  return page.evaluate(([id, rgb, x0, w]) => {
+    const c = document.getElementById(id), data = c.getContext("2d").getImageData(x0, 0, w, c.height).data, cols = new Array(w).fill(0);
+    for (let i = 0; i < data.length; i += 4)
+      if (data[i] === rgb[0] && data[i + 1] === rgb[1] && data[i + 2] === rgb[2]) cols[(i / 4) % w]++;
+    return cols;
+  }, [id, rgb, x0, w]);
+}
+
+test("real cycle_oom: selecting the growing leak candidate shows its growth, bar by bar per iteration", async () => {
+  const { page, seen } = await open("cycle");
+  assert.ok(await page.locator("#growth-panel").isHidden());
+  const first = page.locator("#leaks li").first();
+  assert.match(await first.textContent(), /^growing \+512\.00 MiB\/iteration/);
+  await first.click();
+  assert.ok(await page.locator("#growth-panel").isVisible());
+  assert.match(await page.locator("#growth-title").textContent(), /\+512\.00 MiB per iteration/);
+  // 15 iterations: each bar (its middle column) taller than the one before, by about the same.
+  const n = 15, W = 1200, left = 90, bw = (W - left - 10) / n;
+  const heights = [];
+  for (let k = 0; k < n; k++) heights.push((await colourColumns(page, "growth", [0xe5, 0x39, 0x35], Math.floor(left + k * bw + bw / 2), 1))[0]);
+  for (let k = 1; k < n; k++) assert.ok(heights[k] > heights[k - 1], "bar heights " + heights.join(","));
+  const steps = heights.slice(1).map((h, k) => h - heights[k]);
+  assert.ok(Math.max(...steps) - Math.min(...steps) <= 2, "steady growth per iteration: " + steps.join(","));
+  await shot(page, "pytorch-cycle_oom-leak");
+  await first.click(); // unselected: the chart goes
+  assert.ok(await page.locator("#growth-panel").isHidden());
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real cycle_oom: the OOM is marked though it is the last event, before and after clicking it", async () => {
+  const { page, seen } = await open("cycle");
+  const red = [0xc6, 0x28, 0x28], H = 320;
+  const marked = async () => (await colourColumns(page, "timeline", red, 1160, 40)).filter((c) => c >= H - 30).length; // a line the height of the timeline (tick labels may cover its foot)
+  assert.ok(await marked() >= 2, "a full-height red line at the right edge");
+  await page.locator("#ooms li").first().click();
+  assert.ok(await marked() >= 2, "still there once the OOM is clicked");
+  const flag = (await colourColumns(page, "timeline", red, 1120, 76)).map((c) => Math.min(c, 16)); // left of the line
+  assert.ok(flag.reduce((a, b) => a + b, 0) >= 250, "the OOM flag (34 x 16 px, its text cut out): " + flag.join(","));
+  await shot(page, "pytorch-cycle_oom-oom");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: the arrow keys step the allocator state event by event", async () => {
+  const { page, seen } = await open("resnet");
+  await overTimeline(page, 0.5, 0.5);
+  await page.mouse.down();
+  await page.mouse.up();
+  const title = async () => page.locator("#state-title").textContent();
+  const summary = async () => page.locator("#state-summary").textContent();
+  const start = await title();
+  assert.match(start, /^after event (\d+) of 10052 at /);
+  const n0 = Number(start.match(/^after event (\d+)/)[1]);
+  const seenStates = new Set([await summary()]);
+  for (let k = 1; k <= 6; k++) {
+    await page.keyboard.press("ArrowRight");
+    assert.match(await title(), new RegExp("^after event " + (n0 + k) + " of 10052 at .*: (alloc|free requested|free completed|segment alloc|segment free) "));
+    seenStates.add(await summary());
+  }
+  assert.ok(seenStates.size >= 3, "the state moved: " + [...seenStates].join("\n"));
+  assert.match(await summary(), /; rounding inside allocated blocks \(internal fragmentation\): [\d.]+ [KMG]?i?B/);
+  await page.keyboard.press("Shift+ArrowLeft");
+  assert.match(await title(), new RegExp("^after event " + (n0 - 4) + " of 10052 "));
+  // Back at the history's first instant: what predates it (2.79 GiB reserved) is there.
+  await page.keyboard.press("Home");
+  for (let k = 0; k < 3; k++) await page.keyboard.press("Shift+ArrowLeft");
+  await page.evaluate(() => { for (let i = 0; i < 1200; i++) window.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowLeft", shiftKey: true })); });
+  assert.match(await title(), /^when the history starts/);
+  assert.match(await summary(), /reserved 2\.79 GiB, allocated 149\.23 MiB/);
+  await shot(page, "pytorch-resnet50-start");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: memory from before the history is drawn from the start, under the reserved curve", async () => {
+  const { page, seen } = await open("resnet");
+  // A pixel column near the start (8 ms in, clear of the tick labels): allocated (bands) from the
+  // bottom, and reserved above them; neither has been added to since the history's first instant.
+  const col = await page.evaluate(() => {
+    const c = document.getElementById("timeline"), data = c.getContext("2d").getImageData(30, 0, 1, c.height).data, out = [];
+    for (let i = 0; i < data.length; i += 4) out.push([data[i], data[i + 1], data[i + 2]]);
+    return out;
+  });
+  const grey = ([r, g, b]) => r === 0xcf && g === 0xd8 && b === 0xdc;
+  const shade = ([r, g, b]) => (r === 0xea && g === 0xee && b === 0xf7) || (r === 0xf4 && g === 0xf6 && b === 0xfb) || (r === g && g === b);
+  const H = col.length, yMax = 3623878656 * 1.05, top = col.findIndex(grey);
+  const reservedAtStart = ((H - top) / (H - 4)) * yMax;
+  assert.ok(top >= 0 && reservedAtStart >= 2996830208 * 0.98, "reserved drawn from 2.79 GiB at the start: top row " + top + " = " + reservedAtStart);
+  const bands = col.filter((c) => !grey(c) && !shade(c)).length;
+  assert.ok(bands >= 10, "the allocations from before the history (149 MiB) drawn from the start: " + bands + " px");
+  await shot(page, "pytorch-resnet50");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: the event-index axis gives each iteration its share of the width", async () => {
+  const { page, seen } = await open("resnet");
+  // Columns holding the iteration peaks' red dots (nothing else on this timeline is that red).
+  const reds = () => page.evaluate(() => {
+    const c = document.getElementById("timeline"), px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data, xs = new Set();
+    for (let i = 0; i < px.length; i += 4) if (px[i] === 0xc6 && px[i + 1] === 0x28 && px[i + 2] === 0x28) xs.add((i / 4) % c.width);
+    return [...xs];
+  });
+  // Where each peak belongs on the event axis: its event's index over the events, times the width.
+  const expected = await page.evaluate(() => {
+    const d = JSON.parse(document.getElementById("memsnap-data").textContent), ts = d.steps.t;
+    return d.iterations.map((it) => ((ts.filter((t) => t <= it.peak_ns).length - 1) / ts.length) * 1200);
+  });
+  const near = (xs, e) => xs.some((x) => Math.abs(x - e) <= 3);
+  const timeAxis = await reds();
+  assert.ok(!near(timeAxis, expected[0]) && !near(timeAxis, expected[1]), "time axis: " + timeAxis.join(","));
+  await page.locator("#event-axis").check();
+  const eventAxis = await reds();
+  for (const e of expected) assert.ok(near(eventAxis, e), "event axis: a peak near " + e + " in " + eventAxis.join(","));
+  // evenly spread: five iterations, each about a fifth of the width
+  assert.ok(expected[1] - expected[0] > 150 && expected[4] - expected[3] > 150, expected.join(","));
+  assert.strictEqual((await hashState(page)).ev, 1);
+  await shot(page, "pytorch-resnet50-events");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: icicle click-to-zoom, temporal mode, hovered allocation outlined", async () => {
+  const { page, seen } = await open("resnet");
+  const fb = await page.locator("#flame").boundingBox();
+  const readFrame = async (x, row) => { await page.mouse.move(fb.x + x, fb.y + row * 18 + 9); return page.locator("#flame-readout").textContent(); };
+  const second = await readFrame(50, 2);
+  assert.match(second, /^forward {2}\(.*resnet\.py:285\): /);
+  await page.mouse.click(fb.x + 50, fb.y + 2 * 18 + 9); // zoom into it: it becomes the top row, full width
+  assert.match(await page.locator("#flame-zoom").textContent(), /^zoomed into forward \(/);
+  const fb2 = await page.locator("#flame").boundingBox();
+  await page.mouse.move(fb2.x + fb2.width - 5, fb2.y + 9);
+  assert.match(await page.locator("#flame-readout").textContent(), /^forward {2}\(.*resnet\.py:285\): /);
+  await page.mouse.click(fb2.x + 5, fb2.y + 9); // the top row: one level out
+  await page.mouse.click(fb2.x + 5, fb2.y + 9); // and out again: the whole
+  assert.ok(await page.locator("#flame-zoom").isHidden());
+  // Temporal: what the window allocated and did not free; zoomed into the last iteration, the
+  // gradients and momentum buffers (allocated in the first iteration) are not in it.
+  await page.locator("#temporal").check();
+  assert.match(await page.locator("#flame-title").textContent(), /^allocated from 0 ns to 328\.2 ms \(the window\) and not freed by its end$/);
+  await page.mouse.move(fb.x + 5, fb.y + 9);
+  const whole = Number((await page.locator("#flame-readout").textContent()).match(/: ([\d.]+) MiB/)[1]);
+  assert.ok(Math.abs(whole - (385.03 - 149.23)) < 0.05, "all the history allocated and kept: " + whole); // at the snapshot, less what predates it
+  // Hover an allocation: it is outlined (dashed, dark) on the timeline.
+  const dark = () => page.evaluate(() => { const c = document.getElementById("timeline"), px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data; let n = 0;
+    for (let i = 0; i < px.length; i += 4) if (px[i] === 0x37 && px[i + 1] === 0x47 && px[i + 2] === 0x4f) n++; return n; });
+  const before = await dark();
+  const b = await page.locator("#timeline").boundingBox();
+  await page.mouse.move(b.x + b.width * 0.62, b.y + b.height * 0.9);
+  assert.match(await page.locator("#readout").textContent(), /\n[\d.]+ [KMG]i?B at 0x/);
+  assert.ok(await dark() > before + 50, "outline drawn: " + before + " -> " + (await dark()));
+  await shot(page, "pytorch-resnet50-temporal");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: the table of sites sorts by any column and follows the search", async () => {
+  const { page, seen } = await open("resnet");
+  const rows = page.locator("#site-table tbody tr");
+  const column = async (i) => rows.evaluateAll((trs, i) => trs.map((tr) => tr.children[i].textContent), i);
+  const bytes = (s) => { const [v, u] = s.split(" "); return Number(v) * { B: 1, KiB: 1024, MiB: 1048576, GiB: 1073741824 }[u]; };
+  const sortedDesc = (xs) => xs.every((x, i) => i === 0 || xs[i - 1] >= x);
+  assert.ok(await rows.count() > 50);
+  assert.ok(sortedDesc((await column(1)).map(bytes)), "by bytes allocated, largest first");
+  await page.locator("#site-table th[data-col=live]").click();
+  const live = (await column(3)).map(bytes);
+  assert.ok(sortedDesc(live) && live[0] > 140 * 1048576, "by live bytes: " + live.slice(0, 3)); // before the history: 149.23 MiB
+  assert.match((await column(0))[0], /^\(allocated before recording started\)$/);
+  await page.locator("#site-table th[data-col=count]").click();
+  await page.locator("#site-table th[data-col=count]").click(); // again: ascending
+  const counts = (await column(2)).map(Number);
+  assert.ok(counts.every((x, i) => i === 0 || counts[i - 1] <= x), "by allocations, ascending: " + counts.slice(0, 5));
+  await page.fill("#search", "sgd.py");
+  const labels = await column(0);
+  assert.ok(labels.length >= 1 && labels.length < 20, labels.join("\n"));
+  await rows.first().click();
+  assert.match(await page.locator("#details").textContent(), /sgd\.py/);
+  assert.match(await page.locator("#sites-title").textContent(), new RegExp("^" + labels.length + " of \\d+ sites"));
+  await shot(page, "pytorch-resnet50-sites");
+  assert.deepStrictEqual(seen.errors, []);
   await page.close();
 });

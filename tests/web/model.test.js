@@ -161,3 +161,77 @@ test("the view state round-trips through the URL fragment, ignoring junk", () =>
   assert.deepStrictEqual(Model.decodeState(Model.encodeState(st)), st);
   assert.deepStrictEqual(Model.decodeState("#t0=1&pin=x&cur=<script>&evil=3"), { t0: 1 });
 });
+
+test("stepping: the allocator state after any event, from the state when the history starts", () => {
+  const steps = { // a segment from before the history holding one block; then alloc, free, reuse
+    t: [10, 20, 30, 40, 50, 60], kind: [4, 1, 2, 3, 1, 5], addr: [4096, 4096, 4096, 4096, 4096, 4096], size: [1024, 512, 512, 512, 256, 1024], site: [-1, 1, -1, -1, 2, -1],
+    start: { allocated: 100, reserved: 1000, segments_known: true, blocks: [0, 100, 0], segs: [0, 1000, 0, 0] },
+  };
+  const s = Model.stepper({ steps, summary: { first_ns: 0 } });
+  const at = (i) => { const c = s.at(i); return [c.allocated, c.reserved, c.pending, Model.segments(c).segs.map((g) => g.runs.map((r) => r.state[0] + r.size).join(" "))]; };
+  assert.deepStrictEqual(at(-1), [100, 1000, 0, ["a100 f900"]]);
+  assert.deepStrictEqual(at(1), [612, 2024, 0, ["a100 f900", "a512 f512"]]);
+  assert.deepStrictEqual(at(2), [100, 2024, 512, ["a100 f900", "p512 f512"]]);
+  assert.deepStrictEqual(at(3), [100, 2024, 0, ["a100 f900", "f1024"]]);
+  assert.deepStrictEqual(at(0), [100, 2024, 0, ["a100 f900", "f1024"]]); // back: replayed again
+  assert.deepStrictEqual(at(5), [356, 1000, 0, ["a100 f900"]]); // the segment freed (its block left outside it)
+  assert.deepStrictEqual(s.at(4).sites, [2, 256, 0, 100]);
+  assert.strictEqual(Model.stepAt({ steps }, 35), 2);
+  assert.strictEqual(Model.stepAt({ steps }, 5), -1);
+});
+
+test("growth chart: a leak's live bytes per iteration on the scale that shows them", () => {
+  const g = Model.growth({ per_iteration: [1 << 30, (1 << 30) + (2 << 20), (1 << 30) + (4 << 20)] });
+  assert.strictEqual(g.perIteration, 2 << 20);
+  assert.ok(g.min < 1 << 30 && g.min > (1 << 30) - (1 << 20), "the scale starts just under the lowest value: " + g.min);
+  assert.strictEqual(Model.growth({ per_iteration: [] }), null);
+  assert.strictEqual(Model.growth({}), null);
+});
+
+test("site labels: the frame that allocated, then the user's frame with file:line", () => {
+  const f = (name, file, line) => ({ name, file, line, full: name });
+  const torch = "/opt/venv/lib/python3.12/site-packages/torch/";
+  assert.strictEqual(Model.siteLabel([f("at::native::clone()", "", 0), f("_multi_tensor_sgd", torch + "optim/sgd.py", 455), f("step", torch + "optim/optimizer.py", 80), f("train", "/home/u/train.py", 40)]),
+    "at::native::clone() \u2190 train (train.py:40)");
+  assert.strictEqual(Model.siteLabel([f("at::native::zeros_symint()", "", 0), f("<module>", "/work/capture_torch.py", 22)]), "at::native::zeros_symint() \u2190 (capture_torch.py:22)");
+  assert.strictEqual(Model.siteLabel([f("keep_history", "tests/gen_snapshots.c", 39), f("main", "tests/gen_snapshots.c", 107)]), "keep_history (gen_snapshots.c:39)");
+  assert.strictEqual(Model.siteLabel([f("at::f()", "Conv.cpp", 0)]), "at::f()");
+  assert.strictEqual(Model.siteLabel([f("_init_group", torch + "optim/adam.py", 160)]), "_init_group (adam.py:160)"); // only library frames: the first with a line
+  assert.strictEqual(Model.siteLabel([]), "(no stack recorded)");
+});
+
+test("event-index axis: pixels shared out by events, times mapped back to pixels", () => {
+  const d = { steps: { t: [0, 1, 2, 3, 1000, 1001, 1002, 1003] } };
+  const e = Model.eventEdges(d, 0, 1003, 8);
+  assert.deepStrictEqual([...e], [0, 1, 2, 3, 1000, 1001, 1002, 1003]);
+  assert.strictEqual(Model.pixelOf(e, 500), 3); // the quiet stretch is inside one event's pixel
+  assert.strictEqual(Model.pixelOf(e, 1001), 5);
+  assert.strictEqual(Model.pixelOf(e, -1), -1);
+  assert.strictEqual(Model.pixelOf(e, 2000), 8);
+  const r = Model.resampleEdges({ t: [0, 2, 1000], lo: [1, 5, 9], hi: [1, 5, 9] }, e);
+  assert.deepStrictEqual(r.hi, [1, 1, 5, 5, 9, 9, 9, 9]);
+  assert.strictEqual(Model.eventEdges({ steps: { t: [] } }, 0, 10, 4), null);
+  assert.strictEqual(Model.eventEdges(d, 5, 6, 4), null);
+});
+
+test("site table: rows filtered by frames and sorted by any column", () => {
+  const d = { ...doc, sites: [[5, 0, 0], [6, 1, 1]], site_table: [[0, 100, 3, 10, 1, 7, 0], [1, 50, 9, 40, 2, -1, 0]] };
+  const cols = (rows) => rows.map((r) => r.site);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "alloc", false)), [0, 1]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "count", false)), [1, 0]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "live", true)), [0, 1]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "label", true)), [0, 1]); // keep_history before load_weights
+  assert.deepStrictEqual(cols(Model.siteRows(d, "", "label", false)), [1, 0]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "LOAD_W", "alloc", false)), [1]);
+  assert.deepStrictEqual(cols(Model.siteRows(d, "train.py", "alloc", false)), [0, 1]);
+  assert.strictEqual(Model.siteRows(d, "", "alloc", false)[1].thread, -1);
+  assert.deepStrictEqual(Model.siteRows({ ...doc, sites: [] }, "", "alloc", false), []);
+});
+
+test("stepping: internal fragmentation, the bytes allocated beyond the requests", () => {
+  const steps = { t: [1, 2, 3], kind: [4, 1, 1], addr: [0, 0, 600], size: [2048, 512, 1024], site: [-1, 0, 0], req: [2048, 500, 1000],
+    start: { allocated: 0, reserved: 0, segments_known: true, blocks: [], segs: [] } };
+  const s = Model.stepper({ steps, summary: { first_ns: 0 } });
+  assert.strictEqual(s.at(1).rounding, 12);
+  assert.strictEqual(s.at(2).rounding, 36);
+});
