@@ -29,6 +29,6 @@ for args in (["analyze", db], ["analyze", "--json", db], ["analyze", "--html", d
         cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         rss = after.ru_maxrss / 1024
     print("memsnap %-16s wall best %.2f s, median %.2f s (%s); CPU median %.2f s; peak RSS so far %.1f MiB; load before %.1f"
-          % (" ".join(args[:-1 if args[1] != "--html" else 1]), min(walls), statistics.median(walls),
+          % (" ".join(args[:2] if args[1] in ("--json", "--html") else args[:1]), min(walls), statistics.median(walls),
              " ".join("%.2f" % w for w in walls), statistics.median(cpus), rss, load))
 PY
