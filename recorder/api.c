@@ -109,8 +109,10 @@ static void fork_phase(int phase) {
     msi_devices_fork(phase);
     msi_history_fork(phase);
     msi_stacks_fork(phase);
+    msi_invalid_free_fork(phase);
     return;
   }
+  msi_invalid_free_fork(phase);
   msi_stacks_fork(phase);
   msi_history_fork(phase);
   if (phase == MSI_FORK_CHILD) {

@@ -470,6 +470,8 @@ bool msi_invalid_free(void *ptr, int hint, uint64_t size_arg, memsnap_stream_t s
                       bool loud);
 /* Forgets the sites warned about (memsnap_shutdown). */
 void msi_invalid_free_reset(void);
+/* fork(): takes (prepare) or releases (parent, child) the warnings' lock. */
+void msi_invalid_free_fork(int phase);
 
 /* ---- the device table (devices.c), below the entry points ------------------------------ */
 
