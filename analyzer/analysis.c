@@ -1,12 +1,11 @@
 /* analysis.c: what a snapshot says about memory: peaks, iterations, leak candidates, OOMs.
  *
- * Two streaming passes over the events (memory follows the live blocks and the number of
- * allocation sites, never the length of the history):
- *   1. replay allocations and frees: allocated and reserved totals and their peaks, the peak of
- *      every iteration, per site (= allocation stack) its live bytes at every iteration boundary
- *      (the evidence for leaks), and what was live at each OOM;
- *   2. replay up to the allocated peak again to list what was live there.
- * Then the blocks table (the state at the snapshot) gives what is alive at the end.
+ * One streaming pass over the events (memory follows the live blocks and the number of
+ * allocation sites, never the length of the history) replays allocations and frees: allocated
+ * and reserved totals and their peaks, the peak of every iteration, per site (= allocation
+ * stack) its live bytes at every iteration boundary (the evidence for leaks), what was live at
+ * each OOM, and what was live at the allocated peak (each site's value saved at its first change
+ * after a new peak: before_change). Then the blocks table (the state at the snapshot) gives what is alive at the end.
  *
  * Iterations come from marks, else from ranges: the label that repeats most (outermost ranges
  * first), labels that differ only by numbers ("step 1", "step 2") counting as one; with neither,
@@ -251,9 +250,22 @@ typedef struct pass {
   int cur_iter; /* -1 before the first boundary */
   int64_t allocated, reserved;
   int64_t allocs;  /* allocations seen: the clock of inferred iterations */
-  int64_t stop_at; /* pass 2: replay up to this event id */
+  /* Each site's live bytes and count at the latest allocated peak, kept as the pass goes (no
+     second pass): a site's value is saved at its first change after a new peak (peak_version
+     counts the peaks; saved_at is the version of a site's saved value). */
+  int64_t *peak_bytes, *peak_count;
+  uint64_t *saved_at, peak_version;
   bool failed;
 } pass;
+
+/* Before a change of site i's live memory: keeps its value at the latest peak if this is its
+ * first change since. */
+static inline void before_change(pass *p, uint32_t i) {
+  if (p->saved_at[i] == p->peak_version) return;
+  p->saved_at[i] = p->peak_version;
+  p->peak_bytes[i] = p->a->sites[i].live_bytes;
+  p->peak_count[i] = p->a->sites[i].live_count;
+}
 
 /* Appends a site for stack_id; its index, or -1 when out of memory. */
 static int64_t add_site(pass *p, uint32_t stack_id) {
@@ -261,10 +273,17 @@ static int64_t add_site(pass *p, uint32_t stack_id) {
   if (a->nsites == p->sites_cap) {
     size_t cap = p->sites_cap ? p->sites_cap * 2 : 256;
     ms_site *g = realloc(a->sites, sizeof *g * cap);
-    if (!g) return -1;
-    a->sites = g;
+    if (g) a->sites = g;
+    int64_t *b = realloc(p->peak_bytes, sizeof *b * cap), *c = b ? realloc(p->peak_count, sizeof *c * cap) : NULL;
+    if (b) p->peak_bytes = b;
+    if (c) p->peak_count = c;
+    uint64_t *v = c ? realloc(p->saved_at, sizeof *v * cap) : NULL;
+    if (v) p->saved_at = v;
+    if (!g || !v) return -1;
     p->sites_cap = cap;
   }
+  p->saved_at[a->nsites] = 0; /* live 0 until now: its value at any earlier peak */
+  p->peak_bytes[a->nsites] = p->peak_count[a->nsites] = 0;
   ms_site *s = &a->sites[a->nsites];
   memset(s, 0, sizeof *s);
   s->stack_id = stack_id;
@@ -410,12 +429,10 @@ static bool seed_prehistory(pass *p) {
   int64_t before = -1;
   for (size_t i = 0; i < a->before.nblocks; i++) {
     ms_prior_block *b = &a->before.blocks[i];
-    if (!p->stop_at) { /* pass 1: choose the sites */
-      int64_t site = b->stack_id ? site_index(p, b->stack_id) : before;
-      if (site < 0 && !b->stack_id && (site = before = add_site(p, 0)) >= 0) a->sites[site].before_history = true;
-      if (site < 0) return false;
-      b->site = (uint32_t)site;
-    }
+    int64_t site = b->stack_id ? site_index(p, b->stack_id) : before;
+    if (site < 0 && !b->stack_id && (site = before = add_site(p, 0)) >= 0) a->sites[site].before_history = true;
+    if (site < 0) return false;
+    b->site = (uint32_t)site;
     a->sites[b->site].live_bytes += b->size;
     a->sites[b->site].live_count++;
   }
@@ -445,6 +462,7 @@ static int pass1_event(const ms_event *e, void *arg) {
   switch (e->kind) {
     case MS_ALLOC: {
       ms_site *s = &a->sites[site];
+      before_change(p, site);
       if (s->allocs == 0) {
         s->first_ns = e->time_ns;
         s->thread = e->thread;
@@ -465,6 +483,7 @@ static int pass1_event(const ms_event *e, void *arg) {
         a->peak_allocated = p->allocated;
         a->peak_allocated_ns = e->time_ns;
         a->peak_event_id = e->id;
+        p->peak_version++;
       }
       if (p->cur_iter >= 0 && p->allocated > a->iters[p->cur_iter].peak_allocated) {
         a->iters[p->cur_iter].peak_allocated = p->allocated;
@@ -475,6 +494,7 @@ static int pass1_event(const ms_event *e, void *arg) {
     case MS_FREE_REQUESTED:
       if (delta) {
         ms_site *s = &a->sites[site];
+        before_change(p, site);
         s->live_bytes += delta;
         s->live_count--;
         p->allocated += delta;
@@ -526,20 +546,6 @@ static int pass1_event(const ms_event *e, void *arg) {
       break;
   }
   curves_add(p, e->time_ns);
-  return 0;
-}
-
-static int pass2_event(const ms_event *e, void *arg) {
-  pass *p = arg;
-  if (e->id > p->stop_at) return 1;
-  ms_live_slot block = {0};
-  int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? p->site_of_stack[e->stack_id] - 1 : -1, 0, &block, &p->failed);
-  uint32_t site = block.site;
-  if (p->failed) return 1;
-  if (delta) {
-    p->a->sites[site].live_bytes += delta;
-    p->a->sites[site].live_count += delta > 0 ? 1 : -1;
-  }
   return 0;
 }
 
@@ -638,6 +644,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   a->peak_allocated = p.allocated;
   a->peak_reserved = p.reserved;
   a->peak_allocated_ns = a->peak_reserved_ns = s->first_ns;
+  p.peak_version++; /* the first instant is a peak: a site's first change saves its value there */
   curves_add(&p, s->first_ns);
   int rc = ms_events_each(s, pass1_event, &p);
   if (rc < 0 || p.failed) {
@@ -675,27 +682,31 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   sqlite3_finalize(st);
   classify(a);
   ms_misuse_finish(a);
-  /* Pass 2: what was live at the allocated peak (the history's first instant when peak_event_id
-     is 0: what predates it). */
+  /* What was live at the allocated peak, as the pass kept it (the history's first instant when
+     peak_event_id is 0: what predates it). */
   if (a->peak_allocated > 0) {
-    for (size_t i = 0; i < a->nsites; i++) a->sites[i].live_bytes = a->sites[i].live_count = 0;
-    pass p2 = {0};
-    p2.a = a;
-    p2.site_of_stack = p.site_of_stack;
-    p2.stop_at = a->peak_event_id > 0 ? a->peak_event_id : -1;
-    if (seed_prehistory(&p2) && a->peak_event_id > 0) ms_events_each(s, pass2_event, &p2);
+    for (size_t i = 0; i < a->nsites; i++)
+      if (p.saved_at[i] == p.peak_version) { /* changed since the peak: its saved value */
+        a->sites[i].live_bytes = p.peak_bytes[i];
+        a->sites[i].live_count = p.peak_count[i];
+      }
     a->at_peak = malloc(sizeof *a->at_peak * 8);
     if (a->at_peak) a->nat_peak = (size_t)top_live(a, a->at_peak, 8);
-    ms_live_free(&p2.live);
   }
   ms_live_free(&p.live);
   a->site_of_stack = p.site_of_stack; /* for ms_analyze_timeline */
   free(p.bounds);
+  free(p.peak_bytes);
+  free(p.peak_count);
+  free(p.saved_at);
   return 0;
 fail:
   ms_live_free(&p.live);
   free(p.site_of_stack);
   free(p.bounds);
+  free(p.peak_bytes);
+  free(p.peak_count);
+  free(p.saved_at);
   ms_analysis_free(a);
   a->snap = s;
   return -1;

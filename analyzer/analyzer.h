@@ -2,6 +2,7 @@
  *
  *   main.c      the command table and usage
  *   reader.c    opening and reading a snapshot (docs/snapshot-format.md)
+ *   stream.c    its events streamed in order to a pass, read by several threads
  *   analysis.c  the analysis: peaks, iterations, leak candidates, OOMs, top sites
  *   frames.c    how frames read (short C++ names), which matter (machinery folded), identity
  *   match.c     sites of several snapshots matched by identity (diff, side by side)
@@ -147,7 +148,12 @@ int ms_devices_each(ms_snapshot *s, int (*fn)(const ms_device_row *r, void *arg)
 /* The options table's rows (name, value; neither NULL). */
 int ms_options_each(ms_snapshot *s, int (*fn)(const char *name, const char *value, void *arg), void *arg);
 
-/* Calls fn for every event in order; stops when fn returns non-zero and returns that. */
+/* stream.c: counts the events with an integer time and their first and last times into
+ * s->nevents, first_ns, last_ns (0 when none; a long history's halves counted at once). */
+void ms_events_extent(ms_snapshot *s);
+/* stream.c: calls fn for every event in order (on the calling thread; a long history is read
+ * by other threads meanwhile); stops when fn returns non-zero and returns that; -1 with
+ * s->error set when reading fails. */
 int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg);
 
 /* ---- an index of strings kept elsewhere (strindex.c) ------------------------------------- */

@@ -2,7 +2,7 @@
  *
  * Everything in the file is untrusted: the reader checks that it is a file, that it is SQLite,
  * its format version (refusing newer ones, naming both versions), the tables it needs, and the
- * types of what it reads. Events are streamed (ms_events_each) rather than loaded, so memory
+ * types of what it reads. Events are streamed (stream.c: ms_events_each) rather than loaded, so memory
  * follows what a command keeps, not the length of the history. Stacks and frames, which are
  * small (each distinct stack once), are loaded whole by ms_load_stacks.
  *
@@ -111,7 +111,9 @@ int ms_open(ms_snapshot *s, const char *path) {
   struct stat stt;
   if (stat(path, &stt) != 0) return fail(s, "cannot open '%s': %s", s->shown_path, strerror(errno));
   if (!S_ISREG(stt.st_mode)) return fail(s, "cannot open '%s': not a regular file", s->shown_path);
-  if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+  /* NOMUTEX: one thread uses the connection (stream.c's readers open their own), so SQLite's
+     lock around every column read is only cost */
+  if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
     fail(s, "cannot open '%s': %s", s->shown_path, sqlite3_errmsg(s->db));
     ms_close(s);
     return -1;
@@ -169,14 +171,7 @@ int ms_open(ms_snapshot *s, const char *path) {
   ms_neutralise(s->tool_version);
   ms_neutralise(s->command_line);
   ms_neutralise(s->stacks_mode);
-  if (sqlite3_prepare_v2(s->db, "select count(*), coalesce(min(time_ns), 0), coalesce(max(time_ns), 0) from events "
-                         "where typeof(time_ns) = 'integer'", -1, &st, NULL) == SQLITE_OK &&
-      sqlite3_step(st) == SQLITE_ROW) {
-    s->nevents = sqlite3_column_int64(st, 0);
-    s->first_ns = sqlite3_column_int64(st, 1);
-    s->last_ns = sqlite3_column_int64(st, 2);
-  }
-  sqlite3_finalize(st);
+  ms_events_extent(s);
   return 0;
 }
 
@@ -420,43 +415,3 @@ int ms_options_each(ms_snapshot *s, int (*fn)(const char *name, const char *valu
   return each_row(s, "select name, value from options", "options", option_row, &c);
 }
 
-int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg) {
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(s->db,
-                         "select id, time_ns, kind, coalesce(device, -1), coalesce(stream, 0), coalesce(address, 0), "
-                         "coalesce(size, 0), coalesce(requested_size, 0), coalesce(extra, 0), coalesce(thread, 0), "
-                         "coalesce(stack_id, 0) from events order by id",
-                         -1, &st, NULL) != SQLITE_OK)
-    return fail(s, "'%s': cannot read events: %s", s->shown_path, sqlite3_errmsg(s->db));
-  int rc = 0, step;
-  /* Progress on stderr for long work, when a person watches (stderr is a terminal). */
-  bool progress = s->nevents > 500000 && isatty(2);
-  int64_t rows = 0, shown = -1;
-  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    if (progress && (++rows & 0xffff) == 0 && rows * 100 / s->nevents != shown) {
-      shown = rows * 100 / s->nevents;
-      fprintf(stderr, "\rreading %s: %3lld%%", s->shown_path, (long long)shown);
-    }
-    ms_event e;
-    e.id = sqlite3_column_int64(st, 0);
-    e.time_ns = sqlite3_column_int64(st, 1);
-    e.kind = (int)sqlite3_column_int64(st, 2);
-    e.device = (int)sqlite3_column_int64(st, 3);
-    e.stream = (uint64_t)sqlite3_column_int64(st, 4);
-    e.address = (uint64_t)sqlite3_column_int64(st, 5);
-    e.size = sqlite3_column_int64(st, 6);
-    e.requested = sqlite3_column_int64(st, 7);
-    e.extra = sqlite3_column_int64(st, 8);
-    e.thread = sqlite3_column_int64(st, 9);
-    int64_t stack = sqlite3_column_int64(st, 10);
-    e.stack_id = stack > 0 && (size_t)stack < s->nstacks ? (uint32_t)stack : 0;
-    /* Malformed rows are skipped: sizes must be plausible (no device has 2^40 bytes, a TiB),
-       which keeps sums over them from overflowing short of 8 million such blocks at once. */
-    if (e.size < 0 || e.requested < 0 || e.size > ((int64_t)1 << 40) || e.requested > ((int64_t)1 << 40)) continue;
-    if ((rc = fn(&e, arg)) != 0) break;
-  }
-  if (progress) fprintf(stderr, "\r%*s\r", (int)strlen(s->shown_path) + 20, "");
-  if (step != SQLITE_ROW && step != SQLITE_DONE) rc = fail(s, "'%s': reading events failed: %s", s->shown_path, sqlite3_errmsg(s->db));
-  sqlite3_finalize(st);
-  return rc;
-}

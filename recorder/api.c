@@ -120,8 +120,10 @@ static void fork_phase(int phase) {
     msi_external_fork(phase);
     msi_history_fork(phase);
     msi_stacks_fork(phase);
+    msi_invalid_free_fork(phase);
     return;
   }
+  msi_invalid_free_fork(phase);
   msi_stacks_fork(phase);
   msi_history_fork(phase);
   msi_external_fork(phase);

@@ -413,16 +413,29 @@ typedef struct msi_symbolized {
     uint32_t depth;
   } *stacks;        /* by stack id; [0] is empty */
   uint32_t nstacks;
+  struct msi_symbolize_pending *pending; /* between msi_stacks_symbolize and _finish */
 } msi_symbolized;
-int msi_stacks_symbolize(msi_symbolized *out); /* MEMSNAP_OK or MEMSNAP_ENOMEM */
+/* Names every interned stack's frames (native from the symbol tables, Python's from their code
+ * objects) and starts the DWARF line lookups (symbols.c), which run while the caller writes
+ * other tables; msi_stacks_symbolize_finish completes the frames with files, lines and inlined
+ * functions. Each returns MEMSNAP_OK or MEMSNAP_ENOMEM (then `out` is freed and empty).
+ * msi_symbolized_free ends lookups still under way. */
+int msi_stacks_symbolize(msi_symbolized *out);
+int msi_stacks_symbolize_finish(msi_symbolized *out);
 
 /* symbols.c: function names from the ELF symbol tables of the loaded modules. */
 typedef struct msi_symbols msi_symbols;
 msi_symbols *msi_symbols_open(void); /* NULL if out of host memory */
 void msi_symbols_close(msi_symbols *s);
-/* Finds the module (and function, if its tables name one) holding pc. Returns false if no
- * loaded module holds it. *name may be NULL; *offset is from the function, else the module. */
-bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const char **name, uint64_t *offset);
+/* The module and function holding a pc: path NULL when no loaded module holds it; name NULL when
+ * the module's tables name no function there; offset from the function, else from the module. */
+typedef struct msi_resolved {
+  const char *path, *name; /* valid until msi_symbols_close */
+  uint64_t offset, start;
+} msi_resolved;
+/* Resolves pcs[0..n) into out[0..n) in one pass over each module's symbol table. 0, or -1 when
+ * out of host memory. */
+int msi_symbols_resolve(msi_symbols *s, const uint64_t *pcs, size_t n, msi_resolved *out);
 /* A function the compiler inlined at a native frame's pc, from DWARF (addr2line -i): `frame`
  * is the index of that frame; the frames inlined at one pc come in a row, innermost first. */
 typedef struct msi_inline {
@@ -430,10 +443,17 @@ typedef struct msi_inline {
   char *name, *file; /* name as the debug information spells it (mangled for C++) */
   int64_t line;
 } msi_inline;
-/* Sets file and line of the native frames whose modules have DWARF line tables (addr2line -i),
- * and lists the functions inlined at their pcs into *inl (caller frees each name and file, and
- * the array). Returns how many; 0 with *inl NULL when none or out of host memory. */
-size_t msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n, msi_inline **inl);
+/* File and line of native frames from DWARF (addr2line -a -f -i), in two halves so the runs go on
+ * while the caller does other work: start runs addr2line once per module that has line tables,
+ * all at once, on the frames with wanted[i] set (NULL when out of host memory; it may run none);
+ * finish reads the answers, sets file and line of those frames, lists the functions inlined at
+ * their pcs into *inl (caller frees each name and file, and the array; returns how many, 0 with
+ * *inl NULL when none or out of host memory) and ends the runs. cancel ends them unread. The
+ * frames and the symbols must stay as they were between start and finish. */
+typedef struct msi_lines msi_lines;
+msi_lines *msi_symbols_lines_start(msi_symbols *s, const msi_frame *frames, size_t n, const bool *wanted);
+size_t msi_symbols_lines_finish(msi_lines *L, msi_frame *frames, size_t n, const bool *wanted, msi_inline **inl);
+void msi_symbols_lines_cancel(msi_lines *L);
 void msi_symbolized_free(msi_symbolized *s);
 
 /* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */
@@ -457,6 +477,8 @@ bool msi_invalid_free(void *ptr, int hint, uint64_t size_arg, memsnap_stream_t s
                       bool loud);
 /* Forgets the sites warned about (memsnap_shutdown). */
 void msi_invalid_free_reset(void);
+/* fork(): takes (prepare) or releases (parent, child) the warnings' lock. */
+void msi_invalid_free_fork(int phase);
 
 /* ---- the device table (devices.c), below the entry points ------------------------------ */
 

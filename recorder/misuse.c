@@ -126,6 +126,11 @@ bool msi_invalid_free(void *ptr, int hint, uint64_t size_arg, memsnap_stream_t s
   return fatal;
 }
 
+void msi_invalid_free_fork(int phase) {
+  if (phase == MSI_FORK_PREPARE) pthread_mutex_lock(&warn_lock);
+  else pthread_mutex_unlock(&warn_lock);
+}
+
 void msi_invalid_free_reset(void) {
   pthread_mutex_lock(&warn_lock);
   nwarned_sites = nwarnings = 0;

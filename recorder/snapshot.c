@@ -336,8 +336,10 @@ static void read_cmdline(char *buf, size_t len) {
   buf[n] = '\0';
 }
 
+#define EVENT_ROWS 64 /* rows of one events insert: 704 parameters, under SQLite's 999 of old */
+
 static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_t nev, uint64_t dropped,
-                      uint64_t max_entries, uint64_t start_ns, const msi_symbolized *sym) {
+                      uint64_t max_entries, uint64_t start_ns, msi_symbolized *sym) {
   ok(w, sqlite3_exec(w->db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=65536;", NULL, NULL, NULL),
      "pragmas");
   ok(w, sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL), "begin");
@@ -459,6 +461,16 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     sqlite3_reset(st);
   }
   sqlite3_finalize(st);
+  /* Events go in EVENT_ROWS to a statement (one step for many rows: the per-statement work of
+     SQLite is most of an insert's cost), the last ones one by one. */
+  char *many = malloc(64 + EVENT_ROWS * 26);
+  if (many) {
+    size_t o = (size_t)sprintf(many, "INSERT INTO events VALUES");
+    for (int r = 0; r < EVENT_ROWS; r++) o += (size_t)sprintf(many + o, "%s(?,?,?,?,?,?,?,?,?,?,?)", r ? "," : "");
+  }
+  sqlite3_stmt *st_many = many ? prepare(w, many) : NULL;
+  free(many);
+  int rows = 0;
   st = prepare(w, "INSERT INTO events VALUES(?,?,?,?,?,?,?,?,?,?,?)");
   st2 = prepare(w, "INSERT INTO marks VALUES(?,?,?,?,?)");
   sqlite3_stmt *st3 = prepare(w, "INSERT INTO ranges VALUES(NULL,?,?,?,?,?,?)");
@@ -494,17 +506,23 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     if (e->kind == MSI_EV_SEGMENT_ALLOC && e->aux > max_label) max_label = (uint32_t)e->aux; /* external: the API */
     int64_t v[] = {id, t, e->kind, e->device, (int64_t)e->stream, (int64_t)e->addr, (int64_t)e->size,
                    (int64_t)e->requested, (int64_t)e->aux, e->tid, e->stack_id};
-    if (!st || w->rc) break;
+    if (!st || !st_many || w->rc) break;
+    bool batched = nev - i + rows >= EVENT_ROWS; /* this row's batch will be full */
+    sqlite3_stmt *target = batched ? st_many : st;
+    int base = batched ? rows * 11 : 0;
     for (int k = 0; k < 11; k++) {
       bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
                   (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH &&
                    e->kind != MSI_EV_INVALID_FREE && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux));
-      if (null) sqlite3_bind_null(st, k + 1);
-      else sqlite3_bind_int64(st, k + 1, v[k]);
+      if (null) sqlite3_bind_null(target, base + k + 1);
+      else sqlite3_bind_int64(target, base + k + 1, v[k]);
     }
-    ok(w, sqlite3_step(st), "insert event");
-    sqlite3_reset(st);
+    if (batched && ++rows < EVENT_ROWS) continue;
+    rows = 0;
+    ok(w, sqlite3_step(target), "insert event");
+    sqlite3_reset(target);
   }
+  sqlite3_finalize(st_many);
   for (size_t k = 0; k < nopen && !w->rc; k++) { /* still open at the snapshot: end_ns NULL */
     const msi_event *p = &ev[open[k].idx];
     sqlite3_bind_int64(st3, 1, (int64_t)p->aux);
@@ -532,7 +550,8 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   }
   sqlite3_finalize(st);
 
-  /* stacks and frames */
+  /* stacks and frames: the line lookups ran while the tables above were written */
+  if (!w->rc && msi_stacks_symbolize_finish(sym) != MEMSNAP_OK) w->rc = MEMSNAP_ENOMEM;
   st = prepare(w, "INSERT INTO stacks VALUES(?,?)");
   st2 = prepare(w, "INSERT INTO stack_frames VALUES(?,?,?)");
   for (uint32_t id = 1; id < sym->nstacks && !w->rc; id++) {

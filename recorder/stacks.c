@@ -358,17 +358,16 @@ static int64_t frame_find_or_add(frame_tab *t, uint64_t k0, uint64_t k1, bool *a
   return (int64_t)t->n++;
 }
 
-static void symbolize_native(msi_frame *f, uint64_t pc, msi_symbols *syms) {
+/* Names a native frame from what msi_symbols_resolve found at pc - 1 (pc is a return address:
+ * pc - 1 lies inside the calling function), else from dladdr. */
+static void symbolize_native(msi_frame *f, const msi_resolved *r) {
   Dl_info info;
-  const char *path, *name;
-  uint64_t offset;
+  uint64_t pc = f->pc;
   f->python = false;
-  f->pc = pc;
-  /* pc is a return address: pc - 1 lies inside the calling function. */
-  if (msi_symbols_lookup(syms, pc - 1, &path, &name, &offset)) {
-    f->module = strdup(path);
-    f->name = name ? demangle(name) : NULL;
-    f->offset = offset + 1;
+  if (r->path) {
+    f->module = strdup(r->path);
+    f->name = r->name ? demangle(r->name) : NULL;
+    f->offset = r->offset + 1;
   }
   if (!f->name && dladdr((void *)(uintptr_t)(pc - 1), &info) && info.dli_fname) {
     free(f->module);
@@ -426,10 +425,10 @@ static void symbolize_python(msi_frame *f, uint64_t code, uint64_t position, boo
 /* File and line of native frames, and the functions inlined at their pcs (symbols.c, from
  * DWARF) as frames of their own: each stack gets them before the frame they were inlined into,
  * innermost first, as `addr2line -i` lists them. 0, or -1 when out of host memory. */
-static int add_inlined(frame_tab *t, msi_symbols *syms, msi_symbolized *out) {
+static int add_inlined(frame_tab *t, msi_lines *lines, const bool *wanted, msi_symbolized *out) {
   size_t nphysical = t->n;
   msi_inline *inl = NULL;
-  size_t ninl = msi_symbols_lines(syms, t->frames, nphysical, &inl);
+  size_t ninl = msi_symbols_lines_finish(lines, t->frames, nphysical, wanted, &inl);
   uint32_t *first = ninl ? calloc(nphysical, sizeof *first) : NULL; /* frame -> first inlined + 1 */
   uint16_t *count = ninl ? calloc(nphysical, sizeof *count) : NULL;
   int rc = ninl && (!first || !count) ? -1 : 0;
@@ -480,9 +479,17 @@ static int add_inlined(frame_tab *t, msi_symbols *syms, msi_symbolized *out) {
   return rc;
 }
 
+/* What msi_stacks_symbolize leaves under way for msi_stacks_symbolize_finish. */
+struct msi_symbolize_pending {
+  frame_tab tab;
+  msi_symbols *syms;
+  msi_lines *lines;
+  bool *wanted; /* by frame: some stack keeps it */
+};
+
 int msi_stacks_symbolize(msi_symbolized *out) {
   memset(out, 0, sizeof *out);
-  int rc = MEMSNAP_OK;
+  struct msi_symbolize_pending *pending = NULL;
   frame_tab t = {0};
   /* 1. Copy the interned stacks; recording goes on meanwhile (code objects stay alive: every
    *    interned one holds a reference). */
@@ -501,59 +508,73 @@ int msi_stacks_symbolize(msi_symbolized *out) {
   out->stacks = calloc(n, sizeof *out->stacks);
   if (!out->stacks) goto oom;
   out->nstacks = n;
-  /* 2. Native frames named and stacks merged, with no lock held. Python frames are entered in
-   *    the frame table here and named in step 3. */
+  /* 2. Every stack's frames entered in the frame table (native ones by pc, Python ones by code
+   *    and line), with no lock held; the stack holds its native then its Python frame ids. */
   for (uint32_t id = 1; id < count; id++) {
     stack_rec *r = &r_copy[id];
     const uint64_t *w = &w_copy[r->offset];
     size_t total = (size_t)r->n_native + r->n_python;
-    int64_t *native_ids = malloc(sizeof *native_ids * (r->n_native ? r->n_native : 1)), python_ids[MAX_PYTHON];
-    int64_t *merged = malloc(sizeof *merged * (total ? total : 1));
-    if (!native_ids || !merged) {
-      free(native_ids);
-      free(merged);
-      goto oom;
-    }
-    bool failed = false;
-    for (int k = 0; k < r->n_native && !failed; k++) {
+    int64_t *ids = malloc(sizeof *ids * (total ? total : 1));
+    if (!ids) goto oom;
+    out->stacks[id].frames = ids;
+    out->stacks[id].depth = (uint32_t)total;
+    for (int k = 0; k < r->n_native; k++) {
       bool added;
       int64_t f = frame_find_or_add(&t, w[k], UINT64_MAX, &added);
-      if (f >= 0 && added) symbolize_native(&t.frames[f], w[k], syms);
-      failed = f < 0 || frame_incomplete(&t.frames[f]);
-      native_ids[k] = f;
+      if (f < 0) goto oom;
+      if (added) t.frames[f].pc = w[k]; /* named below, in one batch */
+      ids[k] = f;
     }
-    for (int k = 0; k < r->n_python && !failed; k++) {
+    for (int k = 0; k < r->n_python; k++) {
       bool added;
       int64_t f = frame_find_or_add(&t, w[r->n_native + 2 * k], w[r->n_native + 2 * k + 1], &added);
-      if (f >= 0 && added) t.frames[f].python = true; /* named in step 3 */
-      failed = f < 0;
-      python_ids[k] = f;
+      if (f < 0) goto oom;
+      if (added) t.frames[f].python = true; /* named in step 3 */
+      ids[r->n_native + k] = f;
     }
-    if (failed) {
-      free(native_ids);
-      free(merged);
-      goto oom;
+  }
+  /* Native frames named in one pass over each module's symbol table. */
+  {
+    size_t nnative = 0;
+    for (size_t f = 0; f < t.n; f++) nnative += !t.frames[f].python;
+    uint64_t *pcs = malloc(sizeof *pcs * (nnative ? nnative : 1));
+    msi_resolved *res = malloc(sizeof *res * (nnative ? nnative : 1));
+    size_t *which = malloc(sizeof *which * (nnative ? nnative : 1));
+    bool failed = !pcs || !res || !which;
+    size_t k = 0;
+    for (size_t f = 0; f < t.n && !failed; f++)
+      if (!t.frames[f].python) {
+        which[k] = f;
+        pcs[k++] = t.frames[f].pc - 1;
+      }
+    failed = failed || msi_symbols_resolve(syms, pcs, k, res) != 0;
+    for (size_t i = 0; i < k && !failed; i++) {
+      symbolize_native(&t.frames[which[i]], &res[i]);
+      failed = frame_incomplete(&t.frames[which[i]]);
     }
-    /* Merge: native frames down to the first interpreter frame, the Python frames there, then
-       the native frames after the last interpreter frame. */
+    free(pcs);
+    free(res);
+    free(which);
+    if (failed) goto oom;
+  }
+  /* Stacks merged: native frames down to the first interpreter frame, the Python frames there,
+   * then the native frames after the last interpreter frame. */
+  for (uint32_t id = 1; id < count; id++) {
+    stack_rec *r = &r_copy[id];
+    int64_t *ids = out->stacks[id].frames, python_ids[MAX_PYTHON];
     int first = -1, last = -1;
     for (int k = 0; k < r->n_native; k++)
-      if (is_interpreter(t.frames[native_ids[k]].name)) {
+      if (is_interpreter(t.frames[ids[k]].name)) {
         if (first < 0) first = k;
         last = k;
       }
-    size_t m = 0;
-    if (r->n_python && first >= 0) {
-      for (int k = 0; k < first; k++) merged[m++] = native_ids[k];
-      for (int k = 0; k < r->n_python; k++) merged[m++] = python_ids[k];
-      for (int k = last + 1; k < r->n_native; k++) merged[m++] = native_ids[k];
-    } else {
-      for (int k = 0; k < r->n_native; k++) merged[m++] = native_ids[k];
-      for (int k = 0; k < r->n_python; k++) merged[m++] = python_ids[k];
-    }
-    free(native_ids);
-    out->stacks[id].frames = merged;
-    out->stacks[id].depth = (uint32_t)m;
+    if (!r->n_python || first < 0) continue; /* native then Python frames, as entered */
+    memcpy(python_ids, ids + r->n_native, sizeof *python_ids * r->n_python);
+    int64_t *tail = ids + last + 1; /* native frames after the last interpreter frame */
+    size_t ntail = (size_t)(r->n_native - last - 1), m = (size_t)first;
+    memmove(ids + first + r->n_python, tail, sizeof *ids * ntail);
+    memcpy(ids + m, python_ids, sizeof *python_ids * r->n_python);
+    out->stacks[id].depth = (uint32_t)(m + r->n_python + ntail);
   }
   /* 3. Python frames, with the GIL (only for this). */
   bool have_gil = false;
@@ -571,26 +592,66 @@ int msi_stacks_symbolize(msi_symbolized *out) {
   }
   if (have_gil) py.GILState_Release(gil);
   if (failed) goto oom;
-  if (add_inlined(&t, syms, out) != 0) goto oom;
-  goto cleanup;
+  /* 4. File and line from DWARF: only for the frames that some stack keeps (the interpreter's
+   *    frames between its Python frames are left out of the stacks: nobody reads their lines),
+   *    in addr2line processes that run while the caller writes its other tables. */
+  pending = calloc(1, sizeof *pending);
+  bool *wanted = pending ? calloc(t.n ? t.n : 1, sizeof *wanted) : NULL;
+  if (!wanted) goto oom;
+  for (uint32_t id = 1; id < count; id++)
+    for (uint32_t p = 0; p < out->stacks[id].depth; p++) wanted[out->stacks[id].frames[p]] = true;
+  pending->wanted = wanted;
+  pending->lines = msi_symbols_lines_start(syms, t.frames, t.n, wanted);
+  pending->syms = syms;
+  pending->tab = t;
+  out->pending = pending;
+  out->frames = t.frames; /* the frames belong to `out` from here on, also to free them */
+  out->nframes = t.n;
+  free(r_copy);
+  free(w_copy);
+  return MEMSNAP_OK;
 oom:
-  rc = MEMSNAP_ENOMEM;
-cleanup:
+  free(pending);
   msi_symbols_close(syms);
   free(r_copy);
   free(w_copy);
-  out->frames = t.frames; /* the frames belong to `out` from here on, also to free them */
+  out->frames = t.frames;
   out->nframes = t.n;
   free(t.keys);
   free(t.index);
-  if (rc != MEMSNAP_OK) {
-    msi_symbolized_free(out);
-    msi_error("snapshot: out of host memory while symbolizing stacks");
-  }
+  msi_symbolized_free(out);
+  msi_error("snapshot: out of host memory while symbolizing stacks");
+  return MEMSNAP_ENOMEM;
+}
+
+/* Ends the work msi_stacks_symbolize left under way; with `complete`, adds what the line
+ * lookups found (0, or -1 when out of host memory). */
+static int end_pending(msi_symbolized *out, bool complete) {
+  struct msi_symbolize_pending *p = out->pending;
+  if (!p) return 0;
+  out->pending = NULL;
+  int rc = 0;
+  if (complete) rc = add_inlined(&p->tab, p->lines, p->wanted, out);
+  else msi_symbols_lines_cancel(p->lines);
+  out->frames = p->tab.frames; /* add_inlined may have grown the table */
+  out->nframes = p->tab.n;
+  msi_symbols_close(p->syms);
+  free(p->tab.keys);
+  free(p->tab.index);
+  free(p->wanted);
+  free(p);
   return rc;
 }
 
+int msi_stacks_symbolize_finish(msi_symbolized *out) {
+  if (end_pending(out, true) == 0) return MEMSNAP_OK;
+  msi_symbolized_free(out);
+  msi_error("snapshot: out of host memory while symbolizing stacks");
+  return MEMSNAP_ENOMEM;
+}
+
 void msi_symbolized_free(msi_symbolized *s) {
+  end_pending(s, false);
   for (size_t i = 0; i < s->nframes; i++) {
     free(s->frames[i].name);
     free(s->frames[i].file);

@@ -6,9 +6,11 @@
  * finds the function whose [start, start + size) holds the address. Used only when writing a
  * snapshot (stacks.c), never while allocating.
  *
- * msi_symbols_open() starts a cache, msi_symbols_lookup() answers, msi_symbols_close() frees.
- * msi_symbols_lines() adds file and line to native frames of modules with DWARF line tables,
- * through binutils' addr2line when it is installed (one run per module, `addr2line -a -f -i`),
+ * msi_symbols_open() lists the loaded modules, msi_symbols_resolve() names a batch of pcs (one
+ * pass over each module's symbol table, nothing sorted but the pcs), msi_symbols_close() frees.
+ * msi_symbols_lines_start() and _finish() add file and line to native frames of modules with DWARF line tables,
+ * through binutils' addr2line when it is installed (one run per module, `addr2line -a -f -i`, all
+ * modules' runs at once, started before the snapshot's tables are written and read after),
  * and the functions the compiler inlined at each pc, each with its own file and line; without
  * it, or without debug information, frames keep their names only.
  * Every field of every file read is untrusted: offsets and sizes are checked against the file.
@@ -29,19 +31,12 @@ extern char **environ;
 
 #include "internal.h"
 
-typedef struct fn_sym {
-  uint64_t start, size; /* run-time address range */
-  const char *name;     /* into the module's mapping of its string table */
-} fn_sym;
-
 typedef struct module {
   char *path;
   uint64_t lo, hi;   /* executable address range */
   uint64_t bias;     /* load bias: run-time address - file address */
   void *map;         /* the file, mapped read-only */
   size_t map_len;
-  fn_sym *syms;
-  size_t nsyms;
   bool loaded;
   bool has_lines; /* the file has DWARF line tables (.debug_line) */
 } module;
@@ -93,20 +88,28 @@ void msi_symbols_close(msi_symbols *s) {
   if (!s) return;
   for (size_t i = 0; i < s->nmods; i++) {
     free(s->mods[i].path);
-    free(s->mods[i].syms);
     if (s->mods[i].map) munmap(s->mods[i].map, s->mods[i].map_len);
   }
   free(s->mods);
   free(s);
 }
 
-static int cmp_sym(const void *a, const void *b) {
-  const fn_sym *x = a, *y = b;
-  return x->start < y->start ? -1 : x->start > y->start;
+/* The pcs of one module being resolved: sorted by pc, with the best symbol found so far. */
+typedef struct want {
+  uint64_t pc;
+  size_t index; /* into the caller's arrays */
+} want;
+
+static int cmp_want(const void *a, const void *b) {
+  const want *x = a, *y = b;
+  return x->pc < y->pc ? -1 : x->pc > y->pc;
 }
 
-/* Reads the function symbols of one symbol table section. */
-static void read_table(module *m, const ElfW(Ehdr) *eh, const ElfW(Shdr) *sh, const ElfW(Shdr) *shdrs) {
+/* Scans one symbol table section once: each function symbol gives its name to the pcs it holds
+ * whose best symbol so far starts lower (the innermost of nested ranges). No table is built or
+ * sorted: a module's symbols are read once per dump, in the order the file has them. */
+static void scan_table(module *m, const ElfW(Ehdr) *eh, const ElfW(Shdr) *sh, const ElfW(Shdr) *shdrs, const want *w,
+                       size_t nw, msi_resolved *out) {
   const char *base = m->map;
   if (sh->sh_link >= eh->e_shnum || sh->sh_entsize != sizeof(ElfW(Sym))) return;
   const ElfW(Shdr) *str = &shdrs[sh->sh_link];
@@ -114,20 +117,33 @@ static void read_table(module *m, const ElfW(Ehdr) *eh, const ElfW(Shdr) *sh, co
       str->sh_size > m->map_len - str->sh_offset)
     return;
   size_t n = sh->sh_size / sizeof(ElfW(Sym));
-  if (n == 0) return; /* realloc(p, 0) would free p */
   const ElfW(Sym) *syms = (const void *)(base + sh->sh_offset);
-  fn_sym *out = realloc(m->syms, sizeof *out * (m->nsyms + n));
-  if (!out) return;
-  m->syms = out;
   for (size_t i = 0; i < n; i++) {
     if (ELF64_ST_TYPE(syms[i].st_info) != STT_FUNC || syms[i].st_value == 0 || syms[i].st_name >= str->sh_size)
       continue;
+    uint64_t start = m->bias + syms[i].st_value, size = syms[i].st_size ? syms[i].st_size : 1;
+    if (start > w[nw - 1].pc || start + size <= w[0].pc) continue;
+    size_t lo = 0, hi = nw; /* the first pc at or after start */
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (w[mid].pc < start) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo == nw || w[lo].pc - start >= size) continue;
     const char *name = base + str->sh_offset + syms[i].st_name;
     if (!memchr(name, '\0', str->sh_size - syms[i].st_name)) continue; /* unterminated */
-    out[m->nsyms++] = (fn_sym){m->bias + syms[i].st_value, syms[i].st_size ? syms[i].st_size : 1, name};
+    for (size_t k = lo; k < nw && w[k].pc - start < size; k++) {
+      msi_resolved *r = &out[w[k].index];
+      if (!r->name || start > r->start) {
+        r->name = name;
+        r->start = start;
+        r->offset = w[k].pc - start;
+      }
+    }
   }
 }
 
+/* Maps a module's file and notes whether it has DWARF line tables. */
 static void load(module *m) {
   m->loaded = true;
   int fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* never block on a FIFO */
@@ -143,11 +159,12 @@ static void load(module *m) {
   const ElfW(Ehdr) *eh = m->map;
   if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
       eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_shoff > m->map_len ||
-      (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) > m->map_len - eh->e_shoff)
+      (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) > m->map_len - eh->e_shoff) {
+    munmap(m->map, m->map_len);
+    m->map = NULL;
     return;
+  }
   const ElfW(Shdr) *shdrs = (const void *)((const char *)m->map + eh->e_shoff);
-  bool have_symtab = false;
-  for (int i = 0; i < eh->e_shnum; i++) have_symtab |= shdrs[i].sh_type == SHT_SYMTAB;
   if (eh->e_shstrndx < eh->e_shnum) {
     const ElfW(Shdr) *names = &shdrs[eh->e_shstrndx];
     if (names->sh_offset <= m->map_len && names->sh_size <= m->map_len - names->sh_offset)
@@ -156,37 +173,35 @@ static void load(module *m) {
             memcmp((const char *)m->map + names->sh_offset + shdrs[i].sh_name, ".debug_line", sizeof ".debug_line") == 0)
           m->has_lines = true;
   }
-  for (int i = 0; i < eh->e_shnum; i++)
-    if (shdrs[i].sh_type == (have_symtab ? SHT_SYMTAB : SHT_DYNSYM)) read_table(m, eh, &shdrs[i], shdrs);
-  if (m->nsyms) qsort(m->syms, m->nsyms, sizeof *m->syms, cmp_sym);
 }
 
-bool msi_symbols_lookup(msi_symbols *s, uint64_t pc, const char **path, const char **name, uint64_t *offset) {
-  if (!s) return false;
-  for (size_t i = 0; i < s->nmods; i++) {
-    module *m = &s->mods[i];
-    if (pc < m->lo || pc >= m->hi) continue;
-    *path = m->path;
-    *name = NULL;
-    *offset = pc - m->bias;
+int msi_symbols_resolve(msi_symbols *s, const uint64_t *pcs, size_t n, msi_resolved *out) {
+  memset(out, 0, sizeof *out * n);
+  if (!s || n == 0) return 0;
+  want *w = malloc(sizeof *w * n);
+  if (!w) return -1;
+  for (size_t mi = 0; mi < s->nmods; mi++) {
+    module *m = &s->mods[mi];
+    size_t nw = 0;
+    for (size_t i = 0; i < n; i++)
+      if (pcs[i] >= m->lo && pcs[i] < m->hi && !out[i].path) w[nw++] = (want){pcs[i], i};
+    if (nw == 0) continue;
+    for (size_t k = 0; k < nw; k++) {
+      out[w[k].index].path = m->path;
+      out[w[k].index].offset = w[k].pc - m->bias;
+    }
     if (!m->loaded) load(m);
-    /* The last symbol starting at or before pc, if pc falls inside it. */
-    size_t lo = 0, hi = m->nsyms;
-    while (lo < hi) {
-      size_t mid = (lo + hi) / 2;
-      if (m->syms[mid].start <= pc) lo = mid + 1;
-      else hi = mid;
-    }
-    for (size_t k = lo; k-- > 0 && m->syms[k].start + 65536 > pc;) {
-      if (pc < m->syms[k].start + m->syms[k].size) {
-        *name = m->syms[k].name;
-        *offset = pc - m->syms[k].start;
-        break;
-      }
-    }
-    return true;
+    if (!m->map) continue;
+    qsort(w, nw, sizeof *w, cmp_want);
+    const ElfW(Ehdr) *eh = m->map;
+    const ElfW(Shdr) *shdrs = (const void *)((const char *)m->map + eh->e_shoff);
+    bool have_symtab = false;
+    for (int i = 0; i < eh->e_shnum; i++) have_symtab |= shdrs[i].sh_type == SHT_SYMTAB;
+    for (int i = 0; i < eh->e_shnum; i++)
+      if (shdrs[i].sh_type == (have_symtab ? SHT_SYMTAB : SHT_DYNSYM)) scan_table(m, eh, &shdrs[i], shdrs, w, nw, out);
   }
-  return false;
+  free(w);
+  return 0;
 }
 
 /* ---- file and line, from DWARF through binutils' addr2line ------------------------------ */
@@ -277,25 +292,41 @@ static size_t read_answer(FILE *out, char *line, size_t len, location *l) {
   return n;
 }
 
-size_t msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n, msi_inline **inl) {
-  size_t ninl = 0, cap = 0;
-  *inl = NULL;
-  if (!s) return 0;
+/* One addr2line run under way: its module, process and output. */
+typedef struct lines_run {
+  module *m;
+  pid_t pid;
+  FILE *out;
+} lines_run;
+
+struct msi_lines {
+  lines_run *runs;
+  size_t nruns;
+};
+
+static bool frame_in(const msi_frame *f, const module *m) { return !f->python && f->pc - 1 >= m->lo && f->pc - 1 < m->hi; }
+
+msi_lines *msi_symbols_lines_start(msi_symbols *s, const msi_frame *frames, size_t n, const bool *wanted) {
+  msi_lines *L = s ? calloc(1, sizeof *L) : NULL;
+  if (!L || !(L->runs = calloc(s->nmods ? s->nmods : 1, sizeof *L->runs))) {
+    free(L);
+    return NULL;
+  }
   for (size_t mi = 0; mi < s->nmods; mi++) {
     module *m = &s->mods[mi];
     if (!m->loaded || !m->has_lines || m->map_len > MAX_LINES_MODULE) continue;
     char tmpl[] = "/tmp/memsnap-addr-XXXXXX";
     int fd = mkostemp(tmpl, O_CLOEXEC);
-    if (fd < 0) return ninl;
+    if (fd < 0) break;
     unlink(tmpl);
     FILE *in = fdopen(fd, "w+");
     if (!in) {
       close(fd);
-      return ninl;
+      break;
     }
     size_t count = 0;
     for (size_t i = 0; i < n; i++)
-      if (!frames[i].python && frames[i].pc - 1 >= m->lo && frames[i].pc - 1 < m->hi) {
+      if (wanted[i] && frame_in(&frames[i], m)) {
         fprintf(in, "%llx\n", (unsigned long long)(frames[i].pc - 1 - m->bias));
         count++;
       }
@@ -304,19 +335,32 @@ size_t msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n, msi_inline
       fclose(in);
       continue;
     }
-    pid_t pid;
-    FILE *out = run_addr2line(m->path, fd, &pid);
+    lines_run *r = &L->runs[L->nruns];
+    r->out = run_addr2line(m->path, fd, &r->pid);
     fclose(in);
-    if (!out) return ninl; /* no addr2line: names only */
+    if (!r->out) break; /* no addr2line: names only */
+    r->m = m;
+    L->nruns++;
+  }
+  return L;
+}
+
+size_t msi_symbols_lines_finish(msi_lines *L, msi_frame *frames, size_t n, const bool *wanted, msi_inline **inl) {
+  size_t ninl = 0, cap = 0;
+  *inl = NULL;
+  if (!L) return 0;
+  for (size_t ri = 0; ri < L->nruns; ri++) {
+    lines_run *r = &L->runs[ri];
+    const module *m = r->m;
     char line[4096], expect[32];
     location l[MAX_INLINE_DEPTH + 1];
-    if (!fgets(line, sizeof line, out)) line[0] = '\0';
+    if (!fgets(line, sizeof line, r->out)) line[0] = '\0';
     line[strcspn(line, "\n")] = '\0';
     for (size_t i = 0; i < n; i++) {
-      if (frames[i].python || frames[i].pc - 1 < m->lo || frames[i].pc - 1 >= m->hi) continue;
+      if (!wanted[i] || !frame_in(&frames[i], m)) continue;
       snprintf(expect, sizeof expect, "0x%016llx", (unsigned long long)(frames[i].pc - 1 - m->bias));
       if (strcmp(line, expect) != 0) break; /* out of step with what was asked: stop here */
-      size_t k = read_answer(out, line, sizeof line, l);
+      size_t k = read_answer(r->out, line, sizeof line, l);
       if (k && l[k - 1].file) { /* the function holding the pc: the frame's own file and line */
         free(frames[i].file);
         frames[i].file = l[k - 1].file;
@@ -337,8 +381,17 @@ size_t msi_symbols_lines(msi_symbols *s, msi_frame *frames, size_t n, msi_inline
       }
       free_locations(l, k);
     }
-    fclose(out);
-    waitpid(pid, NULL, 0);
   }
+  msi_symbols_lines_cancel(L);
   return ninl;
+}
+
+void msi_symbols_lines_cancel(msi_lines *L) {
+  if (!L) return;
+  for (size_t ri = 0; ri < L->nruns; ri++) {
+    fclose(L->runs[ri].out); /* a run not read to its end stops on the closed pipe */
+    waitpid(L->runs[ri].pid, NULL, 0);
+  }
+  free(L->runs);
+  free(L);
 }
