@@ -221,8 +221,8 @@ static bool use_cache(void) {
 }
 
 /* 0 ok, 2 out of memory, 1 any other failure. */
-static int cached_alloc(void **out, size_t size, int device) {
-  int rc = memsnap_alloc(out, size, device, NULL);
+static int cached_alloc(void **out, size_t size, int device, void *caller) {
+  int rc = memsnap_alloc_for(out, size, device, NULL, caller);
   return rc == MEMSNAP_OK ? 0 : rc == MEMSNAP_ENOMEM ? 2 : 1;
 }
 
@@ -232,7 +232,7 @@ static int cached_alloc(void **out, size_t size, int device) {
 static bool cached_free(void *p, bool (*sync)(void)) {
   if (!p) return false;
   if (sync) sync();
-  return memsnap_release(p) == MEMSNAP_OK;
+  return memsnap_release_for(p) == MEMSNAP_OK;
 }
 
 static bool sync_runtime(void) {
@@ -293,7 +293,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
   if (use_cache()) {
     int device = is_sim() ? 0 : current_device_driver();
     if (is_sim() || in_primary_context(device)) {
-      int rc = cached_alloc((void **)p, size, device);
+      int rc = cached_alloc((void **)p, size, device, CALLER());
       return rc == 0 ? CUDA_SUCCESS : rc == 2 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
     }
   }
@@ -465,7 +465,7 @@ EXPORT void *dlsym(void *handle, const char *name) {
 EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
   void *caller = CALLER();
   if (use_cache()) {
-    int rc = cached_alloc(p, size, is_sim() ? 0 : current_device_runtime());
+    int rc = cached_alloc(p, size, is_sim() ? 0 : current_device_runtime(), caller);
     return rc == 0 ? cudaSuccess : rc == 2 ? cudaErrorMemoryAllocation : cudaErrorUnknown;
   }
   RUNTIME_CALL(cudaMalloc, cudaError_t(*)(void **, size_t), (p, size), SIM_RALLOC(p, size, NULL, "cudaMalloc"),

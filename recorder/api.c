@@ -230,15 +230,27 @@ void msi_dump_on_oom(void) {
   }
 }
 
-int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) {
+/* memsnap_alloc with the caller's stack given: `foreign` for a call made on behalf of an
+ * intercepted cudaMalloc (stack from `caller` on, the GIL never taken), else the usual stack. */
+static int alloc_on(void **out, size_t size, int device, memsnap_stream_t stream, bool foreign, void *caller) {
   *out = NULL;
   if (size == 0) return MEMSNAP_OK;
   msi_device *d = msi_device_get(device);
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
-  int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, call_stack(), out)
-                                         : msi_device_malloc(d, size, stream, call_stack(), out);
+  uint32_t stack = !MSI_UNLIKELY(msi_is_recording()) ? 0
+                   : foreign ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : msi_stack_capture();
+  int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, stack, out)
+                                         : msi_device_malloc(d, size, stream, stack, out);
   if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM)) msi_dump_on_oom();
   return rc;
+}
+
+int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) {
+  return alloc_on(out, size, device, stream, false, NULL);
+}
+
+int memsnap_alloc_for(void **out, size_t size, int device, memsnap_stream_t stream, void *caller) {
+  return alloc_on(out, size, device, stream, true, caller);
 }
 
 void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream) {
@@ -292,6 +304,11 @@ void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) 
 int memsnap_release(void *ptr) {
   if (!ptr) return MEMSNAP_OK;
   return release_on(ptr, -1, call_stack());
+}
+
+int memsnap_release_for(void *ptr) {
+  if (!ptr) return MEMSNAP_OK;
+  return release_on(ptr, -1, msi_is_recording() ? msi_stack_capture_from(0, false) : 0);
 }
 
 void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *arg) {

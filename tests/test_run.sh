@@ -166,10 +166,18 @@ check "run py torch-native: PyTorch's snapshot imported, the pickle removed" \
 leak_is py_native "$work/py_native.db" keep_loss_for_logging
 
 if [ -e "$cudart" ]; then
-  FAKE_TORCH_CUDART=$cudart run py_intercept 0 --mode intercept -o "$work/py_intercept.db" -- python3 "$train" 8
+  # A library that calls cudaMalloc holding the GIL (CuPy does): its Python frames are recorded.
+  FAKE_TORCH_HOLD_GIL=1 FAKE_TORCH_CUDART=$cudart run py_intercept 0 --mode intercept -o "$work/py_intercept.db" -- python3 "$train" 8
   check "run py intercept: torch's cudaMalloc calls are external segments" \
     test "$(sql "$work/py_intercept.db" "select count(*), source from segments where pool = 'external'")" = "8|cudaMalloc"
   leak_is py_intercept "$work/py_intercept.db" keep_loss_for_logging
+  # One that releases the GIL first (PyTorch's ops do): the interposer never takes it back (the
+  # caller may hold a lock a GIL holder waits for), so only native frames are recorded.
+  FAKE_TORCH_CUDART=$cudart run py_intercept_nogil 0 --mode intercept -o "$work/py_intercept_nogil.db" -- python3 "$train" 8
+  check "run py intercept, GIL released: recorded, native frames only" \
+    test "$(sql "$work/py_intercept_nogil.db" "select count(distinct s.id), sum(f.kind = 'python') from segments s
+      join stack_frames k on k.stack_id = (select stack_id from blocks where segment_id = s.id)
+      join frames f on f.id = k.frame_id where s.pool = 'external'")" = "8|0"
   run py_both 0 --mode allocator+intercept -o "$work/py_both.db" -- python3 "$train" 8 cudart "$cudart"
   check "run py allocator+intercept: torch's blocks in memsnap's pools, the direct cudaMalloc external" \
     test "$(sql "$work/py_both.db" "select group_concat(pool || ':' || ifnull(source, '-'), ',') from (select distinct pool, source from segments order by 1)")" = "external:cudaMalloc,small:-"
