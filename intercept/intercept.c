@@ -265,21 +265,30 @@ static bool in_primary_context(int device) {
 
 /* ---- the driver API ----------------------------------------------------------------------- */
 
-/* Calls the driver's function `id` with `args` unless inside a recorded call's, then `record`
- * if it succeeded at the outermost level. Under sim, `sim_expr` answers instead. */
-#define DRIVER_CALL(id, ptsz, type, args, sim_expr, record, args_size)                          \
-  do {                                                                               \
-    if (is_sim()) return (sim_expr);                                                 \
-    __typeof__((type)0) fn = (type)driver(id, ptsz);                                              \
-    if (!fn) return CUDA_ERROR_NOT_INITIALIZED;                                      \
-    depth++;                                                                         \
-    CUresult r = fn args;                                                            \
-    depth--;                                                                         \
-    if (r == CUDA_SUCCESS && depth == 0) record;                                     \
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && depth == 0 && (args_size) != 0)            \
-      report_oom((args_size), current_device_driver(), CALLER());                      \
-    return r;                                                                        \
+/* Calls `fn_expr` (a function of return type `rtype`; `missing` when it cannot be found) with
+ * `args`, then, at the outermost level, `record` if it returned `ok`, or reports an out of
+ * memory of `args_size` bytes on `device` if it returned `oom`. Under sim, `sim_expr` answers
+ * instead. */
+#define FORWARD(rtype, fn_expr, missing, ok, oom, device, args, sim_expr, record, args_size) \
+  do {                                                                              \
+    if (is_sim()) return (sim_expr);                                                \
+    __typeof__(fn_expr) fn = (fn_expr);                                             \
+    if (!fn) return missing;                                                        \
+    depth++;                                                                        \
+    rtype r = fn args;                                                              \
+    depth--;                                                                        \
+    if (r == ok && depth == 0) record;                                              \
+    if (r == oom && depth == 0 && (args_size) != 0) report_oom((args_size), device, CALLER()); \
+    return r;                                                                       \
   } while (0)
+
+/* The driver's function `id` (of type `type`); libcudart's function `name`. */
+#define DRIVER_CALL(id, ptsz, type, args, sim_expr, record, args_size)                                      \
+  FORWARD(CUresult, (type)driver(id, ptsz), CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY, \
+          current_device_driver(), args, sim_expr, record, args_size)
+#define RUNTIME_CALL(name, type, args, sim_expr, record, args_size)                                         \
+  FORWARD(cudaError_t, RUNTIME(name, type), cudaErrorInitializationError, cudaSuccess, cudaErrorMemoryAllocation, \
+          current_device_runtime(), args, sim_expr, record, args_size)
 
 #define SIM_ALLOC(p, size, stream, api) \
   (sim_alloc((uintptr_t *)(p), (size), (stream), (api), CALLER()) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS)
@@ -442,21 +451,6 @@ EXPORT void *dlsym(void *handle, const char *name) {
 }
 
 /* ---- the runtime API ---------------------------------------------------------------------- */
-
-/* As DRIVER_CALL, for libcudart's functions (found after this library). */
-#define RUNTIME_CALL(name, type, args, sim_expr, record, args_size)                             \
-  do {                                                                               \
-    if (is_sim()) return (sim_expr);                                                 \
-    __typeof__((type)0) fn = RUNTIME(name, type);                                                 \
-    if (!fn) return cudaErrorInitializationError;                                    \
-    depth++;                                                                         \
-    cudaError_t r = fn args;                                                         \
-    depth--;                                                                         \
-    if (r == cudaSuccess && depth == 0) record;                                      \
-    if (r == cudaErrorMemoryAllocation && depth == 0 && (args_size) != 0)           \
-      report_oom((args_size), current_device_runtime(), CALLER());                     \
-    return r;                                                                        \
-  } while (0)
 
 #define SIM_RALLOC(p, size, stream, api) \
   (sim_alloc((uintptr_t *)(p), (size), (stream), (api), CALLER()) ? cudaErrorMemoryAllocation : cudaSuccess)

@@ -248,28 +248,22 @@ def main():
     if "not found" in libs:
         sys.exit("error: libmemsnap.so misses libraries:\n" + libs)
     table = []
-    if "resnet50" in only:
-        if have("torchvision"):
-            prog = write_program("train_resnet50.py", RESNET)
-            table += suite("resnet50", [sys.executable, prog, str(opts.steps)],
-                           modes("allocator", "torch-native", "intercept", "allocator+intercept"),
-                           "keep_logits_for_logging", "step_ms", opts.reps)
-        else:
-            emit({"skipped": "resnet50", "why": "torchvision is not installed"})
-    if "cupy" in only:
-        if have("cupy"):
-            prog = write_program("cupy_loop.py", CUPY)
-            table += suite("cupy", [sys.executable, prog, str(opts.steps * 10)], modes("intercept"), "keep_for_later",
-                           "total_ms", opts.reps)
-        else:
-            emit({"skipped": "cupy", "why": "CuPy is not installed"})
-    if "jax" in only:
-        if have("jax"):
-            prog = write_program("jax_loop.py", JAX)
-            table += suite("jax", [sys.executable, prog, str(opts.steps * 10)], modes("intercept"), "keep_for_later",
-                           "total_ms", opts.reps, env_extra=JAX_ENV)
-        else:
-            emit({"skipped": "jax", "why": "JAX is not installed"})
+    # name, the module it needs, the program, steps per --steps, its leak, what is timed, modes, env
+    workloads = [
+        ("resnet50", "torchvision", RESNET, 1, "keep_logits_for_logging", "step_ms",
+         modes("allocator", "torch-native", "intercept", "allocator+intercept"), None),
+        ("cupy", "cupy", CUPY, 10, "keep_for_later", "total_ms", modes("intercept"), None),
+        ("jax", "jax", JAX, 10, "keep_for_later", "total_ms", modes("intercept"), JAX_ENV),
+    ]
+    for name, module, text, factor, leak, key, variants, env in workloads:
+        if name not in only:
+            continue
+        if not have(module):
+            emit({"skipped": name, "why": module + " is not installed"})
+            continue
+        prog = write_program(name + ".py", text)
+        table += suite(name, [sys.executable, prog, str(opts.steps * factor)], variants, leak, key, opts.reps,
+                       env_extra=env)
     if "static" in only:
         if os.access(STATIC, os.X_OK):
             table += suite("static", [STATIC, "20", "20000"],
