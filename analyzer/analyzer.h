@@ -246,6 +246,14 @@ typedef struct ms_curve {
   int n; /* buckets used, in time order */
 } ms_curve;
 
+/* Memory outside memsnap's allocator at the snapshot (segments of pool "external": memsnap run
+ * --mode intercept), by the API that allocated it and the library that called that API. */
+typedef struct ms_external {
+  char source[64], library[128]; /* neutralised; "" when unknown */
+  int64_t count, bytes;
+} ms_external;
+#define MS_EXTERNAL_MAX 16
+
 typedef struct ms_analysis {
   ms_snapshot *snap;
   ms_curve *allocated_curve, *reserved_curve;
@@ -269,6 +277,9 @@ typedef struct ms_analysis {
   uint32_t *top; /* site indices by bytes allocated, largest first */
   size_t ntop;
   int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
+  ms_external external[MS_EXTERNAL_MAX]; /* the largest groups, largest first */
+  size_t nexternal;
+  int64_t external_bytes;                 /* all of it */
   bool truncated;
 } ms_analysis;
 

@@ -87,7 +87,12 @@ else
       where e.kind = 4 order by 1)")" = "cuMemAlloc,cudaMalloc,cudaMallocAsync,cudaMallocManaged"
   check "run cudart: each allocation is recorded once (8 steps x 4 + 1, and as many frees less the kept)" \
     test "$(sql "$work/cudart.db" "select sum(kind = 1), sum(kind = 3) from events")" = "33|25"
+  check "run cudart: the report lists the memory outside memsnap's allocator by API and library" \
+    bash -c "grep -q \"outside memsnap's allocator at the snapshot (intercepted): 512.00 KiB\" '$work/cudart.analysis' &&
+      grep -q '512.00 KiB in 8 allocations  cudaMalloc from run_cudart' '$work/cudart.analysis'"
   "$cli" analyze --json "$work/cudart.db" >"$work/cudart.json" 2>&1
+  check "run cudart: --json's external groups" python3 -c "import json; e = json.load(open('$work/cudart.json'))['external']
+assert e == [{'source': 'cudaMalloc', 'library': 'run_cudart', 'count': 8, 'bytes': 524288}], e"
   check "run cudart: the analysis sees 512 KiB allocated at the end and the 3 MiB peak" \
     python3 -c "import json; a = json.load(open('$work/cudart.json')); s = json.dumps(a); assert '524288' in s and '3145728' in s"
 
