@@ -34,6 +34,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -46,6 +47,7 @@
 #undef cuGetProcAddress
 
 #define CALLER() __builtin_extract_return_addr(__builtin_return_address(0))
+#define MEMSNAP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define EXPORT __attribute__((visibility("default")))
 
 static __thread int depth; /* > 0 inside a recorded call: inner calls are passed through */
@@ -61,9 +63,15 @@ static bool is_sim(void) {
   return sim;
 }
 
-__attribute__((constructor)) static void intercept_init(void) {
+/* libc's dlsym. Found on first use: a library preloaded before this one (a sanitizer's runtime)
+ * calls dlsym before this library's constructors run. */
+static void find_real_dlsym(void) {
   real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
   if (!real_dlsym) real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+}
+
+__attribute__((constructor)) static void intercept_init(void) {
+  if (!real_dlsym) find_real_dlsym();
   owner_pid = getpid();
   is_sim();
 }
@@ -108,7 +116,9 @@ static const char *const exported_names[FN_COUNT] = {
 /* The driver's function per name, [1] its per-thread-default-stream variant: what
  * cuGetProcAddress returned, else found in libcuda by name. */
 static _Atomic(void *) driver_fn[FN_COUNT][2];
-static void *wrappers[FN_COUNT];
+static void *wrappers[FN_COUNT];      /* this library's function per name */
+static void *wrappers_ptsz[FN_COUNT]; /* ... its per-thread-default-stream variant, where one exists */
+static void *wrapper_get_proc_v1;     /* cuGetProcAddress's first version (4 arguments) */
 
 static void *libcuda_symbol(const char *name) {
   void *fn = real_dlsym(RTLD_NEXT, name); /* libcuda linked in */
@@ -150,10 +160,30 @@ static const char *const runtime_names[RT_COUNT] = {
 static _Atomic(void *) runtime_fn[RT_COUNT];
 static void *runtime_wrappers[RT_COUNT];
 
+/* dl_iterate_phdr callback: the first loaded libcudart.so* that defines the name in *arg. */
+static int find_in_cudart(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  void **io = arg; /* io[0]: the name in, io[1]: the function out */
+  const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  if (!base || strncmp(base + 1, "libcudart.so", 12) != 0) return 0;
+  void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) return 0;
+  io[1] = real_dlsym(h, io[0]);
+  dlclose(h);
+  return io[1] != NULL;
+}
+
+/* libcudart's function: after this library in the global scope, else in a libcudart loaded
+ * locally (a library dlopened with RTLD_LOCAL that needs it), else remembered from a dlsym. */
 static void *runtime_symbol(int id) {
   void *fn = atomic_load_explicit(&runtime_fn[id], memory_order_acquire);
   if (!fn) {
     fn = real_dlsym(RTLD_NEXT, runtime_names[id]);
+    if (!fn) {
+      void *io[2] = {(void *)runtime_names[id], NULL};
+      dl_iterate_phdr(find_in_cudart, io);
+      fn = io[1];
+    }
     if (fn) atomic_store(&runtime_fn[id], fn);
   }
   return fn;
@@ -370,19 +400,35 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
               memsnap_external_free((void *)p, size, NULL, NULL), 0);
 }
 
-static int wrapper_index(const char *symbol) {
+/* The wrapped driver function named `symbol` (its base or exported name; a "_ptsz" suffix sets
+ * *ptsz), or -1. */
+static int wrapper_index(const char *symbol, bool *ptsz) {
+  size_t n = strlen(symbol);
+  bool suffix = n > 5 && !strcmp(symbol + n - 5, "_ptsz");
+  if (ptsz) *ptsz = suffix;
+  if (suffix) n -= 5;
   for (int i = 0; i < FN_COUNT; i++)
-    if (wrappers[i] && (!strcmp(symbol, base_names[i]) || !strcmp(symbol, exported_names[i]))) return i;
+    if (wrappers[i] && ((strlen(base_names[i]) == n && !strncmp(symbol, base_names[i], n)) ||
+                        (strlen(exported_names[i]) == n && !strncmp(symbol, exported_names[i], n))))
+      return i;
   return -1;
+}
+
+/* The wrapper to hand out for function i: the per-thread-default-stream one for ptsz, and for
+ * cuGetProcAddress the one with the signature asked for (the first version's before CUDA 12.0,
+ * and under that name). */
+static void *wrapper_for(int i, bool ptsz, int version, const char *symbol) {
+  if (i == FN_GET_PROC && (version < 12000 || !strcmp(symbol, "cuGetProcAddress"))) return wrapper_get_proc_v1;
+  return ptsz && wrappers_ptsz[i] ? wrappers_ptsz[i] : wrappers[i];
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *status) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-  int i = wrapper_index(symbol);
+  int i = wrapper_index(symbol, NULL);
   bool ptsz = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (is_sim()) { /* no driver: what is defined here, nothing else */
-    *pfn = i >= 0 ? wrappers[i] : NULL;
+    *pfn = i >= 0 ? wrapper_for(i, ptsz, version, "") : NULL;
     if (status) *status = i >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
   }
@@ -390,9 +436,12 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
       (CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))driver(FN_GET_PROC, false);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && *pfn && i >= 0 && *pfn != wrappers[i]) {
-    if (i != FN_GET_PROC) atomic_store(&driver_fn[i][ptsz], *pfn);
-    *pfn = wrappers[i];
+  if (r == CUDA_SUCCESS && *pfn && i >= 0) {
+    void *wrapper = wrapper_for(i, ptsz, version, "");
+    if (*pfn != wrapper) {
+      if (i != FN_GET_PROC) atomic_store(&driver_fn[i][ptsz], *pfn);
+      *pfn = wrapper;
+    }
   }
   return r;
 }
@@ -413,6 +462,10 @@ __attribute__((constructor)) static void fill_wrappers(void) {
   wrappers[FN_MEM_MAP] = (void *)cuMemMap;
   wrappers[FN_MEM_UNMAP] = (void *)cuMemUnmap;
   wrappers[FN_GET_PROC] = (void *)cuGetProcAddress_v2;
+  wrappers_ptsz[FN_MEM_ALLOC_ASYNC] = (void *)cuMemAllocAsync_ptsz;
+  wrappers_ptsz[FN_MEM_ALLOC_POOL] = (void *)cuMemAllocFromPoolAsync_ptsz;
+  wrappers_ptsz[FN_MEM_FREE_ASYNC] = (void *)cuMemFreeAsync_ptsz;
+  wrapper_get_proc_v1 = (void *)cuGetProcAddress;
 }
 
 /* dlsym: cudart and libraries that load libcuda themselves find cuGetProcAddress (and the
@@ -429,11 +482,13 @@ static bool from_libmemsnap(void *caller) {
 __attribute__((noinline)) static void *swap_symbol(void *handle, const char *name, void *caller) {
   void *fn = real_dlsym(handle, name);
   if (!fn || from_libmemsnap(caller)) return fn;
-  int i = wrapper_index(name);
-  if (i >= 0 && fn != wrappers[i]) {
+  bool ptsz;
+  int i = wrapper_index(name, &ptsz);
+  void *wrapper = i >= 0 ? wrapper_for(i, ptsz, 12000, name) : NULL;
+  if (wrapper && fn != wrapper) {
     void *expected = NULL;
-    if (i != FN_GET_PROC) atomic_compare_exchange_strong(&driver_fn[i][0], &expected, fn);
-    return wrappers[i];
+    if (i != FN_GET_PROC) atomic_compare_exchange_strong(&driver_fn[i][ptsz], &expected, fn);
+    return wrapper;
   }
   for (int k = 0; k < RT_COUNT; k++)
     if (runtime_wrappers[k] && fn != runtime_wrappers[k] && !strcmp(name, runtime_names[k])) {
@@ -445,6 +500,7 @@ __attribute__((noinline)) static void *swap_symbol(void *handle, const char *nam
 }
 
 EXPORT void *dlsym(void *handle, const char *name) {
+  if (MEMSNAP_UNLIKELY(!real_dlsym)) find_real_dlsym();
   if (handle != RTLD_NEXT && name[0] == 'c' && name[1] == 'u' && (name[2] == 'M' || name[2] == 'G' || name[2] == 'd'))
     return swap_symbol(handle, name, CALLER());
   return real_dlsym(handle, name);
