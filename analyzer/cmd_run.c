@@ -303,6 +303,7 @@ static void read_manifest(const char *manifest, found *f) {
       add_found(f, a);
     } else if (!strcmp(kind, "pickle") && (b = strchr(a, '\t')) != NULL) {
       *b++ = '\0';
+      if (!strstr(a, ".torch-") || strlen(a) < 7 || strcmp(a + strlen(a) - 7, ".pickle")) continue; /* not ours */
       if (ms_import_to(a, b, false) == 0) {
         unlink(a);
         add_found(f, b);
