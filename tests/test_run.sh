@@ -201,6 +201,12 @@ run py_fork 0 -o "$work/fork-%p.db" -- python3 "$train" 8 fork
 check "run py fork: the forked child (os._exit) writes no snapshot of its parent's" test "$(ls "$work"/fork-*.db | wc -l)" = 1
 run py_workers 0 -o "$work/workers-%p.db" -- python3 "$train" 8 workers 2
 check "run py workers: the program and its 2 spawned workers, one snapshot each" test "$(ls "$work"/workers-*.db | wc -l)" = 3
+check "run py workers: the command that analyzes them side by side names all three" \
+  test "$(grep '^all of them: memsnap analyze' "$work/py_workers.out" | grep -o 'workers-[0-9]*\.db' | wc -l)" = 3
+run py_workers4 0 -o "$work/workers4-%p.db" -- python3 "$train" 8 workers 3
+check "run py 4 processes: the summary stays on one screen (two lines a snapshot)" \
+  bash -c "grep -q '^4 snapshots' '$work/py_workers4.out' && test \$(grep -c '^/.*workers4-[0-9]*.db: peak .* leak: growing' '$work/py_workers4.out') = 4 &&
+    test \$(wc -l <'$work/py_workers4.out') -lt 20"
 for db in "$work"/workers-*.db; do leak_is "py_workers_$(basename "$db" .db)" "$db" keep_loss_for_logging; done
 run py_launch 0 -o "$work/launch-%r.db" -- python3 "$here/data/run/launch.py" 2 8
 check "run py launcher: rank 0 and 1 each their file; the launcher, which used no device, none over rank 0's" \
