@@ -66,9 +66,9 @@ static int python_dir(const char *bin, char *out, size_t len) {
     snprintf(out, len, "%s", env);
     return 0;
   }
-  const char *const tries[] = {"%s/../recorder/python", "%s/python"};
+  const char *const tries[] = {"/../recorder/python", "/python"};
   for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
-    snprintf(out, len, tries[i], bin);
+    snprintf(out, len, "%.*s%s", (int)(len > 64 ? len - 64 : 0), bin, tries[i]);
     snprintf(probe, sizeof probe, "%s/memsnap/run_site/sitecustomize.py", out);
     if (exists(probe)) return 0;
   }

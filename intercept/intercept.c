@@ -48,6 +48,9 @@
 
 #define CALLER() __builtin_extract_return_addr(__builtin_return_address(0))
 #define MEMSNAP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* dlsym runs inside a sanitizer's own start-up (it looks up what it intercepts), before its
+ * shadow memory exists: the code on that path must not be instrumented. */
+#define NOT_INSTRUMENTED __attribute__((no_sanitize("address", "undefined", "thread")))
 #define EXPORT __attribute__((visibility("default")))
 
 static __thread int depth; /* > 0 inside a recorded call: inner calls are passed through */
@@ -65,7 +68,7 @@ static bool is_sim(void) {
 
 /* libc's dlsym. Found on first use: a library preloaded before this one (a sanitizer's runtime)
  * calls dlsym before this library's constructors run. */
-static void find_real_dlsym(void) {
+NOT_INSTRUMENTED static void find_real_dlsym(void) {
   real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
   if (!real_dlsym) real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
 }
@@ -499,7 +502,7 @@ __attribute__((noinline)) static void *swap_symbol(void *handle, const char *nam
   return fn;
 }
 
-EXPORT void *dlsym(void *handle, const char *name) {
+EXPORT NOT_INSTRUMENTED void *dlsym(void *handle, const char *name) {
   if (MEMSNAP_UNLIKELY(!real_dlsym)) find_real_dlsym();
   if (handle != RTLD_NEXT && name[0] == 'c' && name[1] == 'u' && (name[2] == 'M' || name[2] == 'G' || name[2] == 'd'))
     return swap_symbol(handle, name, CALLER());
