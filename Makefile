@@ -123,11 +123,11 @@ $(BUILD)/tests/liboom_catcher.so: tests/oom_catcher.cc $(BUILD)/libmemsnap.so
 test: test-programs
 	@tests/run_tests.sh $(BUILD)
 
-test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so $(RUN_CUDART)
-
 # A plain CUDA program for `memsnap run` (tests/test_run.sh), linked against the toolkit's
 # libcudart.so when the toolkit has one (the tests say they skip it otherwise).
 RUN_CUDART := $(if $(wildcard $(CUDA_HOME)/lib64/libcudart.so),$(BUILD)/tests/run_cudart)
+test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so $(RUN_CUDART)
+
 $(BUILD)/tests/run_cudart: tests/run_cudart.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -g -Wall -Wextra -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 -lcudart \

@@ -40,6 +40,31 @@ void ms_label_key(const char *label, char *out, size_t len) {
   ms_neutralise(out); /* shown in reports: untrusted */
 }
 
+/* The external segments at the snapshot by API and library (the columns are absent from files
+ * written before them: then by pool alone). */
+static void read_external(ms_snapshot *s, ms_analysis *a) {
+  bool named = ms_has_column(s, "segments", "source") && ms_has_column(s, "segments", "library");
+  const char *sql = named ? "select ifnull(source, ''), ifnull(library, ''), count(*), sum(size) from segments "
+                            "where pool = 'external' group by 1, 2 order by 4 desc, 1, 2"
+                          : "select '', '', count(*), sum(size) from segments where pool = 'external' having count(*) > 0";
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    int64_t bytes = sqlite3_column_int64(st, 3);
+    a->external_bytes += bytes;
+    if (a->nexternal == MS_EXTERNAL_MAX) continue;
+    ms_external *e = &a->external[a->nexternal++];
+    const unsigned char *src = sqlite3_column_text(st, 0), *lib = sqlite3_column_text(st, 1);
+    snprintf(e->source, sizeof e->source, "%s", src ? (const char *)src : "");
+    snprintf(e->library, sizeof e->library, "%s", lib ? (const char *)lib : "");
+    ms_neutralise(e->source);
+    ms_neutralise(e->library);
+    e->count = sqlite3_column_int64(st, 2);
+    e->bytes = bytes;
+  }
+  sqlite3_finalize(st);
+}
+
 typedef struct boundary {
   int64_t id;    /* mark: its event id; else 0 */
   int64_t time;  /* range: start time */
@@ -680,6 +705,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     a->end_reserved = sqlite3_column_int64(st, 4);
   }
   sqlite3_finalize(st);
+  read_external(s, a);
   classify(a);
   ms_misuse_finish(a);
   /* What was live at the allocated peak, as the pass kept it (the history's first instant when

@@ -359,6 +359,13 @@ typedef struct ms_invalid_free {
   int64_t block_site;    /* interior: site that allocated the block (-1 unknown) */
   int64_t block_size;
 } ms_invalid_free;
+/* Memory outside memsnap's allocator at the snapshot (segments of pool "external": memsnap run
+ * --mode intercept), by the API that allocated it and the library that called that API. */
+typedef struct ms_external {
+  char source[64], library[128]; /* neutralised; "" when unknown */
+  int64_t count, bytes;
+} ms_external;
+#define MS_EXTERNAL_MAX 16
 
 typedef struct ms_analysis {
   ms_snapshot *snap;
@@ -385,6 +392,9 @@ typedef struct ms_analysis {
   size_t ntop;
   int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
   ms_prehistory before; /* the state when the history starts: counted from its first instant */
+  ms_external external[MS_EXTERNAL_MAX]; /* the largest groups, largest first */
+  size_t nexternal;
+  int64_t external_bytes;                 /* all of it */
   bool truncated;
   ms_invalid_free *invalid_frees; /* by count, largest first */
   size_t ninvalid_frees;

@@ -72,6 +72,7 @@ int cmd_info(int argc, char **argv) {
     }
     sqlite3_finalize(st);
     print_count(&s, "segments", "select count(*) from segments");
+    print_count(&s, "  of them external", "select count(*) from segments where pool = 'external'");
     print_count(&s, "live blocks", "select count(*) from blocks where state = 'allocated'");
     print_count(&s, "marks", "select count(*) from marks");
     print_count(&s, "ranges", "select count(*) from ranges");

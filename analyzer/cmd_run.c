@@ -66,9 +66,9 @@ static int python_dir(const char *bin, char *out, size_t len) {
     snprintf(out, len, "%s", env);
     return 0;
   }
-  const char *const tries[] = {"%s/../recorder/python", "%s/python"};
+  const char *const tries[] = {"/../recorder/python", "/python"};
   for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
-    snprintf(out, len, tries[i], bin);
+    snprintf(out, len, "%.*s%s", (int)(len > 64 ? len - 64 : 0), bin, tries[i]);
     snprintf(probe, sizeof probe, "%s/memsnap/run_site/sitecustomize.py", out);
     if (exists(probe)) return 0;
   }
@@ -303,6 +303,7 @@ static void read_manifest(const char *manifest, found *f) {
       add_found(f, a);
     } else if (!strcmp(kind, "pickle") && (b = strchr(a, '\t')) != NULL) {
       *b++ = '\0';
+      if (!strstr(a, ".torch-") || strlen(a) < 7 || strcmp(a + strlen(a) - 7, ".pickle")) continue; /* not ours */
       if (ms_import_to(a, b, false) == 0) {
         unlink(a);
         add_found(f, b);
@@ -314,37 +315,54 @@ static void read_manifest(const char *manifest, found *f) {
   fclose(in);
 }
 
-static void print_summary(const char *path, bool html) {
+/* What one snapshot shows: the peak, what is allocated at the end, the first leak candidate and
+ * its stack, and the commands that open the report and the page (written with `html`). `brief`
+ * (many snapshots, one screen): two lines, the leak's innermost frame that matters. */
+static void print_summary(const char *path, bool html, bool brief) {
   ms_snapshot s;
   ms_analysis a;
-  char b1[32], b2[32], b3[32];
+  char b1[32], b2[32], b3[32], shown[PATH_MAX];
   if (ms_open_analyzed(&s, &a, path, NULL, NULL) != 0) {
     fprintf(stderr, "error: %s\n", s.error);
     return;
   }
+  snprintf(shown, sizeof shown, "%s", path);
+  ms_neutralise(shown);
   ms_format_bytes(a.peak_allocated, b1, sizeof b1);
   ms_format_bytes(a.peak_reserved, b2, sizeof b2);
   ms_format_bytes(a.end_allocated, b3, sizeof b3);
-  printf("\nsnapshot %s\n", path);
-  printf("  peak %s allocated, %s reserved; %s allocated at the snapshot\n", b1, b2, b3);
-  if (a.nleaks) {
-    const ms_site *site = &a.sites[a.leaks[0]];
-    char per[32];
-    ms_format_bytes((int64_t)site->bytes_per_iteration, per, sizeof per);
-    printf("  first leak candidate: %s, %s per iteration, %lld blocks live at the snapshot\n",
-           ms_leak_kind_name(site->kind), per, (long long)site->end_count);
-    ms_report_options o = {.max_frames = 3};
-    ms_print_stack(&s, site->stack_id, ms_site_note(&a, site), &o, "      ", stdout);
+  const ms_site *leak = a.nleaks ? &a.sites[a.leaks[0]] : NULL;
+  char per[32] = "";
+  if (leak) ms_format_bytes((int64_t)leak->bytes_per_iteration, per, sizeof per);
+  ms_report_options o = {.max_frames = brief ? 1 : 3};
+  if (brief) {
+    if (leak)
+      printf("%s: peak %s allocated, %s at the snapshot; leak: %s, %s per iteration\n", shown, b1, b3,
+             ms_leak_kind_name(leak->kind), per);
+    else
+      printf("%s: peak %s allocated, %s at the snapshot; no leak candidate\n", shown, b1, b3);
+    if (leak) ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "    ", stdout);
   } else {
-    printf("  no leak candidate\n");
+    printf("\nsnapshot %s\n", shown);
+    printf("  peak %s allocated, %s reserved; %s allocated at the snapshot\n", b1, b2, b3);
+    if (leak) {
+      printf("  first leak candidate: %s, %s per iteration, %lld blocks live at the snapshot\n",
+             ms_leak_kind_name(leak->kind), per, (long long)leak->end_count);
+      ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "      ", stdout);
+    } else {
+      printf("  no leak candidate\n");
+    }
+    if (a.nooms) printf("  %zu out-of-memory errors recorded\n", a.nooms);
   }
-  if (a.nooms) printf("  %zu out-of-memory errors recorded\n", a.nooms);
   char page[PATH_MAX + 8];
-  snprintf(page, sizeof page, "%.*s.html",
-           (int)(strlen(path) > 3 && !strcmp(path + strlen(path) - 3, ".db") ? strlen(path) - 3 : strlen(path)), path);
-  printf("  report: memsnap analyze %s\n", path);
-  if (html && ms_write_html(page, &a, 1) == 0) printf("  page:   %s\n", page);
-  else if (!html) printf("  page:   memsnap analyze --html %s %s\n", page, path);
+  size_t n = strlen(shown);
+  snprintf(page, sizeof page, "%.*s.html", (int)(n > 3 && !strcmp(shown + n - 3, ".db") ? n - 3 : n), shown);
+  if (html) {
+    if (ms_write_html(page, &a, 1) == 0) printf("%spage:   %s\n", brief ? "    " : "  ", page);
+  } else if (!brief) {
+    printf("  report: memsnap analyze %s\n", shown);
+    printf("  page:   memsnap analyze --html %s %s\n", page, shown);
+  }
   ms_analysis_free(&a);
   ms_close(&s);
 }
@@ -452,7 +470,19 @@ int cmd_run(int argc, char **argv) {
         printf("no process of the program allocated device memory that mode %s sees%s\n", mode_names[mode],
                mode == MODE_ALLOCATOR ? " (it never imported torch? try --mode intercept)" : "");
     }
-    for (size_t i = 0; i < f.n; i++) print_summary(f.paths[i], o.html);
+    bool brief = f.n > 3; /* one screen */
+    if (brief) printf("\n%zu snapshots\n", f.n);
+    for (size_t i = 0; i < f.n; i++) print_summary(f.paths[i], o.html, brief);
+    if (f.n > 1) { /* side by side, leak candidates matched across processes */
+      printf("\nall of them: memsnap analyze");
+      for (size_t i = 0; i < f.n && i < 64; i++) {
+        char shown[PATH_MAX];
+        snprintf(shown, sizeof shown, "%s", f.paths[i]);
+        ms_neutralise(shown);
+        printf(" %s", shown);
+      }
+      printf("\n");
+    }
   }
   for (size_t i = 0; i < f.n; i++) free(f.paths[i]);
   free(f.paths);

@@ -251,6 +251,17 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   fprintf(out, "  %s reserved but unallocated; %lld free blocks inside partly used segments hold %s\n", b1,
           (long long)a->free_blocks_in_split_segments, b2);
 
+  if (a->nexternal) {
+    ms_format_bytes(a->external_bytes, b1, sizeof b1);
+    fprintf(out, "\noutside memsnap's allocator at the snapshot (intercepted): %s\n", b1);
+    for (size_t i = 0; i < a->nexternal; i++) {
+      const ms_external *e = &a->external[i];
+      ms_format_bytes(e->bytes, b1, sizeof b1);
+      fprintf(out, "  %12s in %lld allocations  %s%s%s\n", b1, (long long)e->count, e->source[0] ? e->source : "?",
+              e->library[0] ? " from " : "", e->library);
+    }
+  }
+
   fprintf(out, "\ntop allocation sites (bytes allocated over the history)\n");
   for (size_t i = 0; i < a->ntop && i < 5; i++) {
     const ms_site *st = &a->sites[a->top[i]];
@@ -606,6 +617,15 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
   cJSON_AddNumberToObject(frag, "reserved_unallocated_bytes", (double)(a->end_reserved - a->end_allocated));
   cJSON_AddNumberToObject(frag, "free_blocks_in_split_segments", (double)a->free_blocks_in_split_segments);
   cJSON_AddNumberToObject(frag, "free_bytes_in_split_segments", (double)a->split_free_bytes);
+  cJSON *ext = cJSON_AddArrayToObject(root, "external");
+  for (size_t i = 0; i < a->nexternal; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "source", a->external[i].source);
+    cJSON_AddStringToObject(o, "library", a->external[i].library);
+    cJSON_AddNumberToObject(o, "count", (double)a->external[i].count);
+    cJSON_AddNumberToObject(o, "bytes", (double)a->external[i].bytes);
+    cJSON_AddItemToArray(ext, o);
+  }
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   if (!text) return -1;

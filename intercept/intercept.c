@@ -34,6 +34,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -46,6 +47,10 @@
 #undef cuGetProcAddress
 
 #define CALLER() __builtin_extract_return_addr(__builtin_return_address(0))
+#define MEMSNAP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* dlsym runs inside a sanitizer's own start-up (it looks up what it intercepts), before its
+ * shadow memory exists: the code on that path must not be instrumented. */
+#define NOT_INSTRUMENTED __attribute__((no_sanitize("address", "undefined", "thread")))
 #define EXPORT __attribute__((visibility("default")))
 
 static __thread int depth; /* > 0 inside a recorded call: inner calls are passed through */
@@ -61,9 +66,15 @@ static bool is_sim(void) {
   return sim;
 }
 
-__attribute__((constructor)) static void intercept_init(void) {
+/* libc's dlsym. Found on first use: a library preloaded before this one (a sanitizer's runtime)
+ * calls dlsym before this library's constructors run. */
+NOT_INSTRUMENTED static void find_real_dlsym(void) {
   real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
   if (!real_dlsym) real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+}
+
+__attribute__((constructor)) static void intercept_init(void) {
+  if (!real_dlsym) find_real_dlsym();
   owner_pid = getpid();
   is_sim();
 }
@@ -108,7 +119,9 @@ static const char *const exported_names[FN_COUNT] = {
 /* The driver's function per name, [1] its per-thread-default-stream variant: what
  * cuGetProcAddress returned, else found in libcuda by name. */
 static _Atomic(void *) driver_fn[FN_COUNT][2];
-static void *wrappers[FN_COUNT];
+static void *wrappers[FN_COUNT];      /* this library's function per name */
+static void *wrappers_ptsz[FN_COUNT]; /* ... its per-thread-default-stream variant, where one exists */
+static void *wrapper_get_proc_v1;     /* cuGetProcAddress's first version (4 arguments) */
 
 static void *libcuda_symbol(const char *name) {
   void *fn = real_dlsym(RTLD_NEXT, name); /* libcuda linked in */
@@ -150,10 +163,30 @@ static const char *const runtime_names[RT_COUNT] = {
 static _Atomic(void *) runtime_fn[RT_COUNT];
 static void *runtime_wrappers[RT_COUNT];
 
+/* dl_iterate_phdr callback: the first loaded libcudart.so* that defines the name in *arg. */
+static int find_in_cudart(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  void **io = arg; /* io[0]: the name in, io[1]: the function out */
+  const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  if (!base || strncmp(base + 1, "libcudart.so", 12) != 0) return 0;
+  void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) return 0;
+  io[1] = real_dlsym(h, io[0]);
+  dlclose(h);
+  return io[1] != NULL;
+}
+
+/* libcudart's function: after this library in the global scope, else in a libcudart loaded
+ * locally (a library dlopened with RTLD_LOCAL that needs it), else remembered from a dlsym. */
 static void *runtime_symbol(int id) {
   void *fn = atomic_load_explicit(&runtime_fn[id], memory_order_acquire);
   if (!fn) {
     fn = real_dlsym(RTLD_NEXT, runtime_names[id]);
+    if (!fn) {
+      void *io[2] = {(void *)runtime_names[id], NULL};
+      dl_iterate_phdr(find_in_cudart, io);
+      fn = io[1];
+    }
     if (fn) atomic_store(&runtime_fn[id], fn);
   }
   return fn;
@@ -221,8 +254,8 @@ static bool use_cache(void) {
 }
 
 /* 0 ok, 2 out of memory, 1 any other failure. */
-static int cached_alloc(void **out, size_t size, int device) {
-  int rc = memsnap_alloc(out, size, device, NULL);
+static int cached_alloc(void **out, size_t size, int device, void *caller) {
+  int rc = memsnap_alloc_for(out, size, device, NULL, caller);
   return rc == MEMSNAP_OK ? 0 : rc == MEMSNAP_ENOMEM ? 2 : 1;
 }
 
@@ -232,7 +265,7 @@ static int cached_alloc(void **out, size_t size, int device) {
 static bool cached_free(void *p, bool (*sync)(void)) {
   if (!p) return false;
   if (sync) sync();
-  return memsnap_release(p) == MEMSNAP_OK;
+  return memsnap_release_for(p) == MEMSNAP_OK;
 }
 
 static bool sync_runtime(void) {
@@ -265,21 +298,30 @@ static bool in_primary_context(int device) {
 
 /* ---- the driver API ----------------------------------------------------------------------- */
 
-/* Calls the driver's function `id` with `args` unless inside a recorded call's, then `record`
- * if it succeeded at the outermost level. Under sim, `sim_expr` answers instead. */
-#define DRIVER_CALL(id, ptsz, type, args, sim_expr, record, args_size)                          \
-  do {                                                                               \
-    if (is_sim()) return (sim_expr);                                                 \
-    __typeof__((type)0) fn = (type)driver(id, ptsz);                                              \
-    if (!fn) return CUDA_ERROR_NOT_INITIALIZED;                                      \
-    depth++;                                                                         \
-    CUresult r = fn args;                                                            \
-    depth--;                                                                         \
-    if (r == CUDA_SUCCESS && depth == 0) record;                                     \
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && depth == 0 && (args_size) != 0)            \
-      report_oom((args_size), current_device_driver(), CALLER());                      \
-    return r;                                                                        \
+/* Calls `fn_expr` (a function of return type `rtype`; `missing` when it cannot be found) with
+ * `args`, then, at the outermost level, `record` if it returned `ok`, or reports an out of
+ * memory of `args_size` bytes on `device` if it returned `oom`. Under sim, `sim_expr` answers
+ * instead. */
+#define FORWARD(rtype, fn_expr, missing, ok, oom, device, args, sim_expr, record, args_size) \
+  do {                                                                              \
+    if (is_sim()) return (sim_expr);                                                \
+    __typeof__(fn_expr) fn = (fn_expr);                                             \
+    if (!fn) return missing;                                                        \
+    depth++;                                                                        \
+    rtype r = fn args;                                                              \
+    depth--;                                                                        \
+    if (r == ok && depth == 0) record;                                              \
+    if (r == oom && depth == 0 && (args_size) != 0) report_oom((args_size), device, CALLER()); \
+    return r;                                                                       \
   } while (0)
+
+/* The driver's function `id` (of type `type`); libcudart's function `name`. */
+#define DRIVER_CALL(id, ptsz, type, args, sim_expr, record, args_size)                                      \
+  FORWARD(CUresult, (type)driver(id, ptsz), CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY, \
+          current_device_driver(), args, sim_expr, record, args_size)
+#define RUNTIME_CALL(name, type, args, sim_expr, record, args_size)                                         \
+  FORWARD(cudaError_t, RUNTIME(name, type), cudaErrorInitializationError, cudaSuccess, cudaErrorMemoryAllocation, \
+          current_device_runtime(), args, sim_expr, record, args_size)
 
 #define SIM_ALLOC(p, size, stream, api) \
   (sim_alloc((uintptr_t *)(p), (size), (stream), (api), CALLER()) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS)
@@ -293,7 +335,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
   if (use_cache()) {
     int device = is_sim() ? 0 : current_device_driver();
     if (is_sim() || in_primary_context(device)) {
-      int rc = cached_alloc((void **)p, size, device);
+      int rc = cached_alloc((void **)p, size, device, CALLER());
       return rc == 0 ? CUDA_SUCCESS : rc == 2 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
     }
   }
@@ -361,19 +403,35 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
               memsnap_external_free((void *)p, size, NULL, NULL), 0);
 }
 
-static int wrapper_index(const char *symbol) {
+/* The wrapped driver function named `symbol` (its base or exported name; a "_ptsz" suffix sets
+ * *ptsz), or -1. */
+static int wrapper_index(const char *symbol, bool *ptsz) {
+  size_t n = strlen(symbol);
+  bool suffix = n > 5 && !strcmp(symbol + n - 5, "_ptsz");
+  if (ptsz) *ptsz = suffix;
+  if (suffix) n -= 5;
   for (int i = 0; i < FN_COUNT; i++)
-    if (wrappers[i] && (!strcmp(symbol, base_names[i]) || !strcmp(symbol, exported_names[i]))) return i;
+    if (wrappers[i] && ((strlen(base_names[i]) == n && !strncmp(symbol, base_names[i], n)) ||
+                        (strlen(exported_names[i]) == n && !strncmp(symbol, exported_names[i], n))))
+      return i;
   return -1;
+}
+
+/* The wrapper to hand out for function i: the per-thread-default-stream one for ptsz, and for
+ * cuGetProcAddress the one with the signature asked for (the first version's before CUDA 12.0,
+ * and under that name). */
+static void *wrapper_for(int i, bool ptsz, int version, const char *symbol) {
+  if (i == FN_GET_PROC && (version < 12000 || !strcmp(symbol, "cuGetProcAddress"))) return wrapper_get_proc_v1;
+  return ptsz && wrappers_ptsz[i] ? wrappers_ptsz[i] : wrappers[i];
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *status) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-  int i = wrapper_index(symbol);
+  int i = wrapper_index(symbol, NULL);
   bool ptsz = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (is_sim()) { /* no driver: what is defined here, nothing else */
-    *pfn = i >= 0 ? wrappers[i] : NULL;
+    *pfn = i >= 0 ? wrapper_for(i, ptsz, version, "") : NULL;
     if (status) *status = i >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
   }
@@ -381,9 +439,12 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
       (CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))driver(FN_GET_PROC, false);
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && *pfn && i >= 0 && *pfn != wrappers[i]) {
-    if (i != FN_GET_PROC) atomic_store(&driver_fn[i][ptsz], *pfn);
-    *pfn = wrappers[i];
+  if (r == CUDA_SUCCESS && *pfn && i >= 0) {
+    void *wrapper = wrapper_for(i, ptsz, version, "");
+    if (*pfn != wrapper) {
+      if (i != FN_GET_PROC) atomic_store(&driver_fn[i][ptsz], *pfn);
+      *pfn = wrapper;
+    }
   }
   return r;
 }
@@ -404,6 +465,10 @@ __attribute__((constructor)) static void fill_wrappers(void) {
   wrappers[FN_MEM_MAP] = (void *)cuMemMap;
   wrappers[FN_MEM_UNMAP] = (void *)cuMemUnmap;
   wrappers[FN_GET_PROC] = (void *)cuGetProcAddress_v2;
+  wrappers_ptsz[FN_MEM_ALLOC_ASYNC] = (void *)cuMemAllocAsync_ptsz;
+  wrappers_ptsz[FN_MEM_ALLOC_POOL] = (void *)cuMemAllocFromPoolAsync_ptsz;
+  wrappers_ptsz[FN_MEM_FREE_ASYNC] = (void *)cuMemFreeAsync_ptsz;
+  wrapper_get_proc_v1 = (void *)cuGetProcAddress;
 }
 
 /* dlsym: cudart and libraries that load libcuda themselves find cuGetProcAddress (and the
@@ -420,11 +485,13 @@ static bool from_libmemsnap(void *caller) {
 __attribute__((noinline)) static void *swap_symbol(void *handle, const char *name, void *caller) {
   void *fn = real_dlsym(handle, name);
   if (!fn || from_libmemsnap(caller)) return fn;
-  int i = wrapper_index(name);
-  if (i >= 0 && fn != wrappers[i]) {
+  bool ptsz;
+  int i = wrapper_index(name, &ptsz);
+  void *wrapper = i >= 0 ? wrapper_for(i, ptsz, 12000, name) : NULL;
+  if (wrapper && fn != wrapper) {
     void *expected = NULL;
-    if (i != FN_GET_PROC) atomic_compare_exchange_strong(&driver_fn[i][0], &expected, fn);
-    return wrappers[i];
+    if (i != FN_GET_PROC) atomic_compare_exchange_strong(&driver_fn[i][ptsz], &expected, fn);
+    return wrapper;
   }
   for (int k = 0; k < RT_COUNT; k++)
     if (runtime_wrappers[k] && fn != runtime_wrappers[k] && !strcmp(name, runtime_names[k])) {
@@ -435,28 +502,14 @@ __attribute__((noinline)) static void *swap_symbol(void *handle, const char *nam
   return fn;
 }
 
-EXPORT void *dlsym(void *handle, const char *name) {
+EXPORT NOT_INSTRUMENTED void *dlsym(void *handle, const char *name) {
+  if (MEMSNAP_UNLIKELY(!real_dlsym)) find_real_dlsym();
   if (handle != RTLD_NEXT && name[0] == 'c' && name[1] == 'u' && (name[2] == 'M' || name[2] == 'G' || name[2] == 'd'))
     return swap_symbol(handle, name, CALLER());
   return real_dlsym(handle, name);
 }
 
 /* ---- the runtime API ---------------------------------------------------------------------- */
-
-/* As DRIVER_CALL, for libcudart's functions (found after this library). */
-#define RUNTIME_CALL(name, type, args, sim_expr, record, args_size)                             \
-  do {                                                                               \
-    if (is_sim()) return (sim_expr);                                                 \
-    __typeof__((type)0) fn = RUNTIME(name, type);                                                 \
-    if (!fn) return cudaErrorInitializationError;                                    \
-    depth++;                                                                         \
-    cudaError_t r = fn args;                                                         \
-    depth--;                                                                         \
-    if (r == cudaSuccess && depth == 0) record;                                      \
-    if (r == cudaErrorMemoryAllocation && depth == 0 && (args_size) != 0)           \
-      report_oom((args_size), current_device_runtime(), CALLER());                     \
-    return r;                                                                        \
-  } while (0)
 
 #define SIM_RALLOC(p, size, stream, api) \
   (sim_alloc((uintptr_t *)(p), (size), (stream), (api), CALLER()) ? cudaErrorMemoryAllocation : cudaSuccess)
@@ -465,7 +518,7 @@ EXPORT void *dlsym(void *handle, const char *name) {
 EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
   void *caller = CALLER();
   if (use_cache()) {
-    int rc = cached_alloc(p, size, is_sim() ? 0 : current_device_runtime());
+    int rc = cached_alloc(p, size, is_sim() ? 0 : current_device_runtime(), caller);
     return rc == 0 ? cudaSuccess : rc == 2 ? cudaErrorMemoryAllocation : cudaErrorUnknown;
   }
   RUNTIME_CALL(cudaMalloc, cudaError_t(*)(void **, size_t), (p, size), SIM_RALLOC(p, size, NULL, "cudaMalloc"),

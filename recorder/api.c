@@ -157,15 +157,27 @@ __attribute__((constructor)) static void register_start(void) { msi_devices_on_r
 
 static inline int ensure_ready(void) { return msi_ensure_ready(); }
 
-int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) {
+/* memsnap_alloc with the caller's stack given: `foreign` for a call made on behalf of an
+ * intercepted cudaMalloc (stack from `caller` on, the GIL never taken), else the usual stack. */
+static int alloc_on(void **out, size_t size, int device, memsnap_stream_t stream, bool foreign, void *caller) {
   *out = NULL;
   if (size == 0) return MEMSNAP_OK;
   msi_device *d = msi_device_get(device);
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
-  int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, call_stack(), out)
-                                         : msi_device_malloc(d, size, stream, call_stack(), out);
+  uint32_t stack = !MSI_UNLIKELY(msi_is_recording()) ? 0
+                   : foreign ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : msi_stack_capture();
+  int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, stack, out)
+                                         : msi_device_malloc(d, size, stream, stack, out);
   if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM)) msi_dump_on_oom();
   return rc;
+}
+
+int memsnap_alloc(void **out, size_t size, int device, memsnap_stream_t stream) {
+  return alloc_on(out, size, device, stream, false, NULL);
+}
+
+int memsnap_alloc_for(void **out, size_t size, int device, memsnap_stream_t stream, void *caller) {
+  return alloc_on(out, size, device, stream, true, caller);
 }
 
 void *memsnap_malloc(ssize_t size, int device, memsnap_stream_t stream) {
@@ -225,6 +237,12 @@ int memsnap_release(void *ptr) {
   return release_on(ptr, -1, call_stack(), 0, NULL, false, __builtin_return_address(0));
 }
 
+int memsnap_release_for(void *ptr) {
+  if (!ptr) return MEMSNAP_OK;
+  return release_on(ptr, -1, msi_is_recording() ? msi_stack_capture_from(0, false) : 0, 0, 0, false,
+                    __builtin_return_address(0));
+}
+
 int memsnap_record_start(size_t max_entries, const char *stacks) {
   if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
   if (stacks && msi_option_set("stacks", stacks) != MEMSNAP_OK) return MEMSNAP_EINVAL;
@@ -282,7 +300,7 @@ int memsnap_external_oom(size_t size, int device, memsnap_stream_t stream, void 
     size_t free_bytes = 0, total = 0;
     if (device >= 0 && device < msi_device_count_ready()) msi_be->device_info(device, &free_bytes, &total, NULL, 0);
     msi_history_add(MSI_EV_OOM, device, stream, free_bytes, size, size, 0,
-                    msi_stack_capture_from((uint64_t)(uintptr_t)caller));
+                    msi_stack_capture_from((uint64_t)(uintptr_t)caller, false));
   }
   msi_error("out of memory: an intercepted allocation of %zu bytes on device %d failed", size, device);
   msi_dump_on_oom();

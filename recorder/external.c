@@ -10,6 +10,10 @@
  * API's label) then alloc, and a free is free_requested, free_completed, segment_free, so the
  * analysis counts this memory as reserved and allocated like the allocator's own.
  *
+ * Stacks are taken without taking the GIL (Python frames only when the calling thread holds it):
+ * these calls come from inside other libraries, which may hold their own locks (PyTorch's
+ * allocator mutex around cudaMalloc) that a thread holding the GIL can be waiting for.
+ *
  * Lock order: device locks (the snapshot's gather), then ext_lock, then the ring's lock.
  * The table grows by doubling; a free moves the records above it down one (the live device
  * allocations of a process number in the thousands, not millions).
@@ -69,7 +73,7 @@ int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t 
     return MEMSNAP_EINVAL;
   }
   if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
-  uint32_t stack = msi_is_recording() ? msi_stack_capture_from((uint64_t)(uintptr_t)caller) : 0;
+  uint32_t stack = msi_is_recording() ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : 0;
   int rc = MEMSNAP_OK;
   pthread_mutex_lock(&ext_lock);
   uint32_t src = source_id(source ? source : "external");
@@ -108,7 +112,7 @@ int memsnap_external_free(void *ptr, size_t size, memsnap_stream_t stream, size_
   if (freed_bytes) *freed_bytes = 0;
   if (!ptr) return MEMSNAP_OK;
   if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
-  uint32_t stack = msi_is_recording() ? msi_stack_capture() : 0;
+  uint32_t stack = msi_is_recording() ? msi_stack_capture_from(0, false) : 0;
   int found = 0;
   pthread_mutex_lock(&ext_lock);
   uintptr_t lo = (uintptr_t)ptr, hi = size ? lo + size : lo + 1;

@@ -390,8 +390,10 @@ enum { MSI_FORK_PREPARE, MSI_FORK_PARENT, MSI_FORK_CHILD };
 /* Stack of the calling thread (per MEMSNAP_STACKS), interned: its id, or 0 for none. */
 uint32_t msi_stack_capture(void);
 /* The same, its native part starting at return address first_pc when that is among the first
- * frames outside the library (0: no such start). */
-uint32_t msi_stack_capture_from(uint64_t first_pc);
+ * frames outside the library (0: no such start). Without may_take_gil, Python frames are read
+ * only when the thread holds the GIL: a thread that released it may hold another library's lock
+ * (PyTorch's allocator mutex around cudaMalloc) that a thread holding the GIL waits for. */
+uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil);
 void msi_stacks_reset(void);
 
 typedef struct msi_frame {

@@ -247,6 +247,13 @@ int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t 
  * none was recorded there. */
 int memsnap_external_free(void *ptr, size_t size, memsnap_stream_t stream, size_t *freed_bytes);
 
+/* memsnap_alloc() and memsnap_release() on behalf of an intercepted cudaMalloc / cudaFree (the
+ * intercept library's --cache): the recorded stack starts at `caller`, the return address of
+ * the intercepted call, and Python frames are recorded only if the calling thread holds the GIL
+ * (the caller may hold a lock that a thread holding the GIL waits for). Same returns. */
+int memsnap_alloc_for(void **out, size_t size, int device, memsnap_stream_t stream, void *caller);
+int memsnap_release_for(void *ptr);
+
 /* Records that an allocation of `size` bytes made by someone else failed for lack of memory
  * (an oom event while recording) and writes the MEMSNAP_DUMP_ON_OOM snapshot if one is set and
  * not written yet. Returns MEMSNAP_OK, or MEMSNAP_EBACKEND when the library cannot start. */

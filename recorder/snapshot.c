@@ -650,7 +650,7 @@ int memsnap_dump(const char *pattern) {
     goto cleanup;
   }
   if (!max_entries) start_ns = msi_now_ns(); /* never recorded: times count from now */
-  qsort(s.segs, s.nsegs, sizeof *s.segs, segment_order);
+  if (s.nsegs > 1) qsort(s.segs, s.nsegs, sizeof *s.segs, segment_order);
   rc = msi_stacks_symbolize(&sym);
   if (rc != MEMSNAP_OK) goto cleanup;
 

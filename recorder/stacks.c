@@ -118,10 +118,11 @@ static void python_resolve(void) {
  * the GIL (PyTorch's bindings do, around ATen) takes it back, as PyTorch's own recorder does; a
  * thread without a thread state (PyTorch's autograd workers, C++ threads) never waits for it.
  * Lock order: the GIL before stack_lock, everywhere. */
-static int python_enter(int *gil) {
+static int python_enter(int *gil, bool may_take) {
   if (MSI_UNLIKELY(py.state == 0)) python_resolve();
   if (py.state < 0 || !py.IsInitialized() || !py.GILState_GetThisThreadState()) return -1;
   if (py.GILState_Check()) return 0;
+  if (!may_take) return -1;
   *gil = py.GILState_Ensure();
   return 1;
 }
@@ -264,15 +265,15 @@ static uint32_t intern(const uint64_t *w, int n_native, int n_python) {
   return nrecs++;
 }
 
-uint32_t msi_stack_capture(void) { return msi_stack_capture_from(0); }
+uint32_t msi_stack_capture(void) { return msi_stack_capture_from(0, true); }
 
-uint32_t msi_stack_capture_from(uint64_t first_pc) {
+uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil) {
   int mode = msi_opt.stacks;
   if (mode == MSI_STACKS_NONE || in_capture) return 0;
   in_capture = 1;
   uint64_t w[MAX_NATIVE + 2 * MAX_PYTHON];
   int nn = (mode & MSI_STACKS_NATIVE) ? native_frames(w, MAX_NATIVE, first_pc) : 0;
-  int gil = 0, entered = (mode & MSI_STACKS_PYTHON) ? python_enter(&gil) : -1;
+  int gil = 0, entered = (mode & MSI_STACKS_PYTHON) ? python_enter(&gil, may_take_gil) : -1;
   int np = entered >= 0 ? python_frames(w + nn, MAX_PYTHON) : 0;
   uint32_t id = 0;
   if (nn + np > 0) { /* with the GIL still held: intern takes references to new code objects */

@@ -13,8 +13,11 @@ if q("pragma integrity_check") != "ok":
 for sid, size, tiled in db.execute("select g.id, g.size, (select sum(size) from blocks where segment_id = g.id) from segments g"):
     if size != tiled:
         problems.append("segment %d: %d bytes, its blocks add up to %s" % (sid, size, tiled))
+# The async mode is the option's, not only its segments': a snapshot taken when no block is live
+# has none, while the pool still holds memory reserved.
+async_mode = q("select count(*) from options where name = 'MEMSNAP_ALLOCATOR' and value in ('async', 'cudaMallocAsync')")
 for (dev,) in db.execute("select distinct device from stats"):
-    if q("select count(*) from segments where device = ? and pool = 'async'", dev):
+    if async_mode or q("select count(*) from segments where device = ? and pool = 'async'", dev):
         # Async mode: the statistics are the driver pool's counters, which round each block up
         # and keep freed memory reserved: they bound the blocks instead of equalling them.
         alloc, reserved, active = (q("select value from stats where device = ? and key = ?", dev, k) for k in (

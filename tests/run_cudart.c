@@ -68,6 +68,18 @@ static void driver_round_trip(void) {
     fprintf(stderr, "run_cudart: cuMemAlloc/cuMemFree through cuGetProcAddress failed\n");
     exit(3);
   }
+  /* The per-thread-default-stream variant, and cuGetProcAddress's first version (4 arguments)
+   * asked for by an older runtime, through itself. */
+  CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream) = NULL;
+  CUresult (*free_async)(CUdeviceptr, CUstream) = NULL;
+  CUresult (*get_proc_v1)(const char *, void **, int, cuuint64_t) = NULL;
+  if (get_proc("cuMemAllocAsync", (void **)&alloc_async, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status) ||
+      get_proc("cuGetProcAddress", (void **)&get_proc_v1, 11030, 0, &status) ||
+      get_proc_v1("cuMemFreeAsync", (void **)&free_async, 11030, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ||
+      alloc_async(&p, 1 << 20, NULL) != CUDA_SUCCESS || free_async(p, NULL) != CUDA_SUCCESS) {
+    fprintf(stderr, "run_cudart: the per-thread stream variants through cuGetProcAddress (v1 and v2) failed\n");
+    exit(3);
+  }
 }
 
 int main(int argc, char **argv) {

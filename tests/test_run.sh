@@ -84,10 +84,15 @@ else
     test "$(sql "$work/cudart.db" "select count(*), sum(size), source, library from segments where pool = 'external'")" = "8|524288|cudaMalloc|run_cudart"
   check "run cudart: every API is recorded under its name (runtime calls and cuMemAlloc through cuGetProcAddress)" \
     test "$(sql "$work/cudart.db" "select group_concat(text, ',') from (select distinct l.text from events e join labels l on l.id = e.extra
-      where e.kind = 4 order by 1)")" = "cuMemAlloc,cudaMalloc,cudaMallocAsync,cudaMallocManaged"
-  check "run cudart: each allocation is recorded once (8 steps x 4 + 1, and as many frees less the kept)" \
-    test "$(sql "$work/cudart.db" "select sum(kind = 1), sum(kind = 3) from events")" = "33|25"
+      where e.kind = 4 order by 1)")" = "cuMemAlloc,cuMemAllocAsync,cudaMalloc,cudaMallocAsync,cudaMallocManaged"
+  check "run cudart: each allocation is recorded once (8 steps x 4 + 2, and as many frees less the kept)" \
+    test "$(sql "$work/cudart.db" "select sum(kind = 1), sum(kind = 3) from events")" = "34|26"
+  check "run cudart: the report lists the memory outside memsnap's allocator by API and library" \
+    bash -c "grep -q \"outside memsnap's allocator at the snapshot (intercepted): 512.00 KiB\" '$work/cudart.analysis' &&
+      grep -q '512.00 KiB in 8 allocations  cudaMalloc from run_cudart' '$work/cudart.analysis'"
   "$cli" analyze --json "$work/cudart.db" >"$work/cudart.json" 2>&1
+  check "run cudart: --json's external groups" python3 -c "import json; e = json.load(open('$work/cudart.json'))['external']
+assert e == [{'source': 'cudaMalloc', 'library': 'run_cudart', 'count': 8, 'bytes': 524288}], e"
   check "run cudart: the analysis sees 512 KiB allocated at the end and the 3 MiB peak" \
     python3 -c "import json; a = json.load(open('$work/cudart.json')); s = json.dumps(a); assert '524288' in s and '3145728' in s"
 
@@ -131,7 +136,7 @@ else
       from blocks b join segments s on s.id = b.segment_id where b.state = 'allocated' group by 1 order by 1)")" = "small:8"
   check "run cudart --cache: cudaMallocAsync and cudaMallocManaged still go to the driver (recorded external)" \
     test "$(sql "$work/cudart_cache.db" "select group_concat(text, ',') from (select distinct l.text from events e
-      join labels l on l.id = e.extra where e.kind = 4 and e.extra is not null order by 1)")" = "cudaMallocAsync,cudaMallocManaged"
+      join labels l on l.id = e.extra where e.kind = 4 and e.extra is not null order by 1)")" = "cuMemAllocAsync,cudaMallocAsync,cudaMallocManaged"
   check "run cudart --cache: the snapshot's options say so" \
     test "$(sql "$work/cudart_cache.db" "select value from options where name = 'MEMSNAP_INTERCEPT_CACHE'")" = 1
   leak_is cudart_cache "$work/cudart_cache.db" keep_for_later
@@ -166,10 +171,18 @@ check "run py torch-native: PyTorch's snapshot imported, the pickle removed" \
 leak_is py_native "$work/py_native.db" keep_loss_for_logging
 
 if [ -e "$cudart" ]; then
-  FAKE_TORCH_CUDART=$cudart run py_intercept 0 --mode intercept -o "$work/py_intercept.db" -- python3 "$train" 8
+  # A library that calls cudaMalloc holding the GIL (CuPy does): its Python frames are recorded.
+  FAKE_TORCH_HOLD_GIL=1 FAKE_TORCH_CUDART=$cudart run py_intercept 0 --mode intercept -o "$work/py_intercept.db" -- python3 "$train" 8
   check "run py intercept: torch's cudaMalloc calls are external segments" \
     test "$(sql "$work/py_intercept.db" "select count(*), source from segments where pool = 'external'")" = "8|cudaMalloc"
   leak_is py_intercept "$work/py_intercept.db" keep_loss_for_logging
+  # One that releases the GIL first (PyTorch's ops do): the interposer never takes it back (the
+  # caller may hold a lock a GIL holder waits for), so only native frames are recorded.
+  FAKE_TORCH_CUDART=$cudart run py_intercept_nogil 0 --mode intercept -o "$work/py_intercept_nogil.db" -- python3 "$train" 8
+  check "run py intercept, GIL released: recorded, native frames only" \
+    test "$(sql "$work/py_intercept_nogil.db" "select count(distinct s.id), sum(f.kind = 'python') from segments s
+      join stack_frames k on k.stack_id = (select stack_id from blocks where segment_id = s.id)
+      join frames f on f.id = k.frame_id where s.pool = 'external'")" = "8|0"
   run py_both 0 --mode allocator+intercept -o "$work/py_both.db" -- python3 "$train" 8 cudart "$cudart"
   check "run py allocator+intercept: torch's blocks in memsnap's pools, the direct cudaMalloc external" \
     test "$(sql "$work/py_both.db" "select group_concat(pool || ':' || ifnull(source, '-'), ',') from (select distinct pool, source from segments order by 1)")" = "external:cudaMalloc,small:-"
@@ -188,6 +201,12 @@ run py_fork 0 -o "$work/fork-%p.db" -- python3 "$train" 8 fork
 check "run py fork: the forked child (os._exit) writes no snapshot of its parent's" test "$(ls "$work"/fork-*.db | wc -l)" = 1
 run py_workers 0 -o "$work/workers-%p.db" -- python3 "$train" 8 workers 2
 check "run py workers: the program and its 2 spawned workers, one snapshot each" test "$(ls "$work"/workers-*.db | wc -l)" = 3
+check "run py workers: the command that analyzes them side by side names all three" \
+  test "$(grep '^all of them: memsnap analyze' "$work/py_workers.out" | grep -o 'workers-[0-9]*\.db' | wc -l)" = 3
+run py_workers4 0 -o "$work/workers4-%p.db" -- python3 "$train" 8 workers 3
+check "run py 4 processes: the summary stays on one screen (two lines a snapshot)" \
+  bash -c "grep -q '^4 snapshots' '$work/py_workers4.out' && test \$(grep -c '^/.*workers4-[0-9]*.db: peak .* leak: growing' '$work/py_workers4.out') = 4 &&
+    test \$(wc -l <'$work/py_workers4.out') -lt 20"
 for db in "$work"/workers-*.db; do leak_is "py_workers_$(basename "$db" .db)" "$db" keep_loss_for_logging; done
 run py_launch 0 -o "$work/launch-%r.db" -- python3 "$here/data/run/launch.py" 2 8
 check "run py launcher: rank 0 and 1 each their file; the launcher, which used no device, none over rank 0's" \

@@ -13,10 +13,12 @@ recording costs against the same program run without memsnap:
              cuMemAlloc) that keeps one array per step: plain, intercept
   static     build/run_static (tests/gpu/run_static.cu, nvcc's default static cudart): keeps
              256 KiB per step, then times 1 MiB cudaMalloc + cudaFree pairs: plain, intercept with
-             stacks, intercept without stacks; the interposer's cost per pair
+             stacks, intercept without stacks (the interposer's cost per pair), and intercept
+             --cache (the pairs served by memsnap's caching allocator)
 
 Each run is a child process; plain and recorded runs of one program alternate REPS times (the
-fastest of each side is kept). One JSON line per run goes to $OUT/run_modes.jsonl; a short table
+fastest of each side is kept). One JSON line per run goes to $OUT/run_modes.jsonl (the programs'
+output to $OUT/run_modes.log; programs and snapshots to a temporary directory); a short table
 is printed last. A program that is not installed (CuPy, JAX) is reported as skipped.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
@@ -36,6 +38,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MEMSNAP = os.path.join(ROOT, "build", "memsnap")
 STATIC = os.path.join(ROOT, "build", "run_static")
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-run-modes-")
+# Programs and snapshots live outside $OUT: the GPU machine returns at most 8 files from it, so
+# $OUT holds only run_modes.jsonl and run_modes.log (every command's output).
+WORK = tempfile.mkdtemp(prefix="memsnap-run-modes-work-")
 
 # ---- the unchanged programs ---------------------------------------------------------------------
 
@@ -112,7 +117,7 @@ JAX_ENV = {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLO
 
 
 def write_program(name, text):
-    path = os.path.join(OUT, name)
+    path = os.path.join(WORK, name)
     with open(path, "w") as f:
         f.write(text)
     return path
@@ -120,16 +125,16 @@ def write_program(name, text):
 
 # ---- running one ---------------------------------------------------------------------------------
 
-def run_one(program, args, mode=None, env_extra=None, stacks=None, timeout=400):
-    """Runs the program plain (mode None) or under memsnap run --mode MODE. Returns a dict:
-    status, wall_s, the program's RESULT (or its JSON line), and the snapshots written."""
+def run_one(program, args, mode=None, env_extra=None, options=(), label=None, timeout=400):
+    """Runs the program plain (mode None) or under `memsnap run --mode MODE OPTIONS`. Returns a
+    dict: status, wall_s, the program's RESULT (or its JSON line), and the snapshots written."""
     env = dict(os.environ, **(env_extra or {}))
-    tag = "%s-%s%s" % (program, mode or "plain", "-" + stacks if stacks else "")
-    db = os.path.join(OUT, tag + "-%p.db")
+    label = label or mode or "plain"
+    tag = "%s-%s" % (program, label.replace(" ", "").replace("/", "-"))
+    db = os.path.join(WORK, tag + "-%p.db")
     cmd = list(args)
     if mode:
-        cmd = [MEMSNAP, "run", "--mode", mode, "-o", db, "--max-entries", "400000"] + \
-            (["--stacks", stacks] if stacks else []) + ["--"] + cmd
+        cmd = [MEMSNAP, "run", "--mode", mode, "-o", db, "--max-entries", "400000"] + list(options) + ["--"] + cmd
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -139,8 +144,8 @@ def run_one(program, args, mode=None, env_extra=None, stacks=None, timeout=400):
         stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
         stderr = stderr.decode() if isinstance(stderr, bytes) else stderr
     wall = time.perf_counter() - t0
-    with open(os.path.join(OUT, tag + ".log"), "a") as f:
-        f.write("$ %s\n%s\n%s\n" % (" ".join(cmd), stdout, stderr))
+    with open(os.path.join(OUT, "run_modes.log"), "a") as f:
+        f.write("== %s\n$ %s\n%s\n%s\n" % (tag, " ".join(cmd), stdout, stderr))
     result = {}
     for line in stdout.splitlines():
         if line.startswith("RESULT "):
@@ -148,7 +153,7 @@ def run_one(program, args, mode=None, env_extra=None, stacks=None, timeout=400):
         elif line.startswith("{\"program\""):
             result = json.loads(line)
     snapshots = [line.split(" ", 1)[1] for line in stdout.splitlines() if line.startswith("snapshot ")]
-    return {"program": program, "mode": mode or "plain", "stacks": stacks, "status": status, "wall_s": wall,
+    return {"program": program, "mode": label, "status": status, "wall_s": wall,
             "result": result, "snapshots": snapshots, "stderr_tail": stderr[-800:] if status != 0 else ""}
 
 
@@ -192,34 +197,38 @@ def best(runs, key):
 
 # ---- the suites ------------------------------------------------------------------------------------
 
-def suite(name, args, modes, leak_function, key, reps, env_extra=None, stacks_variants=(None,)):
-    """Plain and each mode alternate `reps` times; the fastest `key` of each side is kept."""
+def suite(name, args, variants, leak_function, key, reps, env_extra=None):
+    """The plain program and each variant (label, mode, memsnap run options) alternate `reps`
+    times; the fastest `key` of each side is kept."""
     rows = []
-    runs = {("plain", None): []}
-    for m in modes:
-        for s in stacks_variants:
-            runs[(m, s)] = []
+    runs = {("plain", None, ()): []}
+    for v in variants:
+        runs[v] = []
     for rep in range(reps):
-        for (m, s) in runs:
-            r = run_one(name, args, None if m == "plain" else m, env_extra, s)
+        for (label, mode, options) in runs:
+            r = run_one(name, args, mode, env_extra, options, label)
             r["rep"] = rep
-            if m != "plain" and r["snapshots"]:
+            if mode and r["snapshots"]:
                 r["inspect"] = [inspect(db, leak_function) for db in r["snapshots"][:4]]
             emit(r)
-            runs[(m, s)].append(r)
-    base = best(runs[("plain", None)], key)
-    for (m, s), rs in runs.items():
+            runs[(label, mode, options)].append(r)
+    base = best(runs[("plain", None, ())], key)
+    for (label, mode, options), rs in runs.items():
         value = best(rs, key)
         named = None
-        if m != "plain" and s != "none":  # without stacks no site has a name
+        if mode and "none" not in options:  # without stacks no site has a name
             named = all(any(i.get("leak_named") for i in r.get("inspect", [])) for r in rs if r["status"] == 0) and \
                 any(r["status"] == 0 for r in rs)
-        rows.append({"program": name, "mode": m + ("/stacks " + s if s else ""), key: value,
+        rows.append({"program": name, "mode": label, key: value,
                      "vs_plain": (value / base) if value and base else None,
                      "status": sorted({r["status"] for r in rs}, key=str), "leak_named": named,
                      "snapshots": sum(len(r["snapshots"]) for r in rs)})
     emit({"summary": name, "rows": rows})
     return rows
+
+
+def modes(*names):
+    return [(m, m, ()) for m in names]
 
 
 def have(module):
@@ -243,32 +252,29 @@ def main():
     if "not found" in libs:
         sys.exit("error: libmemsnap.so misses libraries:\n" + libs)
     table = []
-    if "resnet50" in only:
-        if have("torchvision"):
-            prog = write_program("train_resnet50.py", RESNET)
-            table += suite("resnet50", [sys.executable, prog, str(opts.steps)],
-                           ["allocator", "torch-native", "intercept", "allocator+intercept"],
-                           "keep_logits_for_logging", "step_ms", opts.reps)
-        else:
-            emit({"skipped": "resnet50", "why": "torchvision is not installed"})
-    if "cupy" in only:
-        if have("cupy"):
-            prog = write_program("cupy_loop.py", CUPY)
-            table += suite("cupy", [sys.executable, prog, str(opts.steps * 10)], ["intercept"], "keep_for_later",
-                           "total_ms", opts.reps)
-        else:
-            emit({"skipped": "cupy", "why": "CuPy is not installed"})
-    if "jax" in only:
-        if have("jax"):
-            prog = write_program("jax_loop.py", JAX)
-            table += suite("jax", [sys.executable, prog, str(opts.steps * 10)], ["intercept"], "keep_for_later",
-                           "total_ms", opts.reps, env_extra=JAX_ENV)
-        else:
-            emit({"skipped": "jax", "why": "JAX is not installed"})
+    # name, the module it needs, the program, steps per --steps, its leak, what is timed, modes, env
+    workloads = [
+        ("resnet50", "torchvision", RESNET, 1, "keep_logits_for_logging", "step_ms",
+         modes("allocator", "torch-native", "intercept", "allocator+intercept"), None),
+        ("cupy", "cupy", CUPY, 10, "keep_for_later", "total_ms", modes("intercept"), None),
+        ("jax", "jax", JAX, 10, "keep_for_later", "total_ms", modes("intercept"), JAX_ENV),
+    ]
+    for name, module, text, factor, leak, key, variants, env in workloads:
+        if name not in only:
+            continue
+        if not have(module):
+            emit({"skipped": name, "why": module + " is not installed"})
+            continue
+        prog = write_program(name + ".py", text)
+        table += suite(name, [sys.executable, prog, str(opts.steps * factor)], variants, leak, key, opts.reps,
+                       env_extra=env)
     if "static" in only:
         if os.access(STATIC, os.X_OK):
-            table += suite("static", [STATIC, "20", "20000"], ["intercept"], "keep_for_later", "ns_per_pair",
-                           opts.reps, stacks_variants=("all", "none"))
+            table += suite("static", [STATIC, "20", "20000"],
+                           [("intercept", "intercept", ("--stacks", "all")),
+                            ("intercept/no stacks", "intercept", ("--stacks", "none")),
+                            ("intercept --cache", "intercept", ("--cache",))],
+                           "keep_for_later", "ns_per_pair", opts.reps)
         else:
             emit({"skipped": "static", "why": STATIC + " was not built (make gpu-bench needs nvcc)"})
 

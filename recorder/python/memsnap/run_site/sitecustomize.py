@@ -128,7 +128,9 @@ class _TorchNative:
 
     def start(self, torch):
         self.torch = torch
-        stacks = os.environ.get("MEMSNAP_STACKS", "all")
+        # PyTorch symbolizes C++ frames when it dumps, which takes minutes for a long history:
+        # Python stacks unless --stacks asks for more
+        stacks = os.environ.get("MEMSNAP_STACKS", "python")
         entries = int(os.environ.get("MEMSNAP_MAX_ENTRIES", "100000") or 100000)
         kwargs = {"max_entries": entries}
         if stacks == "none":

@@ -8,8 +8,9 @@ It has just what an unchanged training script and memsnap's three modes touch:
     ``change_current_allocator``, what memsnap.enable() installs): its malloc and free functions,
     called through ctypes as PyTorch calls them;
   - otherwise the "native" allocator: cudaMalloc and cudaFree of the libcudart named by
-    FAKE_TORCH_CUDART (so that `memsnap run --mode intercept` sees them), or made-up addresses
-    when it is not set;
+    FAKE_TORCH_CUDART (so that `memsnap run --mode intercept` sees them), called with the GIL
+    released as PyTorch's ops do (FAKE_TORCH_HOLD_GIL=1: held), or made-up addresses when it is
+    not set;
 * PyTorch's recorder for the native allocator: ``torch.cuda.memory._record_memory_history`` and
   ``_dump_snapshot``, which pickles a snapshot in PyTorch's format (segments, device_traces with
   Python frames), what `memsnap import` reads;
@@ -69,7 +70,9 @@ class _NativeAllocator:
         self.cudart = None
         path = os.environ.get("FAKE_TORCH_CUDART")
         if path:
-            self.cudart = ctypes.CDLL(path)
+            # FAKE_TORCH_HOLD_GIL=1: call it holding the GIL (as CuPy does), else releasing it
+            # (as PyTorch's ops do)
+            self.cudart = (ctypes.PyDLL if os.environ.get("FAKE_TORCH_HOLD_GIL") == "1" else ctypes.CDLL)(path)
             self.cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
             self.cudart.cudaFree.argtypes = [ctypes.c_void_p]
         self.next_address = 0x7F0000000000
