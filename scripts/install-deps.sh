@@ -3,7 +3,7 @@
 # Ubuntu, naming each one it installs; does nothing for what is already there.
 #   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev zlib1g-dev
 #   fuzz:   clang and its runtime libraries (libFuzzer, sanitizers)
-#   tests:  python3, binutils (addr2line names the file and line of native frames), nodejs and
+#   tests:  python3 and its pip (test_install), binutils (addr2line names the file and line of native frames), nodejs and
 #           npm (unless a node is already on the PATH), chromium (the report page's browser
 #           tests), and from npm playwright-core into tests/web/node_modules (tests/web/package.json)
 # The CUDA toolkit (headers in $CUDA_HOME/include, default /usr/local/cuda) is not a Debian
@@ -17,6 +17,7 @@ done
 have_pkg chromium || [ -n "${CHROMIUM:-}" ] || need+=(chromium) # the page's browser tests
 have_pkg clang || need+=(clang)                                  # make fuzz: libFuzzer
 have_pkg libclang-rt-14-dev || ! apt-cache show libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)  # test_install: pip install --target
 command -v node >/dev/null || need+=(nodejs)                     # the viewer's tests run on node
 command -v npm >/dev/null || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
