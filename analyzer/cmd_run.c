@@ -36,7 +36,7 @@ static const char *const mode_names[] = {"auto", "allocator", "torch-native", "i
 typedef struct run_options {
   const char *output, *stacks, *max_entries, *dump_on_oom, *signal_name;
   run_mode mode;
-  bool html, quiet, cache;
+  bool html, quiet, cache, no_torch_blocks;
   char **program; /* argv of the program, NULL-terminated */
 } run_options;
 
@@ -138,6 +138,14 @@ static void absolute(const char *path, char *out, size_t len) {
   if (n < 0 || (size_t)n >= len) snprintf(out, len, "%s", path); /* too long: as given */
 }
 
+/* Intercept mode's second snapshot in a PyTorch process: PATH with ".torch" before its ".db"
+ * ("run-%p.db" -> "run-%p.torch.db"; "out" -> "out.torch.db"). */
+static void torch_blocks_path(const char *path, char *out, size_t len) {
+  size_t n = strlen(path);
+  bool db = n > 3 && !strcmp(path + n - 3, ".db");
+  snprintf(out, len, "%.*s.torch.db", (int)(db ? n - 3 : n), path);
+}
+
 static int prepare_env(const run_options *o, run_mode mode, const char *bin, const char *manifest) {
   char lib[PATH_MAX + 32], path[PATH_MAX], py[PATH_MAX], site[PATH_MAX + 32];
   snprintf(lib, sizeof lib, "%s/libmemsnap.so", bin);
@@ -158,6 +166,13 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
       absolute(o->dump_on_oom, path, sizeof path);
       rc |= set_env("MEMSNAP_DUMP_ON_OOM", path);
     }
+  }
+  if (mode == MODE_INTERCEPT && !o->no_torch_blocks) {
+    /* a PyTorch process: its blocks, from PyTorch's own recorder, into a snapshot of their own */
+    char blocks[PATH_MAX + 16];
+    absolute(o->output, path, sizeof path);
+    torch_blocks_path(path, blocks, sizeof blocks);
+    rc |= set_env("MEMSNAP_RUN_TORCH_BLOCKS", blocks);
   }
   if (o->cache) rc |= set_env("MEMSNAP_INTERCEPT_CACHE", "1");
   if (o->stacks) rc |= set_env("MEMSNAP_STACKS", o->stacks);
@@ -395,6 +410,7 @@ static int parse(int argc, char **argv, run_options *o) {
     else if (!strcmp(arg, "--signal") && has_value) o->signal_name = argv[++i];
     else if (!strcmp(arg, "--html")) o->html = true;
     else if (!strcmp(arg, "--cache")) o->cache = true;
+    else if (!strcmp(arg, "--no-torch-blocks")) o->no_torch_blocks = true;
     else if (!strcmp(arg, "-q") || !strcmp(arg, "--quiet")) o->quiet = true;
     else if (!strcmp(arg, "--mode") && has_value) {
       const char *m = argv[++i];

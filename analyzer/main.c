@@ -81,7 +81,7 @@ static const command commands[] = {
      false},
     {"run", cmd_run,
      "memsnap run [-o PATH] [--mode MODE] [--stacks S] [--max-entries N] [--dump-on-oom PATH]\n"
-     "            [--signal SIG] [--cache] [--html] [-q] -- PROGRAM [ARGS...]\n"
+     "            [--signal SIG] [--cache] [--no-torch-blocks] [--html] [-q] -- PROGRAM [ARGS...]\n"
      "                            run a program unchanged, recording its GPU memory",
      "  PROGRAM [ARGS...]   the program, run unchanged; its exit status is memsnap's (128+N when\n"
      "                      signal N ended it). Every process it starts records too, each in its own file\n"
@@ -92,7 +92,9 @@ static const command commands[] = {
      "                        allocator     memsnap becomes PyTorch's allocator when torch is imported\n"
      "                        torch-native  PyTorch's allocator and recorder; its snapshot is imported\n"
      "                        intercept     an LD_PRELOAD library records every cudaMalloc, cuMemAlloc,\n"
-     "                                      cuMemMap... of any program (static cudart too)\n"
+     "                                      cuMemMap... of any program (static cudart too); in a\n"
+     "                                      PyTorch process PyTorch's recorder also writes its blocks\n"
+     "                                      (tensors inside those segments) to PATH.torch.db\n"
      "                        allocator+intercept  both: PyTorch's blocks and every other library's\n"
      "  --stacks S          stacks recorded: none, native, python or all (default all)\n"
      "  --max-entries N     events kept (default 100000; older ones are dropped and counted)\n"
@@ -102,6 +104,8 @@ static const command commands[] = {
      "  --cache             intercept: serve cudaMalloc/cudaFree (and cuMemAlloc/cuMemFree in the\n"
      "                      primary context) from memsnap's caching allocator; cudaFree still waits\n"
      "                      for the device, as it does without memsnap\n"
+     "  --no-torch-blocks   intercept in a PyTorch process: segments only, no PATH.torch.db (PyTorch's\n"
+     "                      recorder costs some 8% of a training step)\n"
      "  --html              write each snapshot's page too (PATH with .html for .db)\n"
      "  -q, --quiet         print nothing but the program's output\n"
      "  docs/run.md explains the modes, what each sees and their limits\n",

@@ -5,7 +5,9 @@
  * cudaMallocAsync and 64 KiB of managed memory, frees all three, and keeps a 64 KiB cudaMalloc
  * in keep_for_later() that it never frees: the leak `memsnap analyze` should name. It also
  * allocates and frees once through the driver API, reached the way cudart and libraries reach
- * it: dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"), then cuGetProcAddress("cuMemAlloc").
+ * it, after the steps (cudart has made the device's primary context current by then):
+ * dlopen("libcuda.so.1") and dlsym(handle, "cuGetProcAddress_v2") (RTLD_DEFAULT where there is
+ * no driver to open: the sim backend behind the interposer), then cuGetProcAddress("cuMemAlloc").
  *
  * Usage: run_cudart [ITERATIONS] [exit N | _exit N | abort | wait]
  *   exit N   return N from main (exit handlers run)
@@ -50,7 +52,8 @@ __attribute__((noinline)) static void step(int i) {
 /* The driver API the way cudart finds it. */
 static void driver_round_trip(void) {
   typedef CUresult (*get_proc_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-  get_proc_t get_proc = (get_proc_t)dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
+  void *libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  get_proc_t get_proc = (get_proc_t)dlsym(libcuda ? libcuda : RTLD_DEFAULT, "cuGetProcAddress_v2");
   if (!get_proc) {
     fprintf(stderr, "run_cudart: no cuGetProcAddress_v2 in the process (no driver)\n");
     exit(3);
@@ -86,8 +89,8 @@ int main(int argc, char **argv) {
   int iterations = argc > 1 ? atoi(argv[1]) : 8;
   const char *end = argc > 2 ? argv[2] : "exit";
   int code = argc > 3 ? atoi(argv[3]) : 0;
-  driver_round_trip();
   for (int i = 0; i < iterations; i++) step(i);
+  driver_round_trip();
   printf("run_cudart: %d steps, %d KiB kept\n", iterations, iterations * 64);
   fflush(stdout);
   if (!strcmp(end, "_exit")) _exit(code);

@@ -176,6 +176,15 @@ if [ -e "$cudart" ]; then
   check "run py intercept: torch's cudaMalloc calls are external segments" \
     test "$(sql "$work/py_intercept.db" "select count(*), source from segments where pool = 'external'")" = "8|cudaMalloc"
   leak_is py_intercept "$work/py_intercept.db" keep_loss_for_logging
+  # PyTorch's recorder writes the blocks inside those segments beside it, and the summary covers both.
+  check "run py intercept: PyTorch's blocks in py_intercept.torch.db, summarised too" \
+    bash -c "test '$(sql "$work/py_intercept.torch.db" "select count(*) from meta where key = 'import_source'")' = 1 &&
+      grep -q 'snapshot .*py_intercept.torch.db' '$work/py_intercept.out' && ! ls '$work'/*.pickle 2>/dev/null"
+  leak_is py_intercept_blocks "$work/py_intercept.torch.db" keep_loss_for_logging
+  FAKE_TORCH_CUDART=$cudart run py_intercept_segments 0 --mode intercept --no-torch-blocks \
+    -o "$work/py_intercept_segments.db" -- python3 "$train" 8
+  check "run py intercept --no-torch-blocks: no PyTorch recorder, no second snapshot" \
+    bash -c "test -s '$work/py_intercept_segments.db' && ! test -e '$work/py_intercept_segments.torch.db'"
   # One that releases the GIL first (PyTorch's ops do): the interposer never takes it back (the
   # caller may hold a lock a GIL holder waits for), so only native frames are recorded.
   FAKE_TORCH_CUDART=$cudart run py_intercept_nogil 0 --mode intercept -o "$work/py_intercept_nogil.db" -- python3 "$train" 8

@@ -15,6 +15,14 @@ recording costs against the same program run without memsnap:
              256 KiB per step, then times 1 MiB cudaMalloc + cudaFree pairs: plain, intercept with
              stacks, intercept without stacks (the interposer's cost per pair), and intercept
              --cache (the pairs served by memsnap's caching allocator)
+  torchrun   `torchrun --nproc_per_node 2` (gloo, both ranks on the one GPU) of a DDP script that
+             keeps each step's output in keep_outputs_for_later(), recorded with -o run-%r.db in
+             allocator and torch-native mode: one snapshot per rank, each naming the leak
+  cudart     build/tests/run_cudart (tests/run_cudart.c, dynamic libcudart.so, keeps 64 KiB per
+             step in keep_for_later()): intercept
+
+In intercept mode a PyTorch program also gets PyTorch's recorder (PATH.torch.db, the blocks
+inside the segments the interposer sees); the leak is named if any snapshot of a run names it.
 
 Each run is a child process; plain and recorded runs of one program alternate REPS times (the
 fastest of each side is kept). One JSON line per run goes to $OUT/run_modes.jsonl (the programs'
@@ -22,7 +30,7 @@ output to $OUT/run_modes.log; programs and snapshots to a temporary directory); 
 is printed last. A program that is not installed (CuPy, JAX) is reported as skipped.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
-  python3 tests/gpu/run_modes.py [--steps N] [--reps N] [--only resnet50,cupy,jax,static]
+  python3 tests/gpu/run_modes.py [--steps N] [--reps N] [--only resnet50,cupy,jax,static,torchrun,cudart]
 """
 import argparse
 import json
@@ -37,6 +45,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEMSNAP = os.path.join(ROOT, "build", "memsnap")
 STATIC = os.path.join(ROOT, "build", "run_static")
+# tests/run_cudart.c, linked against libcudart.so (the toolkit's shared runtime; prepare.sh puts
+# a copy beside it for machines without the toolkit's lib64)
+CUDART = os.path.join(ROOT, "build", "tests", "run_cudart")
+CUDART_ENV = {"LD_LIBRARY_PATH": os.path.join(ROOT, "build") + ":" + os.environ.get("LD_LIBRARY_PATH", "")}
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-run-modes-")
 # Programs and snapshots live outside $OUT: the GPU machine returns at most 8 files from it, so
 # $OUT holds only run_modes.jsonl and run_modes.log (every command's output).
@@ -113,6 +125,39 @@ print("RESULT " + json.dumps({"total_ms": (time.perf_counter() - t0) * 1e3, "kep
                               "backend": jax.default_backend()}), flush=True)
 '''
 
+# torchrun: two ranks on one GPU (gloo: NCCL refuses two ranks on one device), DDP on a small
+# MLP, each rank keeps its outputs in keep_outputs_for_later(). `memsnap run -o run-%r.db` writes
+# one snapshot per rank and torchrun itself, which allocates nothing, writes none.
+TORCHRUN = r'''
+import json, os, sys, time
+import torch, torch.distributed as dist
+steps = int(sys.argv[1])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.cuda.set_device(0)
+model = torch.nn.parallel.DistributedDataParallel(
+    torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda())
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+kept = []
+
+def keep_outputs_for_later(out):
+    kept.append(out.detach().clone())
+
+t0 = time.perf_counter()
+for step in range(steps):
+    x = torch.randn(256, 1024, device="cuda")
+    out = model(x)
+    loss = out.square().mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    keep_outputs_for_later(out)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+if rank == 0:
+    print("RESULT " + json.dumps({"total_ms": (time.perf_counter() - t0) * 1e3, "kept": len(kept)}), flush=True)
+'''
+
 JAX_ENV = {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
@@ -125,13 +170,13 @@ def write_program(name, text):
 
 # ---- running one ---------------------------------------------------------------------------------
 
-def run_one(program, args, mode=None, env_extra=None, options=(), label=None, timeout=400):
+def run_one(program, args, mode=None, env_extra=None, options=(), label=None, timeout=400, pattern="-%p.db"):
     """Runs the program plain (mode None) or under `memsnap run --mode MODE OPTIONS`. Returns a
     dict: status, wall_s, the program's RESULT (or its JSON line), and the snapshots written."""
     env = dict(os.environ, **(env_extra or {}))
     label = label or mode or "plain"
     tag = "%s-%s" % (program, label.replace(" ", "").replace("/", "-"))
-    db = os.path.join(WORK, tag + "-%p.db")
+    db = os.path.join(WORK, tag + pattern)
     cmd = list(args)
     if mode:
         cmd = [MEMSNAP, "run", "--mode", mode, "-o", db, "--max-entries", "400000"] + list(options) + ["--"] + cmd
@@ -197,7 +242,7 @@ def best(runs, key):
 
 # ---- the suites ------------------------------------------------------------------------------------
 
-def suite(name, args, variants, leak_function, key, reps, env_extra=None):
+def suite(name, args, variants, leak_function, key, reps, env_extra=None, pattern="-%p.db", ranks=1):
     """The plain program and each variant (label, mode, memsnap run options) alternate `reps`
     times; the fastest `key` of each side is kept."""
     rows = []
@@ -206,7 +251,7 @@ def suite(name, args, variants, leak_function, key, reps, env_extra=None):
         runs[v] = []
     for rep in range(reps):
         for (label, mode, options) in runs:
-            r = run_one(name, args, mode, env_extra, options, label)
+            r = run_one(name, args, mode, env_extra, options, label, pattern=pattern)
             r["rep"] = rep
             if mode and r["snapshots"]:
                 r["inspect"] = [inspect(db, leak_function) for db in r["snapshots"][:4]]
@@ -217,8 +262,11 @@ def suite(name, args, variants, leak_function, key, reps, env_extra=None):
         value = best(rs, key)
         named = None
         if mode and "none" not in options:  # without stacks no site has a name
-            named = all(any(i.get("leak_named") for i in r.get("inspect", [])) for r in rs if r["status"] == 0) and \
-                any(r["status"] == 0 for r in rs)
+            # ranks > 1: every rank's snapshot names it, else one of the run's snapshots does
+            def named_in(r):
+                hits = [bool(i.get("leak_named")) for i in r.get("inspect", [])]
+                return len(hits) >= ranks and all(hits) if ranks > 1 else any(hits)
+            named = all(named_in(r) for r in rs if r["status"] == 0) and any(r["status"] == 0 for r in rs)
         rows.append({"program": name, "mode": label, key: value,
                      "vs_plain": (value / base) if value and base else None,
                      "status": sorted({r["status"] for r in rs}, key=str), "leak_named": named,
@@ -239,7 +287,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--only", default="resnet50,cupy,jax,static")
+    ap.add_argument("--only", default="resnet50,cupy,jax,static,torchrun,cudart")
     opts = ap.parse_args()
     only = set(opts.only.split(","))
     os.makedirs(OUT, exist_ok=True)
@@ -268,6 +316,18 @@ def main():
         prog = write_program(name + ".py", text)
         table += suite(name, [sys.executable, prog, str(opts.steps * factor)], variants, leak, key, opts.reps,
                        env_extra=env)
+    if "torchrun" in only and have("torch"):
+        prog = write_program("ddp_leak.py", TORCHRUN)
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", prog,
+                    str(opts.steps)]
+        table += suite("torchrun", torchrun, [("allocator", "allocator", ()), ("torch-native", "torch-native", ())],
+                       "keep_outputs_for_later", "total_ms", opts.reps, pattern="-%r.db", ranks=2)
+    if "cudart" in only:
+        if os.access(CUDART, os.X_OK):
+            table += suite("cudart", [CUDART, "200"], [("intercept", "intercept", ())], "keep_for_later",
+                           "total_ms", opts.reps, env_extra=CUDART_ENV)
+        else:
+            emit({"skipped": "cudart", "why": CUDART + " was not built (make test-programs)"})
     if "static" in only:
         if os.access(STATIC, os.X_OK):
             table += suite("static", [STATIC, "20", "20000"],

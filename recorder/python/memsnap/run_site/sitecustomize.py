@@ -9,7 +9,11 @@ MEMSNAP_RUN_MODE says what to do (``allocator+intercept`` does both):
   (MEMSNAP_RECORD=1, which `memsnap run` sets) and the snapshot is written from Python's exit
   (MEMSNAP_DUMP).
 * ``intercept`` (the LD_PRELOAD library records): the snapshot is written from Python's exit,
-  while tensors are alive and Python frames can be named, not from the C library's exit.
+  while tensors are alive and Python frames can be named, not from the C library's exit. The
+  library sees PyTorch's segments, not the tensors inside them: when the program imports torch,
+  PyTorch's recorder also runs as in ``torch-native`` and its snapshot goes to
+  MEMSNAP_RUN_TORCH_BLOCKS (`memsnap run` sets it unless --no-torch-blocks), so a leak of
+  tensors is named there.
 * ``torch-native``: PyTorch's allocator stays; when the program imports torch, PyTorch's own
   recorder starts (torch.cuda.memory._record_memory_history) and at exit, on the dump signal and
   at the first out-of-memory, PyTorch's snapshot is written as a pickle that `memsnap run` then
@@ -150,6 +154,8 @@ class _TorchNative:
     def write(self, pattern, once=True):
         if self.torch is None or os.getpid() != self.pid or (once and self.written):
             return
+        if not self.torch.cuda.is_initialized():
+            return  # used no device (torchrun's launcher): no snapshot, none overwritten (%r)
         if once:
             self.written = True
         db = _expand(pattern)
@@ -158,10 +164,9 @@ class _TorchNative:
         _note("pickle", pickle_path, db)
 
 
-def _torch_native_mode():
+def _torch_native_mode(dump_path):
     rec = _TorchNative()
     _after_import("torch", rec.start)
-    dump_path = os.environ.get("MEMSNAP_RUN_DUMP", "memsnap-%p.db")
     import atexit
     atexit.register(lambda: rec.write(dump_path))
     signame = os.environ.get("MEMSNAP_RUN_SIGNAL")
@@ -205,7 +210,9 @@ def _intercept_mode():
 if _mode in ("allocator", "allocator+intercept"):
     _allocator_mode()
 elif _mode == "torch-native":
-    _torch_native_mode()
+    _torch_native_mode(os.environ.get("MEMSNAP_RUN_DUMP", "memsnap-%p.db"))
 if _mode in ("intercept", "allocator+intercept"):
-    _intercept_mode()
+    _intercept_mode()  # first: its exit handler runs last
+if _mode == "intercept" and os.environ.get("MEMSNAP_RUN_TORCH_BLOCKS"):
+    _torch_native_mode(os.environ["MEMSNAP_RUN_TORCH_BLOCKS"])
 _chain()
