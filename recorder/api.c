@@ -285,11 +285,13 @@ void memsnap_record_stream(void *ptr, memsnap_stream_t stream) {
 
 int memsnap_set_option(const char *name, const char *value) {
   if (!name || !value) return MEMSNAP_EINVAL;
-  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  msi_devices_read_options(); /* the environment first; the device is not started */
   return msi_option_set(name, value);
 }
 
 const char *memsnap_backend_name(void) { return ensure_ready() == 0 ? msi_be->name : NULL; }
+
+void memsnap_read_options(void) { msi_devices_read_options(); }
 
 /* An intercepted allocation failed (the intercept library reports it): recorded as an oom
  * event with the caller's stack, and the MEMSNAP_DUMP_ON_OOM snapshot written (external.c holds

@@ -26,11 +26,23 @@ static void (*on_ready)(void); /* api.c's start of the exit dump and signal thre
 
 void msi_devices_on_ready(void (*fn)(void)) { on_ready = fn; }
 
+static bool options_read; /* under init_lock: msi_options_load ran (it runs once) */
+
+/* Reads the options once, the backend left alone: CUDA stays uninitialised, so a program whose
+ * parent process never touches the device may still fork children that use it. */
+void msi_devices_read_options(void) {
+  pthread_mutex_lock(&init_lock);
+  if (!options_read) msi_options_load();
+  options_read = true;
+  pthread_mutex_unlock(&init_lock);
+}
+
 static int init_slow(void) {
   int rc = 0;
   pthread_mutex_lock(&init_lock);
   if (atomic_load(&ready)) goto out;
-  msi_options_load();
+  if (!options_read) msi_options_load();
+  options_read = true;
   msi_be = strcmp(msi_opt.backend, "sim") == 0 ? &msi_backend_sim : &msi_backend_cuda;
   if (msi_be->init() != MSI_BE_OK) {
     rc = -1;
@@ -113,6 +125,7 @@ void msi_devices_fork(int phase) {
 bool msi_devices_shutdown(void) {
   bool was_ready = false;
   pthread_mutex_lock(&init_lock);
+  options_read = false; /* the next use reads the environment again */
   if (atomic_load(&ready)) {
     for (int i = 0; i < MSI_MAX_DEVICES; i++) {
       msi_device *d = atomic_exchange(&msi_device_table[i], NULL);

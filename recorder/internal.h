@@ -502,6 +502,8 @@ static inline msi_device *msi_device_peek(int device) {
 void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *arg);
 /* fork(): takes (prepare) or releases (parent, child) the init lock and every device lock. */
 void msi_devices_fork(int phase);
+/* Reads the options from the environment (once) without starting the backend. */
+void msi_devices_read_options(void);
 /* Releases every device, the backend, the history and the stacks; returns whether the library
  * was up. */
 bool msi_devices_shutdown(void);

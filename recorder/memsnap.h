@@ -89,14 +89,21 @@ const char *memsnap_last_error(void);
  * initialisation failed. */
 const char *memsnap_backend_name(void);
 
+/* Reads the options from the environment now (they are read once: later changes to the
+ * variables are not seen) without starting the backend: CUDA stays uninitialised, so a process
+ * that never touches the device may still fork children that use it. Cannot fail (a bad value is
+ * warned about on stderr and replaced by its default). memsnap.enable() calls it. */
+void memsnap_read_options(void);
+
 /* Describes option i of the options table: returns its environment variable name
  * ("MEMSNAP_BACKEND", ...) and sets *default_value and *comment, or returns NULL past the end. */
 const char *memsnap_option_info(int i, const char **default_value, const char **comment);
 
-/* Changes an option while running (after initialising the library with the environment):
+/* Changes an option while running:
  * `name` is the option ("oom") or its variable ("MEMSNAP_OOM"). Only MEMSNAP_OOM and
  * MEMSNAP_GARBAGE_COLLECTION_THRESHOLD may change at run time; the others shape the segments
- * and are read from the environment once. Returns MEMSNAP_OK or MEMSNAP_EINVAL (message set). */
+ * and are read from the environment once (by this call, if it is the first: the device is not
+ * started). Returns MEMSNAP_OK or MEMSNAP_EINVAL (message set). */
 int memsnap_set_option(const char *name, const char *value);
 
 /* Number of devices the backend sees, or a negative MEMSNAP_E* code. */

@@ -208,6 +208,12 @@ run py_native_exit 9 --mode torch-native -o "$work/py_native_exit.db" -- python3
 check "run py torch-native os._exit: the snapshot is written first" test -s "$work/py_native_exit.db"
 run py_fork 0 -o "$work/fork-%p.db" -- python3 "$train" 8 fork
 check "run py fork: the forked child (os._exit) writes no snapshot of its parent's" test "$(ls "$work"/fork-*.db | wc -l)" = 1
+# Children forked (no exec) before the parent touched the device record on their own: memsnap
+# did not start the device in the parent (memsnap.enable() reads only the options).
+run py_forked 0 -o "$work/forked-%p.db" -- python3 "$train" 8 forked 2
+check "run py forked: the parent and its two forked children each write a snapshot" \
+  test "$(ls "$work"/forked-*.db | wc -l)" = 3
+for db in "$work"/forked-*.db; do leak_is "py_forked_$(basename "$db" .db)" "$db" keep_loss_for_logging; done
 run py_workers 0 -o "$work/workers-%p.db" -- python3 "$train" 8 workers 2
 check "run py workers: the program and its 2 spawned workers, one snapshot each" test "$(ls "$work"/workers-*.db | wc -l)" = 3
 check "run py workers: the command that analyzes them side by side names all three" \

@@ -18,6 +18,9 @@ recording costs against the same program run without memsnap:
   torchrun   `torchrun --nproc_per_node 2` (gloo, both ranks on the one GPU) of a DDP script that
              keeps each step's output in keep_outputs_for_later(), recorded with -o run-%r.db in
              allocator and torch-native mode: one snapshot per rank, each naming the leak
+  forked     a script that forks two children (no exec) before touching CUDA, each training a
+             small MLP and keeping outputs in keep_outputs_for_later(): allocator mode, one
+             snapshot per child, each naming the leak
   cudart     build/tests/run_cudart (tests/run_cudart.c, dynamic libcudart.so, keeps 64 KiB per
              step in keep_for_later()): intercept
 
@@ -30,7 +33,7 @@ output to $OUT/run_modes.log; programs and snapshots to a temporary directory); 
 is printed last. A program that is not installed (CuPy, JAX) is reported as skipped.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
-  python3 tests/gpu/run_modes.py [--steps N] [--reps N] [--only resnet50,cupy,jax,static,torchrun,cudart]
+  python3 tests/gpu/run_modes.py [--steps N] [--reps N] [--only resnet50,cupy,jax,static,torchrun,cudart,forked]
 """
 import argparse
 import json
@@ -156,6 +159,44 @@ torch.cuda.synchronize()
 dist.destroy_process_group()
 if rank == 0:
     print("RESULT " + json.dumps({"total_ms": (time.perf_counter() - t0) * 1e3, "kept": len(kept)}), flush=True)
+'''
+
+# Two children forked (no exec) before the parent touches CUDA, each training a small MLP and
+# keeping its outputs in keep_outputs_for_later(), ending with os._exit(0) as multiprocessing's
+# fork workers do. Plain, each child initialises CUDA itself; recorded, each writes its snapshot.
+FORKED = r'''
+import json, os, sys, time
+import torch
+steps = int(sys.argv[1])
+kept = []
+
+def keep_outputs_for_later(out):
+    kept.append(out.detach().clone())
+
+def child():
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
+    for step in range(steps):
+        out = model(torch.randn(256, 1024, device="cuda"))
+        out.square().mean().backward()
+        keep_outputs_for_later(out)
+    torch.cuda.synchronize()
+
+t0 = time.perf_counter()
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child()
+            code = 0
+        except Exception as e:
+            print("child failed:", e, flush=True)
+            code = 1
+        os._exit(code)
+    pids.append(pid)
+codes = [os.waitpid(p, 0)[1] for p in pids]
+print("RESULT " + json.dumps({"total_ms": (time.perf_counter() - t0) * 1e3, "children": codes}), flush=True)
+sys.exit(1 if any(codes) else 0)
 '''
 
 JAX_ENV = {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -287,7 +328,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--only", default="resnet50,cupy,jax,static,torchrun,cudart")
+    ap.add_argument("--only", default="resnet50,cupy,jax,static,torchrun,cudart,forked")
     opts = ap.parse_args()
     only = set(opts.only.split(","))
     os.makedirs(OUT, exist_ok=True)
@@ -322,6 +363,10 @@ def main():
                     str(opts.steps)]
         table += suite("torchrun", torchrun, [("allocator", "allocator", ()), ("torch-native", "torch-native", ())],
                        "keep_outputs_for_later", "total_ms", opts.reps, pattern="-%r.db", ranks=2)
+    if "forked" in only and have("torch"):
+        prog = write_program("forked.py", FORKED)
+        table += suite("forked", [sys.executable, prog, str(opts.steps)], [("allocator", "allocator", ())],
+                       "keep_outputs_for_later", "total_ms", opts.reps, ranks=2)
     if "cudart" in only:
         if os.access(CUDART, os.X_OK):
             table += suite("cudart", [CUDART, "200"], [("intercept", "intercept", ())], "keep_for_later",

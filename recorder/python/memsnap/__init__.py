@@ -76,6 +76,7 @@ def _declare(lib):
         "memsnap_release": (c.c_int, [c.c_void_p]),
         "memsnap_last_error": (c.c_char_p, []),
         "memsnap_backend_name": (c.c_char_p, []),
+        "memsnap_read_options": (None, []),
         "memsnap_device_count": (c.c_int, []),
         "memsnap_check": (c.c_int, [c.c_int]),
         "memsnap_shutdown": (None, []),
@@ -476,7 +477,10 @@ def enable(path=None):
                            "first tensor on the GPU (PyTorch cannot swap an initialised allocator)")
     so = path or library_path()
     lib = load(so)
-    lib.memsnap_backend_name()  # reads the options (and PyTorch's variables) now
+    # the options (and PyTorch's variables) are read now, before _hide_backend_key; the device
+    # is not touched (PyTorch initialises it at the first tensor), so a parent that never uses it
+    # can still fork children that do
+    lib.memsnap_read_options()
     _hide_backend_key()
     allocator = torch.cuda.memory.CUDAPluggableAllocator(so, "memsnap_malloc", "memsnap_free")
     hooks = allocator.allocator()

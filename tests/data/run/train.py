@@ -4,11 +4,13 @@ It imports torch (the stand-in in tests/data/fake_torch when PyTorch is absent),
 steps that each allocate four 1 MiB activations and free them, and keeps one 256 KiB tensor
 per step in keep_loss_for_logging(): the leak that `memsnap analyze` should name.
 
-Usage: train.py [STEPS] [exit N | raise | _exit N | fork | workers N | cudart LIB]
+Usage: train.py [STEPS] [exit N | raise | _exit N | fork | forked N | workers N | cudart LIB]
   exit N     exit with status N after the steps
   raise      end with an uncaught exception (status 1)
   _exit N    end with os._exit(N): exit handlers do not run
   fork       a forked child that exits with os._exit(0) before the parent's steps
+  forked N   N children forked (os.fork, no exec) before the parent touches the device, each
+             running the steps and ending with os._exit(0)
   workers N  N worker processes (multiprocessing, spawn) that run the steps too
   cudart LIB also allocate 3 MiB with LIB's cudaMalloc directly, outside torch (never freed)
 """
@@ -48,6 +50,16 @@ if __name__ == "__main__":
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
+    if end == "forked":
+        children = []
+        for _ in range(int(arg)):
+            pid = os.fork()
+            if pid == 0:
+                train(steps)
+                os._exit(0)
+            children.append(pid)
+        if any(os.waitpid(pid, 0)[1] for pid in children):
+            sys.exit("a forked child failed")
     if end == "cudart":
         import ctypes
         cudart = ctypes.CDLL(arg)

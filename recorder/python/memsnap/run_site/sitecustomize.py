@@ -92,15 +92,15 @@ def _after_import(name, action):
 
 
 def _wrap_os_exit(dump):
+    """os._exit writes the snapshot first. In a forked child dump() decides: the library writes
+    a child's own recording (the parent had not started it) and never the parent's."""
     real_exit = os._exit
-    owner = os.getpid()
 
     def _exit(code):
-        if os.getpid() == owner:  # a forked child does not write the parent's snapshot
-            try:
-                dump()
-            except Exception as e:  # the exit goes on whatever happens
-                print("memsnap: error: snapshot at os._exit: %s" % e, file=sys.stderr)
+        try:
+            dump()
+        except Exception as e:  # the exit goes on whatever happens
+            print("memsnap: error: snapshot at os._exit: %s" % e, file=sys.stderr)
         real_exit(code)
     os._exit = _exit
 
