@@ -39,7 +39,7 @@ LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/back
   recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
-CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/stream.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/misuse.c analyzer/strindex.c analyzer/report.c analyzer/cmd_info.c \
+CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/stream.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/misuse.c analyzer/strindex.c analyzer/report.c analyzer/analysis_json.c analyzer/cmd_info.c \
   analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/livemap.c analyzer/prehistory.c analyzer/timeline.c \
   analyzer/outfile.c analyzer/pickle_read.c analyzer/pickle_write.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c \
   analyzer/replay_engine.c analyzer/cmd_replay.c analyzer/cmd_run.c

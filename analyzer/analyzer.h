@@ -8,7 +8,8 @@
  *   match.c     sites of several snapshots matched by identity (diff, side by side)
  *   strindex.c  an index of strings kept elsewhere (string table, labels, matched sites)
  *   misuse.c    invalid frees by site (double, foreign, interior pointers)
- *   report.c    the analysis as text for a terminal, and as JSON (docs/analysis-json.md)
+ *   report.c    the analysis as text for a terminal
+ *   analysis_json.c  the analysis as JSON (docs/analysis-json.md): --json, the page's data, diff
  *   livemap.c   the live-block map and time buckets every pass over the events shares
  *   prehistory.c  the state when the history starts (memory from before recording)
  *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
@@ -445,6 +446,11 @@ typedef struct ms_matches {
  * file and line of every frame; module name and offset for unnamed frames; never addresses or
  * ids), into m. 0, or -1 when out of memory (m left empty). */
 int ms_match_sites(const ms_analysis *a, size_t n, bool (*want)(const ms_analysis *a, uint32_t site), ms_matches *m);
+/* The leak candidates of a[0..n) matched by site, best first (the best score a site has in any
+ * snapshot, then its most bytes): m is filled as by ms_match_sites and *rows (malloc'd, the
+ * caller frees it and then m) points into it. Returns how many rows, or -1 when out of memory
+ * (m left empty, *rows NULL). */
+ptrdiff_t ms_match_leaks(const ms_analysis *a, size_t n, ms_matches *m, const ms_match_row ***rows);
 void ms_matches_free(ms_matches *m);
 
 /* ---- what the report page draws (timeline.c) --------------------------------------------- */
@@ -508,8 +514,21 @@ typedef struct ms_checkpoint {
 #define MS_LEAK_SERIES 64
 #define MS_LEAK_SERIES_ITERATIONS 4096
 
+/* The allocator's events (alloc, free_requested, free_completed, segment events) one by one, for
+ * the page to step through its state: kept only when there are at most MS_STEPS_MAX of them. */
+#define MS_STEPS_MAX 120000
+typedef struct ms_step {
+  int64_t time_ns, size, requested; /* requested: an allocation's request (its size when unknown) */
+  uint64_t address;
+  int64_t site; /* an allocation's site; -1 for other events */
+  int kind;
+} ms_step;
+
 typedef struct ms_timeline {
   ms_bands bands;
+  ms_step *steps; /* in order */
+  size_t nsteps;
+  bool steps_kept; /* false: too many (steps empty) */
   int64_t *leak_live; /* [candidate * leak_iterations + iteration], candidates in a->leaks' order */
   size_t leak_series, leak_iterations;
   ms_detail *detail; /* in allocation order */
@@ -656,29 +675,46 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
 /* One line per snapshot (one per rank, say): peaks, iterations, the first leak candidate; then
  * the leading leak candidates matched across the snapshots (match.c), one row each. */
 void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out);
-/* The leak candidates of several analyses matched across them, as a JSON array (the
- * "matched_leaks" of analyze --json with several snapshots); 0, or -1 when out of memory. */
-int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out);
-/* Writes the report page (html.c): web/viewer.html with the analysis embedded; 0 or -1. */
+/* Writes the report page (html.c): web/viewer.html with the analysis embedded; 0, or -1 when
+ * out of memory, when the page's pass over the events fails (s->error set) or when writing to
+ * out fails (out may then hold part of the page). */
 int ms_report_html(ms_analysis *a, FILE *out);
-/* Adds a site's stack keys to a JSON object (docs/analysis-json.md: stack, full_stack, stack_id,
- * and stack_note for a site without a stack). */
-struct cJSON;
-void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
-/* Adds the stack keys of a stack (stack, full_stack, stack_id; stack_note when it has none:
- * `note`, or "no stack recorded" when NULL). */
-void ms_json_stack(struct cJSON *o, const ms_snapshot *s, uint32_t stack_id, const char *note);
-/* The invalid frees: a section of the text report when there are any (misuse.c), and the JSON's
- * "invalid_frees" object (0, or -1 when out of memory). */
+/* The invalid frees as a section of the text report when there are any (misuse.c). */
 void ms_misuse_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
-int ms_misuse_json(struct cJSON *root, const ms_analysis *a);
-/* Adds "before_history" (the state when the history starts: prehistory.c) to a JSON object. */
-void ms_json_before_history(struct cJSON *o, const ms_analysis *a);
-/* Adds "pid" and "host" to a JSON object, null where the snapshot does not say (imported). */
-void ms_json_process(struct cJSON *o, const ms_snapshot *s);
-/* Writes the JSON document; 0, or -1 when out of memory. */
-int ms_report_json(const ms_analysis *a, FILE *out);
+/* Bytes ("1.50 MiB") and times ("12.3 ms") as the text reports write them, into out[len]. */
 void ms_format_bytes(int64_t bytes, char *out, size_t len);
 void ms_format_ns(int64_t ns, char *out, size_t len);
+
+/* ---- the analysis as JSON (analysis_json.c; docs/analysis-json.md) ----------------------- */
+
+struct cJSON;
+/* What a caller of ms_json_analysis chooses; {0} (or NULL) is `memsnap analyze --json`. */
+typedef struct ms_json_options {
+  size_t max_leaks;         /* leak candidates listed; 0: all */
+  size_t max_invalid_sites; /* invalid_frees' sites listed; 0: all */
+  /* NULL: each entry's `stack` and `full_stack` hold its frames. Else its `stack` is
+     stack_ref(ctx, site, stack_id), a number into the caller's own table of stacks (site: the
+     analysis site of a site's entry, -1 for one event's stack), and full_stack is left out. */
+  int64_t (*stack_ref)(void *ctx, int64_t site, uint32_t stack_id);
+  void *ctx;
+} ms_json_options;
+
+/* Adds the analysis's sections (summary, live_at_peak, iterations, leaks, oom, invalid_frees,
+ * top_sites, fragmentation, external) to the object `root`, as options `o` (NULL: as --json)
+ * say. 0, or -1 when out of memory (root may hold part of them; the caller deletes it). */
+int ms_json_analysis(struct cJSON *root, const ms_analysis *a, const ms_json_options *o);
+/* Prints the analysis as JSON (`memsnap analyze --json`) and a newline; 0, or -1 when out of
+ * memory (nothing printed). */
+int ms_report_json(const ms_analysis *a, FILE *out);
+/* The leak candidates of several analyses matched across them, as a JSON array (the
+ * "matched_leaks" of analyze --json with several snapshots); 0, or -1 when out of memory
+ * (nothing printed). */
+int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out);
+/* Adds a site's stack keys to a JSON object (stack and full_stack with frames, stack_id, and
+ * stack_note for a site without a stack); a key that cannot be allocated is left out. */
+void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* Adds "pid" and "host" to a JSON object, null where the snapshot does not say (imported); a key
+ * that cannot be allocated is left out. */
+void ms_json_process(struct cJSON *o, const ms_snapshot *s);
 
 #endif

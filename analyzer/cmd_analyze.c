@@ -1,5 +1,5 @@
 /* cmd_analyze.c: `memsnap analyze [options] SNAPSHOT.db...`: the analysis as a report (analysis.c,
- * report.c). With several snapshots (one per rank, say): a table side by side, then each
+ * report.c, analysis_json.c). With several snapshots (one per rank, say): a table side by side, then each
  * report; with --json, {"snapshots": [analysis, ...]}. */
 #include <errno.h>
 #include <limits.h>

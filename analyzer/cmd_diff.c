@@ -6,7 +6,8 @@
  * matched by what identifies them in any process (match.c), never by addresses or row ids. Every
  * site that changed counts, so the changes add up to the change of the total: the text lists the
  * 15 largest changes and sums the rest on one line; the JSON lists them all
- * (docs/analysis-json.md, "memsnap diff --json"). */
+ * (docs/analysis-json.md, "memsnap diff --json"), each site's stack keys and each side's process
+ * keys as analysis_json.c writes them for `analyze --json`. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>

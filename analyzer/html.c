@@ -1,8 +1,11 @@
 /* html.c: the report page that `memsnap analyze --html` writes: web/viewer.html with web/'s
  * style and scripts inlined (embedded into the CLI when it is built: see the Makefile's
- * web_assets.o) and the analysis as one JSON document (format "memsnap-viewer-1", read by
- * web/model.js). Every "<", ">" and "&" of the JSON is written as a \u escape, so nothing from a
- * snapshot can end the data block or start markup; the page's scripts show it with textContent.
+ * web_assets.o) and one JSON document (format "memsnap-viewer-2", read by web/model.js;
+ * docs/viewer.md): the analysis as analysis_json.c writes it, its stacks by id into the page's
+ * tables of strings, frames and stacks, with what only the page draws beside it (curves, bands,
+ * allocations, checkpoints, steps: timeline.c). Every "<", ">" and "&" of the JSON is written as
+ * a \u escape, so nothing from a snapshot can end the data block or start markup; the page's
+ * scripts show it with textContent.
  */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -14,7 +17,7 @@
 
 #define MS_PAGE_LEAKS 200  /* leak candidates listed on the page */
 #define MS_PAGE_FRAMES 128 /* frames that matter kept per stack */
-#define MS_PAGE_STEPS 120000 /* allocator events embedded for stepping event by event; more: none */
+#define MS_PAGE_INVALID_FREES 200 /* sites of invalid frees listed on the page */
 #define MS_PAGE_TABLE 500    /* sites in the page's table (the most bytes allocated first) */
 
 #define ASSET(name)                                  \
@@ -282,58 +285,31 @@ static void page_site_table(page_data *p, sbuf *b) {
   sb_put(b, "]");
 }
 
-/* ---- the allocator's events, to step its state event by event (the arrow keys) ------------- */
-
-typedef struct steps_pass {
-  page_data *p;
-  sbuf cols[6]; /* t, kind, addr, size, site, req */
-} steps_pass;
-
-static int step_event(const ms_event *e, void *arg) {
-  steps_pass *sp = arg;
-  if (e->kind != MS_ALLOC && e->kind != MS_FREE_REQUESTED && e->kind != MS_FREE_COMPLETED && e->kind != MS_SEGMENT_ALLOC &&
-      e->kind != MS_SEGMENT_FREE && e->kind != MS_SEGMENT_MAP && e->kind != MS_SEGMENT_UNMAP)
-    return 0;
-  int site = e->kind == MS_ALLOC ? page_site(sp->p, (uint32_t)(sp->p->a->site_of_stack[e->stack_id] - 1)) : -1;
-  const char *sep = sp->cols[0].n ? "," : "";
-  sb_put(&sp->cols[0], "%s%lld", sep, (long long)e->time_ns);
-  sb_put(&sp->cols[1], "%s%d", sep, e->kind);
-  sb_put(&sp->cols[2], "%s%llu", sep, (unsigned long long)e->address);
-  sb_put(&sp->cols[3], "%s%lld", sep, (long long)e->size);
-  sb_put(&sp->cols[4], "%s%d", sep, site);
-  sb_put(&sp->cols[5], "%s%lld", sep, (long long)(e->kind == MS_ALLOC && e->requested > 0 ? e->requested : e->size));
-  return sp->cols[4].failed || sp->cols[5].failed;
-}
-
-/* `"steps":{...}`: the allocator's events (alloc, frees, segments) as columns and the state when
- * the history starts (prehistory.c), for the page to replay the state at any event; null past
- * MS_PAGE_STEPS events (the page then steps through the checkpoints). */
+/* `"steps":{...}`: the allocator's events (alloc, frees, segments: the timeline pass keeps them)
+ * as columns and the state when the history starts (prehistory.c), for the page to replay the
+ * state at any event; null past MS_STEPS_MAX events (the page then steps through the checkpoints). */
 static void page_steps(page_data *p, sbuf *b) {
-  const ms_analysis *a = p->a;
-  ms_snapshot *s = (ms_snapshot *)p->s;
-  sqlite3_stmt *st;
-  /* how many: at most the events (no scan then); past twice the bound, surely too many */
-  int64_t n = s->nevents <= MS_PAGE_STEPS ? s->nevents : MS_PAGE_STEPS + 1;
-  if (s->nevents > MS_PAGE_STEPS && s->nevents <= 2 * MS_PAGE_STEPS) {
-    if (sqlite3_prepare_v2(s->db, "select count(*) from events where kind in (1, 2, 3, 4, 5, 11, 12)", -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-      n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-  }
-  if (n > MS_PAGE_STEPS || !a->site_of_stack) {
+  const ms_timeline *t = p->a->timeline;
+  if (!t->steps_kept) {
     sb_put(b, ",\"steps\":null");
     return;
   }
-  steps_pass sp = {p, {{0}}};
-  int rc = ms_events_each(s, step_event, &sp);
-  static const char *const names[6] = {"t", "kind", "addr", "size", "site", "req"};
+  static const ms_step none; /* no events: the columns are empty, their base must be valid */
+  const ms_step *st = t->steps ? t->steps : &none;
+  size_t n = t->nsteps;
   sb_put(b, ",\"steps\":{");
-  for (int k = 0; k < 6; k++) {
-    if (rc != 0 || sp.cols[k].failed) b->failed = true;
-    sb_put(b, "%s\"%s\":[%.*s]", k ? "," : "", names[k], (int)sp.cols[k].n, sp.cols[k].s ? sp.cols[k].s : "");
-    free(sp.cols[k].s);
-  }
-  const ms_prehistory *h = &a->before;
+  sb_column(b, "t", &st->time_ns, n, sizeof *st);
+  sb_put(b, ",\"kind\":[");
+  for (size_t i = 0; i < n; i++) sb_put(b, i ? ",%d" : "%d", st[i].kind);
+  sb_put(b, "],\"addr\":[");
+  for (size_t i = 0; i < n; i++) sb_put(b, i ? ",%llu" : "%llu", (unsigned long long)st[i].address);
+  sb_put(b, "]");
+  sb_column(b, "size", &st->size, n, sizeof *st);
+  sb_put(b, ",\"site\":[");
+  for (size_t i = 0; i < n; i++) sb_put(b, i ? ",%d" : "%d", st[i].site < 0 ? -1 : page_site(p, (uint32_t)st[i].site));
+  sb_put(b, "]");
+  sb_column(b, "req", &st->requested, n, sizeof *st);
+  const ms_prehistory *h = &p->a->before;
   sb_put(b, ",\"start\":{\"allocated\":%lld,\"reserved\":%lld,\"segments_known\":%s,\"blocks\":[", (long long)h->allocated,
          (long long)h->reserved, h->layout_known ? "true" : "false");
   for (size_t i = 0; i < h->nblocks; i++)
@@ -346,99 +322,55 @@ static void page_steps(page_data *p, sbuf *b) {
   sb_put(b, "]}}");
 }
 
-/* The page's data document (format memsnap-viewer-1, read by web/model.js); NULL when out of
- * memory. */
+/* ---- the document: the analysis (analysis_json.c), then what only the page draws ------------ */
+
+/* How the analysis's entries refer to their stacks on the page: by id into `stacks`. */
+static int64_t page_stack_ref(void *ctx, int64_t site, uint32_t stack_id) {
+  page_data *p = ctx;
+  return site >= 0 ? site_stack(p, (uint32_t)site) : add_stack(p, stack_id);
+}
+
+/* Adds item to root as `name`; false (item deleted) when out of memory or item is NULL. */
+static bool attach(cJSON *root, const char *name, cJSON *item) {
+  if (item && cJSON_AddItemToObject(root, name, item)) return true;
+  cJSON_Delete(item);
+  return false;
+}
+
+/* The page's data document (format memsnap-viewer-2, read by web/model.js; docs/viewer.md): the
+ * analysis as `memsnap analyze --json` has it, its stacks by id into the page's tables, and the
+ * page's own data beside it. NULL when out of memory. */
 static char *page_json(const ms_analysis *a) {
   const ms_snapshot *s = a->snap;
-  page_data p = {a, s, {cJSON_CreateArray(), {0}}, NULL, NULL, NULL,
+  page_data p = {a, s, {cJSON_CreateArray(), {0}}, cJSON_CreateArray(), cJSON_CreateObject(), cJSON_CreateArray(),
                  calloc(s->nframes + 1, sizeof(uint32_t)), calloc(a->nsites + 1, sizeof(uint32_t)), -1};
   cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "format", "memsnap-viewer-1");
-  cJSON *sum = cJSON_AddObjectToObject(root, "summary");
-  cJSON_AddStringToObject(sum, "path", s->shown_path);
-  ms_json_process(sum, s);
-  ms_json_before_history(sum, a);
-  cJSON_AddNumberToObject(sum, "events", (double)s->nevents);
-  cJSON_AddNumberToObject(sum, "dropped", (double)s->dropped);
-  cJSON_AddNumberToObject(sum, "first_ns", (double)s->first_ns);
-  cJSON_AddNumberToObject(sum, "last_ns", (double)s->last_ns);
-  cJSON_AddNumberToObject(sum, "peak_allocated", (double)a->peak_allocated);
-  cJSON_AddNumberToObject(sum, "peak_reserved", (double)a->peak_reserved);
-  cJSON_AddNumberToObject(sum, "peak_ns", (double)a->peak_allocated_ns);
-  cJSON_AddStringToObject(sum, "iteration_source", a->iteration_source);
-  cJSON_AddStringToObject(sum, "iteration_edges", a->iterations_from_range_ends ? "range ends" : "starts");
-  cJSON_AddStringToObject(sum, "iteration_label", a->iteration_label);
+  cJSON_AddStringToObject(root, "format", "memsnap-viewer-2");
+  ms_json_options shape = {MS_PAGE_LEAKS, MS_PAGE_INVALID_FREES, page_stack_ref, &p};
+  bool ok = root && p.strings.array && p.frames && p.stacks && p.sites && p.frame_of && p.site_of &&
+            ms_json_analysis(root, a, &shape) == 0;
+  const ms_timeline *tl = a->timeline;
+  cJSON *leaks = ok ? cJSON_GetObjectItemCaseSensitive(root, "leaks") : NULL, *leak;
+  size_t i = 0; /* each leak's live bytes at the end of each iteration: the growth chart */
+  cJSON_ArrayForEach(leak, leaks) {
+    if (i >= tl->leak_series) break;
+    cJSON *series = cJSON_AddArrayToObject(leak, "per_iteration");
+    for (size_t k = 0; k < tl->leak_iterations; k++)
+      cJSON_AddItemToArray(series, cJSON_CreateNumber((double)tl->leak_live[i * tl->leak_iterations + k]));
+    i++;
+  }
   cJSON *curves = cJSON_AddObjectToObject(root, "curves");
   cJSON_AddItemToObject(curves, "allocated", curve_json(a->allocated_curve));
   cJSON_AddItemToObject(curves, "reserved", curve_json(a->reserved_curve));
-  cJSON *iters = cJSON_AddArrayToObject(root, "iterations");
-  for (size_t i = 0; i < a->niters; i++) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "start_ns", (double)a->iters[i].start_ns);
-    cJSON_AddNumberToObject(o, "end_ns", (double)a->iters[i].end_ns);
-    cJSON_AddNumberToObject(o, "peak_ns", (double)a->iters[i].peak_ns);
-    cJSON_AddNumberToObject(o, "peak_allocated", (double)a->iters[i].peak_allocated);
-    cJSON_AddNumberToObject(o, "peak_reserved", (double)a->iters[i].peak_reserved);
-    cJSON_AddItemToArray(iters, o);
-  }
-  p.frames = cJSON_AddArrayToObject(root, "frames");
-  p.stacks = cJSON_AddObjectToObject(root, "stacks");
-  p.sites = cJSON_AddArrayToObject(root, "sites");
-  cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");
-  for (size_t i = 0; i < a->nleaks && i < MS_PAGE_LEAKS; i++) {
-    const ms_site *st = &a->sites[a->leaks[i]];
-    bool released = st->kind == MS_LEAK_GROWING_RELEASED;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", ms_leak_kind_name(st->kind));
-    cJSON_AddNumberToObject(o, "score", st->score);
-    cJSON_AddNumberToObject(o, "live_bytes", (double)st->end_bytes);
-    cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
-    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
-    cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
-    cJSON_AddNumberToObject(o, "first_ns", (double)st->first_ns);
-    cJSON_AddNumberToObject(o, "last_ns", (double)st->last_ns);
-    cJSON_AddNumberToObject(o, "stack", site_stack(&p, a->leaks[i]));
-    const ms_timeline *tl = a->timeline;
-    if (i < tl->leak_series) { /* live bytes at the end of each iteration: the growth chart */
-      cJSON *series = cJSON_AddArrayToObject(o, "per_iteration");
-      for (size_t k = 0; k < tl->leak_iterations; k++)
-        cJSON_AddItemToArray(series, cJSON_CreateNumber((double)tl->leak_live[i * tl->leak_iterations + k]));
-    }
-    cJSON_AddItemToArray(leaks, o);
-  }
-  cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
-  for (size_t i = 0; i < a->nooms; i++) {
-    const ms_oom *m = &a->ooms[i];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "time_ns", (double)m->time_ns);
-    cJSON_AddNumberToObject(o, "requested", (double)m->requested);
-    cJSON_AddNumberToObject(o, "device_free", (double)m->device_free);
-    cJSON_AddNumberToObject(o, "cached", (double)m->cached_unallocated);
-    cJSON_AddNumberToObject(o, "live", (double)m->live_bytes);
-    cJSON_AddNumberToObject(o, "stack", add_stack(&p, m->stack_id));
-    cJSON_AddItemToArray(ooms, o);
-  }
-  cJSON *invalid = cJSON_AddArrayToObject(root, "invalid_free");
-  for (size_t i = 0; i < a->ninvalid_frees && i < 200; i++) {
-    const ms_invalid_free *f = &a->invalid_frees[i];
-    char address[24];
-    snprintf(address, sizeof address, "%#llx", (unsigned long long)f->address);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", ms_invalid_free_kind_name(f->kind));
-    cJSON_AddNumberToObject(o, "count", (double)f->count);
-    cJSON_AddNumberToObject(o, "first_ns", (double)f->first_ns);
-    cJSON_AddStringToObject(o, "address", address);
-    cJSON_AddNumberToObject(o, "stack", add_stack(&p, f->stack_id));
-    cJSON_AddItemToArray(invalid, o);
-  }
   sbuf cols = {0};
-  if (p.frame_of && p.site_of) { /* adds sites, stacks and strings */
+  if (ok) { /* adds sites, stacks and strings */
     page_columns(&p, &cols);
     page_steps(&p, &cols);
     page_site_table(&p, &cols);
   }
-  cJSON_AddItemToObject(root, "strings", p.strings.array);
-  char *head = p.frame_of && p.site_of && !cols.failed ? cJSON_PrintUnformatted(root) : NULL, *text = NULL;
+  ok &= attach(root, "frames", p.frames) & attach(root, "stacks", p.stacks) & attach(root, "sites", p.sites) &
+        attach(root, "strings", p.strings.array);
+  char *head = ok && !cols.failed ? cJSON_PrintUnformatted(root) : NULL, *text = NULL;
   if (head) { /* head's closing brace, then the columns */
     size_t n = strlen(head);
     text = malloc(n + cols.n + 1);

@@ -111,3 +111,44 @@ void ms_matches_free(ms_matches *m) {
   ms_strtab_free(&m->frame_keys);
   memset(m, 0, sizeof *m);
 }
+
+/* ---- leak candidates matched: the rows ranked ---------------------------------------------- */
+
+static bool is_leak(const ms_analysis *a, uint32_t site) { return a->sites[site].score > 0; }
+
+static const ms_analysis *rank_ctx;
+static size_t rank_n;
+
+/* The best score a row has in any snapshot, and its most bytes. */
+static void row_rank(const ms_match_row *r, double *score, int64_t *bytes) {
+  *score = 0, *bytes = 0;
+  for (size_t k = 0; k < rank_n; k++) {
+    if (!r->site[k]) continue;
+    const ms_site *st = &rank_ctx[k].sites[r->site[k] - 1];
+    if (st->score > *score) *score = st->score;
+    if (r->bytes[k] > *bytes) *bytes = r->bytes[k];
+  }
+}
+
+static int compare_rows(const void *x, const void *y) {
+  const ms_match_row *a = *(const ms_match_row *const *)x, *b = *(const ms_match_row *const *)y;
+  double sa, sb;
+  int64_t ba, bb;
+  row_rank(a, &sa, &ba);
+  row_rank(b, &sb, &bb);
+  if (sa != sb) return sa < sb ? 1 : -1;
+  if (ba != bb) return ba < bb ? 1 : -1;
+  return strcmp(a->key, b->key);
+}
+
+ptrdiff_t ms_match_leaks(const ms_analysis *a, size_t n, ms_matches *m, const ms_match_row ***rows) {
+  *rows = NULL;
+  if (ms_match_sites(a, n, is_leak, m) != 0 || !(*rows = malloc(sizeof **rows * (m->n ? m->n : 1)))) {
+    ms_matches_free(m);
+    return -1;
+  }
+  for (size_t r = 0; r < m->n; r++) (*rows)[r] = &m->rows[r];
+  rank_ctx = a, rank_n = n;
+  qsort(*rows, m->n, sizeof **rows, compare_rows);
+  return (ptrdiff_t)m->n;
+}

@@ -4,9 +4,9 @@
  * The analysis's first pass hands each invalid_free event here (ms_misuse_add) with its live-block
  * map, so an interior pointer names the allocation site of the block it points into. Sites are
  * (stack, kind) pairs, at most MS_MISUSE_SITES of them; the rest are counted. The report prints
- * them as a section of their own when there are any, the JSON always has "invalid_frees".
+ * them as a section of their own when there are any; the JSON (analysis_json.c) always has
+ * "invalid_frees".
  */
-#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,31 +86,4 @@ void ms_misuse_report_text(const ms_analysis *a, const ms_report_options *o, FIL
     }
   }
   if (a->ninvalid_frees > 10) fprintf(out, "  ... %zu more site(s) in --json\n", a->ninvalid_frees - 10);
-}
-
-int ms_misuse_json(cJSON *root, const ms_analysis *a) {
-  cJSON *o = cJSON_AddObjectToObject(root, "invalid_frees");
-  if (!o) return -1;
-  cJSON_AddNumberToObject(o, "count", (double)a->invalid_free_total);
-  for (int k = 1; k <= 3; k++) cJSON_AddNumberToObject(o, kind_names[k], (double)a->invalid_free_by_kind[k]);
-  cJSON *sites = cJSON_AddArrayToObject(o, "sites");
-  for (size_t i = 0; sites && i < a->ninvalid_frees; i++) {
-    const ms_invalid_free *f = &a->invalid_frees[i];
-    cJSON *s = cJSON_CreateObject();
-    cJSON_AddStringToObject(s, "kind", ms_invalid_free_kind_name(f->kind));
-    cJSON_AddNumberToObject(s, "count", (double)f->count);
-    cJSON_AddNumberToObject(s, "first_ns", (double)f->first_ns);
-    cJSON_AddNumberToObject(s, "last_ns", (double)f->last_ns);
-    cJSON_AddNumberToObject(s, "device", f->device);
-    cJSON_AddNumberToObject(s, "address", (double)f->address);
-    cJSON_AddNumberToObject(s, "offset", (double)f->offset);
-    ms_json_stack(s, a->snap, f->stack_id, NULL);
-    if (f->block_site >= 0) {
-      cJSON *b = cJSON_AddObjectToObject(s, "block");
-      cJSON_AddNumberToObject(b, "size", (double)f->block_size);
-      ms_json_site_stacks(b, a, (uint32_t)f->block_site);
-    }
-    cJSON_AddItemToArray(sites, s);
-  }
-  return 0;
 }

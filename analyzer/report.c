@@ -1,11 +1,10 @@
-/* report.c: an analysis as a text report for a terminal, and as JSON (docs/analysis-json.md).
+/* report.c: an analysis as a text report for a terminal (the JSON is analysis_json.c's).
  *
  * Stacks are shortened to the frames that matter and C++ names to their short form (frames.c),
  * so that a PyTorch stack reads as its operator and the Python line, and an autograd thread's as
  * its operator and backward node. The full stack and whole names stay available (--full-stacks,
  * --full-names, and always in JSON's `full_stack` and `name`).
  */
-#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,47 +273,6 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
 
 /* ---- several snapshots ------------------------------------------------------------------- */
 
-static bool is_leak(const ms_analysis *a, uint32_t site) { return a->sites[site].score > 0; }
-
-static const ms_analysis *rank_ctx;
-static size_t rank_n;
-
-/* The best score a row has in any snapshot, and its most bytes. */
-static void row_rank(const ms_match_row *r, double *score, int64_t *bytes) {
-  *score = 0, *bytes = 0;
-  for (size_t k = 0; k < rank_n; k++) {
-    if (!r->site[k]) continue;
-    const ms_site *st = &rank_ctx[k].sites[r->site[k] - 1];
-    if (st->score > *score) *score = st->score;
-    if (r->bytes[k] > *bytes) *bytes = r->bytes[k];
-  }
-}
-
-static int compare_rows(const void *x, const void *y) {
-  const ms_match_row *a = *(const ms_match_row *const *)x, *b = *(const ms_match_row *const *)y;
-  double sa, sb;
-  int64_t ba, bb;
-  row_rank(a, &sa, &ba);
-  row_rank(b, &sb, &bb);
-  if (sa != sb) return sa < sb ? 1 : -1;
-  if (ba != bb) return ba < bb ? 1 : -1;
-  return strcmp(a->key, b->key);
-}
-
-/* The leak candidates of a[0..n) matched by site (match.c), best first, into *rows (pointers into
- * m); returns how many, or -1 when out of memory. */
-static ptrdiff_t matched_leaks(const ms_analysis *a, size_t n, ms_matches *m, const ms_match_row ***rows) {
-  *rows = NULL;
-  if (ms_match_sites(a, n, is_leak, m) != 0 || !(*rows = malloc(sizeof **rows * (m->n ? m->n : 1)))) {
-    ms_matches_free(m);
-    return -1;
-  }
-  for (size_t r = 0; r < m->n; r++) (*rows)[r] = &m->rows[r];
-  rank_ctx = a, rank_n = n;
-  qsort(*rows, m->n, sizeof **rows, compare_rows);
-  return (ptrdiff_t)m->n;
-}
-
 /* The kind as the text report names it. */
 static const char *kind_text(ms_leak_kind k) { return k == MS_LEAK_GROWING_RELEASED ? "growing, released" : ms_leak_kind_name(k); }
 
@@ -385,7 +343,7 @@ void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
   /* The leading candidates of every snapshot, each one row whatever snapshot it is in. */
   ms_matches m;
   const ms_match_row **rows;
-  ptrdiff_t nrows = matched_leaks(a, n, &m, &rows);
+  ptrdiff_t nrows = ms_match_leaks(a, n, &m, &rows);
   if (nrows < 0) {
     fprintf(out, "\n  (out of memory matching the leak candidates)\n");
     return;
@@ -416,221 +374,4 @@ void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
   }
   free(rows);
   ms_matches_free(&m);
-}
-
-int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out) {
-  ms_matches m;
-  const ms_match_row **rows;
-  ptrdiff_t nrows = matched_leaks(a, n, &m, &rows);
-  if (nrows < 0) return -1;
-  cJSON *arr = cJSON_CreateArray();
-  for (ptrdiff_t r = 0; r < nrows; r++) {
-    cJSON *o = cJSON_CreateObject(), *per = cJSON_CreateArray();
-    size_t first = n;
-    for (size_t k = 0; k < n; k++) {
-      if (!rows[r]->site[k]) {
-        cJSON_AddItemToArray(per, cJSON_CreateNull());
-        continue;
-      }
-      const ms_site *st = &a[k].sites[rows[r]->site[k] - 1];
-      cJSON *c = cJSON_CreateObject();
-      cJSON_AddStringToObject(c, "kind", ms_leak_kind_name(st->kind));
-      cJSON_AddNumberToObject(c, "score", st->score);
-      cJSON_AddNumberToObject(c, "live_bytes", (double)rows[r]->bytes[k]);
-      cJSON_AddNumberToObject(c, "live_count", (double)rows[r]->count[k]);
-      cJSON_AddNumberToObject(c, "stack_id", st->stack_id);
-      cJSON_AddItemToArray(per, c);
-      if (first == n) first = k;
-    }
-    ms_json_site_stacks(o, &a[first], rows[r]->site[first] - 1);
-    cJSON_AddItemToObject(o, "per_snapshot", per);
-    cJSON_AddItemToArray(arr, o);
-  }
-  free(rows);
-  ms_matches_free(&m);
-  char *text = cJSON_Print(arr);
-  cJSON_Delete(arr);
-  if (!text) return -1;
-  fputs(text, out);
-  cJSON_free(text);
-  return 0;
-}
-
-/* ---- JSON ------------------------------------------------------------------------------- */
-
-static cJSON *json_frames(const ms_snapshot *s, const uint32_t *ids, size_t n) {
-  cJSON *arr = cJSON_CreateArray();
-  for (size_t i = 0; arr && i < n; i++) {
-    const ms_frame *f = &s->frames[ids[i]];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "name", f->name);
-    cJSON_AddStringToObject(o, "short_name", f->short_name);
-    cJSON_AddStringToObject(o, "file", f->file);
-    cJSON_AddNumberToObject(o, "line", (double)f->line);
-    cJSON_AddStringToObject(o, "kind", f->python ? "python" : "native");
-    if (!f->python) cJSON_AddStringToObject(o, "module", f->module);
-    if (!f->python) cJSON_AddBoolToObject(o, "inlined", f->inlined);
-    cJSON_AddItemToArray(arr, o);
-  }
-  return arr;
-}
-
-/* The stack keys of an entry; `note` says why it has no stack (NULL: "no stack recorded"). */
-static void add_stacks(cJSON *o, const ms_snapshot *s, uint32_t stack_id, const char *note) {
-  uint32_t ids[256];
-  size_t n = ms_stack_frames_that_matter(s, stack_id, ids, 256);
-  cJSON_AddItemToObject(o, "stack", json_frames(s, ids, n));
-  if (stack_id && stack_id < s->nstacks)
-    cJSON_AddItemToObject(o, "full_stack", json_frames(s, s->stacks[stack_id].frames, s->stacks[stack_id].depth));
-  else
-    cJSON_AddItemToObject(o, "full_stack", cJSON_CreateArray());
-  cJSON_AddNumberToObject(o, "stack_id", stack_id);
-  if (!stack_id) cJSON_AddStringToObject(o, "stack_note", note ? note : "no stack recorded");
-}
-
-void ms_json_stack(cJSON *o, const ms_snapshot *s, uint32_t stack_id, const char *note) { add_stacks(o, s, stack_id, note); }
-
-void ms_json_site_stacks(cJSON *o, const ms_analysis *a, uint32_t site) {
-  add_stacks(o, a->snap, a->sites[site].stack_id, ms_site_note(a, &a->sites[site]));
-}
-
-void ms_json_before_history(struct cJSON *o, const ms_analysis *a) {
-  const ms_prehistory *h = &a->before;
-  cJSON *b = cJSON_AddObjectToObject(o, "before_history");
-  cJSON_AddNumberToObject(b, "allocated_bytes", (double)h->allocated);
-  cJSON_AddNumberToObject(b, "blocks", (double)h->nblocks);
-  cJSON_AddNumberToObject(b, "allocated_at_snapshot_bytes", (double)h->end_bytes);
-  cJSON_AddNumberToObject(b, "blocks_at_snapshot", (double)h->end_count);
-  cJSON_AddNumberToObject(b, "reserved_bytes", (double)h->reserved);
-  cJSON_AddBoolToObject(b, "segments_known", h->layout_known);
-  cJSON_AddNumberToObject(b, "segments", (double)h->nsegments);
-}
-
-void ms_json_process(struct cJSON *o, const ms_snapshot *s) {
-  if (s->pid > 0) cJSON_AddNumberToObject(o, "pid", (double)s->pid);
-  else cJSON_AddNullToObject(o, "pid");
-  if (s->host[0]) cJSON_AddStringToObject(o, "host", s->host);
-  else cJSON_AddNullToObject(o, "host");
-}
-
-int ms_report_json(const ms_analysis *a, FILE *out) {
-  const ms_snapshot *s = a->snap;
-  cJSON *root = cJSON_CreateObject();
-  cJSON *summary = cJSON_AddObjectToObject(root, "summary");
-  cJSON_AddStringToObject(summary, "path", s->shown_path);
-  cJSON_AddNumberToObject(summary, "format_version", s->format_version);
-  ms_json_process(summary, s);
-  cJSON_AddStringToObject(summary, "backend", s->backend);
-  cJSON_AddNumberToObject(summary, "events", (double)s->nevents);
-  cJSON_AddNumberToObject(summary, "recorded_events", (double)s->recorded);
-  cJSON_AddNumberToObject(summary, "dropped_events", (double)s->dropped);
-  cJSON_AddBoolToObject(summary, "truncated", a->truncated);
-  cJSON_AddNumberToObject(summary, "duration_ns", (double)(s->last_ns - s->first_ns));
-  cJSON_AddNumberToObject(summary, "peak_allocated_bytes", (double)a->peak_allocated);
-  cJSON_AddNumberToObject(summary, "peak_allocated_ns", (double)a->peak_allocated_ns);
-  cJSON_AddNumberToObject(summary, "peak_reserved_bytes", (double)a->peak_reserved);
-  cJSON_AddNumberToObject(summary, "peak_reserved_ns", (double)a->peak_reserved_ns);
-  cJSON_AddNumberToObject(summary, "allocated_bytes", (double)a->end_allocated);
-  cJSON_AddNumberToObject(summary, "reserved_bytes", (double)a->end_reserved);
-  ms_json_before_history(summary, a);
-  cJSON_AddNumberToObject(summary, "segments", (double)a->segments);
-  cJSON_AddStringToObject(summary, "iteration_source", a->iteration_source);
-  cJSON_AddStringToObject(summary, "iteration_edges", a->iterations_from_range_ends ? "range ends" : "starts");
-  cJSON_AddStringToObject(summary, "iteration_label", a->iteration_label);
-
-  cJSON *peak = cJSON_AddArrayToObject(root, "live_at_peak");
-  for (size_t i = 0; i < a->nat_peak; i++) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "live_bytes", (double)a->at_peak[i].bytes);
-    cJSON_AddNumberToObject(o, "live_count", (double)a->at_peak[i].count);
-    ms_json_site_stacks(o, a, a->at_peak[i].site);
-    cJSON_AddItemToArray(peak, o);
-  }
-  cJSON *iters = cJSON_AddArrayToObject(root, "iterations");
-  for (size_t i = 0; i < a->niters; i++) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "index", (double)i);
-    cJSON_AddStringToObject(o, "label", a->iteration_label);
-    cJSON_AddNumberToObject(o, "start_ns", (double)a->iters[i].start_ns);
-    cJSON_AddNumberToObject(o, "end_ns", (double)a->iters[i].end_ns);
-    cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)a->iters[i].peak_allocated);
-    cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)a->iters[i].peak_reserved);
-    cJSON_AddNumberToObject(o, "end_allocated_bytes", (double)a->iters[i].end_allocated);
-    cJSON_AddNumberToObject(o, "unallocated_at_end_bytes", (double)a->iters[i].end_unallocated);
-    cJSON_AddItemToArray(iters, o);
-  }
-  cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");
-  for (size_t i = 0; i < a->nleaks; i++) {
-    const ms_site *st = &a->sites[a->leaks[i]];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", ms_leak_kind_name(st->kind));
-    cJSON_AddNumberToObject(o, "score", st->score);
-    cJSON_AddNumberToObject(o, "live_bytes", (double)st->end_bytes);
-    cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
-    bool released = st->kind == MS_LEAK_GROWING_RELEASED;
-    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
-    cJSON_AddNumberToObject(o, "iterations_grown", released ? st->increases_at_peak : st->increases);
-    cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
-    cJSON_AddNumberToObject(o, "peak_iteration", released ? st->peak_boundary : -1);
-    cJSON_AddNumberToObject(o, "peak_iteration_live_bytes", released ? (double)st->peak_iter_live : -1);
-    cJSON_AddNumberToObject(o, "first_seen_ns", (double)st->first_ns);
-    cJSON_AddNumberToObject(o, "last_seen_ns", (double)st->last_ns);
-    ms_json_site_stacks(o, a, a->leaks[i]);
-    cJSON_AddItemToArray(leaks, o);
-  }
-  cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
-  for (size_t i = 0; i < a->nooms; i++) {
-    const ms_oom *m = &a->ooms[i];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "time_ns", (double)m->time_ns);
-    cJSON_AddNumberToObject(o, "device", m->device);
-    cJSON_AddNumberToObject(o, "requested_bytes", (double)m->requested);
-    cJSON_AddNumberToObject(o, "device_free_bytes", (double)m->device_free);
-    cJSON_AddNumberToObject(o, "cached_unallocated_bytes", (double)m->cached_unallocated);
-    cJSON_AddNumberToObject(o, "live_bytes", (double)m->live_bytes);
-    add_stacks(o, s, m->stack_id, NULL);
-    cJSON *top = cJSON_AddArrayToObject(o, "live_by_site");
-    for (int k = 0; k < m->ntop; k++) {
-      cJSON *t = cJSON_CreateObject();
-      cJSON_AddNumberToObject(t, "live_bytes", (double)m->top[k].bytes);
-      cJSON_AddNumberToObject(t, "live_count", (double)m->top[k].count);
-      ms_json_site_stacks(t, a, m->top[k].site);
-      cJSON_AddItemToArray(top, t);
-    }
-    cJSON_AddItemToArray(ooms, o);
-  }
-  if (ms_misuse_json(root, a) != 0) {
-    cJSON_Delete(root);
-    return -1;
-  }
-  cJSON *top = cJSON_AddArrayToObject(root, "top_sites");
-  for (size_t i = 0; i < a->ntop && i < 20; i++) {
-    const ms_site *st = &a->sites[a->top[i]];
-    if (st->allocs == 0) continue;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "allocated_bytes", (double)st->alloc_bytes);
-    cJSON_AddNumberToObject(o, "allocations", (double)st->allocs);
-    ms_json_site_stacks(o, a, a->top[i]);
-    cJSON_AddItemToArray(top, o);
-  }
-  cJSON *frag = cJSON_AddObjectToObject(root, "fragmentation");
-  cJSON_AddNumberToObject(frag, "reserved_unallocated_bytes", (double)(a->end_reserved - a->end_allocated));
-  cJSON_AddNumberToObject(frag, "free_blocks_in_split_segments", (double)a->free_blocks_in_split_segments);
-  cJSON_AddNumberToObject(frag, "free_bytes_in_split_segments", (double)a->split_free_bytes);
-  cJSON *ext = cJSON_AddArrayToObject(root, "external");
-  for (size_t i = 0; i < a->nexternal; i++) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "source", a->external[i].source);
-    cJSON_AddStringToObject(o, "library", a->external[i].library);
-    cJSON_AddNumberToObject(o, "count", (double)a->external[i].count);
-    cJSON_AddNumberToObject(o, "bytes", (double)a->external[i].bytes);
-    cJSON_AddItemToArray(ext, o);
-  }
-  char *text = cJSON_Print(root);
-  cJSON_Delete(root);
-  if (!text) return -1;
-  fputs(text, out);
-  fputc('\n', out);
-  cJSON_free(text);
-  return 0;
 }

@@ -7,6 +7,8 @@
  *   checkpoints  the allocator's segments as runs of allocated, pending and free blocks, and the
  *                live bytes by site, at evenly spaced times, the peak, each iteration's peak,
  *                each OOM and the end: the page's allocator-state view and flame graph.
+ *   steps        the allocator's events one by one, when there are at most MS_STEPS_MAX of them
+ *                (the page steps its state event by event); none otherwise.
  *
  * A checkpoint at time t holds the state after every event at or before t (the peak's, after
  * the peak event itself). Blocks freed with free_requested but not yet free_completed are
@@ -46,7 +48,7 @@ typedef struct timeline_pass {
   int64_t *site_now;  /* by site, live bytes now (for the leak series) */
   size_t next_iteration; /* the iteration whose end the leak series records next */
   ms_live_slot *scratch;
-  size_t capscratch, capdetail, capcheckpoints, capsegments, capruns, capsites; /* of t's arrays */
+  size_t capscratch, capdetail, capcheckpoints, capsegments, capruns, capsites, capsteps; /* of t's arrays */
   bool failed;
 } timeline_pass;
 
@@ -312,6 +314,27 @@ static void add_detail(timeline_pass *p, const ms_event *e, uint32_t site, uint3
   *aux = (uint32_t)t->ndetail;
 }
 
+/* Keeps an allocator event for the page's stepping, dropping them all past MS_STEPS_MAX. */
+static void add_step(timeline_pass *p, const ms_event *e, uint32_t site) {
+  ms_timeline *t = p->t;
+  if (!t->steps_kept || !(e->kind == MS_ALLOC || e->kind == MS_FREE_REQUESTED || e->kind == MS_FREE_COMPLETED ||
+                          e->kind == MS_SEGMENT_ALLOC || e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_MAP ||
+                          e->kind == MS_SEGMENT_UNMAP))
+    return;
+  if (t->nsteps == MS_STEPS_MAX) {
+    free(t->steps);
+    t->steps = NULL, t->nsteps = 0, p->capsteps = 0, t->steps_kept = false;
+    return;
+  }
+  if (!grow(&t->steps, &p->capsteps, t->nsteps + 1, sizeof *t->steps)) {
+    p->failed = true;
+    return;
+  }
+  bool alloc = e->kind == MS_ALLOC;
+  t->steps[t->nsteps++] = (ms_step){e->time_ns, e->size, alloc && e->requested > 0 ? e->requested : e->size, e->address,
+                                    alloc ? (int64_t)site : -1, e->kind};
+}
+
 /* After an event at time t (or the history's first instant): the bands of t's bucket. */
 static void band_bucket(timeline_pass *p, int64_t t) {
   ms_bands *b = &p->t->bands;
@@ -377,6 +400,7 @@ static int timeline_event(const ms_event *e, void *arg) {
     add_detail(p, e, site, &aux);
     if (ms_live_take(&p->pending, e->address, &block)) p->pending_bytes -= block.size; /* reused */
   }
+  add_step(p, e, site);
   int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? (int64_t)site : -1, aux, &block, &p->failed);
   if (delta) {
     p->band_live[p->band_of_site[block.site]] += delta;
@@ -443,6 +467,7 @@ int ms_analyze_timeline(ms_analysis *a) {
   if (t && a->site_of_stack) {
     for (int bin = 0; bin < MS_SIZE_BINS; bin++) t->allocations += a->size_hist[bin];
     t->detail_min_size = detail_threshold(a);
+    t->steps_kept = s->nevents <= 2 * MS_STEPS_MAX; /* more: surely too many (no need to count) */
     p.band_of_site = choose_bands(a, &t->bands);
     p.site_live = calloc(a->nsites ? a->nsites : 1, sizeof *p.site_live);
     p.site_now = calloc(a->nsites ? a->nsites : 1, sizeof *p.site_now);
@@ -485,6 +510,7 @@ int ms_analyze_timeline(ms_analysis *a) {
 void ms_timeline_free(ms_timeline *t) {
   if (!t) return;
   free(t->detail);
+  free(t->steps);
   free(t->leak_live);
   free(t->checkpoints);
   free(t->segments);

@@ -59,8 +59,8 @@ def check_snapshot(cli, db, tmp):
     d = page_data(html)
     ps = d["summary"]
     check(name + ": page peaks and what predates the history are --json's",
-          ps["peak_allocated"] == s["peak_allocated_bytes"] and ps["peak_reserved"] == s["peak_reserved_bytes"]
-          and ps["before_history"] == before, (ps["peak_allocated"], ps["peak_reserved"]))
+          ps["peak_allocated_bytes"] == s["peak_allocated_bytes"] and ps["peak_reserved_bytes"] == s["peak_reserved_bytes"]
+          and ps["before_history"] == before, (ps["peak_allocated_bytes"], ps["peak_reserved_bytes"]))
     al, rs = d["curves"]["allocated"], d["curves"]["reserved"]
     check(name + ": page curves share their buckets", al["t"] == rs["t"])
     bad = first_bad(zip(al["hi"], rs["hi"]))

@@ -243,9 +243,9 @@ import json, re, sys
 page = open(sys.argv[1]).read()
 data = re.search(r'<script type="application/json" id="memsnap-data">(.*?)</script>', page, re.S).group(1)
 d = json.loads(data)
-assert d["format"] == "memsnap-viewer-1"
+assert d["format"] == "memsnap-viewer-2"
 assert d["leaks"][0]["kind"] == "growing" and "<script>" in d["strings"][d["frames"][d["stacks"][str(d["leaks"][0]["stack"])][0]][0]]
-assert len(d["curves"]["allocated"]["t"]) <= 4000 and max(d["curves"]["allocated"]["hi"]) == d["summary"]["peak_allocated"]
+assert len(d["curves"]["allocated"]["t"]) <= 4000 and max(d["curves"]["allocated"]["hi"]) == d["summary"]["peak_allocated_bytes"]
 assert len(d["iterations"]) == 6
 b = d["bands"]  # allocated memory by site: same buckets as the curve, summing to its peaks
 assert b["t"] == d["curves"]["allocated"]["t"]
@@ -264,7 +264,7 @@ kinds = [c["kind"] for c in cps]
 assert kinds.count("time") == 48 and kinds.count("peak") == 1 and kinds.count("iteration peak") == 6 and kinds[-1] == "end"
 assert [c["t"] for c in cps] == sorted(c["t"] for c in cps)
 peak = cps[kinds.index("peak")]
-assert peak["allocated"] == d["summary"]["peak_allocated"] == (96 + 64 + 16 + 6) << 20
+assert peak["allocated"] == d["summary"]["peak_allocated_bytes"] == (96 + 64 + 16 + 6) << 20
 # At the peak: segments tile exactly into runs; allocated runs add up to the allocated total.
 segs, runs, r, alloc = peak["segs"], peak["runs"], 0, 0
 for s in range(0, len(segs), 5):

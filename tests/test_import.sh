@@ -103,7 +103,7 @@ check "resnet: JSON keeps the whole name and gives the short one" \
 check "resnet: --fold adds patterns (a name glob, NAME@FILE for Python frames)" \
   "grep -A2 'live at the allocated peak' $dir/resnet-fold.txt | tail -1 | grep -qx '        forward (conv.py:553)'"
 "$cli" analyze --html "$dir/resnet.html" "$dir/resnet.db" && "$cli" info "$dir/resnet.db" >/dev/null
-check "resnet: the page and info work on the imported snapshot" "[ \$? -eq 0 ] && grep -q 'memsnap-viewer-1' $dir/resnet.html"
+check "resnet: the page and info work on the imported snapshot" "[ \$? -eq 0 ] && grep -q 'memsnap-viewer-2' $dir/resnet.html"
 
 # ---- the cycle run: one growing site, an OOM of 256 MiB ---------------------------------------
 "$cli" import "$snaps/cycle_oom.pickle.gz" -o "$dir/cycle.db" >/dev/null

@@ -13,7 +13,7 @@ const Model = {
   // Decodes the embedded JSON text into the model; throws on a document of another format.
   decode(text) {
     const d = JSON.parse(text);
-    if (!d || d.format !== "memsnap-viewer-1") throw new Error("not a memsnap viewer document");
+    if (!d || d.format !== "memsnap-viewer-2") throw new Error("not a memsnap viewer document");
     return d;
   },
 

@@ -10,7 +10,7 @@
   const stepper = d.steps ? Model.stepper(d) : null; // the allocator state at any event (arrow keys)
   const readout = $("readout"), details = $("details");
   const full = { t0: d.summary.first_ns, t1: Math.max(d.summary.last_ns, d.summary.first_ns + 1) };
-  const st = Object.assign({ t0: full.t0, t1: full.t1, leak: null, cur: d.summary.peak_ns, pin: null }, Model.decodeState(location.hash));
+  const st = Object.assign({ t0: full.t0, t1: full.t1, leak: null, cur: d.summary.peak_allocated_ns, pin: null }, Model.decodeState(location.hash));
   st.t0 = Math.max(full.t0, Math.min(st.t0, full.t1)); // a link may hold any numbers: clamp them
   st.t1 = Math.min(full.t1, Math.max(st.t1, full.t0));
   if (!(st.t1 > st.t0)) { st.t0 = full.t0; st.t1 = full.t1; }
@@ -26,8 +26,8 @@
   text($("summary"),
     d.summary.path + " \u2014 pid " + (d.summary.pid == null ? "unknown" : d.summary.pid) + " on " + (d.summary.host || "unknown host") +
     ", " + d.summary.events + " events" +
-    (d.summary.dropped ? " (" + d.summary.dropped + " dropped: history truncated)" : "") +
-    "; peak allocated " + Model.formatBytes(d.summary.peak_allocated) + ", reserved " + Model.formatBytes(d.summary.peak_reserved) +
+    (d.summary.dropped_events ? " (" + d.summary.dropped_events + " dropped: history truncated)" : "") +
+    "; peak allocated " + Model.formatBytes(d.summary.peak_allocated_bytes) + ", reserved " + Model.formatBytes(d.summary.peak_reserved_bytes) +
     (d.iterations.length ? "; " + d.iterations.length + " iterations (" + d.summary.iteration_source + ")" : "") +
     "; " + d.detail.alloc.length + " of " + d.detail.allocations + " allocations listed one by one" +
     (d.detail.min_size ? " (those of " + Model.formatBytes(d.detail.min_size) + " or more)" : ""));
@@ -68,7 +68,7 @@
       // behind the bands, whose own colour shows its allocations
       const l = d.leaks[st.leak];
       ctx.fillStyle = "rgba(255, 179, 0, 0.3)";
-      ctx.fillRect(x(l.first_ns), 0, Math.max(2, x(l.last_ns) - x(l.first_ns)), H);
+      ctx.fillRect(x(l.first_seen_ns), 0, Math.max(2, x(l.last_seen_ns) - x(l.first_seen_ns)), H);
     }
     const banded = withBands && d.bands.t.length;
     const curves = banded ? [[d.curves.reserved, "#cfd8dc"]] : [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]];
@@ -95,7 +95,7 @@
     }
     if (withBands) d.iterations.forEach((it) => { // each iteration's peak
       ctx.fillStyle = "#c62828";
-      ctx.fillRect(x(it.peak_ns) - 1, y(it.peak_allocated), 3, 3);
+      ctx.fillRect(x(it.peak_allocated_ns) - 1, y(it.peak_allocated_bytes), 3, 3);
     });
     d.oom.forEach((o) => { // a line and a flag, kept inside the canvas when the OOM is the last event
       const ox = Math.max(0, Math.min(W - 3, x(o.time_ns)));
@@ -394,8 +394,8 @@
     });
     d.oom.forEach((o, i) => {
       if (only && !only.has("oom" + i)) return;
-      const li = add(oomList, "li", rel(o.time_ns) + ": " + Model.formatBytes(o.requested) + " requested, " + Model.formatBytes(o.device_free) + " free on the device, " +
-        Model.formatBytes(o.cached) + " cached, " + Model.formatBytes(o.live) + " live");
+      const li = add(oomList, "li", rel(o.time_ns) + ": " + Model.formatBytes(o.requested_bytes) + " requested, " + Model.formatBytes(o.device_free_bytes) + " free on the device, " +
+        Model.formatBytes(o.cached_unallocated_bytes) + " cached, " + Model.formatBytes(o.live_bytes) + " live");
       li.addEventListener("click", () => {
         showStack("Out of memory " + (i + 1), o.stack);
         st.cur = o.time_ns;
@@ -415,12 +415,12 @@
         (d.detail.min_size ? " (only allocations of " + Model.formatBytes(d.detail.min_size) + " or more are listed)" : ""), "muted");
   }
   // Invalid frees (frees of pointers the allocator did not own), by site: shown when there are any.
-  const invalidFrees = d.invalid_free || [];
+  const invalidFrees = (d.invalid_frees && d.invalid_frees.sites) || [];
   $("invalid-frees-box").hidden = invalidFrees.length === 0;
   text($("invalid-frees-count"), invalidFrees.length ? "(" + invalidFrees.reduce((n, f) => n + f.count, 0) + ")" : "");
   invalidFrees.forEach((f, i) => {
     const top = Model.stackFrames(d, f.stack)[0];
-    const li = add($("invalid-frees"), "li", f.count + " \u00d7 " + f.kind.replace("_", " ") + " at " + f.address + ", first at " + rel(f.first_ns) +
+    const li = add($("invalid-frees"), "li", f.count + " \u00d7 " + f.kind.replace("_", " ") + " at " + Model.formatAddress(f.address) + ", first at " + rel(f.first_ns) +
       " \u2014 " + (top ? top.name : "(no stack recorded)"));
     if (top) li.title = Model.frameLine(top, true);
     li.addEventListener("click", () => { showStack("Invalid free " + (i + 1) + " (" + f.kind.replace("_", " ") + ")", f.stack); st.cur = f.first_ns; redraw(); });

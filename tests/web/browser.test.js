@@ -405,7 +405,7 @@ test("real resnet50: the event-index axis gives each iteration its share of the 
   // Where each peak belongs on the event axis: its event's index over the events, times the width.
   const expected = await page.evaluate(() => {
     const d = JSON.parse(document.getElementById("memsnap-data").textContent), ts = d.steps.t;
-    return d.iterations.map((it) => ((ts.filter((t) => t <= it.peak_ns).length - 1) / ts.length) * 1200);
+    return d.iterations.map((it) => ((ts.filter((t) => t <= it.peak_allocated_ns).length - 1) / ts.length) * 1200);
   });
   const near = (xs, e) => xs.some((x) => Math.abs(x - e) <= 3);
   const timeAxis = await reds();

@@ -5,7 +5,7 @@ const assert = require("node:assert");
 const Model = require("../../web/model.js");
 
 const doc = {
-  format: "memsnap-viewer-1",
+  format: "memsnap-viewer-2",
   strings: ["", "keep_history", "train.py", "load_weights", "at::f<>()", "void at::f<int>(int)"],
   frames: [[0, 0, 0], [1, 2, 37], [3, 2, 12], [4, 0, 0, 5], [1, 2, 40, 1, 1]],
   stacks: { 5: [1], 6: [2] },
