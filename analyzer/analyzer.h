@@ -72,7 +72,11 @@ typedef struct ms_snapshot {
   sqlite3 *db;
   char error[2048];
   int format_version;
-  int64_t pid, dropped, recorded, max_entries, snapshot_ns, device_count, nevents, first_ns, last_ns;
+  int64_t pid, dropped, recorded, max_entries, snapshot_ns, device_count;
+  /* The history's extent: known after the first complete pass over the events (ms_events_each)
+   * or ms_events_extent; 0 until then. */
+  int64_t nevents, first_ns, last_ns;
+  bool extent_known;
   char host[256], backend[32], tool_version[32], stacks_mode[16], command_line[4096];
   char import_file[256], import_source[128]; /* set when `memsnap import` made it */
   ms_frame *frames; /* by id; [0] unused */
@@ -150,11 +154,13 @@ int ms_devices_each(ms_snapshot *s, int (*fn)(const ms_device_row *r, void *arg)
 int ms_options_each(ms_snapshot *s, int (*fn)(const char *name, const char *value, void *arg), void *arg);
 
 /* stream.c: counts the events with an integer time and their first and last times into
- * s->nevents, first_ns, last_ns (0 when none; a long history's halves counted at once). */
+ * s->nevents, first_ns, last_ns (0 when none; a long history's halves counted at once), unless a
+ * pass already did (ms_events_each counts them as it reads). */
 void ms_events_extent(ms_snapshot *s);
 /* stream.c: calls fn for every event in order (on the calling thread; a long history is read
  * by other threads meanwhile); stops when fn returns non-zero and returns that; -1 with
- * s->error set when reading fails. */
+ * s->error set when reading fails. A pass that reads every row sets the extent (s->nevents,
+ * first_ns, last_ns) if it was not known. */
 int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg);
 
 /* ---- an index of strings kept elsewhere (strindex.c) ------------------------------------- */

@@ -43,6 +43,7 @@ int cmd_info(int argc, char **argv) {
       rc = 1;
       continue;
     }
+    ms_events_extent(&s); /* no pass reads the events here */
     char t[32];
     ms_format_ns(s.last_ns - s.first_ns, t, sizeof t);
     printf("%s\n", argv[i]);

@@ -8,6 +8,10 @@
  * length. A short history (or a file the readers cannot open again) is read on the calling
  * thread through the snapshot's own connection. Either way a row is checked the same way
  * (read_row) and malformed ones are skipped.
+ *
+ * The history's extent (how many events, the first and last time) is counted by the first pass
+ * that reads every row, so that no pass is spent on it; ms_events_extent counts it on its own
+ * only for a command that needs it before any pass (memsnap info).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -26,12 +30,29 @@
 static const char events_sql[] = "select id, time_ns, kind, device, stream, address, size, requested_size, extra, "
                                  "thread, stack_id from events";
 
-/* Reads the current row into e; false for a malformed row, which is skipped: sizes must be
- * plausible (no device has 2^40 bytes, a TiB), which keeps sums over them from overflowing short
- * of 8 million such blocks at once. */
-static bool read_row(const ms_snapshot *s, sqlite3_stmt *st, ms_event *e) {
+/* The extent of what a pass read: rows with an integer time, the first and last of them. */
+typedef struct tally {
+  int64_t count, first, last;
+} tally;
+
+static void tally_add(tally *t, const tally *u) {
+  if (u->count == 0) return;
+  if (t->count == 0 || u->first < t->first) t->first = u->first;
+  if (t->count == 0 || u->last > t->last) t->last = u->last;
+  t->count += u->count;
+}
+
+/* Reads the current row into e, counting its time into t; false for a malformed row, which is
+ * skipped: sizes must be plausible (no device has 2^40 bytes, a TiB), which keeps sums over them
+ * from overflowing short of 8 million such blocks at once. */
+static bool read_row(const ms_snapshot *s, sqlite3_stmt *st, ms_event *e, tally *t) {
   e->id = sqlite3_column_int64(st, 0);
   e->time_ns = sqlite3_column_int64(st, 1);
+  if (sqlite3_column_type(st, 1) == SQLITE_INTEGER) { /* as ms_events_extent counts */
+    if (t->count == 0 || e->time_ns < t->first) t->first = e->time_ns;
+    if (t->count == 0 || e->time_ns > t->last) t->last = e->time_ns;
+    t->count++;
+  }
   e->kind = (int)sqlite3_column_int64(st, 2);
   e->device = sqlite3_column_type(st, 3) == SQLITE_NULL ? -1 : (int)sqlite3_column_int64(st, 3);
   e->stream = (uint64_t)sqlite3_column_int64(st, 4);
@@ -48,14 +69,16 @@ static bool read_row(const ms_snapshot *s, sqlite3_stmt *st, ms_event *e) {
 /* Progress on stderr for long work, when a person watches (stderr is a terminal). */
 typedef struct progress {
   bool on;
+  int64_t total; /* rows expected (the id range when the extent is not known yet) */
   int64_t rows, shown;
 } progress;
 
 static void progress_step(ms_snapshot *s, progress *p, int64_t rows) {
   int64_t before = p->rows;
   p->rows += rows;
-  if (!p->on || (before >> 16) == (p->rows >> 16) || p->rows * 100 / s->nevents == p->shown) return;
-  p->shown = p->rows * 100 / s->nevents;
+  if (!p->on || (before >> 16) == (p->rows >> 16) || p->rows * 100 / p->total == p->shown) return;
+  p->shown = p->rows * 100 / p->total;
+  if (p->shown > 100) p->shown = 100;
   fprintf(stderr, "\rreading %s: %3lld%%", s->shown_path, (long long)p->shown);
 }
 
@@ -69,7 +92,7 @@ static int fail_read(ms_snapshot *s, const char *what, sqlite3 *db) {
 }
 
 /* The calling thread alone, through the snapshot's connection. */
-static int each_serial(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg, progress *pg) {
+static int each_serial(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg, progress *pg, tally *t) {
   sqlite3_stmt *st;
   char sql[sizeof events_sql + 16];
   snprintf(sql, sizeof sql, "%s order by id", events_sql);
@@ -78,7 +101,7 @@ static int each_serial(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), 
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     ms_event e;
     progress_step(s, pg, 1);
-    if (!read_row(s, st, &e)) continue;
+    if (!read_row(s, st, &e, t)) continue;
     if ((rc = fn(&e, arg)) != 0) break;
   }
   if (step != SQLITE_ROW && step != SQLITE_DONE) rc = fail_read(s, "reading events failed", s->db);
@@ -86,12 +109,14 @@ static int each_serial(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), 
   return rc;
 }
 
-/* The lowest and highest event ids (hi < lo when there are none). */
+/* The lowest and highest event ids (hi < lo when there are none). Two subqueries: each is one
+ * step down the primary key, where "min(id), max(id)" in one select reads every row. */
 static void id_range(ms_snapshot *s, int64_t *lo, int64_t *hi) {
   sqlite3_stmt *st;
   *lo = 0;
   *hi = -1;
-  if (sqlite3_prepare_v2(s->db, "select min(id), max(id) from events", -1, &st, NULL) == SQLITE_OK &&
+  if (sqlite3_prepare_v2(s->db, "select (select min(id) from events), (select max(id) from events)", -1, &st, NULL) ==
+          SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
     *lo = sqlite3_column_int64(st, 0);
     *hi = sqlite3_column_int64(st, 1);
@@ -106,6 +131,7 @@ typedef struct slot {
   bool full;     /* read, waiting for the pass */
   size_t n;
   int64_t rows;  /* rows read, malformed ones included (progress) */
+  tally extent;  /* of those rows */
   ms_event *events;
 } slot;
 
@@ -146,6 +172,7 @@ static void *reader_main(void *p) {
     if (stop) break;
     sl->n = 0;
     sl->rows = 0;
+    sl->extent = (tally){0, 0, 0};
     uint64_t from = (uint64_t)r->first_id + (uint64_t)c * CHUNK; /* no signed overflow near the ends */
     uint64_t to = (uint64_t)r->last_id - from < CHUNK - 1 ? (uint64_t)r->last_id : from + CHUNK - 1;
     sqlite3_bind_int64(st, 1, (int64_t)from);
@@ -153,7 +180,7 @@ static void *reader_main(void *p) {
     int step;
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
       sl->rows++;
-      if (read_row(r->s, st, &sl->events[sl->n])) sl->n++;
+      if (read_row(r->s, st, &sl->events[sl->n], &sl->extent)) sl->n++;
     }
     if (step != SQLITE_DONE) failed = "reading events failed";
     sqlite3_reset(st);
@@ -175,12 +202,11 @@ static void *reader_main(void *p) {
 }
 
 /* 1 when the readers ran the pass (rc set), 0 when they could not start (read serially). */
-static int each_parallel(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg, progress *pg, int *rc) {
-  int64_t lo, hi;
-  id_range(s, &lo, &hi);
+static int each_parallel(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg, progress *pg, int *rc,
+                         int64_t lo, int64_t hi, int64_t rows, tally *t) {
   /* ids far sparser than the rows (a crafted file): chunks would be mostly empty queries */
   uint64_t span = (uint64_t)hi - (uint64_t)lo; /* ids in the range, less one */
-  if (hi < lo || span / 4 > (uint64_t)s->nevents) return 0;
+  if (hi < lo || span / 4 > (uint64_t)rows) return 0;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   readers *r = calloc(1, sizeof *r);
   if (!r) return 0;
@@ -222,6 +248,7 @@ static int each_parallel(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg)
       break;
     }
     progress_step(s, pg, sl->rows);
+    tally_add(t, &sl->extent);
     for (size_t i = 0; i < sl->n && result == 0; i++) result = fn(&sl->events[i], arg);
     pthread_mutex_lock(&r->lock);
     sl->full = false;
@@ -279,6 +306,8 @@ out:
 }
 
 void ms_events_extent(ms_snapshot *s) {
+  if (s->extent_known) return;
+  s->extent_known = true;
   int64_t lo, hi;
   id_range(s, &lo, &hi);
   if (hi < lo) return;
@@ -303,10 +332,34 @@ void ms_events_extent(ms_snapshot *s) {
   }
 }
 
+/* Rows in the events table, without reading them (SQLite counts a table's cells page by page);
+ * -1 when it cannot say. */
+static int64_t row_count(ms_snapshot *s) {
+  sqlite3_stmt *st;
+  int64_t n = -1;
+  if (sqlite3_prepare_v2(s->db, "select count(*) from events", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+    n = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return n;
+}
+
 int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg) {
-  progress pg = {s->nevents > 500000 && isatty(2), 0, -1};
+  int64_t lo, hi;
+  id_range(s, &lo, &hi);
+  int64_t rows = s->extent_known ? s->nevents : row_count(s);
+  progress pg = {rows > 500000 && isatty(2), rows, 0, -1};
+  tally t = {0, 0, 0};
   int rc = 0;
-  if (s->nevents < PARALLEL_MIN || !each_parallel(s, fn, arg, &pg, &rc)) rc = each_serial(s, fn, arg, &pg);
+  if (rows < PARALLEL_MIN || !each_parallel(s, fn, arg, &pg, &rc, lo, hi, rows, &t)) {
+    t = (tally){0, 0, 0};
+    rc = each_serial(s, fn, arg, &pg, &t);
+  }
   progress_end(s, &pg);
+  if (rc == 0 && !s->extent_known) { /* every row was read: the extent, for free */
+    s->extent_known = true;
+    s->nevents = t.count;
+    s->first_ns = t.count ? t.first : 0;
+    s->last_ns = t.count ? t.last : 0;
+  }
   return rc;
 }
