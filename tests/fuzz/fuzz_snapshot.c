@@ -7,7 +7,10 @@
  * list of operations, each setting one cell of one row of one table to an integer, a real, a
  * text (any bytes: markup, control bytes, invalid UTF-8, long), a blob or NULL, or deleting or
  * duplicating a row. An input whose first byte is 0xff is instead the whole file, byte for byte,
- * for the reader's handling of corrupt files.
+ * for the reader's handling of corrupt files; one whose first byte is 0xfe is a list of byte
+ * patches to the seed file (3 bytes of offset, counted from the end, then the byte), which
+ * damages the pages of a real snapshot: the events' page reader (analyzer/tablescan.c) and
+ * SQLite behind it must answer every one.
  */
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -108,6 +111,16 @@ static void write_file(const uint8_t *data, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size && data[0] == 0xff) {
     write_file(data + 1, size - 1);
+  } else if (size && data[0] == 0xfe) {
+    unsigned char *copy = malloc(seed_len);
+    if (!copy) abort();
+    memcpy(copy, seed, seed_len);
+    for (size_t i = 1; i + 4 <= size; i += 4) { /* the events' pages are the file's last ones */
+      size_t back = (size_t)data[i] << 16 | (size_t)data[i + 1] << 8 | data[i + 2];
+      if (back < seed_len) copy[seed_len - 1 - back] = data[i + 3];
+    }
+    write_file(copy, seed_len);
+    free(copy);
   } else {
     write_file(seed, seed_len);
     sqlite3 *db;
