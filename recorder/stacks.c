@@ -40,7 +40,7 @@ static uint32_t *table;       /* open addressing: stack ids by hash */
 static size_t table_mask;
 static __thread int in_capture; /* recursion guard */
 
-/* ---- the Python C API, found at run time ---------------------------------------------- */
+/* ---- the Python C API, found at run time ------------------------------------------------ */
 
 static msi_python py;
 
