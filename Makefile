@@ -37,11 +37,11 @@ LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend_cuda.c recorder/backend_sim.c \
   recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/external.c recorder/history.c recorder/devices.c recorder/misuse.c \
   recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
-  recorder/symbols.c
+  recorder/symbolize.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/stream.c analyzer/tablescan.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/misuse.c analyzer/strindex.c analyzer/report.c analyzer/analysis_json.c analyzer/cmd_info.c \
   analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/livemap.c analyzer/prehistory.c analyzer/timeline.c \
-  analyzer/outfile.c analyzer/pickle_read.c analyzer/pickle_write.c analyzer/import.c analyzer/cmd_import.c analyzer/cmd_export.c \
+  analyzer/outfile.c analyzer/pickle_read.c analyzer/pickle_write.c analyzer/import.c analyzer/import_map.c analyzer/import_intern.c analyzer/import_stage.c analyzer/cmd_import.c analyzer/cmd_export.c \
   analyzer/replay_engine.c analyzer/cmd_replay.c analyzer/cmd_run.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
@@ -56,7 +56,7 @@ check-deps:
 	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
 
 $(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h recorder/snapshot_schema.h analyzer/analyzer.h analyzer/commands.h \
-  analyzer/pickle.h analyzer/tablescan.h | check-deps
+  analyzer/pickle.h analyzer/tablescan.h analyzer/importer.h | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -97,9 +97,9 @@ $(BUILD)/tests/test_record $(BUILD)/tests/test_modes: $(BUILD)/tests/%: $(BUILD)
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread $(EXTRA_LDFLAGS)
 
 # test_pickle runs the importer in process: it links the CLI's pickle and import objects.
-$(BUILD)/tests/test_pickle: tests/test_pickle.c tests/testhelper.h $(BUILD)/analyzer/import.o $(BUILD)/analyzer/pickle_read.o $(BUILD)/analyzer/pickle_write.o
-	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) -Ianalyzer $(EXTRA_CFLAGS) -o $@ $< $(BUILD)/analyzer/import.o \
-	  $(BUILD)/analyzer/pickle_read.o $(BUILD)/analyzer/pickle_write.o $(PKG_LIBS) -lm $(EXTRA_LDFLAGS)
+IMPORT_OBJS = $(addprefix $(BUILD)/analyzer/,import.o import_map.o import_intern.o import_stage.o pickle_read.o pickle_write.o)
+$(BUILD)/tests/test_pickle: tests/test_pickle.c tests/testhelper.h $(IMPORT_OBJS)
+	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) -Ianalyzer $(EXTRA_CFLAGS) -o $@ $< $(IMPORT_OBJS) $(PKG_LIBS) -lm $(EXTRA_LDFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
@@ -249,7 +249,7 @@ $(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS
 	@mkdir -p $(dir $@)
 	$(CXX) $(FUZZ_LINK) -o $@ $(filter %.o,$^) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $(PKG_LIBS)
 
-$(BUILD)/fuzz/fuzz_pickle: $(BUILD)/tests/fuzz/fuzz_pickle.o $(addprefix $(BUILD)/analyzer/,import.o pickle_read.o pickle_write.o)
+$(BUILD)/fuzz/fuzz_pickle: $(BUILD)/tests/fuzz/fuzz_pickle.o $(IMPORT_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(FUZZ_LINK) -o $@ $^ $(PKG_LIBS) -lm
 

@@ -15,7 +15,8 @@
  *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
  *   html.c      the report page (web/ inlined, the analysis embedded)
  *   cmd_info.c  `memsnap info`
- *   import.c    PyTorch snapshots in (pickle_read.c and pickle_write.c read and write pickles); cmd_import.c runs it
+ *   import.c    PyTorch snapshots in (import_map.c, import_intern.c and import_stage.c: importer.h; pickle_read.c
+ *               and pickle_write.c read and write pickles); cmd_import.c runs it
  *   cmd_export.c  snapshots out as PyTorch snapshots
  *   replay_engine.c  a snapshot's trace replayed through libmemsnap's allocator on the simulated
  *               device under other settings; cmd_replay.c is `memsnap replay` (and --sweep)

@@ -330,7 +330,7 @@ typedef struct msi_device {
   struct msi_async_state *async;   /* async mode's per-device state (async_alloc.c), else NULL */
 } msi_device;
 
-/* ---- history (history.c), stacks (stacks.c), snapshots (snapshot.c) -------------------- */
+/* ---- history (history.c), stacks (stacks.c, symbolize.c), snapshots (snapshot.c) ------- */
 
 #define MSI_EV_(id, name) MSI_EV_##id,
 typedef enum {
@@ -396,6 +396,52 @@ uint32_t msi_stack_capture(void);
 uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil);
 void msi_stacks_reset(void);
 
+/* An interned stack: words[offset..] holds its n_native program counters, then its n_python
+ * (code object, position) pairs, innermost first. A position is the instruction offset, or the
+ * line with MSI_PY_LINE_FLAG set where Python lacks PyFrame_GetLasti (before 3.11). */
+#define MSI_STACK_MAX_PYTHON 64 /* Python frames kept per stack */
+#define MSI_PY_LINE_FLAG (1ull << 63)
+typedef struct msi_stack_rec {
+  uint64_t hash;
+  uint32_t offset; /* first word in the words array */
+  uint16_t n_native, n_python;
+} msi_stack_rec;
+/* Copies the interned stacks into new arrays that the caller frees: (*recs)[1..*count) by id
+ * ([0] unused), *words their words; recording goes on meanwhile (the code objects they name stay
+ * alive: every interned one holds a reference). Returns 0, or -1 when out of host memory (then
+ * both are NULL). */
+int msi_stacks_copy(msi_stack_rec **recs, uint64_t **words, uint32_t *count);
+
+/* The CPython C API, found with dlsym at run time (libmemsnap does not link libpython): stacks.c
+ * reads the frames of allocating threads through it, symbolize.c names code objects with it. */
+typedef struct _object PyObject;
+typedef struct msi_python {
+  int state; /* 0 unknown, 1 usable, -1 absent */
+  int (*IsInitialized)(void);
+  int (*GILState_Check)(void);
+  void *(*GILState_GetThisThreadState)(void);
+  PyObject *(*ThreadState_GetFrame)(void *);
+  PyObject *(*Frame_GetBack)(PyObject *);
+  PyObject *(*Frame_GetCode)(PyObject *);
+  int (*Frame_GetLineNumber)(PyObject *);
+  int (*Frame_GetLasti)(PyObject *);         /* 3.11+: the instruction offset, cheap */
+  int (*Code_Addr2Line)(PyObject *, int);    /* offset -> line, at snapshot time */
+  void (*IncRef)(PyObject *);
+  void (*DecRef)(PyObject *);
+  int (*GILState_Ensure)(void);
+  void (*GILState_Release)(int);
+  PyObject *(*GetAttrString)(PyObject *, const char *);
+  const char *(*Unicode_AsUTF8)(PyObject *);
+  PyObject *(*Unicode_AsEncodedString)(PyObject *, const char *, const char *); /* optional */
+  char *(*Bytes_AsString)(PyObject *);                                          /* optional */
+  void (*Err_Clear)(void);
+} msi_python;
+/* The table, looked up on first use; never NULL. Its state says whether it can be used: with
+ * state 1 every member is set but those marked optional (and Frame_GetLasti, set only with
+ * Code_Addr2Line). */
+const msi_python *msi_python_api(void);
+
+/* symbolize.c: the frames of the interned stacks named, at snapshot time only. */
 typedef struct msi_frame {
   bool python;
   char *name;     /* function; demangled */
@@ -424,6 +470,8 @@ typedef struct msi_symbolized {
  * msi_symbolized_free ends lookups still under way. */
 int msi_stacks_symbolize(msi_symbolized *out);
 int msi_stacks_symbolize_finish(msi_symbolized *out);
+/* Frees what `s` holds (ending lookups still under way) and leaves it empty. */
+void msi_symbolized_free(msi_symbolized *s);
 
 /* symbols.c: function names from the ELF symbol tables of the loaded modules. */
 typedef struct msi_symbols msi_symbols;
@@ -456,7 +504,6 @@ typedef struct msi_lines msi_lines;
 msi_lines *msi_symbols_lines_start(msi_symbols *s, const msi_frame *frames, size_t n, const bool *wanted);
 size_t msi_symbols_lines_finish(msi_lines *L, msi_frame *frames, size_t n, const bool *wanted, msi_inline **inl);
 void msi_symbols_lines_cancel(msi_lines *L);
-void msi_symbolized_free(msi_symbolized *s);
 
 /* snapshot.c: expands %p %r %h %t %% in a snapshot path. MEMSNAP_OK or MEMSNAP_EINVAL. */
 int msi_expand_path(const char *pattern, char *out, size_t len);

@@ -6,7 +6,9 @@
  *      statistics and the device facts; add a `snapshot` event; copy the event ring;
  *   2. with no allocator lock held: symbolize the stacks that the blocks and events name;
  *   3. write everything into "<path>.tmp-<pid>-<n>" in one transaction with prepared statements
- *      (no journal: the file is private until renamed), fsync it, rename it over <path>, fsync
+ *      (no journal: the file is private until renamed; write_all, one helper a table: meta,
+ *      options, devices with their statistics, segments with their blocks, event kinds, events
+ *      with marks and ranges, labels, stacks, frames), fsync it, rename it over <path>, fsync
  *      the directory. A reader sees the old file or the new one, never half of one; a crash
  *      leaves the old file and at worst a stray temporary.
  *
@@ -59,7 +61,7 @@ typedef struct snap_device {
 
 typedef struct snapshot {
   msi_event *ev;                 /* the ring, copied under the device locks */
-  uint64_t nev, dropped, max_entries, start_ns;
+  uint64_t nev, dropped, max_entries, start_ns; /* start_ns: now when nothing was recorded */
   snap_segment *segs;
   size_t nsegs, segs_cap;
   snap_block *blocks;
@@ -303,7 +305,6 @@ static sqlite3_stmt *prepare(writer *w, const char *sql) {
   return st;
 }
 
-/* Binds the int64 values in order and runs the statement. */
 /* Binds the values in order (those at positions in `null_if_zero`, a bit mask, as NULL when 0)
  * and runs the statement. */
 static void insert_ints(writer *w, sqlite3_stmt *st, const int64_t *v, int n, unsigned null_if_zero) {
@@ -336,16 +337,8 @@ static void read_cmdline(char *buf, size_t len) {
   buf[n] = '\0';
 }
 
-#define EVENT_ROWS 64 /* rows of one events insert: 704 parameters, under SQLite's 999 of old */
-
-static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_t nev, uint64_t dropped,
-                      uint64_t max_entries, uint64_t start_ns, msi_symbolized *sym) {
-  ok(w, sqlite3_exec(w->db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=65536;", NULL, NULL, NULL),
-     "pragmas");
-  ok(w, sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL), "begin");
-  ok(w, sqlite3_exec(w->db, memsnap_schema_sql, NULL, NULL, NULL), "schema");
-
-  /* meta */
+/* meta: the format, the process, the recording. */
+static void write_meta(writer *w, const snapshot *s) {
   sqlite3_stmt *st = prepare(w, "INSERT INTO meta VALUES(?,?)");
   char host[256] = "", cmd[4096];
   gethostname(host, sizeof host - 1);
@@ -364,15 +357,17 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   insert_kv(w, st, "device_count", NULL, msi_be->device_count(), false);
   insert_kv(w, st, "recording", NULL, msi_is_recording(), false);
   insert_kv(w, st, "stacks", stack_modes[msi_opt.stacks & 3], 0, true);
-  insert_kv(w, st, "max_entries", NULL, (int64_t)max_entries, false);
-  insert_kv(w, st, "recorded_events", NULL, (int64_t)(nev + dropped), false);
-  insert_kv(w, st, "dropped_events", NULL, (int64_t)dropped, false);
-  insert_kv(w, st, "start_unix_ns", NULL, (int64_t)(unix_now - (now - start_ns)), false);
-  insert_kv(w, st, "snapshot_ns", NULL, (int64_t)(now - start_ns), false);
+  insert_kv(w, st, "max_entries", NULL, (int64_t)s->max_entries, false);
+  insert_kv(w, st, "recorded_events", NULL, (int64_t)(s->nev + s->dropped), false);
+  insert_kv(w, st, "dropped_events", NULL, (int64_t)s->dropped, false);
+  insert_kv(w, st, "start_unix_ns", NULL, (int64_t)(unix_now - (now - s->start_ns)), false);
+  insert_kv(w, st, "snapshot_ns", NULL, (int64_t)(now - s->start_ns), false);
   sqlite3_finalize(st);
+}
 
-  /* options: every variable's effective value */
-  st = prepare(w, "INSERT INTO options VALUES(?,?)");
+/* options: every variable's effective value. */
+static void write_options(writer *w) {
+  sqlite3_stmt *st = prepare(w, "INSERT INTO options VALUES(?,?)");
   const char *var;
   for (int i = 0; (var = memsnap_option_info(i, NULL, NULL)) != NULL; i++) {
     char value[1100];
@@ -380,9 +375,11 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     insert_kv(w, st, var, value, 0, true);
   }
   sqlite3_finalize(st);
+}
 
-  /* devices and statistics */
-  st = prepare(w, "INSERT INTO devices VALUES(?,?,?,?,?)");
+/* devices, each followed by its statistics. */
+static void write_devices(writer *w, const snapshot *s) {
+  sqlite3_stmt *st = prepare(w, "INSERT INTO devices VALUES(?,?,?,?,?)");
   sqlite3_stmt *st2 = prepare(w, "INSERT INTO stats VALUES(?,?,?)");
   for (int i = 0; i < s->ndevs && !w->rc; i++) {
     const snap_device *d = &s->devs[i];
@@ -404,38 +401,45 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   }
   sqlite3_finalize(st);
   sqlite3_finalize(st2);
+}
 
-  /* segments and blocks */
+/* One segment's row (id: its 1-based position). */
+static void insert_segment(writer *w, sqlite3_stmt *st, int64_t id, const snap_segment *g) {
+  sqlite3_bind_int64(st, 1, id);
+  sqlite3_bind_int(st, 2, g->device);
+  sqlite3_bind_int64(st, 3, (int64_t)g->address);
+  sqlite3_bind_int64(st, 4, (int64_t)g->size);
+  sqlite3_bind_text(st, 5, g->pool, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 6, (int64_t)g->stream);
+  sqlite3_bind_int(st, 7, g->expandable);
+  if (g->private_pool) {
+    sqlite3_bind_int64(st, 8, (int64_t)g->pool_id[0]);
+    sqlite3_bind_int64(st, 9, (int64_t)g->pool_id[1]);
+  } else {
+    sqlite3_bind_null(st, 8);
+    sqlite3_bind_null(st, 9);
+  }
+  char library[256] = "";
+  if (g->source) {
+    sqlite3_bind_text(st, 10, msi_label(g->source), -1, SQLITE_TRANSIENT);
+    library_of(g->caller, library, sizeof library);
+  } else {
+    sqlite3_bind_null(st, 10);
+  }
+  if (library[0]) sqlite3_bind_text(st, 11, library, -1, SQLITE_TRANSIENT);
+  else sqlite3_bind_null(st, 11);
+  ok(w, sqlite3_step(st), "insert segment");
+  sqlite3_reset(st);
+}
+
+/* segments, each followed by its blocks. */
+static void write_segments(writer *w, const snapshot *s) {
   static const char *const states[] = {"allocated", "free", "pending_free"};
-  st = prepare(w, memsnap_insert_segment_sql);
-  st2 = prepare(w, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)");
+  sqlite3_stmt *st = prepare(w, memsnap_insert_segment_sql);
+  sqlite3_stmt *st2 = prepare(w, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)");
   for (size_t i = 0; i < s->nsegs && !w->rc; i++) {
     const snap_segment *g = &s->segs[i];
-    sqlite3_bind_int64(st, 1, (int64_t)i + 1);
-    sqlite3_bind_int(st, 2, g->device);
-    sqlite3_bind_int64(st, 3, (int64_t)g->address);
-    sqlite3_bind_int64(st, 4, (int64_t)g->size);
-    sqlite3_bind_text(st, 5, g->pool, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 6, (int64_t)g->stream);
-    sqlite3_bind_int(st, 7, g->expandable);
-    if (g->private_pool) {
-      sqlite3_bind_int64(st, 8, (int64_t)g->pool_id[0]);
-      sqlite3_bind_int64(st, 9, (int64_t)g->pool_id[1]);
-    } else {
-      sqlite3_bind_null(st, 8);
-      sqlite3_bind_null(st, 9);
-    }
-    char library[256] = "";
-    if (g->source) {
-      sqlite3_bind_text(st, 10, msi_label(g->source), -1, SQLITE_TRANSIENT);
-      library_of(g->caller, library, sizeof library);
-    } else {
-      sqlite3_bind_null(st, 10);
-    }
-    if (library[0]) sqlite3_bind_text(st, 11, library, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 11);
-    ok(w, sqlite3_step(st), "insert segment");
-    sqlite3_reset(st);
+    insert_segment(w, st, (int64_t)i + 1, g);
     for (size_t b = g->first_block; b < g->first_block + g->nblocks && !w->rc; b++) {
       const snap_block *k = &s->blocks[b];
       sqlite3_bind_int64(st2, 1, (int64_t)i + 1);
@@ -451,9 +455,11 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   }
   sqlite3_finalize(st);
   sqlite3_finalize(st2);
+}
 
-  /* events, marks, ranges */
-  st = prepare(w, "INSERT INTO event_kinds VALUES(?,?)");
+/* event_kinds: the names of the event kinds. */
+static void write_event_kinds(writer *w) {
+  sqlite3_stmt *st = prepare(w, "INSERT INTO event_kinds VALUES(?,?)");
   for (int k = 1; k < MSI_EV_KINDS && !w->rc; k++) {
     sqlite3_bind_int(st, 1, k);
     sqlite3_bind_text(st, 2, memsnap_event_kind_names[k], -1, SQLITE_STATIC);
@@ -461,87 +467,129 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     sqlite3_reset(st);
   }
   sqlite3_finalize(st);
-  /* Events go in EVENT_ROWS to a statement (one step for many rows: the per-statement work of
-     SQLite is most of an insert's cost), the last ones one by one. */
+}
+
+#define EVENT_ROWS 64 /* rows of one events insert: 704 parameters, under SQLite's 999 of old */
+
+/* The events table and, as their events pass, marks and ranges. Events go in EVENT_ROWS to a
+ * statement (one step for many rows: the per-statement work of SQLite is most of an insert's
+ * cost), the last ones one by one. */
+typedef struct event_writer {
+  writer *w;
+  const snapshot *s;
+  sqlite3_stmt *many, *one, *marks, *ranges;
+  int rows; /* rows bound in `many` so far */
+  /* Open ranges per thread: a small stack of (push event index) per thread, found by scan. */
+  struct open_range { uint32_t tid; uint64_t idx; } *open;
+  size_t nopen;
+  uint32_t max_label; /* the highest label id the events name */
+} event_writer;
+
+/* "INSERT INTO events VALUES(...),(...),..." with EVENT_ROWS rows; NULL when out of memory. */
+static sqlite3_stmt *prepare_event_rows(writer *w) {
   char *many = malloc(64 + EVENT_ROWS * 26);
   if (many) {
     size_t o = (size_t)sprintf(many, "INSERT INTO events VALUES");
     for (int r = 0; r < EVENT_ROWS; r++) o += (size_t)sprintf(many + o, "%s(?,?,?,?,?,?,?,?,?,?,?)", r ? "," : "");
   }
-  sqlite3_stmt *st_many = many ? prepare(w, many) : NULL;
+  sqlite3_stmt *st = many ? prepare(w, many) : NULL;
   free(many);
-  int rows = 0;
-  st = prepare(w, "INSERT INTO events VALUES(?,?,?,?,?,?,?,?,?,?,?)");
-  st2 = prepare(w, "INSERT INTO marks VALUES(?,?,?,?,?)");
-  sqlite3_stmt *st3 = prepare(w, "INSERT INTO ranges VALUES(NULL,?,?,?,?,?,?)");
-  uint32_t max_label = 0;
-  /* Open ranges per thread: a small stack of (push event index) per thread, found by scan. */
-  typedef struct open_range { uint32_t tid; uint64_t idx; } open_range;
-  open_range *open = malloc(sizeof *open * (nev ? nev : 1));
-  size_t nopen = 0;
-  for (uint64_t i = 0; i < nev && !w->rc; i++) {
-    const msi_event *e = &ev[i];
-    int64_t id = (int64_t)(dropped + i + 1);
-    int64_t t = (int64_t)(e->time_ns - start_ns);
-    if (e->kind == MSI_EV_MARK) {
-      int64_t v[] = {id, t, (int64_t)e->aux, e->tid, e->stack_id};
-      insert_ints(w, st2, v, 5, 1u << 4);
-      if (e->aux > max_label) max_label = (uint32_t)e->aux;
-    } else if (e->kind == MSI_EV_RANGE_PUSH) {
-      if (open) open[nopen++] = (open_range){e->tid, i};
-      if (e->aux > max_label) max_label = (uint32_t)e->aux;
-    } else if (e->kind == MSI_EV_RANGE_POP && open) {
-      /* The pop closes the open push of its thread at its depth (a push records the depth
-         before it, a pop the depth after it); a pop whose push is not in the ring matches none. */
-      for (size_t k = nopen; k-- > 0;)
-        if (open[k].tid == e->tid && ev[open[k].idx].requested == e->requested) {
-          const msi_event *p = &ev[open[k].idx];
-          int64_t v[] = {(int64_t)p->aux, p->tid, (int64_t)p->requested, (int64_t)(p->time_ns - start_ns), t, p->stack_id};
-          insert_ints(w, st3, v, 6, 1u << 5);
-          memmove(&open[k], &open[k + 1], sizeof *open * (nopen - k - 1));
-          nopen--;
-          break;
-        }
-    }
-    if (e->kind == MSI_EV_SEGMENT_ALLOC && e->aux > max_label) max_label = (uint32_t)e->aux; /* external: the API */
-    int64_t v[] = {id, t, e->kind, e->device, (int64_t)e->stream, (int64_t)e->addr, (int64_t)e->size,
-                   (int64_t)e->requested, (int64_t)e->aux, e->tid, e->stack_id};
-    if (!st || !st_many || w->rc) break;
-    bool batched = nev - i + rows >= EVENT_ROWS; /* this row's batch will be full */
-    sqlite3_stmt *target = batched ? st_many : st;
-    int base = batched ? rows * 11 : 0;
-    for (int k = 0; k < 11; k++) {
-      bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
-                  (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH &&
-                   e->kind != MSI_EV_INVALID_FREE && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux));
-      if (null) sqlite3_bind_null(target, base + k + 1);
-      else sqlite3_bind_int64(target, base + k + 1, v[k]);
-    }
-    if (batched && ++rows < EVENT_ROWS) continue;
-    rows = 0;
-    ok(w, sqlite3_step(target), "insert event");
-    sqlite3_reset(target);
+  return st;
+}
+
+/* A mark's row, a push remembered, a pop's range written; notes the labels events name. */
+static void note_mark_or_range(event_writer *x, uint64_t i, int64_t id, int64_t t) {
+  const msi_event *ev = x->s->ev, *e = &ev[i];
+  if (e->kind == MSI_EV_MARK) {
+    int64_t v[] = {id, t, (int64_t)e->aux, e->tid, e->stack_id};
+    insert_ints(x->w, x->marks, v, 5, 1u << 4);
+    if (e->aux > x->max_label) x->max_label = (uint32_t)e->aux;
+  } else if (e->kind == MSI_EV_RANGE_PUSH) {
+    if (x->open) x->open[x->nopen++] = (struct open_range){e->tid, i};
+    if (e->aux > x->max_label) x->max_label = (uint32_t)e->aux;
+  } else if (e->kind == MSI_EV_RANGE_POP && x->open) {
+    /* The pop closes the open push of its thread at its depth (a push records the depth
+       before it, a pop the depth after it); a pop whose push is not in the ring matches none. */
+    for (size_t k = x->nopen; k-- > 0;)
+      if (x->open[k].tid == e->tid && ev[x->open[k].idx].requested == e->requested) {
+        const msi_event *p = &ev[x->open[k].idx];
+        int64_t v[] = {(int64_t)p->aux, p->tid, (int64_t)p->requested, (int64_t)(p->time_ns - x->s->start_ns), t,
+                       p->stack_id};
+        insert_ints(x->w, x->ranges, v, 6, 1u << 5);
+        memmove(&x->open[k], &x->open[k + 1], sizeof *x->open * (x->nopen - k - 1));
+        x->nopen--;
+        break;
+      }
   }
-  sqlite3_finalize(st_many);
-  for (size_t k = 0; k < nopen && !w->rc; k++) { /* still open at the snapshot: end_ns NULL */
-    const msi_event *p = &ev[open[k].idx];
-    sqlite3_bind_int64(st3, 1, (int64_t)p->aux);
-    sqlite3_bind_int64(st3, 2, p->tid);
-    sqlite3_bind_int64(st3, 3, (int64_t)p->requested);
-    sqlite3_bind_int64(st3, 4, (int64_t)(p->time_ns - start_ns));
-    sqlite3_bind_null(st3, 5);
-    if (p->stack_id) sqlite3_bind_int64(st3, 6, p->stack_id);
-    else sqlite3_bind_null(st3, 6);
-    ok(w, sqlite3_step(st3), "insert range");
-    sqlite3_reset(st3);
+  if (e->kind == MSI_EV_SEGMENT_ALLOC && e->aux > x->max_label) x->max_label = (uint32_t)e->aux; /* external: the API */
+}
+
+/* Binds event i's row into the batch (or, for the last rows, the one-row statement) and runs the
+ * statement once it is full. */
+static void put_event(event_writer *x, uint64_t i, int64_t id, int64_t t) {
+  const msi_event *e = &x->s->ev[i];
+  int64_t v[] = {id, t, e->kind, e->device, (int64_t)e->stream, (int64_t)e->addr, (int64_t)e->size,
+                 (int64_t)e->requested, (int64_t)e->aux, e->tid, e->stack_id};
+  bool batched = x->s->nev - i + (uint64_t)x->rows >= EVENT_ROWS; /* this row's batch will be full */
+  sqlite3_stmt *target = batched ? x->many : x->one;
+  int base = batched ? x->rows * 11 : 0;
+  for (int k = 0; k < 11; k++) {
+    bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
+                (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH &&
+                 e->kind != MSI_EV_INVALID_FREE && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux));
+    if (null) sqlite3_bind_null(target, base + k + 1);
+    else sqlite3_bind_int64(target, base + k + 1, v[k]);
   }
-  free(open);
-  sqlite3_finalize(st);
-  sqlite3_finalize(st2);
-  sqlite3_finalize(st3);
+  if (batched && ++x->rows < EVENT_ROWS) return;
+  x->rows = 0;
+  ok(x->w, sqlite3_step(target), "insert event");
+  sqlite3_reset(target);
+}
+
+/* The ranges still open at the snapshot: end_ns NULL. */
+static void write_open_ranges(event_writer *x) {
+  for (size_t k = 0; k < x->nopen && !x->w->rc; k++) {
+    const msi_event *p = &x->s->ev[x->open[k].idx];
+    sqlite3_stmt *st = x->ranges;
+    sqlite3_bind_int64(st, 1, (int64_t)p->aux);
+    sqlite3_bind_int64(st, 2, p->tid);
+    sqlite3_bind_int64(st, 3, (int64_t)p->requested);
+    sqlite3_bind_int64(st, 4, (int64_t)(p->time_ns - x->s->start_ns));
+    sqlite3_bind_null(st, 5);
+    if (p->stack_id) sqlite3_bind_int64(st, 6, p->stack_id);
+    else sqlite3_bind_null(st, 6);
+    ok(x->w, sqlite3_step(st), "insert range");
+    sqlite3_reset(st);
+  }
+}
+
+/* events, marks and ranges; returns the highest label id they name. */
+static uint32_t write_events(writer *w, const snapshot *s) {
+  event_writer x = {w, s, prepare_event_rows(w), NULL, NULL, NULL, 0, NULL, 0, 0};
+  x.one = prepare(w, "INSERT INTO events VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+  x.marks = prepare(w, "INSERT INTO marks VALUES(?,?,?,?,?)");
+  x.ranges = prepare(w, "INSERT INTO ranges VALUES(NULL,?,?,?,?,?,?)");
+  x.open = malloc(sizeof *x.open * (s->nev ? s->nev : 1));
+  for (uint64_t i = 0; i < s->nev && !w->rc; i++) {
+    int64_t id = (int64_t)(s->dropped + i + 1), t = (int64_t)(s->ev[i].time_ns - s->start_ns);
+    note_mark_or_range(&x, i, id, t);
+    if (!x.one || !x.many || w->rc) break;
+    put_event(&x, i, id, t);
+  }
+  sqlite3_finalize(x.many);
+  write_open_ranges(&x);
+  free(x.open);
+  sqlite3_finalize(x.one);
+  sqlite3_finalize(x.marks);
+  sqlite3_finalize(x.ranges);
+  return x.max_label;
+}
+
+/* labels: every id up to the highest that the events or the external segments name. */
+static void write_labels(writer *w, const snapshot *s, uint32_t max_label) {
   for (size_t i = 0; i < s->nsegs; i++)
     if (s->segs[i].source > max_label) max_label = s->segs[i].source;
-  st = prepare(w, "INSERT INTO labels VALUES(?,?)");
+  sqlite3_stmt *st = prepare(w, "INSERT INTO labels VALUES(?,?)");
   for (uint32_t i = 0; i <= max_label && !w->rc; i++) {
     sqlite3_bind_int(st, 1, (int)i);
     sqlite3_bind_text(st, 2, msi_label(i), -1, SQLITE_TRANSIENT);
@@ -549,11 +597,14 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     sqlite3_reset(st);
   }
   sqlite3_finalize(st);
+}
 
-  /* stacks and frames: the line lookups ran while the tables above were written */
+/* stacks and their frames' ids, once the line lookups (which ran while the tables above were
+ * written) are finished. */
+static void write_stacks(writer *w, msi_symbolized *sym) {
   if (!w->rc && msi_stacks_symbolize_finish(sym) != MEMSNAP_OK) w->rc = MEMSNAP_ENOMEM;
-  st = prepare(w, "INSERT INTO stacks VALUES(?,?)");
-  st2 = prepare(w, "INSERT INTO stack_frames VALUES(?,?,?)");
+  sqlite3_stmt *st = prepare(w, "INSERT INTO stacks VALUES(?,?)");
+  sqlite3_stmt *st2 = prepare(w, "INSERT INTO stack_frames VALUES(?,?,?)");
   for (uint32_t id = 1; id < sym->nstacks && !w->rc; id++) {
     int64_t v[] = {id, sym->stacks[id].depth};
     insert_ints(w, st, v, 2, 0);
@@ -564,7 +615,11 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
   }
   sqlite3_finalize(st);
   sqlite3_finalize(st2);
-  st = prepare(w, "INSERT INTO frames VALUES(?,?,?,?,?,?,?,?,?)");
+}
+
+/* frames: native ones with pc and offset, Python ones with file and line. */
+static void write_frames(writer *w, const msi_symbolized *sym) {
+  sqlite3_stmt *st = prepare(w, "INSERT INTO frames VALUES(?,?,?,?,?,?,?,?,?)");
   for (size_t i = 0; i < sym->nframes && !w->rc; i++) {
     const msi_frame *f = &sym->frames[i];
     sqlite3_bind_int64(st, 1, (int64_t)i + 1);
@@ -586,6 +641,22 @@ static void write_all(writer *w, const snapshot *s, const msi_event *ev, uint64_
     sqlite3_reset(st);
   }
   sqlite3_finalize(st);
+}
+
+/* The whole file in one transaction, table by table (w->rc says how it went). */
+static void write_all(writer *w, const snapshot *s, msi_symbolized *sym) {
+  ok(w, sqlite3_exec(w->db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=65536;", NULL, NULL, NULL),
+     "pragmas");
+  ok(w, sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL), "begin");
+  ok(w, sqlite3_exec(w->db, memsnap_schema_sql, NULL, NULL, NULL), "schema");
+  write_meta(w, s);
+  write_options(w);
+  write_devices(w, s);
+  write_segments(w, s);
+  write_event_kinds(w);
+  write_labels(w, s, write_events(w, s));
+  write_stacks(w, sym);
+  write_frames(w, sym);
   if (!w->rc) ok(w, sqlite3_exec(w->db, "COMMIT", NULL, NULL, NULL), "commit");
 }
 
@@ -641,15 +712,13 @@ int memsnap_dump(const char *pattern) {
   snapshot s = {0};
   s.start_ns = msi_now_ns();
   msi_devices_locked(gather, &s);
-  msi_event *ev = s.ev;
-  uint64_t dropped = s.dropped, max_entries = s.max_entries, start_ns = s.start_ns, nev = s.nev;
   msi_symbolized sym = {0};
-  if (s.failed || nev == UINT64_MAX) {
+  if (s.failed || s.nev == UINT64_MAX) {
     if (s.failed) msi_error("snapshot '%s': out of host memory", path);
     rc = MEMSNAP_ENOMEM;
     goto cleanup;
   }
-  if (!max_entries) start_ns = msi_now_ns(); /* never recorded: times count from now */
+  if (!s.max_entries) s.start_ns = msi_now_ns(); /* never recorded: times count from now */
   if (s.nsegs > 1) qsort(s.segs, s.nsegs, sizeof *s.segs, segment_order);
   rc = msi_stacks_symbolize(&sym);
   if (rc != MEMSNAP_OK) goto cleanup;
@@ -663,7 +732,7 @@ int memsnap_dump(const char *pattern) {
     unlink(tmp);
     goto cleanup;
   }
-  write_all(&w, &s, ev, nev, dropped, max_entries, start_ns, &sym);
+  write_all(&w, &s, &sym);
   if (sqlite3_close(w.db) != SQLITE_OK && !w.rc) ok(&w, SQLITE_ERROR, "close");
   rc = w.rc;
   if (rc == MEMSNAP_OK && sync_path(tmp, O_RDONLY) != 0) {
@@ -684,7 +753,7 @@ int memsnap_dump(const char *pattern) {
   }
 cleanup:
   msi_symbolized_free(&sym);
-  free(ev);
+  free(s.ev);
   free(s.segs);
   free(s.blocks);
   return rc;

@@ -4,7 +4,7 @@
  * nearest exported one before it. This reads each module's .symtab (static and global
  * functions) or, when the file was stripped, its .dynsym, once per module per snapshot, and
  * finds the function whose [start, start + size) holds the address. Used only when writing a
- * snapshot (stacks.c), never while allocating.
+ * snapshot (symbolize.c), never while allocating.
  *
  * msi_symbols_open() lists the loaded modules, msi_symbols_resolve() names a batch of pcs (one
  * pass over each module's symbol table, nothing sorted but the pcs), msi_symbols_close() frees.
