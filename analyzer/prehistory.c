@@ -45,24 +45,14 @@ static bool add_segment(ms_prehistory *h, size_t *cap, ms_prior_segment g) {
   return true;
 }
 
-/* One integer from a query (fallback when it fails or gives no row). */
-static int64_t query_int(ms_snapshot *s, const char *sql, int64_t fallback) {
-  sqlite3_stmt *st;
-  int64_t v = fallback;
-  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
-      sqlite3_column_type(st, 0) != SQLITE_NULL)
-    v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
-
 /* The replay of the allocation and segment events (the rows every other pass sees: malformed
- * ones skipped alike, MS_EVENT_PLAUSIBLE_SQL). */
+ * ones skipped alike, ms_event_plausible), then of the snapshot's rows. */
 typedef struct prior_pass {
   ms_prehistory *h;
   ms_live_map blocks, segs; /* live in the replay: block and segment addresses */
   size_t capblocks, capsegs;
   int64_t segment_change; /* reserved memory the history added (less what it released) */
+  int64_t segments_total; /* the snapshot's segments */
   bool failed;
 } prior_pass;
 
@@ -97,63 +87,38 @@ static int prior_event(const ms_event *e, void *arg) {
   return p->failed;
 }
 
-/* Sizes as plausible as the reader requires of events' (more than 0, at most 2^40 bytes). */
-#define PLAUSIBLE "size > 0 and size <= 1099511627776"
+/* At the snapshot: allocated blocks the replay does not hold came from before. */
+static int prior_block_row(const ms_block_row *r, void *arg) {
+  prior_pass *p = arg;
+  ms_live_slot taken;
+  if (r->state != MS_BLOCK_ALLOCATED || r->size <= 0 || ms_live_take(&p->blocks, r->address, &taken)) return 0;
+  p->failed = !add_block(p->h, &p->capblocks, (ms_prior_block){r->address, r->size, r->stack_id, 0, true});
+  return p->failed;
+}
+
+/* At the snapshot: segments the replay does not hold came from before. */
+static int prior_segment_row(const ms_segment_row *r, void *arg) {
+  prior_pass *p = arg;
+  ms_live_slot taken;
+  if (r->size <= 0) return 0;
+  p->segments_total += r->size;
+  if (ms_live_take(&p->segs, r->address, &taken)) return 0;
+  p->failed = !add_segment(p->h, &p->capsegs, (ms_prior_segment){r->address, r->stream, r->size, r->device});
+  return p->failed;
+}
 
 int ms_prehistory_build(ms_snapshot *s, ms_prehistory *h) {
   memset(h, 0, sizeof *h);
   h->layout_known = true;
   prior_pass p = {.h = h};
-  sqlite3_stmt *st;
-  /* Only the columns this pass needs (a third of ms_events_each's cost), the same rows. */
-  if (sqlite3_prepare_v2(s->db,
-                         "select kind, coalesce(address, 0), coalesce(size, 0), coalesce(device, -1), coalesce(stream, 0) "
-                         "from events where kind in (1, 2, 4, 5, 11, 12) and " MS_EVENT_PLAUSIBLE_SQL " order by id",
-                         -1, &st, NULL) != SQLITE_OK) {
-    snprintf(s->error, sizeof s->error, "'%s': cannot read events: %s", s->shown_path, sqlite3_errmsg(s->db));
-    return -1;
-  }
-  while (!p.failed && sqlite3_step(st) == SQLITE_ROW) {
-    ms_event e = {.kind = sqlite3_column_int(st, 0), .address = (uint64_t)sqlite3_column_int64(st, 1),
-                  .size = sqlite3_column_int64(st, 2), .device = sqlite3_column_int(st, 3),
-                  .stream = (uint64_t)sqlite3_column_int64(st, 4)};
-    prior_event(&e, &p);
-  }
-  sqlite3_finalize(st);
-  bool failed = p.failed;
-  ms_live_map *blocks = &p.blocks, *segs = &p.segs;
-  /* At the snapshot: allocated blocks and segments the replay does not hold came from before. */
-  if (!failed && sqlite3_prepare_v2(s->db, "select address, size, coalesce(stack_id, 0) from blocks where state = 'allocated' and " PLAUSIBLE,
-                                    -1, &st, NULL) == SQLITE_OK) {
-    while (!failed && sqlite3_step(st) == SQLITE_ROW) {
-      uint64_t address = (uint64_t)sqlite3_column_int64(st, 0);
-      int64_t size = sqlite3_column_int64(st, 1), stack = sqlite3_column_int64(st, 2);
-      ms_live_slot taken;
-      if (ms_live_take(blocks, address, &taken)) continue;
-      if (stack < 0 || (size_t)stack >= s->nstacks) stack = 0;
-      failed = !add_block(h, &p.capblocks, (ms_prior_block){address, size, (uint32_t)stack, 0, true});
-    }
-    sqlite3_finalize(st);
-  }
-  int64_t segments_total = 0;
-  if (!failed && sqlite3_prepare_v2(s->db, "select address, size, coalesce(device, -1), coalesce(stream, 0) from segments where " PLAUSIBLE,
-                                    -1, &st, NULL) == SQLITE_OK) {
-    while (!failed && sqlite3_step(st) == SQLITE_ROW) {
-      uint64_t address = (uint64_t)sqlite3_column_int64(st, 0);
-      int64_t size = sqlite3_column_int64(st, 1);
-      ms_live_slot taken;
-      segments_total += size;
-      if (ms_live_take(segs, address, &taken)) continue;
-      failed = !add_segment(h, &p.capsegs, (ms_prior_segment){address, (uint64_t)sqlite3_column_int64(st, 3), size,
-                                                             sqlite3_column_int(st, 2)});
-    }
-    sqlite3_finalize(st);
-  }
-  ms_live_free(blocks);
-  ms_live_free(segs);
-  if (failed) {
+  int rc = ms_memory_events_each(s, false, prior_event, &p);
+  if (rc == 0) rc = ms_blocks_each(s, prior_block_row, &p);
+  if (rc == 0) rc = ms_segments_each(s, prior_segment_row, &p);
+  ms_live_free(&p.blocks);
+  ms_live_free(&p.segs);
+  if (rc != 0) {
     ms_prehistory_free(h);
-    snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
+    if (p.failed) snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     return -1;
   }
   for (size_t i = 0; i < h->nblocks; i++) {
@@ -164,9 +129,9 @@ int ms_prehistory_build(ms_snapshot *s, ms_prehistory *h) {
     }
   }
   /* Reserved at the snapshot as its statistics say (the segments' sum when it has none). */
-  int64_t reserved_end =
-      query_int(s, "select sum(value) from stats where key = 'reserved_bytes.all.current'", segments_total);
-  if (reserved_end < 0 || reserved_end > ((int64_t)1 << 50)) reserved_end = segments_total; /* a damaged statistic */
+  int64_t reserved_end = p.segments_total;
+  ms_stat_total(s, "reserved_bytes.all.current", &reserved_end);
+  if (reserved_end < 0 || reserved_end > ((int64_t)1 << 50)) reserved_end = p.segments_total; /* a damaged statistic */
   h->reserved = reserved_end - p.segment_change;
   if (h->reserved < 0) h->reserved = 0; /* a history that released more than the snapshot explains */
   return 0;
