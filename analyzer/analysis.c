@@ -440,8 +440,9 @@ static bool seed_prehistory(pass *p) {
   int64_t before = -1;
   for (size_t i = 0; i < a->before.nblocks; i++) {
     ms_prior_block *b = &a->before.blocks[i];
-    int64_t site = b->stack_id ? site_index(p, b->stack_id) : before;
-    if (site < 0 && !b->stack_id && (site = before = add_site(p, 0)) >= 0) a->sites[site].before_history = true;
+    uint32_t stack = b->alive_at_end ? b->stack_id : 0; /* a free's stack is not its allocation's */
+    int64_t site = stack ? site_index(p, stack) : before;
+    if (site < 0 && !stack && (site = before = add_site(p, 0)) >= 0) a->sites[site].before_history = true;
     if (site < 0) return false;
     b->site = (uint32_t)site;
     a->sites[b->site].live_bytes += b->size;
@@ -626,7 +627,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   a->snap = s;
   snprintf(a->iteration_source, sizeof a->iteration_source, "none");
   a->truncated = s->dropped > 0;
-  if (ms_load_stacks(s) != 0 || ms_prehistory_build(s, &a->before) != 0) return -1;
+  if (ms_load_stacks(s) != 0 || ms_prehistory_build(s, MS_PREHISTORY_ANALYSIS, &a->before) != 0) return -1;
   pass p = {0};
   p.a = a;
   p.cur_iter = -1;

@@ -335,9 +335,11 @@ static inline int64_t ms_size_bin_floor(int bin) {
 
 /* A block allocated before the kept history: freed by it, or still allocated at the snapshot. */
 typedef struct ms_prior_block {
-  uint64_t address;
-  int64_t size;
-  uint32_t stack_id; /* from the blocks table (0: none, or freed by the history) */
+  uint64_t address, stream;
+  int64_t size, requested;
+  int device;        /* -1 when its event named none */
+  uint32_t stack_id; /* still allocated: its allocation's (blocks table); freed by the history: the
+                        free's, its allocation's being unknown; 0: none */
   uint32_t site;     /* the analysis's site for it (set by ms_analyze) */
   bool alive_at_end;
 } ms_prior_block;
@@ -346,21 +348,35 @@ typedef struct ms_prior_segment {
   uint64_t address, stream;
   int64_t size;
   int device;
+  bool classic; /* a device allocation of its own (segment_free, or a row neither an expandable
+                   segment's mapped range nor the async pool's) */
+  bool small;   /* of the small pool (freed by the history: of its segment size, 2 MiB) */
 } ms_prior_segment;
 
 typedef struct ms_prehistory {
-  ms_prior_block *blocks;
+  ms_prior_block *blocks; /* those the history freed, in its order, then those of the snapshot */
   size_t nblocks;
-  ms_prior_segment *segments; /* for the allocator's layout; only when layout_known */
+  ms_prior_segment *segments; /* for the allocator's layout; the analysis draws them only when layout_known */
   size_t nsegments;
   int64_t allocated, reserved; /* when the history starts */
   int64_t end_bytes, end_count; /* of the blocks, what is still allocated at the snapshot */
+  int64_t device_reserved_change[MS_MAX_DEVICES]; /* what the history's segment events added to
+                                                     each device's reserved memory */
   bool layout_known; /* false with expandable segments' map/unmap: totals only */
 } ms_prehistory;
 
+/* Which pass starts from the state: the reconstruction reads the history as that pass does. */
+typedef enum {
+  MS_PREHISTORY_ANALYSIS, /* every event counts (analysis.c, timeline.c) */
+  MS_PREHISTORY_REPLAY,   /* only what the replay can replay (replay_engine.c): events with an
+                             address, on devices 0 to MS_MAX_DEVICES - 1; and a second free of an
+                             address the history allocated is inconsistent, not a block from before */
+} ms_prehistory_view;
+
 /* Reconstructs the state when the kept history starts (one pass over its allocation and segment
- * events, and the snapshot's blocks and segments): 0, or -1 (s->error set, h empty). */
-int ms_prehistory_build(ms_snapshot *s, ms_prehistory *h);
+ * events, and the snapshot's blocks and segments) into h. Returns 0; -1 when the snapshot cannot
+ * be read, or -2 out of memory, each with s->error set and h empty. */
+int ms_prehistory_build(ms_snapshot *s, ms_prehistory_view view, ms_prehistory *h);
 /* Puts the blocks into a replay's live map (their sites as set); sets *failed out of memory. */
 void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed);
 void ms_prehistory_free(ms_prehistory *h);
