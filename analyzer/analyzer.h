@@ -106,8 +106,6 @@ int ms_load_stacks(ms_snapshot *s);
 /* Events whose sizes are implausible (negative, or over 2^40 bytes: no device has a TiB) are
  * malformed and skipped by every pass (ms_events_each, ms_memory_events_each), sizes read as
  * integers (NULL and text: 0). */
-#define MS_EVENT_PLAUSIBLE_SQL \
-  "coalesce(size, 0) between 0 and 1099511627776 and coalesce(requested_size, 0) between 0 and 1099511627776"
 static inline bool ms_event_plausible(int64_t size, int64_t requested) {
   return size >= 0 && requested >= 0 && size <= ((int64_t)1 << 40) && requested <= ((int64_t)1 << 40);
 }
