@@ -40,29 +40,12 @@ void ms_label_key(const char *label, char *out, size_t len) {
   ms_neutralise(out); /* shown in reports: untrusted */
 }
 
-/* The external segments at the snapshot by API and library (the columns are absent from files
- * written before them: then by pool alone). */
-static void read_external(ms_snapshot *s, ms_analysis *a) {
-  bool named = ms_has_column(s, "segments", "source") && ms_has_column(s, "segments", "library");
-  const char *sql = named ? "select ifnull(source, ''), ifnull(library, ''), count(*), sum(size) from segments "
-                            "where pool = 'external' group by 1, 2 order by 4 desc, 1, 2"
-                          : "select '', '', count(*), sum(size) from segments where pool = 'external' having count(*) > 0";
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return;
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    int64_t bytes = sqlite3_column_int64(st, 3);
-    a->external_bytes += bytes;
-    if (a->nexternal == MS_EXTERNAL_MAX) continue;
-    ms_external *e = &a->external[a->nexternal++];
-    const unsigned char *src = sqlite3_column_text(st, 0), *lib = sqlite3_column_text(st, 1);
-    snprintf(e->source, sizeof e->source, "%s", src ? (const char *)src : "");
-    snprintf(e->library, sizeof e->library, "%s", lib ? (const char *)lib : "");
-    ms_neutralise(e->source);
-    ms_neutralise(e->library);
-    e->count = sqlite3_column_int64(st, 2);
-    e->bytes = bytes;
-  }
-  sqlite3_finalize(st);
+/* Keeps a group of external segments (the largest MS_EXTERNAL_MAX) and counts its bytes. */
+static int add_external(const ms_external *e, void *arg) {
+  ms_analysis *a = arg;
+  a->external_bytes += e->bytes;
+  if (a->nexternal < MS_EXTERNAL_MAX) a->external[a->nexternal++] = *e;
+  return 0;
 }
 
 typedef struct boundary {
@@ -72,18 +55,10 @@ typedef struct boundary {
   int64_t end;   /* range: its end (read by ranges_to_steps) */
 } boundary;
 
-/* Allocations in [from, to). */
+/* Allocations in [from, to) (0 when the events cannot be read). */
 static int64_t allocations_between(ms_snapshot *s, int64_t from, int64_t to) {
-  sqlite3_stmt *st;
-  int64_t n = 0;
-  if (sqlite3_prepare_v2(s->db, "select count(*) from events where kind = 1 and time_ns >= ? and time_ns < ?", -1, &st, NULL) ==
-      SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, from);
-    sqlite3_bind_int64(st, 2, to);
-    if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
-  }
-  sqlite3_finalize(st);
-  return n;
+  int64_t n = ms_count_allocations(s, from, to);
+  return n < 0 ? 0 : n;
 }
 
 /* Ranges that last, but cover only part of each step (Optimizer.step, a data loader's fetch) must still
@@ -103,6 +78,18 @@ static void ranges_to_steps(ms_analysis *a, boundary *b, size_t n, int64_t cover
   a->iterations_from_range_ends = true;
 }
 
+/* Grows *array (*cap elements of `size` bytes, doubling) to hold element n; false when out of
+ * memory (*array unchanged). */
+static bool room_for_one_more(void **array, size_t *cap, size_t n, size_t size) {
+  if (n < *cap) return true;
+  size_t c = *cap ? *cap * 2 : 64;
+  void *g = realloc(*array, c * size);
+  if (!g) return false;
+  *array = g;
+  *cap = c;
+  return true;
+}
+
 /* A label (its key) and how often it came, at which outermost range depth. */
 typedef struct tally {
   char key[256];
@@ -112,13 +99,64 @@ typedef struct tally {
 
 static const char *tally_key(const void *ctx, size_t i) { return ((const tally *)ctx)[i].key; }
 
+/* The label keys of one source (marks or ranges), counted. */
+typedef struct tallies {
+  tally *t;
+  size_t n, cap;
+  ms_str_index index;
+} tallies;
+
+/* Counts a mark's or range's label key; stops (1) when out of memory, with what was counted. */
+static int count_label(const ms_label_row *r, void *arg) {
+  tallies *c = arg;
+  char key[256];
+  ms_label_key(r->label, key, sizeof key);
+  int depth = (int)r->depth;
+  size_t slot;
+  int64_t found = ms_str_find(&c->index, key, c->n, tally_key, c->t, &slot);
+  if (found == -2) return 1;
+  size_t i = (size_t)found;
+  if (found < 0) {
+    if (!room_for_one_more((void **)&c->t, &c->cap, c->n, sizeof *c->t)) return 1;
+    i = c->n++;
+    snprintf(c->t[i].key, sizeof c->t[i].key, "%s", key);
+    c->t[i].n = 0;
+    c->t[i].depth = depth;
+    c->index.slots[slot] = (uint32_t)i + 1;
+  }
+  c->t[i].n++;
+  if (depth < c->t[i].depth) c->t[i].depth = depth;
+  return 0;
+}
+
+/* The boundaries of the chosen label: its marks or ranges (ranges at its depth). */
+typedef struct bounds {
+  const char *key;
+  bool ranges;
+  int depth;
+  boundary *b;
+  size_t n, cap;
+  int64_t covered, last_end; /* ranges: time inside them, and where the last ends */
+} bounds;
+
+/* Adds a mark or range of the chosen label as a boundary; stops (1) when out of memory. */
+static int add_boundary(const ms_label_row *r, void *arg) {
+  bounds *c = arg;
+  char key[256];
+  ms_label_key(r->label, key, sizeof key);
+  if (strcmp(key, c->key) != 0 || (c->ranges && r->depth != c->depth)) return 0;
+  if (!room_for_one_more((void **)&c->b, &c->cap, c->n, sizeof *c->b)) return 1;
+  boundary *b = &c->b[c->n++];
+  *b = (boundary){r->event_id, r->start_ns, -1, r->end_ns};
+  if (r->end_ns > b->time) c->covered += r->end_ns - b->time;
+  if (r->end_ns > c->last_end) c->last_end = r->end_ns;
+  return 0;
+}
+
 /* Chooses the iteration label and fills the boundaries; returns how many (0: none). */
 static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **out) {
   ms_snapshot *s = a->snap;
-  static const char *const queries[2] = {
-      "select m.event_id, m.time_ns, l.text, 0, m.time_ns from marks m join labels l on l.id = m.label_id order by m.event_id",
-      "select 0, r.start_ns, l.text, r.depth, coalesce(r.end_ns, r.start_ns) from ranges r join labels l on l.id = r.label_id "
-      "order by r.start_ns"};
+  int (*const source[2])(ms_snapshot *, int (*)(const ms_label_row *, void *), void *) = {ms_marks_each, ms_ranges_each};
   char best[256] = "";
   int best_source = -1, best_depth = 1 << 30;
   int64_t best_count = 1;
@@ -126,80 +164,46 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
   if (forced) ms_label_key(forced, forced_key, sizeof forced_key);
   /* Count label keys in each source, pick the most repeated (outermost depth first for ranges). */
   for (int src = 0; src < 2 && best_source < 0; src++) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, queries[src], -1, &st, NULL) != SQLITE_OK) continue;
-    tally *t = NULL;
-    size_t nt = 0, cap = 0;
-    ms_str_index index = {0};
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      char key[256];
-      const unsigned char *txt = sqlite3_column_text(st, 2);
-      ms_label_key(txt ? (const char *)txt : "", key, sizeof key);
-      int depth = (int)sqlite3_column_int64(st, 3);
-      size_t slot;
-      int64_t found = ms_str_find(&index, key, nt, tally_key, t, &slot);
-      if (found == -2) break;
-      size_t i = (size_t)found;
-      if (found < 0) {
-        if (nt == cap) {
-          cap = cap ? cap * 2 : 64;
-          tally *g = realloc(t, sizeof *t * cap);
-          if (!g) break;
-          t = g;
-        }
-        i = nt++;
-        snprintf(t[i].key, sizeof t[i].key, "%s", key);
-        t[i].n = 0;
-        t[i].depth = depth;
-        index.slots[slot] = (uint32_t)i + 1;
-      }
-      t[i].n++;
-      if (depth < t[i].depth) t[i].depth = depth;
-    }
-    ms_str_index_free(&index);
-    sqlite3_finalize(st);
-    for (size_t i = 0; i < nt; i++) {
-      bool better = forced ? strcmp(t[i].key, forced_key) == 0
-                           : t[i].n >= 2 && (t[i].depth < best_depth || (t[i].depth == best_depth && t[i].n > best_count));
+    tallies c = {0};
+    source[src](s, count_label, &c); /* unreadable: what was counted (none) */
+    ms_str_index_free(&c.index);
+    for (size_t i = 0; i < c.n; i++) {
+      const tally *t = &c.t[i];
+      bool better = forced ? strcmp(t->key, forced_key) == 0
+                           : t->n >= 2 && (t->depth < best_depth || (t->depth == best_depth && t->n > best_count));
       if (better) {
-        snprintf(best, sizeof best, "%s", t[i].key);
-        best_count = t[i].n;
-        best_depth = t[i].depth;
+        snprintf(best, sizeof best, "%s", t->key);
+        best_count = t->n;
+        best_depth = t->depth;
         best_source = src;
       }
     }
-    free(t);
+    free(c.t);
   }
   if (best_source < 0) return 0;
   snprintf(a->iteration_label, sizeof a->iteration_label, "%s", best);
   snprintf(a->iteration_source, sizeof a->iteration_source, "%s", best_source == 0 ? "marks" : "ranges");
-  sqlite3_stmt *st;
-  size_t n = 0, cap = 0;
-  boundary *b = NULL;
-  int64_t covered = 0, last_end = 0; /* ranges: time inside them, and where the last ends */
-  if (sqlite3_prepare_v2(s->db, queries[best_source], -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      char key[256];
-      const unsigned char *txt = sqlite3_column_text(st, 2);
-      ms_label_key(txt ? (const char *)txt : "", key, sizeof key);
-      if (strcmp(key, best) != 0 || (best_source == 1 && sqlite3_column_int64(st, 3) != best_depth)) continue;
-      if (n == cap) {
-        cap = cap ? cap * 2 : 64;
-        boundary *g = realloc(b, sizeof *b * cap);
-        if (!g) break;
-        b = g;
-      }
-      b[n++] = (boundary){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), -1, 0};
-      int64_t end = sqlite3_column_int64(st, 4);
-      if (end > b[n - 1].time) covered += end - b[n - 1].time;
-      if (end > last_end) last_end = end;
-      b[n - 1].end = end;
-    }
-    sqlite3_finalize(st);
-  }
-  if (best_source == 1 && n >= 2) ranges_to_steps(a, b, n, covered, last_end);
-  *out = b;
-  return n;
+  bounds c = {.key = best, .ranges = best_source == 1, .depth = best_depth};
+  source[best_source](s, add_boundary, &c); /* out of memory or unreadable: the boundaries read */
+  if (c.ranges && c.n >= 2) ranges_to_steps(a, c.b, c.n, c.covered, c.last_end);
+  *out = c.b;
+  return c.n;
+}
+
+enum { MAX_TOKENS = 400000 };
+
+/* The allocations as tokens: the first MAX_TOKENS kept, all counted. */
+typedef struct tokens {
+  uint64_t *tok;
+  size_t n;
+  int64_t total;
+} tokens;
+
+static int add_token(int64_t stack_id, int64_t size, void *arg) {
+  tokens *t = arg;
+  if (t->n < MAX_TOKENS) t->tok[t->n++] = (uint64_t)stack_id * 0x9E3779B97F4A7C15ull ^ (uint64_t)size;
+  t->total++;
+  return 0;
 }
 
 /* With no repeated mark or range: the period of the allocation pattern. Each allocation is a
@@ -209,20 +213,13 @@ static size_t choose_iterations(ms_analysis *a, const char *forced, boundary **o
  * from the earliest position the pattern reaches going back from the anchor. Returns the number
  * of boundaries (0: no period found). */
 static size_t infer_iterations(ms_analysis *a, boundary **out) {
-  ms_snapshot *s = a->snap;
-  enum { MAX_TOKENS = 400000, WINDOW = 20000, MAX_PERIOD = 50000 };
-  sqlite3_stmt *st;
-  uint64_t *tok = malloc(sizeof *tok * MAX_TOKENS);
-  size_t n = 0;
-  int64_t total = 0;
-  if (!tok) return 0;
-  if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), size from events where kind = 1 order by id", -1, &st, NULL) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      if (n < MAX_TOKENS) tok[n++] = (uint64_t)sqlite3_column_int64(st, 0) * 0x9E3779B97F4A7C15ull ^ (uint64_t)sqlite3_column_int64(st, 1);
-      total++;
-    }
-    sqlite3_finalize(st);
-  }
+  enum { WINDOW = 20000, MAX_PERIOD = 50000 };
+  tokens t = {malloc(sizeof *t.tok * MAX_TOKENS), 0, 0};
+  if (!t.tok) return 0;
+  ms_allocations_each(a->snap, add_token, &t); /* unreadable: the tokens read (none) */
+  uint64_t *tok = t.tok;
+  size_t n = t.n;
+  int64_t total = t.total;
   /* Screen every shift at which the anchor's token recurs on a short window, keep the best
    * matching one (the smallest among equals: not a sub-period that repetition inside an
    * iteration makes look good, nor a multiple), then check it on a long window. */
@@ -337,33 +334,22 @@ const char *ms_site_note(const ms_analysis *a, const ms_site *site) {
                       : "allocated before recording started";
 }
 
-/* What is alive at the snapshot, by site, from the blocks table: its stack's site, or for a block
- * without one the site the replay holds it under (the one of memory from before recording for
- * blocks no kept event allocated: see seed_prehistory). 0, or -1 out of memory. */
-static int read_blocks(pass *p) {
-  ms_analysis *a = p->a;
-  ms_snapshot *s = a->snap;
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(s->db, "select coalesce(stack_id, 0), size, address from blocks where state = 'allocated'", -1, &st,
-                         NULL) != SQLITE_OK)
-    return 0;
-  int rc = 0;
-  while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-    int64_t sid = sqlite3_column_int64(st, 0), size = sqlite3_column_int64(st, 1);
-    if (sid < 0 || (size_t)sid >= s->nstacks) sid = 0;
-    ms_live_slot taken;
-    int64_t site = sid == 0 && ms_live_take(&p->live, (uint64_t)sqlite3_column_int64(st, 2), &taken)
-                       ? (int64_t)taken.site
-                       : site_index(p, (uint32_t)sid);
-    if (site < 0) {
-      rc = -1;
-      break;
-    }
-    a->sites[site].end_bytes += size;
-    a->sites[site].end_count++;
+/* Counts an allocated block of the snapshot under its site: its stack's, or for a block without
+ * one the site the replay holds it under (the one of memory from before recording for blocks no
+ * kept event allocated: see seed_prehistory). Stops (1) when out of memory. */
+static int end_block(const ms_block_row *r, void *arg) {
+  pass *p = arg;
+  if (r->state != MS_BLOCK_ALLOCATED) return 0;
+  ms_live_slot taken;
+  int64_t site = r->stack_id == 0 && ms_live_take(&p->live, r->address, &taken) ? (int64_t)taken.site
+                                                                                 : site_index(p, r->stack_id);
+  if (site < 0) {
+    p->failed = true;
+    return 1;
   }
-  sqlite3_finalize(st);
-  return rc;
+  p->a->sites[site].end_bytes += r->size;
+  p->a->sites[site].end_count++;
+  return 0;
 }
 
 /* Closes the current iteration: records every site's live bytes at the boundary. */
@@ -454,8 +440,9 @@ static bool seed_prehistory(pass *p) {
   int64_t before = -1;
   for (size_t i = 0; i < a->before.nblocks; i++) {
     ms_prior_block *b = &a->before.blocks[i];
-    int64_t site = b->stack_id ? site_index(p, b->stack_id) : before;
-    if (site < 0 && !b->stack_id && (site = before = add_site(p, 0)) >= 0) a->sites[site].before_history = true;
+    uint32_t stack = b->alive_at_end ? b->stack_id : 0; /* a free's stack is not its allocation's */
+    int64_t site = stack ? site_index(p, stack) : before;
+    if (site < 0 && !stack && (site = before = add_site(p, 0)) >= 0) a->sites[site].before_history = true;
     if (site < 0) return false;
     b->site = (uint32_t)site;
     a->sites[b->site].live_bytes += b->size;
@@ -640,7 +627,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   a->snap = s;
   snprintf(a->iteration_source, sizeof a->iteration_source, "none");
   a->truncated = s->dropped > 0;
-  if (ms_load_stacks(s) != 0 || ms_prehistory_build(s, &a->before) != 0) return -1;
+  if (ms_load_stacks(s) != 0 || ms_prehistory_build(s, MS_PREHISTORY_ANALYSIS, &a->before) != 0) return -1;
   pass p = {0};
   p.a = a;
   p.cur_iter = -1;
@@ -682,30 +669,19 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     int iteration = (int)b->aux - 1;
     if (b->key && iteration > a->sites[b->site].newest_live_iteration) a->sites[b->site].newest_live_iteration = iteration;
   }
-  if (read_blocks(&p) != 0) {
+  /* What is alive at the snapshot, by site (blocks the reader cannot read count as none). */
+  if (ms_blocks_each(s, end_block, &p) != 0 && p.failed) {
     snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     goto fail;
   }
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(s->db,
-                         "select (select count(*) from segments), "
-                         "(select count(*) from blocks b where state = 'free' and (select count(*) from blocks c where c.segment_id = b.segment_id) > 1), "
-                         "(select coalesce(sum(size), 0) from blocks b where state = 'free' and (select count(*) from blocks c where c.segment_id = b.segment_id) > 1), "
-                         /* external allocations (memsnap run --mode intercept) are outside the allocator's stats */
-                         "(select coalesce(sum(value), 0) from stats where key = 'allocated_bytes.all.current') + "
-                         "(select coalesce(sum(size), 0) from segments where pool = 'external'), "
-                         "(select coalesce(sum(value), 0) from stats where key = 'reserved_bytes.all.current') + "
-                         "(select coalesce(sum(size), 0) from segments where pool = 'external')",
-                         -1, &st, NULL) == SQLITE_OK &&
-      sqlite3_step(st) == SQLITE_ROW) {
-    a->segments = sqlite3_column_int64(st, 0);
-    a->free_blocks_in_split_segments = sqlite3_column_int64(st, 1);
-    a->split_free_bytes = sqlite3_column_int64(st, 2);
-    a->end_allocated = sqlite3_column_int64(st, 3);
-    a->end_reserved = sqlite3_column_int64(st, 4);
-  }
-  sqlite3_finalize(st);
-  read_external(s, a);
+  ms_end_state end; /* all 0 when it cannot be read */
+  ms_read_end_state(s, &end);
+  a->segments = end.segments;
+  a->free_blocks_in_split_segments = end.split_free_blocks;
+  a->split_free_bytes = end.split_free_bytes;
+  a->end_allocated = end.allocated;
+  a->end_reserved = end.reserved;
+  ms_external_each(s, add_external, a); /* unreadable: the groups read */
   classify(a);
   ms_misuse_finish(a);
   /* What was live at the allocated peak, as the pass kept it (the history's first instant when

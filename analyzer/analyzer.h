@@ -1,7 +1,10 @@
 /* analyzer.h: what the memsnap CLI's files share (prefix ms_).
  *
  *   main.c      the command table and usage
- *   reader.c    opening and reading a snapshot (docs/snapshot-format.md)
+ *   reader.c    opening and reading a snapshot (docs/snapshot-format.md): stacks, and the
+ *               segments, blocks, devices and options as rows; snapshot_read_tables.c its
+ *               other tables, snapshot_read_events.c events beside the stream (with stream.c,
+ *               the files that read a snapshot's SQL; snapshot_read.h is what they share)
  *   stream.c    its events streamed in order to a pass, read by several threads
  *   analysis.c  the analysis: peaks, iterations, leak candidates, OOMs, top sites
  *   frames.c    how frames read (short C++ names), which matter (machinery folded), identity
@@ -107,9 +110,11 @@ int ms_open(ms_snapshot *s, const char *path);
 void ms_close(ms_snapshot *s);
 int ms_load_stacks(ms_snapshot *s);
 /* Events whose sizes are implausible (negative, or over 2^40 bytes: no device has a TiB) are
- * malformed and skipped by every pass: ms_events_each in C, this condition in SQL. */
-#define MS_EVENT_PLAUSIBLE_SQL \
-  "coalesce(size, 0) between 0 and 1099511627776 and coalesce(requested_size, 0) between 0 and 1099511627776"
+ * malformed and skipped by every pass (ms_events_each), sizes read as
+ * integers (NULL and text: 0). */
+static inline bool ms_event_plausible(int64_t size, int64_t requested) {
+  return size >= 0 && requested >= 0 && size <= ((int64_t)1 << 40) && requested <= ((int64_t)1 << 40);
+}
 /* ---- the snapshot's tables as rows (reader.c): commands read them here, never in SQL ---- */
 
 #define MS_MAX_DEVICES 64 /* devices a snapshot may name (the library's MSI_MAX_DEVICES) */
@@ -153,6 +158,68 @@ int ms_blocks_each(ms_snapshot *s, int (*fn)(const ms_block_row *r, void *arg), 
 int ms_devices_each(ms_snapshot *s, int (*fn)(const ms_device_row *r, void *arg), void *arg);
 /* The options table's rows (name, value; neither NULL). */
 int ms_options_each(ms_snapshot *s, int (*fn)(const char *name, const char *value, void *arg), void *arg);
+
+/* ---- more of the snapshot as rows and totals (snapshot_read_tables.c) -------------------- */
+
+/* A mark or a range, with its label's text. */
+typedef struct ms_label_row {
+  int64_t event_id;  /* a mark's events.id; 0 for a range */
+  int64_t start_ns;  /* a mark's time; a range's start */
+  int64_t end_ns;    /* a range's end (its start while open); a mark's time */
+  int64_t depth;     /* a range's nesting depth as stored (0 outermost); 0 for a mark */
+  const char *label; /* as stored, not neutralised ("" for NULL); valid during the call */
+} ms_label_row;
+/* Marks in event order, ranges in order of start; rows whose label is missing are left out.
+ * As ms_segments_each: fn's non-zero stops and is returned; -1 with s->error when unreadable. */
+int ms_marks_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
+int ms_ranges_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
+
+/* Memory outside memsnap's allocator at the snapshot (segments of pool "external": memsnap run
+ * --mode intercept), by the API that allocated it and the library that called that API. */
+typedef struct ms_external {
+  char source[64], library[128]; /* neutralised; "" when unknown (and in files written before the columns) */
+  int64_t count, bytes;
+} ms_external;
+/* The groups of external segments, largest first (then by source and library); as
+ * ms_segments_each for fn's return and failure. */
+int ms_external_each(ms_snapshot *s, int (*fn)(const ms_external *r, void *arg), void *arg);
+
+typedef enum {
+  MS_COUNT_SEGMENTS,
+  MS_COUNT_EXTERNAL_SEGMENTS,
+  MS_COUNT_ALLOCATED_BLOCKS,
+  MS_COUNT_MARKS,
+  MS_COUNT_RANGES,
+  MS_COUNT_STACKS,
+} ms_count_what;
+/* How many rows the snapshot has of `what` (the table's rows as stored, unchecked); -1 with
+ * s->error set when they cannot be counted. */
+int64_t ms_count_rows(ms_snapshot *s, ms_count_what what);
+
+/* The allocator's state at the snapshot in totals. */
+typedef struct ms_end_state {
+  int64_t segments;                            /* rows of the segments table */
+  int64_t split_free_blocks, split_free_bytes; /* free blocks in segments of more than one block */
+  int64_t allocated, reserved; /* the statistics' current bytes (0 without them), external segments' added */
+} ms_end_state;
+/* Fills *out: 0, or -1 with s->error set and *out all 0. */
+int ms_read_end_state(ms_snapshot *s, ms_end_state *out);
+/* The sum over the devices of statistic `key` (reserved_bytes.all.current, ...) into *sum: 1;
+ * 0 when the snapshot has no such statistic (*sum unchanged); -1 with s->error set when the
+ * statistics cannot be read (*sum unchanged). */
+int ms_stat_total(ms_snapshot *s, const char *key, int64_t *sum);
+
+/* ---- events beside the stream (snapshot_read_events.c) ------------------------------------ */
+
+/* Calls fn with every allocation's stack id and size as ms_events_each reads them, in order;
+ * fn's non-zero stops and is returned; -1 with s->error set when unreadable. */
+int ms_allocations_each(ms_snapshot *s, int (*fn)(int64_t stack_id, int64_t size, void *arg), void *arg);
+/* The number of allocations at times in [from_ns, to_ns); -1 with s->error set when unreadable. */
+int64_t ms_count_allocations(ms_snapshot *s, int64_t from_ns, int64_t to_ns);
+/* The last out-of-memory event on `device` into *e (kind, device, time_ns, and address: what
+ * the device had free): 1; 0 when there was none, or -1 with s->error set when the events
+ * cannot be read, *e then all 0 but its device. */
+int ms_last_oom(ms_snapshot *s, int64_t device, ms_event *e);
 
 /* stream.c: counts the events with an integer time and their first and last times into
  * s->nevents, first_ns, last_ns (0 when none; a long history's halves counted at once), unless a
@@ -267,9 +334,11 @@ static inline int64_t ms_size_bin_floor(int bin) {
 
 /* A block allocated before the kept history: freed by it, or still allocated at the snapshot. */
 typedef struct ms_prior_block {
-  uint64_t address;
-  int64_t size;
-  uint32_t stack_id; /* from the blocks table (0: none, or freed by the history) */
+  uint64_t address, stream;
+  int64_t size, requested;
+  int device;        /* -1 when its event named none */
+  uint32_t stack_id; /* still allocated: its allocation's (blocks table); freed by the history: the
+                        free's, its allocation's being unknown; 0: none */
   uint32_t site;     /* the analysis's site for it (set by ms_analyze) */
   bool alive_at_end;
 } ms_prior_block;
@@ -278,21 +347,35 @@ typedef struct ms_prior_segment {
   uint64_t address, stream;
   int64_t size;
   int device;
+  bool classic; /* a device allocation of its own (segment_free, or a row neither an expandable
+                   segment's mapped range nor the async pool's) */
+  bool small;   /* of the small pool (freed by the history: of its segment size, 2 MiB) */
 } ms_prior_segment;
 
 typedef struct ms_prehistory {
-  ms_prior_block *blocks;
+  ms_prior_block *blocks; /* those the history freed, in its order, then those of the snapshot */
   size_t nblocks;
-  ms_prior_segment *segments; /* for the allocator's layout; only when layout_known */
+  ms_prior_segment *segments; /* for the allocator's layout; the analysis draws them only when layout_known */
   size_t nsegments;
   int64_t allocated, reserved; /* when the history starts */
   int64_t end_bytes, end_count; /* of the blocks, what is still allocated at the snapshot */
+  int64_t device_reserved_change[MS_MAX_DEVICES]; /* what the history's segment events added to
+                                                     each device's reserved memory */
   bool layout_known; /* false with expandable segments' map/unmap: totals only */
 } ms_prehistory;
 
+/* Which pass starts from the state: the reconstruction reads the history as that pass does. */
+typedef enum {
+  MS_PREHISTORY_ANALYSIS, /* every event counts (analysis.c, timeline.c) */
+  MS_PREHISTORY_REPLAY,   /* only what the replay can replay (replay_engine.c): events with an
+                             address, on devices 0 to MS_MAX_DEVICES - 1; and a second free of an
+                             address the history allocated is inconsistent, not a block from before */
+} ms_prehistory_view;
+
 /* Reconstructs the state when the kept history starts (one pass over its allocation and segment
- * events, and the snapshot's blocks and segments): 0, or -1 (s->error set, h empty). */
-int ms_prehistory_build(ms_snapshot *s, ms_prehistory *h);
+ * events, and the snapshot's blocks and segments) into h. Returns 0; -1 when the snapshot cannot
+ * be read, or -2 out of memory, each with s->error set and h empty. */
+int ms_prehistory_build(ms_snapshot *s, ms_prehistory_view view, ms_prehistory *h);
 /* Puts the blocks into a replay's live map (their sites as set); sets *failed out of memory. */
 void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed);
 void ms_prehistory_free(ms_prehistory *h);
@@ -367,13 +450,7 @@ typedef struct ms_invalid_free {
   int64_t block_site;    /* interior: site that allocated the block (-1 unknown) */
   int64_t block_size;
 } ms_invalid_free;
-/* Memory outside memsnap's allocator at the snapshot (segments of pool "external": memsnap run
- * --mode intercept), by the API that allocated it and the library that called that API. */
-typedef struct ms_external {
-  char source[64], library[128]; /* neutralised; "" when unknown */
-  int64_t count, bytes;
-} ms_external;
-#define MS_EXTERNAL_MAX 16
+#define MS_EXTERNAL_MAX 16 /* groups of external memory the analysis keeps */
 
 typedef struct ms_analysis {
   ms_snapshot *snap;

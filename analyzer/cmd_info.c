@@ -5,28 +5,26 @@
 #include "analyzer.h"
 #include "commands.h"
 
-static void print_count(ms_snapshot *s, const char *label, const char *sql) {
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-    printf("  %-18s %lld\n", label, (long long)sqlite3_column_int64(st, 0));
-  sqlite3_finalize(st);
+static void print_count(ms_snapshot *s, const char *label, ms_count_what what) {
+  int64_t n = ms_count_rows(s, what);
+  if (n >= 0) printf("  %-18s %lld\n", label, (long long)n);
 }
 
-/* What the driver still had free on `device` at the last out-of-memory error, when there was one
- * (an imported PyTorch snapshot says nothing else about the device's memory). */
-static void print_oom_free(ms_snapshot *s, int64_t device) {
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(s->db, "select address, time_ns from events where kind = 6 and device = ? order by id desc limit 1", -1,
-                         &st, NULL) == SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, device);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-      char b[32], t[32];
-      ms_format_bytes(sqlite3_column_int64(st, 0), b, sizeof b);
-      ms_format_ns(sqlite3_column_int64(st, 1) - s->first_ns, t, sizeof t);
-      printf("  %-18s %s free on the device at the out-of-memory error at %s\n", "", b, t);
-    }
+/* A device, and what the driver still had free on it at the last out-of-memory error, when there
+ * was one (an imported PyTorch snapshot says nothing else about the device's memory). */
+static int print_device(const ms_device_row *r, void *arg) {
+  ms_snapshot *s = arg;
+  char b[32], t[32];
+  if (r->total_bytes >= 0) ms_format_bytes(r->total_bytes, b, sizeof b);
+  else snprintf(b, sizeof b, "memory unknown");
+  printf("  %-18s %d: %s, %s\n", "device", r->device, r->name[0] ? r->name : "name unknown", b);
+  ms_event oom;
+  if (ms_last_oom(s, r->device, &oom) == 1) {
+    ms_format_bytes((int64_t)oom.address, b, sizeof b);
+    ms_format_ns(oom.time_ns - s->first_ns, t, sizeof t);
+    printf("  %-18s %s free on the device at the out-of-memory error at %s\n", "", b, t);
   }
-  sqlite3_finalize(st);
+  return 0;
 }
 
 int cmd_info(int argc, char **argv) {
@@ -58,26 +56,13 @@ int cmd_info(int argc, char **argv) {
     printf("  %-18s %lld kept of %lld recorded (%lld dropped; ring of %lld)\n", "events", (long long)s.nevents,
            (long long)s.recorded, (long long)s.dropped, (long long)s.max_entries);
     printf("  %-18s %s\n", "history spans", t);
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s.db, "select device, name, total_bytes from devices order by device", -1, &st, NULL) == SQLITE_OK) {
-      while (sqlite3_step(st) == SQLITE_ROW) {
-        char b[32];
-        ms_format_bytes(sqlite3_column_int64(st, 2), b, sizeof b);
-        char name[256];
-        snprintf(name, sizeof name, "%s", sqlite3_column_text(st, 1) ? (const char *)sqlite3_column_text(st, 1) : "");
-        ms_neutralise(name);
-        if (sqlite3_column_type(st, 2) == SQLITE_NULL) snprintf(b, sizeof b, "memory unknown");
-        printf("  %-18s %lld: %s, %s\n", "device", (long long)sqlite3_column_int64(st, 0), name[0] ? name : "name unknown", b);
-        print_oom_free(&s, sqlite3_column_int64(st, 0));
-      }
-    }
-    sqlite3_finalize(st);
-    print_count(&s, "segments", "select count(*) from segments");
-    print_count(&s, "  of them external", "select count(*) from segments where pool = 'external'");
-    print_count(&s, "live blocks", "select count(*) from blocks where state = 'allocated'");
-    print_count(&s, "marks", "select count(*) from marks");
-    print_count(&s, "ranges", "select count(*) from ranges");
-    print_count(&s, "distinct stacks", "select count(*) from stacks");
+    ms_devices_each(&s, print_device, &s); /* unreadable: the devices read */
+    print_count(&s, "segments", MS_COUNT_SEGMENTS);
+    print_count(&s, "  of them external", MS_COUNT_EXTERNAL_SEGMENTS);
+    print_count(&s, "live blocks", MS_COUNT_ALLOCATED_BLOCKS);
+    print_count(&s, "marks", MS_COUNT_MARKS);
+    print_count(&s, "ranges", MS_COUNT_RANGES);
+    print_count(&s, "distinct stacks", MS_COUNT_STACKS);
     ms_close(&s);
   }
   return rc ? rc : ms_output_status();

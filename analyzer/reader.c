@@ -4,7 +4,10 @@
  * its format version (refusing newer ones, naming both versions), the tables it needs, and the
  * types of what it reads. Events are streamed (stream.c: ms_events_each) rather than loaded, so memory
  * follows what a command keeps, not the length of the history. Stacks and frames, which are
- * small (each distinct stack once), are loaded whole by ms_load_stacks.
+ * small (each distinct stack once), are loaded whole by ms_load_stacks. Segments, blocks,
+ * devices and options come as checked rows (ms_*_each); the other tables and the event queries
+ * beside the stream are in snapshot_read_tables.c and snapshot_read_events.c, which run their
+ * SQL through ms_read_rows (snapshot_read.h). Commands read through these, not SQL.
  *
  * Every function returns 0 on success or -1 with a message in the reader's `error`.
  */
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 #include "analyzer.h"
+#include "snapshot_read.h"
 
 
 static const char *const required_tables[] = {"meta", "devices", "stats", "segments", "blocks", "events",
@@ -302,14 +306,16 @@ int ms_load_stacks(ms_snapshot *s) {
 
 #define PLAUSIBLE_SIZE(v) ((v) >= 0 && (v) <= ((int64_t)1 << 40)) /* no device has a TiB */
 
-/* Runs `sql` and calls row(st, arg) for each row until it returns non-zero. A table that does not
- * exist (a damaged or foreign file the reader opened all the same) reads as empty. */
-static int each_row(ms_snapshot *s, const char *sql, const char *what, int (*row)(sqlite3_stmt *st, void *arg), void *arg) {
+int ms_read_rows_args(ms_snapshot *s, const char *sql, const ms_sql_arg *args, int nargs, const char *what,
+                      int (*row)(sqlite3_stmt *st, void *arg), void *arg) {
   sqlite3_stmt *st;
   if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
     if (strstr(sqlite3_errmsg(s->db), "no such")) return 0;
     return fail(s, "'%s': cannot read %s: %s", s->shown_path, what, sqlite3_errmsg(s->db));
   }
+  for (int i = 0; i < nargs; i++)
+    if (args[i].text) sqlite3_bind_text(st, i + 1, args[i].text, -1, SQLITE_STATIC);
+    else sqlite3_bind_int64(st, i + 1, args[i].value);
   int rc = 0, step;
   while ((step = sqlite3_step(st)) == SQLITE_ROW)
     if ((rc = row(st, arg)) != 0) break;
@@ -319,25 +325,29 @@ static int each_row(ms_snapshot *s, const char *sql, const char *what, int (*row
   return rc;
 }
 
-static void column_text_into(sqlite3_stmt *st, int col, char *out, size_t len) {
+int ms_read_rows(ms_snapshot *s, const char *sql, const char *what, int (*row)(sqlite3_stmt *st, void *arg), void *arg) {
+  return ms_read_rows_args(s, sql, NULL, 0, what, row, arg);
+}
+
+int ms_read_first_int64(sqlite3_stmt *st, void *out) {
+  *(int64_t *)out = sqlite3_column_int64(st, 0);
+  return 0;
+}
+
+void ms_read_text_into(sqlite3_stmt *st, int col, char *out, size_t len) {
   const unsigned char *t = sqlite3_column_text(st, col);
   snprintf(out, len, "%s", t ? (const char *)t : "");
   ms_neutralise(out);
 }
 
-typedef struct row_call {
-  ms_snapshot *s;
-  void *fn, *arg;
-} row_call;
-
 static int segment_row(sqlite3_stmt *st, void *arg) {
-  row_call *c = arg;
+  ms_row_call *c = arg;
   ms_segment_row r;
   r.id = sqlite3_column_int64(st, 0);
   int64_t dev = sqlite3_column_int64(st, 1);
   r.address = (uint64_t)sqlite3_column_int64(st, 2);
   r.size = sqlite3_column_int64(st, 3);
-  column_text_into(st, 4, r.pool, sizeof r.pool);
+  ms_read_text_into(st, 4, r.pool, sizeof r.pool);
   r.stream = (uint64_t)sqlite3_column_int64(st, 5);
   r.expandable = sqlite3_column_int64(st, 6) != 0;
   r.private_pool = sqlite3_column_int64(st, 7) != 0;
@@ -353,12 +363,12 @@ int ms_segments_each(ms_snapshot *s, int (*fn)(const ms_segment_row *r, void *ar
            "from segments order by id",
            ms_has_column(s, "segments", "expandable") ? "coalesce(expandable, 0)" : "0",
            ms_has_column(s, "segments", "pool_id0") ? "pool_id0 is not null" : "0");
-  row_call c = {s, (void *)fn, arg};
-  return each_row(s, sql, "segments", segment_row, &c);
+  ms_row_call c = {s, (void *)fn, arg};
+  return ms_read_rows(s, sql, "segments", segment_row, &c);
 }
 
 static int block_row(sqlite3_stmt *st, void *arg) {
-  row_call *c = arg;
+  ms_row_call *c = arg;
   ms_block_row r;
   r.segment_id = sqlite3_column_int64(st, 0);
   int64_t dev = sqlite3_column_int64(st, 1);
@@ -378,39 +388,39 @@ static int block_row(sqlite3_stmt *st, void *arg) {
 }
 
 int ms_blocks_each(ms_snapshot *s, int (*fn)(const ms_block_row *r, void *arg), void *arg) {
-  row_call c = {s, (void *)fn, arg};
-  return each_row(s,
-                  "select b.segment_id, coalesce(g.device, -1), coalesce(b.address, 0), coalesce(b.size, -1), "
-                  "coalesce(b.requested_size, 0), b.state, coalesce(g.stream, 0), coalesce(b.stack_id, 0) "
-                  "from blocks b join segments g on g.id = b.segment_id order by b.id",
-                  "blocks", block_row, &c);
+  ms_row_call c = {s, (void *)fn, arg};
+  return ms_read_rows(s,
+                      "select b.segment_id, coalesce(g.device, -1), coalesce(b.address, 0), coalesce(b.size, -1), "
+                      "coalesce(b.requested_size, 0), b.state, coalesce(g.stream, 0), coalesce(b.stack_id, 0) "
+                      "from blocks b join segments g on g.id = b.segment_id order by b.id",
+                      "blocks", block_row, &c);
 }
 
 static int device_row(sqlite3_stmt *st, void *arg) {
-  row_call *c = arg;
+  ms_row_call *c = arg;
   ms_device_row r;
   int64_t dev = sqlite3_column_int64(st, 0);
   if (dev < 0 || dev >= MS_MAX_DEVICES) return 0;
   r.device = (int)dev;
-  column_text_into(st, 1, r.name, sizeof r.name);
+  ms_read_text_into(st, 1, r.name, sizeof r.name);
   r.total_bytes = sqlite3_column_type(st, 2) == SQLITE_INTEGER && sqlite3_column_int64(st, 2) >= 0 ? sqlite3_column_int64(st, 2) : -1;
   return ((int (*)(const ms_device_row *, void *))c->fn)(&r, c->arg);
 }
 
 int ms_devices_each(ms_snapshot *s, int (*fn)(const ms_device_row *r, void *arg), void *arg) {
-  row_call c = {s, (void *)fn, arg};
-  return each_row(s, "select device, name, total_bytes from devices order by device", "devices", device_row, &c);
+  ms_row_call c = {s, (void *)fn, arg};
+  return ms_read_rows(s, "select device, name, total_bytes from devices order by device", "devices", device_row, &c);
 }
 
 static int option_row(sqlite3_stmt *st, void *arg) {
-  row_call *c = arg;
+  ms_row_call *c = arg;
   const unsigned char *name = sqlite3_column_text(st, 0), *value = sqlite3_column_text(st, 1);
   if (!name || !value) return 0;
   return ((int (*)(const char *, const char *, void *))c->fn)((const char *)name, (const char *)value, c->arg);
 }
 
 int ms_options_each(ms_snapshot *s, int (*fn)(const char *name, const char *value, void *arg), void *arg) {
-  row_call c = {s, (void *)fn, arg};
-  return each_row(s, "select name, value from options", "options", option_row, &c);
+  ms_row_call c = {s, (void *)fn, arg};
+  return ms_read_rows(s, "select name, value from options", "options", option_row, &c);
 }
 

@@ -6,9 +6,10 @@
  * Passes over the events (streamed; memory follows the live blocks):
  *   plan (ms_replay_plan_new)  once per snapshot: the devices and their capacity, the recorded
  *       settings, what was held when the history began (the snapshot's state less the
- *       history's net change, summed by SQLite); only when that is not nothing (a late start:
- *       ring overflow, recording started mid-run) a pass over the events finds the blocks live
- *       before the history began.
+ *       history's net change); only when that is not nothing (a late start: ring overflow,
+ *       recording started mid-run) the blocks and segments live before the history began, as
+ *       prehistory.c reconstructs them for the analysis too (ms_prehistory_build, the replay's
+ *       view of the history).
  *   run (ms_replay_run)        once per setting: every allocation is asked of the allocator
  *       with the recorded request, device and stream; every free is returned on its recorded
  *       stream. The recorded addresses are only keys: the allocator places blocks itself. The
@@ -41,14 +42,6 @@
 #define MAX_STREAMS 1024                          /* distinct streams replayed per snapshot */
 #define PSEUDO_STREAM_BASE 0x7ead000000000000ull  /* streams standing for record_stream uses */
 
-/* A block live before the history began. */
-typedef struct pre_block {
-  uint64_t address, stream;
-  int64_t size, requested;
-  int device;
-  uint32_t stack_id;
-} pre_block;
-
 /* What the recording did on one device, relative to the history's start. */
 typedef struct rec_device {
   int64_t net_reserved, max_reserved, alloc_at_max;
@@ -66,10 +59,8 @@ struct ms_replay_plan {
   uint64_t capacity;
   int ndevices; /* highest device seen + 1 */
   plan_device dev[MS_REPLAY_DEVICES];
-  pre_block *pre;
-  size_t npre, pre_cap;
-  pre_block *segs; /* classic segments held when the history began (requested: 1 small pool) */
-  size_t nsegs, segs_cap;
+  ms_prehistory before; /* held when the history began (late start), as laid out: the blocks
+                           with an address, the classic segments; each by device and address */
   bool late;    /* something was held when the history began */
   bool checked; /* a replay found the history complete */
   bool capacity_known; /* the snapshot says how much memory its devices have */
@@ -198,54 +189,19 @@ static int grow(void **array, size_t *cap, size_t need, size_t each) {
   return 0;
 }
 
-typedef struct plan_pass {
-  ms_replay_plan *p;
-  ms_live_map live; /* allocations of the history still live: key address, aux device */
-  ms_live_map segs; /* segments the history allocated, still held */
-  ms_live_map seen; /* every address the history allocated at */
-  int64_t net_reserved[MS_REPLAY_DEVICES];
-  bool oom;         /* out of host memory */
-} plan_pass;
-
-static int add_block(pre_block **a, size_t *n, size_t *cap, pre_block b) {
-  if (grow((void **)a, cap, *n + 1, sizeof **a) != 0) return -1;
-  (*a)[(*n)++] = b;
-  return 0;
+static int cmp_device_address(int dx, uint64_t ax, int dy, uint64_t ay) {
+  if (dx != dy) return dx - dy;
+  return (ax > ay) - (ax < ay);
 }
 
-/* The late start's pass: blocks and segments freed in the history that it did not allocate. */
-static int plan_event(const ms_event *e, void *arg) {
-  plan_pass *pp = arg;
-  ms_replay_plan *p = pp->p;
-  ms_live_slot slot;
-  if (e->device < 0 || e->device >= MS_REPLAY_DEVICES || !e->address) return 0;
-  if (e->kind == MS_SEGMENT_ALLOC || e->kind == MS_SEGMENT_MAP) pp->net_reserved[e->device] += e->size;
-  if (e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) pp->net_reserved[e->device] -= e->size;
-  if (e->kind == MS_SEGMENT_ALLOC) {
-    if (ms_live_put(&pp->segs, (ms_live_slot){e->address, 0, (uint32_t)e->device, e->size}) != 0) goto oom;
-  } else if (e->kind == MS_SEGMENT_FREE && !ms_live_take(&pp->segs, e->address, &slot)) {
-    if (add_block(&p->segs, &p->nsegs, &p->segs_cap,
-                  (pre_block){e->address, e->stream, e->size, e->size == (int64_t)(2 << 20), e->device, 0}) != 0)
-      goto oom;
-  } else if (e->kind == MS_ALLOC) {
-    if (ms_live_put(&pp->live, (ms_live_slot){e->address, e->stack_id, (uint32_t)e->device, e->size}) != 0 ||
-        ms_live_put(&pp->seen, (ms_live_slot){e->address, 0, 0, 1}) != 0)
-      goto oom;
-  } else if (e->kind == MS_FREE_REQUESTED && !ms_live_take(&pp->live, e->address, &slot) &&
-             !ms_live_take(&pp->seen, e->address, &slot)) { /* (freed twice: inconsistent, not earlier) */
-    if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) goto oom;
-    p->pre[p->npre++] = (pre_block){e->address, e->stream, e->size, e->requested, e->device, e->stack_id};
-  }
-  return 0;
-oom:
-  pp->oom = true;
-  return 1;
+static int cmp_block(const void *a, const void *b) {
+  const ms_prior_block *x = a, *y = b;
+  return cmp_device_address(x->device, x->address, y->device, y->address);
 }
 
-static int cmp_pre(const void *a, const void *b) {
-  const pre_block *x = a, *y = b;
-  if (x->device != y->device) return x->device - y->device;
-  return (x->address > y->address) - (x->address < y->address);
+static int cmp_segment(const void *a, const void *b) {
+  const ms_prior_segment *x = a, *y = b;
+  return cmp_device_address(x->device, x->address, y->device, y->address);
 }
 
 /* The snapshot's tables beside the events: settings, capacity, state at the snapshot. */
@@ -295,60 +251,34 @@ static int plan_tables(ms_snapshot *s, ms_replay_plan *p) {
   return p->late ? plan_late(s, p) : 0;
 }
 
-static int late_segment(const ms_segment_row *r, void *arg) {
-  plan_pass *pp = arg;
-  ms_replay_plan *p = pp->p;
-  ms_live_slot slot;
-  if (r->expandable || !strcmp(r->pool, "async") || r->device >= MS_REPLAY_DEVICES || r->size <= 0 || !r->address) return 0;
-  if (ms_live_take(&pp->segs, r->address, &slot)) return 0; /* the history allocated it */
-  if (add_block(&p->segs, &p->nsegs, &p->segs_cap, (pre_block){r->address, r->stream, r->size, !strcmp(r->pool, "small"), r->device, 0}) != 0) {
-    pp->oom = true;
-    return -1;
-  }
-  return 0;
-}
+_Static_assert(MS_REPLAY_DEVICES == MS_MAX_DEVICES, "the reconstruction's devices are the replay's");
 
-static int late_block(const ms_block_row *r, void *arg) {
-  plan_pass *pp = arg;
-  ms_replay_plan *p = pp->p;
-  ms_live_slot slot;
-  if (r->state == MS_BLOCK_FREE || r->device >= MS_REPLAY_DEVICES || r->size <= 0 || !r->address) return 0;
-  if (ms_live_take(&pp->live, r->address, &slot)) return 0; /* allocated in the history */
-  if (r->state != MS_BLOCK_ALLOCATED) return 0;             /* pending: its free is in the history */
-  if (grow((void **)&p->pre, &p->pre_cap, p->npre + 1, sizeof *p->pre) != 0) {
-    pp->oom = true;
-    return -1;
-  }
-  p->pre[p->npre++] = (pre_block){r->address, r->stream, r->size, r->requested, r->device, r->stack_id};
-  if (r->device + 1 > p->ndevices) p->ndevices = r->device + 1;
-  return 0;
-}
-
-/* A history that starts late: finds the blocks live when it began (freed by it without being
- * allocated by it, or allocated at the snapshot without an allocation in it). 0, -1 out of
- * memory, -2 unreadable events (s->error). */
+/* A history that starts late: what was held when it began (prehistory.c, as the replay reads the
+ * history), kept as the replay lays it out. 0, -1 out of memory, -2 unreadable (s->error). */
 static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
-  plan_pass pp = {.p = p};
-  int rc = ms_events_each(s, plan_event, &pp);
-  ms_live_free(&pp.seen);
-  if (rc != 0) {
-    ms_live_free(&pp.live);
-    ms_live_free(&pp.segs);
-    return pp.oom ? -1 : -2;
-  }
+  ms_prehistory *h = &p->before;
+  int rc = ms_prehistory_build(s, MS_PREHISTORY_REPLAY, h);
+  if (rc != 0) return rc == -2 ? -1 : -2;
   for (int i = 0; i < MS_REPLAY_DEVICES; i++) {
-    p->dev[i].start_reserved = p->dev[i].end_reserved - pp.net_reserved[i];
+    p->dev[i].start_reserved = p->dev[i].end_reserved - h->device_reserved_change[i];
     if (p->dev[i].start_reserved < 0) p->dev[i].start_reserved = 0;
   }
-  /* Classic segments at the snapshot that the history did not allocate: held before it; then
-     blocks allocated at the snapshot that no kept event allocated: live before the history. */
-  int rc2 = ms_segments_each(s, late_segment, &pp);
-  ms_live_free(&pp.segs);
-  if (rc2 == 0) rc2 = ms_blocks_each(s, late_block, &pp);
-  ms_live_free(&pp.live);
-  if (rc2 != 0) return pp.oom ? -1 : -2;
-  if (p->npre) qsort(p->pre, p->npre, sizeof *p->pre, cmp_pre);
-  if (p->nsegs) qsort(p->segs, p->nsegs, sizeof *p->segs, cmp_pre);
+  /* Blocks with an address (the snapshot's devices count as used), and the classic segments:
+     an expandable segment's mapped ranges and the async pool's are the allocator's to make. */
+  size_t n = 0;
+  for (size_t i = 0; i < h->nblocks; i++) {
+    const ms_prior_block *b = &h->blocks[i];
+    if (!b->address) continue;
+    if (b->alive_at_end && b->device + 1 > p->ndevices) p->ndevices = b->device + 1;
+    h->blocks[n++] = *b;
+  }
+  h->nblocks = n;
+  n = 0;
+  for (size_t i = 0; i < h->nsegments; i++)
+    if (h->segments[i].classic && h->segments[i].address) h->segments[n++] = h->segments[i];
+  h->nsegments = n;
+  if (h->nblocks) qsort(h->blocks, h->nblocks, sizeof *h->blocks, cmp_block);
+  if (h->nsegments) qsort(h->segments, h->nsegments, sizeof *h->segments, cmp_segment);
   return 0;
 }
 
@@ -372,8 +302,7 @@ ms_replay_plan *ms_replay_plan_new(ms_snapshot *s) {
 
 void ms_replay_plan_free(ms_replay_plan *p) {
   if (!p) return;
-  free(p->pre);
-  free(p->segs);
+  ms_prehistory_free(&p->before);
   free(p);
 }
 
@@ -756,7 +685,7 @@ int ms_replay_check_config(const ms_replay_plan *p, const ms_replay_config *c, c
 
 /* One block of the start's layout: a live block, or a filler for a free range (kept in *fill
  * to free once every segment is laid out). */
-static void lay(run_state *st, const pre_block *seg, const pre_block *b, int64_t gap, void ***fill, size_t *nfill,
+static void lay(run_state *st, const ms_prior_segment *seg, const ms_prior_block *b, int64_t gap, void ***fill, size_t *nfill,
                 size_t *fill_cap) {
   if (b) {
     ms_event e = {.kind = MS_ALLOC, .device = b->device, .stream = b->stream, .address = b->address, .size = b->size,
@@ -766,8 +695,8 @@ static void lay(run_state *st, const pre_block *seg, const pre_block *b, int64_t
     st->r->preloaded_bytes += b->size;
     return;
   }
-  int64_t chunk = seg->requested ? (1 << 20) : gap; /* small pool: requests of 1 MiB at most */
-  if (!seg->requested && gap <= (1 << 20)) return;  /* a large-pool request is over 1 MiB */
+  int64_t chunk = seg->small ? (1 << 20) : gap; /* small pool: requests of 1 MiB at most */
+  if (!seg->small && gap <= (1 << 20)) return;  /* a large-pool request is over 1 MiB */
   for (int64_t left = gap; left > 0; left -= chunk) {
     void *ptr = NULL;
     if (memsnap_alloc(&ptr, (size_t)(left < chunk ? left : chunk), seg->device, (memsnap_stream_t)(uintptr_t)seg->stream) != MEMSNAP_OK)
@@ -785,28 +714,28 @@ static void lay(run_state *st, const pre_block *seg, const pre_block *b, int64_t
  * snapshot's, rewound through the history) laid out in address order, its live blocks where they
  * were and its free ranges cached; then the live blocks outside them (expandable segments). */
 static void preload(run_state *st) {
-  const ms_replay_plan *p = st->p;
+  const ms_prehistory *h = &st->p->before;
   void **fill = NULL;
   size_t nfill = 0, fill_cap = 0, next = 0;
-  bool *done = calloc(p->npre + 1, sizeof *done);
+  bool *done = calloc(h->nblocks + 1, sizeof *done);
   if (!done) {
     st->host_oom = true;
     return;
   }
-  for (size_t g = 0; g < p->nsegs && !st->host_oom; g++) {
-    const pre_block *seg = &p->segs[g];
+  for (size_t g = 0; g < h->nsegments && !st->host_oom; g++) {
+    const ms_prior_segment *seg = &h->segments[g];
     if (seg->device >= st->r->ndevices || !stream_ok(st, seg->stream)) continue;
-    if (!seg->requested) { /* a large segment: one block of its size first, cached, then carved */
+    if (!seg->small) { /* a large segment: one block of its size first, cached, then carved */
       void *whole = NULL;
       if (memsnap_alloc(&whole, (size_t)seg->size, seg->device, (memsnap_stream_t)(uintptr_t)seg->stream) == MEMSNAP_OK)
         memsnap_release(whole);
     }
     uint64_t cursor = seg->address, end = seg->address + (uint64_t)seg->size;
-    while (next < p->npre && (p->pre[next].device < seg->device ||
-                              (p->pre[next].device == seg->device && p->pre[next].address < seg->address)))
+    while (next < h->nblocks && (h->blocks[next].device < seg->device ||
+                                 (h->blocks[next].device == seg->device && h->blocks[next].address < seg->address)))
       next++;
-    for (size_t i = next; i < p->npre && p->pre[i].device == seg->device && p->pre[i].address < end; i++) {
-      const pre_block *b = &p->pre[i];
+    for (size_t i = next; i < h->nblocks && h->blocks[i].device == seg->device && h->blocks[i].address < end; i++) {
+      const ms_prior_block *b = &h->blocks[i];
       if (b->address < cursor || b->address + (uint64_t)b->size > end) continue; /* overlapping: placed later */
       if (b->address > cursor) lay(st, seg, NULL, (int64_t)(b->address - cursor), &fill, &nfill, &fill_cap);
       lay(st, seg, b, 0, &fill, &nfill, &fill_cap);
@@ -815,9 +744,9 @@ static void preload(run_state *st) {
     }
     if (cursor < end) lay(st, seg, NULL, (int64_t)(end - cursor), &fill, &nfill, &fill_cap);
   }
-  for (size_t i = 0; i < p->npre && !st->host_oom; i++)
-    if (!done[i] && p->pre[i].device < st->r->ndevices && stream_ok(st, p->pre[i].stream))
-      lay(st, NULL, &p->pre[i], 0, NULL, NULL, NULL);
+  for (size_t i = 0; i < h->nblocks && !st->host_oom; i++)
+    if (!done[i] && h->blocks[i].device < st->r->ndevices && stream_ok(st, h->blocks[i].stream))
+      lay(st, NULL, &h->blocks[i], 0, NULL, NULL, NULL);
   for (size_t i = 0; i < nfill; i++) memsnap_release(fill[i]);
   free(fill);
   free(done);
@@ -910,7 +839,7 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
       snprintf(r->error, sizeof r->error, "%.500s", prc == -1 ? "out of host memory" : s->error);
       return -1;
     }
-    if (!s->dropped && p->npre == 0 && p->nsegs == 0) { /* nothing was held: the events do not add up */
+    if (!s->dropped && p->before.nblocks == 0 && p->before.nsegments == 0) { /* nothing was held: the events do not add up */
       p->late = false;
       p->inconsistent = true;
     }
@@ -927,7 +856,7 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
          "under every setting; how the program got there, and what the settings would have changed before it, "
          "could not be known",
          s->dropped ? "the ring dropped its oldest events" : "recording started after the first allocations",
-         p->nsegs, (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
+         p->before.nsegments, (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
   if (!p->capacity_known && !c->capacity)
     note(r, "the snapshot does not say how much memory the device has: %llu GiB assumed (--capacity sets it)",
          (unsigned long long)(p->capacity >> 30));

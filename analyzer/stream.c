@@ -79,7 +79,7 @@ static bool fill_event(const ms_snapshot *s, const int64_t *v, uint32_t flags, m
   e->extra = v[8];
   e->thread = v[9];
   e->stack_id = v[10] > 0 && (uint64_t)v[10] < s->nstacks ? (uint32_t)v[10] : 0;
-  return !(e->size < 0 || e->requested < 0 || e->size > ((int64_t)1 << 40) || e->requested > ((int64_t)1 << 40));
+  return ms_event_plausible(e->size, e->requested);
 }
 
 /* The current row of events_sql through fill_event. */
