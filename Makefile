@@ -40,7 +40,7 @@ LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/back
   recorder/symbolize.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/snapshot_read_tables.c analyzer/snapshot_read_events.c analyzer/stream.c analyzer/tablescan.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/misuse.c analyzer/strindex.c analyzer/report.c analyzer/analysis_json.c analyzer/cmd_info.c \
-  analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/livemap.c analyzer/prehistory.c analyzer/timeline.c \
+  analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/page_more.c analyzer/devsplit.c analyzer/livemap.c analyzer/prehistory.c analyzer/timeline.c \
   analyzer/outfile.c analyzer/pickle_read.c analyzer/pickle_write.c analyzer/import.c analyzer/import_map.c analyzer/import_intern.c analyzer/import_stage.c analyzer/cmd_import.c analyzer/cmd_export.c \
   analyzer/replay_engine.c analyzer/cmd_replay.c analyzer/cmd_run.c
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
@@ -236,7 +236,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LINK := -fsanitize=fuzzer,address,undefined
-ANALYZER_OBJS = $(addprefix $(BUILD)/analyzer/,reader.o snapshot_read_tables.o snapshot_read_events.o stream.o tablescan.o analysis.o frames.o match.o misuse.o strindex.o report.o analysis_json.o html.o livemap.o prehistory.o timeline.o) $(BUILD)/web_assets.o
+ANALYZER_OBJS = $(addprefix $(BUILD)/analyzer/,reader.o snapshot_read_tables.o snapshot_read_events.o stream.o tablescan.o analysis.o frames.o match.o misuse.o strindex.o report.o analysis_json.o html.o page_more.o devsplit.o livemap.o prehistory.o timeline.o) $(BUILD)/web_assets.o
 fuzz: $(BUILD)/tests/gen_snapshots
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang CXX=clang++ OPT=-O1 EXTRA_CFLAGS="$(FUZZ_FLAGS)" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" fuzz-programs

@@ -15,8 +15,11 @@
  *   analysis_json.c  the analysis as JSON (docs/analysis-json.md): --json, the page's data, diff
  *   livemap.c   the live-block map and time buckets every pass over the events shares
  *   prehistory.c  the state when the history starts (memory from before recording)
- *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints
- *   html.c      the report page (web/ inlined, the analysis embedded)
+ *   timeline.c  what the page draws beyond the analysis: bands, single allocations, checkpoints,
+ *               segment spans
+ *   html.c      the report page (web/ inlined, the analyses embedded)
+ *   page_more.c the page's segment spans and whole stacks (for html.c)
+ *   devsplit.c  a snapshot's devices apart, one analysis each (for the page's selector)
  *   cmd_info.c  `memsnap info`
  *   import.c    PyTorch snapshots in (import_map.c, import_intern.c and import_stage.c: importer.h; pickle_read.c
  *               and pickle_write.c read and write pickles); cmd_import.c runs it
@@ -28,6 +31,7 @@
 #ifndef MEMSNAP_ANALYZER_H
 #define MEMSNAP_ANALYZER_H
 
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -608,8 +612,27 @@ typedef struct ms_step {
   int kind;
 } ms_step;
 
+/* One segment's life, for the page's segment timeline ("Active Cached Segment Timeline") and the
+ * stack that allocated a segment in its allocator state: from its segment_alloc (or
+ * segment_map: each mapped range of an expandable segment is a span) to its segment_free (or the
+ * unmap of its pages: a range unmapped in part ends, and what is left of it starts anew). A
+ * segment from before the history starts at its first instant (before_history); reserved memory
+ * from before it whose ranges are unknown (expandable segments) is one span at address 0. */
+typedef struct ms_span {
+  uint64_t address, stream;
+  int64_t size, start_ns, end_ns; /* end_ns -1: still reserved at the end of the history */
+  uint32_t stack_id;              /* of the event that made it (0: none) */
+  int device;
+  bool before_history;
+} ms_span;
+#define MS_SPANS_MAX 20000 /* spans kept (the first ones); later ones are counted as omitted */
+
 typedef struct ms_timeline {
   ms_bands bands;
+  ms_span *spans; /* in start order */
+  size_t nspans;
+  int64_t omitted_spans;
+  uint64_t devices; /* bit d: device d (below MS_MAX_DEVICES) has memory events or segments */
   ms_step *steps; /* in order */
   size_t nsteps;
   bool steps_kept; /* false: too many (steps empty) */
@@ -631,6 +654,22 @@ typedef struct ms_timeline {
 /* Fills a->timeline with one more pass over the events; 0, or -1 (s->error set). */
 int ms_analyze_timeline(ms_analysis *a);
 void ms_timeline_free(ms_timeline *t);
+
+/* ---- the page's data beyond html.c's (page_more.c) ----------------------------------------- */
+
+/* html.c's tables, which page_more.c adds to and refers to. */
+struct cJSON;
+typedef struct ms_page_refs {
+  void *ctx;
+  uint32_t (*stack)(void *ctx, uint32_t stack_id); /* adds a stack (its frames that matter): its page id */
+  int (*frame)(void *ctx, uint32_t frame_id);      /* adds a frame: its page index */
+  int (*cut)(void *ctx);                           /* the frame "(outer frames not shown)": its index */
+  const struct cJSON *stacks;                      /* the page's stacks, keyed by id */
+} ms_page_refs;
+/* The segment spans and the whole stacks behind the frames that matter, as the text
+ * `,"segment_spans":{...},"all_stacks":{...}` to append to the page's document (docs/viewer.md;
+ * a->timeline built). NULL when out of memory; the caller frees it. */
+char *ms_page_more(const ms_analysis *a, const ms_page_refs *r);
 /* ---- PyTorch snapshots in (import.c) --------------------------------------------------- */
 
 typedef struct ms_import_result {
@@ -742,6 +781,31 @@ int ms_replay_check_config(const ms_replay_plan *p, const ms_replay_config *c, c
  * replayed until then). */
 int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, ms_replay_result *r);
 
+/* ---- the documents of a report page (devsplit.c) ------------------------------------------- */
+
+/* A device of a snapshot, copied to a temporary file and analyzed by itself. */
+typedef struct ms_page_copy {
+  char path[PATH_MAX];
+  ms_snapshot snap;
+  ms_analysis analysis;
+  bool opened, analyzed;
+} ms_page_copy;
+
+typedef struct ms_page_set {
+  ms_analysis **docs; /* what the page shows, in order: the caller's analyses and the copies' */
+  size_t ndocs;
+  ms_page_copy **copies;
+  size_t ncopies;
+  char error[2600];
+} ms_page_set;
+
+/* The page's documents for analyses a[0..n): each one, or for a snapshot with events or
+ * segments on several devices, one per device (shown as "PATH, device N"), analyzed with
+ * `label` (NULL: each chooses). 0, or -1 with ps->error set; either way ms_page_set_free
+ * closes and removes the copies. */
+int ms_page_set_build(ms_page_set *ps, ms_analysis *a, size_t n, const char *label);
+void ms_page_set_free(ms_page_set *ps);
+
 /* ---- output (report.c) ------------------------------------------------------------------ */
 
 typedef struct ms_report_options {
@@ -759,10 +823,11 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
 /* One line per snapshot (one per rank, say): peaks, iterations, the first leak candidate; then
  * the leading leak candidates matched across the snapshots (match.c), one row each. */
 void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out);
-/* Writes the report page (html.c): web/viewer.html with the analysis embedded; 0, or -1 when
- * out of memory, when the page's pass over the events fails (s->error set) or when writing to
- * out fails (out may then hold part of the page). */
-int ms_report_html(ms_analysis *a, FILE *out);
+/* Writes the report page (html.c): web/viewer.html with the analyses embedded, a data document
+ * each (several: the page has a selector between them); 0, or -1 when out of memory, when the
+ * page's pass over the events fails (s->error set) or when writing to out fails (out may then
+ * hold part of the page). */
+int ms_report_html(ms_analysis *const *a, size_t n, FILE *out);
 /* The invalid frees as a section of the text report when there are any (misuse.c). */
 void ms_misuse_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
 /* Bytes ("1.50 MiB") and times ("12.3 ms") as the text reports write them, into out[len]. */

@@ -1,6 +1,7 @@
 /* cmd_analyze.c: `memsnap analyze [options] SNAPSHOT.db...`: the analysis as a report (analysis.c,
  * report.c, analysis_json.c). With several snapshots (one per rank, say): a table side by side, then each
- * report; with --json, {"snapshots": [analysis, ...]}. */
+ * report; with --json, {"snapshots": [analysis, ...]}; with --html, one page with a selector
+ * between them (and between the devices of a snapshot on several: devsplit.c). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -34,7 +35,6 @@ int cmd_analyze(int argc, char **argv) {
     }
   }
   if (!npaths) return ms_usage_error("analyze", "no snapshot given");
-  if (html && npaths > 1) return ms_usage_error("analyze", "--html takes one snapshot");
   if (html && json) return ms_usage_error("analyze", "--html and --json: choose one");
   ms_snapshot *s = calloc((size_t)npaths, sizeof *s);
   ms_analysis *a = calloc((size_t)npaths, sizeof *a);
@@ -53,7 +53,7 @@ int cmd_analyze(int argc, char **argv) {
     }
   }
   if (rc == 0 && html) {
-    rc = ms_write_html(html, a, (size_t)npaths);
+    rc = ms_write_html(html, a, (size_t)npaths, label);
   } else if (rc == 0 && json) {
     if (npaths > 1) printf("{\"snapshots\": [\n");
     for (int i = 0; i < npaths && rc == 0; i++) {

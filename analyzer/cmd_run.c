@@ -373,7 +373,7 @@ static void print_summary(const char *path, bool html, bool brief) {
   size_t n = strlen(shown);
   snprintf(page, sizeof page, "%.*s.html", (int)(n > 3 && !strcmp(shown + n - 3, ".db") ? n - 3 : n), shown);
   if (html) {
-    if (ms_write_html(page, &a, 1) == 0) printf("%spage:   %s\n", brief ? "    " : "  ", page);
+    if (ms_write_html(page, &a, 1, NULL) == 0) printf("%spage:   %s\n", brief ? "    " : "  ", page);
   } else if (!brief) {
     printf("  report: memsnap analyze %s\n", shown);
     printf("  page:   memsnap analyze --html %s %s\n", page, shown);

@@ -42,10 +42,11 @@ void ms_temp_path(const char *out, char *tmp, size_t len);
  * removed. */
 int ms_commit(const char *tmp, const char *out);
 
-/* Writes the report page of a[0] (html.c) to `out`, atomically, never over one of the n
- * snapshots analyzed. 0, or 1 (message printed). */
+/* Writes the report page of the n analyses (html.c; a snapshot on several devices gives a
+ * document per device, analyzed with `label`: devsplit.c) to `out`, atomically, never over one
+ * of the snapshots. 0, or 1 (message printed). */
 struct ms_analysis;
-int ms_write_html(const char *out, struct ms_analysis *a, size_t n);
+int ms_write_html(const char *out, struct ms_analysis *a, size_t n, const char *label);
 /* Imports the PyTorch snapshot pickle `in` into the snapshot `out` (import.c), atomically,
  * printing warnings, and with show_progress the progress and a line saying what was imported.
  * 0, or 1 (message printed). */

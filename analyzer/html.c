@@ -62,6 +62,29 @@ static int marker_frame(page_data *p, const char *text) {
   return cJSON_GetArraySize(p->frames) - 1;
 }
 
+/* The page index of snapshot frame `id`, adding it to the frame table. */
+static int page_frame(page_data *p, uint32_t id) {
+  if (!p->frame_of[id]) {
+    const ms_frame *f = &p->s->frames[id];
+    cJSON *fr = cJSON_CreateArray();
+    cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->short_name)));
+    cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->file)));
+    cJSON_AddItemToArray(fr, cJSON_CreateNumber((double)f->line));
+    if (strcmp(f->name, f->short_name) != 0 || f->inlined) /* the whole name, for the hover */
+      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->name)));
+    if (f->inlined) cJSON_AddItemToArray(fr, cJSON_CreateNumber(1));
+    cJSON_AddItemToArray(p->frames, fr);
+    p->frame_of[id] = (uint32_t)cJSON_GetArraySize(p->frames);
+  }
+  return (int)p->frame_of[id] - 1;
+}
+
+/* The page index of the frame "(outer frames not shown)", adding it when first needed. */
+static int cut_frame(page_data *p) {
+  if (p->cut_frame < 0) p->cut_frame = marker_frame(p, "(outer frames not shown)");
+  return p->cut_frame;
+}
+
 /* Adds a stack (its frames that matter) to the document; returns the id to refer to it by. */
 static uint32_t add_stack(page_data *p, uint32_t stack_id) {
   char key[16];
@@ -74,25 +97,8 @@ static uint32_t add_stack(page_data *p, uint32_t stack_id) {
   bool cut = n > MS_PAGE_FRAMES;
   if (cut) n = MS_PAGE_FRAMES;
   cJSON *arr = cJSON_CreateArray();
-  for (size_t i = 0; i < n; i++) {
-    if (!p->frame_of[ids[i]]) {
-      const ms_frame *f = &p->s->frames[ids[i]];
-      cJSON *fr = cJSON_CreateArray();
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->short_name)));
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->file)));
-      cJSON_AddItemToArray(fr, cJSON_CreateNumber((double)f->line));
-      if (strcmp(f->name, f->short_name) != 0 || f->inlined) /* the whole name, for the hover */
-        cJSON_AddItemToArray(fr, cJSON_CreateNumber(str_index(&p->strings, f->name)));
-      if (f->inlined) cJSON_AddItemToArray(fr, cJSON_CreateNumber(1));
-      cJSON_AddItemToArray(p->frames, fr);
-      p->frame_of[ids[i]] = (uint32_t)cJSON_GetArraySize(p->frames);
-    }
-    cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->frame_of[ids[i]] - 1));
-  }
-  if (cut) {
-    if (p->cut_frame < 0) p->cut_frame = marker_frame(p, "(outer frames not shown)");
-    cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->cut_frame));
-  }
+  for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(page_frame(p, ids[i])));
+  if (cut) cJSON_AddItemToArray(arr, cJSON_CreateNumber(cut_frame(p)));
   cJSON_AddItemToObject(p->stacks, key, arr);
   return stack_id;
 }
@@ -322,6 +328,20 @@ static void page_steps(page_data *p, sbuf *b) {
   sb_put(b, "]}}");
 }
 
+/* ---- the rest (page_more.c: segment spans, whole stacks), through html.c's tables ---------- */
+
+static uint32_t ref_stack(void *p, uint32_t stack_id) { return add_stack(p, stack_id); }
+static int ref_frame(void *p, uint32_t frame_id) { return page_frame(p, frame_id); }
+static int ref_cut(void *p) { return cut_frame(p); }
+
+static void page_more(page_data *p, sbuf *b) {
+  ms_page_refs r = {p, ref_stack, ref_frame, ref_cut, p->stacks};
+  char *text = ms_page_more(p->a, &r);
+  if (text) sb_put(b, "%s", text);
+  else b->failed = true;
+  free(text);
+}
+
 /* ---- the document: the analysis (analysis_json.c), then what only the page draws ------------ */
 
 /* How the analysis's entries refer to their stacks on the page: by id into `stacks`. */
@@ -367,6 +387,7 @@ static char *page_json(const ms_analysis *a) {
     page_columns(&p, &cols);
     page_steps(&p, &cols);
     page_site_table(&p, &cols);
+    page_more(&p, &cols); /* last: it writes every stack added before */
   }
   ok &= attach(root, "frames", p.frames) & attach(root, "stacks", p.stacks) & attach(root, "sites", p.sites) &
         attach(root, "strings", p.strings.array);
@@ -391,13 +412,49 @@ static char *page_json(const ms_analysis *a) {
 
 static void put_asset(FILE *out, const char *start, const char *end) { fwrite(start, 1, (size_t)(end - start), out); }
 
-int ms_report_html(ms_analysis *a, FILE *out) {
-  if (ms_analyze_timeline(a) != 0) return -1;
-  char *json = page_json(a);
+/* Writes a document as the inside of a data block: "<", ">" and "&" as \u escapes. */
+static void put_json(FILE *out, const char *json) {
+  for (const char *c = json; *c; c++) {
+    if (*c == '<') fputs("\\u003c", out);
+    else if (*c == '>') fputs("\\u003e", out);
+    else if (*c == '&') fputs("\\u0026", out);
+    else fputc(*c, out);
+  }
+}
+
+/* With several analyses: what each is, for the page's selector (the block memsnap-sources, their
+ * paths), then the second and later documents, a block each (memsnap-data-1, ...), built one at
+ * a time. Nothing for one. 0, or -1 when out of memory. */
+static int put_more_data(ms_analysis *const *a, size_t n, FILE *out) {
+  if (n < 2) return 0;
+  cJSON *list = cJSON_CreateArray();
+  for (size_t k = 0; k < n; k++) cJSON_AddItemToArray(list, cJSON_CreateString(a[k]->snap->shown_path));
+  char *text = cJSON_PrintUnformatted(list);
+  cJSON_Delete(list);
+  if (!text) return -1;
+  fputs("<script type=\"application/json\" id=\"memsnap-sources\">", out);
+  put_json(out, text);
+  fputs("</script>\n", out);
+  cJSON_free(text);
+  for (size_t k = 1; k < n; k++) {
+    char *json = ms_analyze_timeline(a[k]) == 0 ? page_json(a[k]) : NULL;
+    if (!json) return -1;
+    fprintf(out, "<script type=\"application/json\" id=\"memsnap-data-%zu\">", k);
+    put_json(out, json);
+    fputs("</script>\n", out);
+    free(json);
+  }
+  return 0;
+}
+
+int ms_report_html(ms_analysis *const *a, size_t n, FILE *out) {
+  if (n == 0 || ms_analyze_timeline(a[0]) != 0) return -1;
+  char *json = page_json(a[0]);
   if (!json) return -1;
   const char *t = _binary_viewer_html_start, *end = _binary_viewer_html_end;
   static const char mark[] = "/*MEMSNAP:";
-  while (t < end) {
+  int rc = 0;
+  while (t < end && rc == 0) {
     const char *m = memmem(t, (size_t)(end - t), mark, sizeof mark - 1);
     if (!m) {
       put_asset(out, t, end);
@@ -410,15 +467,10 @@ int ms_report_html(ms_analysis *a, FILE *out) {
     if (len == 10 && !memcmp(name, "viewer.css", len)) put_asset(out, _binary_viewer_css_start, _binary_viewer_css_end);
     else if (len == 8 && !memcmp(name, "model.js", len)) put_asset(out, _binary_model_js_start, _binary_model_js_end);
     else if (len == 7 && !memcmp(name, "view.js", len)) put_asset(out, _binary_view_js_start, _binary_view_js_end);
-    else if (len == 4 && !memcmp(name, "data", len))
-      for (const char *c = json; *c; c++) {
-        if (*c == '<') fputs("\\u003c", out);
-        else if (*c == '>') fputs("\\u003e", out);
-        else if (*c == '&') fputs("\\u0026", out);
-        else fputc(*c, out);
-      }
+    else if (len == 4 && !memcmp(name, "data", len)) put_json(out, json);
+    else if (len == 9 && !memcmp(name, "more-data", len)) rc = put_more_data(a, n, out);
     t = close + 2;
   }
   free(json);
-  return ferror(out) ? -1 : 0;
+  return rc == 0 && !ferror(out) ? 0 : -1;
 }

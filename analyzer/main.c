@@ -53,7 +53,9 @@ static const command commands[] = {
      "  SNAPSHOT.db...      snapshots to analyze; several (one per rank, say): a table side by side\n"
      "                      and their leak candidates matched by site, then each report\n"
      "  --json              the analysis as JSON (docs/analysis-json.md)\n"
-     "  --html OUT.html     the report as a self-contained page (docs/viewer.md); one snapshot\n" STACK_OPTIONS
+     "  --html OUT.html     the report as a self-contained page (docs/viewer.md); several snapshots,\n"
+     "                      or one with memory on several devices: one page, a selector in its header\n"
+     "                      switching every view between them (a snapshot's devices one by one)\n" STACK_OPTIONS
      "  --iterations LABEL  the mark or range label that starts an iteration (default: the one\n"
      "                      that repeats most, else inferred from the allocation pattern)\n",
      true},

@@ -51,31 +51,38 @@ int ms_commit(const char *tmp, const char *out) {
   return 0;
 }
 
-int ms_write_html(const char *out, ms_analysis *a, size_t n) {
+int ms_write_html(const char *out, ms_analysis *a, size_t n, const char *label) {
   const char *inputs[64];
   for (size_t i = 0; i < n && i < 64; i++) inputs[i] = a[i].snap->path;
   if (ms_refuse_overwrite("--html", out, inputs, n < 64 ? n : 64)) return 1;
+  ms_page_set ps;
+  if (ms_page_set_build(&ps, a, n, label) != 0) {
+    fprintf(stderr, "error: %s\n", ps.error);
+    ms_page_set_free(&ps);
+    return 1;
+  }
   char tmp[PATH_MAX + 32];
   ms_temp_path(out, tmp, sizeof tmp);
   FILE *f = fopen(tmp, "w");
+  int rc = 1;
   if (!f) {
     fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
-    return 1;
-  }
-  if (ms_report_html(&a[0], f) != 0) {
+  } else if (ms_report_html(ps.docs, ps.ndocs, f) != 0) {
     fclose(f);
     unlink(tmp);
-    fprintf(stderr, "error: writing '%s': %s\n", out, a[0].snap->error[0] ? a[0].snap->error : "out of memory");
-    return 1;
+    const char *why = "out of memory";
+    for (size_t i = 0; i < ps.ndocs; i++)
+      if (ps.docs[i]->snap->error[0]) why = ps.docs[i]->snap->error;
+    fprintf(stderr, "error: writing '%s': %s\n", out, why);
+  } else {
+    bool ok = !ferror(f);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) unlink(tmp);
+    if (!ok || ms_commit(tmp, out) != 0) fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+    else rc = 0;
   }
-  bool ok = !ferror(f);
-  ok = (fclose(f) == 0) && ok;
-  if (!ok) unlink(tmp);
-  if (!ok || ms_commit(tmp, out) != 0) {
-    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
-    return 1;
-  }
-  return 0;
+  ms_page_set_free(&ps);
+  return rc;
 }
 
 int ms_import_to(const char *in, const char *out, bool show_progress) {

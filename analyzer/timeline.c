@@ -6,9 +6,11 @@
  *                comes from the analysis's size histogram), for hover, pin and address search;
  *   checkpoints  the allocator's segments as runs of allocated, pending and free blocks, and the
  *                live bytes by site, at evenly spaced times, the peak, each iteration's peak,
- *                each OOM and the end: the page's allocator-state view and flame graph.
+ *                each OOM and the end: the page's allocator-state view and flame graph;
  *   steps        the allocator's events one by one, when there are at most MS_STEPS_MAX of them
- *                (the page steps its state event by event); none otherwise.
+ *                (the page steps its state event by event); none otherwise;
+ *   spans        each segment's life with the stack that allocated it (at most MS_SPANS_MAX):
+ *                the page's segment timeline, and a segment's stack in the allocator state.
  *
  * A checkpoint at time t holds the state after every event at or before t (the peak's, after
  * the peak event itself). Blocks freed with free_requested but not yet free_completed are
@@ -42,6 +44,9 @@ typedef struct timeline_pass {
   int64_t allocated, reserved, pending_bytes, width, best; /* best: highest total in the bucket */
   seg *segs;                                                /* live segments, by address */
   size_t nsegs, capsegs;
+  size_t *open;        /* spans not ended yet, by address (indices into t->spans) */
+  size_t nopen, capopen, capspans;
+  int64_t unknown;     /* the span of reserved memory from before the history whose ranges are unknown; -1 */
   target *targets;
   size_t ntargets, next;
   int64_t *site_live; /* by site, scratch for checkpoints */
@@ -163,6 +168,107 @@ static void seg_remove(timeline_pass *p, uint64_t address) {
   p->reserved -= p->segs[i].size;
   memmove(&p->segs[i], &p->segs[i + 1], (p->nsegs - i - 1) * sizeof *p->segs);
   p->nsegs--;
+}
+
+/* ---- segment spans ------------------------------------------------------------------------- */
+
+/* Index into open of the first span at or above address. */
+static size_t open_lower(const timeline_pass *p, uint64_t address) {
+  size_t lo = 0, hi = p->nopen;
+  while (lo < hi) {
+    size_t m = (lo + hi) / 2;
+    if (p->t->spans[p->open[m]].address < address) lo = m + 1;
+    else hi = m;
+  }
+  return lo;
+}
+
+/* Starts span sp (into the open list by address unless it is the unknown one); past
+ * MS_SPANS_MAX, counts it as omitted. Returns its index, or -1. */
+static int64_t span_start(timeline_pass *p, ms_span sp, bool unknown) {
+  ms_timeline *t = p->t;
+  if (sp.size <= 0) return -1;
+  if (t->nspans >= MS_SPANS_MAX) {
+    t->omitted_spans++;
+    return -1;
+  }
+  if (!grow(&t->spans, &p->capspans, t->nspans + 1, sizeof *t->spans) || !grow(&p->open, &p->capopen, p->nopen + 1, sizeof *p->open)) {
+    p->failed = true;
+    return -1;
+  }
+  t->spans[t->nspans] = sp;
+  if (unknown) return p->unknown = (int64_t)t->nspans++;
+  size_t i = open_lower(p, sp.address);
+  memmove(&p->open[i + 1], &p->open[i], (p->nopen - i) * sizeof *p->open);
+  p->open[i] = t->nspans;
+  p->nopen++;
+  return (int64_t)t->nspans++;
+}
+
+/* Ends the span at open[i] at time now. */
+static void span_end(timeline_pass *p, size_t i, int64_t now) {
+  p->t->spans[p->open[i]].end_ns = now;
+  memmove(&p->open[i], &p->open[i + 1], (p->nopen - i - 1) * sizeof *p->open);
+  p->nopen--;
+}
+
+/* Reserved memory released from no known span: from before the history, ranges unknown. That
+ * span ends, and what is left of it starts anew. */
+static void span_shrink_unknown(timeline_pass *p, int64_t size, int64_t now) {
+  if (p->unknown < 0 || size <= 0 || p->t->omitted_spans) return; /* omitted: it may have been one of those */
+  ms_span sp = p->t->spans[p->unknown];
+  p->t->spans[p->unknown].end_ns = now;
+  p->unknown = -1;
+  sp.size -= size;
+  sp.start_ns = now;
+  span_start(p, sp, true);
+}
+
+/* The open span overlapping [a, b): its index into open, or nopen. */
+static size_t open_overlapping(const timeline_pass *p, uint64_t a, uint64_t b) {
+  size_t i = open_lower(p, a);
+  for (i = i > 0 ? i - 1 : 0; i < p->nopen && p->t->spans[p->open[i]].address < b; i++) {
+    const ms_span *sp = &p->t->spans[p->open[i]];
+    if (sp->address + (uint64_t)sp->size > a) return i;
+  }
+  return p->nopen;
+}
+
+/* Pages unmapped at [address, address + size): the spans holding them end; the parts of them
+ * outside the range start anew. */
+static void span_unmap(timeline_pass *p, const ms_event *e) {
+  uint64_t a = e->address, b = e->address + (uint64_t)e->size;
+  int64_t unknown = e->size;
+  for (size_t i; (i = open_overlapping(p, a, b)) < p->nopen && !p->failed;) {
+    ms_span sp = p->t->spans[p->open[i]], rest = sp;
+    uint64_t end = sp.address + (uint64_t)sp.size;
+    span_end(p, i, e->time_ns);
+    unknown -= (int64_t)((end < b ? end : b) - (sp.address > a ? sp.address : a));
+    rest.start_ns = e->time_ns;
+    rest.end_ns = -1;
+    if (sp.address < a) {
+      rest.size = (int64_t)(a - sp.address);
+      span_start(p, rest, false);
+    }
+    if (end > b) {
+      rest.address = b;
+      rest.size = (int64_t)(end - b);
+      span_start(p, rest, false);
+    }
+  }
+  span_shrink_unknown(p, unknown, e->time_ns);
+}
+
+/* A segment event: its span starts or ends. */
+static void span_event(timeline_pass *p, const ms_event *e) {
+  size_t i = open_lower(p, e->address);
+  bool found = i < p->nopen && p->t->spans[p->open[i]].address == e->address;
+  if (e->kind == MS_SEGMENT_ALLOC && found) span_end(p, i, e->time_ns); /* a segment we missed the free of */
+  if (e->kind == MS_SEGMENT_ALLOC || e->kind == MS_SEGMENT_MAP)
+    span_start(p, (ms_span){e->address, e->stream, e->size, e->time_ns, -1, e->stack_id, e->device, false}, false);
+  else if (e->kind == MS_SEGMENT_FREE && found) span_end(p, i, e->time_ns);
+  else if (e->kind == MS_SEGMENT_FREE) span_shrink_unknown(p, e->size, e->time_ns);
+  else if (e->kind == MS_SEGMENT_UNMAP) span_unmap(p, e);
 }
 
 /* ---- checkpoints ----------------------------------------------------------------------------- */
@@ -372,6 +478,13 @@ static bool seed_prehistory(timeline_pass *p) {
     p->nsegs = h->nsegments;
     qsort(p->segs, p->nsegs, sizeof *p->segs, compare_segment_address);
   }
+  int64_t known = 0, first = p->a->snap->first_ns; /* the segments' spans, from the first instant */
+  for (size_t i = 0; i < p->nsegs; i++) {
+    span_start(p, (ms_span){p->segs[i].address, p->segs[i].stream, p->segs[i].size, first, -1, 0, p->segs[i].device, true}, false);
+    known += p->segs[i].size;
+    if (p->segs[i].device >= 0 && p->segs[i].device < MS_MAX_DEVICES) p->t->devices |= 1ULL << p->segs[i].device;
+  }
+  if (h->reserved > known) span_start(p, (ms_span){0, 0, h->reserved - known, first, -1, 0, -1, true}, true);
   p->allocated = h->allocated;
   p->reserved = h->reserved;
   band_bucket(p, p->a->snap->first_ns); /* the first instant, as the curves have it */
@@ -417,6 +530,10 @@ static int timeline_event(const ms_event *e, void *arg) {
   else if (e->kind == MS_SEGMENT_FREE) seg_remove(p, e->address);
   else if (e->kind == MS_SEGMENT_MAP) seg_map(p, e);
   else if (e->kind == MS_SEGMENT_UNMAP) seg_unmap(p, e);
+  if (e->kind == MS_SEGMENT_ALLOC || e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_MAP || e->kind == MS_SEGMENT_UNMAP)
+    span_event(p, e);
+  if (e->device >= 0 && e->device < MS_MAX_DEVICES && e->kind != MS_MARK && e->kind != MS_RANGE_PUSH && e->kind != MS_RANGE_POP)
+    p->t->devices |= 1ULL << e->device; /* annotations name a device in PyTorch's snapshots, but hold no memory */
   band_bucket(p, e->time_ns);
   if (p->next < p->ntargets && p->targets[p->next].event_id == e->id) {
     take_checkpoint(p, &p->targets[p->next], e->time_ns);
@@ -464,6 +581,7 @@ int ms_analyze_timeline(ms_analysis *a) {
   p.a = a;
   p.t = t;
   p.width = ms_bucket_width(s);
+  p.unknown = -1;
   if (t && a->site_of_stack) {
     for (int bin = 0; bin < MS_SIZE_BINS; bin++) t->allocations += a->size_hist[bin];
     t->detail_min_size = detail_threshold(a);
@@ -496,6 +614,7 @@ int ms_analyze_timeline(ms_analysis *a) {
   free(p.site_live);
   free(p.site_now);
   free(p.segs);
+  free(p.open);
   free(p.targets);
   free(p.scratch);
   if (!ok) {
@@ -511,6 +630,7 @@ void ms_timeline_free(ms_timeline *t) {
   if (!t) return;
   free(t->detail);
   free(t->steps);
+  free(t->spans);
   free(t->leak_live);
   free(t->checkpoints);
   free(t->segments);

@@ -7,7 +7,13 @@ its first instant, so
   - the peaks are at least the state at the snapshot (peak reserved >= reserved at the snapshot,
     peak allocated >= allocated at the snapshot) and peak reserved >= peak allocated;
   - the page agrees with --json (peaks, what predates the history), its bands add up to the
-    allocated curve's highs, and its first bucket holds what predates the history.
+    allocated curve's highs, and its first bucket holds what predates the history;
+  - its segment spans (the segment timeline) start from what predates the history, never add up
+    to more than the peak reserved, and add up to reserved at the snapshot at the end.
+
+A snapshot on several devices gives a page with a document per device: each is checked by
+itself, and together they must add up to --json's state at the snapshot and what predates the
+history, each device's peaks within the whole's.
 
 Each snapshot is analyzed with --json and --html by the CLI given; prints ok/FAIL lines, then
 "N passed, N failed" (checks.py)."""
@@ -22,9 +28,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, finish  # noqa: E402
 
 
-def page_data(path):
+def page_docs(path):
+    """The page's documents: one, or one per device (memsnap-data, memsnap-data-1, ...)."""
     page = open(path, encoding="utf-8").read()
-    return json.loads(re.search(r'id="memsnap-data">(.*?)</script>', page, re.S).group(1))
+    return [json.loads(m.group(1)) for m in re.finditer(r'<script type="application/json" id="memsnap-data(?:-\d+)?">(.*?)</script>', page, re.S)]
 
 
 def first_bad(pairs):
@@ -56,11 +63,36 @@ def check_snapshot(cli, db, tmp):
 
     html = os.path.join(tmp, name + ".html")
     subprocess.run([cli, "analyze", "--html", html, db], check=True, capture_output=True)
-    d = page_data(html)
+    docs = page_docs(html)
+    if len(docs) == 1:
+        ps = docs[0]["summary"]
+        check(name + ": page peaks and what predates the history are --json's",
+              ps["peak_allocated_bytes"] == s["peak_allocated_bytes"] and ps["peak_reserved_bytes"] == s["peak_reserved_bytes"]
+              and ps["before_history"] == before, (ps["peak_allocated_bytes"], ps["peak_reserved_bytes"]))
+        check_page(name, docs[0], s["allocated_bytes"], s["reserved_bytes"])
+        return
+    ends = [[c for c in d["checkpoints"] if c["kind"] == "end"][0] for d in docs]
+    check(name + ": page of %d devices: together, the snapshot's state" % len(docs),
+          sum(e["allocated"] for e in ends) == s["allocated_bytes"] and sum(e["reserved"] for e in ends) == s["reserved_bytes"],
+          [(e["allocated"], e["reserved"]) for e in ends])
+    check(name + ": page of %d devices: together, what predates the history" % len(docs),
+          all(sum(d["summary"]["before_history"][k] for d in docs) == before[k] for k in ("allocated_bytes", "reserved_bytes", "blocks")),
+          [d["summary"]["before_history"] for d in docs])
+    check(name + ": page of %d devices: each device's peaks within the whole's, and the peaks within their sum" % len(docs),
+          all(d["summary"]["peak_allocated_bytes"] <= s["peak_allocated_bytes"] and d["summary"]["peak_reserved_bytes"] <= s["peak_reserved_bytes"] for d in docs)
+          and sum(d["summary"]["peak_reserved_bytes"] for d in docs) >= s["peak_reserved_bytes"],
+          [(d["summary"]["peak_allocated_bytes"], d["summary"]["peak_reserved_bytes"]) for d in docs])
+    for d, e in zip(docs, ends):
+        check_page(name + " (" + d["summary"]["path"].rsplit(", ", 1)[-1] + ")", d, e["allocated"], e["reserved"])
+
+
+def check_page(name, d, allocated_at_snapshot, reserved_at_snapshot):
+    """What must hold in one document of a page, whose state at the snapshot is given."""
     ps = d["summary"]
-    check(name + ": page peaks and what predates the history are --json's",
-          ps["peak_allocated_bytes"] == s["peak_allocated_bytes"] and ps["peak_reserved_bytes"] == s["peak_reserved_bytes"]
-          and ps["before_history"] == before, (ps["peak_allocated_bytes"], ps["peak_reserved_bytes"]))
+    before = ps["before_history"]
+    check(name + ": page peaks at least the state at the snapshot",
+          ps["peak_allocated_bytes"] >= allocated_at_snapshot and ps["peak_reserved_bytes"] >= reserved_at_snapshot and ps["peak_reserved_bytes"] >= ps["peak_allocated_bytes"],
+          (ps["peak_allocated_bytes"], ps["peak_reserved_bytes"], allocated_at_snapshot, reserved_at_snapshot))
     al, rs = d["curves"]["allocated"], d["curves"]["reserved"]
     check(name + ": page curves share their buckets", al["t"] == rs["t"])
     bad = first_bad(zip(al["hi"], rs["hi"]))
@@ -71,7 +103,7 @@ def check_snapshot(cli, db, tmp):
         check(name + ": page draws what predates the history from the first bucket",
               al["hi"][0] >= before["allocated_bytes"] and rs["hi"][0] >= before["reserved_bytes"],
               (al["hi"][0], rs["hi"][0], before))
-        check(name + ": page curves reach the peaks", max(al["hi"]) == s["peak_allocated_bytes"] and max(rs["hi"]) == s["peak_reserved_bytes"],
+        check(name + ": page curves reach the peaks", max(al["hi"]) == ps["peak_allocated_bytes"] and max(rs["hi"]) == ps["peak_reserved_bytes"],
               (max(al["hi"]), max(rs["hi"])))
     bands = d["bands"]
     sums = [sum(col[i] for col in bands["bytes"]) for i in range(len(bands["t"]))]
@@ -81,8 +113,23 @@ def check_snapshot(cli, db, tmp):
     check(name + ": page allocator state: reserved >= allocated at every checkpoint", bad is None, bad)
     end = [c for c in d["checkpoints"] if c["kind"] == "end"]
     check(name + ": page allocator state at the end is the snapshot's",
-          len(end) == 1 and end[0]["allocated"] == s["allocated_bytes"] and end[0]["reserved"] == s["reserved_bytes"],
-          end and (end[0]["allocated"], end[0]["reserved"], s["allocated_bytes"], s["reserved_bytes"]))
+          len(end) == 1 and end[0]["allocated"] == allocated_at_snapshot and end[0]["reserved"] == reserved_at_snapshot,
+          end and (end[0]["allocated"], end[0]["reserved"], allocated_at_snapshot, reserved_at_snapshot))
+    sp = d["segment_spans"]
+    n = len(sp["addr"])
+    check(name + ": page segment spans are columns of one length", all(len(sp[k]) == n for k in ("size", "start", "end", "stream", "device", "stack")))
+    first = [i for i in range(n) if sp["stack"][i] == -1 and sp["start"][i] == ps["first_ns"]]
+    check(name + ": page segment spans start from what predates the history",
+          sum(sp["size"][i] for i in first) == before["reserved_bytes"], (sum(sp["size"][i] for i in first), before["reserved_bytes"]))
+    events = sorted([(sp["start"][i], 1, sp["size"][i]) for i in range(n)] + [(sp["end"][i], 0, -sp["size"][i]) for i in range(n) if sp["end"][i] >= 0])
+    total, highest = 0, 0
+    for _, _, size in events:
+        total += size
+        highest = max(highest, total)
+    check(name + ": page segment spans never add up to more than the peak reserved", highest <= ps["peak_reserved_bytes"], (highest, ps["peak_reserved_bytes"]))
+    if not sp["omitted"]:
+        alive = sum(sp["size"][i] for i in range(n) if sp["end"][i] < 0)
+        check(name + ": page segment spans alive at the end add up to reserved at the snapshot", alive == reserved_at_snapshot, (alive, reserved_at_snapshot))
 
 
 def main():

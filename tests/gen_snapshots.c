@@ -12,7 +12,7 @@
  *   released.db   the leak run, but the kept blocks are freed after the last step, before the
  *                 snapshot (as when a job dumps at its end): growth that was released;
  *   late.db       weights (96 MiB) allocated before recording started, then the leak run;
- *   empty.db      a snapshot of a library that never recorded; misuse.db: invalid frees (below main).
+ *   empty.db      a snapshot of a library that never recorded; misuse.db, devices.db: below main.
  * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
  * activations, a slow leak, the cache emptied every step), for the analyzer's and the page's speed
  * benchmarks (tests/bench_analyze.sh, tests/web/bench_viewer.js).
@@ -159,6 +159,8 @@ int main(int argc, char **argv) {
 
   int misuse(const char *dir); /* declared here: the lines above stay where the golden report has them */
   rc |= misuse(argv[1]);
+  int devices(const char *dir);
+  rc |= devices(argv[1]);
   return rc;
 }
 
@@ -187,5 +189,34 @@ int misuse(const char *dir) {
   int rc = dump(dir, "misuse.db");
   memsnap_shutdown();
   unsetenv("MEMSNAP_INVALID_FREE");
+  return rc;
+}
+
+/* devices.db: two simulated devices, 4 steps marked "step 1".."step 4": on device 0 the weights
+ * (96 MiB) and the leak (keep_history, 1 MiB a step), on device 1 a 32 MiB block from
+ * second_device kept and 8 MiB of activations freed each step. */
+static __attribute__((noipa)) void *second_device(size_t n) {
+  void *p = memsnap_malloc((ssize_t)n, 1, NULL);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+int devices(const char *dir) {
+  setenv("MEMSNAP_SIM_DEVICES", "2", 1);
+  setenv("MEMSNAP_SIM_CAPACITY", "1G", 1);
+  memsnap_record_start(0, NULL);
+  void *w = load_weights(96 * MiB), *kept1 = second_device(32 * MiB);
+  for (int i = 0; i < 4; i++) {
+    char label[32];
+    snprintf(label, sizeof label, "step %d", i + 1);
+    memsnap_mark(label);
+    keep_history(1 * MiB);
+    memsnap_free(second_device(8 * MiB), 0, 0, NULL);
+  }
+  (void)w;
+  (void)kept1;
+  int rc = dump(dir, "devices.db");
+  memsnap_shutdown();
+  unsetenv("MEMSNAP_SIM_DEVICES");
   return rc;
 }

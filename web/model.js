@@ -5,7 +5,8 @@
 // hi: [...]}: per time bucket, the lowest and highest value, so a zoomed-out view never loses a
 // peak), allocated memory by site as bands, the largest allocations one by one (detail),
 // checkpoints of the allocator's state (segments as runs of blocks, live bytes by site),
-// iterations, leak candidates, OOMs, and stacks through a string table. Nothing here touches
+// iterations, leak candidates, OOMs, each segment's life (segment_spans), and stacks through a
+// string table (the frames that matter, and the whole stacks behind them). Nothing here touches
 // the DOM: view.js draws what these functions give.
 "use strict";
 
@@ -18,9 +19,10 @@ const Model = {
   },
 
   // Frames of a stack as {name, file, line, full, inlined}, innermost first ([] for an unknown
-  // stack): name is the short one that lists show, full the whole name (the hover's).
-  stackFrames(d, stackId) {
-    const ids = d.stacks[stackId] || [];
+  // stack): name is the short one that lists show, full the whole name (the hover's). The frames
+  // that matter, or with `whole` every frame (d.all_stacks holds the stacks that differ).
+  stackFrames(d, stackId, whole) {
+    const ids = (whole && d.all_stacks && d.all_stacks[stackId]) || d.stacks[stackId] || [];
     return ids.map((f) => {
       const fr = d.frames[f] || [0, 0, 0];
       const name = d.strings[fr[0]] || "";
@@ -227,8 +229,9 @@ const Model = {
   },
 
   // Memory at a checkpoint by stack, as a tree for an icicle graph: {name, full, file, line,
-  // inlined, bytes, children}, the root being everything live, children the outermost frames first.
-  flameTree(d, cp) {
+  // inlined, bytes, children}, the root being everything live, children the outermost frames first;
+  // with `whole`, every frame of the stacks (irrelevant frames not hidden).
+  flameTree(d, cp, whole) {
     const root = { name: "all live memory", full: "all live memory", file: "", line: 0, bytes: 0, children: [], index: new Map() };
     const add = (path, bytes) => {
       let node = root;
@@ -247,7 +250,7 @@ const Model = {
     };
     for (let i = 0; i + 1 < cp.sites.length; i += 2) {
       const site = d.sites[cp.sites[i]];
-      const frames = site ? Model.stackFrames(d, site[0]).slice().reverse() : [];
+      const frames = site ? Model.stackFrames(d, site[0], whole).slice().reverse() : [];
       add(frames.length ? frames : [{ name: "(no stack recorded)", file: "", line: 0 }], cp.sites[i + 1]);
     }
     if (cp.other > 0) add([{ name: "(smaller sites)", file: "", line: 0 }], cp.other);
@@ -374,6 +377,75 @@ const Model = {
     return rows;
   },
 
+  // The segment timeline's index of d.segment_spans (each segment's life; PyTorch's memory viz
+  // calls its view "Active Cached Segment Timeline"): the spans' starts and ends as events in
+  // time order (ends first at one time), the reserved total after each, and each span's start
+  // and end positions among them (end: Infinity while it lives). Null without spans.
+  spanIndex(d) {
+    const sp = d.segment_spans;
+    if (!sp || !sp.addr || !sp.addr.length) return null;
+    const n = sp.addr.length, ev = [];
+    for (let i = 0; i < n; i++) {
+      ev.push([sp.start[i], 1, i]);
+      if (sp.end[i] >= 0) ev.push([sp.end[i], 0, i]);
+    }
+    ev.sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]);
+    const t = new Float64Array(ev.length), total = new Float64Array(ev.length), spos = new Int32Array(n), epos = new Float64Array(n).fill(Infinity);
+    let sum = 0;
+    ev.forEach(([time, start, i], k) => {
+      t[k] = time;
+      sum += start ? sp.size[i] : -sp.size[i];
+      total[k] = sum;
+      if (start) spos[i] = k; else epos[i] = k;
+    });
+    // the lowest start position of spans i..n-1, to stop early (spans are in start order)
+    const after = new Float64Array(n + 1).fill(Infinity);
+    for (let i = n - 1; i >= 0; i--) after[i] = Math.min(spos[i], after[i + 1]);
+    return { n, t, total, spos, epos, after, sp };
+  },
+
+  // For each column between consecutive times of `bounds` (W + 1 of them, the columns' edges),
+  // the event position whose state the column shows: the one in the column with the highest
+  // reserved total (so no peak is lost), else the last one before it (-1: none yet).
+  spanColumns(ix, bounds) {
+    const W = bounds.length - 1, pos = new Int32Array(W);
+    let k = 0;
+    while (k < ix.t.length && ix.t[k] < bounds[0]) k++;
+    for (let px = 0; px < W; px++) {
+      let best = -1;
+      for (; k < ix.t.length && (ix.t[k] < bounds[px + 1] || (px === W - 1 && ix.t[k] <= bounds[W])); k++)
+        if (best < 0 || ix.total[k] > ix.total[best]) best = k;
+      pos[px] = best >= 0 ? best : k - 1; // none in the column: the state after the last event before it
+    }
+    return pos;
+  },
+
+  // The spans alive after event position p, bottom first (in start order): their indices.
+  spansAt(ix, p) {
+    const out = [];
+    for (let i = 0; i < ix.n && ix.after[i] <= p; i++) if (ix.spos[i] <= p && ix.epos[i] > p) out.push(i);
+    return out;
+  },
+
+  // Span i as plain values: {index, addr, size, start, end (-1: alive at the end), stream,
+  // device, stack, before (from before the history), unknown (its ranges unknown)}.
+  span(ix, i) {
+    const sp = ix.sp, stack = sp.stack[i];
+    return { index: i, addr: sp.addr[i], size: sp.size[i], start: sp.start[i], end: sp.end[i], stream: sp.stream[i], device: sp.device[i],
+      stack: Math.max(0, stack), before: stack === -1, unknown: stack === -1 && sp.addr[i] === 0 };
+  },
+
+  // The span holding `addr` at time t (the one that started last when several do), or -1:
+  // what allocated a segment of the allocator state.
+  spanOf(ix, addr, t) {
+    const sp = ix.sp;
+    let found = -1;
+    for (let i = 0; i < ix.n; i++)
+      if (sp.addr[i] <= addr && addr < sp.addr[i] + sp.size[i] && sp.start[i] <= t && (sp.end[i] < 0 || sp.end[i] > t) &&
+        !(sp.stack[i] === -1 && sp.addr[i] === 0)) found = i;
+    return found;
+  },
+
   // The last step at or before time t (-1: none).
   stepAt(d, t) {
     const ts = d.steps.t;
@@ -421,18 +493,20 @@ const Model = {
     return (ns / 1e9).toFixed(2) + " s";
   },
 
-  // The view state in the URL fragment ("#t0=..&t1=..&leak=..&cur=..&pin=.."): the window, the
-  // selected leak, the time cursor and the pinned allocation; and back.
+  // The view state in the URL fragment ("#t0=..&t1=..&leak=..&cur=..&pin=..&ev=1&all=1&src=2"):
+  // the window, the selected leak, the time cursor, the pinned allocation, the event-index axis,
+  // whole stacks (irrelevant frames shown) and the document shown (snapshot or device); and back.
+  stateKeys: ["t0", "t1", "leak", "cur", "pin", "ev", "all", "src"],
   encodeState(st) {
     const parts = [];
-    for (const k of ["t0", "t1", "leak", "cur", "pin", "ev"]) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));
+    for (const k of Model.stateKeys) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));
     return "#" + parts.join("&");
   },
   decodeState(hash) {
     const st = {};
     String(hash).replace(/^#/, "").split("&").forEach((p) => {
       const [k, v] = p.split("=");
-      if (["t0", "t1", "leak", "cur", "pin", "ev"].includes(k) && /^-?\d+$/.test(v || "")) st[k] = Number(v);
+      if (Model.stateKeys.includes(k) && /^-?\d+$/.test(v || "")) st[k] = Number(v);
     });
     return st;
   },

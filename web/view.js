@@ -1,11 +1,15 @@
 // view.js: the report page's drawing and interaction (data code is in model.js).
 // Everything that came from a snapshot reaches the page through textContent or canvas text,
 // never innerHTML. One time cursor links the views: the timeline draws it, the allocator state
-// and the flame graph show the checkpoint nearest to it.
+// and the flame graph show the checkpoint nearest to it. A page of several documents (snapshots,
+// or the devices of one) shows one at a time: the selector in the header starts the views anew
+// on another (showDocument), dropping the listeners of the one before (an AbortSignal).
 "use strict";
-(function () {
-  const d = Model.decode(document.getElementById("memsnap-data").textContent);
+
+// Shows document d (the `src`-th of the page) in every view; its listeners end with `signal`.
+function showDocument(d, signal, src) {
   const $ = (id) => document.getElementById(id);
+  const on = (el, type, fn, opts) => el.addEventListener(type, fn, Object.assign({ signal }, opts));
   const tl = $("timeline"), ov = $("overview"), segCanvas = $("segments"), flame = $("flame"), growthCanvas = $("growth");
   const stepper = d.steps ? Model.stepper(d) : null; // the allocator state at any event (arrow keys)
   const readout = $("readout"), details = $("details");
@@ -18,6 +22,10 @@
   if (st.pin !== null && !(st.pin >= 0 && st.pin < d.detail.alloc.length)) st.pin = null;
   st.cur = Math.max(full.t0, Math.min(st.cur || full.t0, full.t1));
   st.step = null; // the event the allocator state shows (arrow keys, clicks); null: the nearest checkpoint
+  st.src = src ? src : null;
+  st.all = st.all === 1 ? 1 : null; // whole stacks: irrelevant frames shown
+  st.temporal = false;
+  const spanIx = Model.spanIndex(d); // each segment's life: the segment timeline
 
   const text = (el, s) => { el.textContent = s; return el; };
   const add = (parent, tag, s, cls) => { const e = document.createElement(tag); if (s !== undefined) text(e, s); if (cls) e.className = cls; parent.appendChild(e); return e; };
@@ -168,6 +176,64 @@
     }
   }
 
+  // ---- reserved memory by segment (PyTorch's "Active Cached Segment Timeline") --------------
+
+  // Each segment a band, stacked in the order they were made, over the timeline's window and
+  // axis and on its scale: a column shows the state at its highest reserved moment.
+  const spansCanvas = $("spans");
+  let spanCols = null, hoveredSpan = -1; // the event position each column shows; the span under the pointer
+  $("spans-panel").hidden = !spanIx;
+  if (spanIx) {
+    const sp = d.segment_spans, before = sp.stack.filter((k) => k === -1).length;
+    text($("spans-title"), spanIx.n + " segment" + (spanIx.n === 1 ? "" : "s") + " over the history" + (before ? " (" + before + " from before it)" : "") +
+      (sp.omitted ? "; " + sp.omitted + " later ones not drawn (too many to embed)" : "") + "; stacked in the order they were made; hover one for the stack that allocated it");
+  }
+  const spanColor = (i) => (spanIx.sp.stack[i] === -1 && spanIx.sp.addr[i] === 0 ? "#b0bec5" : palette[(i * 5) % palette.length]);
+  function drawSpans() {
+    if (!spanIx) return;
+    const ctx = spansCanvas.getContext("2d"), W = spansCanvas.width, H = spansCanvas.height, y = (v) => H - (v / yTop) * (H - 4);
+    ctx.clearRect(0, 0, W, H);
+    const bounds = new Array(W + 1);
+    for (let px = 0; px <= W; px++) bounds[px] = edges ? (px < W ? edges[px] : edges.end) : st.t0 + ((st.t1 - st.t0) * px) / W;
+    spanCols = Model.spanColumns(spanIx, bounds);
+    for (let px = 0, next; px < W; px = next) { // columns showing the same state are drawn at once
+      for (next = px + 1; next < W && spanCols[next] === spanCols[px];) next++;
+      let base = 0, top = H; // top: the highest row drawn in these columns so far
+      for (const i of spanCols[px] >= 0 ? Model.spansAt(spanIx, spanCols[px]) : []) {
+        base += spanIx.sp.size[i];
+        const y1 = Math.round(y(base));
+        if (y1 >= top) continue; // under a pixel: drawn with the next one
+        ctx.fillStyle = i === hoveredSpan ? "#37474f" : spanColor(i);
+        ctx.fillRect(px, y1, next - px, top - y1);
+        if (top - y1 >= 4) { ctx.fillStyle = "#fff"; ctx.fillRect(px, y1, next - px, 1); } // where one segment ends and the next starts
+        top = y1;
+      }
+    }
+    ctx.fillStyle = "#000";
+    ctx.fillRect(edges ? Model.pixelOf(edges, st.cur) : ((st.cur - st.t0) / (st.t1 - st.t0)) * W, 0, 1, H); // the cursor
+    ctx.font = "11px sans-serif";
+    ctx.fillStyle = "#263238"; // not the hovered segment's colour
+    ctx.fillText(Model.formatBytes(Math.round(yTop / 1.05)), 4, 14);
+  }
+  function spanAt(ev) { // the span under the pointer: its index, or -1
+    if (!spanCols) return -1;
+    const r = spansCanvas.getBoundingClientRect(), W = spansCanvas.width, H = spansCanvas.height;
+    const p = spanCols[Math.max(0, Math.min(W - 1, Math.floor(((ev.clientX - r.left) / r.width) * W)))];
+    const v = (((r.bottom - ev.clientY) / r.height) * H * yTop) / (H - 4);
+    let base = 0;
+    if (p >= 0) for (const i of Model.spansAt(spanIx, p)) { base += spanIx.sp.size[i]; if (v < base) return i; }
+    return -1;
+  }
+  function describeSpan(g) {
+    return (g.unknown ? "reserved before the history, its ranges unknown: " + Model.formatBytes(g.size) :
+      "segment " + Model.formatAddress(g.addr) + " (" + Model.formatBytes(g.size) + ", stream " + Model.formatAddress(g.stream) + ", device " + g.device + ")") +
+      (g.before ? ", allocated before recording started" : ", allocated at " + rel(g.start)) + (g.end >= 0 ? ", released at " + rel(g.end) : ", still reserved at the end");
+  }
+  function showSpan(g) { // its stack in the side panel
+    showStack(g.unknown ? "Reserved before the history" : "Segment " + Model.formatAddress(g.addr), g.stack, describeSpan(g) + "\n\n",
+      g.before ? "(allocated before recording started)" : "(no stack recorded)");
+  }
+
   // ---- the allocator state and the flame graph at the cursor ------------------------------
 
   let shownCheckpoint = -1, segLayout = null, flameLayout = null;
@@ -191,7 +257,7 @@
     // Segments one after another, folded into rows; each at least 2 px so none disappears.
     const total = info.segs.reduce((s, g) => s + g.size, 0) || 1, rowH = 16, rows = Math.max(1, Math.min(12, Math.ceil(info.segs.length / 40)));
     const bpp = total / (W * rows - 2 * info.segs.length || 1);
-    segLayout = { segs: info.segs, starts: [], widths: [], W, rowH };
+    segLayout = { segs: info.segs, starts: [], widths: [], W, rowH, t: c.t };
     let at = 0;
     for (const g of info.segs) { const w = Math.max(2, g.size / bpp); segLayout.starts.push(at); segLayout.widths.push(w); at += w + 2; }
     const nrows = Math.max(1, Math.ceil(at / W));
@@ -220,14 +286,14 @@
     const s = segLayout.starts.findIndex((start, i) => p >= start && p < start + segLayout.widths[i]);
     if (s < 0) return null;
     const g = segLayout.segs[s], off = ((p - segLayout.starts[s]) / segLayout.widths[s]) * g.size;
-    return { seg: g, run: g.runs.find((r) => off >= r.offset && off < r.offset + r.size) };
+    return { seg: g, off, run: g.runs.find((r) => off >= r.offset && off < r.offset + r.size) };
   }
 
   let search = null;
   let flameZoom = []; // the path (frame keys from the root) of the frame the icicle graph is zoomed into
   function drawFlame(c) {
     if (st.temporal && d.steps) c = Model.temporal(d, st.t0, st.t1);
-    let root = Model.flameTree(d, c);
+    let root = Model.flameTree(d, c, !!st.all);
     const path = [];
     for (const key of flameZoom) { // as deep as the zoom's frames still exist at this state
       const next = root.index.get(key);
@@ -269,7 +335,7 @@
   function unpin() { // the side panel goes back to the selected leak, or says nothing is pinned
     st.pin = null;
     if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
-    else { text($("details-title"), "Stack"); text(details, "hover an allocation; click to pin it"); }
+    else { shownStack = null; text($("details-title"), "Stack"); text(details, "hover an allocation; click to pin it"); }
     redraw();
   }
 
@@ -326,6 +392,7 @@
     $("event-axis").checked = !!edges;
     drawTimeline();
     drawOverview();
+    drawSpans();
     if (st.temporal) showCheckpoint.force = true; // follows the window
     showState();
     drawGrowth();
@@ -334,16 +401,17 @@
 
   // ---- details and lists -----------------------------------------------------------------
 
-  // The side panel: `head` then the stack, a line a frame with short names; hovering a line
-  // shows the frame's whole name.
-  function showFrames(head, frames) {
-    text(details, head);
-    for (const f of frames) add(details, "span", Model.frameLine(f) + "\n").title = Model.frameLine(f, true);
-    if (!frames.length) add(details, "span", "(no stack recorded)");
-  }
-  function showStack(title, stackId) {
+  // The side panel: `head` then the stack, a line a frame with short names (the frames that
+  // matter, or every frame when irrelevant frames are not hidden); hovering a line shows the
+  // frame's whole name; `note` says why a stack is empty ("(no stack recorded)").
+  let shownStack = null; // what the panel shows, to show again when the frames toggle
+  function showStack(title, stackId, head, note) {
+    shownStack = [title, stackId, head, note];
     text($("details-title"), title);
-    showFrames("", Model.stackFrames(d, stackId));
+    const frames = Model.stackFrames(d, stackId, !!st.all);
+    text(details, head || "");
+    for (const f of frames) add(details, "span", Model.frameLine(f) + "\n").title = Model.frameLine(f, true);
+    if (!frames.length) add(details, "span", note || "(no stack recorded)");
   }
   function describe(a) {
     return Model.formatBytes(a.size) + " at " + Model.formatAddress(a.addr) + ", stream " + Model.formatAddress(a.stream) +
@@ -352,8 +420,7 @@
   }
   function showAllocation(j, pinned) {
     const a = Model.allocation(d, j);
-    text($("details-title"), (pinned ? "Pinned allocation" : "Allocation") + (a.leak >= 0 ? " (leak candidate " + (a.leak + 1) + ")" : ""));
-    showFrames(describe(a) + "\n\n", Model.stackFrames(d, a.stack));
+    showStack((pinned ? "Pinned allocation" : "Allocation") + (a.leak >= 0 ? " (leak candidate " + (a.leak + 1) + ")" : ""), a.stack, describe(a) + "\n\n");
   }
   function pin(j, zoom) { // zoom (from search): also move the window and the cursor to it
     st.pin = j;
@@ -383,7 +450,7 @@
       const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + Model.siteLabel(frames),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
-      li.addEventListener("click", () => {
+      on(li, "click", () => {
         st.leak = st.leak === i ? null : i;
         showStack("Leak candidate " + (i + 1), l.stack);
         fillLists(search.value);
@@ -396,7 +463,7 @@
       if (only && !only.has("oom" + i)) return;
       const li = add(oomList, "li", rel(o.time_ns) + ": " + Model.formatBytes(o.requested_bytes) + " requested, " + Model.formatBytes(o.device_free_bytes) + " free on the device, " +
         Model.formatBytes(o.cached_unallocated_bytes) + " cached, " + Model.formatBytes(o.live_bytes) + " live");
-      li.addEventListener("click", () => {
+      on(li, "click", () => {
         showStack("Out of memory " + (i + 1), o.stack);
         st.cur = o.time_ns;
         st.t0 = Math.max(full.t0, o.time_ns - (full.t1 - full.t0) / 20);
@@ -408,7 +475,7 @@
     const found = filter ? Model.searchAddress(d, filter) : [];
     for (const j of found) {
       const li = add(results, "li", "allocation " + describe(Model.allocation(d, j)));
-      li.addEventListener("click", () => pin(j, true));
+      on(li, "click", () => pin(j, true));
     }
     if (filter && !found.length && /^\s*(0x[0-9a-f]+|\d+)\s*$/i.test(filter))
       add(results, "li", "no listed allocation holds this address" +
@@ -416,6 +483,7 @@
   }
   // Invalid frees (frees of pointers the allocator did not own), by site: shown when there are any.
   const invalidFrees = (d.invalid_frees && d.invalid_frees.sites) || [];
+  $("invalid-frees").textContent = "";
   $("invalid-frees-box").hidden = invalidFrees.length === 0;
   text($("invalid-frees-count"), invalidFrees.length ? "(" + invalidFrees.reduce((n, f) => n + f.count, 0) + ")" : "");
   invalidFrees.forEach((f, i) => {
@@ -423,7 +491,7 @@
     const li = add($("invalid-frees"), "li", f.count + " \u00d7 " + f.kind.replace("_", " ") + " at " + Model.formatAddress(f.address) + ", first at " + rel(f.first_ns) +
       " \u2014 " + (top ? top.name : "(no stack recorded)"));
     if (top) li.title = Model.frameLine(top, true);
-    li.addEventListener("click", () => { showStack("Invalid free " + (i + 1) + " (" + f.kind.replace("_", " ") + ")", f.stack); st.cur = f.first_ns; redraw(); });
+    on(li, "click", () => { showStack("Invalid free " + (i + 1) + " (" + f.kind.replace("_", " ") + ")", f.stack); st.cur = f.first_ns; redraw(); });
   });
 
   // The sortable table of sites, filtered by the search box (at most 200 rows shown).
@@ -441,25 +509,25 @@
       add(tr, "td", String(r.blocks), "num");
       add(tr, "td", who(r.thread, "thread"), "num");
       add(tr, "td", who(r.stream, "stream"), "num");
-      tr.addEventListener("click", () => showStack(r.leak >= 0 ? "Leak candidate " + (r.leak + 1) : "Allocation site", r.stack));
+      on(tr, "click", () => showStack(r.leak >= 0 ? "Leak candidate " + (r.leak + 1) : "Allocation site", r.stack));
     }
     document.querySelectorAll("#site-table th").forEach((th) => th.classList.toggle("sorted", th.dataset.col === table.col));
     text($("sites-title"), rows.length + " of " + (d.site_table || []).length + " sites" + (rows.length > 200 ? ", the first 200 shown" : "") +
       "; sorted by " + table.col + (table.asc ? " (ascending)" : " (descending)") + "; click a column to sort, the search box filters");
   }
-  document.querySelectorAll("#site-table th").forEach((th) => th.addEventListener("click", () => {
+  document.querySelectorAll("#site-table th").forEach((th) => on(th, "click", () => {
     if (table.col === th.dataset.col) table.asc = !table.asc;
     else { table.col = th.dataset.col; table.asc = th.dataset.col === "label"; }
     fillTable();
   }));
   search = $("search");
-  search.addEventListener("input", () => { fillLists(search.value); fillTable(); showCheckpoint.force = true; showCheckpoint(); });
+  on(search, "input", () => { fillLists(search.value); fillTable(); showCheckpoint.force = true; showCheckpoint(); });
 
   // ---- interaction -----------------------------------------------------------------------
 
   const toTime = (canvas, ev, t0, t1) => {
     const r = canvas.getBoundingClientRect(), f = (ev.clientX - r.left) / r.width;
-    if (canvas === tl && edges) return edges[Math.max(0, Math.min(edges.length - 1, Math.floor(f * edges.length)))];
+    if ((canvas === tl || canvas === spansCanvas) && edges) return edges[Math.max(0, Math.min(edges.length - 1, Math.floor(f * edges.length)))];
     return t0 + f * (t1 - t0);
   };
   // What is under the pointer on the timeline: {t, band, alloc or small}.
@@ -477,7 +545,7 @@
     return Object.assign(out, { band: k, bucket: i }, Model.allocationAt(d, i, k, v - base));
   }
 
-  tl.addEventListener("mousemove", (ev) => {
+  on(tl, "mousemove", (ev) => {
     if (drag && drag.moved) return;
     const h = hit(ev), a = Model.valueAt(d.curves.allocated, h.t), r = Model.valueAt(d.curves.reserved, h.t);
     const it = d.iterations.findIndex((x) => h.t >= x.start_ns && h.t < x.end_ns);
@@ -494,8 +562,8 @@
     }
     text(readout, rel(h.t) + "  allocated " + (a ? Model.formatBytes(a.hi) : "-") + "  reserved " + (r ? Model.formatBytes(r.hi) : "-") + (it >= 0 ? "  iteration " + it : "") + what);
   });
-  tl.addEventListener("mouseleave", () => { if (hovered !== null) { hovered = null; drawTimeline(); } });
-  tl.addEventListener("wheel", (ev) => {
+  on(tl, "mouseleave", () => { if (hovered !== null) { hovered = null; drawTimeline(); } });
+  on(tl, "wheel", (ev) => {
     ev.preventDefault();
     const t = toTime(tl, ev, st.t0, st.t1), k = ev.deltaY > 0 ? 1.25 : 0.8;
     const span = Math.min(full.t1 - full.t0, Math.max(1000, (st.t1 - st.t0) * k));
@@ -505,8 +573,8 @@
     redraw();
   }, { passive: false });
   let drag = null;
-  tl.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, t0: st.t0, t1: st.t1, moved: false }; });
-  window.addEventListener("mouseup", (ev) => {
+  on(tl, "mousedown", (ev) => { drag = { x: ev.clientX, t0: st.t0, t1: st.t1, moved: false }; });
+  on(window, "mouseup", (ev) => {
     if (drag && !drag.moved && ev.target === tl) { // a click: the cursor, and pin what is there
       const h = hit(ev);
       st.cur = h.t;
@@ -517,7 +585,7 @@
     }
     drag = null;
   });
-  window.addEventListener("mousemove", (ev) => {
+  on(window, "mousemove", (ev) => {
     if (!drag || Math.abs(ev.clientX - drag.x) < 3 && !drag.moved) return;
     drag.moved = true;
     const dt = ((ev.clientX - drag.x) / tl.getBoundingClientRect().width) * (drag.t1 - drag.t0);
@@ -526,7 +594,7 @@
     st.t1 = st.t0 + span;
     redraw();
   });
-  window.addEventListener("keydown", (ev) => {
+  on(window, "keydown", (ev) => {
     if (ev.key === "Escape" && st.pin !== null) unpin();
     if ((ev.key !== "ArrowLeft" && ev.key !== "ArrowRight") || ev.target === search) return;
     ev.preventDefault();
@@ -542,21 +610,24 @@
     redraw();
   });
   let brush = null;
-  ov.addEventListener("mousedown", (ev) => { brush = toTime(ov, ev, full.t0, full.t1); });
-  ov.addEventListener("mouseup", (ev) => {
+  on(ov, "mousedown", (ev) => { brush = toTime(ov, ev, full.t0, full.t1); });
+  on(ov, "mouseup", (ev) => {
     if (brush === null) return;
     const t = toTime(ov, ev, full.t0, full.t1);
     if (Math.abs(t - brush) > (full.t1 - full.t0) / 1000) { st.t0 = Math.min(brush, t); st.t1 = Math.max(brush, t); redraw(); }
     brush = null;
   });
-  segCanvas.addEventListener("mousemove", (ev) => {
+  on(segCanvas, "mousemove", (ev) => {
     const h = segmentAt(ev);
     if (!h) return;
-    const g = h.seg, r = h.run;
+    const g = h.seg, r = h.run, i = spanIx ? Model.spanOf(spanIx, g.addr + h.off, segLayout.t) : -1, sg = i >= 0 ? Model.span(spanIx, i) : null;
+    const by = sg && sg.stack ? Model.siteLabel(Model.stackFrames(d, sg.stack)) : "";
     text($("state-readout"), "segment " + Model.formatAddress(g.addr) + " (" + Model.formatBytes(g.size) + ", stream " + Model.formatAddress(g.stream) + ", device " + g.device + ")" +
-      (r ? ": " + r.state + " " + Model.formatBytes(r.size) + (r.count > 1 ? " in " + r.count + " blocks" : "") + " at +" + Model.formatAddress(r.offset) : ""));
+      (r ? ": " + r.state + " " + Model.formatBytes(r.size) + (r.count > 1 ? " in " + r.count + " blocks" : "") + " at +" + Model.formatAddress(r.offset) : "") +
+      (sg ? "; allocated " + (sg.before ? "before recording started" : "at " + rel(sg.start) + (by ? " by " + by : "")) : ""));
+    if (sg && st.pin === null) showSpan(sg); // the stack that allocated the segment
   });
-  flame.addEventListener("mousemove", (ev) => {
+  on(flame, "mousemove", (ev) => {
     if (!flameLayout) return;
     const rect = flame.getBoundingClientRect(), x = ((ev.clientX - rect.left) / rect.width) * flame.width, k = Math.floor(((ev.clientY - rect.top) / rect.height) * flame.height / 18);
     const n = flameLayout.find((b) => b.k === k && x >= b.x && x < b.x + b.w);
@@ -565,8 +636,8 @@
   });
 
   $("event-axis").disabled = !d.steps;
-  $("event-axis").addEventListener("change", (ev) => { st.ev = ev.target.checked ? 1 : null; redraw(); });
-  flame.addEventListener("click", (ev) => { // click-to-zoom: a frame fills the width; the top row zooms out
+  on($("event-axis"), "change", (ev) => { st.ev = ev.target.checked ? 1 : null; redraw(); });
+  on(flame, "click", (ev) => { // click-to-zoom: a frame fills the width; the top row zooms out
     if (!flameLayout) return;
     const rect = flame.getBoundingClientRect(), x = ((ev.clientX - rect.left) / rect.width) * flame.width, k = Math.floor(((ev.clientY - rect.top) / rect.height) * flame.height / 18);
     const n = flameLayout.find((b) => b.k === k && x >= b.x && x < b.x + b.w);
@@ -575,13 +646,69 @@
     showCheckpoint.force = true;
     showState();
   });
+  on(spansCanvas, "mousemove", (ev) => {
+    const i = spanAt(ev);
+    if (i !== hoveredSpan) { hoveredSpan = i; drawSpans(); }
+    if (i < 0) return;
+    const g = Model.span(spanIx, i);
+    text($("spans-readout"), describeSpan(g));
+    if (st.pin === null) showSpan(g);
+  });
+  on(spansCanvas, "mouseleave", () => { if (hoveredSpan >= 0) { hoveredSpan = -1; drawSpans(); } });
+  on(spansCanvas, "click", (ev) => { // the cursor, as a click on the timeline (nothing pinned)
+    st.cur = toTime(spansCanvas, ev, st.t0, st.t1);
+    st.step = stepper ? Model.stepAt(d, st.cur) : null;
+    redraw();
+  });
+  // Irrelevant frames (allocator, dispatcher, interpreter: frames.c's folding) hidden or shown,
+  // in the icicle graph and the stack panel.
+  $("hide-frames").checked = !st.all;
+  $("hide-frames").disabled = !d.all_stacks || !Object.keys(d.all_stacks).length;
+  on($("hide-frames"), "change", (ev) => {
+    st.all = ev.target.checked ? null : 1;
+    flameZoom = [];
+    if (shownStack) showStack(...shownStack);
+    showCheckpoint.force = true;
+    redraw();
+  });
+  $("temporal").checked = false;
   $("temporal").disabled = !d.steps;
-  $("temporal").addEventListener("change", (ev) => { st.temporal = ev.target.checked; showCheckpoint.force = true; redraw(); });
+  on($("temporal"), "change", (ev) => { st.temporal = ev.target.checked; showCheckpoint.force = true; redraw(); });
   fillLists("");
   fillTable();
   if (st.pin !== null) showAllocation(st.pin, true);
   else if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
   else if (d.leaks.length) showStack("Leak candidate 1", d.leaks[0].stack);
   redraw();
+  document.body.dataset.src = String(src);
   document.body.dataset.ready = "1"; // the first paint is done (the browser tests wait for it)
+}
+
+// The page's documents: one, or several with a selector in the header (memsnap-sources lists
+// them: snapshots, or a snapshot's devices). The one shown is `src` in the URL fragment.
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const list = $("memsnap-sources"), sources = list ? JSON.parse(list.textContent) : [""];
+  const initial = {}; // the texts a document's views start from
+  for (const id of ["readout", "state-readout", "flame-readout", "spans-readout", "details"]) initial[id] = $(id).textContent;
+  let controller = null;
+  function show(k) {
+    if (controller) controller.abort();
+    controller = new AbortController();
+    for (const [id, s] of Object.entries(initial)) $(id).textContent = s;
+    $("details-title").textContent = "Stack";
+    $("search").value = "";
+    showDocument(Model.decode($(k ? "memsnap-data-" + k : "memsnap-data").textContent), controller.signal, k);
+  }
+  let k = Model.decodeState(location.hash).src;
+  if (!(k >= 0 && k < sources.length)) k = 0;
+  const select = $("source");
+  $("source-box").hidden = sources.length < 2;
+  sources.forEach((name, i) => { const o = document.createElement("option"); o.value = String(i); o.textContent = name; select.appendChild(o); });
+  select.value = String(k);
+  select.addEventListener("change", () => {
+    history.replaceState(null, "", "#src=" + select.value);
+    show(Number(select.value));
+  });
+  show(k);
 })();

@@ -23,6 +23,7 @@ const chromiumArgs = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-
 // Frame names a snapshot might carry to attack the page: each must show as text, never run.
 const HOSTILE = { keep_history: "<script>alert(1)</script>", activation: "\"><img src=x onerror=alert(2)>", load_weights: "</script><script>alert(3)</script>" };
 
+const HOSTILE_FILE = "<img src=x onerror=alert(4)>oom.db";
 let dir, browser;
 const pages = {};
 
@@ -48,6 +49,17 @@ before(async () => {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
+  // Several documents in one page: two snapshots; a recording on two simulated devices; an
+  // imported PyTorch snapshot of three devices (the first without entries; an OOM on the third).
+  pages.both = path.join(dir, "both.html"); // the second one's file name is markup: it must show as text
+  fs.copyFileSync(path.join(dir, "oom.db"), path.join(dir, HOSTILE_FILE));
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.both, path.join(dir, "leak.db"), path.join(dir, HOSTILE_FILE)]);
+  pages.devices = path.join(dir, "devices.html");
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.devices, path.join(dir, "devices.db")]);
+  execFileSync("python3", [path.join(root, "tests/pytorch_pickles.py"), "multi", path.join(dir, "multi.pickle")]);
+  execFileSync(path.join(build, "memsnap"), ["import", path.join(dir, "multi.pickle"), "-o", path.join(dir, "multi.db")], { stdio: "ignore" });
+  pages.multi = path.join(dir, "multi.html");
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.multi, path.join(dir, "multi.db")]);
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -480,4 +492,156 @@ test("real resnet50: the table of sites sorts by any column and follows the sear
   await shot(page, "pytorch-resnet50-sites");
   assert.deepStrictEqual(seen.errors, []);
   await page.close();
+});
+
+// ---- the segment timeline, whole stacks, several documents (issue 17's last items) -----------
+
+// The rows of a canvas column (x), each as [r, g, b].
+const canvasColumn = (page, id, x) => page.evaluate(([id, x]) => {
+  const c = document.getElementById(id), data = c.getContext("2d").getImageData(x, 0, 1, c.height).data, out = [];
+  for (let i = 0; i < data.length; i += 4) out.push([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+  return out;
+}, [id, x]);
+// The topmost painted row of a column of the segment timeline (white and transparent are not).
+const topRow = (col) => col.findIndex(([r, g, b, a]) => a > 0 && !(r === 255 && g === 255 && b === 255));
+
+test("real resnet50: reserved memory by segment, from before the history to the end, each segment's stack on hover", async () => {
+  const { page, seen } = await open("resnet");
+  assert.match(await page.locator("#spans-title").textContent(), /^109 segments over the history \(82 from before it\); /);
+  // Stacked segments reach reserved memory: 2.79 GiB at the first instant, 3.38 GiB at the end
+  // (the scale: the window's highest, 3.38 GiB, plus 5%; the canvas is 140 px, 4 left at the top).
+  const H = 140, yTop = 3623878656 * 1.05, row = (v) => Math.round(H - (v / yTop) * (H - 4));
+  const first = topRow(await canvasColumn(page, "spans", 1)), last = topRow(await canvasColumn(page, "spans", 1198));
+  assert.ok(Math.abs(first - row(2996830208)) <= 1, "top of the first column: row " + first + ", 2.79 GiB is row " + row(2996830208));
+  assert.ok(Math.abs(last - row(3623878656)) <= 1, "top of the last column: row " + last + ", 3.38 GiB is row " + row(3623878656));
+  // Low in the first column: a segment from before the history, with no stack of its own.
+  const b = await page.locator("#spans").boundingBox();
+  await page.mouse.move(b.x + 2, b.y + b.height - 3);
+  assert.match(await page.locator("#spans-readout").textContent(), /^segment 0x[0-9a-f]+ \([\d.]+ MiB, stream 0x0, device 0\), allocated before recording started, still reserved at the end$/);
+  assert.match(await page.locator("#details").textContent(), /\(allocated before recording started\)$/);
+  // The top of the last column: the last segment made, with the stack that allocated it, drawn
+  // dark from when it was made (and not before).
+  await page.mouse.move(b.x + b.width - 2, b.y + (last + 1) * (b.height / H));
+  const readout = await page.locator("#spans-readout").textContent();
+  const made = readout.match(/^segment 0x[0-9a-f]+ \([\d.]+ MiB, stream 0x0, device 0\), allocated at ([\d.]+) ms, still reserved at the end$/);
+  assert.ok(made, readout);
+  assert.match(await page.locator("#details-title").textContent(), /^Segment 0x[0-9a-f]+$/);
+  const frames = (await page.locator("#details span").allTextContents()).filter((l) => l.trim());
+  assert.ok(frames.length >= 3 && /^at::native::/.test(frames[0]), frames.join("")); // made in a backward pass
+  const dark = await colourColumns(page, "spans", [0x37, 0x47, 0x4f], 0, 1200);
+  const from = dark.findIndex((n) => n > 0), span = 328.2; // ms, the whole history
+  assert.ok(from > 0 && Math.abs(from - (Number(made[1]) / span) * 1200) <= 3, "drawn dark from column " + from + ", made at " + made[1] + " ms");
+  assert.ok(dark.slice(from).every((n) => n > 0), "and to the end");
+  await shot(page, "pytorch-resnet50-segments");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: the allocator state shows the stack that allocated a segment", async () => {
+  const { page, seen } = await open("resnet");
+  const b = await page.locator("#segments").boundingBox();
+  await page.mouse.move(b.x + 5, b.y + 5); // at the peak: the first segment, made during the first iteration
+  assert.match(await page.locator("#state-readout").textContent(), /^segment 0x7f3120000000 \(156\.00 MiB, .*; allocated at 192\.3 ms by at::native::run_conv_plan\(\)$/);
+  assert.match(await page.locator("#details-title").textContent(), /^Segment 0x7f3120000000$/);
+  assert.match(await page.locator("#details").textContent(), /allocated at 192\.3 ms[\s\S]*at::native::try_configs\(\)/);
+  // Stepped back to the history's first instant: a segment from before it says so.
+  await page.evaluate(() => { for (let i = 0; i < 1200; i++) window.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowLeft", shiftKey: true })); });
+  assert.match(await page.locator("#state-title").textContent(), /^when the history starts/);
+  await page.mouse.move(b.x + 5, b.y + 5);
+  assert.match(await page.locator("#state-readout").textContent(), /; allocated before recording started$/);
+  assert.match(await page.locator("#details").textContent(), /\(allocated before recording started\)$/);
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real resnet50: hiding irrelevant frames, in the icicle graph and the stack panel", async () => {
+  const { page, seen } = await open("resnet");
+  const toggle = page.locator("#hide-frames");
+  assert.ok(await toggle.isChecked() && !(await toggle.isDisabled()));
+  const frameAt = async (row) => { const fb = await page.locator("#flame").boundingBox(); await page.mouse.move(fb.x + 3, fb.y + row * 18 + 9); return page.locator("#flame-readout").textContent(); };
+  const hidden = { height: (await page.locator("#flame").boundingBox()).height, second: await frameAt(2) };
+  assert.match(hidden.second, /^forward {2}\(.*resnet\.py:285\)/);
+  const leak = page.locator("#leaks li").filter({ hasText: "cudnn_convolution_backward_weight" }).first();
+  await leak.click();
+  const panel = async () => (await page.locator("#details span").allTextContents()).map((l) => l.trim()).filter(Boolean);
+  const few = await panel();
+  assert.ok(!few.some((l) => /CUDACachingAllocator|autograd::Engine/.test(l)), few.join("\n"));
+  await toggle.uncheck(); // whole stacks: the allocator's and the interpreter's frames too
+  assert.strictEqual((await hashState(page)).all, 1);
+  const all = await panel();
+  assert.ok(all.length > few.length + 10, few.length + " -> " + all.length);
+  assert.ok(all.some((l) => /CUDACachingAllocator/.test(l)) && all.some((l) => /autograd::Engine::thread_main/.test(l)), all.join("\n"));
+  const shown = { height: (await page.locator("#flame").boundingBox()).height, second: await frameAt(2) };
+  assert.ok(shown.height > hidden.height * 2, "deeper: " + hidden.height + " -> " + shown.height);
+  assert.match(shown.second, /^_wrapped_call_impl {2}\(.*torch\/nn\/modules\/module\.py:1779\)/); // PyTorch's module-call plumbing
+  await shot(page, "pytorch-resnet50-whole-stacks");
+  await toggle.check();
+  assert.deepStrictEqual(await panel(), few);
+  assert.strictEqual((await page.locator("#flame").boundingBox()).height, hidden.height);
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("several snapshots in one page: the selector switches every view, and the URL keeps it", async () => {
+  const { page, seen } = await open("both");
+  assert.ok(await page.locator("#source-box").isVisible());
+  assert.deepStrictEqual((await page.locator("#source option").allTextContents()).map((t) => path.basename(t)), ["leak.db", HOSTILE_FILE]);
+  assert.match(await page.locator("#summary").textContent(), /leak\.db \u2014 .* 6 iterations \(marks\)/);
+  assert.match(await page.locator("#leaks li").first().textContent(), /^growing \+1\.00 MiB\/iteration/);
+  assert.strictEqual(await page.locator("#ooms li").count(), 0);
+  await page.selectOption("#source", "1");
+  await page.waitForFunction(() => document.body.dataset.src === "1");
+  assert.ok((await page.locator("#summary").textContent()).includes(HOSTILE_FILE + " \u2014 "));
+  assert.strictEqual(await page.locator("#ooms li").count(), 1);
+  assert.match(await page.locator("#ooms li").first().textContent(), /40\.00 MiB requested/);
+  assert.ok(!(await page.locator("#leaks").textContent()).includes("growing"));
+  assert.match(await page.locator("#state-summary").textContent(), /allocated 40\.00 MiB/);
+  const url = page.url();
+  assert.strictEqual((await hashState(page)).src, 1);
+  // The views answer for the snapshot shown, and nothing of the first one is left listening.
+  await overTimeline(page, 0.5, 0.5);
+  await page.keyboard.press("ArrowRight");
+  assert.match(await page.locator("#state-title").textContent(), /^after event \d+ of [1-9] at /);
+  await shot(page, "two-snapshots");
+  const again = await browser.newPage({ viewport: { width: 1600, height: 1300 } });
+  await again.goto(url);
+  await again.waitForSelector("body[data-ready='1']");
+  assert.ok((await again.locator("#summary").textContent()).includes(HOSTILE_FILE + " \u2014 "));
+  assert.strictEqual(await again.locator("#source").inputValue(), "1");
+  await again.close();
+  const one = await open("leak"); // a page of one snapshot has no selector
+  assert.ok(await one.page.locator("#source-box").isHidden());
+  await one.page.close();
+  assert.deepStrictEqual(seen.errors, []);
+  assert.deepStrictEqual(seen.console, []);
+  assert.deepStrictEqual(seen.dialogs, []);
+  assert.strictEqual(await page.locator("img").count(), 0);
+  assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.both)), []);
+  await page.close();
+});
+
+test("a snapshot on several devices: a document per device, the selector switches every view", async () => {
+  const { page, seen } = await open("devices"); // recorded on two simulated devices
+  assert.deepStrictEqual((await page.locator("#source option").allTextContents()).map((t) => path.basename(t)), ["devices.db, device 0", "devices.db, device 1"]);
+  const state = async () => { const b = await page.locator("#segments").boundingBox(); await page.mouse.move(b.x + 5, b.y + 5); return page.locator("#state-readout").textContent(); };
+  assert.match(await page.locator("#leaks li").first().textContent(), /^growing \+1\.00 MiB\/iteration, 4\.00 MiB in 4 \u2014 keep_history/);
+  assert.match(await state(), /, device 0\)/);
+  assert.match(await page.locator("#summary").textContent(), /; peak allocated 100\.00 MiB/);
+  await page.selectOption("#source", "1");
+  await page.waitForFunction(() => document.body.dataset.src === "1");
+  assert.match(await page.locator("#summary").textContent(), /devices\.db, device 1 \u2014 .*; peak allocated 40\.00 MiB/);
+  assert.match(await state(), /, device 1\)/);
+  assert.ok(!(await page.locator("#leaks").textContent()).includes("keep_history"));
+  assert.match(await page.locator("#spans-title").textContent(), /^2 segments over the history;/);
+  await shot(page, "devices-1");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+  const multi = await open("multi"); // imported: devices 1 and 2 hold memory, the OOM is on 2
+  assert.deepStrictEqual((await multi.page.locator("#source option").allTextContents()).map((t) => path.basename(t)), ["multi.db, device 1", "multi.db, device 2"]);
+  assert.strictEqual(await multi.page.locator("#ooms li").count(), 0);
+  await multi.page.selectOption("#source", "1");
+  await multi.page.waitForFunction(() => document.body.dataset.src === "1");
+  assert.strictEqual(await multi.page.locator("#ooms li").count(), 1);
+  assert.deepStrictEqual(multi.seen.errors, []);
+  await multi.page.close();
 });

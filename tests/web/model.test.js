@@ -235,3 +235,51 @@ test("stepping: internal fragmentation, the bytes allocated beyond the requests"
   assert.strictEqual(s.at(1).rounding, 12);
   assert.strictEqual(s.at(2).rounding, 36);
 });
+
+// Segment spans: a segment from before the history (0..60), one made at 10 and kept, one made
+// and released inside [20, 30), and a range of unknown layout from before the history.
+const spans = { segment_spans: { omitted: 0, addr: [4096, 8192, 16384, 0], size: [100, 200, 400, 50], start: [0, 10, 22, 0], end: [60, -1, 24, -1],
+  stream: [0, 0, 7, 0], device: [0, 0, 0, 0], stack: [-1, 5, 6, -1] } };
+
+test("segment spans: stacked in the order they were made, each column at its highest reserved moment", () => {
+  const ix = Model.spanIndex(spans);
+  assert.strictEqual(ix.n, 4);
+  const pos = Model.spanColumns(ix, [0, 10, 20, 30, 40, 60, 70]);
+  const live = [...pos].map((p) => Model.spansAt(ix, p));
+  assert.deepStrictEqual(live, [[0, 3], [0, 1, 3], [0, 1, 2, 3], [0, 1, 3], [0, 1, 3], [1, 3]]); // [20, 30): the short-lived one kept
+  const total = (l) => l.reduce((s, i) => s + spans.segment_spans.size[i], 0);
+  assert.deepStrictEqual(live.map(total), [150, 350, 750, 350, 350, 250]);
+  assert.deepStrictEqual(Model.spansAt(ix, -1), []);
+  assert.strictEqual(Model.spanIndex({ segment_spans: { addr: [] } }), null);
+  assert.strictEqual(Model.spanIndex({}), null);
+});
+
+test("segment spans: a segment of the allocator state found by address and time, with its stack", () => {
+  const ix = Model.spanIndex(spans);
+  assert.strictEqual(Model.spanOf(ix, 16384 + 100, 23), 2); // inside it, while it lives
+  assert.strictEqual(Model.spanOf(ix, 16384 + 100, 25), -1); // released at 24
+  assert.strictEqual(Model.spanOf(ix, 10, 5), -1); // the unknown range is no segment
+  assert.deepStrictEqual(Model.span(ix, 0), { index: 0, addr: 4096, size: 100, start: 0, end: 60, stream: 0, device: 0, stack: 0, before: true, unknown: false });
+  assert.strictEqual(Model.span(ix, 3).unknown, true);
+  assert.strictEqual(Model.span(ix, 2).stack, 6);
+});
+
+test("whole stacks: the frames that matter, or every frame behind them", () => {
+  const d = { ...doc, stacks: { 5: [1, 2] }, all_stacks: { 5: [3, 1, 4, 2] } };
+  assert.deepStrictEqual(Model.stackFrames(d, 5).map((f) => f.name), ["keep_history", "load_weights"]);
+  assert.deepStrictEqual(Model.stackFrames(d, 5, true).map((f) => f.name), ["at::f<>()", "keep_history", "keep_history", "load_weights"]);
+  assert.deepStrictEqual(Model.stackFrames({ ...doc, stacks: { 6: [2] } }, 6, true).map((f) => f.name), ["load_weights"]); // nothing hidden: the same
+  const cp6 = { sites: [0, 10], other: 0 }, sites = [[5, -1, 0]];
+  assert.deepStrictEqual(Model.flameTree({ ...d, sites }, cp6).children.map((c) => c.name), ["load_weights"]);
+  const whole = Model.flameTree({ ...d, sites }, cp6, true);
+  assert.deepStrictEqual([whole.children[0].name, whole.children[0].children[0].name], ["load_weights", "keep_history"]);
+  let depth = 0;
+  for (let n = whole; n.children.length; n = n.children[0]) depth++;
+  assert.strictEqual(depth, 4);
+});
+
+test("the view state keeps the frames toggle and the document shown", () => {
+  const st = { t0: 5, t1: 99, all: 1, src: 2 };
+  assert.deepStrictEqual(Model.decodeState(Model.encodeState(st)), st);
+  assert.strictEqual(Model.encodeState({ src: null, all: null }), "#");
+});
