@@ -591,6 +591,7 @@ typedef struct ms_checkpoint {
   ms_checkpoint_kind kind;
   int index; /* the iteration or OOM it marks */
   int64_t allocated, reserved, pending;
+  int64_t rounding; /* allocated beyond the requests in live blocks (internal fragmentation) */
   size_t first_segment, nsegments;
   size_t first_site, nsites; /* into site_bytes: live bytes by site, largest first */
   int64_t other_bytes;       /* live in the sites past MS_CHECKPOINT_SITES */

@@ -248,10 +248,12 @@ static void page_columns(page_data *p, sbuf *b) {
   sb_put(b, ",\"checkpoints\":[");
   for (size_t c = 0; c < t->ncheckpoints; c++) {
     const ms_checkpoint *cp = &t->checkpoints[c];
+    int64_t rounding = cp->rounding < 0 ? 0 : cp->rounding > cp->allocated ? cp->allocated : cp->rounding;
     sb_put(b, "%s{\"t\":%lld,\"kind\":\"%s\",\"index\":%d,\"allocated\":%lld,\"reserved\":%lld,"
-              "\"pending\":%lld,\"other\":%lld,\"omitted\":%zu,\"segs\":[",
+              "\"pending\":%lld,\"rounding\":%lld,\"other\":%lld,\"omitted\":%zu,\"segs\":[",
            c ? "," : "", (long long)cp->time_ns, kinds[cp->kind], cp->index, (long long)cp->allocated,
-           (long long)cp->reserved, (long long)cp->pending, (long long)cp->other_bytes, cp->omitted_segments);
+           (long long)cp->reserved, (long long)cp->pending, (long long)rounding, (long long)cp->other_bytes,
+           cp->omitted_segments);
     for (size_t i = 0; i < cp->nsegments; i++) {
       const ms_segment_state *sg = &t->segments[cp->first_segment + i];
       sb_put(b, "%s%llu,%lld,%llu,%d,%zu", i ? "," : "", (unsigned long long)sg->address, (long long)sg->size,

@@ -39,6 +39,8 @@ typedef struct timeline_pass {
   ms_analysis *a;
   ms_timeline *t;
   ms_live_map live, pending; /* pending: free_requested, waiting for free_completed */
+  ms_live_map rounded;       /* live blocks allocated beyond their request: by how much (size) */
+  int64_t rounding;          /* their sum: internal fragmentation (blocks from before: none) */
   int8_t *band_of_site;      /* site -> band (nsites: other) */
   int64_t band_live[MS_BANDS + 1];
   int64_t allocated, reserved, pending_bytes, width, best; /* best: highest total in the bucket */
@@ -371,7 +373,8 @@ static void take_checkpoint(timeline_pass *p, const target *tg, int64_t now) {
     }
   if (k > 1) qsort(p->scratch, k, sizeof *p->scratch, compare_slot_address);
   ms_checkpoint *c = &t->checkpoints[t->ncheckpoints++];
-  *c = (ms_checkpoint){now, tg->kind, tg->index, p->allocated, p->reserved, p->pending_bytes, t->nsegments, 0, 0, 0, 0, 0};
+  *c = (ms_checkpoint){now, tg->kind, tg->index, p->allocated, p->reserved, p->pending_bytes, p->rounding, t->nsegments,
+                       0, 0, 0, 0, 0};
   if (!lay_out_segments(p, c, p->scratch, k) || !list_sites(p, c)) p->failed = true;
   c->nsegments = t->nsegments - c->first_segment;
 }
@@ -515,6 +518,13 @@ static int timeline_event(const ms_event *e, void *arg) {
   }
   add_step(p, e, site);
   int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? (int64_t)site : -1, aux, &block, &p->failed);
+  ms_live_slot r;
+  if (delta > 0 && e->requested > 0 && e->requested < e->size) { /* rounded up: counted until freed */
+    if (ms_live_put(&p->rounded, (ms_live_slot){e->address, 0, 0, e->size - e->requested}) != 0) p->failed = true;
+    p->rounding += e->size - e->requested;
+  } else if (delta < 0 && ms_live_take(&p->rounded, block.key, &r)) {
+    p->rounding -= r.size;
+  }
   if (delta) {
     p->band_live[p->band_of_site[block.site]] += delta;
     p->site_now[block.site] += delta;
@@ -610,6 +620,7 @@ int ms_analyze_timeline(ms_analysis *a) {
   }
   ms_live_free(&p.live);
   ms_live_free(&p.pending);
+  ms_live_free(&p.rounded);
   free(p.band_of_site);
   free(p.site_live);
   free(p.site_now);
