@@ -140,7 +140,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ms_report_json(&a, sink);
     ms_report_side_by_side(&a, 1, sink); /* sites matched across snapshots (match.c) */
     ms_report_json_matched(&a, 1, sink);
-    ms_report_html(&a, sink);
+    ms_analysis *pages[1] = {&a};
+    ms_report_html(pages, 1, sink);
     ms_analysis_free(&a);
     ms_close(&s);
   }
