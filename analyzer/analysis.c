@@ -78,18 +78,6 @@ static void ranges_to_steps(ms_analysis *a, boundary *b, size_t n, int64_t cover
   a->iterations_from_range_ends = true;
 }
 
-/* Grows *array (*cap elements of `size` bytes, doubling) to hold element n; false when out of
- * memory (*array unchanged). */
-static bool room_for_one_more(void **array, size_t *cap, size_t n, size_t size) {
-  if (n < *cap) return true;
-  size_t c = *cap ? *cap * 2 : 64;
-  void *g = realloc(*array, c * size);
-  if (!g) return false;
-  *array = g;
-  *cap = c;
-  return true;
-}
-
 /* A label (its key) and how often it came, at which outermost range depth. */
 typedef struct tally {
   char key[256];
@@ -117,7 +105,7 @@ static int count_label(const ms_label_row *r, void *arg) {
   if (found == -2) return 1;
   size_t i = (size_t)found;
   if (found < 0) {
-    if (!room_for_one_more((void **)&c->t, &c->cap, c->n, sizeof *c->t)) return 1;
+    if (!ms_grow(&c->t, &c->cap, c->n + 1, sizeof *c->t)) return 1;
     i = c->n++;
     snprintf(c->t[i].key, sizeof c->t[i].key, "%s", key);
     c->t[i].n = 0;
@@ -145,7 +133,7 @@ static int add_boundary(const ms_label_row *r, void *arg) {
   char key[256];
   ms_label_key(r->label, key, sizeof key);
   if (strcmp(key, c->key) != 0 || (c->ranges && r->depth != c->depth)) return 0;
-  if (!room_for_one_more((void **)&c->b, &c->cap, c->n, sizeof *c->b)) return 1;
+  if (!ms_grow(&c->b, &c->cap, c->n + 1, sizeof *c->b)) return 1;
   boundary *b = &c->b[c->n++];
   *b = (boundary){r->event_id, r->start_ns, -1, r->end_ns};
   if (r->end_ns > b->time) c->covered += r->end_ns - b->time;

@@ -226,8 +226,8 @@ int64_t ms_count_allocations(ms_snapshot *s, int64_t from_ns, int64_t to_ns);
 int ms_last_oom(ms_snapshot *s, int64_t device, ms_event *e);
 
 /* stream.c: counts the events with an integer time and their first and last times into
- * s->nevents, first_ns, last_ns (0 when none; a long history's halves counted at once), unless a
- * pass already did (ms_events_each counts them as it reads). */
+ * s->nevents, first_ns, last_ns (0 when none or unreadable) by a pass over them, unless a pass
+ * already did (ms_events_each counts them as it reads). */
 void ms_events_extent(ms_snapshot *s);
 /* stream.c: calls fn for every event in order (on the calling thread; a long history is read
  * by other threads meanwhile); stops when fn returns non-zero and returns that; -1 with
@@ -287,6 +287,10 @@ int ms_frame_key(const ms_frame *f, char *out, size_t len);
 /* ---- replaying the history into live blocks (livemap.c) -------------------------------------------------- */
 
 /* A live block: address (0: empty slot), its allocation site, a word the pass attaches. */
+/* livemap.c: grows the array at *array (*cap elements of `size` bytes, doubling) to hold `need`
+ * elements; false when out of memory (*array and *cap unchanged). Every pass's growing lists. */
+bool ms_grow(void *array, size_t *cap, size_t need, size_t size);
+
 typedef struct ms_live_slot {
   uint64_t key;
   uint32_t site, aux;

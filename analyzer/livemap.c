@@ -83,3 +83,14 @@ int64_t ms_bucket_start(const ms_snapshot *s, int64_t width, int64_t t) {
   uint64_t off = (uint64_t)t - (uint64_t)s->first_ns;
   return (int64_t)((uint64_t)s->first_ns + off / (uint64_t)width * (uint64_t)width);
 }
+
+bool ms_grow(void *array, size_t *cap, size_t need, size_t size) {
+  if (need <= *cap) return true;
+  size_t c = *cap ? *cap * 2 : 64;
+  while (c < need) c *= 2;
+  void *g = realloc(*(void **)array, c * size);
+  if (!g) return false;
+  *(void **)array = g;
+  *cap = c;
+  return true;
+}

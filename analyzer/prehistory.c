@@ -33,17 +33,6 @@
 
 #include "analyzer.h"
 
-/* Grows *p (of *cap elements of `size` bytes) to hold one more than n; false out of memory. */
-static bool room_for_one_more(void *p, size_t *cap, size_t n, size_t size) {
-  if (n < *cap) return true;
-  size_t c = *cap ? *cap * 2 : 64;
-  void *g = realloc(*(void **)p, c * size);
-  if (!g) return false;
-  *(void **)p = g;
-  *cap = c;
-  return true;
-}
-
 /* The replay of the allocation and segment events, then of the snapshot's rows. */
 typedef struct prior_pass {
   ms_prehistory *h;
@@ -58,13 +47,13 @@ typedef struct prior_pass {
 
 static void add_block(prior_pass *p, ms_prior_block b) {
   ms_prehistory *h = p->h;
-  if (!room_for_one_more(&h->blocks, &p->capblocks, h->nblocks, sizeof b)) p->failed = true;
+  if (!ms_grow(&h->blocks, &p->capblocks, h->nblocks + 1, sizeof b)) p->failed = true;
   else h->blocks[h->nblocks++] = b;
 }
 
 static void add_segment(prior_pass *p, ms_prior_segment g) {
   ms_prehistory *h = p->h;
-  if (!room_for_one_more(&h->segments, &p->capsegs, h->nsegments, sizeof g)) p->failed = true;
+  if (!ms_grow(&h->segments, &p->capsegs, h->nsegments + 1, sizeof g)) p->failed = true;
   else h->segments[h->nsegments++] = g;
 }
 

@@ -178,17 +178,6 @@ uint64_t ms_replay_recorded_capacity(const ms_replay_plan *p) { return p->capaci
 
 /* ---- the plan: a first pass ---------------------------------------------------------------- */
 
-static int grow(void **array, size_t *cap, size_t need, size_t each) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap * 2 : 64;
-  while (c < need) c *= 2;
-  void *g = realloc(*array, c * each);
-  if (!g) return -1;
-  *array = g;
-  *cap = c;
-  return 0;
-}
-
 static int cmp_device_address(int dx, uint64_t ax, int dy, uint64_t ay) {
   if (dx != dy) return dx - dy;
   return (ax > ay) - (ax < ay);
@@ -353,7 +342,7 @@ static uint32_t held_new(run_state *st, uint64_t ptr, int device) {
     i = st->free_held - 1;
     st->free_held = st->held[i].next;
   } else {
-    if (grow((void **)&st->held, &st->held_cap, st->nheld + 1, sizeof *st->held) != 0) {
+    if (!ms_grow(&st->held, &st->held_cap, st->nheld + 1, sizeof *st->held)) {
       st->host_oom = true;
       return UINT32_MAX;
     }
@@ -499,7 +488,7 @@ static void replay_free_completed(run_state *st, const ms_event *e) {
   ms_live_slot slot;
   if (!ms_live_take(&st->deferred, e->address, &slot)) return; /* completed with its request */
   memsnap_sim_synchronize((memsnap_stream_t)(uintptr_t)(PSEUDO_STREAM_BASE + slot.aux));
-  if (grow((void **)&st->pseudo_free, &st->pseudo_cap, st->npseudo_free + 1, sizeof *st->pseudo_free) != 0) {
+  if (!ms_grow(&st->pseudo_free, &st->pseudo_cap, st->npseudo_free + 1, sizeof *st->pseudo_free)) {
     st->host_oom = true;
     return;
   }
@@ -701,7 +690,7 @@ static void lay(run_state *st, const ms_prior_segment *seg, const ms_prior_block
     void *ptr = NULL;
     if (memsnap_alloc(&ptr, (size_t)(left < chunk ? left : chunk), seg->device, (memsnap_stream_t)(uintptr_t)seg->stream) != MEMSNAP_OK)
       return;
-    if (grow((void **)fill, fill_cap, *nfill + 1, sizeof **fill) != 0) {
+    if (!ms_grow(fill, fill_cap, *nfill + 1, sizeof **fill)) {
       st->host_oom = true;
       memsnap_release(ptr);
       return;

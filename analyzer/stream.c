@@ -3,7 +3,7 @@
  *
  * Decoding rows is most of an analysis's time, and SQLite's virtual machine spends some 2,800
  * instructions on each of the events' rows. So the rows are read straight from the file's
- * b-tree pages (tablescan.c: a tenth of that) when the file allows it: the events table as
+ * b-tree pages (tablescan.c: some 700) when the file allows it: the events table as
  * memsnap writes it, no write-ahead log or hot journal beside the file. Otherwise, and from the
  * first row the page reader finds anomalous (a value that is not an integer, a damaged page, ids
  * out of order), the rest is read through SQLite, which has an answer for every file.
@@ -12,12 +12,12 @@
  * primary key), which the reader threads decode into NSLOTS buffers, each SQLite reader through
  * its own read-only connection; the calling thread hands the buffers' events to the pass in id
  * order. Memory is NSLOTS chunks, whatever the history's length (and the leaves' page numbers,
- * 4 bytes per 100 rows). A short history is read on the calling thread. However a row is read,
+ * 4 bytes per leaf page). A short history is read on the calling thread. However a row is read,
  * it is checked the same way (fill_event) and malformed ones are skipped.
  *
  * The history's extent (how many events, the first and last time) is counted by the first pass
- * that reads every row, so that no pass is spent on it; ms_events_extent counts it on its own
- * only for a command that needs it before any pass (memsnap info).
+ * that reads every row, so that no pass is spent on it; ms_events_extent runs a pass for it
+ * only for a command that needs it before any other (memsnap info).
  */
 #include <limits.h>
 #include <pthread.h>
@@ -485,63 +485,16 @@ static int each_sqlite(ms_snapshot *s, delivery *d, int64_t from) {
 
 /* ---- the extent of the history: count, first and last time ------------------------------ */
 
-typedef struct extent {
-  const char *path;
-  sqlite3 *db;            /* the snapshot's connection, or NULL: open one */
-  int64_t from, to;       /* ids */
-  int64_t count, first, last;
-  bool ok;
-} extent;
-
-static void *extent_main(void *p) {
-  extent *x = p;
-  sqlite3 *db = x->db;
-  sqlite3_stmt *st = NULL;
-  if (!db && (sqlite3_open_v2(x->path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
-              sqlite3_exec(db, "PRAGMA cache_size=-512", NULL, NULL, NULL) != SQLITE_OK))
-    goto out;
-  if (sqlite3_prepare_v2(db, "select count(*), min(time_ns), max(time_ns) from events where typeof(time_ns) = 'integer' "
-                         "and id >= ?1 and id <= ?2", -1, &st, NULL) != SQLITE_OK)
-    goto out;
-  sqlite3_bind_int64(st, 1, x->from);
-  sqlite3_bind_int64(st, 2, x->to);
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    x->count = sqlite3_column_int64(st, 0);
-    x->first = sqlite3_column_int64(st, 1);
-    x->last = sqlite3_column_int64(st, 2);
-    x->ok = true;
-  }
-out:
-  sqlite3_finalize(st);
-  if (db != x->db) sqlite3_close(db);
-  return NULL;
+static int count_only(const ms_event *e, void *arg) {
+  (void)e;
+  (void)arg;
+  return 0;
 }
 
 void ms_events_extent(ms_snapshot *s) {
   if (s->extent_known) return;
+  if (ms_events_each(s, count_only, NULL) != 0) s->error[0] = '\0'; /* unreadable: none (0) */
   s->extent_known = true;
-  int64_t lo, hi;
-  id_range(s, &lo, &hi);
-  if (hi < lo) return;
-  /* Long histories: the halves of the id range counted at once, each through its own connection. */
-  int64_t mid = (int64_t)((uint64_t)lo + ((uint64_t)hi - (uint64_t)lo) / 2);
-  bool split = (uint64_t)hi - (uint64_t)lo >= PARALLEL_MIN;
-  extent x[2] = {{s->path, s->db, lo, split ? mid : hi, 0, 0, 0, false}, {s->path, NULL, mid + 1, hi, 0, 0, 0, false}};
-  pthread_t other;
-  bool threaded = split && pthread_create(&other, NULL, extent_main, &x[1]) == 0;
-  if (split && !threaded) x[0].to = hi; /* no thread: all of it here */
-  extent_main(&x[0]);
-  if (threaded) pthread_join(other, NULL);
-  if (threaded && !x[1].ok) { /* the other connection failed: count its half here */
-    x[1].db = s->db;
-    extent_main(&x[1]);
-  }
-  for (int k = 0; k < 2; k++) {
-    if (!x[k].ok || x[k].count == 0) continue;
-    if (s->nevents == 0 || x[k].first < s->first_ns) s->first_ns = x[k].first;
-    if (s->nevents == 0 || x[k].last > s->last_ns) s->last_ns = x[k].last;
-    s->nevents += x[k].count;
-  }
 }
 
 int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void *arg) {

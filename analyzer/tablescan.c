@@ -1,5 +1,6 @@
 /* tablescan.c: the rows of one SQLite table read straight from the database file's b-tree
- * pages, without SQLite's virtual machine: the events of a long history in a tenth of the time.
+ * pages, without SQLite's virtual machine: some 700 instructions a row of events where SQLite
+ * spends 2,800 (callgrind, 1 million events).
  *
  * SQLite's file format is public and stable (https://www.sqlite.org/fileformat2.html). A rowid
  * table is a b-tree: interior pages (type 0x05) hold child page numbers in rowid order, leaf

@@ -59,18 +59,6 @@ typedef struct timeline_pass {
   bool failed;
 } timeline_pass;
 
-/* Grows *p (of *cap elements of `size` bytes) to hold n; false when out of memory. */
-static bool grow(void *p, size_t *cap, size_t n, size_t size) {
-  if (n <= *cap) return true;
-  size_t c = *cap ? *cap * 2 : 64;
-  while (c < n) c *= 2;
-  void *g = realloc(*(void **)p, c * size);
-  if (!g) return false;
-  *(void **)p = g;
-  *cap = c;
-  return true;
-}
-
 /* ---- segments ------------------------------------------------------------------------------ */
 
 /* Index of the first segment at or above address. */
@@ -92,7 +80,7 @@ static void seg_add(timeline_pass *p, const ms_event *e) {
     p->reserved += e->size;
     return;
   }
-  if (!grow(&p->segs, &p->capsegs, p->nsegs + 1, sizeof *p->segs)) {
+  if (!ms_grow(&p->segs, &p->capsegs, p->nsegs + 1, sizeof *p->segs)) {
     p->failed = true;
     return;
   }
@@ -152,7 +140,7 @@ static void seg_unmap(timeline_pass *p, const ms_event *e) {
   } else if (end == gend) {
     g->size = (int64_t)(e->address - g->address);
   } else { /* a hole: the part after becomes a segment of its own */
-    if (!grow(&p->segs, &p->capsegs, p->nsegs + 1, sizeof *p->segs)) {
+    if (!ms_grow(&p->segs, &p->capsegs, p->nsegs + 1, sizeof *p->segs)) {
       p->failed = true;
       return;
     }
@@ -194,7 +182,7 @@ static int64_t span_start(timeline_pass *p, ms_span sp, bool unknown) {
     t->omitted_spans++;
     return -1;
   }
-  if (!grow(&t->spans, &p->capspans, t->nspans + 1, sizeof *t->spans) || !grow(&p->open, &p->capopen, p->nopen + 1, sizeof *p->open)) {
+  if (!ms_grow(&t->spans, &p->capspans, t->nspans + 1, sizeof *t->spans) || !ms_grow(&p->open, &p->capopen, p->nopen + 1, sizeof *p->open)) {
     p->failed = true;
     return -1;
   }
@@ -294,7 +282,7 @@ static bool add_run(timeline_pass *p, ms_segment_state *sg, int state, int64_t s
     t->runs[t->nruns - 1].count += state != MS_RUN_FREE;
     return true;
   }
-  if (!grow(&t->runs, &p->capruns, t->nruns + 1, sizeof *t->runs)) return false;
+  if (!ms_grow(&t->runs, &p->capruns, t->nruns + 1, sizeof *t->runs)) return false;
   t->runs[t->nruns++] = (ms_run){size, state != MS_RUN_FREE, state};
   sg->nruns++;
   return true;
@@ -310,7 +298,7 @@ static bool lay_out_segments(timeline_pass *p, ms_checkpoint *c, const ms_live_s
       c->omitted_segments = p->nsegs - s;
       break;
     }
-    if (!grow(&t->segments, &p->capsegments, t->nsegments + 1, sizeof *t->segments)) return false;
+    if (!ms_grow(&t->segments, &p->capsegments, t->nsegments + 1, sizeof *t->segments)) return false;
     ms_segment_state *sg = &t->segments[t->nsegments++];
     *sg = (ms_segment_state){g->address, g->stream, g->size, g->device, t->nruns, 0};
     while (b < n && blocks[b].key < g->address) b++; /* blocks outside any known segment */
@@ -338,7 +326,7 @@ static bool list_sites(timeline_pass *p, ms_checkpoint *c) {
   size_t first = t->nsite_bytes;
   for (size_t s = 0; s < a->nsites; s++) {
     if (!p->site_live[s]) continue;
-    if (!grow(&t->site_bytes, &p->capsites, t->nsite_bytes + 1, sizeof *t->site_bytes)) return false;
+    if (!ms_grow(&t->site_bytes, &p->capsites, t->nsite_bytes + 1, sizeof *t->site_bytes)) return false;
     t->site_bytes[t->nsite_bytes++] = (ms_site_bytes){(uint32_t)s, p->site_live[s], 0};
   }
   size_t n = t->nsite_bytes - first;
@@ -358,8 +346,8 @@ static void take_checkpoint(timeline_pass *p, const target *tg, int64_t now) {
     return;
   }
   size_t n = p->live.count + p->pending.count;
-  if (!grow(&p->scratch, &p->capscratch, n + 1, sizeof *p->scratch) ||
-      !grow(&t->checkpoints, &p->capcheckpoints, t->ncheckpoints + 1, sizeof *t->checkpoints)) {
+  if (!ms_grow(&p->scratch, &p->capscratch, n + 1, sizeof *p->scratch) ||
+      !ms_grow(&t->checkpoints, &p->capcheckpoints, t->ncheckpoints + 1, sizeof *t->checkpoints)) {
     p->failed = true;
     return;
   }
@@ -415,7 +403,7 @@ static void add_detail(timeline_pass *p, const ms_event *e, uint32_t site, uint3
   ms_timeline *t = p->t;
   *aux = 0;
   if (e->size < t->detail_min_size || t->ndetail >= MS_DETAIL_MAX) return;
-  if (!grow(&t->detail, &p->capdetail, t->ndetail + 1, sizeof *t->detail)) {
+  if (!ms_grow(&t->detail, &p->capdetail, t->ndetail + 1, sizeof *t->detail)) {
     p->failed = true;
     return;
   }
@@ -435,7 +423,7 @@ static void add_step(timeline_pass *p, const ms_event *e, uint32_t site) {
     t->steps = NULL, t->nsteps = 0, p->capsteps = 0, t->steps_kept = false;
     return;
   }
-  if (!grow(&t->steps, &p->capsteps, t->nsteps + 1, sizeof *t->steps)) {
+  if (!ms_grow(&t->steps, &p->capsteps, t->nsteps + 1, sizeof *t->steps)) {
     p->failed = true;
     return;
   }
@@ -475,7 +463,7 @@ static bool seed_prehistory(timeline_pass *p) {
     p->site_now[h->blocks[i].site] += h->blocks[i].size;
   }
   if (h->layout_known && h->nsegments) {
-    if (!grow(&p->segs, &p->capsegs, h->nsegments, sizeof *p->segs)) return false;
+    if (!ms_grow(&p->segs, &p->capsegs, h->nsegments, sizeof *p->segs)) return false;
     for (size_t i = 0; i < h->nsegments; i++)
       p->segs[i] = (seg){h->segments[i].address, h->segments[i].stream, h->segments[i].size, h->segments[i].device};
     p->nsegs = h->nsegments;
