@@ -39,24 +39,25 @@ LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/back
   recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbolize.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
-CLI_SRCS := analyzer/main.c analyzer/reader.c analyzer/snapshot_read_tables.c analyzer/snapshot_read_events.c analyzer/stream.c analyzer/tablescan.c analyzer/analysis.c analyzer/frames.c analyzer/match.c analyzer/misuse.c analyzer/strindex.c analyzer/report.c analyzer/analysis_json.c analyzer/cmd_info.c \
-  analyzer/cmd_analyze.c analyzer/cmd_diff.c analyzer/html.c analyzer/page_more.c analyzer/devsplit.c analyzer/livemap.c analyzer/prehistory.c analyzer/timeline.c \
-  analyzer/outfile.c analyzer/pickle_read.c analyzer/pickle_write.c analyzer/import.c analyzer/import_map.c analyzer/import_intern.c analyzer/import_stage.c analyzer/cmd_import.c analyzer/cmd_export.c \
-  analyzer/replay_engine.c analyzer/cmd_replay.c analyzer/cmd_run.c
+# The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
+# folder and the folders before it.
+ANALYZER_STAGES := util read analysis replay report pytorch commands
+stage_srcs = $(sort $(wildcard $(addprefix analyzer/,$(addsuffix /*.c,$(1)))))
+CLI_SRCS := analyzer/main.c $(call stage_srcs,$(ANALYZER_STAGES))
+ANALYZER_HEADERS := $(wildcard analyzer/*/*.h)
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload
 SAMPLES := $(BUILD)/samples/train_loop
 
-.PHONY: all test test-programs sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden install uninstall
+.PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden install uninstall
 all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/libmemsnap_intercept.so $(BUILD)/memsnap
 
 check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
 	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
 
-$(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h recorder/snapshot_schema.h analyzer/analyzer.h analyzer/commands.h \
-  analyzer/pickle.h analyzer/tablescan.h analyzer/importer.h analyzer/snapshot_read.h | check-deps
+$(BUILD)/%.o: %.c recorder/internal.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -97,7 +98,8 @@ $(BUILD)/tests/test_record $(BUILD)/tests/test_modes: $(BUILD)/tests/%: $(BUILD)
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread $(EXTRA_LDFLAGS)
 
 # test_pickle runs the importer in process: it links the CLI's pickle and import objects.
-IMPORT_OBJS = $(addprefix $(BUILD)/analyzer/,import.o import_map.o import_intern.o import_stage.o pickle_read.o pickle_write.o)
+IMPORT_OBJS = $(addprefix $(BUILD)/analyzer/pytorch/,import.o import_base.o import_map.o import_intern.o import_stage.o pickle_read.o \
+  pickle_write.o) $(BUILD)/analyzer/util/outfile.o
 $(BUILD)/tests/test_pickle: tests/test_pickle.c tests/testhelper.h $(IMPORT_OBJS)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) -Ianalyzer $(EXTRA_CFLAGS) -o $@ $< $(IMPORT_OBJS) $(PKG_LIBS) -lm $(EXTRA_LDFLAGS)
 
@@ -111,7 +113,7 @@ $(BUILD)/samples/%.o: samples/%.c recorder/memsnap.h | check-deps
 $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
 
-$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h tests/allochelper.h recorder/memsnap.h recorder/internal.h analyzer/analyzer.h analyzer/pickle.h | check-deps
+$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h tests/allochelper.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -120,8 +122,23 @@ $(BUILD)/tests/liboom_catcher.so: tests/oom_catcher.cc $(BUILD)/libmemsnap.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_COMMON) -shared -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..'
 
-test: test-programs
+test: test-programs test-web-deps
 	@tests/run_tests.sh $(BUILD)
+
+# The page's browser tests drive chromium through playwright-core, an npm package installed into
+# this clone (tests/web/node_modules, pinned by tests/web/package-lock.json): installed here when
+# missing, so that `make test` alone works in a fresh clone. Without npm the browser tests say
+# what is missing and fail; `make deps` installs npm and chromium.
+WEB_TEST_DEPS := tests/web/node_modules/playwright-core/package.json
+test-web-deps:
+	@test -f $(WEB_TEST_DEPS) || { \
+	  if command -v npm >/dev/null; then \
+	    echo "make: installing playwright-core into tests/web/node_modules for the browser tests (npm ci)"; \
+	    cd tests/web && npm ci --no-audit --no-fund --loglevel=error || \
+	      echo "make: npm ci failed in tests/web: the browser tests will fail (is the npm registry reachable?)" >&2; \
+	  else \
+	    echo "make: npm is not installed: the browser tests need it to install playwright-core into tests/web/node_modules (make deps installs it)" >&2; \
+	  fi; }
 
 # A plain CUDA program for `memsnap run` (tests/test_run.sh), linked against the toolkit's
 # libcudart.so when the toolkit has one (the tests say they skip it otherwise).
@@ -236,7 +253,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LINK := -fsanitize=fuzzer,address,undefined
-ANALYZER_OBJS = $(addprefix $(BUILD)/analyzer/,reader.o snapshot_read_tables.o snapshot_read_events.o stream.o tablescan.o analysis.o frames.o match.o misuse.o strindex.o report.o analysis_json.o html.o page_more.o devsplit.o livemap.o prehistory.o timeline.o) $(BUILD)/web_assets.o
+ANALYZER_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(call stage_srcs,util read analysis replay report)) $(BUILD)/web_assets.o
 fuzz: $(BUILD)/tests/gen_snapshots
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang CXX=clang++ OPT=-O1 EXTRA_CFLAGS="$(FUZZ_FLAGS)" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" fuzz-programs
@@ -245,7 +262,7 @@ fuzz: $(BUILD)/tests/gen_snapshots
 fuzz-programs: $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
 
 # fuzz_snapshot replays through libmemsnap (C++ inside: linked by the C++ driver, for UBSan's runtime).
-$(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS) $(BUILD)/analyzer/replay_engine.o $(BUILD)/libmemsnap.so
+$(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS) $(BUILD)/libmemsnap.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(FUZZ_LINK) -o $@ $(filter %.o,$^) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $(PKG_LIBS)
 

@@ -1,6 +1,6 @@
 /* snapshot_schema.h: the format version, tables and event kinds of a snapshot file
  * (docs/snapshot-format.md), each defined here once: the recorder's writer (snapshot.c), the
- * CLI's importer (analyzer/import.c) and its reader (analyzer/reader.c) all use them. */
+ * CLI's importer (analyzer/pytorch/import.c) and its reader (analyzer/read/reader.c) all use them. */
 #ifndef MEMSNAP_SNAPSHOT_SCHEMA_H
 #define MEMSNAP_SNAPSHOT_SCHEMA_H
 
@@ -37,7 +37,7 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     " pc INTEGER, offset INTEGER, inlined INTEGER);";
 
 /* The event kinds, the one list of them: X(ID, "name") in id order from 1. The recorder
- * (MSI_EV_*, recorder/internal.h) and the CLI (MS_*, analyzer/analyzer.h) spell their enums
+ * (MSI_EV_*, recorder/internal.h) and the CLI (MS_*, analyzer/analysis/analysis.h) spell their enums
  * from it, and the table event_kinds holds the names. segment_map and segment_unmap are the
  * pages of expandable segments (and, in async mode, the stream-ordered pool's growth);
  * invalid_free a free of a pointer the allocator did not own (extra: 1 double free, 2 foreign

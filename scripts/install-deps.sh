@@ -33,11 +33,7 @@ if [ ${#need[@]} -gt 0 ]; then
 else
   echo "install-deps: all system packages present"
 fi
-web=$(cd "$(dirname "$0")/../tests/web" && pwd)
-if [ ! -f "$web/node_modules/playwright-core/package.json" ]; then
-  echo "install-deps: installing playwright-core into tests/web/node_modules (npm ci)"
-  (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
-fi
+make --no-print-directory -C "$(dirname "$0")/.." test-web-deps # playwright-core, as `make test` installs it
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda/include/cuda.h" ]; then
   echo "error: CUDA toolkit headers not found in $cuda/include; install the CUDA toolkit (NVIDIA's" >&2

@@ -1,4 +1,4 @@
-"""short_names.py SNAPSHOT CLI: C++ names as reports shorten them (analyzer/frames.c), end to end.
+"""short_names.py SNAPSHOT CLI: C++ names as reports shorten them (analyzer/read/frames.c), end to end.
 
 Writes tricky demangled names (templates holding function types and lambdas, operators, clone
 suffixes, return types, qualifiers) into the native frames of a copy of a snapshot, gives one live

@@ -320,7 +320,7 @@ PY
 check "html: checkpoints carry the rounding of their live blocks (internal fragmentation), to the byte" \
   "grep -q '^ok' $dir/rounded.check || { cat $dir/rounded.check; false; }"
 
-# The events are read from the file's pages (analyzer/tablescan.c) where the file allows, else
+# The events are read from the file's pages (analyzer/read/tablescan.c) where the file allows, else
 # through SQLite: both readers give the same analysis, byte for byte, and the page reader hands
 # over to SQLite at its first anomaly. MEMSNAP_READER=pages makes an anomaly an error (so the
 # tests see which reader ran), =sqlite reads through SQLite only.

@@ -1,13 +1,13 @@
-/* test_pickle.c SNAPSHOT_DIR: the strict unpickler (analyzer/pickle.c) and the importer
- * (analyzer/import.c) in process, on the real PyTorch snapshots of SNAPSHOT_DIR and on every
+/* test_pickle.c SNAPSHOT_DIR: the strict unpickler (analyzer/pytorch/pickle_read.c) and the importer
+ * (analyzer/pytorch/import.c) in process, on the real PyTorch snapshots of SNAPSHOT_DIR and on every
  * truncation and many random corruptions of them: each must end in 0 or an error message that
  * names an offset, never a crash (run it under ASan/UBSan with EXTRA_CFLAGS to check memory).
  * ITER sets the number of random corruptions (default 1000); SEED their seed. */
 #include <stdint.h>
 #include <zlib.h>
 
-#include "analyzer.h"
-#include "pickle.h"
+#include "pytorch/pickle.h"
+#include "pytorch/pytorch.h"
 #include "testhelper.h"
 
 /* The uncompressed bytes of a gzip (or plain) file; NULL if unreadable. */

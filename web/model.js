@@ -1,7 +1,7 @@
 // model.js: the viewer's data code, apart from drawing (tested with node: tests/web/model.test.js).
 //
-// The page's data is one JSON document embedded by `memsnap analyze --html` (analyzer/html.c,
-// analyzer/timeline.c; docs/viewer.md describes it): curves as columns ({t: [...], lo: [...],
+// The page's data is one JSON document embedded by `memsnap analyze --html` (analyzer/report/page.c,
+// analyzer/analysis/timeline.c; docs/viewer.md describes it): curves as columns ({t: [...], lo: [...],
 // hi: [...]}: per time bucket, the lowest and highest value, so a zoomed-out view never loses a
 // peak), allocated memory by site as bands, the largest allocations one by one (detail),
 // checkpoints of the allocator's state (segments as runs of blocks, live bytes by site),

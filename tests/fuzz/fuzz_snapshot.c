@@ -9,7 +9,7 @@
  * duplicating a row. An input whose first byte is 0xff is instead the whole file, byte for byte,
  * for the reader's handling of corrupt files; one whose first byte is 0xfe is a list of byte
  * patches to the seed file (3 bytes of offset, counted from the end, then the byte), which
- * damages the pages of a real snapshot: the events' page reader (analyzer/tablescan.c) and
+ * damages the pages of a real snapshot: the events' page reader (analyzer/read/tablescan.c) and
  * SQLite behind it must answer every one.
  */
 #include <fcntl.h>
@@ -20,7 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../analyzer/analyzer.h"
+#include "../../analyzer/replay/replay.h"
+#include "../../analyzer/report/report.h"
 
 static unsigned char *seed;
 static size_t seed_len;

@@ -2,14 +2,14 @@
 # run.sh [BUILD_DIR]: the viewer's tests under node's test runner, summarised as "N passed,
 # N failed" for tests/run_tests.sh: model.test.js (web/model.js, the data code) and
 # browser.test.js (the report page in chromium, via playwright-core installed in
-# tests/web/node_modules by scripts/install-deps.sh; screenshots in BUILD_DIR/web-artifacts).
+# tests/web/node_modules by `make test` or `make deps`; screenshots in BUILD_DIR/web-artifacts).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 export MEMSNAP_BUILD=$(cd "${1:-$here/../../build}" && pwd)
-for need in node:"node is not installed" "$here/node_modules/playwright-core":"playwright-core is not installed in tests/web" \
+for need in node:"node is not installed" "$here/node_modules/playwright-core":"playwright-core is not installed in tests/web (make test installs it with npm)" \
   "${CHROMIUM:-/usr/bin/chromium}":"chromium is not installed"; do
   if ! command -v "${need%%:*}" >/dev/null && [ ! -e "${need%%:*}" ]; then
-    echo "FAIL ${need#*:} (scripts/install-deps.sh installs it)"
+    echo "FAIL ${need#*:} (make deps installs what is missing)"
     echo "0 passed, 1 failed"
     exit 1
   fi

@@ -1,0 +1,412 @@
+/* analysis.h: what the analyzer computes from a snapshot (prefix ms_): the live blocks every
+ * pass replays (livemap.c), the state when the history starts (prehistory.c), the analysis
+ * itself (analyze.c: peaks, iterations, leak candidates, OOMs), invalid frees (misuse.c), sites
+ * matched across snapshots (match.c) and what the page draws beyond the analysis (timeline.c).
+ * It calls down into the reader (read/) and the helpers (util/) only; reports format what it
+ * computes and never the other way round.
+ */
+#ifndef MEMSNAP_ANALYSIS_H
+#define MEMSNAP_ANALYSIS_H
+
+#include "read/read.h"
+#include "util/util.h"
+
+/* ---- replaying the history into live blocks (livemap.c) --------------------------------- */
+
+/* A live block: address (0: empty slot), its allocation site, a word the pass attaches. */
+typedef struct ms_live_slot {
+  uint64_t key;
+  uint32_t site, aux;
+  int64_t size;
+} ms_live_slot;
+
+typedef struct ms_live_map {
+  ms_live_slot *slots;
+  size_t mask, count;
+} ms_live_map;
+
+/* Adds or replaces slot.key's entry; 0, or -1 when out of memory. */
+int ms_live_put(ms_live_map *m, ms_live_slot slot);
+/* Removes key into *out; false if absent (allocated before the kept history). */
+bool ms_live_take(ms_live_map *m, uint64_t key, ms_live_slot *out);
+void ms_live_free(ms_live_map *m);
+/* Replays an event into the live map: an allocation (of site `alloc_site`, which the caller
+ * resolved, with `aux` attached) adds its block, a free_requested removes it. Returns the bytes
+ * live memory changed by (negative for a free; 0 for other events and for frees of blocks from
+ * before the kept history) and sets *taken to the block added or removed; sets *failed when out
+ * of memory. Every pass replays through this. */
+int64_t ms_replay(ms_live_map *m, const ms_event *e, int64_t alloc_site, uint32_t aux, ms_live_slot *taken,
+                  bool *failed);
+
+/* A total over time in at most MS_BUCKETS time buckets, each with the lowest and highest value
+ * it took: drawn at any zoom, a peak is never lost. */
+#define MS_BUCKETS 4000
+/* The bucket width for the snapshot's time span: at least 1, computed without overflow. */
+int64_t ms_bucket_width(const ms_snapshot *s);
+/* Start of the bucket holding t (clamped into the snapshot's span). */
+int64_t ms_bucket_start(const ms_snapshot *s, int64_t width, int64_t t);
+
+/* Allocation size classes: 4 per power of two. */
+#define MS_SIZE_BINS 256
+static inline int ms_size_bin(int64_t size) {
+  if (size < 4) return size < 0 ? 0 : (int)size;
+  int msb = 63 - __builtin_clzll((unsigned long long)size);
+  return msb * 4 + (int)((size >> (msb - 2)) & 3);
+}
+/* The smallest size in class `bin`. */
+static inline int64_t ms_size_bin_floor(int bin) {
+  if (bin < 4) return bin;
+  if (bin < 8) return 4; /* classes 4 to 7 are unused: sizes 4 to 7 are in classes 8 to 11 */
+  int msb = bin / 4;
+  return ((int64_t)4 + (bin & 3)) << (msb - 2);
+}
+
+/* ---- the state when the history starts (prehistory.c) ------------------------------------ */
+
+/* A block allocated before the kept history: freed by it, or still allocated at the snapshot. */
+typedef struct ms_prior_block {
+  uint64_t address, stream;
+  int64_t size, requested;
+  int device;        /* -1 when its event named none */
+  uint32_t stack_id; /* still allocated: its allocation's (blocks table); freed by the history: the
+                        free's, its allocation's being unknown; 0: none */
+  uint32_t site;     /* the analysis's site for it (set by ms_analyze) */
+  bool alive_at_end;
+} ms_prior_block;
+
+typedef struct ms_prior_segment {
+  uint64_t address, stream;
+  int64_t size;
+  int device;
+  bool classic; /* a device allocation of its own (segment_free, or a row neither an expandable
+                   segment's mapped range nor the async pool's) */
+  bool small;   /* of the small pool (freed by the history: of its segment size, 2 MiB) */
+} ms_prior_segment;
+
+typedef struct ms_prehistory {
+  ms_prior_block *blocks; /* those the history freed, in its order, then those of the snapshot */
+  size_t nblocks;
+  ms_prior_segment *segments; /* for the allocator's layout; the analysis draws them only when layout_known */
+  size_t nsegments;
+  int64_t allocated, reserved; /* when the history starts */
+  int64_t end_bytes, end_count; /* of the blocks, what is still allocated at the snapshot */
+  int64_t device_reserved_change[MS_MAX_DEVICES]; /* what the history's segment events added to
+                                                     each device's reserved memory */
+  bool layout_known; /* false with expandable segments' map/unmap: totals only */
+} ms_prehistory;
+
+/* Which pass starts from the state: the reconstruction reads the history as that pass does. */
+typedef enum {
+  MS_PREHISTORY_ANALYSIS, /* every event counts (analyze.c, timeline.c) */
+  MS_PREHISTORY_REPLAY,   /* only what the replay can replay (replay/engine.c): events with an
+                             address, on devices 0 to MS_MAX_DEVICES - 1; and a second free of an
+                             address the history allocated is inconsistent, not a block from before */
+} ms_prehistory_view;
+
+/* Reconstructs the state when the kept history starts (one pass over its allocation and segment
+ * events, and the snapshot's blocks and segments) into h. Returns 0; -1 when the snapshot cannot
+ * be read, or -2 out of memory, each with s->error set and h empty. */
+int ms_prehistory_build(ms_snapshot *s, ms_prehistory_view view, ms_prehistory *h);
+/* Puts the blocks into a replay's live map (their sites as set); sets *failed out of memory. */
+void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed);
+void ms_prehistory_free(ms_prehistory *h);
+
+/* ---- the analysis (analyze.c) ----------------------------------------------------------- */
+
+typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
+
+typedef struct ms_site {
+  uint32_t stack_id;
+  int64_t allocs, alloc_bytes;     /* over the recorded history */
+  int64_t live_bytes, live_count;  /* replayed, at the end of the history */
+  int64_t end_bytes, end_count;    /* allocated at the snapshot (blocks table) */
+  int64_t first_ns, last_ns;       /* first and last allocation */
+  int64_t thread;                  /* of the first allocation */
+  uint64_t stream;                 /* of the first allocation */
+  bool several_threads, several_streams; /* later allocations came from others too */
+  /* per-iteration evidence */
+  int64_t prev_iter_live, first_iter_live, last_iter_live;
+  int increases, decreases, observed; /* iteration boundaries seen after the first */
+  /* the highest live bytes at a boundary, that boundary (the iteration it ends), the counts
+     above when it was reached, and when live bytes then fell below halfway between the first
+     boundary's and that peak (-1: they did not): the evidence of growth released later */
+  int64_t peak_iter_live, released_ns;
+  int peak_boundary, increases_at_peak, decreases_at_peak;
+  int first_iteration;                /* iteration of the first allocation (-1: before) */
+  int last_iteration;                 /* iteration of the last allocation */
+  int newest_live_iteration;          /* latest iteration that allocated a block still live at the end
+                                         of the history (-1: before the first, or none) */
+  bool before_history;                /* the site of blocks alive at the snapshot that no kept event
+                                         allocated: from before recording (or the kept history) */
+  ms_leak_kind kind;
+  double score, bytes_per_iteration;
+} ms_site;
+
+typedef struct ms_iteration {
+  int index;
+  int64_t start_ns, end_ns;
+  int64_t start_event_id; /* its first event */
+  int64_t peak_allocated, peak_reserved;
+  int64_t peak_ns;
+  int64_t end_unallocated; /* reserved but unallocated at the iteration's end: fragmentation */
+  int64_t end_allocated;   /* allocated at the iteration's end: what a leak adds to, iteration by iteration */
+} ms_iteration;
+
+typedef struct ms_site_bytes {
+  uint32_t site; /* index into sites */
+  int64_t bytes, count;
+} ms_site_bytes;
+
+typedef struct ms_oom {
+  int64_t time_ns, requested, device_free, cached_unallocated, live_bytes;
+  int device;
+  uint32_t stack_id;
+  ms_site_bytes top[5]; /* what was live, largest sites first */
+  int ntop;
+} ms_oom;
+
+typedef struct ms_curve {
+  int64_t t[MS_BUCKETS], lo[MS_BUCKETS], hi[MS_BUCKETS];
+  int n; /* buckets used, in time order */
+} ms_curve;
+
+/* Invalid frees from one site (stack) of one kind (analyzer/misuse.c). */
+typedef struct ms_invalid_free {
+  uint32_t stack_id;
+  int kind;              /* 1 double free, 2 foreign pointer, 3 interior pointer (0 unknown) */
+  int device;
+  int64_t count, first_ns, last_ns;
+  uint64_t address;      /* the first one's */
+  int64_t offset;        /* into the block that holds it */
+  int64_t block_site;    /* interior: site that allocated the block (-1 unknown) */
+  int64_t block_size;
+} ms_invalid_free;
+#define MS_EXTERNAL_MAX 16 /* groups of external memory the analysis keeps */
+
+typedef struct ms_analysis {
+  ms_snapshot *snap;
+  ms_curve *allocated_curve, *reserved_curve;
+  struct ms_timeline *timeline; /* NULL until ms_analyze_timeline */
+  int64_t size_hist[MS_SIZE_BINS]; /* allocations by size class (ms_size_bin) */
+  int64_t *site_of_stack;   /* stack id -> site index + 1 */
+  ms_site *sites; /* sites[i].stack_id; index 0 is the site of allocations without a stack */
+  size_t nsites;
+  int64_t peak_allocated, peak_reserved, peak_allocated_ns, peak_reserved_ns, peak_event_id;
+  int64_t end_allocated, end_reserved;
+  ms_site_bytes *at_peak; /* live by site at the allocated peak, largest first */
+  size_t nat_peak;
+  ms_iteration *iters;
+  size_t niters;
+  char iteration_label[256];
+  char iteration_source[32]; /* "marks", "ranges", "inferred" or "none" */
+  bool iterations_from_range_ends; /* ranges covering part of each step, ending it: see ranges_to_steps */
+  ms_oom *ooms;
+  size_t nooms;
+  uint32_t *leaks; /* site indices, best candidate first */
+  size_t nleaks;
+  uint32_t *top; /* site indices by bytes allocated, largest first */
+  size_t ntop;
+  int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
+  ms_prehistory before; /* the state when the history starts: counted from its first instant */
+  ms_external external[MS_EXTERNAL_MAX]; /* the largest groups, largest first */
+  size_t nexternal;
+  int64_t external_bytes;                 /* all of it */
+  bool truncated;
+  ms_invalid_free *invalid_frees; /* by count, largest first */
+  size_t ninvalid_frees;
+  int64_t invalid_free_total, invalid_free_by_kind[4];
+} ms_analysis;
+
+/* The kind's name in JSON and the page: growing, growing_released, retained, alive. */
+const char *ms_leak_kind_name(ms_leak_kind kind);
+/* Why a site shows no stack ("allocated before recording started", "no stack recorded", ...);
+ * NULL when it has one. */
+const char *ms_site_note(const ms_analysis *a, const ms_site *site);
+/* Runs the analysis; `label` forces the iteration label (NULL: choose). 0 or -1 (s->error). */
+int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label);
+void ms_analysis_free(ms_analysis *a);
+/* Opens the snapshot at `path` and analyzes it, folding `fold`'s frames too (NULL: none): 0, or
+ * -1 with the message in s->error and nothing left to free or close. */
+int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const char *label);
+
+/* ---- where iterations start (iterations.c) ----------------------------------------------- */
+
+/* The start of an iteration, by its source. */
+typedef struct ms_boundary {
+  int64_t id;    /* mark: its event id; else 0 */
+  int64_t time;  /* range: start time */
+  int64_t alloc; /* inferred: the ordinal of the allocation that starts it; else -1 */
+  int64_t end;   /* range: its end */
+} ms_boundary;
+
+/* Normalises a label for grouping: digits and the separators before them dropped. */
+void ms_label_key(const char *label, char *out, size_t len);
+/* The iterations from marks, else ranges: the label `forced` (NULL: the one that repeats most),
+ * its boundaries into *out (malloc'd, the caller frees it) and their number; sets
+ * a->iteration_label and iteration_source. 0 (*out untouched) when no label repeats (or
+ * `forced` is not there); what was read when out of memory or the snapshot is unreadable. */
+size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary **out);
+/* With no repeated mark or range: the period of the allocation pattern, as for
+ * ms_iterations_from_labels; 0 when no period is found. */
+size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out);
+
+/* ---- leak candidates (leaks.c) ----------------------------------------------------------- */
+
+/* Classifies every site (kind, score, bytes per iteration) from the pass's evidence and fills
+ * a->leaks (best first) and a->top (most bytes allocated first); on out of memory they stay
+ * empty. */
+void ms_leaks_classify(ms_analysis *a);
+
+/* ---- invalid frees (misuse.c) ------------------------------------------------------------ */
+
+const char *ms_invalid_free_kind_name(int kind);
+/* Adds an invalid_free event (first pass; `live` is its live-block map). 0, or -1 out of memory. */
+int ms_misuse_add(ms_analysis *a, const ms_event *e, ms_live_map *live);
+/* Orders the sites, most frequent first (after the pass). */
+void ms_misuse_finish(ms_analysis *a);
+
+/* ---- sites matched across snapshots (match.c) -------------------------------------------- */
+
+/* One site in every analysis that has it: site[k] is its index in analysis k + 1 (0: absent);
+ * bytes[k] and count[k] what it holds at snapshot k (sums when several stacks share the key). */
+typedef struct ms_match_row {
+  char *key; /* what identifies it in any process */
+  uint32_t *site;
+  int64_t *bytes, *count;
+} ms_match_row;
+
+typedef struct ms_matches {
+  size_t nanalyses;
+  ms_match_row *rows; /* in the order first seen */
+  size_t n, cap;
+  ms_str_index index; /* rows by key */
+  ms_strtab frame_keys; /* every frame key seen, numbered: site keys are lists of these numbers */
+} ms_matches;
+
+/* Matches the sites of a[0..n) for which want() is true, by what identifies them (function,
+ * file and line of every frame; module name and offset for unnamed frames; never addresses or
+ * ids), into m. 0, or -1 when out of memory (m left empty). */
+int ms_match_sites(const ms_analysis *a, size_t n, bool (*want)(const ms_analysis *a, uint32_t site), ms_matches *m);
+/* The leak candidates of a[0..n) matched by site, best first (the best score a site has in any
+ * snapshot, then its most bytes): m is filled as by ms_match_sites and *rows (malloc'd, the
+ * caller frees it and then m) points into it. Returns how many rows, or -1 when out of memory
+ * (m left empty, *rows NULL). */
+ptrdiff_t ms_match_leaks(const ms_analysis *a, size_t n, ms_matches *m, const ms_match_row ***rows);
+void ms_matches_free(ms_matches *m);
+
+/* ---- what the report page draws (timeline.c) --------------------------------------------- */
+
+/* Allocated memory split by allocation site, for the timeline's stacked bands: per time bucket
+ * (those of allocated_curve), each band's bytes at the moment allocated memory was highest in
+ * that bucket (tp), so the bands add up to the curve's peaks. Band k < nsites is
+ * sites[site[k]]; band nsites is every other site. */
+#define MS_BANDS 12
+typedef struct ms_bands {
+  uint32_t site[MS_BANDS];
+  int nsites;
+  int n; /* buckets */
+  int64_t t[MS_BUCKETS], tp[MS_BUCKETS];
+  int64_t bytes[MS_BUCKETS][MS_BANDS + 1];
+} ms_bands;
+
+/* One allocation the page knows by itself (the largest ones: hover, pin, search by address). */
+#define MS_DETAIL_MAX 20000
+typedef struct ms_detail {
+  int64_t alloc_ns, free_ns; /* free_ns -1: alive at the end of the history */
+  int64_t size, requested;
+  uint64_t address, stream;
+  uint32_t site;
+} ms_detail;
+
+/* The allocator's state at a checkpoint: each segment as runs of blocks in one state. */
+enum { MS_RUN_FREE, MS_RUN_ALLOCATED, MS_RUN_PENDING };
+typedef struct ms_run {
+  int64_t size;
+  uint32_t count; /* blocks merged into the run (free runs: 1) */
+  int state;
+} ms_run;
+
+typedef struct ms_segment_state {
+  uint64_t address, stream;
+  int64_t size;
+  int device;
+  size_t first_run, nruns;
+} ms_segment_state;
+
+typedef enum { MS_CP_EVEN, MS_CP_PEAK, MS_CP_ITERATION_PEAK, MS_CP_OOM, MS_CP_END } ms_checkpoint_kind;
+
+#define MS_CHECKPOINTS_EVEN 48
+#define MS_CHECKPOINT_SITES 200 /* sites listed per checkpoint; the rest are summed */
+#define MS_CHECKPOINT_RUNS 200000     /* runs past which only the peak and the end are kept */
+#define MS_CHECKPOINT_RUNS_EACH 50000 /* runs in one checkpoint; its other segments are left out */
+typedef struct ms_checkpoint {
+  int64_t time_ns;
+  ms_checkpoint_kind kind;
+  int index; /* the iteration or OOM it marks */
+  int64_t allocated, reserved, pending;
+  int64_t rounding; /* allocated beyond the requests in live blocks (internal fragmentation) */
+  size_t first_segment, nsegments;
+  size_t first_site, nsites; /* into site_bytes: live bytes by site, largest first */
+  int64_t other_bytes;       /* live in the sites past MS_CHECKPOINT_SITES */
+  size_t omitted_segments;   /* segments left out past MS_CHECKPOINT_RUNS_EACH runs */
+} ms_checkpoint;
+
+/* Live bytes of the leading leak candidates at the end of every iteration (the page's growth
+ * chart): at most MS_LEAK_SERIES candidates, and none past MS_LEAK_SERIES_ITERATIONS iterations. */
+#define MS_LEAK_SERIES 64
+#define MS_LEAK_SERIES_ITERATIONS 4096
+
+/* The allocator's events (alloc, free_requested, free_completed, segment events) one by one, for
+ * the page to step through its state: kept only when there are at most MS_STEPS_MAX of them. */
+#define MS_STEPS_MAX 120000
+typedef struct ms_step {
+  int64_t time_ns, size, requested; /* requested: an allocation's request (its size when unknown) */
+  uint64_t address;
+  int64_t site; /* an allocation's site; -1 for other events */
+  int kind;
+} ms_step;
+
+/* One segment's life, for the page's segment timeline ("Active Cached Segment Timeline") and the
+ * stack that allocated a segment in its allocator state: from its segment_alloc (or
+ * segment_map: each mapped range of an expandable segment is a span) to its segment_free (or the
+ * unmap of its pages: a range unmapped in part ends, and what is left of it starts anew). A
+ * segment from before the history starts at its first instant (before_history); reserved memory
+ * from before it whose ranges are unknown (expandable segments) is one span at address 0. */
+typedef struct ms_span {
+  uint64_t address, stream;
+  int64_t size, start_ns, end_ns; /* end_ns -1: still reserved at the end of the history */
+  uint32_t stack_id;              /* of the event that made it (0: none) */
+  int device;
+  bool before_history;
+} ms_span;
+#define MS_SPANS_MAX 20000 /* spans kept (the first ones); later ones are counted as omitted */
+
+typedef struct ms_timeline {
+  ms_bands bands;
+  ms_span *spans; /* in start order */
+  size_t nspans;
+  int64_t omitted_spans;
+  uint64_t devices; /* bit d: device d (below MS_MAX_DEVICES) has memory events or segments */
+  ms_step *steps; /* in order */
+  size_t nsteps;
+  bool steps_kept; /* false: too many (steps empty) */
+  int64_t *leak_live; /* [candidate * leak_iterations + iteration], candidates in a->leaks' order */
+  size_t leak_series, leak_iterations;
+  ms_detail *detail; /* in allocation order */
+  size_t ndetail;
+  int64_t detail_min_size, allocations; /* allocations smaller than detail_min_size are only in bands */
+  ms_checkpoint *checkpoints;           /* in time order */
+  size_t ncheckpoints, skipped_checkpoints;
+  ms_segment_state *segments;
+  size_t nsegments;
+  ms_run *runs;
+  size_t nruns;
+  ms_site_bytes *site_bytes;
+  size_t nsite_bytes;
+} ms_timeline;
+
+/* Fills a->timeline with one more pass over the events; 0, or -1 (s->error set). */
+int ms_analyze_timeline(ms_analysis *a);
+void ms_timeline_free(ms_timeline *t);
+
+#endif

@@ -1,0 +1,78 @@
+/* leaks.c: the allocation sites ranked as leak candidates, from the evidence the analysis's pass
+ * gathered at iteration boundaries (analyze.c), and the sites ranked by bytes allocated.
+ *
+ * Leak kinds: `growing` (live bytes rose at most iteration boundaries and end above where they
+ * started), `growing, released` (the same up to the boundary where they were highest, then freed
+ * before the snapshot: what made the peak climb), `retained` (what it holds at the end was
+ * allocated before or in the first two iterations, and held since: weights, optimizer state,
+ * gradients, caches), `alive` (alive at the snapshot, neither: e.g. the last batch of a site that
+ * allocates every iteration). Growing sites rank first whatever their size (that is the evidence
+ * a leak leaves), then growth that was released, then the rest.
+ */
+#include <stdlib.h>
+
+#include "analysis.h"
+
+const char *ms_leak_kind_name(ms_leak_kind kind) {
+  static const char *const names[] = {"growing", "growing_released", "retained", "alive"};
+  return kind >= 0 && kind < 4 ? names[kind] : "alive";
+}
+
+static const ms_analysis *sort_ctx;
+
+static int compare_leaks(const void *x, const void *y) {
+  const ms_site *a = &sort_ctx->sites[*(const uint32_t *)x], *b = &sort_ctx->sites[*(const uint32_t *)y];
+  if (a->score != b->score) return a->score < b->score ? 1 : -1;
+  if (a->end_bytes != b->end_bytes) return a->end_bytes < b->end_bytes ? 1 : -1;
+  return (a->stack_id > b->stack_id) - (a->stack_id < b->stack_id);
+}
+
+static int compare_top(const void *x, const void *y) {
+  const ms_site *a = &sort_ctx->sites[*(const uint32_t *)x], *b = &sort_ctx->sites[*(const uint32_t *)y];
+  if (a->alloc_bytes != b->alloc_bytes) return a->alloc_bytes < b->alloc_bytes ? 1 : -1;
+  return (a->stack_id > b->stack_id) - (a->stack_id < b->stack_id);
+}
+
+/* Growth over `transitions` iteration boundaries: live bytes rose at 60% of them at least and
+ * fell at 20% at most. */
+static bool grew(int transitions, int increases, int decreases) {
+  return transitions >= 2 && increases * 10 >= transitions * 6 && decreases * 5 <= transitions;
+}
+
+void ms_leaks_classify(ms_analysis *a) {
+  int transitions = a->niters > 1 ? (int)a->niters - 1 : 0;
+  a->leaks = malloc(sizeof *a->leaks * (a->nsites ? a->nsites : 1));
+  a->top = malloc(sizeof *a->top * (a->nsites ? a->nsites : 1));
+  if (!a->leaks || !a->top) return;
+  for (size_t i = 0; i < a->nsites; i++) {
+    ms_site *s = &a->sites[i];
+    a->top[a->ntop++] = (uint32_t)i;
+    bool growing = grew(transitions, s->increases, s->decreases) && s->observed > 0 && s->last_iter_live > s->first_iter_live;
+    /* the same evidence up to the boundary where it peaked, then freed (before the snapshot) */
+    bool released = !growing && grew(s->peak_boundary, s->increases_at_peak, s->decreases_at_peak) &&
+                    s->peak_iter_live > s->first_iter_live && s->released_ns >= 0;
+    if (growing) {
+      s->kind = MS_LEAK_GROWING;
+      s->bytes_per_iteration = (double)(s->last_iter_live - s->first_iter_live) / transitions;
+      s->score = 0.6 + 0.4 * (double)s->increases / transitions;
+    } else if (released) {
+      s->kind = MS_LEAK_GROWING_RELEASED;
+      s->bytes_per_iteration = (double)(s->peak_iter_live - s->first_iter_live) / s->peak_boundary;
+      s->score = 0.4 + 0.19 * (double)s->increases_at_peak / transitions;
+    } else if (s->end_bytes > 0 && a->niters > 0 && s->newest_live_iteration <= 1 && s->increases <= 1) {
+      /* what it holds was allocated before or in the first iterations, and held since (it may
+         allocate again later, as a backward op's temporaries beside the gradients it made) */
+      s->kind = MS_LEAK_RETAINED;
+      s->score = 0.3;
+    } else if (s->end_bytes > 0) {
+      s->kind = MS_LEAK_ALIVE;
+      s->score = 0.1;
+    } else {
+      continue;
+    }
+    a->leaks[a->nleaks++] = (uint32_t)i;
+  }
+  sort_ctx = a;
+  qsort(a->leaks, a->nleaks, sizeof *a->leaks, compare_leaks);
+  qsort(a->top, a->ntop, sizeof *a->top, compare_top);
+}

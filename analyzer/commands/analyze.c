@@ -1,0 +1,103 @@
+/* analyze.c: `memsnap analyze [options] SNAPSHOT.db...`: the analysis as a report (analysis/analyze.c,
+ * report/text.c, report/json.c). With several snapshots (one per rank, say): a table side by side, then each
+ * report; with --json, {"snapshots": [analysis, ...]}; with --html, one page with a selector
+ * between them (and between the devices of a snapshot on several: report/page_set.c). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "report/report.h"
+
+static int cmd_analyze(int argc, char **argv) {
+  ms_report_options o = {.max_frames = 4};
+  ms_fold fold = {0};
+  bool json = false;
+  const char *label = NULL, *html = NULL;
+  const char *paths[64];
+  int npaths = 0;
+  for (int i = 1; i < argc; i++) {
+    int taken = ms_stack_option(&ms_analyze_command, argc, argv, &i, &o, &fold);
+    if (taken == 2) return 2;
+    if (taken) continue;
+    if (!strcmp(argv[i], "--json")) json = true;
+    else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) label = argv[++i];
+    else if (!strcmp(argv[i], "--html") && i + 1 < argc) html = argv[++i];
+    else if (argv[i][0] == '-' && argv[i][1]) {
+      return ms_unknown_option(&ms_analyze_command, argv[i], i + 1 == argc);
+    } else if (npaths == 64) {
+      return ms_usage_error(&ms_analyze_command, "at most 64 snapshots at once");
+    } else {
+      paths[npaths++] = argv[i];
+    }
+  }
+  if (!npaths) return ms_usage_error(&ms_analyze_command, "no snapshot given");
+  if (html && json) return ms_usage_error(&ms_analyze_command, "--html and --json: choose one");
+  ms_snapshot *s = calloc((size_t)npaths, sizeof *s);
+  ms_analysis *a = calloc((size_t)npaths, sizeof *a);
+  if (!s || !a) {
+    free(s);
+    free(a);
+    fprintf(stderr, "error: out of memory\n");
+    return 1;
+  }
+  int rc = 0, done = 0;
+  for (; done < npaths; done++) {
+    if (ms_open_analyzed(&s[done], &a[done], paths[done], &fold, label) != 0) {
+      fprintf(stderr, "error: %s\n", s[done].error);
+      rc = 1;
+      break;
+    }
+  }
+  if (rc == 0 && html) {
+    rc = ms_write_html(html, a, (size_t)npaths, label);
+  } else if (rc == 0 && json) {
+    if (npaths > 1) printf("{\"snapshots\": [\n");
+    for (int i = 0; i < npaths && rc == 0; i++) {
+      if (i) printf(",\n");
+      if (ms_report_json(&a[i], stdout) != 0) {
+        fprintf(stderr, "error: out of memory writing JSON\n");
+        rc = 1;
+      }
+    }
+    if (npaths > 1 && rc == 0) {
+      printf("],\n\"matched_leaks\": ");
+      if (ms_report_json_matched(a, (size_t)npaths, stdout) != 0) {
+        fprintf(stderr, "error: out of memory writing JSON\n");
+        rc = 1;
+      }
+      printf("}\n");
+    }
+  } else if (rc == 0) {
+    if (npaths > 1) ms_report_side_by_side(a, (size_t)npaths, stdout);
+    for (int i = 0; i < npaths; i++) {
+      if (npaths > 1) printf("\n");
+      ms_report_text(&a[i], &o, stdout);
+    }
+  }
+  if (rc == 0 && !html) rc = ms_output_status();
+  for (int i = 0; i < done; i++) {
+    ms_analysis_free(&a[i]);
+    ms_close(&s[i]);
+  }
+  free(s);
+  free(a);
+  return rc;
+}
+
+const ms_command ms_analyze_command = {"analyze", cmd_analyze,
+     "memsnap analyze [--json | --html OUT.html] [--full-stacks] [--full-names] [--frames N]\n"
+     "                [--fold PATTERNS] [--iterations LABEL] SNAPSHOT.db...\n"
+     "                            peaks, iterations, leak candidates, OOMs, top sites",
+     "  SNAPSHOT.db...      snapshots to analyze; several (one per rank, say): a table side by side\n"
+     "                      and their leak candidates matched by site, then each report\n"
+     "  --json              the analysis as JSON (docs/analysis-json.md)\n"
+     "  --html OUT.html     the report as a self-contained page (docs/viewer.md); several snapshots,\n"
+     "                      or one with memory on several devices: one page, a selector in its header\n"
+     "                      switching every view between them (a snapshot's devices one by one)\n" MS_STACK_OPTIONS_HELP
+     "  --iterations LABEL  the mark or range label that starts an iteration (default: the one\n"
+     "                      that repeats most, else inferred from the allocation pattern)\n",
+     true};

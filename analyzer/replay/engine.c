@@ -1,0 +1,867 @@
+/* engine.c: plays a snapshot's recorded allocations and frees through memsnap's own
+ * caching allocator (libmemsnap) on the simulated device, under settings of the user's choosing,
+ * and measures what that allocator does: peak allocated and reserved memory, fragmentation at
+ * the peak, device allocations and frees, retries, the first out of memory and what was live.
+ *
+ * Passes over the events (streamed; memory follows the live blocks):
+ *   plan (ms_replay_plan_new)  once per snapshot: the devices and their capacity, the recorded
+ *       settings, what was held when the history began (the snapshot's state less the
+ *       history's net change); only when that is not nothing (a late start: ring overflow,
+ *       recording started mid-run) the blocks and segments live before the history began, as
+ *       prehistory.c reconstructs them for the analysis too (ms_prehistory_build, the replay's
+ *       view of the history).
+ *   run (ms_replay_run)        once per setting: every allocation is asked of the allocator
+ *       with the recorded request, device and stream; every free is returned on its recorded
+ *       stream. The recorded addresses are only keys: the allocator places blocks itself. The
+ *       recorded peaks are followed in the same pass.
+ *
+ * Faithfulness rules (docs/replay.md says what they imply):
+ *   - A free whose free_completed came later is given a stream use (record_stream on a stream
+ *     of its own) and that stream is completed when the recorded free_completed comes: the
+ *     allocator reuses the block when the recorded one did.
+ *   - Segment frees the allocator did not cause are empty_cache calls: a run of segment_free
+ *     (or segment_unmap) events is the allocator's own (retry after out of memory, garbage
+ *     collection, oversize release) when the next event of that device is the segment
+ *     allocation or the out of memory of the same call (same stack when stacks were recorded);
+ *     any other run is replayed as empty_cache.
+ *   - Blocks live before the history began are allocated first, in address order.
+ * Hostile or inconsistent traces (frees of unknown addresses, an allocation at a live address,
+ * devices out of range, too many streams) are counted and skipped, with a note; nothing here
+ * trusts a value from the file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "replay.h"
+
+#define MAX_STREAMS 1024                          /* distinct streams replayed per snapshot */
+#define PSEUDO_STREAM_BASE 0x7ead000000000000ull  /* streams standing for record_stream uses */
+
+/* What the recording did on one device, relative to the history's start. */
+typedef struct rec_device {
+  int64_t net_reserved, max_reserved, alloc_at_max;
+  int64_t net_allocated, max_allocated;
+  int64_t seg_allocs, seg_frees, ooms;
+} rec_device;
+
+typedef struct plan_device {
+  int64_t start_reserved, start_allocated;           /* held when the history began (late start) */
+  int64_t end_reserved, end_allocated, end_segments; /* the snapshot's state */
+} plan_device;
+
+struct ms_replay_plan {
+  ms_replay_config recorded;
+  uint64_t capacity;
+  int ndevices; /* highest device seen + 1 */
+  plan_device dev[MS_REPLAY_DEVICES];
+  ms_prehistory before; /* held when the history began (late start), as laid out: the blocks
+                           with an address, the classic segments; each by device and address */
+  bool late;    /* something was held when the history began */
+  bool checked; /* a replay found the history complete */
+  bool capacity_known; /* the snapshot says how much memory its devices have */
+  bool inconsistent; /* the events do not add up to the snapshot's state, and nothing was held before */
+  bool imported, private_pools, stacks_recorded;
+  char import_source[128];
+};
+
+/* ---- settings ---------------------------------------------------------------------------- */
+
+static const struct {
+  const char *key, *var; /* PYTORCH_CUDA_ALLOC_CONF key, MEMSNAP_ variable */
+} keys[] = {
+    {"max_split_size_mb", "MEMSNAP_MAX_SPLIT_SIZE_MB"},
+    {"max_non_split_rounding_mb", "MEMSNAP_MAX_NON_SPLIT_ROUNDING_MB"},
+    {"roundup_power2_divisions", "MEMSNAP_ROUNDUP_POWER2_DIVISIONS"},
+    {"garbage_collection_threshold", "MEMSNAP_GARBAGE_COLLECTION_THRESHOLD"},
+    {"expandable_segments", "MEMSNAP_EXPANDABLE_SEGMENTS"},
+    {"backend", "MEMSNAP_ALLOCATOR"},
+    {"memory_fraction", "MEMSNAP_MEMORY_FRACTION"},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+int ms_replay_config_set(ms_replay_config *c, const char *key, const char *value, char *err, size_t errlen) {
+  size_t k = 0;
+  for (; k < NKEYS; k++)
+    if (!strcmp(key, keys[k].key) || !strcasecmp(key, keys[k].var)) break;
+  if (k == NKEYS) {
+    snprintf(err, errlen, "unknown setting '%.64s' (known: max_split_size_mb, max_non_split_rounding_mb, "
+             "roundup_power2_divisions, garbage_collection_threshold, expandable_segments, backend, memory_fraction)", key);
+    return -1;
+  }
+  if (strlen(value) >= sizeof c->set[0].value) {
+    snprintf(err, errlen, "the value of %s is too long", keys[k].key);
+    return -1;
+  }
+  int i = 0;
+  while (i < c->n && strcmp(c->set[i].key, keys[k].key)) i++;
+  if (i == c->n) {
+    if (c->n == MS_REPLAY_MAX_SETTINGS) {
+      snprintf(err, errlen, "too many settings");
+      return -1;
+    }
+    c->n++;
+  }
+  snprintf(c->set[i].key, sizeof c->set[i].key, "%s", keys[k].key);
+  snprintf(c->set[i].value, sizeof c->set[i].value, "%s", value);
+  return 0;
+}
+
+/* "default" (and "unlimited" for max_split_size_mb) stands for the default: the key is kept, so
+ * that it replaces a recorded value, but sets nothing. */
+static bool is_default(const ms_replay_setting *set) {
+  return !strcmp(set->value, "default") || (!strcmp(set->key, "max_split_size_mb") && !strcmp(set->value, "unlimited"));
+}
+
+const char *ms_replay_config_get(const ms_replay_config *c, const char *key) {
+  for (int i = 0; i < c->n; i++)
+    if (!strcmp(c->set[i].key, key)) return is_default(&c->set[i]) ? NULL : c->set[i].value;
+  return NULL;
+}
+
+void ms_replay_conf_line(const ms_replay_config *c, char *out, size_t len) {
+  size_t o = 0;
+  out[0] = '\0';
+  for (size_t k = 0; k < NKEYS; k++) { /* the table's order, whatever order they were given in */
+    const char *v = ms_replay_config_get(c, keys[k].key);
+    if (!v || !strcmp(keys[k].key, "memory_fraction") || o >= len) continue;
+    o += (size_t)snprintf(out + o, len - o, "%s%s:%s", o ? "," : "", keys[k].key, v);
+  }
+}
+
+/* A recorded option value as a setting, or nothing when it is the default. */
+static void recorded_setting(ms_replay_config *c, const char *var, const char *value) {
+  char v[216], err[64];
+  snprintf(v, sizeof v, "%s", value);
+  if (!strcmp(var, "MEMSNAP_MAX_SPLIT_SIZE_MB") && !strcmp(v, "unlimited")) return;
+  if (!strcmp(var, "MEMSNAP_MAX_NON_SPLIT_ROUNDING_MB") && !strcmp(v, "20")) return;
+  if (!strcmp(var, "MEMSNAP_GARBAGE_COLLECTION_THRESHOLD") && strtod(v, NULL) == 0) return;
+  if (!strcmp(var, "MEMSNAP_MEMORY_FRACTION") && strtod(v, NULL) >= 1) return;
+  if (!strcmp(var, "MEMSNAP_EXPANDABLE_SEGMENTS")) {
+    if (strcmp(v, "1") && strcmp(v, "true") && strcmp(v, "True")) return;
+    snprintf(v, sizeof v, "True");
+  }
+  if (!strcmp(var, "MEMSNAP_ALLOCATOR")) {
+    if (strcmp(v, "async")) return;
+    snprintf(v, sizeof v, "cudaMallocAsync");
+  }
+  if (!strcmp(var, "MEMSNAP_ROUNDUP_POWER2_DIVISIONS") && v[0] == '[') {
+    /* the list form memsnap writes: one number when every interval has the same, as PyTorch's
+       users write it (0 and 1 both mean off) */
+    unsigned first = 0, d, start;
+    bool same = true;
+    int n = 0;
+    for (const char *p = v + 1; sscanf(p, "%u:%u", &start, &d) == 2; n++) {
+      if (d == 1) d = 0;
+      if (n == 0) first = d;
+      else if (d != first) same = false;
+      p = strchr(p, ',');
+      if (!p) break;
+      p++;
+    }
+    if (n == 0) return;
+    if (same && first == 0) return;
+    if (same) snprintf(v, sizeof v, "%u", first);
+  } else if (!strcmp(var, "MEMSNAP_ROUNDUP_POWER2_DIVISIONS") && strtoul(v, NULL, 10) <= 1) {
+    return;
+  }
+  for (size_t k = 0; k < NKEYS; k++)
+    if (!strcmp(var, keys[k].var)) ms_replay_config_set(c, keys[k].key, v, err, sizeof err);
+}
+
+void ms_replay_recorded_config(const ms_replay_plan *p, ms_replay_config *out) { *out = p->recorded; }
+uint64_t ms_replay_recorded_capacity(const ms_replay_plan *p) { return p->capacity; }
+
+/* ---- the plan: a first pass ---------------------------------------------------------------- */
+
+static int cmp_device_address(int dx, uint64_t ax, int dy, uint64_t ay) {
+  if (dx != dy) return dx - dy;
+  return (ax > ay) - (ax < ay);
+}
+
+static int cmp_block(const void *a, const void *b) {
+  const ms_prior_block *x = a, *y = b;
+  return cmp_device_address(x->device, x->address, y->device, y->address);
+}
+
+static int cmp_segment(const void *a, const void *b) {
+  const ms_prior_segment *x = a, *y = b;
+  return cmp_device_address(x->device, x->address, y->device, y->address);
+}
+
+/* The snapshot's tables beside the events: settings, capacity, state at the snapshot. */
+static int plan_late(ms_snapshot *s, ms_replay_plan *p);
+
+static int plan_option(const char *name, const char *value, void *arg) {
+  recorded_setting(&((ms_replay_plan *)arg)->recorded, name, value);
+  return 0;
+}
+
+static int plan_device_row(const ms_device_row *r, void *arg) {
+  ms_replay_plan *p = arg;
+  /* the largest device's memory (replays give every device the same capacity) */
+  if (r->total_bytes >= (2 << 20) && (!p->capacity_known || (uint64_t)r->total_bytes > p->capacity))
+    p->capacity = (uint64_t)r->total_bytes, p->capacity_known = true;
+  if (r->device < MS_REPLAY_DEVICES && r->device + 1 > p->ndevices) p->ndevices = r->device + 1;
+  return 0;
+}
+
+/* Segments: classic ones are counted (an expandable segment's rows are its mapped ranges, and
+   PyTorch's segment statistic leaves them out too); all of them are reserved. */
+static int plan_segment(const ms_segment_row *r, void *arg) {
+  ms_replay_plan *p = arg;
+  if (r->device >= MS_REPLAY_DEVICES) return 0;
+  p->dev[r->device].end_reserved += r->size;
+  p->dev[r->device].end_segments += !r->expandable && strcmp(r->pool, "async") != 0;
+  if (r->private_pool) p->private_pools = true;
+  if (r->device + 1 > p->ndevices) p->ndevices = r->device + 1;
+  return 0;
+}
+
+static int plan_block(const ms_block_row *r, void *arg) {
+  ms_replay_plan *p = arg;
+  if (r->state == MS_BLOCK_ALLOCATED && r->device < MS_REPLAY_DEVICES) p->dev[r->device].end_allocated += r->size;
+  return 0;
+}
+
+/* The snapshot's tables beside the events: settings, capacity, the devices it names (events on
+ * others are skipped), the state at the snapshot. 0, -1 out of memory, -2 unreadable (s->error). */
+static int plan_tables(ms_snapshot *s, ms_replay_plan *p) {
+  if (ms_options_each(s, plan_option, p) != 0 || ms_devices_each(s, plan_device_row, p) != 0 ||
+      ms_segments_each(s, plan_segment, p) != 0 || ms_blocks_each(s, plan_block, p) != 0)
+    return -2;
+  if (s->device_count > p->ndevices) p->ndevices = s->device_count < MS_REPLAY_DEVICES ? (int)s->device_count : MS_REPLAY_DEVICES;
+  if (p->ndevices == 0) p->ndevices = 1;
+  p->late = s->dropped > 0;
+  return p->late ? plan_late(s, p) : 0;
+}
+
+_Static_assert(MS_REPLAY_DEVICES == MS_MAX_DEVICES, "the reconstruction's devices are the replay's");
+
+/* A history that starts late: what was held when it began (prehistory.c, as the replay reads the
+ * history), kept as the replay lays it out. 0, -1 out of memory, -2 unreadable (s->error). */
+static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
+  ms_prehistory *h = &p->before;
+  int rc = ms_prehistory_build(s, MS_PREHISTORY_REPLAY, h);
+  if (rc != 0) return rc == -2 ? -1 : -2;
+  for (int i = 0; i < MS_REPLAY_DEVICES; i++) {
+    p->dev[i].start_reserved = p->dev[i].end_reserved - h->device_reserved_change[i];
+    if (p->dev[i].start_reserved < 0) p->dev[i].start_reserved = 0;
+  }
+  /* Blocks with an address (the snapshot's devices count as used), and the classic segments:
+     an expandable segment's mapped ranges and the async pool's are the allocator's to make. */
+  size_t n = 0;
+  for (size_t i = 0; i < h->nblocks; i++) {
+    const ms_prior_block *b = &h->blocks[i];
+    if (!b->address) continue;
+    if (b->alive_at_end && b->device + 1 > p->ndevices) p->ndevices = b->device + 1;
+    h->blocks[n++] = *b;
+  }
+  h->nblocks = n;
+  n = 0;
+  for (size_t i = 0; i < h->nsegments; i++)
+    if (h->segments[i].classic && h->segments[i].address) h->segments[n++] = h->segments[i];
+  h->nsegments = n;
+  if (h->nblocks) qsort(h->blocks, h->nblocks, sizeof *h->blocks, cmp_block);
+  if (h->nsegments) qsort(h->segments, h->nsegments, sizeof *h->segments, cmp_segment);
+  return 0;
+}
+
+ms_replay_plan *ms_replay_plan_new(ms_snapshot *s) {
+  ms_replay_plan *p = calloc(1, sizeof *p);
+  if (!p) {
+    snprintf(s->error, sizeof s->error, "out of memory planning the replay of '%s'", s->shown_path);
+    return NULL;
+  }
+  p->capacity = (uint64_t)16 << 30;
+  p->imported = s->import_source[0] != '\0';
+  snprintf(p->import_source, sizeof p->import_source, "%s", s->import_source);
+  int rc = plan_tables(s, p);
+  if (rc == -1) snprintf(s->error, sizeof s->error, "out of memory planning the replay of '%s'", s->shown_path);
+  if (rc != 0) {
+    ms_replay_plan_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+void ms_replay_plan_free(ms_replay_plan *p) {
+  if (!p) return;
+  ms_prehistory_free(&p->before);
+  free(p);
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+/* What the replay holds for a recorded block: the allocator's pointer and device. Indexed by the
+ * live map's aux; free entries chain through `next`. */
+typedef struct held {
+  uint64_t ptr; /* 0: the allocation failed in the replay */
+  int32_t device;
+  uint32_t next;
+} held;
+
+typedef struct run_state {
+  ms_snapshot *s;
+  const ms_replay_plan *p;
+  ms_replay_result *r;
+  ms_live_map live;     /* recorded address -> held (aux), size = recorded size, site = stack */
+  ms_live_map deferred; /* frees waiting for their recorded completion: aux = pseudo stream */
+  held *held;
+  size_t nheld, held_cap;
+  uint32_t free_held; /* index + 1 of the first free entry; 0 none */
+  uint32_t *pseudo_free;
+  size_t npseudo_free, pseudo_cap, npseudo;
+  ms_event pending_free[MS_REPLAY_DEVICES]; /* a free whose completion may come later */
+  bool has_pending_free[MS_REPLAY_DEVICES];
+  rec_device rec[MS_REPLAY_DEVICES];         /* what the recording did */
+  uint64_t streams[MAX_STREAMS];
+  int nstreams;
+  int seg_run[MS_REPLAY_DEVICES];          /* segment frees seen and not yet explained */
+  uint32_t seg_run_stack[MS_REPLAY_DEVICES];
+  int64_t seg_run_reserved[MS_REPLAY_DEVICES]; /* recorded reserved bytes before the run */
+  bool host_oom;
+} run_state;
+
+static void note(ms_replay_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(ms_replay_result *r, const char *fmt, ...) {
+  if (r->nnotes >= MS_REPLAY_NOTES) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->notes[r->nnotes++], sizeof r->notes[0], fmt, ap);
+  va_end(ap);
+}
+
+static uint32_t held_new(run_state *st, uint64_t ptr, int device) {
+  uint32_t i;
+  if (st->free_held) {
+    i = st->free_held - 1;
+    st->free_held = st->held[i].next;
+  } else {
+    if (!ms_grow(&st->held, &st->held_cap, st->nheld + 1, sizeof *st->held)) {
+      st->host_oom = true;
+      return UINT32_MAX;
+    }
+    i = (uint32_t)st->nheld++;
+  }
+  st->held[i] = (held){ptr, device, 0};
+  return i;
+}
+
+static void held_release(run_state *st, uint32_t i) {
+  st->held[i].next = st->free_held;
+  st->free_held = i + 1;
+}
+
+/* Whether the stream may be replayed (a trace with more distinct streams than MAX_STREAMS is
+ * refused past that: each costs the allocator a free set). */
+static bool stream_ok(run_state *st, uint64_t stream) {
+  for (int i = st->nstreams - 1; i >= 0; i--)
+    if (st->streams[i] == stream) return true;
+  if (st->nstreams == MAX_STREAMS) return false;
+  st->streams[st->nstreams++] = stream;
+  return true;
+}
+
+static void update_peak(ms_replay_device *d, int device) {
+  memsnap_stats_t stats;
+  if (memsnap_get_stats(device, &stats) != MEMSNAP_OK) return;
+  int64_t reserved = stats.reserved_bytes[MEMSNAP_POOL_ALL].current;
+  int64_t allocated = stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
+  if (reserved > d->peak_reserved || (reserved == d->peak_reserved && allocated > d->allocated_at_peak)) {
+    d->peak_reserved = reserved;
+    d->allocated_at_peak = allocated;
+  }
+}
+
+static int cmp_slot_site(const void *a, const void *b) {
+  const ms_live_slot *x = a, *y = b;
+  return (x->site > y->site) - (x->site < y->site);
+}
+
+/* The first out of memory of a device: what was live there, largest sites first. */
+static void first_oom(run_state *st, const ms_event *e, int64_t request, bool recorded) {
+  ms_replay_device *d = &st->r->dev[e->device];
+  memsnap_stats_t stats;
+  d->oom = true;
+  d->oom_was_recorded = recorded;
+  d->oom_event_id = e->id;
+  d->oom_time_ns = e->time_ns;
+  d->oom_request = request;
+  d->oom_stream = (int64_t)e->stream;
+  d->oom_stack = e->stack_id;
+  if (memsnap_get_stats(e->device, &stats) == MEMSNAP_OK) {
+    d->oom_allocated = stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
+    d->oom_reserved = stats.reserved_bytes[MEMSNAP_POOL_ALL].current;
+  }
+  ms_live_slot *v = malloc(sizeof *v * (st->live.count + 1));
+  size_t n = 0;
+  if (!v) return;
+  for (size_t i = 0; st->live.slots && i <= st->live.mask; i++) {
+    const ms_live_slot *sl = &st->live.slots[i];
+    if (sl->key && st->held[sl->aux].ptr && st->held[sl->aux].device == e->device) v[n++] = *sl;
+  }
+  qsort(v, n, sizeof *v, cmp_slot_site);
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    int64_t bytes = 0, count = 0;
+    for (; j < n && v[j].site == v[i].site; j++) bytes += v[j].size, count++;
+    int k = d->oom_ntop < MS_REPLAY_TOP ? d->oom_ntop++ : MS_REPLAY_TOP - 1;
+    if (k == MS_REPLAY_TOP - 1 && d->oom_ntop == MS_REPLAY_TOP && bytes <= d->oom_top_bytes[k]) {
+      i = j;
+      continue;
+    }
+    while (k > 0 && d->oom_top_bytes[k - 1] < bytes) { /* insertion into the sorted top */
+      d->oom_top_bytes[k] = d->oom_top_bytes[k - 1];
+      d->oom_top_count[k] = d->oom_top_count[k - 1];
+      d->oom_top_stack[k] = d->oom_top_stack[k - 1];
+      k--;
+    }
+    d->oom_top_bytes[k] = bytes;
+    d->oom_top_count[k] = count;
+    d->oom_top_stack[k] = v[i].site;
+    i = j;
+  }
+  free(v);
+}
+
+/* Allocates `request` bytes for the recorded block at e->address. */
+static void replay_alloc(run_state *st, const ms_event *e, int64_t request, uint64_t address, uint32_t stack) {
+  ms_replay_result *r = st->r;
+  ms_replay_device *d = &r->dev[e->device];
+  ms_live_slot old;
+  if (ms_live_take(&st->live, address, &old)) { /* two live blocks at one address */
+    if (r->duplicate_allocs++ == 0)
+      note(r, "event %lld allocates at 0x%llx, which a block still held (its free is missing): that block was "
+           "freed first", (long long)e->id, (unsigned long long)address);
+    if (st->held[old.aux].ptr) memsnap_release((void *)(uintptr_t)st->held[old.aux].ptr);
+    held_release(st, old.aux);
+  }
+  void *ptr = NULL;
+  int rc = memsnap_alloc(&ptr, (size_t)request, e->device, (memsnap_stream_t)(uintptr_t)e->stream);
+  if (rc == MEMSNAP_ENOMEM) {
+    d->failed_allocs++;
+    if (!d->oom) first_oom(st, e, request, false);
+  } else if (rc != MEMSNAP_OK) {
+    r->bad_events++;
+    return;
+  }
+  uint32_t h = held_new(st, (uint64_t)(uintptr_t)ptr, e->device);
+  if (h == UINT32_MAX || ms_live_put(&st->live, (ms_live_slot){address, stack, h, e->size}) != 0) {
+    st->host_oom = true;
+    return;
+  }
+  if (ptr) update_peak(d, e->device);
+}
+
+/* Frees the recorded block of free_requested event e; `deferred`: its completion comes later
+ * (stream uses), so the replay's block waits for it on a stream of its own. */
+static void replay_free(run_state *st, const ms_event *e, bool deferred) {
+  ms_replay_result *r = st->r;
+  ms_live_slot slot;
+  if (!ms_live_take(&st->live, e->address, &slot)) {
+    if (r->unknown_frees++ == 0)
+      note(r, "event %lld frees 0x%llx, which no allocation of the history or of the snapshot's state holds: "
+           "skipped", (long long)e->id, (unsigned long long)e->address);
+    return;
+  }
+  held h = st->held[slot.aux];
+  held_release(st, slot.aux);
+  if (!h.ptr) return; /* its allocation failed in the replay */
+  void *ptr = (void *)(uintptr_t)h.ptr;
+  if (deferred) {
+    uint32_t ps;
+    if (st->npseudo_free) ps = st->pseudo_free[--st->npseudo_free];
+    else ps = (uint32_t)st->npseudo++;
+    memsnap_record_stream(ptr, (memsnap_stream_t)(uintptr_t)(PSEUDO_STREAM_BASE + ps));
+    if (ms_live_put(&st->deferred, (ms_live_slot){e->address, 0, ps, 0}) != 0) st->host_oom = true;
+    r->deferred_frees++;
+  }
+  memsnap_free(ptr, 0, h.device, (memsnap_stream_t)(uintptr_t)e->stream);
+}
+
+static void replay_free_completed(run_state *st, const ms_event *e) {
+  ms_live_slot slot;
+  if (!ms_live_take(&st->deferred, e->address, &slot)) return; /* completed with its request */
+  memsnap_sim_synchronize((memsnap_stream_t)(uintptr_t)(PSEUDO_STREAM_BASE + slot.aux));
+  if (!ms_grow(&st->pseudo_free, &st->pseudo_cap, st->npseudo_free + 1, sizeof *st->pseudo_free)) {
+    st->host_oom = true;
+    return;
+  }
+  st->pseudo_free[st->npseudo_free++] = slot.aux;
+}
+
+/* Whether the recorded allocator released cached segments by itself before `next`: the same
+ * call (same stack) when stacks were recorded; else when the device was full for the segment
+ * it then allocated (a retry, or max_split_size's release of oversize blocks), or above the
+ * garbage collection threshold. */
+static bool allocator_released(const run_state *st, int device, const ms_event *next) {
+  if (!next || (next->kind != MS_SEGMENT_ALLOC && next->kind != MS_SEGMENT_MAP && next->kind != MS_OOM)) return false;
+  if (st->seg_run_stack[device] && next->stack_id) return st->seg_run_stack[device] == next->stack_id;
+  if (next->kind == MS_OOM) return true;
+  const char *f = ms_replay_config_get(&st->p->recorded, "memory_fraction");
+  const char *gc = ms_replay_config_get(&st->p->recorded, "garbage_collection_threshold");
+  double fraction = f ? strtod(f, NULL) : 1.0, limit = (double)st->p->capacity * (fraction > 0 && fraction < 1 ? fraction : 1.0);
+  double before = (double)st->seg_run_reserved[device];
+  if (before + (double)next->size > limit) return true;
+  return gc && fraction < 1 && before > strtod(gc, NULL) * limit;
+}
+
+/* A run of segment frees the allocator did not cause: an empty_cache call. */
+static void explain_segment_frees(run_state *st, int device, const ms_event *next) {
+  if (!st->seg_run[device]) return;
+  bool allocators = allocator_released(st, device, next);
+  st->seg_run[device] = 0;
+  if (!allocators) { /* empty_cache releases every device's cache: their runs are this call's */
+    memsnap_empty_cache();
+    st->r->empty_caches++;
+    memset(st->seg_run, 0, sizeof st->seg_run);
+  }
+}
+
+/* Follows the recorded reserved and allocated memory (relative to the history's start). */
+static void record(rec_device *d, const ms_event *e) {
+  switch (e->kind) {
+    case MS_ALLOC: d->net_allocated += e->size; break;
+    case MS_FREE_REQUESTED: d->net_allocated -= e->size; break;
+    case MS_SEGMENT_ALLOC:
+    case MS_SEGMENT_MAP: d->seg_allocs++, d->net_reserved += e->size; break;
+    case MS_SEGMENT_FREE:
+    case MS_SEGMENT_UNMAP: d->seg_frees++, d->net_reserved -= e->size; break;
+    case MS_OOM: d->ooms++; break;
+    default: break;
+  }
+  if (d->net_allocated > d->max_allocated) d->max_allocated = d->net_allocated;
+  if (d->net_reserved > d->max_reserved || (d->net_reserved == d->max_reserved && d->net_allocated > d->alloc_at_max)) {
+    d->max_reserved = d->net_reserved;
+    d->alloc_at_max = d->net_allocated;
+  }
+}
+
+static int run_event(const ms_event *e, void *arg) {
+  run_state *st = arg;
+  ms_replay_result *r = st->r;
+  r->events++;
+  if (e->kind == MS_SNAPSHOT || e->kind == MS_MARK || e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP) return 0;
+  if (e->kind < MS_ALLOC || e->kind > MS_SEGMENT_UNMAP) {
+    r->bad_events++;
+    return 0;
+  }
+  if (e->device < 0 || e->device >= st->r->ndevices) {
+    r->bad_events++;
+    return 0;
+  }
+  if ((e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) && !st->seg_run[e->device])
+    st->seg_run_reserved[e->device] = st->p->dev[e->device].start_reserved + st->rec[e->device].net_reserved;
+  record(&st->rec[e->device], e);
+  if (st->has_pending_free[e->device]) { /* the free before: completed at once, or later? */
+    st->has_pending_free[e->device] = false;
+    bool now = e->kind == MS_FREE_COMPLETED && e->address == st->pending_free[e->device].address;
+    replay_free(st, &st->pending_free[e->device], !now);
+    if (now) return 0;
+  }
+  if (e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) {
+    if (st->seg_run[e->device]++ == 0) st->seg_run_stack[e->device] = e->stack_id;
+    return 0;
+  }
+  explain_segment_frees(st, e->device, e);
+  if (!stream_ok(st, e->stream)) {
+    snprintf(r->error, sizeof r->error, "event %lld: more than %d distinct streams: stopped there", (long long)e->id,
+             MAX_STREAMS);
+    return 1;
+  }
+  switch (e->kind) {
+    case MS_ALLOC:
+      if ((e->size <= 0 && e->requested <= 0) || !e->address) {
+        r->bad_events++;
+        return 0;
+      }
+      r->replayed++;
+      replay_alloc(st, e, e->requested > 0 ? e->requested : e->size, e->address, e->stack_id);
+      break;
+    case MS_FREE_REQUESTED: /* done at the device's next event, which says when it completed */
+      r->replayed++;
+      st->pending_free[e->device] = *e;
+      st->has_pending_free[e->device] = true;
+      break;
+    case MS_FREE_COMPLETED: replay_free_completed(st, e); break;
+    case MS_OOM: { /* the recorded program ran out of memory here: does the replay? */
+      int64_t request = e->requested > 0 ? e->requested : e->size;
+      void *ptr = NULL;
+      if (request <= 0) break;
+      int rc = memsnap_alloc(&ptr, (size_t)request, e->device, (memsnap_stream_t)(uintptr_t)e->stream);
+      if (rc == MEMSNAP_ENOMEM) r->dev[e->device].failed_allocs++;
+      if (rc == MEMSNAP_ENOMEM && !r->dev[e->device].oom) first_oom(st, e, request, true);
+      if (rc == MEMSNAP_OK && ptr) {
+        update_peak(&r->dev[e->device], e->device);
+        memsnap_release(ptr);
+        note(r, "device %d: the recorded out of memory at event %lld (%lld bytes) does not happen in this replay; "
+             "what the program did after it is replayed as recorded", e->device, (long long)e->id, (long long)request);
+      }
+      break;
+    }
+    default: break; /* segment allocations: the allocator makes its own */
+  }
+  if (st->host_oom) {
+    snprintf(r->error, sizeof r->error, "out of host memory at event %lld", (long long)e->id);
+    return 1;
+  }
+  return 0;
+}
+
+/* Sets the environment for libmemsnap's next initialisation: the sim backend with the plan's
+ * devices, no recording, no dumps, and the config's settings (nothing from the caller's
+ * environment). */
+static int configure(const ms_replay_plan *p, const ms_replay_config *c, ms_replay_result *r) {
+  const char *var;
+  for (int i = 0; (var = memsnap_option_info(i, NULL, NULL)) != NULL; i++) unsetenv(var);
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  unsetenv("PYTORCH_ALLOC_CONF");
+  char v[64];
+  setenv("MEMSNAP_BACKEND", "sim", 1);
+  snprintf(v, sizeof v, "%d", r->ndevices);
+  setenv("MEMSNAP_SIM_DEVICES", v, 1);
+  snprintf(v, sizeof v, "%llu", (unsigned long long)(c->capacity ? c->capacity : p->capacity));
+  setenv("MEMSNAP_SIM_CAPACITY", v, 1);
+  setenv("MEMSNAP_OOM", "null", 1);
+  setenv("MEMSNAP_STACKS", "none", 1);
+  for (int i = 0; i < c->n; i++)
+    for (size_t k = 0; k < NKEYS; k++)
+      if (!strcmp(c->set[i].key, keys[k].key) && !is_default(&c->set[i])) setenv(keys[k].var, c->set[i].value, 1);
+  /* Initialise now, with the library's warnings kept off stderr: an invalid value is this
+     replay's error, said once by the caller. */
+  memsnap_shutdown();
+  fflush(stderr);
+  int saved = dup(2), null = open("/dev/null", O_WRONLY);
+  if (saved >= 0 && null >= 0) dup2(null, 2);
+  const char *backend = memsnap_backend_name();
+  char message[512];
+  snprintf(message, sizeof message, "%s", memsnap_last_error());
+  if (saved >= 0) {
+    dup2(saved, 2);
+    close(saved);
+  }
+  if (null >= 0) close(null);
+  if (!backend || strcmp(backend, "sim") != 0) {
+    snprintf(r->error, sizeof r->error, "the simulated device did not start: %.400s", message);
+    return -1;
+  }
+  if (strstr(message, "invalid value")) {
+    r->invalid_setting = true;
+    snprintf(r->error, sizeof r->error, "%s", message);
+    return -1;
+  }
+  return 0;
+}
+
+int ms_replay_check_config(const ms_replay_plan *p, const ms_replay_config *c, char *err, size_t errlen) {
+  ms_replay_result *r = calloc(1, sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  r->ndevices = p->ndevices ? p->ndevices : 1;
+  int rc = configure(p, c, r);
+  if (rc != 0) snprintf(err, errlen, "%s", r->error);
+  memsnap_shutdown();
+  free(r);
+  return rc;
+}
+
+/* One block of the start's layout: a live block, or a filler for a free range (kept in *fill
+ * to free once every segment is laid out). */
+static void lay(run_state *st, const ms_prior_segment *seg, const ms_prior_block *b, int64_t gap, void ***fill, size_t *nfill,
+                size_t *fill_cap) {
+  if (b) {
+    ms_event e = {.kind = MS_ALLOC, .device = b->device, .stream = b->stream, .address = b->address, .size = b->size,
+                  .requested = b->requested, .stack_id = b->stack_id};
+    replay_alloc(st, &e, b->requested > 0 ? b->requested : b->size, b->address, b->stack_id);
+    st->r->preloaded_blocks++;
+    st->r->preloaded_bytes += b->size;
+    return;
+  }
+  int64_t chunk = seg->small ? (1 << 20) : gap; /* small pool: requests of 1 MiB at most */
+  if (!seg->small && gap <= (1 << 20)) return;  /* a large-pool request is over 1 MiB */
+  for (int64_t left = gap; left > 0; left -= chunk) {
+    void *ptr = NULL;
+    if (memsnap_alloc(&ptr, (size_t)(left < chunk ? left : chunk), seg->device, (memsnap_stream_t)(uintptr_t)seg->stream) != MEMSNAP_OK)
+      return;
+    if (!ms_grow(fill, fill_cap, *nfill + 1, sizeof **fill)) {
+      st->host_oom = true;
+      memsnap_release(ptr);
+      return;
+    }
+    (*fill)[(*nfill)++] = ptr;
+  }
+}
+
+/* Rebuilds what was held when the history began: each classic segment of that time (the
+ * snapshot's, rewound through the history) laid out in address order, its live blocks where they
+ * were and its free ranges cached; then the live blocks outside them (expandable segments). */
+static void preload(run_state *st) {
+  const ms_prehistory *h = &st->p->before;
+  void **fill = NULL;
+  size_t nfill = 0, fill_cap = 0, next = 0;
+  bool *done = calloc(h->nblocks + 1, sizeof *done);
+  if (!done) {
+    st->host_oom = true;
+    return;
+  }
+  for (size_t g = 0; g < h->nsegments && !st->host_oom; g++) {
+    const ms_prior_segment *seg = &h->segments[g];
+    if (seg->device >= st->r->ndevices || !stream_ok(st, seg->stream)) continue;
+    if (!seg->small) { /* a large segment: one block of its size first, cached, then carved */
+      void *whole = NULL;
+      if (memsnap_alloc(&whole, (size_t)seg->size, seg->device, (memsnap_stream_t)(uintptr_t)seg->stream) == MEMSNAP_OK)
+        memsnap_release(whole);
+    }
+    uint64_t cursor = seg->address, end = seg->address + (uint64_t)seg->size;
+    while (next < h->nblocks && (h->blocks[next].device < seg->device ||
+                                 (h->blocks[next].device == seg->device && h->blocks[next].address < seg->address)))
+      next++;
+    for (size_t i = next; i < h->nblocks && h->blocks[i].device == seg->device && h->blocks[i].address < end; i++) {
+      const ms_prior_block *b = &h->blocks[i];
+      if (b->address < cursor || b->address + (uint64_t)b->size > end) continue; /* overlapping: placed later */
+      if (b->address > cursor) lay(st, seg, NULL, (int64_t)(b->address - cursor), &fill, &nfill, &fill_cap);
+      lay(st, seg, b, 0, &fill, &nfill, &fill_cap);
+      done[i] = true;
+      cursor = b->address + (uint64_t)b->size;
+    }
+    if (cursor < end) lay(st, seg, NULL, (int64_t)(end - cursor), &fill, &nfill, &fill_cap);
+  }
+  for (size_t i = 0; i < h->nblocks && !st->host_oom; i++)
+    if (!done[i] && h->blocks[i].device < st->r->ndevices && stream_ok(st, h->blocks[i].stream))
+      lay(st, NULL, &h->blocks[i], 0, NULL, NULL, NULL);
+  for (size_t i = 0; i < nfill; i++) memsnap_release(fill[i]);
+  free(fill);
+  free(done);
+}
+
+static void recorded_numbers(const ms_replay_plan *p, const rec_device *rec, ms_replay_result *r) {
+  for (int i = 0; i < r->ndevices; i++) {
+    const rec_device *d = &rec[i];
+    const plan_device *pd = &p->dev[i];
+    ms_replay_device *o = &r->dev[i];
+    /* What was held when the history began: the state at the snapshot less the history's net. */
+    int64_t start_reserved = pd->end_reserved - d->net_reserved, start_allocated = pd->end_allocated - d->net_allocated;
+    if (start_reserved < 0) start_reserved = 0;
+    if (start_allocated < 0) start_allocated = 0;
+    o->used = d->seg_allocs || d->max_allocated || pd->end_segments || d->ooms || d->net_allocated || pd->end_reserved;
+    o->rec_peak_reserved = start_reserved + d->max_reserved;
+    o->rec_allocated_at_peak = start_allocated + d->alloc_at_max;
+    o->rec_peak_allocated = start_allocated + d->max_allocated;
+    o->rec_device_allocs = d->seg_allocs;
+    o->rec_device_frees = d->seg_frees;
+    o->rec_segments_end = pd->end_segments;
+    o->rec_ooms = d->ooms;
+  }
+}
+
+/* Whether the recording's net change differs from the snapshot's state: something was held
+ * before the history began. */
+static bool started_late(const ms_replay_plan *p, const rec_device *rec) {
+  for (int i = 0; i < p->ndevices; i++)
+    if (rec[i].net_reserved != p->dev[i].end_reserved || rec[i].net_allocated != p->dev[i].end_allocated) return true;
+  return false;
+}
+
+int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, ms_replay_result *r) {
+  memset(r, 0, sizeof *r);
+  r->config = *c;
+  r->ndevices = p->ndevices ? p->ndevices : 1;
+  for (int i = 0; i < r->ndevices; i++) r->dev[i].capacity = (int64_t)(c->capacity ? c->capacity : p->capacity);
+  if (configure(p, c, r) != 0) {
+    r->failed = true;
+    memsnap_shutdown();
+    return -1;
+  }
+  run_state st = {.s = s, .p = p, .r = r};
+  preload(&st);
+  int64_t base_allocs[MS_REPLAY_DEVICES] = {0}, base_frees[MS_REPLAY_DEVICES] = {0};
+  for (int i = 0; i < r->ndevices && r->preloaded_blocks; i++) { /* counted from the history's start */
+    memsnap_stats_t stats;
+    if (memsnap_get_stats(i, &stats) != MEMSNAP_OK) continue;
+    base_allocs[i] = stats.num_device_alloc;
+    base_frees[i] = stats.num_device_free;
+  }
+  int rc = st.host_oom ? 1 : ms_events_each(s, run_event, &st);
+  for (int i = 0; i < r->ndevices && rc == 0; i++) {
+    if (st.has_pending_free[i]) replay_free(&st, &st.pending_free[i], true); /* pending at the snapshot */
+    explain_segment_frees(&st, i, NULL);
+  }
+  if (rc != 0) {
+    r->failed = true;
+    if (!r->error[0]) snprintf(r->error, sizeof r->error, "%.500s", s->error);
+  }
+  for (int i = 0; i < r->ndevices; i++) {
+    memsnap_stats_t stats;
+    ms_replay_device *d = &r->dev[i];
+    if (memsnap_get_stats(i, &stats) != MEMSNAP_OK) continue;
+    d->peak_allocated = stats.allocated_bytes[MEMSNAP_POOL_ALL].peak;
+    if (stats.reserved_bytes[MEMSNAP_POOL_ALL].peak > d->peak_reserved) { /* a peak between two allocations */
+      d->peak_reserved = stats.reserved_bytes[MEMSNAP_POOL_ALL].peak;
+      d->allocated_at_peak = stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
+    }
+    d->device_allocs = stats.num_device_alloc - base_allocs[i];
+    d->device_frees = stats.num_device_free - base_frees[i];
+    d->retries = stats.num_alloc_retries;
+    d->ooms = stats.num_ooms;
+    d->segments_end = stats.segment[MEMSNAP_POOL_ALL].current;
+  }
+  if (!p->late && !p->checked && !p->inconsistent && !r->failed && started_late(p, st.rec)) {
+    /* found late: the blocks live before the history are needed, and this replay again */
+    ms_live_free(&st.live);
+    ms_live_free(&st.deferred);
+    free(st.held);
+    free(st.pseudo_free);
+    memsnap_shutdown();
+    p->late = true;
+    int prc = plan_late(s, p);
+    if (prc != 0) {
+      memset(r, 0, sizeof *r);
+      r->config = *c;
+      r->failed = true;
+      snprintf(r->error, sizeof r->error, "%.500s", prc == -1 ? "out of host memory" : s->error);
+      return -1;
+    }
+    if (!s->dropped && p->before.nblocks == 0 && p->before.nsegments == 0) { /* nothing was held: the events do not add up */
+      p->late = false;
+      p->inconsistent = true;
+    }
+    return ms_replay_run(s, p, c, r);
+  }
+  p->checked = true;
+  recorded_numbers(p, st.rec, r);
+  if (r->bad_events)
+    note(r, "%lld events with an unknown kind, no size or address, or a device outside 0 to %d were skipped",
+         (long long)r->bad_events, r->ndevices - 1);
+  if (p->late)
+    note(r, "the history starts late (%s): what was held when it began was rebuilt from the snapshot's state "
+         "rewound through the history (%zu segments, %lld live blocks of %lld bytes), laid out as recorded "
+         "under every setting; how the program got there, and what the settings would have changed before it, "
+         "could not be known",
+         s->dropped ? "the ring dropped its oldest events" : "recording started after the first allocations",
+         p->before.nsegments, (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
+  if (!p->capacity_known && !c->capacity)
+    note(r, "the snapshot does not say how much memory the device has: %llu GiB assumed (--capacity sets it)",
+         (unsigned long long)(p->capacity >> 30));
+  if (p->inconsistent)
+    note(r, "the events do not add up to the snapshot's segments and blocks, and no block or segment was held "
+         "before them: the trace is inconsistent, and the recorded figures are those of its events");
+  if (p->private_pools)
+    note(r, "the snapshot holds private pools (CUDA graphs, MemPool); the history does not say which allocations "
+         "went to them, so all are replayed in the default pools");
+  if (p->imported)
+    note(r, "imported from PyTorch (%s): record_stream uses are known only through frees completed later; "
+         "the replay keeps the recorded order of events, not the GPU's timing", p->import_source);
+  ms_live_free(&st.live);
+  ms_live_free(&st.deferred);
+  free(st.held);
+  free(st.pseudo_free);
+  memsnap_shutdown();
+  return r->failed ? -1 : 0;
+}

@@ -1,0 +1,318 @@
+/* json.c: the analysis as JSON (docs/analysis-json.md), the only code that writes it.
+ *
+ *   ms_report_json          `memsnap analyze --json`: the document, its stacks as frames
+ *   ms_json_analysis        the same sections into a caller's object: the report page (page.c)
+ *                           embeds them, its stacks as numbers into its own tables, beside the
+ *                           data only the page draws (docs/viewer.md)
+ *   ms_report_json_matched  several snapshots: their leak candidates matched by site
+ *   ms_json_site_stacks, ms_json_process   the stack and process keys, for `memsnap diff --json`
+ *
+ * The keys and their meanings are the contract's, whoever asks: a caller chooses only how an
+ * entry refers to its stack and how long the long lists are (ms_json_options), never a key.
+ */
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+
+typedef struct doc {
+  const ms_analysis *a;
+  const ms_json_options *o;
+} doc;
+
+static const ms_json_options as_frames; /* every list whole, stacks as their frames */
+
+/* ---- stacks ------------------------------------------------------------------------------ */
+
+static cJSON *json_frames(const ms_snapshot *s, const uint32_t *ids, size_t n) {
+  cJSON *arr = cJSON_CreateArray();
+  for (size_t i = 0; arr && i < n; i++) {
+    const ms_frame *f = &s->frames[ids[i]];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", f->name);
+    cJSON_AddStringToObject(o, "short_name", f->short_name);
+    cJSON_AddStringToObject(o, "file", f->file);
+    cJSON_AddNumberToObject(o, "line", (double)f->line);
+    cJSON_AddStringToObject(o, "kind", f->python ? "python" : "native");
+    if (!f->python) cJSON_AddStringToObject(o, "module", f->module);
+    if (!f->python) cJSON_AddBoolToObject(o, "inlined", f->inlined);
+    cJSON_AddItemToArray(arr, o);
+  }
+  return arr;
+}
+
+/* The stack keys of an entry: `stack` (its frames that matter, or the caller's number for it),
+ * `full_stack` (with frames), `stack_id`, and `stack_note` (`note`, or "no stack recorded" when
+ * NULL) when it has none. `site` is the analysis site the entry is about, -1 for one event's. */
+static void stack_keys(const doc *d, cJSON *o, int64_t site, uint32_t stack_id, const char *note) {
+  const ms_snapshot *s = d->a->snap;
+  if (d->o->stack_ref) {
+    cJSON_AddNumberToObject(o, "stack", (double)d->o->stack_ref(d->o->ctx, site, stack_id));
+  } else {
+    uint32_t ids[256];
+    size_t n = ms_stack_frames_that_matter(s, stack_id, ids, 256);
+    cJSON_AddItemToObject(o, "stack", json_frames(s, ids, n));
+    if (stack_id && stack_id < s->nstacks)
+      cJSON_AddItemToObject(o, "full_stack", json_frames(s, s->stacks[stack_id].frames, s->stacks[stack_id].depth));
+    else
+      cJSON_AddItemToObject(o, "full_stack", cJSON_CreateArray());
+  }
+  cJSON_AddNumberToObject(o, "stack_id", stack_id);
+  if (!stack_id) cJSON_AddStringToObject(o, "stack_note", note ? note : "no stack recorded");
+}
+
+static void site_keys(const doc *d, cJSON *o, uint32_t site) {
+  const ms_site *st = &d->a->sites[site];
+  stack_keys(d, o, site, st->stack_id, ms_site_note(d->a, st));
+}
+
+void ms_json_site_stacks(cJSON *o, const ms_analysis *a, uint32_t site) { site_keys(&(doc){a, &as_frames}, o, site); }
+
+void ms_json_process(cJSON *o, const ms_snapshot *s) {
+  if (s->pid > 0) cJSON_AddNumberToObject(o, "pid", (double)s->pid);
+  else cJSON_AddNullToObject(o, "pid");
+  if (s->host[0]) cJSON_AddStringToObject(o, "host", s->host);
+  else cJSON_AddNullToObject(o, "host");
+}
+
+/* An entry of a site's list: `bytes_key` and `count_key` (what it holds), then its stack keys. */
+static cJSON *site_entry(const doc *d, uint32_t site, const char *bytes_key, int64_t bytes, const char *count_key,
+                         int64_t count) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, bytes_key, (double)bytes);
+  cJSON_AddNumberToObject(o, count_key, (double)count);
+  site_keys(d, o, site);
+  return o;
+}
+
+/* ---- the sections, in the contract's order ------------------------------------------------ */
+
+static void add_before_history(cJSON *o, const ms_analysis *a) {
+  const ms_prehistory *h = &a->before;
+  cJSON *b = cJSON_AddObjectToObject(o, "before_history");
+  cJSON_AddNumberToObject(b, "allocated_bytes", (double)h->allocated);
+  cJSON_AddNumberToObject(b, "blocks", (double)h->nblocks);
+  cJSON_AddNumberToObject(b, "allocated_at_snapshot_bytes", (double)h->end_bytes);
+  cJSON_AddNumberToObject(b, "blocks_at_snapshot", (double)h->end_count);
+  cJSON_AddNumberToObject(b, "reserved_bytes", (double)h->reserved);
+  cJSON_AddBoolToObject(b, "segments_known", h->layout_known);
+  cJSON_AddNumberToObject(b, "segments", (double)h->nsegments);
+}
+
+static void add_summary(cJSON *root, const ms_analysis *a) {
+  const ms_snapshot *s = a->snap;
+  cJSON *summary = cJSON_AddObjectToObject(root, "summary");
+  cJSON_AddStringToObject(summary, "path", s->shown_path);
+  cJSON_AddNumberToObject(summary, "format_version", s->format_version);
+  ms_json_process(summary, s);
+  cJSON_AddStringToObject(summary, "backend", s->backend);
+  cJSON_AddNumberToObject(summary, "events", (double)s->nevents);
+  cJSON_AddNumberToObject(summary, "recorded_events", (double)s->recorded);
+  cJSON_AddNumberToObject(summary, "dropped_events", (double)s->dropped);
+  cJSON_AddBoolToObject(summary, "truncated", a->truncated);
+  cJSON_AddNumberToObject(summary, "duration_ns", (double)(s->last_ns - s->first_ns));
+  cJSON_AddNumberToObject(summary, "first_ns", (double)s->first_ns);
+  cJSON_AddNumberToObject(summary, "last_ns", (double)s->last_ns);
+  cJSON_AddNumberToObject(summary, "peak_allocated_bytes", (double)a->peak_allocated);
+  cJSON_AddNumberToObject(summary, "peak_allocated_ns", (double)a->peak_allocated_ns);
+  cJSON_AddNumberToObject(summary, "peak_reserved_bytes", (double)a->peak_reserved);
+  cJSON_AddNumberToObject(summary, "peak_reserved_ns", (double)a->peak_reserved_ns);
+  cJSON_AddNumberToObject(summary, "allocated_bytes", (double)a->end_allocated);
+  cJSON_AddNumberToObject(summary, "reserved_bytes", (double)a->end_reserved);
+  add_before_history(summary, a);
+  cJSON_AddNumberToObject(summary, "segments", (double)a->segments);
+  cJSON_AddStringToObject(summary, "iteration_source", a->iteration_source);
+  cJSON_AddStringToObject(summary, "iteration_edges", a->iterations_from_range_ends ? "range ends" : "starts");
+  cJSON_AddStringToObject(summary, "iteration_label", a->iteration_label);
+}
+
+static void add_iterations(cJSON *root, const ms_analysis *a) {
+  cJSON *iters = cJSON_AddArrayToObject(root, "iterations");
+  for (size_t i = 0; iters && i < a->niters; i++) {
+    const ms_iteration *it = &a->iters[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", (double)i);
+    cJSON_AddStringToObject(o, "label", a->iteration_label);
+    cJSON_AddNumberToObject(o, "start_ns", (double)it->start_ns);
+    cJSON_AddNumberToObject(o, "end_ns", (double)it->end_ns);
+    cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)it->peak_allocated);
+    cJSON_AddNumberToObject(o, "peak_allocated_ns", (double)it->peak_ns);
+    cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)it->peak_reserved);
+    cJSON_AddNumberToObject(o, "end_allocated_bytes", (double)it->end_allocated);
+    cJSON_AddNumberToObject(o, "unallocated_at_end_bytes", (double)it->end_unallocated);
+    cJSON_AddItemToArray(iters, o);
+  }
+}
+
+static void add_leaks(cJSON *root, const doc *d) {
+  const ms_analysis *a = d->a;
+  size_t n = d->o->max_leaks && d->o->max_leaks < a->nleaks ? d->o->max_leaks : a->nleaks;
+  cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");
+  for (size_t i = 0; leaks && i < n; i++) {
+    const ms_site *st = &a->sites[a->leaks[i]];
+    bool released = st->kind == MS_LEAK_GROWING_RELEASED;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", ms_leak_kind_name(st->kind));
+    cJSON_AddNumberToObject(o, "score", st->score);
+    cJSON_AddNumberToObject(o, "live_bytes", (double)st->end_bytes);
+    cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
+    cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
+    cJSON_AddNumberToObject(o, "iterations_grown", released ? st->increases_at_peak : st->increases);
+    cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
+    cJSON_AddNumberToObject(o, "peak_iteration", released ? st->peak_boundary : -1);
+    cJSON_AddNumberToObject(o, "peak_iteration_live_bytes", released ? (double)st->peak_iter_live : -1);
+    cJSON_AddNumberToObject(o, "first_seen_ns", (double)st->first_ns);
+    cJSON_AddNumberToObject(o, "last_seen_ns", (double)st->last_ns);
+    site_keys(d, o, a->leaks[i]);
+    cJSON_AddItemToArray(leaks, o);
+  }
+}
+
+static void add_ooms(cJSON *root, const doc *d) {
+  const ms_analysis *a = d->a;
+  cJSON *ooms = cJSON_AddArrayToObject(root, "oom");
+  for (size_t i = 0; ooms && i < a->nooms; i++) {
+    const ms_oom *m = &a->ooms[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "time_ns", (double)m->time_ns);
+    cJSON_AddNumberToObject(o, "device", m->device);
+    cJSON_AddNumberToObject(o, "requested_bytes", (double)m->requested);
+    cJSON_AddNumberToObject(o, "device_free_bytes", (double)m->device_free);
+    cJSON_AddNumberToObject(o, "cached_unallocated_bytes", (double)m->cached_unallocated);
+    cJSON_AddNumberToObject(o, "live_bytes", (double)m->live_bytes);
+    stack_keys(d, o, -1, m->stack_id, NULL);
+    cJSON *top = cJSON_AddArrayToObject(o, "live_by_site");
+    for (int k = 0; top && k < m->ntop; k++)
+      cJSON_AddItemToArray(top, site_entry(d, m->top[k].site, "live_bytes", m->top[k].bytes, "live_count", m->top[k].count));
+    cJSON_AddItemToArray(ooms, o);
+  }
+}
+
+static void add_invalid_frees(cJSON *root, const doc *d) {
+  const ms_analysis *a = d->a;
+  cJSON *o = cJSON_AddObjectToObject(root, "invalid_frees");
+  if (!o) return;
+  cJSON_AddNumberToObject(o, "count", (double)a->invalid_free_total);
+  for (int k = 1; k <= 3; k++) cJSON_AddNumberToObject(o, ms_invalid_free_kind_name(k), (double)a->invalid_free_by_kind[k]);
+  size_t n = d->o->max_invalid_sites && d->o->max_invalid_sites < a->ninvalid_frees ? d->o->max_invalid_sites
+                                                                                     : a->ninvalid_frees;
+  cJSON *sites = cJSON_AddArrayToObject(o, "sites");
+  for (size_t i = 0; sites && i < n; i++) {
+    const ms_invalid_free *f = &a->invalid_frees[i];
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "kind", ms_invalid_free_kind_name(f->kind));
+    cJSON_AddNumberToObject(s, "count", (double)f->count);
+    cJSON_AddNumberToObject(s, "first_ns", (double)f->first_ns);
+    cJSON_AddNumberToObject(s, "last_ns", (double)f->last_ns);
+    cJSON_AddNumberToObject(s, "device", f->device);
+    cJSON_AddNumberToObject(s, "address", (double)f->address);
+    cJSON_AddNumberToObject(s, "offset", (double)f->offset);
+    stack_keys(d, s, -1, f->stack_id, NULL);
+    if (f->block_site >= 0) {
+      cJSON *b = cJSON_AddObjectToObject(s, "block");
+      cJSON_AddNumberToObject(b, "size", (double)f->block_size);
+      site_keys(d, b, (uint32_t)f->block_site);
+    }
+    cJSON_AddItemToArray(sites, s);
+  }
+}
+
+static void add_external(cJSON *root, const ms_analysis *a) {
+  cJSON *ext = cJSON_AddArrayToObject(root, "external");
+  for (size_t i = 0; ext && i < a->nexternal; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "source", a->external[i].source);
+    cJSON_AddStringToObject(o, "library", a->external[i].library);
+    cJSON_AddNumberToObject(o, "count", (double)a->external[i].count);
+    cJSON_AddNumberToObject(o, "bytes", (double)a->external[i].bytes);
+    cJSON_AddItemToArray(ext, o);
+  }
+}
+
+int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o) {
+  doc d = {a, o ? o : &as_frames};
+  add_summary(root, a);
+  cJSON *peak = cJSON_AddArrayToObject(root, "live_at_peak");
+  for (size_t i = 0; peak && i < a->nat_peak; i++)
+    cJSON_AddItemToArray(peak, site_entry(&d, a->at_peak[i].site, "live_bytes", a->at_peak[i].bytes, "live_count",
+                                          a->at_peak[i].count));
+  add_iterations(root, a);
+  add_leaks(root, &d);
+  add_ooms(root, &d);
+  add_invalid_frees(root, &d);
+  cJSON *top = cJSON_AddArrayToObject(root, "top_sites");
+  for (size_t i = 0; top && i < a->ntop && i < 20; i++) {
+    const ms_site *st = &a->sites[a->top[i]];
+    if (st->allocs) cJSON_AddItemToArray(top, site_entry(&d, a->top[i], "allocated_bytes", st->alloc_bytes, "allocations", st->allocs));
+  }
+  cJSON *frag = cJSON_AddObjectToObject(root, "fragmentation");
+  cJSON_AddNumberToObject(frag, "reserved_unallocated_bytes", (double)(a->end_reserved - a->end_allocated));
+  cJSON_AddNumberToObject(frag, "free_blocks_in_split_segments", (double)a->free_blocks_in_split_segments);
+  cJSON_AddNumberToObject(frag, "free_bytes_in_split_segments", (double)a->split_free_bytes);
+  add_external(root, a);
+  /* every section is there, or memory ran out on the way */
+  static const char *const sections[] = {"summary", "live_at_peak", "iterations", "leaks", "oom", "invalid_frees",
+                                         "top_sites", "fragmentation", "external"};
+  for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
+    if (!cJSON_GetObjectItemCaseSensitive(root, sections[i])) return -1;
+  return 0;
+}
+
+/* Prints `value` as formatted JSON (then a newline if `newline`) and deletes it; 0, or -1 when
+ * out of memory (nothing printed). */
+static int print_json(cJSON *value, bool newline, FILE *out) {
+  char *text = value ? cJSON_Print(value) : NULL;
+  cJSON_Delete(value);
+  if (!text) return -1;
+  fputs(text, out);
+  if (newline) fputc('\n', out);
+  cJSON_free(text);
+  return 0;
+}
+
+int ms_report_json(const ms_analysis *a, FILE *out) {
+  cJSON *root = cJSON_CreateObject();
+  if (root && ms_json_analysis(root, a, NULL) != 0) {
+    cJSON_Delete(root);
+    return -1;
+  }
+  return print_json(root, true, out);
+}
+
+/* ---- several snapshots ------------------------------------------------------------------- */
+
+int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out) {
+  ms_matches m;
+  const ms_match_row **rows;
+  ptrdiff_t nrows = ms_match_leaks(a, n, &m, &rows);
+  if (nrows < 0) return -1;
+  cJSON *arr = cJSON_CreateArray();
+  for (ptrdiff_t r = 0; arr && r < nrows; r++) {
+    cJSON *o = cJSON_CreateObject(), *per = cJSON_CreateArray();
+    size_t first = n;
+    for (size_t k = 0; k < n; k++) {
+      if (!rows[r]->site[k]) {
+        cJSON_AddItemToArray(per, cJSON_CreateNull());
+        continue;
+      }
+      const ms_site *st = &a[k].sites[rows[r]->site[k] - 1];
+      cJSON *c = cJSON_CreateObject();
+      cJSON_AddStringToObject(c, "kind", ms_leak_kind_name(st->kind));
+      cJSON_AddNumberToObject(c, "score", st->score);
+      cJSON_AddNumberToObject(c, "live_bytes", (double)rows[r]->bytes[k]);
+      cJSON_AddNumberToObject(c, "live_count", (double)rows[r]->count[k]);
+      cJSON_AddNumberToObject(c, "stack_id", st->stack_id);
+      cJSON_AddItemToArray(per, c);
+      if (first == n) first = k;
+    }
+    ms_json_site_stacks(o, &a[first], rows[r]->site[first] - 1);
+    cJSON_AddItemToObject(o, "per_snapshot", per);
+    cJSON_AddItemToArray(arr, o);
+  }
+  free(rows);
+  ms_matches_free(&m);
+  return print_json(arr, false, out);
+}

@@ -1,0 +1,111 @@
+/* report.h: an analysis written out (prefix ms_): as text for a terminal (text.c), as JSON
+ * (json.c; docs/analysis-json.md) and as the report page (page.c, page_more.c, and page_set.c for
+ * the page's documents: a snapshot on several devices gives one per device). Reports format what
+ * the analysis computed; they call down into analysis/, read/ and util/ only.
+ */
+#ifndef MEMSNAP_REPORT_H
+#define MEMSNAP_REPORT_H
+
+#include "analysis/analysis.h"
+
+/* ---- the page's data beyond page.c's (page_more.c) ----------------------------------------- */
+
+/* page.c's tables, which page_more.c adds to and refers to. */
+struct cJSON;
+typedef struct ms_page_refs {
+  void *ctx;
+  uint32_t (*stack)(void *ctx, uint32_t stack_id); /* adds a stack (its frames that matter): its page id */
+  int (*frame)(void *ctx, uint32_t frame_id);      /* adds a frame: its page index */
+  int (*cut)(void *ctx);                           /* the frame "(outer frames not shown)": its index */
+  const struct cJSON *stacks;                      /* the page's stacks, keyed by id */
+} ms_page_refs;
+/* The segment spans and the whole stacks behind the frames that matter, as the text
+ * `,"segment_spans":{...},"all_stacks":{...}` to append to the page's document (docs/viewer.md;
+ * a->timeline built). NULL when out of memory; the caller frees it. */
+char *ms_page_more(const ms_analysis *a, const ms_page_refs *r);
+/* ---- the documents of a report page (page_set.c) ----------------------------------------- */
+
+/* A device of a snapshot, read through the reader's device filter and analyzed by itself. */
+typedef struct ms_page_device {
+  ms_snapshot snap;
+  ms_analysis analysis;
+  bool opened, analyzed;
+} ms_page_device;
+
+typedef struct ms_page_set {
+  ms_analysis **docs; /* what the page shows, in order: the caller's analyses and the devices' */
+  size_t ndocs;
+  ms_page_device **devices;
+  size_t ndevices;
+  char error[2600];
+} ms_page_set;
+
+/* The page's documents for analyses a[0..n): each one, or for a snapshot with events or
+ * segments on several devices, one per device (shown as "PATH, device N"), analyzed with
+ * `label` (NULL: each chooses). 0, or -1 with ps->error set; either way ms_page_set_free
+ * closes what it opened. */
+int ms_page_set_build(ms_page_set *ps, ms_analysis *a, size_t n, const char *label);
+void ms_page_set_free(ms_page_set *ps);
+/* Writes the report page of the n analyses (page.c; a snapshot on several devices gives a
+ * document per device, analyzed with `label`: page_set.c) to `out`, atomically, never over one
+ * of the snapshots. 0, or 1 (message printed). */
+int ms_write_html(const char *out, ms_analysis *a, size_t n, const char *label);
+/* ---- output (text.c) ------------------------------------------------------------------ */
+
+typedef struct ms_report_options {
+  bool full_stacks;
+  bool full_names; /* whole C++ names, not short ones */
+  int max_frames;  /* frames shown per stack when not full */
+} ms_report_options;
+
+/* Prints a stack, one frame a line after `indent` (the frames that matter, or all of them with
+ * full_stacks), or `note` in parentheses when stack_id is 0 ("no stack recorded" if NULL). */
+void ms_print_stack(const ms_snapshot *s, uint32_t stack_id, const char *note, const ms_report_options *o,
+                    const char *indent, FILE *out);
+
+void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
+/* One line per snapshot (one per rank, say): peaks, iterations, the first leak candidate; then
+ * the leading leak candidates matched across the snapshots (match.c), one row each. */
+void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out);
+/* Writes the report page (page.c): web/viewer.html with the analyses embedded, a data document
+ * each (several: the page has a selector between them); 0, or -1 when out of memory, when the
+ * page's pass over the events fails (s->error set) or when writing to out fails (out may then
+ * hold part of the page). */
+int ms_report_html(ms_analysis *const *a, size_t n, FILE *out);
+/* Bytes ("1.50 MiB") and times ("12.3 ms") as the text reports write them, into out[len]. */
+void ms_format_bytes(int64_t bytes, char *out, size_t len);
+void ms_format_ns(int64_t ns, char *out, size_t len);
+
+/* ---- the analysis as JSON (json.c; docs/analysis-json.md) ----------------------- */
+
+struct cJSON;
+/* What a caller of ms_json_analysis chooses; {0} (or NULL) is `memsnap analyze --json`. */
+typedef struct ms_json_options {
+  size_t max_leaks;         /* leak candidates listed; 0: all */
+  size_t max_invalid_sites; /* invalid_frees' sites listed; 0: all */
+  /* NULL: each entry's `stack` and `full_stack` hold its frames. Else its `stack` is
+     stack_ref(ctx, site, stack_id), a number into the caller's own table of stacks (site: the
+     analysis site of a site's entry, -1 for one event's stack), and full_stack is left out. */
+  int64_t (*stack_ref)(void *ctx, int64_t site, uint32_t stack_id);
+  void *ctx;
+} ms_json_options;
+
+/* Adds the analysis's sections (summary, live_at_peak, iterations, leaks, oom, invalid_frees,
+ * top_sites, fragmentation, external) to the object `root`, as options `o` (NULL: as --json)
+ * say. 0, or -1 when out of memory (root may hold part of them; the caller deletes it). */
+int ms_json_analysis(struct cJSON *root, const ms_analysis *a, const ms_json_options *o);
+/* Prints the analysis as JSON (`memsnap analyze --json`) and a newline; 0, or -1 when out of
+ * memory (nothing printed). */
+int ms_report_json(const ms_analysis *a, FILE *out);
+/* The leak candidates of several analyses matched across them, as a JSON array (the
+ * "matched_leaks" of analyze --json with several snapshots); 0, or -1 when out of memory
+ * (nothing printed). */
+int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out);
+/* Adds a site's stack keys to a JSON object (stack and full_stack with frames, stack_id, and
+ * stack_note for a site without a stack); a key that cannot be allocated is left out. */
+void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* Adds "pid" and "host" to a JSON object, null where the snapshot does not say (imported); a key
+ * that cannot be allocated is left out. */
+void ms_json_process(struct cJSON *o, const ms_snapshot *s);
+
+#endif

@@ -1,0 +1,404 @@
+/* text.c: an analysis as a text report for a terminal (the JSON is json.c's).
+ *
+ * Stacks are shortened to the frames that matter and C++ names to their short form (frames.c),
+ * so that a PyTorch stack reads as its operator and the Python line, and an autograd thread's as
+ * its operator and backward node. The full stack and whole names stay available (--full-stacks,
+ * --full-names, and always in JSON's `full_stack` and `name`).
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+
+void ms_format_bytes(int64_t bytes, char *out, size_t len) {
+  const char *sign = bytes < 0 ? "-" : "";
+  double v = (double)(bytes < 0 ? 0 - (uint64_t)bytes : (uint64_t)bytes); /* INT64_MIN too */
+  if (v < 1024) snprintf(out, len, "%s%.0f B", sign, v);
+  else if (v < 1048576.0) snprintf(out, len, "%s%.2f KiB", sign, v / 1024.0);
+  else if (v < 1073741824.0) snprintf(out, len, "%s%.2f MiB", sign, v / 1048576.0);
+  else snprintf(out, len, "%s%.2f GiB", sign, v / 1073741824.0);
+}
+
+void ms_format_ns(int64_t ns, char *out, size_t len) {
+  double v = (double)ns;
+  if (ns < 1000) snprintf(out, len, "%lld ns", (long long)ns);
+  else if (ns < 1000000) snprintf(out, len, "%.1f us", v / 1e3);
+  else if (ns < 1000000000) snprintf(out, len, "%.1f ms", v / 1e6);
+  else snprintf(out, len, "%.2f s", v / 1e9);
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+void ms_print_stack(const ms_snapshot *s, uint32_t stack_id, const char *note, const ms_report_options *o,
+                    const char *indent, FILE *out) {
+  if (stack_id == 0 || stack_id >= s->nstacks) {
+    fprintf(out, "%s(%s)\n", indent, note ? note : "no stack recorded");
+    return;
+  }
+  uint32_t ids[4096];
+  size_t n;
+  if (o->full_stacks) {
+    const ms_stack *k = &s->stacks[stack_id];
+    n = k->depth < 4096 ? k->depth : 4096;
+    memcpy(ids, k->frames, sizeof *ids * n);
+  } else {
+    n = ms_stack_frames_that_matter(s, stack_id, ids, (size_t)o->max_frames);
+  }
+  for (size_t i = 0; i < n; i++) {
+    const ms_frame *f = &s->frames[ids[i]];
+    const char *name = o->full_names ? f->name : f->short_name;
+    if (f->file[0] && f->line > 0)
+      fprintf(out, "%s%s (%s:%lld%s)\n", indent, name, o->full_stacks ? f->file : base_name(f->file), (long long)f->line,
+              f->inlined ? ", inlined" : "");
+    else if (!f->python && f->module[0]) fprintf(out, "%s%s [%s]\n", indent, name, base_name(f->module));
+    else fprintf(out, "%s%s\n", indent, name);
+  }
+}
+
+static void print_site(const ms_analysis *a, uint32_t site, const ms_report_options *o, const char *indent, FILE *out) {
+  ms_print_stack(a->snap, a->sites[site].stack_id, ms_site_note(a, &a->sites[site]), o, indent, out);
+}
+
+
+/* What the snapshot held that no kept event made: counted from the history's first instant. */
+static void print_before_history(const ms_analysis *a, FILE *out) {
+  const ms_prehistory *h = &a->before;
+  if (h->allocated == 0 && h->reserved == 0) return;
+  char b1[32], b2[32], b3[32];
+  ms_format_bytes(h->allocated, b1, sizeof b1);
+  ms_format_bytes(h->reserved, b2, sizeof b2);
+  ms_format_bytes(h->end_bytes, b3, sizeof b3);
+  fprintf(out, "  before the history: %s allocated in %zu blocks (%s of it still allocated at the snapshot),\n"
+               "    %s reserved (reconstructed from the snapshot; counted from the history's first instant)\n",
+          b1, h->nblocks, b3, b2);
+}
+
+/* Byte amounts of one column as text, in one unit with as many decimals as it takes for values
+ * that differ to read differently (up to 6, then exact bytes): a leak's +2 MiB beside 1 GiB shows. */
+static void format_column(const int64_t *v, size_t n, size_t stride, char (*out)[40]) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int64_t max = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t x = *(const int64_t *)((const char *)v + i * stride);
+    if (x > max) max = x;
+  }
+  int u = 0;
+  while (u < 4 && max >= ((int64_t)1024 << (10 * u))) u++;
+  double scale = (double)((int64_t)1 << (10 * u));
+  for (int decimals = u ? 2 : 0; decimals <= 6; decimals++) {
+    bool distinct = true;
+    for (size_t i = 0; i < n; i++) {
+      int64_t x = *(const int64_t *)((const char *)v + i * stride);
+      snprintf(out[i], sizeof out[i], "%.*f %s", decimals, (double)x / scale, units[u]);
+      for (size_t k = 0; k < i && distinct; k++)
+        if (strcmp(out[k], out[i]) == 0 && *(const int64_t *)((const char *)v + k * stride) != x) distinct = false;
+    }
+    if (distinct) return;
+  }
+  for (size_t i = 0; i < n; i++) snprintf(out[i], sizeof out[i], "%lld B", (long long)*(const int64_t *)((const char *)v + i * stride));
+}
+
+/* The iteration table: each byte column in one unit, with the digits its differences need. */
+static void print_iterations(const ms_analysis *a, FILE *out) {
+  enum { ROWS = 4096 }; /* more iterations: the first and last ROWS / 2 */
+  char (*cols)[40] = malloc(sizeof *cols * a->niters * 4);
+  if (!cols) return;
+  const ms_iteration *it = a->iters;
+  format_column(&it->peak_allocated, a->niters, sizeof *it, cols);
+  format_column(&it->peak_reserved, a->niters, sizeof *it, cols + a->niters);
+  format_column(&it->end_allocated, a->niters, sizeof *it, cols + 2 * a->niters);
+  format_column(&it->end_unallocated, a->niters, sizeof *it, cols + 3 * a->niters);
+  fprintf(out, "  %5s %12s %16s %16s %18s %22s\n", "#", "start", "peak allocated", "peak reserved", "allocated at end",
+          "cached unused at end");
+  for (size_t i = 0; i < a->niters; i++) {
+    if (a->niters > ROWS && i == ROWS / 2) {
+      fprintf(out, "  %5s (%zu iterations not shown: --json lists them all)\n", "...", a->niters - ROWS);
+      i = a->niters - ROWS / 2;
+    }
+    char t[32];
+    ms_format_ns(it[i].start_ns, t, sizeof t);
+    fprintf(out, "  %5zu %12s %16s %16s %18s %22s\n", i, t, cols[i], cols[a->niters + i], cols[2 * a->niters + i],
+            cols[3 * a->niters + i]);
+  }
+  free(cols);
+}
+
+/* The invalid frees (analysis/misuse.c) as a section of their own, when there are any. */
+static void print_invalid_frees(const ms_analysis *a, const ms_report_options *o, FILE *out) {
+  if (!a->invalid_free_total) return;
+  char t1[32], b1[32];
+  fprintf(out, "\ninvalid frees (frees of pointers the allocator did not own; nothing was freed)\n");
+  fprintf(out, "  %lld: %lld double free(s), %lld foreign pointer(s), %lld interior pointer(s), at %zu site(s)\n",
+          (long long)a->invalid_free_total, (long long)a->invalid_free_by_kind[1], (long long)a->invalid_free_by_kind[2],
+          (long long)a->invalid_free_by_kind[3], a->ninvalid_frees);
+  for (size_t i = 0; i < a->ninvalid_frees && i < 10; i++) {
+    const ms_invalid_free *f = &a->invalid_frees[i];
+    ms_format_ns(f->first_ns, t1, sizeof t1);
+    fprintf(out, "  %lld x %s, first at %s: %#llx", (long long)f->count, ms_invalid_free_kind_name(f->kind), t1,
+            (unsigned long long)f->address);
+    if (f->kind == 3) {
+      ms_format_bytes(f->block_size, b1, sizeof b1);
+      fprintf(out, ", %lld bytes into %s%s block", (long long)f->offset, f->block_site >= 0 ? "a " : "a", f->block_site >= 0 ? b1 : "");
+    }
+    fputc('\n', out);
+    ms_print_stack(a->snap, f->stack_id, "no stack recorded", o, "      ", out);
+    if (f->kind == 3 && f->block_site >= 0) {
+      fprintf(out, "    the block was allocated at:\n");
+      ms_print_stack(a->snap, a->sites[f->block_site].stack_id, ms_site_note(a, &a->sites[f->block_site]), o, "      ", out);
+    }
+  }
+  if (a->ninvalid_frees > 10) fprintf(out, "  ... %zu more site(s) in --json\n", a->ninvalid_frees - 10);
+}
+
+void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
+  const ms_snapshot *s = a->snap;
+  char b1[32], b2[32], b3[32], t1[32], t2[32];
+  fprintf(out, "memsnap analyze: %s\n", s->shown_path);
+  if (s->import_file[0])
+    fprintf(out, "  imported from %s (%s) by memsnap %s\n", s->import_file, s->import_source, s->tool_version);
+  else
+  {
+    char process[sizeof s->host + 64];
+    ms_process_text(s, process, sizeof process);
+    fprintf(out, "  snapshot of %s, %s backend, memsnap %s, stacks %s\n", process, s->backend, s->tool_version,
+            s->stacks_mode);
+  }
+  ms_format_ns(s->last_ns - s->first_ns, t1, sizeof t1);
+  fprintf(out, "  history: %lld events over %s, %lld dropped%s\n", (long long)s->nevents, t1, (long long)s->dropped,
+          a->truncated ? " (truncated: the oldest events are gone; what they left allocated and reserved is "
+                         "reconstructed from the snapshot)"
+                       : " (complete since recording started)");
+  ms_format_bytes(a->end_allocated, b1, sizeof b1);
+  ms_format_bytes(a->end_reserved, b2, sizeof b2);
+  fprintf(out, "  at the snapshot: %s allocated, %s reserved in %lld segments\n", b1, b2, (long long)a->segments);
+  print_before_history(a, out);
+
+  fprintf(out, "\npeak\n");
+  ms_format_bytes(a->peak_allocated, b1, sizeof b1);
+  ms_format_bytes(a->peak_reserved, b2, sizeof b2);
+  ms_format_ns(a->peak_allocated_ns, t1, sizeof t1);
+  ms_format_ns(a->peak_reserved_ns, t2, sizeof t2);
+  fprintf(out, "  allocated %s at %s (event %lld); reserved %s at %s\n", b1, t1, (long long)a->peak_event_id, b2, t2);
+  if (a->nat_peak) fprintf(out, "  live at the allocated peak, by allocation site:\n");
+  for (size_t i = 0; i < a->nat_peak; i++) {
+    ms_format_bytes(a->at_peak[i].bytes, b1, sizeof b1);
+    fprintf(out, "    %12s in %lld blocks\n", b1, (long long)a->at_peak[i].count);
+    print_site(a, a->at_peak[i].site, o, "        ", out);
+  }
+
+  fprintf(out, "\niterations\n");
+  if (a->niters == 0) {
+    fprintf(out, "  none: the snapshot has no repeated mark or range (memsnap_mark, memsnap.mark, record_function)\n");
+  } else {
+    if (strcmp(a->iteration_source, "inferred") == 0)
+      fprintf(out, "  %zu, inferred from the allocation pattern (%s; no repeated mark or range)\n", a->niters,
+              a->iteration_label);
+    else
+      fprintf(out, "  %zu from %s labelled '%s'%s\n", a->niters, a->iteration_source, a->iteration_label,
+              a->iterations_from_range_ends ? ",\n    each from one range's end to the next one's, the first from the history's start"
+              : strcmp(a->iteration_source, "ranges") == 0 ? ", each from one range's start to the next one's" : "");
+    print_iterations(a, out);
+  }
+
+  fprintf(out, "\nleak candidates (best first)\n");
+  if (a->nleaks == 0) fprintf(out, "  none: nothing is alive at the snapshot\n");
+  for (size_t i = 0; i < a->nleaks && i < 10; i++) {
+    const ms_site *st = &a->sites[a->leaks[i]];
+    size_t transitions = a->niters > 1 ? a->niters - 1 : 0;
+    char when[96] = "";
+    ms_format_bytes(st->end_bytes, b1, sizeof b1);
+    ms_format_ns(st->first_ns, t1, sizeof t1);
+    ms_format_ns(st->last_ns, t2, sizeof t2);
+    ms_format_bytes((int64_t)st->bytes_per_iteration, b2, sizeof b2);
+    if (st->allocs) snprintf(when, sizeof when, "; first %s, last %s", t1, t2);
+    fprintf(out, "  %zu. ", i + 1);
+    if (st->kind == MS_LEAK_GROWING) {
+      fprintf(out, "growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks", b2, st->increases,
+              transitions, b1, (long long)st->end_count);
+    } else if (st->kind == MS_LEAK_GROWING_RELEASED) {
+      ms_format_ns(st->released_ns, t1, sizeof t1);
+      ms_format_bytes(st->peak_iter_live, b3, sizeof b3);
+      fprintf(out, "growing, released at %s: +%s per iteration (grew at %d of %zu iterations, to %s after iteration %d); "
+                   "%s",
+              t1, b2, st->increases_at_peak, transitions, b3, st->peak_boundary, st->end_count ? b1 : "nothing");
+      if (st->end_count) fprintf(out, " live in %lld blocks at the snapshot", (long long)st->end_count);
+      else fprintf(out, " live at the snapshot");
+    } else {
+      fprintf(out, "%s: %s live in %lld blocks%s", ms_leak_kind_name(st->kind), b1, (long long)st->end_count,
+              st->kind == MS_LEAK_RETAINED && !st->before_history ? ", held since the first iterations" : "");
+    }
+    fprintf(out, "%s; score %.2f\n", when, st->score);
+    print_site(a, a->leaks[i], o, "       ", out);
+  }
+
+  fprintf(out, "\nout of memory\n");
+  if (a->nooms == 0) fprintf(out, "  none recorded\n");
+  for (size_t i = 0; i < a->nooms; i++) {
+    const ms_oom *m = &a->ooms[i];
+    ms_format_ns(m->time_ns, t1, sizeof t1);
+    ms_format_bytes(m->requested, b1, sizeof b1);
+    ms_format_bytes(m->device_free, b2, sizeof b2);
+    ms_format_bytes(m->cached_unallocated, b3, sizeof b3);
+    fprintf(out, "  at %s on device %d: %s requested; the device had %s free; the cache held %s reserved but unallocated\n",
+            t1, m->device, b1, b2, b3);
+    if (m->device_free >= m->requested)
+      fprintf(out, "    refused by a cap, not by the device: it had room, so a memory fraction or limit stopped the request "
+                   "(torch.cuda.set_per_process_memory_fraction, MEMSNAP_MEMORY_FRACTION)\n");
+    ms_print_stack(s, m->stack_id, NULL, o, "      ", out);
+    ms_format_bytes(m->live_bytes, b1, sizeof b1);
+    fprintf(out, "    %s was allocated, largest sites:\n", b1);
+    for (int k = 0; k < m->ntop; k++) {
+      const ms_site *st = &a->sites[m->top[k].site];
+      ms_format_bytes(m->top[k].bytes, b1, sizeof b1);
+      fprintf(out, "      %12s in %lld blocks (%s)\n", b1, (long long)m->top[k].count,
+              st->kind == MS_LEAK_GROWING ? "growing" : "site");
+      print_site(a, m->top[k].site, o, "          ", out);
+    }
+    if (m->cached_unallocated >= m->requested)
+      fprintf(out, "    would have fit: the cache held enough, but in pieces; try MEMSNAP_MAX_SPLIT_SIZE_MB "
+                   "(PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb) or empty_cache() before this step\n");
+    for (int k = 0; k < m->ntop; k++)
+      if (a->sites[m->top[k].site].kind == MS_LEAK_GROWING && m->top[k].bytes >= m->requested) {
+        fprintf(out, "    would have fit: without the growing site listed above (%d), which holds more than the request\n", k + 1);
+        break;
+      }
+  }
+
+  print_invalid_frees(a, o, out);
+
+  fprintf(out, "\nfragmentation at the snapshot\n");
+  ms_format_bytes(a->end_reserved - a->end_allocated, b1, sizeof b1);
+  ms_format_bytes(a->split_free_bytes, b2, sizeof b2);
+  fprintf(out, "  %s reserved but unallocated; %lld free blocks inside partly used segments hold %s\n", b1,
+          (long long)a->free_blocks_in_split_segments, b2);
+
+  if (a->nexternal) {
+    ms_format_bytes(a->external_bytes, b1, sizeof b1);
+    fprintf(out, "\noutside memsnap's allocator at the snapshot (intercepted): %s\n", b1);
+    for (size_t i = 0; i < a->nexternal; i++) {
+      const ms_external *e = &a->external[i];
+      ms_format_bytes(e->bytes, b1, sizeof b1);
+      fprintf(out, "  %12s in %lld allocations  %s%s%s\n", b1, (long long)e->count, e->source[0] ? e->source : "?",
+              e->library[0] ? " from " : "", e->library);
+    }
+  }
+
+  fprintf(out, "\ntop allocation sites (bytes allocated over the history)\n");
+  for (size_t i = 0; i < a->ntop && i < 5; i++) {
+    const ms_site *st = &a->sites[a->top[i]];
+    if (st->allocs == 0) continue;
+    ms_format_bytes(st->alloc_bytes, b1, sizeof b1);
+    fprintf(out, "  %12s in %lld allocations\n", b1, (long long)st->allocs);
+    print_site(a, a->top[i], o, "      ", out);
+  }
+}
+
+/* ---- several snapshots ------------------------------------------------------------------- */
+
+/* The kind as the text report names it. */
+static const char *kind_text(ms_leak_kind k) { return k == MS_LEAK_GROWING_RELEASED ? "growing, released" : ms_leak_kind_name(k); }
+
+/* A site's first frame that matters as one short line (or why it has none). */
+/* True for a frame of a library (site-packages, dist-packages, the interpreter's lib/python*,
+ * torch/): not the user's. */
+static bool library_frame(const ms_frame *f) {
+  return strstr(f->file, "site-packages/") || strstr(f->file, "dist-packages/") || strstr(f->file, "/lib/python") ||
+         strncmp(f->file, "torch/", 6) == 0 || strstr(f->file, "/torch/");
+}
+
+/* "frame (file:line)"; a <module> frame as its file:line. */
+static void frame_where(const ms_frame *f, char *out, size_t len) {
+  if (strcmp(f->name, "<module>") == 0) snprintf(out, len, "(%s:%lld)", base_name(f->file), (long long)f->line);
+  else snprintf(out, len, "%s (%s:%lld)", f->short_name, base_name(f->file), (long long)f->line);
+}
+
+/* How one-line lists name a site (as the page's lists do): the frame that allocated, then the
+ * user's frame (the first with a line outside the libraries, else the first with a line) with
+ * its file:line: "at::native::clone() <- train (train.py:40)". */
+static void site_label(const ms_analysis *a, uint32_t site, char *out, size_t len) {
+  const ms_snapshot *s = a->snap;
+  uint32_t ids[64];
+  size_t n = ms_stack_frames_that_matter(s, a->sites[site].stack_id, ids, 64);
+  if (n == 0) {
+    snprintf(out, len, "(%s)", ms_site_note(a, &a->sites[site]));
+    return;
+  }
+  const ms_frame *top = &s->frames[ids[0]], *user = NULL, *any = NULL;
+  for (size_t i = 0; i < n && !user; i++) {
+    const ms_frame *f = &s->frames[ids[i]];
+    if (!f->file[0] || f->line <= 0) continue;
+    if (!any) any = f;
+    if (!library_frame(f)) user = f;
+  }
+  if (!user) user = any;
+  char where[256] = "";
+  if (user) frame_where(user, where, sizeof where);
+  if (!user || user == top) snprintf(out, len, "%s", user ? where : top->short_name);
+  else { /* cut where it must be: the operator, then as much of the user's frame as fits */
+    int k = snprintf(out, len, "%s <- ", top->short_name);
+    if (k >= 0 && (size_t)k < len) memcpy(out + k, where, strnlen(where, len - (size_t)k - 1) + 1), out[len - 1] = '\0';
+  }
+}
+
+void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
+  fprintf(out, "memsnap analyze: %zu snapshots side by side\n", n);
+  fprintf(out, "  %-28s %8s %10s %14s %14s %6s  %s\n", "snapshot", "pid", "events", "peak allocated", "peak reserved",
+          "iters", "first leak candidate");
+  for (size_t i = 0; i < n; i++) {
+    const ms_snapshot *s = a[i].snap;
+    char b1[32], b2[32], lead[256] = "none";
+    ms_format_bytes(a[i].peak_allocated, b1, sizeof b1);
+    ms_format_bytes(a[i].peak_reserved, b2, sizeof b2);
+    if (a[i].nleaks) {
+      const ms_site *st = &a[i].sites[a[i].leaks[0]];
+      bool grew = st->kind == MS_LEAK_GROWING || st->kind == MS_LEAK_GROWING_RELEASED;
+      char bytes[32], where[160];
+      ms_format_bytes(grew ? (int64_t)st->bytes_per_iteration : st->end_bytes, bytes, sizeof bytes);
+      site_label(&a[i], a[i].leaks[0], where, sizeof where);
+      snprintf(lead, sizeof lead, "%s %s%s in %s", kind_text(st->kind), grew ? "+" : "", bytes, where);
+    }
+    char pid[24] = "unknown";
+    if (s->pid > 0) snprintf(pid, sizeof pid, "%lld", (long long)s->pid);
+    fprintf(out, "  %-28s %8s %10lld %14s %14s %6zu  %s\n", base_name(s->shown_path), pid, (long long)s->nevents, b1, b2,
+            a[i].niters, lead);
+  }
+  /* The leading candidates of every snapshot, each one row whatever snapshot it is in. */
+  ms_matches m;
+  const ms_match_row **rows;
+  ptrdiff_t nrows = ms_match_leaks(a, n, &m, &rows);
+  if (nrows < 0) {
+    fprintf(out, "\n  (out of memory matching the leak candidates)\n");
+    return;
+  }
+  fprintf(out, "\n  leak candidates matched across the snapshots (live at each; sites matched by function, file and line)\n  ");
+  for (size_t k = 0; k < n; k++) fprintf(out, " %-26.26s", base_name(a[k].snap->shown_path));
+  fprintf(out, "\n");
+  for (ptrdiff_t r = 0, shown = 0; r < nrows && shown < 15; r++) {
+    bool leading = false; /* among the first 10 candidates of a snapshot */
+    for (size_t k = 0; k < n; k++)
+      for (size_t i = 0; rows[r]->site[k] && i < a[k].nleaks && i < 10; i++) leading |= a[k].leaks[i] == rows[r]->site[k] - 1;
+    if (!leading) continue;
+    fprintf(out, "  ");
+    size_t first = n;
+    for (size_t k = 0; k < n; k++) {
+      char cell[64] = "-", bytes[32];
+      if (rows[r]->site[k]) {
+        ms_format_bytes(rows[r]->bytes[k], bytes, sizeof bytes);
+        snprintf(cell, sizeof cell, "%s %s", bytes, kind_text(a[k].sites[rows[r]->site[k] - 1].kind));
+        if (first == n) first = k;
+      }
+      fprintf(out, " %-26s", cell);
+    }
+    char where[256];
+    site_label(&a[first], rows[r]->site[first] - 1, where, sizeof where);
+    fprintf(out, " %s\n", where);
+    shown++;
+  }
+  free(rows);
+  ms_matches_free(&m);
+}
