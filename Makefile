@@ -69,7 +69,7 @@ $(BUILD)/recorder/%.o: recorder/%.cc recorder/memsnap.h
 # libgcc_s comes first among the library's dependencies: libunwind.so also exports the _Unwind_*
 # functions, and a C++ exception (oom_throw.cc) raised by libgcc_s's unwinder but resumed by
 # libunwind's aborts the process. Inside Python (ctypes loads with RTLD_LOCAL) the library's own
-# dependency order decides which one its calls reach; tests/test_oom_throw.py checks it.
+# dependency order decides which one its calls reach; tests/recorder/test_oom_throw.py checks it.
 GCC_S_FIRST := -Wl,--push-state,--no-as-needed -lgcc_s -Wl,--pop-state
 $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
@@ -100,8 +100,8 @@ $(BUILD)/tests/test_record $(BUILD)/tests/test_modes: $(BUILD)/tests/%: $(BUILD)
 # test_pickle runs the importer in process: it links the CLI's pickle and import objects.
 IMPORT_OBJS = $(addprefix $(BUILD)/analyzer/pytorch/,import.o import_base.o import_map.o import_intern.o import_stage.o pickle_read.o \
   pickle_write.o) $(BUILD)/analyzer/util/outfile.o
-$(BUILD)/tests/test_pickle: tests/test_pickle.c tests/testhelper.h $(IMPORT_OBJS)
-	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) -Ianalyzer $(EXTRA_CFLAGS) -o $@ $< $(IMPORT_OBJS) $(PKG_LIBS) -lm $(EXTRA_LDFLAGS)
+$(BUILD)/tests/test_pickle: tests/analyzer/test_pickle.c tests/testhelper.h $(IMPORT_OBJS)
+	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) -Itests $(EXTRA_CFLAGS) -o $@ $< $(IMPORT_OBJS) $(PKG_LIBS) -lm $(EXTRA_LDFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
@@ -113,12 +113,21 @@ $(BUILD)/samples/%.o: samples/%.c recorder/memsnap.h | check-deps
 $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' -lpthread $(EXTRA_LDFLAGS)
 
-$(BUILD)/tests/%.o: tests/%.c tests/testhelper.h tests/allochelper.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS) | check-deps
+# The tests' sources mirror the code's folders (tests/recorder/, tests/analyzer/, tests/intercept/);
+# their programs are all built into $(BUILD)/tests/.
+TEST_HEADERS := tests/testhelper.h tests/recorder/allochelper.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS)
+$(BUILD)/tests/%.o: tests/recorder/%.c $(TEST_HEADERS) | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Itests $(EXTRA_CFLAGS) -c $< -o $@
+$(BUILD)/tests/%.o: tests/analyzer/%.c $(TEST_HEADERS) | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Itests $(EXTRA_CFLAGS) -c $< -o $@
+$(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c $(TEST_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 
 # A C++ host that catches memsnap's out-of-memory exception the way PyTorch does.
-$(BUILD)/tests/liboom_catcher.so: tests/oom_catcher.cc $(BUILD)/libmemsnap.so
+$(BUILD)/tests/liboom_catcher.so: tests/recorder/oom_catcher.cc $(BUILD)/libmemsnap.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_COMMON) -shared -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..'
 
@@ -140,19 +149,19 @@ test-web-deps:
 	    echo "make: npm is not installed: the browser tests need it to install playwright-core into tests/web/node_modules (make deps installs it)" >&2; \
 	  fi; }
 
-# A plain CUDA program for `memsnap run` (tests/test_run.sh), linked against the toolkit's
+# A plain CUDA program for `memsnap run` (tests/intercept/test_run.sh), linked against the toolkit's
 # libcudart.so when the toolkit has one (the tests say they skip it otherwise).
 RUN_CUDART := $(if $(wildcard $(CUDA_HOME)/lib64/libcudart.so),$(BUILD)/tests/run_cudart)
 test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so $(RUN_CUDART)
 
-$(BUILD)/tests/run_cudart: tests/run_cudart.c | check-deps
+$(BUILD)/tests/run_cudart: tests/intercept/run_cudart.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -g -Wall -Wextra -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 -lcudart \
 	  -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl $(EXTRA_LDFLAGS)
 
 # make sanitize: the whole suite built with AddressSanitizer + UndefinedBehaviorSanitizer in
 # build-asan/ (any report fails the test that triggered it), then the concurrency stress
-# (tests/test_stress.c: 8 threads allocating, recording, dumping and checking) with
+# (tests/recorder/test_stress.c: 8 threads allocating, recording, dumping and checking) with
 # ThreadSanitizer in build-tsan/. Python loads the instrumented library with the sanitizer's
 # runtime preloaded (PY_PRELOAD, read by tests/run_tests.sh).
 #
@@ -172,9 +181,9 @@ sanitize:
 	  build-tsan/tests/test_stress
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 tests/run_tests.sh build-tsan stress
 
-# Rewrites the golden reports in tests/golden/ from the current build (review the diff).
+# Rewrites the golden reports in tests/analyzer/golden/ from the current build (review the diff).
 regen-golden: all $(TEST_BINS)
-	REGEN=1 tests/test_analyze.sh $(BUILD)
+	REGEN=1 tests/analyzer/test_analyze.sh $(BUILD)
 
 demo: deps
 	@$(MAKE) --no-print-directory all $(SAMPLES)

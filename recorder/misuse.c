@@ -11,7 +11,7 @@
  * process).
  *
  * Nothing in the allocator's state changes on an invalid free besides the counter: the block
- * lookup only reads (the invariant checker, memsnap_check, proves it in tests/test_alloc.c).
+ * lookup only reads (the invariant checker, memsnap_check, proves it in tests/recorder/test_alloc.c).
  * This is never the hot path: it runs only after the free found no block.
  */
 #include <stdio.h>

@@ -1,5 +1,5 @@
 """check_snapshot.py SNAPSHOT: exits 0 if a snapshot is consistent in itself, else prints what
-is not and exits 1. Used by tests/test_stress.c on snapshots taken under load: the file passes
+is not and exits 1. Used by tests/recorder/test_stress.c on snapshots taken under load: the file passes
 SQLite's integrity check, every segment's blocks tile it exactly, and the statistics (taken at
 the same moment) agree with the blocks and segments, device by device."""
 import sqlite3

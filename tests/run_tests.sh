@@ -2,6 +2,9 @@
 # run_tests.sh BUILD_DIR [GROUP...]: runs every test program and the Python tests (or only the
 # groups named: alloc options record stress cli analyze replay import web sample python run), then prints the
 # total as "N passed, N failed" (the line CI reads) and exits non-zero if anything failed.
+# The tests mirror the code: tests/recorder/ (the library and its Python package), tests/analyzer/
+# (the CLI's stages and commands), tests/intercept/ (memsnap run and the interposer), tests/web/
+# (the page), tests/fuzz/, tests/gpu/; here: the harness and what spans them all.
 # PY_PRELOAD: libraries preloaded into Python (a sanitizer's runtime, for `make sanitize`).
 set -u
 build=${1:-build}
@@ -45,7 +48,7 @@ run() {
 
 want alloc && run test_alloc "$build/tests/test_alloc"
 want alloc && run test_modes "$build/tests/test_modes" "$build/tests"
-want alloc && run test_modes_cli "$here/test_modes_cli.sh" "$build"
+want alloc && run test_modes_cli "$here/recorder/test_modes_cli.sh" "$build"
 want alloc && run test_layers python3 "$here/test_layers.py" "$build"
 want options && run test_options "$build/tests/test_options"
 want record && run test_record "$build/tests/test_record"
@@ -55,21 +58,21 @@ want stress && run test_stress_expandable env MEMSNAP_EXPANDABLE_SEGMENTS=1 THRE
   ITER=$(( ${ITER:-200000} / 4 )) "$build/tests/test_stress"
 want stress && run test_stress_async env MEMSNAP_ALLOCATOR=async THREADS="${THREADS:-8}" \
   ITER=$(( ${ITER:-200000} / 4 )) "$build/tests/test_stress"
-want cli && run test_cli "$here/test_cli.sh" "$build"
+want cli && run test_cli "$here/analyzer/test_cli.sh" "$build"
 want cli && run test_install "$here/test_install.sh" "$build"
-want analyze && run test_analyze "$here/test_analyze.sh" "$build"
-want replay && run test_replay "$here/test_replay.sh" "$build"
-want analyze && run test_invariants "$here/test_invariants.sh" "$build"
+want analyze && run test_analyze "$here/analyzer/test_analyze.sh" "$build"
+want replay && run test_replay "$here/analyzer/test_replay.sh" "$build"
+want analyze && run test_invariants "$here/analyzer/test_invariants.sh" "$build"
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"
-want import && run test_import "$here/test_import.sh" "$build"
+want import && run test_import "$here/analyzer/test_import.sh" "$build"
 want web && run test_web "$here/web/run.sh" "$build"
 want sample && run test_sample "$here/test_sample.sh" "$build"
-want python && run test_python "${py_env[@]}" python3 "$here/test_python.py"
-want python && run test_oom_throw "${py_env[@]}" python3 "$here/test_oom_throw.py"
-want python && run test_enable "${py_env[@]}" python3 "$here/test_enable.py"
-want python && run test_libs "${py_env[@]}" python3 "$here/test_libs.py"
+want python && run test_python "${py_env[@]}" python3 "$here/recorder/test_python.py"
+want python && run test_oom_throw "${py_env[@]}" python3 "$here/recorder/test_oom_throw.py"
+want python && run test_enable "${py_env[@]}" python3 "$here/recorder/test_enable.py"
+want python && run test_libs "${py_env[@]}" python3 "$here/recorder/test_libs.py"
 want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "$build/memsnap"
-want run && run test_run env PY_PRELOAD="${PY_PRELOAD:-}" "$here/test_run.sh" "$build"
+want run && run test_run env PY_PRELOAD="${PY_PRELOAD:-}" "$here/intercept/test_run.sh" "$build"
 
 echo
 echo "$passed passed, $failed failed"

@@ -3,7 +3,7 @@
  * libmemsnap's allocator on the simulated device), on hostile SQLite files.
  *
  * A file of random bytes is almost never SQLite, so most inputs are edits of a real snapshot
- * (MEMSNAP_FUZZ_SEED, written by tests/gen_snapshots.c; `make fuzz` makes it): the input is a
+ * (MEMSNAP_FUZZ_SEED, written by tests/analyzer/gen_snapshots.c; `make fuzz` makes it): the input is a
  * list of operations, each setting one cell of one row of one table to an integer, a real, a
  * text (any bytes: markup, control bytes, invalid UTF-8, long), a blob or NULL, or deleting or
  * duplicating a row. An input whose first byte is 0xff is instead the whole file, byte for byte,

@@ -21,7 +21,7 @@ recording costs against the same program run without memsnap:
   forked     a script that forks two children (no exec) before touching CUDA, each training a
              small MLP and keeping outputs in keep_outputs_for_later(): allocator mode, one
              snapshot per child, each naming the leak
-  cudart     build/tests/run_cudart (tests/run_cudart.c, dynamic libcudart.so, keeps 64 KiB per
+  cudart     build/tests/run_cudart (tests/intercept/run_cudart.c, dynamic libcudart.so, keeps 64 KiB per
              step in keep_for_later()): intercept
 
 In intercept mode a PyTorch program also gets PyTorch's recorder (PATH.torch.db, the blocks
@@ -48,7 +48,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEMSNAP = os.path.join(ROOT, "build", "memsnap")
 STATIC = os.path.join(ROOT, "build", "run_static")
-# tests/run_cudart.c, linked against libcudart.so (the toolkit's shared runtime; prepare.sh puts
+# tests/intercept/run_cudart.c, linked against libcudart.so (the toolkit's shared runtime; prepare.sh puts
 # a copy beside it for machines without the toolkit's lib64)
 CUDART = os.path.join(ROOT, "build", "tests", "run_cudart")
 CUDART_ENV = {"LD_LIBRARY_PATH": os.path.join(ROOT, "build") + ":" + os.environ.get("LD_LIBRARY_PATH", "")}

@@ -3,7 +3,7 @@
 //
 //   node tests/web/bench_viewer.js 1000000      (MEMSNAP_BUILD: the build directory, default build/)
 //
-// Records a snapshot of about EVENTS events with tests/gen_snapshots.c, writes its page with
+// Records a snapshot of about EVENTS events with tests/analyzer/gen_snapshots.c, writes its page with
 // `memsnap analyze --html` (timed), opens it five times and reports the first paint (navigation
 // start to the first frame after the page's first drawing) and, on the last load, the response
 // to 30 hovers, 20 wheel zooms, 10 drags, 10 clicks (cursor and pin: the allocator state and

@@ -1,5 +1,5 @@
 // browser.test.js: the report page in a real browser (Debian's chromium, driven by playwright-core
-// from npm; scripts/install-deps.sh installs both). Pages are made from tests/gen_snapshots.c's
+// from npm; scripts/install-deps.sh installs both). Pages are made from tests/analyzer/gen_snapshots.c's
 // snapshots, whose answers are known, with the CLI in MEMSNAP_BUILD (default build/).
 // Screenshots of every page go to MEMSNAP_ARTIFACTS (default build/web-artifacts/).
 "use strict";
@@ -56,7 +56,7 @@ before(async () => {
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.both, path.join(dir, "leak.db"), path.join(dir, HOSTILE_FILE)]);
   pages.devices = path.join(dir, "devices.html");
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.devices, path.join(dir, "devices.db")]);
-  execFileSync("python3", [path.join(root, "tests/pytorch_pickles.py"), "multi", path.join(dir, "multi.pickle")]);
+  execFileSync("python3", [path.join(root, "tests/analyzer/pytorch_pickles.py"), "multi", path.join(dir, "multi.pickle")]);
   execFileSync(path.join(build, "memsnap"), ["import", path.join(dir, "multi.pickle"), "-o", path.join(dir, "multi.db")], { stdio: "ignore" });
   pages.multi = path.join(dir, "multi.html");
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.multi, path.join(dir, "multi.db")]);

@@ -194,7 +194,7 @@ test("site labels: the frame that allocated, then the user's frame with file:lin
   assert.strictEqual(Model.siteLabel([f("at::native::clone()", "", 0), f("_multi_tensor_sgd", torch + "optim/sgd.py", 455), f("step", torch + "optim/optimizer.py", 80), f("train", "/home/u/train.py", 40)]),
     "at::native::clone() \u2190 train (train.py:40)");
   assert.strictEqual(Model.siteLabel([f("at::native::zeros_symint()", "", 0), f("<module>", "/work/capture_torch.py", 22)]), "at::native::zeros_symint() \u2190 (capture_torch.py:22)");
-  assert.strictEqual(Model.siteLabel([f("keep_history", "tests/gen_snapshots.c", 39), f("main", "tests/gen_snapshots.c", 107)]), "keep_history (gen_snapshots.c:39)");
+  assert.strictEqual(Model.siteLabel([f("keep_history", "tests/analyzer/gen_snapshots.c", 39), f("main", "tests/analyzer/gen_snapshots.c", 107)]), "keep_history (gen_snapshots.c:39)");
   assert.strictEqual(Model.siteLabel([f("at::f()", "Conv.cpp", 0)]), "at::f()");
   assert.strictEqual(Model.siteLabel([f("_init_group", torch + "optim/adam.py", 160)]), "_init_group (adam.py:160)"); // only library frames: the first with a line
   assert.strictEqual(Model.siteLabel([]), "(no stack recorded)");

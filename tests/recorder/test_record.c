@@ -151,7 +151,7 @@ static void test_inlined_frames(void) {
            "select count(*) from blocks bl join stack_frames s0 on s0.stack_id = bl.stack_id and s0.position = 0 "
            "join frames f0 on f0.id = s0.frame_id join stack_frames s1 on s1.stack_id = bl.stack_id and s1.position = 1 "
            "join frames f1 on f1.id = s1.frame_id where bl.address = %llu "
-           "and f0.name = 'inlined_helper_for_test' and f0.inlined = 1 and f0.line = %d and f0.file like '%%tests/test_record.c' "
+           "and f0.name = 'inlined_helper_for_test' and f0.inlined = 1 and f0.line = %d and f0.file like '%%tests/recorder/test_record.c' "
            "and f1.name = 'allocate_through_inline_for_test' and f1.inlined = 0 and f1.line = %d and f0.pc = f1.pc",
            (unsigned long long)(uintptr_t)through_inline, (int)INLINED_CALL_LINE, (int)CALLER_LINE);
   CHECK("stacks: an inlined function is a frame of its own before its caller, each with its line (addr2line -i)",
@@ -219,7 +219,7 @@ static void test_round_trip(void) {
         q1(db, "select count(distinct stack_id) from events where kind=1 and size=2048") == 1 &&
             q1(db, "select count(distinct stack_id) from events where kind=1 and stack_id in (select stack_id from stack_frames sf join frames f on f.id=sf.frame_id where f.name='allocate_activation_for_test')") == 3);
   CHECK("stacks: native frames have file and line from debug information (addr2line)",
-        q1(db, "select count(*) from frames where name='allocate_weights_for_test' and file like '%tests/test_record.c' and line > 0") == 1);
+        q1(db, "select count(*) from frames where name='allocate_weights_for_test' and file like '%tests/recorder/test_record.c' and line > 0") == 1);
   CHECK("stacks: frames name their module", q1(db, "select count(*) from frames where kind='native' and module like '%test_record'") >= 2);
   memsnap_free(w, 0, 0, S1);
   memsnap_free(b, 0, 0, S1);

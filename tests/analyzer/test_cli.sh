@@ -3,7 +3,7 @@
 # and that README.md documents every option the library has.
 set -u
 build=$1
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cli=$build/memsnap
 passed=0
 failed=0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_invariants.sh BUILD_DIR: what must hold in every report and page (tests/check_invariants.py:
+# test_invariants.sh BUILD_DIR: what must hold in every report and page (tests/analyzer/check_invariants.py:
 # reserved >= allocated at every instant, peaks at least the snapshot's state, the page agreeing
 # with --json), on every kind of snapshot the tests have: the real PyTorch snapshots of tests/data
 # (imported), gen_snapshots' (late recording, a truncated ring, an OOM, no events at all...) and
@@ -12,7 +12,7 @@ trap 'rm -rf "$dir"' EXIT
 fail_setup() { echo "FAIL $1"; echo "0 passed, 1 failed"; exit 1; }
 "$build/tests/gen_snapshots" "$dir" >/dev/null 2>&1 || fail_setup "gen_snapshots"
 "$build/tests/test_modes" "$dir" >/dev/null 2>&1 || fail_setup "test_modes (writes expandable.db and async.db)"
-for p in "$here"/data/*.pickle.gz; do
+for p in "$here"/../data/*.pickle.gz; do
   name=$(basename "$p" .pickle.gz)
   "$build/memsnap" import "$p" -o "$dir/pytorch-$name.db" >/dev/null 2>&1 || fail_setup "import $p"
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench_analyze.sh BUILD_DIR [EVENTS]: the analyzer's speed on a snapshot of EVENTS events
-# (default 1,000,000) recorded by tests/gen_snapshots.c: wall time (best and median of REPS runs,
+# (default 1,000,000) recorded by tests/analyzer/gen_snapshots.c: wall time (best and median of REPS runs,
 # default 3), CPU time and peak memory of `memsnap analyze` (text), `--json` and `--html`, and the
 # machine's load average before each command (other work on the cores shows in the wall times).
 # Figures go to docs/BENCHMARKS.md.

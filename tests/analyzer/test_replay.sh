@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_replay.sh BUILD_DIR: `memsnap replay` against known answers on the simulated device.
 #
-# The program tests/replay_workload.c runs under settings A (the defaults) and under each of
+# The program tests/analyzer/replay_workload.c runs under settings A (the defaults) and under each of
 # several settings B with recording on. Replaying A's snapshot under B must give what the run
 # under B recorded: the same peak reserved memory, the same number of device allocations
 # (cudaMalloc) and frees and the same segments at the end; replaying any snapshot under its own
@@ -116,7 +116,7 @@ mkdir -p "$dir/gen" && "$build/tests/gen_snapshots" "$dir/gen" >/dev/null
 "$cli" replay --json "$dir/gen/late.db" >"$dir/late.json"
 check "recording started mid-run: the weights allocated before it are rebuilt, faithful, and it says so" \
   "faithful $dir/late.json && json $dir/late.json \"j['preloaded_blocks'] == 1 and any('recording started after' in n for n in j['notes'])\""
-"$cli" import "$here/data/resnet50_leak.pickle.gz" -o "$dir/resnet.db" >/dev/null 2>&1
+"$cli" import "$here/../data/resnet50_leak.pickle.gz" -o "$dir/resnet.db" >/dev/null 2>&1
 "$cli" replay --json "$dir/resnet.db" >"$dir/resnet.json"
 # PyTorch's trace holds requests, not block sizes: allocated memory is the allocator's own (within 1%).
 check "a real PyTorch snapshot (resnet50, recording started mid-run): peak reserved, cudaMalloc and segments as recorded" \

@@ -1,4 +1,4 @@
-// oom_catcher.cc: a stand-in for PyTorch's Python bindings in tests/test_oom_throw.py.
+// oom_catcher.cc: a stand-in for PyTorch's Python bindings in tests/recorder/test_oom_throw.py.
 //
 // PyTorch's HANDLE_TH_ERRORS catches `python_error` (torch/csrc/Exceptions.h) and restores
 // the Python exception it carries. This library does the same around memsnap_malloc: loaded

@@ -1,5 +1,5 @@
 /* replay_workload.c [STEPS [SEED]]: a deterministic training-like program for the replay tests
- * (tests/test_replay.sh): run it on the simulated device under some allocator settings with
+ * (tests/analyzer/test_replay.sh): run it on the simulated device under some allocator settings with
  * recording on, and `memsnap replay` of its snapshot under other settings must give what running
  * it under those settings records.
  *

@@ -8,11 +8,13 @@ build/tests/liboom_catcher.so, loaded like an extension module), which restores 
 """
 import ctypes
 import os
+import sys
 
 os.environ["MEMSNAP_BACKEND"] = "sim"
 os.environ["MEMSNAP_SIM_CAPACITY"] = "64M"
 import memsnap  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: checks.py
 from checks import check, finish  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_analyze.sh BUILD_DIR: `memsnap analyze` and `memsnap info` on snapshots with known answers
-# (tests/gen_snapshots.c), the text report against a golden file, and bad input.
-#   REGEN=1 tests/test_analyze.sh build   rewrites tests/golden/*.txt (make regen-golden)
+# (tests/analyzer/gen_snapshots.c), the text report against a golden file, and bad input.
+#   REGEN=1 tests/analyzer/test_analyze.sh build   rewrites tests/analyzer/golden/*.txt (make regen-golden)
 set -u
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)

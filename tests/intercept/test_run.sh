@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_run.sh BUILD_DIR: `memsnap run` records unchanged programs on the simulated device.
 #
-#   - a C program linked against the CUDA toolkit's libcudart.so (tests/run_cudart.c): every
+#   - a C program linked against the CUDA toolkit's libcudart.so (tests/intercept/run_cudart.c): every
 #     cudaMalloc, cudaMallocAsync, cudaMallocManaged and a cuMemAlloc reached through
 #     dlsym + cuGetProcAddress, recorded by the intercept library with MEMSNAP_BACKEND=sim
 #     answering behind it; the leak named by `memsnap analyze`; its exit status, _exit, abort,
@@ -19,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cli=$build/memsnap
 prog=$build/tests/run_cudart
 cudart=${CUDA_HOME:-/usr/local/cuda}/lib64/libcudart.so
-train=$here/data/run/train.py
+train=$here/../data/run/train.py
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0
@@ -157,7 +157,7 @@ EOF
 fi
 
 # ---- a Python training script in each mode ------------------------------------------------------
-export PYTHONPATH="$here/data/fake_torch${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$here/../data/fake_torch${PYTHONPATH:+:$PYTHONPATH}"
 run py_allocator 4 -o "$work/py_allocator.db" -- python3 "$train" 8 exit 4
 check "run py allocator: chosen for python, memsnap's allocator made the segments" \
   bash -c "grep -q 'mode allocator' '$work/py_allocator.out' &&
@@ -223,7 +223,7 @@ check "run py 4 processes: the summary stays on one screen (two lines a snapshot
   bash -c "grep -q '^4 snapshots' '$work/py_workers4.out' && test \$(grep -c '^/.*workers4-[0-9]*.db: peak .* leak: growing' '$work/py_workers4.out') = 4 &&
     test \$(wc -l <'$work/py_workers4.out') -lt 20"
 for db in "$work"/workers-*.db; do leak_is "py_workers_$(basename "$db" .db)" "$db" keep_loss_for_logging; done
-run py_launch 0 -o "$work/launch-%r.db" -- python3 "$here/data/run/launch.py" 2 8
+run py_launch 0 -o "$work/launch-%r.db" -- python3 "$here/../data/run/launch.py" 2 8
 check "run py launcher: rank 0 and 1 each their file; the launcher, which used no device, none over rank 0's" \
   bash -c "test \"\$(ls '$work'/launch-*.db | wc -l)\" = 2 && test \"\$(grep -c '^snapshot ' '$work/py_launch.out')\" = 2"
 for r in 0 1; do leak_is "py_launch_rank$r" "$work/launch-$r.db" keep_loss_for_logging; done

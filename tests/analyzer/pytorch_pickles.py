@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """pytorch_pickles.py: PyTorch snapshot pickles for memsnap's import/export tests and benchmark
-(tests/test_import.sh, tests/bench_import.sh). Standard library only; never imports torch.
+(tests/analyzer/test_import.sh, tests/analyzer/bench_import.sh). Standard library only; never imports torch.
 
   hostile DIR MARKER       writes hostile pickles into DIR (reduce/global payloads would touch
                            MARKER if anything ran them; deep nesting, huge lengths, bad memo ...)
@@ -28,7 +28,7 @@ import sqlite3
 import struct
 import sys
 
-SNAPSHOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+SNAPSHOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
 
 
 # ---- hostile inputs -------------------------------------------------------------------------

@@ -60,6 +60,7 @@ sys.path.insert(0, tmp)
 import torch  # noqa: E402  (the fake)
 import memsnap  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: checks.py
 from checks import check, finish  # noqa: E402
 
 allocator = memsnap.enable()

@@ -12,6 +12,7 @@ os.environ["MEMSNAP_SIM_CAPACITY"] = "256M"
 
 import memsnap  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: checks.py
 from checks import check, finish  # noqa: E402
 
 

@@ -11,7 +11,7 @@ build=$1
 here=$(cd "$(dirname "$0")" && pwd)
 cli=$build/memsnap
 helper="python3 $here/pytorch_pickles.py"
-snaps=${SNAPSHOTS:-$here/data}
+snaps=${SNAPSHOTS:-$here/../data}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 exported=$build/exported

@@ -2,7 +2,7 @@
 # bench_import.sh BUILD_DIR [BYTES]: `memsnap import` on a PyTorch snapshot pickle of BYTES bytes
 # (default 1 GB), plain and gzip-compressed, then `memsnap analyze` and `memsnap export` of the
 # result: wall time and peak RSS of each (/usr/bin/time -v). The pickle is written on the fly by
-# tests/pytorch_pickles.py from resnet50_leak's frames and stacks, as PyTorch writes its files
+# tests/analyzer/pytorch_pickles.py from resnet50_leak's frames and stacks, as PyTorch writes its files
 # (shared frame dicts, a frames list per entry, memoized dicts), into a temporary directory
 # (TMPDIR) that is removed afterwards; it needs about 3 x BYTES of disk. Figures go to
 # docs/BENCHMARKS.md.

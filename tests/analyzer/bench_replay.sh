@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench_replay.sh BUILD_DIR [EVENTS]: `memsnap replay`'s speed on a snapshot of EVENTS events
-# (default 1,000,000) recorded by tests/gen_snapshots.c: wall and CPU time and peak memory of one
+# (default 1,000,000) recorded by tests/analyzer/gen_snapshots.c: wall and CPU time and peak memory of one
 # replay (recorded settings, and max_split_size_mb:64), and of the sweep (20 settings, one worker
 # per core). Figures go to docs/BENCHMARKS.md.
 set -eu

@@ -78,6 +78,7 @@ import memsnap  # noqa: E402
 import memsnap.cupy  # noqa: E402
 import memsnap.numba  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/: checks.py
 from checks import check, finish  # noqa: E402
 
 

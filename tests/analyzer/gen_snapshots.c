@@ -15,7 +15,7 @@
  *   empty.db      a snapshot of a library that never recorded; misuse.db, devices.db: below main.
  * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
  * activations, a slow leak, the cache emptied every step), for the analyzer's and the page's speed
- * benchmarks (tests/bench_analyze.sh, tests/web/bench_viewer.js).
+ * benchmarks (tests/analyzer/bench_analyze.sh, tests/web/bench_viewer.js).
  */
 #include <stdio.h>
 #include <stdlib.h>
