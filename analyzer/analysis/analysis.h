@@ -111,6 +111,52 @@ int ms_prehistory_build(ms_snapshot *s, ms_prehistory_view view, ms_prehistory *
 void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed);
 void ms_prehistory_free(ms_prehistory *h);
 
+/* ---- what kind of code a frame is (code_kinds.c) --------------------------------------- */
+
+enum {
+  MS_CODE_PROGRAM = 1 << 0,         /* the program's own code: no library, interpreter or standard library */
+  MS_CODE_OPTIMIZER = 1 << 1,       /* an optimizer's step (torch/optim) */
+  MS_CODE_OPTIMIZER_STATE = 1 << 2, /* an optimizer making its state (_init_group) */
+  MS_CODE_BACKWARD = 1 << 3,        /* autograd's backward pass */
+  MS_CODE_GRADIENT = 1 << 4,        /* a parameter's gradient accumulated (AccumulateGrad) */
+  MS_CODE_PARAMETER = 1 << 5,       /* a module's parameters made on the device or moved there */
+};
+#define MS_CHAIN 8           /* the program's frames kept per stack, outermost first */
+#define MS_CATEGORY_RULES 16 /* --category rules */
+
+/* The user's categories: --category NAME=PATTERN[,PATTERN...], in the order given (patterns
+ * not owned: argv's). */
+typedef struct ms_category_rules {
+  struct {
+    char name[32];
+    const char *patterns;
+  } rule[MS_CATEGORY_RULES];
+  size_t n;
+} ms_category_rules;
+/* Adds NAME=PATTERN[,PATTERN...] (NAME of letters, digits, '_', '-' and '.'): 0, or -1 when it is
+ * not one, or MS_CATEGORY_RULES rules are there already. */
+int ms_category_rule_add(ms_category_rules *r, const char *rule);
+
+/* What kind of code each frame and stack of a snapshot is. */
+typedef struct ms_code_kinds {
+  size_t nstacks, nframes;
+  unsigned *frame_kind; /* by frame id: MS_CODE_* */
+  unsigned *kind;     /* by stack id: MS_CODE_* of its frames */
+  uint8_t *rule;      /* the first user rule one of its frames matches, + 1 (0: none) */
+  uint32_t *op;       /* the frame of the operation: its innermost Python frame, else the first frame that matters */
+  uint32_t *chain;    /* [id * MS_CHAIN + k]: the program's frames, outermost first */
+  uint8_t *chain_len;
+} ms_code_kinds;
+
+/* Whether a frame is the program's own code: a Python frame outside site-packages,
+ * dist-packages, the standard library, PyTorch's and memsnap's packages (and not <frozen ...>);
+ * a native frame of an executable rather than a shared library; never machinery. */
+bool ms_frame_is_program(const ms_frame *f);
+/* Classifies every frame and stack of s (stacks loaded) by the built-in table and `rules` (NULL:
+ * none) into k. 0, or -1 when out of memory (k empty). */
+int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms_code_kinds *k);
+void ms_code_kinds_free(ms_code_kinds *k);
+
 /* ---- the analysis (analyze.c) ----------------------------------------------------------- */
 
 typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
@@ -208,6 +254,7 @@ typedef struct ms_analysis {
   size_t ntop;
   int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
   ms_prehistory before; /* the state when the history starts: counted from its first instant */
+  ms_code_kinds kinds;  /* what kind of code each stack is */
   ms_external external[MS_EXTERNAL_MAX]; /* the largest groups, largest first */
   size_t nexternal;
   int64_t external_bytes;                 /* all of it */
@@ -246,8 +293,10 @@ void ms_label_key(const char *label, char *out, size_t len);
  * a->iteration_label and iteration_source. 0 (*out untouched) when no label repeats (or
  * `forced` is not there); what was read when out of memory or the snapshot is unreadable. */
 size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary **out);
-/* With no repeated mark or range: the period of the allocation pattern, as for
- * ms_iterations_from_labels; 0 when no period is found. */
+/* With no repeated mark or range, from one pass over the allocations, the first of: the period
+ * of their stacks and sizes (source "inferred"), an optimizer's steps (a->kinds: "optimizer"),
+ * the loop of the program's own code ("loop"), the period of their stacks alone ("inferred").
+ * As ms_iterations_from_labels; boundaries by allocation ordinal; 0 when none is found. */
 size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out);
 
 /* ---- leak candidates (leaks.c) ----------------------------------------------------------- */

@@ -326,6 +326,11 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   snprintf(a->iteration_source, sizeof a->iteration_source, "none");
   a->truncated = s->dropped > 0;
   if (ms_load_stacks(s) != 0 || ms_prehistory_build(s, MS_PREHISTORY_ANALYSIS, &a->before) != 0) return -1;
+  if (ms_code_kinds_build(s, NULL, &a->kinds) != 0) {
+    snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
+    ms_prehistory_free(&a->before);
+    return -1;
+  }
   pass p = {0};
   p.a = a;
   p.cur_iter = -1;
@@ -336,6 +341,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
     snprintf(s->error, sizeof s->error, "no marks or ranges labelled '%s' in '%s'", label, s->shown_path);
     free(p.site_of_stack);
     ms_prehistory_free(&a->before);
+    ms_code_kinds_free(&a->kinds);
     return -1;
   }
   a->iters = calloc(p.nbounds ? p.nbounds : 1, sizeof *a->iters);
@@ -424,6 +430,7 @@ int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_
 void ms_analysis_free(ms_analysis *a) {
   ms_timeline_free(a->timeline);
   ms_prehistory_free(&a->before);
+  ms_code_kinds_free(&a->kinds);
   free(a->site_of_stack);
   free(a->allocated_curve);
   free(a->reserved_curve);

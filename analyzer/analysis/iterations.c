@@ -147,41 +147,245 @@ size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary
   return c.n;
 }
 
-enum { MAX_TOKENS = 400000 };
+/* ---- without marks or ranges: one pass over the allocations ------------------------------- */
 
-/* The allocations as tokens: the first MAX_TOKENS kept, all counted. */
-typedef struct tokens {
-  uint64_t *tok;
+enum { MAX_TOKENS = 400000, LOOP_LEVELS = 6, MAX_RUNS = 500000, MAX_CANDIDATES = 64 };
+
+/* A run of allocations, in order, whose frame at one level of the program's frames is one frame
+ * (allocations without a frame at that level, such as autograd's on its own thread, do not end
+ * it). */
+typedef struct run {
+  uint32_t token; /* the frame */
+  int64_t start;  /* the ordinal of its first allocation */
+} run;
+
+/* One level of the program's frames (level 0: the outermost, usually the script's <module>). */
+typedef struct level {
+  uint32_t *token; /* by stack id: its frame at this level when its outer frames are the levels
+                      above's most common ones, else 0 */
+  run *runs;
+  size_t n, cap;
+  bool overflow; /* more than MAX_RUNS runs: not used */
+} level;
+
+/* What the pass gathers. */
+typedef struct scan {
+  const ms_snapshot *s;
+  const ms_code_kinds *k;
+  /* the period: each allocation a token of its stack and size (exact) or of its stack (tolerant) */
+  uint64_t *tok, *stack_tok;
   size_t n;
-  int64_t total;
-} tokens;
+  int64_t total; /* allocations: the ordinal of the next */
+  /* the optimizer's steps: runs of allocations in an optimizer's code, each ending at end[k] */
+  int64_t *end;
+  size_t nsteps, cap;
+  bool in_step;
+  uint32_t step_stack; /* the first step's first allocation's */
+  /* the loop's line */
+  level lv[LOOP_LEVELS];
+  int nlevels;
+  bool failed;
+} scan;
 
-static int add_token(int64_t stack_id, int64_t size, void *arg) {
-  tokens *t = arg;
-  if (t->n < MAX_TOKENS) t->tok[t->n++] = (uint64_t)stack_id * 0x9E3779B97F4A7C15ull ^ (uint64_t)size;
-  t->total++;
+static int scan_allocation(int64_t stack_id, int64_t size, void *arg) {
+  scan *c = arg;
+  uint32_t id = stack_id > 0 && (size_t)stack_id < c->s->nstacks ? (uint32_t)stack_id : 0;
+  if (c->n < MAX_TOKENS) {
+    c->tok[c->n] = (uint64_t)stack_id * 0x9E3779B97F4A7C15ull ^ (uint64_t)size;
+    c->stack_tok[c->n++] = (uint64_t)stack_id;
+  }
+  if (id && c->k->kind) {
+    if (c->k->kind[id] & MS_CODE_OPTIMIZER) {
+      if (!c->in_step && !ms_grow(&c->end, &c->cap, c->nsteps + 1, sizeof *c->end)) c->failed = true;
+      else if (!c->in_step && c->nsteps++ == 0) c->step_stack = id;
+      c->in_step = !c->failed;
+      if (c->in_step) c->end[c->nsteps - 1] = c->total;
+    } else if (c->s->stacks[id].depth) {
+      c->in_step = false;
+    }
+    for (int d = 0; d < c->nlevels; d++) {
+      level *l = &c->lv[d];
+      uint32_t t = l->token[id];
+      if (!t || l->overflow || (l->n && l->runs[l->n - 1].token == t)) continue;
+      if (l->n == MAX_RUNS || !ms_grow(&l->runs, &l->cap, l->n + 1, sizeof *l->runs)) {
+        l->overflow = true;
+        continue;
+      }
+      l->runs[l->n++] = (run){t, c->total};
+    }
+  }
+  c->total++;
+  return c->failed ? 1 : 0;
+}
+
+static int compare_u32(const void *x, const void *y) {
+  uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* The levels of the program's frames: level d holds each stack's frame at depth d when its outer
+ * frames are the most common ones of the levels above (a script's main() called from <module>:
+ * level 0 is that call's line for every stack, level 1 the lines of main). 0, or -1 out of
+ * memory. */
+static int scan_levels(scan *c) {
+  const ms_code_kinds *k = c->k;
+  size_t ns = k->nstacks;
+  uint32_t prefix[LOOP_LEVELS] = {0};
+  uint32_t *seen = malloc(sizeof *seen * (ns ? ns : 1));
+  if (!seen) return -1;
+  for (int d = 0; d < LOOP_LEVELS; d++) {
+    size_t n = 0;
+    for (size_t id = 1; id < ns; id++) {
+      if (k->chain_len[id] <= d) continue;
+      const uint32_t *ch = &k->chain[id * MS_CHAIN];
+      if (memcmp(ch, prefix, sizeof *prefix * (size_t)d) == 0) seen[n++] = ch[d];
+    }
+    if (n == 0) break;
+    level *l = &c->lv[d];
+    if (!(l->token = calloc(ns, sizeof *l->token))) {
+      free(seen);
+      return -1;
+    }
+    c->nlevels = d + 1;
+    for (size_t id = 1; id < ns; id++) {
+      const uint32_t *ch = &k->chain[id * MS_CHAIN];
+      if (k->chain_len[id] > d && memcmp(ch, prefix, sizeof *prefix * (size_t)d) == 0) l->token[id] = ch[d];
+    }
+    /* the most common frame at this level leads to the next */
+    qsort(seen, n, sizeof *seen, compare_u32);
+    size_t best = 0, count = 0;
+    for (size_t i = 0; i < n; i++) {
+      count = i && seen[i] == seen[i - 1] ? count + 1 : 1;
+      if (count > best) best = count, prefix[d] = seen[i];
+    }
+  }
+  free(seen);
   return 0;
 }
 
-/* With no repeated mark or range: the period of the allocation pattern. Each allocation is a
- * token (its stack and size); anchored in the middle of the run (past any set-up), the period is
- * the distance to the anchor's next occurrence if at least 90% of a window repeats at that
- * distance and the run holds it three times. Iterations then start every `period` allocations
- * from the earliest position the pattern reaches going back from the anchor. Returns the number
- * of boundaries (0: no period found). */
-size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out) {
-  enum { WINDOW = 20000, MAX_PERIOD = 50000 };
-  tokens t = {malloc(sizeof *t.tok * MAX_TOKENS), 0, 0};
-  if (!t.tok) return 0;
-  ms_allocations_each(a->snap, add_token, &t); /* unreadable: the tokens read (none) */
-  uint64_t *tok = t.tok;
-  size_t n = t.n;
-  int64_t total = t.total;
+static int compare_u64(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* FNV-1a, a 64-bit value at a time. */
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001B3ull; }
+
+/* The loop at level l: the frame (a line of the program) whose runs cut the level's runs into
+ * iterations, chosen as the one that cuts them into the most segments (at least 3) such that in
+ * 80% of the segments every other line that runs as often as it (the lines that run once an
+ * iteration; within 5% from 20 runs) runs exactly once; or, where no other line runs as often, that 80% of the
+ * segments are the same sequence of lines. Lines that run only in some iterations (a branch, a
+ * log every N steps) or several times in one vary from segment to segment and are no anchor.
+ * The earliest such frame among equals. Its runs' first allocations start the iterations: their
+ * ordinals into *out (malloc'd) and their number; 0 when there is none. */
+static size_t loop_anchor(const level *l, uint32_t *anchor, int64_t **out) {
+  if (l->overflow || l->n < 3) return 0;
+  size_t n = l->n, ndistinct = 0, best = 0;
+  uint32_t *distinct = malloc(sizeof *distinct * n), *index = malloc(sizeof *index * n);
+  size_t *count = calloc(n, sizeof *count), *seen = calloc(n, sizeof *seen);
+  uint64_t *sig = malloc(sizeof *sig * n), *sorted = malloc(sizeof *sorted * n);
+  bool *core = calloc(n, sizeof *core);
+  if (!distinct || !index || !count || !seen || !sig || !sorted || !core) goto done;
+  /* each run's frame as an index into the distinct frames, and how many runs each has */
+  for (size_t i = 0; i < n; i++) distinct[i] = l->runs[i].token;
+  qsort(distinct, n, sizeof *distinct, compare_u32);
+  for (size_t i = 0; i < n; i++)
+    if (i == 0 || distinct[i] != distinct[ndistinct - 1]) distinct[ndistinct++] = distinct[i];
+  for (size_t i = 0; i < n; i++) {
+    uint32_t *at = bsearch(&l->runs[i].token, distinct, ndistinct, sizeof *distinct, compare_u32);
+    index[i] = (uint32_t)(at - distinct);
+    count[index[i]]++;
+  }
+  size_t ncand = 0;
+  for (size_t i = 0; i < n && ncand < MAX_CANDIDATES; i++) { /* in order of first run */
+    size_t x = index[i];
+    if (count[x] < 3 || seen[x]) continue;
+    seen[x] = 1;
+    ncand++;
+    size_t m = count[x], tol = m / 20, ncore = 0;
+    if (m <= best) continue;
+    for (size_t t = 0; t < ndistinct; t++) {
+      core[t] = t != x && count[t] + tol >= m && count[t] <= m + tol;
+      ncore += core[t];
+    }
+    /* segments: from each run of x to the next; the last may hold what follows the loop */
+    size_t segments = 0, regular = 0, same = 0;
+    bool in_segment = false;
+    size_t *hits = calloc(ndistinct, sizeof *hits);
+    if (!hits) break;
+    for (size_t r = 0; r <= n; r++) {
+      if (r == n || index[r] == x) {
+        if (in_segment) { /* the segment that ends here: every core line exactly once? */
+          bool ok = true;
+          for (size_t t = 0; t < ndistinct && ok; t++) ok = !core[t] || hits[t] == 1;
+          regular += ok;
+          memset(hits, 0, sizeof *hits * ndistinct);
+        }
+        if (r == n) break;
+        in_segment = true;
+        sig[segments++] = 0xCBF29CE484222325ull;
+      }
+      if (!in_segment) continue;
+      hits[index[r]]++;
+      sig[segments - 1] = mix(sig[segments - 1], l->runs[r].token);
+    }
+    free(hits);
+    if (ncore) {
+      if (regular * 5 < segments * 4) continue;
+    } else { /* no other line runs as often: the segments must repeat one sequence of lines */
+      memcpy(sorted, sig, sizeof *sig * (segments - 1));
+      qsort(sorted, segments - 1, sizeof *sorted, compare_u64);
+      size_t run_length = 0;
+      for (size_t k = 0; k + 1 < segments; k++) {
+        run_length = k && sorted[k] == sorted[k - 1] ? run_length + 1 : 1;
+        if (run_length > same) same = run_length;
+      }
+      if ((same + 1) * 5 < segments * 4) continue; /* the last segment given the benefit of the doubt */
+    }
+    best = segments;
+    *anchor = l->runs[i].token;
+  }
+  if (best) {
+    int64_t *b = malloc(sizeof *b * best);
+    size_t k = 0;
+    for (size_t i = 0; b && i < n && k < best; i++)
+      if (l->runs[i].token == *anchor) b[k++] = l->runs[i].start;
+    *out = b;
+    if (!b) best = 0;
+  }
+done:
+  free(distinct);
+  free(index);
+  free(count);
+  free(seen);
+  free(sig);
+  free(sorted);
+  free(core);
+  return best;
+}
+
+/* Iterations starting at the allocations of ordinals starts[0..n) into boundaries. */
+static size_t boundaries_at(const int64_t *starts, size_t n, ms_boundary **out) {
+  ms_boundary *b = malloc(sizeof *b * (n ? n : 1));
+  if (!b) return 0;
+  for (size_t k = 0; k < n; k++) b[k] = (ms_boundary){0, 0, starts[k], 0};
+  *out = b;
+  return n;
+}
+
+/* The period of tokens tok[0..n) (of `total` allocations) where at least `per_mille` of a window
+ * repeats: the boundaries, or 0 when there is none. Anchored in the middle of the run (past any
+ * set-up), the period is the distance to the anchor's next occurrence; the run must hold it
+ * three times. Iterations then start every `period` allocations from the earliest position the
+ * pattern reaches going back from the anchor. */
+static size_t period_of(const uint64_t *tok, size_t n, int64_t total, size_t per_mille, size_t *period_out,
+                        ms_boundary **out) {
+  enum { WINDOW = 20000, MAX_PERIOD = 50000, SCREEN = 512 };
   /* Screen every shift at which the anchor's token recurs on a short window, keep the best
    * matching one (the smallest among equals: not a sub-period that repetition inside an
    * iteration makes look good, nor a multiple), then check it on a long window. */
   size_t period = 0, anchor = n / 2;
-  enum { SCREEN = 512 };
   size_t best_same = 0, best_d = 0;
   for (size_t d = 2; n >= 8 && d <= MAX_PERIOD && anchor + d < n && 3 * d <= n; d++) {
     if (tok[anchor + d] != tok[anchor]) continue;
@@ -195,24 +399,87 @@ size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out) {
   if (best_d) {
     size_t w = n - anchor - best_d < WINDOW ? n - anchor - best_d : WINDOW, same = 0;
     for (size_t i = 0; i < w; i++) same += tok[anchor + i] == tok[anchor + i + best_d];
-    if (w >= best_d && same * 10 >= w * 9) period = best_d;
+    if (w >= best_d && same * 1000 >= w * per_mille) period = best_d;
   }
-  size_t n_out = 0;
-  if (period) {
-    size_t first = anchor;
-    while (first >= period && tok[first - period] == tok[first]) first -= period;
-    size_t count = (size_t)((total - (int64_t)first + (int64_t)period - 1) / (int64_t)period);
-    ms_boundary *b = count ? malloc(sizeof *b * count) : NULL;
-    for (size_t k = 0; b && k < count; k++) b[k] = (ms_boundary){0, 0, (int64_t)(first + k * period), 0};
-    if (b && count >= 3) {
-      *out = b;
-      n_out = count;
-      snprintf(a->iteration_label, sizeof a->iteration_label, "a period of %zu allocations", period);
-      snprintf(a->iteration_source, sizeof a->iteration_source, "inferred");
-    } else {
-      free(b);
+  if (!period) return 0;
+  size_t first = anchor;
+  while (first >= period && tok[first - period] == tok[first]) first -= period;
+  size_t count = (size_t)((total - (int64_t)first + (int64_t)period - 1) / (int64_t)period);
+  if (count < 3) return 0;
+  ms_boundary *b = malloc(sizeof *b * count);
+  if (!b) return 0;
+  for (size_t k = 0; k < count; k++) b[k] = (ms_boundary){0, 0, (int64_t)(first + k * period), 0};
+  *period_out = period;
+  *out = b;
+  return count;
+}
+
+/* A frame as the report names it: "function (file:line)". */
+static void frame_text(const ms_snapshot *s, uint32_t id, char *out, size_t len) {
+  const ms_frame *f = &s->frames[id];
+  const char *slash = strrchr(f->file, '/');
+  if (f->file[0]) snprintf(out, len, "%s (%s:%lld)", f->short_name, slash ? slash + 1 : f->file, (long long)f->line);
+  else snprintf(out, len, "%s", f->short_name);
+}
+
+static void set_source(ms_analysis *a, const char *source, const char *fmt, const char *what) {
+  snprintf(a->iteration_source, sizeof a->iteration_source, "%s", source);
+  snprintf(a->iteration_label, sizeof a->iteration_label, fmt, what);
+}
+
+size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out) {
+  scan c = {.s = a->snap, .k = &a->kinds};
+  c.tok = malloc(sizeof *c.tok * MAX_TOKENS);
+  c.stack_tok = malloc(sizeof *c.stack_tok * MAX_TOKENS);
+  size_t n_out = 0, period = 0;
+  if (c.tok && c.stack_tok && (!a->kinds.kind || scan_levels(&c) == 0)) {
+    ms_allocations_each(a->snap, scan_allocation, &c); /* unreadable: what was read */
+    char what[200];
+    /* 1. the exact period: every allocation's stack and size repeat */
+    if ((n_out = period_of(c.tok, c.n, c.total, 900, &period, out))) {
+      snprintf(what, sizeof what, "%zu", period);
+      set_source(a, "inferred", "a period of %s allocations", what);
+    }
+    /* 2. an optimizer's steps: the iterations end where they end (the first from the start) */
+    if (!n_out && c.nsteps >= 3) {
+      int64_t *starts = malloc(sizeof *starts * c.nsteps);
+      if (starts) {
+        starts[0] = 0;
+        for (size_t k = 1; k < c.nsteps; k++) starts[k] = c.end[k - 1] + 1;
+        n_out = boundaries_at(starts, c.nsteps, out);
+        free(starts);
+        uint32_t outer = 0; /* the outermost optimizer frame of the first step */
+        const ms_stack *st = &a->snap->stacks[c.step_stack];
+        for (uint32_t j = 0; j < st->depth; j++)
+          if (st->frames[j] < a->kinds.nframes && (a->kinds.frame_kind[st->frames[j]] & MS_CODE_OPTIMIZER)) outer = st->frames[j];
+        frame_text(a->snap, outer, what, sizeof what);
+        if (n_out) set_source(a, "optimizer", "the optimizer's steps: %s", what);
+      }
+    }
+    /* 3. the loop: the outermost level of the program's frames with a line that repeats */
+    for (int d = 0; !n_out && d < c.nlevels; d++) {
+      uint32_t anchor = 0;
+      int64_t *starts = NULL;
+      size_t n = loop_anchor(&c.lv[d], &anchor, &starts);
+      if (n) n_out = boundaries_at(starts, n, out);
+      free(starts);
+      if (n_out) {
+        frame_text(a->snap, anchor, what, sizeof what);
+        set_source(a, "loop", "the loop at %s", what);
+      }
+    }
+    /* 4. a tolerant period: the stacks alone, 70% of them repeating */
+    if (!n_out && (n_out = period_of(c.stack_tok, c.n, c.total, 700, &period, out))) {
+      snprintf(what, sizeof what, "%zu", period);
+      set_source(a, "inferred", "a period of about %s allocations", what);
     }
   }
-  free(tok);
+  free(c.tok);
+  free(c.stack_tok);
+  free(c.end);
+  for (int d = 0; d < LOOP_LEVELS; d++) {
+    free(c.lv[d].token);
+    free(c.lv[d].runs);
+  }
   return n_out;
 }

@@ -170,8 +170,8 @@ int ms_fold_add(ms_fold *f, const char *list) {
   return 0;
 }
 
-/* A pattern NAME or NAME@FILE (globs) against a frame's short name without its parameter list,
- * and its source file or its module. */
+/* A pattern NAME or NAME@FILE (globs) against a frame's short name without its parameter list
+ * (`name`), and its source file or its module. */
 static bool matches(const char *pattern, const char *name, const ms_frame *f) {
   const char *at = strrchr(pattern, '@');
   if (!at) return fnmatch(pattern, name, 0) == 0;
@@ -180,11 +180,22 @@ static bool matches(const char *pattern, const char *name, const ms_frame *f) {
   return fnmatch(glob, name, 0) == 0 && (fnmatch(at + 1, f->file, 0) == 0 || (f->module[0] && fnmatch(at + 1, f->module, 0) == 0));
 }
 
-bool ms_frame_is_machinery(const ms_fold *fold, const ms_frame *f) {
-  char name[MS_TEXT_MAX + 8];
-  snprintf(name, sizeof name, "%s", f->short_name);
+/* The frame's short name without its "()", into name[MS_TEXT_MAX + 8]. */
+static void pattern_name(const ms_frame *f, char *name) {
+  snprintf(name, MS_TEXT_MAX + 8, "%s", f->short_name);
   size_t n = strlen(name);
   if (n > 2 && strcmp(name + n - 2, "()") == 0) name[n - 2] = '\0';
+}
+
+bool ms_frame_matches(const char *pattern, const ms_frame *f) {
+  char name[MS_TEXT_MAX + 8];
+  pattern_name(f, name);
+  return matches(pattern, name, f);
+}
+
+bool ms_frame_is_machinery(const ms_fold *fold, const ms_frame *f) {
+  char name[MS_TEXT_MAX + 8];
+  pattern_name(f, name);
   const char *const *builtin = f->python ? builtin_python : builtin_native;
   size_t nbuiltin = f->python ? sizeof builtin_python / sizeof *builtin_python : sizeof builtin_native / sizeof *builtin_native;
   for (size_t i = 0; i < nbuiltin; i++)

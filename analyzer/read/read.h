@@ -237,6 +237,9 @@ void ms_frame_short_name(const ms_frame *f, char *out, size_t len);
 int ms_fold_add(ms_fold *f, const char *list);
 /* Prints the built-in patterns of machinery frames (for `memsnap help`). */
 void ms_fold_print_builtin(FILE *out);
+/* Whether the frame matches a pattern NAME or NAME@FILE, globs over its short name without "()"
+ * and its source file or module (--fold's syntax). Needs f->short_name. */
+bool ms_frame_matches(const char *pattern, const ms_frame *f);
 /* True for a frame that says nothing about the program (built-in patterns, then fold's). Needs
  * f->short_name. */
 bool ms_frame_is_machinery(const ms_fold *fold, const ms_frame *f);

@@ -198,6 +198,12 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     if (strcmp(a->iteration_source, "inferred") == 0)
       fprintf(out, "  %zu, inferred from the allocation pattern (%s; no repeated mark or range)\n", a->niters,
               a->iteration_label);
+    else if (strcmp(a->iteration_source, "optimizer") == 0)
+      fprintf(out, "  %zu, from the stacks: %s (no repeated mark or range);\n"
+              "    each ends where a step ends, the first from the history's start\n", a->niters, a->iteration_label);
+    else if (strcmp(a->iteration_source, "loop") == 0)
+      fprintf(out, "  %zu, from the stacks: %s, each from one run of that line to the next (no repeated mark or\n"
+              "    range)\n", a->niters, a->iteration_label);
     else
       fprintf(out, "  %zu from %s labelled '%s'%s\n", a->niters, a->iteration_source, a->iteration_label,
               a->iterations_from_range_ends ? ",\n    each from one range's end to the next one's, the first from the history's start"

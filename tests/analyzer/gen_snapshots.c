@@ -12,7 +12,7 @@
  *   released.db   the leak run, but the kept blocks are freed after the last step, before the
  *                 snapshot (as when a job dumps at its end): growth that was released;
  *   late.db       weights (96 MiB) allocated before recording started, then the leak run;
- *   empty.db      a snapshot of a library that never recorded; misuse.db, devices.db: below main.
+ *   empty.db      a snapshot of a library that never recorded; misuse, devices, loop, optimizer.db below.
  * With a second argument N: only big.db, about N events of a training-like loop (100 steps,
  * activations, a slow leak, the cache emptied every step), for the analyzer's and the page's speed
  * benchmarks (tests/analyzer/bench_analyze.sh, tests/web/bench_viewer.js).
@@ -161,6 +161,8 @@ int main(int argc, char **argv) {
   rc |= misuse(argv[1]);
   int devices(const char *dir);
   rc |= devices(argv[1]);
+  int unmarked(const char *dir);
+  rc |= unmarked(argv[1]);
   return rc;
 }
 
@@ -218,5 +220,43 @@ int devices(const char *dir) {
   int rc = dump(dir, "devices.db");
   memsnap_shutdown();
   unsetenv("MEMSNAP_SIM_DEVICES");
+  return rc;
+}
+
+/* loop.db and optimizer.db: no marks, and 8 steps that differ from each other (an 8 MiB
+ * activation, then 1 to 7 temporaries of 4 to 28 KiB from two sites chosen by a seeded
+ * generator), so that no period of the allocations holds; each step keeps 1 MiB (keep_history). In optimizer.db each step ends in
+ * fused_adam_step (named as PyTorch's fused AdamW kernels are), which allocates and frees a
+ * temporary: the iterations come from the optimizer's steps there, from the loop's line in
+ * loop.db. */
+SITE(scratch_a)
+SITE(scratch_b)
+SITE(fused_adam_step)
+
+static __attribute__((noipa)) void uneven_steps(int steps, int optimizer) {
+  unsigned seed = 12345;
+  for (int i = 0; i < steps; i++) {
+    void *input = activation(8 * MiB);
+    seed = seed * 1103515245u + 12345u;
+    int n = 1 + (int)(seed >> 16) % 7;
+    for (int k = 0; k < n; k++) {
+      seed = seed * 1103515245u + 12345u;
+      size_t size = (size_t)(1 + (seed >> 16) % 7) * 4096;
+      memsnap_free((seed >> 8) & 1 ? scratch_a(size) : scratch_b(size), 0, 0, NULL);
+    }
+    keep_history(1 * MiB);
+    if (optimizer) memsnap_free(fused_adam_step(64 * 1024), 0, 0, NULL);
+    memsnap_free(input, 0, 0, NULL);
+  }
+}
+
+int unmarked(const char *dir) {
+  int rc = 0;
+  for (int optimizer = 0; optimizer < 2; optimizer++) {
+    memsnap_record_start(0, NULL);
+    uneven_steps(8, optimizer);
+    rc |= dump(dir, optimizer ? "optimizer.db" : "loop.db");
+    memsnap_shutdown();
+  }
   return rc;
 }

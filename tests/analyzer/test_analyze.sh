@@ -97,6 +97,19 @@ check "no marks: the report says the iterations were inferred" "[ \$? -eq 0 ]"
 check "no marks: the period is the iteration's (51 allocations), not a repetition inside it" \
   "json $dir/repeats.json \"j['summary']['iteration_label'] == 'a period of 51 allocations' and j['leaks'][0]['kind'] == 'growing' and j['leaks'][0]['bytes_per_iteration'] == $MiB\""
 
+# No marks and steps that differ (gen_snapshots' loop.db, optimizer.db): no period holds, so the
+# iterations come from the stacks: the loop's line that runs once a step, or an optimizer's steps.
+"$cli" analyze --json "$dir/loop.db" >"$dir/loop.json"
+check "no marks, uneven steps: iterations from the loop's line (the step's first allocation), 8 of them, to the byte" \
+  "json $dir/loop.json \"j['summary']['iteration_source'] == 'loop' and j['summary']['iteration_label'].startswith('the loop at uneven_steps (gen_snapshots.c:') and [i['peak_allocated_bytes'] for i in j['iterations']] == [(9 + k) * $MiB for k in range(8)] and [i['end_allocated_bytes'] for i in j['iterations']] == [(1 + k) * $MiB for k in range(8)]\""
+check "no marks, uneven steps: the leak is growing by 1 MiB per iteration" \
+  "json $dir/loop.json \"j['leaks'][0]['kind'] == 'growing' and j['leaks'][0]['stack'][0]['name'] == 'keep_history' and j['leaks'][0]['bytes_per_iteration'] == $MiB\""
+"$cli" analyze "$dir/loop.db" | grep -q "8, from the stacks: the loop at uneven_steps"
+check "no marks, uneven steps: the report says where the iterations come from" "[ \$? -eq 0 ]"
+"$cli" analyze --json "$dir/optimizer.db" >"$dir/optimizer.json"
+check "no marks, uneven steps, an optimizer: 8 iterations, each ending after an optimizer's step, to the byte" \
+  "json $dir/optimizer.json \"j['summary']['iteration_source'] == 'optimizer' and 'fused_adam_step' in j['summary']['iteration_label'] and [i['peak_allocated_bytes'] for i in j['iterations']] == [(9 + k) * $MiB + 65536 for k in range(8)] and [i['end_allocated_bytes'] for i in j['iterations']] == [(1 + k) * $MiB for k in range(8)] and j['leaks'][0]['bytes_per_iteration'] == $MiB\""
+
 "$cli" analyze "$dir/empty.db" >"$dir/empty.txt" 2>&1
 check "empty snapshot: a report that says there is nothing" "[ $? -eq 0 ] && grep -q 'none: the snapshot has no repeated mark' $dir/empty.txt"
 "$cli" analyze --iterations nosuchlabel "$dir/leak.db" >/dev/null 2>"$dir/err"

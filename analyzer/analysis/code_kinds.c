@@ -1,0 +1,149 @@
+/* code_kinds.c: what kind of code each frame and each stack of a snapshot is, from one table of
+ * patterns (docs/categories.md lists it): the program's own code, an optimizer's step and the
+ * making of its state, autograd's backward pass, a parameter's gradient accumulated, a module's
+ * parameters made or moved to the device; and the user's own categories (--category
+ * NAME=PATTERN). Where iterations start (iterations.c) and memory by category (categories.c)
+ * read it.
+ *
+ * Patterns are --fold's: NAME or NAME@FILE, globs over a frame's short name (without "()") and
+ * its source file or module (ms_frame_matches), so one pattern serves PyTorch's native frames
+ * (torch::autograd::AccumulateGrad::apply) and Python's (AccumulateGrad.apply in a stand-in).
+ * Each frame is classified once; a stack's kinds are the union of its frames'.
+ */
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis.h"
+
+/* The built-in patterns, by kind (docs/categories.md has the same table). */
+static const struct {
+  const char *pattern;
+  unsigned kind;
+} patterns[] = {
+    /* an optimizer's step: PyTorch's optimizers live in torch/optim (its LR schedulers do not
+       count: not_optimizer below) */
+    {"*@*/torch/optim/*", MS_CODE_OPTIMIZER},
+    {"*_init_group@*/torch/optim/*", MS_CODE_OPTIMIZER_STATE},
+    {"*fused_adam*", MS_CODE_OPTIMIZER},
+    /* autograd's backward pass: its engine's frames (a device thread's), and Python's entry */
+    {"torch::autograd::Engine::*", MS_CODE_BACKWARD},
+    {"torch::autograd::generated::*Backward*", MS_CODE_BACKWARD},
+    {"backward@*/torch/autograd/__init__.py", MS_CODE_BACKWARD},
+    {"*backward@*/torch/_tensor.py", MS_CODE_BACKWARD},
+    {"_engine_run_backward@*/torch/autograd/graph.py", MS_CODE_BACKWARD},
+    /* a parameter's gradient: accumulated into .grad */
+    {"*AccumulateGrad*", MS_CODE_GRADIENT | MS_CODE_BACKWARD},
+    {"*accumulateGrad*", MS_CODE_GRADIENT | MS_CODE_BACKWARD},
+    /* a module's parameters and buffers, made on the device or moved there */
+    {"*Module._apply@*/torch/nn/modules/module.py", MS_CODE_PARAMETER},
+    {"*Module.to_empty@*/torch/nn/modules/module.py", MS_CODE_PARAMETER},
+    {"*.__init__@*/torch/nn/modules/*", MS_CODE_PARAMETER},
+    {"*reset_parameters@*/torch/nn/modules/*", MS_CODE_PARAMETER},
+    {"*@*/torch/nn/init.py", MS_CODE_PARAMETER},
+    {"*set_module_tensor_to_device@*/accelerate/*", MS_CODE_PARAMETER},
+    {"*_load_state_dict_into_meta_model@*/transformers/*", MS_CODE_PARAMETER},
+};
+
+/* Files of torch/optim that are no optimizer's step. */
+static const char *const not_optimizer[] = {"*/torch/optim/lr_scheduler.py", "*/torch/optim/swa_utils.py"};
+
+/* Libraries, the interpreter and the standard library, by a Python frame's file. */
+static const char *const library_files[] = {"*/site-packages/*", "*/dist-packages/*", "*/lib/python3*", "*/lib64/python3*",
+                                            "<*",               "*/torch/*",         "*/memsnap/*"};
+
+bool ms_frame_is_program(const ms_frame *f) {
+  if (f->machinery) return false;
+  if (f->python) {
+    for (size_t i = 0; i < sizeof library_files / sizeof *library_files; i++)
+      if (fnmatch(library_files[i], f->file, 0) == 0) return false;
+    return f->file[0] != '\0';
+  }
+  const char *slash = strrchr(f->module, '/'), *base = slash ? slash + 1 : f->module;
+  return base[0] && !strstr(base, ".so"); /* an executable, not a shared library */
+}
+
+int ms_category_rule_add(ms_category_rules *r, const char *rule) {
+  const char *eq = strchr(rule, '=');
+  if (!eq || eq == rule || !eq[1] || r->n == MS_CATEGORY_RULES || (size_t)(eq - rule) >= sizeof r->rule[0].name) return -1;
+  for (const char *c = rule; c < eq; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("_-.", *c))) return -1;
+  snprintf(r->rule[r->n].name, sizeof r->rule[r->n].name, "%.*s", (int)(eq - rule), rule);
+  r->rule[r->n].patterns = eq + 1;
+  r->n++;
+  return 0;
+}
+
+/* The index + 1 of the first user rule a frame matches (0: none). */
+static uint8_t user_rule(const ms_category_rules *r, const ms_frame *f) {
+  for (size_t i = 0; r && i < r->n; i++)
+    for (const char *p = r->rule[i].patterns; *p;) {
+      size_t len = strcspn(p, ",");
+      char pattern[1024];
+      snprintf(pattern, sizeof pattern, "%.*s", (int)(len < sizeof pattern ? len : sizeof pattern - 1), p);
+      if (len && ms_frame_matches(pattern, f)) return (uint8_t)(i + 1);
+      p += len + (p[len] == ',');
+    }
+  return 0;
+}
+
+int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms_code_kinds *k) {
+  memset(k, 0, sizeof *k);
+  size_t nf = s->nframes + 1, ns = s->nstacks ? s->nstacks : 1;
+  unsigned *frame_kind = k->frame_kind = calloc(nf, sizeof *frame_kind);
+  uint8_t *frame_rule = calloc(nf, 1);
+  k->kind = calloc(ns, sizeof *k->kind);
+  k->rule = calloc(ns, 1);
+  k->op = calloc(ns, sizeof *k->op);
+  k->chain = calloc(ns * MS_CHAIN, sizeof *k->chain);
+  k->chain_len = calloc(ns, 1);
+  if (!frame_kind || !frame_rule || !k->kind || !k->rule || !k->op || !k->chain || !k->chain_len) {
+    free(frame_rule);
+    ms_code_kinds_free(k);
+    return -1;
+  }
+  k->nstacks = s->nstacks;
+  k->nframes = nf;
+  for (size_t i = 1; i < s->nframes && s->frames; i++) {
+    const ms_frame *f = &s->frames[i];
+    if (!f->name || !f->short_name) continue; /* an id no frame has */
+    for (size_t j = 0; j < sizeof patterns / sizeof *patterns; j++)
+      if (ms_frame_matches(patterns[j].pattern, f)) frame_kind[i] |= patterns[j].kind;
+    for (size_t j = 0; j < sizeof not_optimizer / sizeof *not_optimizer; j++)
+      if (fnmatch(not_optimizer[j], f->file, 0) == 0) frame_kind[i] &= ~(unsigned)(MS_CODE_OPTIMIZER | MS_CODE_OPTIMIZER_STATE);
+    if (ms_frame_is_program(f)) frame_kind[i] |= MS_CODE_PROGRAM;
+    frame_rule[i] = user_rule(rules, f);
+  }
+  for (size_t id = 1; id < s->nstacks; id++) {
+    const ms_stack *st = &s->stacks[id];
+    uint32_t python_op = 0, len = 0;
+    for (uint32_t j = 0; j < st->depth; j++) { /* innermost first */
+      uint32_t f = st->frames[j];
+      if (f >= nf) continue;
+      k->kind[id] |= frame_kind[f];
+      if (!k->rule[id] && frame_rule[f]) k->rule[id] = frame_rule[f];
+      if (!python_op && s->frames[f].python) python_op = f;
+    }
+    /* the op: the innermost Python frame, else the first frame that matters */
+    if (python_op) k->op[id] = python_op;
+    else ms_stack_frames_that_matter(s, (uint32_t)id, &k->op[id], 1);
+    /* the program's frames, outermost first (the outermost MS_CHAIN of them) */
+    for (uint32_t j = st->depth; j-- > 0 && len < MS_CHAIN;) {
+      uint32_t f = st->frames[j];
+      if (f < nf && (frame_kind[f] & MS_CODE_PROGRAM)) k->chain[id * MS_CHAIN + len++] = f;
+    }
+    k->chain_len[id] = (uint8_t)len;
+  }
+  free(frame_rule);
+  return 0;
+}
+
+void ms_code_kinds_free(ms_code_kinds *k) {
+  free(k->frame_kind);
+  free(k->kind);
+  free(k->rule);
+  free(k->op);
+  free(k->chain);
+  free(k->chain_len);
+  memset(k, 0, sizeof *k);
+}
