@@ -13,6 +13,7 @@
  *                  pages (PyTorch's expandable_segments:True)
  *   pools.c        private pools (CUDA graph capture, torch.cuda.MemPool) and captures underway
  *   async_alloc.c  the stream-ordered mode (MEMSNAP_ALLOCATOR=async, PyTorch's cudaMallocAsync)
+ *   backend.c      the active backend (msi_be), chosen and started when the library comes up
  *   backend_sim.c  the simulated device
  *   backend_cuda.c the CUDA driver backend (libcuda loaded at run time)
  *
@@ -163,7 +164,10 @@ typedef struct msi_backend {
 
 extern const msi_backend msi_backend_sim;
 extern const msi_backend msi_backend_cuda;
-extern const msi_backend *msi_be; /* the active backend, set by api.c */
+/* backend.c: the active backend, set by msi_backend_start when the library comes up. */
+extern const msi_backend *msi_be;
+/* Makes the backend MEMSNAP_BACKEND names active and starts it: MSI_BE_OK or MSI_BE_ERR. */
+int msi_backend_start(void);
 
 int msi_sim_synchronize(memsnap_stream_t stream); /* backend_sim.c */
 
