@@ -22,9 +22,15 @@
  *     and nothing synchronizes.
  * The data structures differ (see blocktree.c, ptrmap.c): decisions are the same.
  *
+ * Layers: this file is the policy and the dispatch to the modes (expandable.c, pools.c,
+ * async_alloc.c); it and the modes call down into the block primitives (blocks.c: block structs,
+ * the pools' free sets, merging, deferring), and nothing below calls up into this file. Where a
+ * mode needs the policy (pools.c releasing a private pool's cached blocks), the policy hands its
+ * function down as an argument.
+ *
  * Locking: one mutex per device guards everything in msi_device. Nothing here allocates host
- * memory on the fast path (block structs come from a free list refilled in slabs) and nothing
- * does I/O. Entry points: msi_device_malloc, msi_device_free, msi_device_record_stream,
+ * memory on the fast path (block structs come from blocks.c's free list, refilled in slabs) and
+ * nothing does I/O. Entry points: msi_device_malloc, msi_device_free, msi_device_record_stream,
  * msi_device_empty_cache, msi_device_set_fraction (each takes the lock itself).
  */
 #include <stdio.h>
@@ -32,8 +38,6 @@
 #include <string.h>
 
 #include "internal.h"
-
-#define SLAB_BLOCKS 256
 
 /* ---- sizes ----------------------------------------------------------------------------- */
 
@@ -76,60 +80,6 @@ static bool should_split(const msi_device *d, const msi_block *b, size_t size) {
   return size < msi_opt.max_split_size && remaining > MSI_SMALL_SIZE;
 }
 
-/* ---- block structs --------------------------------------------------------------------- */
-
-/* Makes sure at least two spare block structs exist, so that one malloc (a new segment plus a
- * split) never fails half way. Returns 0, or -1 if out of host memory. */
-int msi_reserve_blocks(msi_device *d) {
-  if (MSI_LIKELY(d->spare_blocks && d->spare_blocks->next)) return 0;
-  if (d->nslabs == d->slabs_cap) {
-    int cap = d->slabs_cap ? d->slabs_cap * 2 : 16;
-    void **grown = realloc(d->block_slabs, sizeof *grown * (size_t)cap);
-    if (!grown) return -1;
-    d->block_slabs = grown;
-    d->slabs_cap = cap;
-  }
-  msi_block *slab = aligned_alloc(64, SLAB_BLOCKS * sizeof *slab);
-  if (!slab) return -1;
-  memset(slab, 0, SLAB_BLOCKS * sizeof *slab);
-  d->block_slabs[d->nslabs++] = slab;
-  for (int i = 0; i < SLAB_BLOCKS; i++) {
-    slab[i].next = d->spare_blocks;
-    d->spare_blocks = &slab[i];
-  }
-  return 0;
-}
-
-msi_block *msi_block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_stream_t stream, msi_pool *pool) {
-  msi_block *b = d->spare_blocks; /* reserve_blocks() ran first */
-  d->spare_blocks = b->next;
-  /* Field by field: zeroing the whole struct compiles to `rep stos`, the slowest part of a
-   * split. Tree links and priority are set by msi_set_insert, set_index by the caller. */
-  b->ptr = ptr;
-  b->size = size;
-  b->prev = b->next = NULL;
-  b->allocated = b->in_tree = false;
-  b->pool = pool;
-  b->stream = stream;
-  b->requested_size = 0;
-  b->event_count = 0;
-  b->nuses = b->uses_cap = 0;
-  b->uses = NULL; /* block_put freed it */
-  b->stack_id = 0;
-  b->mapped = true;
-  b->seg = NULL;
-  return b;
-}
-
-void msi_block_put(msi_device *d, msi_block *b) {
-  if (MSI_UNLIKELY(b->uses != NULL)) {
-    free(b->uses);
-    b->uses = NULL;
-  }
-  b->next = d->spare_blocks;
-  d->spare_blocks = b;
-}
-
 /* ---- pools ----------------------------------------------------------------------------- */
 
 /* Index of the free-block set of `stream` in `pool`, created when missing; -1 if out of host
@@ -160,15 +110,6 @@ static inline int stream_set(msi_pool *p, memsnap_stream_t stream) {
   if (MSI_LIKELY(p->nsets && p->sets[p->last_set].stream == stream)) return p->last_set;
   return stream_set_slow(p, stream);
 }
-
-/* Caches a free block in the set of its stream (set_index was fixed when it was allocated). */
-void msi_pool_insert(msi_block *b) {
-  msi_pool *p = b->pool;
-  b->gc_count_base = p->get_free_blocks_call_count;
-  msi_set_insert(&p->sets[b->set_index], b);
-}
-
-void msi_pool_erase(msi_block *b) { msi_set_erase(&b->pool->sets[b->set_index], b); }
 
 static inline uint64_t gc_age(const msi_block *b) {
   return b->pool->get_free_blocks_call_count - b->gc_count_base;
@@ -229,26 +170,6 @@ static void release_segment(msi_device *d, msi_block *b) {
 }
 
 /* ---- freeing and merging --------------------------------------------------------------- */
-
-/* Merges the free neighbour `src` into `dst` if it may (both mapped, or both unmapped ranges of
- * an expandable segment). Returns the bytes taken over. */
-size_t msi_try_merge(msi_device *d, msi_block *dst, msi_block *src) {
-  if (!src || src->allocated || src->event_count > 0 || src->nuses > 0 || src->mapped != dst->mapped) return 0;
-  if (dst->prev == src) {
-    dst->ptr = src->ptr;
-    dst->prev = src->prev;
-    if (dst->prev) dst->prev->next = dst;
-  } else {
-    dst->next = src->next;
-    if (dst->next) dst->next->prev = dst;
-  }
-  size_t taken = src->size;
-  dst->size += taken;
-  if (src->mapped) msi_pool_erase(src);
-  else msi_unmapped_erase(src);
-  msi_block_put(d, src);
-  return taken;
-}
 
 /* Puts an inactive block (freed, events done) back in its pool, merged with its neighbours. */
 static void free_block(msi_device *d, msi_block *b) {
@@ -375,18 +296,6 @@ void msi_process_events(msi_device *d) {
   }
 }
 
-bool msi_defer_block(msi_device *d, msi_block *b) {
-  if (d->ndeferred == d->deferred_cap) {
-    size_t cap = d->deferred_cap ? d->deferred_cap * 2 : 16;
-    msi_block **g = realloc(d->deferred, sizeof *g * cap);
-    if (!g) return false;
-    d->deferred = g;
-    d->deferred_cap = cap;
-  }
-  d->deferred[d->ndeferred++] = b;
-  return true;
-}
-
 /* Waits for every outstanding event and frees their blocks. Never during a capture. */
 static void synchronize_and_free_events(msi_device *d) {
   d->stats.num_sync_all_streams++;
@@ -491,7 +400,9 @@ static bool release_available_cached_blocks(msi_device *d, const request *r) {
   return released >= key;
 }
 
-void msi_release_pool_blocks(msi_device *d, msi_pool *p) {
+/* Releases the cached blocks of one pool: whole classic segments, and the free pages of
+ * expandable segments (a segment left wholly unmapped is released). */
+static void release_pool_blocks(msi_device *d, msi_pool *p) {
   msi_block **to_unmap = NULL;
   size_t n = 0, cap = 0;
   for (int s = 0; s < p->nsets; s++) {
@@ -524,9 +435,9 @@ void msi_release_pool_blocks(msi_device *d, msi_pool *p) {
  * (empty_cache), then the private pools no capture or MemPool uses any more. */
 static void release_cached_blocks(msi_device *d) {
   synchronize_and_free_events(d);
-  msi_release_pool_blocks(d, &d->large);
-  msi_release_pool_blocks(d, &d->small);
-  if (MSI_UNLIKELY(d->private_pools != NULL)) msi_private_pools_release_freeable(d, NULL);
+  release_pool_blocks(d, &d->large);
+  release_pool_blocks(d, &d->small);
+  if (MSI_UNLIKELY(d->private_pools != NULL)) msi_private_pools_release_freeable(d, NULL, release_pool_blocks);
 }
 
 /* Turns the block found for `r` into an allocated block of r->size bytes, splitting off the
@@ -736,7 +647,7 @@ int msi_device_empty_pool(msi_device *d, const uint64_t id[2], uint32_t stack) {
     rc = MEMSNAP_EINVAL;
   } else {
     synchronize_and_free_events(d);
-    msi_private_pools_release_freeable(d, id);
+    msi_private_pools_release_freeable(d, id, release_pool_blocks);
   }
   pthread_mutex_unlock(&d->lock);
   return rc;
@@ -869,12 +780,7 @@ void msi_device_destroy(msi_device *d) {
   msi_private_pools_destroy(d);
   msi_expandable_destroy_all(d);
   for (int i = 0; i < d->nevent_cache; i++) msi_be->event_destroy(d->index, d->event_cache[i]);
-  for (int i = 0; i < d->nslabs; i++) {
-    msi_block *slab = d->block_slabs[i];
-    for (int j = 0; j < SLAB_BLOCKS; j++) free(slab[j].uses);
-    free(slab);
-  }
-  free(d->block_slabs);
+  msi_blocks_destroy(d);
   free(d->event_cache);
   free(d->queues);
   free(d->small.sets);

@@ -21,7 +21,9 @@
  * a capture needs no private pool here. As PyTorch does, a block allocated before a capture and
  * freed during one is freed only once no capture is underway (its free must not enter the
  * graph).
- * Every function takes the device lock, except msi_async_stats (lock held).
+ * Every function takes the device lock, except msi_async_stats (lock held). Its block structs
+ * and deferred frees come from blocks.c, below; alloc.c starts and ends the mode (msi_async_init,
+ * msi_async_destroy) and api.c routes the calls here: nothing here calls up into either.
  */
 #include <stdio.h>
 #include <stdlib.h>

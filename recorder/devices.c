@@ -1,22 +1,19 @@
 /* devices.c: the device table and lazy initialisation, below the public entry points.
  *
- * The first use of the library reads the options, starts the backend, learns the device count
- * and starts recording if MEMSNAP_RECORD asks for it; each device's state (alloc.c) is made on
- * its first use. Everything in the recorder that needs a device, or needs the library to be up,
- * comes here: api.c (the entry points) sits on top, and nothing here calls up into it. What api.c
- * starts once the library is up (the exit dump, the signal thread) it registers as a hook
- * (msi_devices_on_ready) when the library loads.
+ * The first use of the library reads the options, starts the backend (backend.c, which holds the
+ * active one), learns the device count and starts recording if MEMSNAP_RECORD asks for it; each
+ * device's state (alloc.c) is made on its first use. Everything in the recorder that needs a
+ * device, or needs the library to be up, comes here: api.c (the entry points) sits on top, and
+ * nothing here calls up into it. What api.c starts once the library is up (the exit dump, the
+ * signal thread) it registers as a hook (msi_devices_on_ready) when the library loads.
  *
  * After the first call, msi_device_get costs one flag test and one table load.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "internal.h"
-
-const msi_backend *msi_be;
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int ready;       /* 1 once options, backend and device count are set */
@@ -43,8 +40,7 @@ static int init_slow(void) {
   if (atomic_load(&ready)) goto out;
   if (!options_read) msi_options_load();
   options_read = true;
-  msi_be = strcmp(msi_opt.backend, "sim") == 0 ? &msi_backend_sim : &msi_backend_cuda;
-  if (msi_be->init() != MSI_BE_OK) {
+  if (msi_backend_start() != MSI_BE_OK) {
     rc = -1;
     goto out;
   }

@@ -13,37 +13,20 @@
  * Layout of a segment: its blocks tile [base, base + size) in address order. Mapped blocks are
  * allocated, cached (in their stream set's free tree) or waiting on events, like any block;
  * unmapped ranges are blocks with mapped == false in their set's `unmapped` list. Two free
- * neighbours of the same kind always merge (alloc.c's msi_try_merge), so a free mapped block is
+ * neighbours of the same kind always merge (blocks.c's msi_try_merge), so a free mapped block is
  * followed, if by anything free, by an unmapped range.
  *
  * Statistics follow PyTorch: a mapped page adds to reserved_bytes and num_device_alloc, an
  * unmapped one to num_device_free; the segment count and inactive_split leave expandable
  * segments out. Events: segment_map and segment_unmap (PyTorch's names) with the range.
- * Every function runs with the device lock held.
+ * Every function runs with the device lock held. Blocks are made, filed and merged by blocks.c,
+ * below; alloc.c, above, asks here for memory and for unmapping, and nothing here calls up.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
-
-/* ---- the unmapped ranges of a stream set: a list by address, linked through ->right --------- */
-
-void msi_unmapped_insert(msi_block *b) {
-  msi_block **link = &b->pool->sets[b->set_index].unmapped;
-  while (*link && (*link)->ptr < b->ptr) link = &(*link)->right;
-  b->left = b->parent = NULL;
-  b->right = *link;
-  *link = b;
-  b->in_tree = false;
-}
-
-void msi_unmapped_erase(msi_block *b) {
-  msi_block **link = &b->pool->sets[b->set_index].unmapped;
-  while (*link && *link != b) link = &(*link)->right;
-  if (*link) *link = b->right;
-  b->right = NULL;
-}
 
 /* ---- pages ------------------------------------------------------------------------------ */
 

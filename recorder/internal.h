@@ -1,7 +1,10 @@
 /* internal.h: types and functions shared between the recorder's files (prefix msi_).
  *
  * Architecture (one concept a file):
- *   alloc.c        the caching allocator: PyTorch's CUDACachingAllocator decisions, per device
+ *   alloc.c        the caching allocator: PyTorch's CUDACachingAllocator decisions, per device,
+ *                  and the dispatch to the modes below it
+ *   blocks.c       block structs (from slabs) and the free sets of pools: filing a block, merging
+ *                  free neighbours, deferring a block freed during a capture
  *   blocktree.c    the ordered set of free blocks of one pool and stream (a treap)
  *   ptrmap.c       pointer -> allocated block hash map
  *   stats.c        statistic updates, resets and the flat key table
@@ -13,12 +16,24 @@
  *                  pages (PyTorch's expandable_segments:True)
  *   pools.c        private pools (CUDA graph capture, torch.cuda.MemPool) and captures underway
  *   async_alloc.c  the stream-ordered mode (MEMSNAP_ALLOCATOR=async, PyTorch's cudaMallocAsync)
+ *   backend.c      the active backend (msi_be), chosen and started when the library comes up
  *   backend_sim.c  the simulated device
  *   backend_cuda.c the CUDA driver backend (libcuda loaded at run time)
  *
  * Providers of memory sit behind the backend table below (msi_backend): whole segments
  * (mem_alloc), pages of a virtual reservation (va_reserve, page_map) and the stream-ordered pool
  * (async_alloc). alloc.c is the caching policy and never asks which backend it runs on.
+ *
+ * The allocator's layers, bottom to top; each file calls only into files below it, never back up
+ * (tests/test_layers.py checks that no files of the recorder call each other in a loop):
+ *   backend.c (the active backend), ptrmap.c, blocktree.c
+ *   blocks.c                              block and pool primitives
+ *   expandable.c, pools.c, async_alloc.c  the modes
+ *   alloc.c                               the caching policy and the dispatch to the modes
+ *   devices.c                             the device table: makes and destroys each device's state
+ *   api.c                                 the entry points
+ * Where a lower file needs the policy (pools.c releasing a private pool's cached blocks), the
+ * policy hands its function down as an argument.
  */
 #ifndef MEMSNAP_INTERNAL_H
 #define MEMSNAP_INTERNAL_H
@@ -27,6 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "memsnap.h"
 #include "snapshot_schema.h"
@@ -163,7 +179,10 @@ typedef struct msi_backend {
 
 extern const msi_backend msi_backend_sim;
 extern const msi_backend msi_backend_cuda;
-extern const msi_backend *msi_be; /* the active backend, set by api.c */
+/* backend.c: the active backend, set by msi_backend_start when the library comes up. */
+extern const msi_backend *msi_be;
+/* Makes the backend MEMSNAP_BACKEND names active and starts it: MSI_BE_OK or MSI_BE_ERR. */
+int msi_backend_start(void);
 
 int msi_sim_synchronize(memsnap_stream_t stream); /* backend_sim.c */
 
@@ -329,6 +348,73 @@ typedef struct msi_device {
   size_t ndeferred, deferred_cap;
   struct msi_async_state *async;   /* async mode's per-device state (async_alloc.c), else NULL */
 } msi_device;
+
+/* ---- blocks and the free sets of pools (blocks.c), below the modes and alloc.c ---------- */
+
+/* Each runs with the device lock held. The small ones are inline: the allocation path calls
+ * them on every request. */
+
+/* Makes sure at least two spare block structs exist, so that one malloc (a new segment plus a
+ * split) never fails half way. Returns 0, or -1 if out of host memory. */
+int msi_reserve_blocks(msi_device *d);
+/* Frees every block struct (the slabs) and the stream uses they hold (device shutdown). */
+void msi_blocks_destroy(msi_device *d);
+
+/* A block struct for [ptr, ptr + size), free and mapped, with no neighbours; msi_reserve_blocks
+ * ran first. Its set_index is the caller's to set. */
+static inline msi_block *msi_block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_stream_t stream,
+                                       msi_pool *pool) {
+  msi_block *b = d->spare_blocks;
+  d->spare_blocks = b->next;
+  /* Field by field: zeroing the whole struct compiles to `rep stos`, the slowest part of a
+   * split. Tree links and priority are set by msi_set_insert, set_index by the caller. */
+  b->ptr = ptr;
+  b->size = size;
+  b->prev = b->next = NULL;
+  b->allocated = b->in_tree = false;
+  b->pool = pool;
+  b->stream = stream;
+  b->requested_size = 0;
+  b->event_count = 0;
+  b->nuses = b->uses_cap = 0;
+  b->uses = NULL; /* msi_block_put freed it */
+  b->stack_id = 0;
+  b->mapped = true;
+  b->seg = NULL;
+  return b;
+}
+
+/* Gives a block struct back to the free list (its stream uses freed). */
+static inline void msi_block_put(msi_device *d, msi_block *b) {
+  if (MSI_UNLIKELY(b->uses != NULL)) {
+    free(b->uses);
+    b->uses = NULL;
+  }
+  b->next = d->spare_blocks;
+  d->spare_blocks = b;
+}
+
+/* Caches a free mapped block in the set of its stream (set_index was fixed when it was
+ * allocated), or takes it out. */
+static inline void msi_pool_insert(msi_block *b) {
+  msi_pool *p = b->pool;
+  b->gc_count_base = p->get_free_blocks_call_count;
+  msi_set_insert(&p->sets[b->set_index], b);
+}
+static inline void msi_pool_erase(msi_block *b) { msi_set_erase(&b->pool->sets[b->set_index], b); }
+
+/* The unmapped ranges of expandable segments in their stream set: a list by address. */
+void msi_unmapped_insert(msi_block *b);
+void msi_unmapped_erase(msi_block *b);
+
+/* Merges the free neighbour `src` into `dst` if it may (both mapped, or both unmapped ranges of
+ * an expandable segment; neither waiting on events or stream uses). Returns the bytes taken
+ * over (0: not merged). */
+size_t msi_try_merge(msi_device *d, msi_block *dst, msi_block *src);
+
+/* Keeps a block freed during a capture until none is underway (d->deferred). Returns false
+ * only when out of host memory (the caller then goes on as without a capture). */
+bool msi_defer_block(msi_device *d, msi_block *b);
 
 /* ---- history (history.c), stacks (stacks.c, symbolize.c), snapshots (snapshot.c) ------- */
 
@@ -561,9 +647,6 @@ void msi_devices_on_ready(void (*fn)(void));
 /* alloc.c */
 int msi_device_init(msi_device *d, int index);       /* 0 or -1 */
 void msi_device_destroy(msi_device *d);              /* releases every segment */
-/* The pool a request of `size` (rounded) on `stream` takes from: a private pool while a capture
- * whose filter accepts the stream is underway, else the device's small or large pool. Lock held. */
-msi_pool *msi_pool_for(msi_device *d, size_t size, memsnap_stream_t stream);
 /* `stack` is the caller's stack id (0: none), given to the events of the call. */
 int msi_device_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32_t stack, void **out);
 int msi_device_free(msi_device *d, void *ptr, uint32_t stack); /* MEMSNAP_OK or MEMSNAP_EINVAL */
@@ -579,20 +662,6 @@ size_t msi_round_size(size_t size);
  * walk ->next for the rest. Lock held. Returns the count, or SIZE_MAX when out of host memory. */
 size_t msi_device_segments(msi_device *d, msi_block ***out);
 size_t msi_allocation_size(size_t size);
-/* Releases the cached blocks of one pool: whole classic segments, and the free pages of
- * expandable segments (a segment left wholly unmapped is released). Lock held. */
-void msi_release_pool_blocks(msi_device *d, msi_pool *p);
-/* Recorder hooks used by alloc.c and its providers: a block struct, and the merge of free
- * neighbours. Lock held. */
-int msi_reserve_blocks(msi_device *d);
-msi_block *msi_block_new(msi_device *d, uintptr_t ptr, size_t size, memsnap_stream_t stream, msi_pool *pool);
-void msi_block_put(msi_device *d, msi_block *b);
-size_t msi_try_merge(msi_device *d, msi_block *dst, msi_block *src);
-void msi_pool_insert(msi_block *b);
-void msi_pool_erase(msi_block *b);
-/* Keeps a block freed during a capture until none is underway (d->deferred). Returns false
- * only when out of host memory (the caller then goes on as without a capture). Lock held. */
-bool msi_defer_block(msi_device *d, msi_block *b);
 /* Frees blocks whose cross-stream events completed, and records the events of blocks freed
  * during a capture once none is underway. Lock held. */
 void msi_process_events(msi_device *d);
@@ -610,17 +679,19 @@ int msi_expandable_alloc(msi_device *d, msi_pool *pool, int set_index, size_t si
 void msi_expandable_unmap(msi_device *d, msi_block *b);
 /* Releases every expandable segment (shutdown: all are unmapped by then). */
 void msi_expandable_destroy_all(msi_device *d);
-/* The unmapped ranges of a stream set, a list by address. */
-void msi_unmapped_insert(msi_block *b);
-void msi_unmapped_erase(msi_block *b);
 
 /* pools.c: private pools. Lock held for each. */
 msi_private_pool *msi_private_pool_find(msi_device *d, const uint64_t id[2]);
+/* The pool a request of `size` (rounded) on `stream` takes from: a private pool while a capture
+ * whose filter accepts the stream is underway, else the device's small or large pool. */
+msi_pool *msi_pool_for(msi_device *d, size_t size, memsnap_stream_t stream);
 /* Creates the pool (use count 1) or adds a user; NULL when out of host memory. */
 msi_private_pool *msi_private_pool_incref(msi_device *d, const uint64_t id[2]);
-/* Releases the freeable pools' cached blocks (only pool only[0..1] when not NULL) and forgets
- * those that hold nothing. */
-void msi_private_pools_release_freeable(msi_device *d, const uint64_t *only);
+/* How the caching policy gives one pool's cached blocks back (alloc.c hands it down). */
+typedef void (*msi_pool_release_fn)(msi_device *d, msi_pool *p);
+/* Releases the freeable pools' cached blocks with `release` (only pool only[0..1] when not NULL)
+ * and forgets those that hold nothing. */
+void msi_private_pools_release_freeable(msi_device *d, const uint64_t *only, msi_pool_release_fn release);
 void msi_private_pools_destroy(msi_device *d);
 /* Entry points; each takes the device lock. MEMSNAP_OK or a negative code (error set). begin
  * takes ownership of ctx (release_ctx frees it, also on failure). */

@@ -11,10 +11,12 @@
  *   - begin: the pool is created with use count 1, or an existing one gains a user; a pool has
  *     at most one capture underway; end removes the capture;
  *   - release: one user less; at 0 the pool is freeable: empty_cache releases its cached
- *     segments and forgets it once it holds none;
+ *     segments (alloc.c, the caching policy, says how: it hands its release function down)
+ *     and forgets it once it holds none;
  *   - while any capture is underway, cross-stream events are not queried or recorded (illegal
  *     during capture: alloc.c defers them) and nothing synchronizes.
- * Every function here runs with the device lock held; the public wrappers are in api.c.
+ * Every function here runs with the device lock held; the public wrappers are in api.c. alloc.c
+ * asks here which pool serves a request (msi_pool_for), and nothing here calls up into it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -65,13 +67,13 @@ static void pool_free_sets(msi_pool *p) {
   p->nsets = p->sets_cap = 0;
 }
 
-void msi_private_pools_release_freeable(msi_device *d, const uint64_t *only) {
+void msi_private_pools_release_freeable(msi_device *d, const uint64_t *only, msi_pool_release_fn release) {
   msi_private_pool **link = &d->private_pools;
   while (*link) {
     msi_private_pool *pp = *link;
     if (pp->use_count == 0 && (!only || (pp->id[0] == only[0] && pp->id[1] == only[1]))) {
-      msi_release_pool_blocks(d, &pp->small);
-      msi_release_pool_blocks(d, &pp->large);
+      release(d, &pp->small);
+      release(d, &pp->large);
       if (pp->malloc_count == 0) {
         *link = pp->next;
         pool_free_sets(&pp->small);
