@@ -1,4 +1,5 @@
-"""test_layers.py BUILD_DIR: the recorder's files call each other in layers (nm on the objects).
+"""test_layers.py BUILD_DIR: the recorder's and the analyzer's files call each other in layers
+(nm on the objects), and the analyzer's folders are its stages.
 
 A file uses another when it references a symbol the other defines: a function it calls or a
 variable it reads or writes (nm types T, D, B, R and C; the active backend pointer, msi_be, counts
@@ -8,7 +9,13 @@ active backend (backend.c), the block and pool primitives (blocks.c), the modes 
 pools.c, async_alloc.c), the caching policy with the dispatch to the modes (alloc.c), the device
 table (devices.c), and the public entry points (api.c) on top: no file of the library calls into
 api.c but torch_hooks.cc, PyTorch's adapter above them.
+
+The analyzer (analyzer/README.md): no loop among its files either, and each folder is a stage
+that uses only itself and the stages below it (util, read, analysis, replay, report, pytorch,
+commands, main.c on top); SQL (sqlite3_) only in read/ and pytorch/; at most 3 .c files at its
+top and at least 4 folders with code.
 """
+import glob
 import os
 import subprocess
 import sys
@@ -18,15 +25,47 @@ from checks import check, finish
 DEFINING_TYPES = set("TDBRC")  # text, data, bss, read-only data, common
 
 build = sys.argv[1]
-objdir = os.path.join(build, "recorder")
-objects = sorted(f for f in os.listdir(objdir) if f.endswith(".o"))
-defined, used = {}, {}
-for o in objects:
-    lines = subprocess.run(["nm", os.path.join(objdir, o)], capture_output=True, text=True, check=True).stdout.splitlines()
-    fields = [l.split() for l in lines]
-    defined[o] = {f[2] for f in fields if len(f) == 3 and f[1] in DEFINING_TYPES}
-    used[o] = {f[1] for f in fields if len(f) == 2 and f[0] == "U"}
-uses = {a: {b for b in objects if b != a and used[a] & defined[b]} for a in objects}
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def read_objects(objdir):
+    """The objects below objdir (by path relative to it), what each defines and uses, and which
+    of them each uses."""
+    objects = sorted(os.path.relpath(f, objdir) for f in glob.glob(os.path.join(objdir, "**", "*.o"), recursive=True))
+    defined, used = {}, {}
+    for o in objects:
+        lines = subprocess.run(["nm", os.path.join(objdir, o)], capture_output=True, text=True, check=True).stdout.splitlines()
+        fields = [l.split() for l in lines]
+        defined[o] = {f[2] for f in fields if len(f) == 3 and f[1] in DEFINING_TYPES}
+        used[o] = {f[1] for f in fields if len(f) == 2 and f[0] == "U"}
+    return objects, defined, used, {a: {b for b in objects if b != a and used[a] & defined[b]} for a in objects}
+
+
+def loops_of(objects, defined, used, uses):
+    """Every loop among the objects: the files that reach each other (strongly connected
+    components), each named with the symbols that tie one file to the next."""
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for w in uses[todo.pop()]:
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return seen
+    reached = {o: reach(o) for o in objects}
+    loops, placed = [], set()
+    for o in objects:
+        if o in placed:
+            continue
+        group = sorted({o} | {w for w in reached[o] if o in reached[w]})
+        placed.update(group)
+        if len(group) > 1:
+            ties = ["%s -> %s: %s" % (a, b, ", ".join(sorted(used[a] & defined[b]))) for a in group for b in group if b in uses[a]]
+            loops.append("{" + ", ".join(group) + "} (" + "; ".join(ties) + ")")
+    return loops
+
+
+objects, defined, used, uses = read_objects(os.path.join(build, "recorder"))
 
 callers_of_api = sorted(a for a in objects if "api.o" in uses[a])
 check("nothing below the entry points calls into api.c (only PyTorch's adapter, torch_hooks.cc)",
@@ -53,18 +92,7 @@ for o in ("devices.o", "history.o", "stats.o", "snapshot.o", "api.o"):
     check(o[:-2] + ".c is in no loop of calls", not loops, "calls back from " + str(loops))
 check("the device state has a file of its own below api.c", "devices.o" in uses["api.o"] and "msi_device_get" in defined.get("devices.o", ()))
 
-# Every loop among the recorder's objects: the files that reach each other (strongly connected
-# components), each named with the symbols that tie one file to the next.
-loops, placed = [], set()
-for o in objects:
-    if o in placed:
-        continue
-    group = sorted({o} | {w for w in objects if w != o and reaches(o, w) and reaches(w, o)})
-    placed.update(group)
-    if len(group) > 1:
-        ties = ["%s -> %s: %s" % (a, b, ", ".join(sorted(used[a] & defined[b])))
-                for a in group for b in group if b in uses[a]]
-        loops.append("{" + ", ".join(group) + "} (" + "; ".join(ties) + ")")
+loops = loops_of(objects, defined, used, uses)
 check("no loop among the recorder's files: none uses a file that uses it back (%d objects)" % len(objects),
       objects and not loops, "\n  ".join([""] + loops))
 
@@ -77,4 +105,31 @@ for i, layer in enumerate(layers):
         check(o[:-2] + ".c uses no file above its layer", o in uses and not up,
               "uses " + str(up) if o in uses else "no " + o)
 check("msi_be, the active backend, lives in backend.c", "msi_be" in defined.get("backend.o", ()))
+
+# ---- the analyzer ---------------------------------------------------------------------------
+objects, defined, used, uses = read_objects(os.path.join(build, "analyzer"))
+loops = loops_of(objects, defined, used, uses)
+check("no loop among the analyzer's files: none uses a file that uses it back (%d objects)" % len(objects),
+      len(objects) > 20 and not loops, "\n  ".join([""] + loops))
+stages = {"util": set(), "read": {"util"}, "analysis": {"read", "util"}, "replay": {"analysis", "read", "util"},
+          "report": {"replay", "analysis", "read", "util"}, "pytorch": {"read", "util"},
+          "commands": {"report", "replay", "analysis", "read", "util", "pytorch"},
+          "main.o": {"commands", "read"}}
+stage = lambda o: o.split("/")[0]
+check("every analyzer object is in a stage", all(stage(o) in stages for o in objects),
+      str([o for o in objects if stage(o) not in stages]))
+for o in objects:
+    wrong = sorted(b for b in uses[o] if stage(b) != stage(o) and stage(b) not in stages.get(stage(o), ()))
+    if wrong:
+        check(o + " uses only its own stage and the stages below it", False,
+              "; ".join("%s: %s" % (b, ", ".join(sorted(used[o] & defined[b]))) for b in wrong))
+check("the analyzer's stages call down only (%d objects)" % len(objects),
+      all(stage(b) == stage(o) or stage(b) in stages.get(stage(o), ()) for o in objects for b in uses[o]))
+sources = glob.glob(os.path.join(root, "analyzer", "**", "*.[ch]"), recursive=True)
+with_sql = sorted({os.path.relpath(os.path.dirname(f), os.path.join(root, "analyzer")) for f in sources if "sqlite3_" in open(f, errors="replace").read()})
+check("SQL (sqlite3_) only in analyzer/read/ and analyzer/pytorch/", with_sql and set(with_sql) <= {"read", "pytorch"}, str(with_sql))
+top = [f for f in os.listdir(os.path.join(root, "analyzer")) if f.endswith(".c")]
+folders = [d for d in os.listdir(os.path.join(root, "analyzer")) if glob.glob(os.path.join(root, "analyzer", d, "*.c"))]
+check("analyzer/: at most 3 .c files at its top, at least 4 folders with code", len(top) <= 3 and len(folders) >= 4,
+      "%s; %s" % (top, folders))
 finish()

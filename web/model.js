@@ -493,10 +493,19 @@ const Model = {
     return (ns / 1e9).toFixed(2) + " s";
   },
 
-  // The view state in the URL fragment ("#t0=..&t1=..&leak=..&cur=..&pin=..&ev=1&all=1&src=2"):
+  // The view state in the URL fragment ("#t0=..&t1=..&leak=..&cur=..&pin=..&ev=1&all=1&src=2&cat=1"):
   // the window, the selected leak, the time cursor, the pinned allocation, the event-index axis,
-  // whole stacks (irrelevant frames shown) and the document shown (snapshot or device); and back.
-  stateKeys: ["t0", "t1", "leak", "cur", "pin", "ev", "all", "src"],
+  // whole stacks (irrelevant frames shown), the document shown (snapshot or device) and the
+  // timeline coloured by category; and back.
+  stateKeys: ["t0", "t1", "leak", "cur", "pin", "ev", "all", "src", "cat"],
+
+  // The colour of category `name` (categories.c's built-in ones fixed, the user's by their order).
+  categoryColors: { parameter: "#3949ab", gradient: "#8e24aa", optimizer_state: "#6d4c41", activation: "#fb8c00",
+    temporary: "#c0ca33", autograd: "#00897b", other: "#90a4ae", external: "#546e7a" },
+  categoryColor(name, k) {
+    const extra = ["#1e88e5", "#43a047", "#d81b60", "#5e35b1", "#7cb342", "#00acc1"];
+    return Object.prototype.hasOwnProperty.call(Model.categoryColors, name) ? Model.categoryColors[name] : extra[k % extra.length];
+  },
   encodeState(st) {
     const parts = [];
     for (const k of Model.stateKeys) if (st[k] !== undefined && st[k] !== null) parts.push(k + "=" + Math.round(st[k]));

@@ -46,6 +46,9 @@ function showDocument(d, signal, src) {
     return d.bands.sites[k] && d.bands.sites[k].other ? "#90a4ae" : palette[k % palette.length];
   }
   function selectedBand() { return st.leak === null ? -2 : d.bands.sites.findIndex((b) => b.leak === st.leak); }
+  // The timeline's stacked bands: by site, or by category (the same buckets, split by category).
+  const byCategory = () => !!(st.cat && d.bands.categories && d.bands.categories.names.length);
+  const catBands = () => ({ t: d.bands.t, tp: d.bands.tp, bytes: d.bands.categories.bytes });
 
   function maxOf(curve) { return curve.hi.reduce((m, v) => Math.max(m, v), 1); }
   const yMax = Math.max(maxOf(d.curves.reserved), maxOf(d.curves.allocated)) * 1.05; // the overview's scale
@@ -87,15 +90,15 @@ function showDocument(d, signal, src) {
     }
     if (banded) { // allocated memory stacked by allocation site
       cols = axis ? Model.bandColumnsEdges(d.bands, axis) : Model.bandColumns(d.bands, t0, t1, W);
-      const sel = selectedBand();
+      const sel = selectedBand(), cats = byCategory(), bytes = cats ? d.bands.categories.bytes : d.bands.bytes;
       for (let px = 0; px < W; px++) {
         const i = cols[px];
         if (i < 0) continue;
         let base = 0;
-        for (let k = 0; k < d.bands.bytes.length; k++) {
-          const v = d.bands.bytes[k][i];
+        for (let k = 0; k < bytes.length; k++) {
+          const v = bytes[k][i];
           if (!v) continue;
-          ctx.fillStyle = bandColor(k, k === sel);
+          ctx.fillStyle = cats ? Model.categoryColor(d.bands.categories.names[k], k) : bandColor(k, k === sel);
           ctx.fillRect(px, y(base + v), 1, y(base) - y(base + v));
           base += v;
         }
@@ -386,10 +389,31 @@ function showDocument(d, signal, src) {
       " after iteration " + (n - 1) + " (" + (g.perIteration >= 0 ? "+" : "") + Model.formatBytes(Math.round(g.perIteration)) + " per iteration)");
   }
 
+  // The legend: by site (the page's static one), or each category with its colour and its bytes at
+  // the allocated peak (categories_at_peak).
+  function showLegend() {
+    const cats = byCategory(), box = $("legend-categories");
+    $("colour-by").value = cats ? "categories" : "sites";
+    $("legend").hidden = cats;
+    box.hidden = !cats;
+    if (!cats) return;
+    box.textContent = "";
+    add(box, "span", "allocated by category (at the peak):");
+    d.bands.categories.names.forEach((name, k) => {
+      const key = add(box, "span", undefined, "key");
+      key.style.background = Model.categoryColor(name, k);
+      key.style.marginLeft = "10px";
+      const at = d.categories_at_peak && Object.prototype.hasOwnProperty.call(d.categories_at_peak, name) ? d.categories_at_peak[name] : 0;
+      add(box, "span", name + " " + Model.formatBytes(at));
+    });
+    add(box, "span", "; reserved, iteration peaks and out of memory as by site", "muted");
+  }
+
   function redraw() {
     yTop = windowTop();
     edges = st.ev ? Model.eventEdges(d, st.t0, st.t1, tl.width) : null;
     $("event-axis").checked = !!edges;
+    showLegend();
     drawTimeline();
     drawOverview();
     drawSpans();
@@ -538,6 +562,10 @@ function showDocument(d, signal, src) {
     const i = cols[Math.max(0, Math.min(tl.width - 1, px))];
     const v = ((rect.bottom - ev.clientY) / rect.height) * yTop * (tl.height / (tl.height - 4));
     if (i < 0) return out;
+    if (byCategory()) { // a category's band: its bytes at the bucket's peak moment
+      const c = Model.bandAt(catBands(), i, v);
+      return c < 0 ? out : Object.assign(out, { category: c, bucket: i });
+    }
     const k = Model.bandAt(d.bands, i, v);
     if (k < 0) return out;
     let base = 0;
@@ -552,7 +580,10 @@ function showDocument(d, signal, src) {
     let what = "";
     const under = h.alloc !== undefined ? h.alloc : null;
     if (under !== hovered) { hovered = under; drawTimeline(); }
-    if (h.alloc !== undefined) {
+    if (h.category !== undefined) {
+      what = "\n" + d.bands.categories.names[h.category] + ": " + Model.formatBytes(d.bands.categories.bytes[h.category][h.bucket]) +
+        " at " + rel(d.bands.tp[h.bucket]) + " (the bucket's peak)";
+    } else if (h.alloc !== undefined) {
       what = "\n" + describe(Model.allocation(d, h.alloc));
       if (st.pin === null) showAllocation(h.alloc, false);
     } else if (h.band >= 0) {
@@ -636,6 +667,8 @@ function showDocument(d, signal, src) {
   });
 
   $("event-axis").disabled = !d.steps;
+  $("colour-by").disabled = !(d.bands.categories && d.bands.categories.names.length);
+  on($("colour-by"), "change", (ev) => { st.cat = ev.target.value === "categories" ? 1 : null; redraw(); });
   on($("event-axis"), "change", (ev) => { st.ev = ev.target.checked ? 1 : null; redraw(); });
   on(flame, "click", (ev) => { // click-to-zoom: a frame fills the width; the top row zooms out
     if (!flameLayout) return;

@@ -143,7 +143,8 @@ typedef struct ms_code_kinds {
   unsigned *frame_kind; /* by frame id: MS_CODE_* */
   unsigned *kind;     /* by stack id: MS_CODE_* of its frames */
   uint8_t *rule;      /* the first user rule one of its frames matches, + 1 (0: none) */
-  uint32_t *op;       /* the frame of the operation: its innermost Python frame, else the first frame that matters */
+  uint32_t *op;       /* the frame of the operation: its innermost Python frame that is no machinery (the line
+                         that called the operator), else its first frame that matters (the operator) */
   uint32_t *chain;    /* [id * MS_CHAIN + k]: the program's frames, outermost first */
   uint8_t *chain_len;
 } ms_code_kinds;
@@ -184,9 +185,29 @@ typedef struct ms_site {
                                          of the history (-1: before the first, or none) */
   bool before_history;                /* the site of blocks alive at the snapshot that no kept event
                                          allocated: from before recording (or the kept history) */
+  bool external;                      /* its blocks are memory outside memsnap's allocator */
+  uint8_t category;                   /* MS_CAT_*, or a user category (categories.c) */
+  /* what became of its blocks (categories.c), in bytes: freed by the operation that made them
+     (code_kinds.c's op), by a backward pass, by an optimizer's step */
+  int64_t freed_same_op, freed_in_backward, freed_in_optimizer;
   ms_leak_kind kind;
   double score, bytes_per_iteration;
 } ms_site;
+
+/* Memory by category (categories.c): the built-in ones, then the user's (--category). */
+enum {
+  MS_CAT_PARAMETER,
+  MS_CAT_GRADIENT,
+  MS_CAT_OPTIMIZER_STATE,
+  MS_CAT_ACTIVATION,
+  MS_CAT_TEMPORARY,
+  MS_CAT_AUTOGRAD,
+  MS_CAT_OTHER,
+  MS_CAT_EXTERNAL,
+  MS_CAT_BUILTIN
+};
+#define MS_CATEGORIES (MS_CAT_BUILTIN + MS_CATEGORY_RULES)
+#define MS_ITER_SITE_BYTES (1u << 20) /* sites' bytes kept at iterations' peaks, for their categories */
 
 typedef struct ms_iteration {
   int index;
@@ -196,12 +217,23 @@ typedef struct ms_iteration {
   int64_t peak_ns;
   int64_t end_unallocated; /* reserved but unallocated at the iteration's end: fragmentation */
   int64_t end_allocated;   /* allocated at the iteration's end: what a leak adds to, iteration by iteration */
+  /* what was live at its peak by site (a->iter_site_bytes[first_site_bytes..+nsite_bytes)) and by
+     category; categories_known false past MS_ITER_SITE_BYTES entries */
+  size_t first_site_bytes, nsite_bytes;
+  bool categories_known;
+  int64_t category_bytes[MS_CATEGORIES];
 } ms_iteration;
 
 typedef struct ms_site_bytes {
   uint32_t site; /* index into sites */
   int64_t bytes, count;
 } ms_site_bytes;
+
+/* A site's live bytes at an iteration's peak. */
+typedef struct ms_site_live {
+  uint32_t site;
+  int64_t bytes;
+} ms_site_live;
 
 typedef struct ms_oom {
   int64_t time_ns, requested, device_free, cached_unallocated, live_bytes;
@@ -255,6 +287,9 @@ typedef struct ms_analysis {
   int64_t segments, free_blocks_in_split_segments, split_free_bytes; /* at the snapshot */
   ms_prehistory before; /* the state when the history starts: counted from its first instant */
   ms_code_kinds kinds;  /* what kind of code each stack is */
+  ms_category_rules categories; /* the user's categories (--category), besides the built-in ones */
+  ms_site_live *iter_site_bytes; /* each iteration's live sites at its peak (ms_iteration's range) */
+  size_t niter_site_bytes;
   ms_external external[MS_EXTERNAL_MAX]; /* the largest groups, largest first */
   size_t nexternal;
   int64_t external_bytes;                 /* all of it */
@@ -269,12 +304,17 @@ const char *ms_leak_kind_name(ms_leak_kind kind);
 /* Why a site shows no stack ("allocated before recording started", "no stack recorded", ...);
  * NULL when it has one. */
 const char *ms_site_note(const ms_analysis *a, const ms_site *site);
-/* Runs the analysis; `label` forces the iteration label (NULL: choose). 0 or -1 (s->error). */
-int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label);
+/* What a caller chooses; {0} (or NULL) chooses everything itself. */
+typedef struct ms_analyze_options {
+  const char *label;                   /* the iteration label (--iterations; NULL: choose) */
+  const ms_category_rules *categories; /* the user's categories (--category; NULL: none) */
+} ms_analyze_options;
+/* Runs the analysis as o says (NULL: defaults). 0 or -1 (s->error). */
+int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o);
 void ms_analysis_free(ms_analysis *a);
 /* Opens the snapshot at `path` and analyzes it, folding `fold`'s frames too (NULL: none): 0, or
  * -1 with the message in s->error and nothing left to free or close. */
-int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const char *label);
+int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const ms_analyze_options *o);
 
 /* ---- where iterations start (iterations.c) ----------------------------------------------- */
 
@@ -298,6 +338,16 @@ size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary
  * the loop of the program's own code ("loop"), the period of their stacks alone ("inferred").
  * As ms_iterations_from_labels; boundaries by allocation ordinal; 0 when none is found. */
 size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out);
+
+/* ---- memory by category (categories.c) -------------------------------------------------- */
+
+/* The number of categories of a (built-in and the user's) and one's name (JSON's key). */
+int ms_category_count(const ms_analysis *a);
+const char *ms_category_name(const ms_analysis *a, int category);
+/* After the pass: each site's category, and each iteration's bytes by category at its peak. */
+void ms_categories_decide(ms_analysis *a);
+/* What was live at the allocated peak, by category (summing to a->peak_allocated). */
+void ms_categories_at_peak(const ms_analysis *a, int64_t bytes[MS_CATEGORIES]);
 
 /* ---- leak candidates (leaks.c) ----------------------------------------------------------- */
 
@@ -356,6 +406,7 @@ typedef struct ms_bands {
   int n; /* buckets */
   int64_t t[MS_BUCKETS], tp[MS_BUCKETS];
   int64_t bytes[MS_BUCKETS][MS_BANDS + 1];
+  int64_t categories[MS_BUCKETS][MS_CATEGORIES]; /* at the same moment, by category (categories.c) */
 } ms_bands;
 
 /* One allocation the page knows by itself (the largest ones: hover, pin, search by address). */

@@ -41,12 +41,21 @@ typedef struct pass {
      counts the peaks; saved_at is the version of a site's saved value). */
   int64_t *peak_bytes, *peak_count;
   uint64_t *saved_at, peak_version;
+  /* The same for the current iteration's peak (its sites' bytes there give its categories). */
+  int64_t *iter_peak_bytes;
+  uint64_t *iter_saved_at, iter_version;
+  size_t site_bytes_cap;
+  uint64_t external_at; /* the address of an external segment just made: its block is external */
   bool failed;
 } pass;
 
 /* Before a change of site i's live memory: keeps its value at the latest peak if this is its
  * first change since. */
 static inline void before_change(pass *p, uint32_t i) {
+  if (p->iter_saved_at[i] != p->iter_version) {
+    p->iter_saved_at[i] = p->iter_version;
+    p->iter_peak_bytes[i] = p->a->sites[i].live_bytes;
+  }
   if (p->saved_at[i] == p->peak_version) return;
   p->saved_at[i] = p->peak_version;
   p->peak_bytes[i] = p->a->sites[i].live_bytes;
@@ -65,11 +74,17 @@ static int64_t add_site(pass *p, uint32_t stack_id) {
     if (c) p->peak_count = c;
     uint64_t *v = c ? realloc(p->saved_at, sizeof *v * cap) : NULL;
     if (v) p->saved_at = v;
-    if (!g || !v) return -1;
+    int64_t *ib = v ? realloc(p->iter_peak_bytes, sizeof *ib * cap) : NULL;
+    if (ib) p->iter_peak_bytes = ib;
+    uint64_t *iv = ib ? realloc(p->iter_saved_at, sizeof *iv * cap) : NULL;
+    if (iv) p->iter_saved_at = iv;
+    if (!g || !iv) return -1;
     p->sites_cap = cap;
   }
   p->saved_at[a->nsites] = 0; /* live 0 until now: its value at any earlier peak */
   p->peak_bytes[a->nsites] = p->peak_count[a->nsites] = 0;
+  p->iter_saved_at[a->nsites] = 0;
+  p->iter_peak_bytes[a->nsites] = 0;
   ms_site *s = &a->sites[a->nsites];
   memset(s, 0, sizeof *s);
   s->stack_id = stack_id;
@@ -111,10 +126,30 @@ static int end_block(const ms_block_row *r, void *arg) {
   return 0;
 }
 
+/* Keeps every site's live bytes at the current iteration's peak (for its categories), while
+ * fewer than MS_ITER_SITE_BYTES are kept. */
+static void keep_iteration_sites(pass *p, ms_iteration *it) {
+  ms_analysis *a = p->a;
+  it->first_site_bytes = a->niter_site_bytes;
+  for (size_t i = 0; i < a->nsites; i++) {
+    int64_t v = p->iter_saved_at[i] == p->iter_version ? p->iter_peak_bytes[i] : a->sites[i].live_bytes;
+    if (v == 0) continue;
+    if (a->niter_site_bytes == MS_ITER_SITE_BYTES ||
+        !ms_grow(&a->iter_site_bytes, &p->site_bytes_cap, a->niter_site_bytes + 1, sizeof *a->iter_site_bytes)) {
+      a->niter_site_bytes = it->first_site_bytes;
+      return;
+    }
+    a->iter_site_bytes[a->niter_site_bytes++] = (ms_site_live){(uint32_t)i, v};
+  }
+  it->nsite_bytes = a->niter_site_bytes - it->first_site_bytes;
+  it->categories_known = true;
+}
+
 /* Closes the current iteration: records every site's live bytes at the boundary. */
 static void close_iteration(pass *p, int64_t end_ns) {
   ms_analysis *a = p->a;
   if (p->cur_iter >= 0) {
+    keep_iteration_sites(p, &a->iters[p->cur_iter]);
     a->iters[p->cur_iter].end_ns = end_ns;
     a->iters[p->cur_iter].end_unallocated = p->reserved - p->allocated;
     a->iters[p->cur_iter].end_allocated = p->allocated;
@@ -150,6 +185,7 @@ static void open_iteration(pass *p, int64_t start_ns, int64_t event_id) {
   it->peak_allocated = p->allocated;
   it->peak_reserved = p->reserved;
   it->peak_ns = start_ns;
+  p->iter_version++; /* its first instant is its first peak */
 }
 
 static int compare_live(const void *x, const void *y) {
@@ -213,6 +249,16 @@ static bool seed_prehistory(pass *p) {
   return !p->failed;
 }
 
+/* What became of a block of site s that event e freed (`bytes`), for its category. */
+static void note_free(const ms_analysis *a, ms_site *s, const ms_event *e, int64_t bytes) {
+  const ms_code_kinds *k = &a->kinds;
+  uint32_t made = s->stack_id < k->nstacks ? s->stack_id : 0, freed = e->stack_id < k->nstacks ? e->stack_id : 0;
+  if (!freed || !k->kind) return;
+  if (made && k->op[made] && k->op[made] == k->op[freed]) s->freed_same_op += bytes;
+  if (k->kind[freed] & MS_CODE_BACKWARD) s->freed_in_backward += bytes;
+  if (k->kind[freed] & MS_CODE_OPTIMIZER) s->freed_in_optimizer += bytes;
+}
+
 static int pass1_event(const ms_event *e, void *arg) {
   pass *p = arg;
   ms_analysis *a = p->a;
@@ -259,13 +305,17 @@ static int pass1_event(const ms_event *e, void *arg) {
       if (p->cur_iter >= 0 && p->allocated > a->iters[p->cur_iter].peak_allocated) {
         a->iters[p->cur_iter].peak_allocated = p->allocated;
         a->iters[p->cur_iter].peak_ns = e->time_ns;
+        p->iter_version++;
       }
+      if (e->address == p->external_at) s->external = true;
+      p->external_at = 0;
       break;
     }
     case MS_FREE_REQUESTED:
       if (delta) {
         ms_site *s = &a->sites[site];
         before_change(p, site);
+        note_free(a, s, e, -delta);
         s->live_bytes += delta;
         s->live_count--;
         p->allocated += delta;
@@ -277,6 +327,7 @@ static int pass1_event(const ms_event *e, void *arg) {
       break;
     case MS_SEGMENT_ALLOC:
     case MS_SEGMENT_MAP:
+      if (e->kind == MS_SEGMENT_ALLOC && e->extra) p->external_at = e->address; /* an API's label: external */
       p->reserved += e->size;
       if (p->reserved > a->peak_reserved) {
         a->peak_reserved = p->reserved;
@@ -320,13 +371,15 @@ static int pass1_event(const ms_event *e, void *arg) {
   return 0;
 }
 
-int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
+int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
+  const char *label = o ? o->label : NULL;
   memset(a, 0, sizeof *a);
   a->snap = s;
+  if (o && o->categories) a->categories = *o->categories;
   snprintf(a->iteration_source, sizeof a->iteration_source, "none");
   a->truncated = s->dropped > 0;
   if (ms_load_stacks(s) != 0 || ms_prehistory_build(s, MS_PREHISTORY_ANALYSIS, &a->before) != 0) return -1;
-  if (ms_code_kinds_build(s, NULL, &a->kinds) != 0) {
+  if (ms_code_kinds_build(s, &a->categories, &a->kinds) != 0) {
     snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     ms_prehistory_free(&a->before);
     return -1;
@@ -387,6 +440,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   a->end_reserved = end.reserved;
   ms_external_each(s, add_external, a); /* unreadable: the groups read */
   ms_leaks_classify(a);
+  ms_categories_decide(a);
   ms_misuse_finish(a);
   /* What was live at the allocated peak, as the pass kept it (the history's first instant when
      peak_event_id is 0: what predates it). */
@@ -405,6 +459,8 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const char *label) {
   free(p.peak_bytes);
   free(p.peak_count);
   free(p.saved_at);
+  free(p.iter_peak_bytes);
+  free(p.iter_saved_at);
   return 0;
 fail:
   ms_live_free(&p.live);
@@ -413,16 +469,18 @@ fail:
   free(p.peak_bytes);
   free(p.peak_count);
   free(p.saved_at);
+  free(p.iter_peak_bytes);
+  free(p.iter_saved_at);
   ms_analysis_free(a);
   a->snap = s;
   return -1;
 }
 
-int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const char *label) {
+int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_fold *fold, const ms_analyze_options *o) {
   memset(a, 0, sizeof *a);
   if (ms_open(s, path) != 0) return -1;
   s->fold = fold;
-  if (ms_analyze(s, a, label) == 0) return 0;
+  if (ms_analyze(s, a, o) == 0) return 0;
   ms_close(s); /* keeps s->error */
   return -1;
 }
@@ -437,6 +495,7 @@ void ms_analysis_free(ms_analysis *a) {
   free(a->sites);
   free(a->at_peak);
   free(a->iters);
+  free(a->iter_site_bytes);
   free(a->ooms);
   free(a->invalid_frees);
   free(a->leaks);

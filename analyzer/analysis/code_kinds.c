@@ -11,6 +11,7 @@
  * Each frame is classified once; a stack's kinds are the union of its frames'.
  */
 #include <fnmatch.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,18 +88,45 @@ static uint8_t user_rule(const ms_category_rules *r, const ms_frame *f) {
   return 0;
 }
 
+/* Each frame id's first id with the same function, file and line (Python frames of one line
+ * differ by their instruction's offset, native ones by their address), into same[]: the
+ * operation a frame names. 0, or -1 when out of memory. */
+static int canonical_frames(const ms_snapshot *s, uint32_t *same) {
+  ms_strtab t = {0};
+  uint32_t *first = malloc(sizeof *first * (s->nframes + 1));
+  int rc = first ? 0 : -1;
+  for (size_t i = 1; rc == 0 && i < s->nframes; i++) {
+    const ms_frame *f = &s->frames[i];
+    same[i] = (uint32_t)i;
+    if (!f->name) continue;
+    char key[2 * MS_TEXT_MAX + 64];
+    snprintf(key, sizeof key, "%c%s@%s:%lld", f->python ? 'p' : 'n', f->name, f->file, (long long)f->line);
+    bool added;
+    int64_t n = ms_strtab_add(&t, key, &added);
+    if (n < 0) rc = -1;
+    else if (added) first[n] = (uint32_t)i;
+    else same[i] = first[n];
+  }
+  ms_strtab_free(&t);
+  free(first);
+  return rc;
+}
+
 int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms_code_kinds *k) {
   memset(k, 0, sizeof *k);
   size_t nf = s->nframes + 1, ns = s->nstacks ? s->nstacks : 1;
   unsigned *frame_kind = k->frame_kind = calloc(nf, sizeof *frame_kind);
   uint8_t *frame_rule = calloc(nf, 1);
+  uint32_t *same = calloc(nf, sizeof *same);
   k->kind = calloc(ns, sizeof *k->kind);
   k->rule = calloc(ns, 1);
   k->op = calloc(ns, sizeof *k->op);
   k->chain = calloc(ns * MS_CHAIN, sizeof *k->chain);
   k->chain_len = calloc(ns, 1);
-  if (!frame_kind || !frame_rule || !k->kind || !k->rule || !k->op || !k->chain || !k->chain_len) {
+  if (!frame_kind || !frame_rule || !same || !k->kind || !k->rule || !k->op || !k->chain || !k->chain_len ||
+      canonical_frames(s, same) != 0) {
     free(frame_rule);
+    free(same);
     ms_code_kinds_free(k);
     return -1;
   }
@@ -122,19 +150,21 @@ int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms
       if (f >= nf) continue;
       k->kind[id] |= frame_kind[f];
       if (!k->rule[id] && frame_rule[f]) k->rule[id] = frame_rule[f];
-      if (!python_op && s->frames[f].python) python_op = f;
+      if (!python_op && s->frames[f].python && !s->frames[f].machinery) python_op = f;
     }
-    /* the op: the innermost Python frame, else the first frame that matters */
+    /* the op: the innermost Python frame that matters, else the first frame that matters */
     if (python_op) k->op[id] = python_op;
     else ms_stack_frames_that_matter(s, (uint32_t)id, &k->op[id], 1);
+    if (k->op[id] < nf) k->op[id] = same[k->op[id]];
     /* the program's frames, outermost first (the outermost MS_CHAIN of them) */
     for (uint32_t j = st->depth; j-- > 0 && len < MS_CHAIN;) {
       uint32_t f = st->frames[j];
-      if (f < nf && (frame_kind[f] & MS_CODE_PROGRAM)) k->chain[id * MS_CHAIN + len++] = f;
+      if (f < nf && (frame_kind[f] & MS_CODE_PROGRAM)) k->chain[id * MS_CHAIN + len++] = same[f]; /* by line */
     }
     k->chain_len[id] = (uint8_t)len;
   }
   free(frame_rule);
+  free(same);
   return 0;
 }
 

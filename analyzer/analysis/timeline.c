@@ -1,7 +1,8 @@
 /* timeline.c: what the report page draws beyond the analysis, in one more streaming pass over
  * the events (memory follows the live blocks and what the page keeps, never the history):
  *
- *   bands        allocated memory by site per time bucket, split at the bucket's peak moment;
+ *   bands        allocated memory by site per time bucket, split at the bucket's peak moment, and
+ *                by category (categories.c) at the same moment;
  *   detail       the largest allocations one by one (at most MS_DETAIL_MAX: the size threshold
  *                comes from the analysis's size histogram), for hover, pin and address search;
  *   checkpoints  the allocator's segments as runs of allocated, pending and free blocks, and the
@@ -43,6 +44,7 @@ typedef struct timeline_pass {
   int64_t rounding;          /* their sum: internal fragmentation (blocks from before: none) */
   int8_t *band_of_site;      /* site -> band (nsites: other) */
   int64_t band_live[MS_BANDS + 1];
+  int64_t category_live[MS_CATEGORIES];
   int64_t allocated, reserved, pending_bytes, width, best; /* best: highest total in the bucket */
   seg *segs;                                                /* live segments, by address */
   size_t nsegs, capsegs;
@@ -445,6 +447,7 @@ static void band_bucket(timeline_pass *p, int64_t t) {
     p->best = p->allocated;
     b->tp[b->n - 1] = t;
     memcpy(b->bytes[b->n - 1], p->band_live, sizeof p->band_live);
+    memcpy(b->categories[b->n - 1], p->category_live, sizeof p->category_live);
   }
 }
 
@@ -460,6 +463,7 @@ static bool seed_prehistory(timeline_pass *p) {
   ms_prehistory_seed(h, &p->live, &p->failed);
   for (size_t i = 0; i < h->nblocks; i++) {
     p->band_live[p->band_of_site[h->blocks[i].site]] += h->blocks[i].size;
+    p->category_live[p->a->sites[h->blocks[i].site].category] += h->blocks[i].size;
     p->site_now[h->blocks[i].site] += h->blocks[i].size;
   }
   if (h->layout_known && h->nsegments) {
@@ -515,6 +519,7 @@ static int timeline_event(const ms_event *e, void *arg) {
   }
   if (delta) {
     p->band_live[p->band_of_site[block.site]] += delta;
+    p->category_live[a->sites[block.site].category] += delta;
     p->site_now[block.site] += delta;
     p->allocated += delta;
     if (delta < 0) {

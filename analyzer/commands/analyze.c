@@ -16,7 +16,9 @@ static int cmd_analyze(int argc, char **argv) {
   ms_report_options o = {.max_frames = 4};
   ms_fold fold = {0};
   bool json = false;
-  const char *label = NULL, *html = NULL;
+  const char *html = NULL;
+  ms_category_rules categories = {0};
+  ms_analyze_options ao = {.categories = &categories};
   const char *paths[64];
   int npaths = 0;
   for (int i = 1; i < argc; i++) {
@@ -24,7 +26,12 @@ static int cmd_analyze(int argc, char **argv) {
     if (taken == 2) return 2;
     if (taken) continue;
     if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) label = argv[++i];
+    else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) ao.label = argv[++i];
+    else if (!strcmp(argv[i], "--category") && i + 1 < argc) {
+      if (ms_category_rule_add(&categories, argv[++i]) != 0)
+        return ms_usage_error(&ms_analyze_command, "--category takes NAME=PATTERN[,PATTERN...] (NAME of letters, digits, '_', '-', '.'; at most %d): '%s'",
+                              MS_CATEGORY_RULES, argv[i]);
+    }
     else if (!strcmp(argv[i], "--html") && i + 1 < argc) html = argv[++i];
     else if (argv[i][0] == '-' && argv[i][1]) {
       return ms_unknown_option(&ms_analyze_command, argv[i], i + 1 == argc);
@@ -46,14 +53,14 @@ static int cmd_analyze(int argc, char **argv) {
   }
   int rc = 0, done = 0;
   for (; done < npaths; done++) {
-    if (ms_open_analyzed(&s[done], &a[done], paths[done], &fold, label) != 0) {
+    if (ms_open_analyzed(&s[done], &a[done], paths[done], &fold, &ao) != 0) {
       fprintf(stderr, "error: %s\n", s[done].error);
       rc = 1;
       break;
     }
   }
   if (rc == 0 && html) {
-    rc = ms_write_html(html, a, (size_t)npaths, label);
+    rc = ms_write_html(html, a, (size_t)npaths, &ao);
   } else if (rc == 0 && json) {
     if (npaths > 1) printf("{\"snapshots\": [\n");
     for (int i = 0; i < npaths && rc == 0; i++) {
@@ -90,7 +97,7 @@ static int cmd_analyze(int argc, char **argv) {
 
 const ms_command ms_analyze_command = {"analyze", cmd_analyze,
      "memsnap analyze [--json | --html OUT.html] [--full-stacks] [--full-names] [--frames N]\n"
-     "                [--fold PATTERNS] [--iterations LABEL] SNAPSHOT.db...\n"
+     "                [--fold PATTERNS] [--iterations LABEL] [--category NAME=PATTERN]... SNAPSHOT.db...\n"
      "                            peaks, iterations, leak candidates, OOMs, top sites",
      "  SNAPSHOT.db...      snapshots to analyze; several (one per rank, say): a table side by side\n"
      "                      and their leak candidates matched by site, then each report\n"
@@ -99,5 +106,9 @@ const ms_command ms_analyze_command = {"analyze", cmd_analyze,
      "                      or one with memory on several devices: one page, a selector in its header\n"
      "                      switching every view between them (a snapshot's devices one by one)\n" MS_STACK_OPTIONS_HELP
      "  --iterations LABEL  the mark or range label that starts an iteration (default: the one\n"
-     "                      that repeats most, else inferred from the allocation pattern)\n",
+     "                      that repeats most, else from the stacks or the allocation pattern)\n"
+     "  --category NAME=PATTERN[,PATTERN...]\n"
+     "                      memory of the allocation sites whose stack has a frame matching a\n"
+     "                      pattern (--fold's: NAME or NAME@FILE globs) is category NAME, before the\n"
+     "                      built-in rules (docs/categories.md; repeatable, 16 at most)\n",
      true};

@@ -66,7 +66,16 @@ static void stack_keys(const doc *d, cJSON *o, int64_t site, uint32_t stack_id, 
 
 static void site_keys(const doc *d, cJSON *o, uint32_t site) {
   const ms_site *st = &d->a->sites[site];
+  cJSON_AddStringToObject(o, "category", ms_category_name(d->a, st->category));
   stack_keys(d, o, site, st->stack_id, ms_site_note(d->a, st));
+}
+
+/* Bytes by category, as an object from each category's name to its bytes (every category of a,
+ * zeros too, in their order). */
+static cJSON *categories_object(const ms_analysis *a, const int64_t *bytes) {
+  cJSON *o = cJSON_CreateObject();
+  for (int c = 0; o && c < ms_category_count(a); c++) cJSON_AddNumberToObject(o, ms_category_name(a, c), (double)bytes[c]);
+  return o;
 }
 
 void ms_json_site_stacks(cJSON *o, const ms_analysis *a, uint32_t site) { site_keys(&(doc){a, &as_frames}, o, site); }
@@ -143,6 +152,8 @@ static void add_iterations(cJSON *root, const ms_analysis *a) {
     cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)it->peak_reserved);
     cJSON_AddNumberToObject(o, "end_allocated_bytes", (double)it->end_allocated);
     cJSON_AddNumberToObject(o, "unallocated_at_end_bytes", (double)it->end_unallocated);
+    if (it->categories_known) cJSON_AddItemToObject(o, "categories", categories_object(a, it->category_bytes));
+    else cJSON_AddNullToObject(o, "categories");
     cJSON_AddItemToArray(iters, o);
   }
 }
@@ -239,6 +250,9 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   for (size_t i = 0; peak && i < a->nat_peak; i++)
     cJSON_AddItemToArray(peak, site_entry(&d, a->at_peak[i].site, "live_bytes", a->at_peak[i].bytes, "live_count",
                                           a->at_peak[i].count));
+  int64_t by_category[MS_CATEGORIES];
+  ms_categories_at_peak(a, by_category);
+  cJSON_AddItemToObject(root, "categories_at_peak", categories_object(a, by_category));
   add_iterations(root, a);
   add_leaks(root, &d);
   add_ooms(root, &d);
@@ -254,8 +268,9 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   cJSON_AddNumberToObject(frag, "free_bytes_in_split_segments", (double)a->split_free_bytes);
   add_external(root, a);
   /* every section is there, or memory ran out on the way */
-  static const char *const sections[] = {"summary", "live_at_peak", "iterations", "leaks", "oom", "invalid_frees",
-                                         "top_sites", "fragmentation", "external"};
+  static const char *const sections[] = {"summary",       "live_at_peak", "categories_at_peak", "iterations",
+                                         "leaks",         "oom",          "invalid_frees",      "top_sites",
+                                         "fragmentation", "external"};
   for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
     if (!cJSON_GetObjectItemCaseSensitive(root, sections[i])) return -1;
   return 0;

@@ -229,7 +229,23 @@ static void page_columns(page_data *p, sbuf *b) {
     for (int i = 0; i < bd->n; i++) sb_put(b, i ? ",%lld" : "%lld", (long long)bd->bytes[i][k]);
     sb_put(b, "]");
   }
-  sb_put(b, "]}");
+  sb_put(b, "]");
+  /* The same buckets by category: names[k] (the categories that hold memory at some time, in
+     their order) and bytes[k] its column. */
+  int64_t seen[MS_CATEGORIES] = {0};
+  for (int i = 0; i < bd->n; i++)
+    for (int c = 0; c < ms_category_count(p->a); c++) seen[c] |= bd->categories[i][c];
+  sb_put(b, ",\"categories\":{\"names\":[");
+  for (int c = 0, k = 0; c < ms_category_count(p->a); c++)
+    if (seen[c]) sb_put(b, "%s\"%s\"", k++ ? "," : "", ms_category_name(p->a, c)); /* [A-Za-z0-9_.-]: no escape */
+  sb_put(b, "],\"bytes\":[");
+  for (int c = 0, k = 0; c < ms_category_count(p->a); c++) {
+    if (!seen[c]) continue;
+    sb_put(b, k++ ? ",[" : "[");
+    for (int i = 0; i < bd->n; i++) sb_put(b, i ? ",%lld" : "%lld", (long long)bd->categories[i][c]);
+    sb_put(b, "]");
+  }
+  sb_put(b, "]}}");
 
   /* The largest allocations one by one, as columns. */
   sb_put(b, ",\"detail\":{\"min_size\":%lld,\"allocations\":%lld", (long long)t->detail_min_size,
@@ -481,12 +497,12 @@ int ms_report_html(ms_analysis *const *a, size_t n, FILE *out) {
   return rc == 0 && !ferror(out) ? 0 : -1;
 }
 
-int ms_write_html(const char *out, ms_analysis *a, size_t n, const char *label) {
+int ms_write_html(const char *out, ms_analysis *a, size_t n, const ms_analyze_options *o) {
   const char *inputs[64];
   for (size_t i = 0; i < n && i < 64; i++) inputs[i] = a[i].snap->path;
   if (ms_refuse_overwrite("--html", out, inputs, n < 64 ? n : 64)) return 1;
   ms_page_set ps;
-  if (ms_page_set_build(&ps, a, n, label) != 0) {
+  if (ms_page_set_build(&ps, a, n, o) != 0) {
     fprintf(stderr, "error: %s\n", ps.error);
     ms_page_set_free(&ps);
     return 1;

@@ -27,7 +27,7 @@ static bool add_doc(ms_page_set *ps, ms_analysis *a) {
 }
 
 /* One device of analysis a: opened through the device filter, analyzed, added to the documents. */
-static int add_device(ms_page_set *ps, const ms_analysis *a, int device, const char *label) {
+static int add_device(ms_page_set *ps, const ms_analysis *a, int device, const ms_analyze_options *o) {
   ms_page_device *c = calloc(1, sizeof *c), **g = realloc(ps->devices, (ps->ndevices + 1) * sizeof *g);
   if (g) ps->devices = g;
   if (!c || !g) {
@@ -44,7 +44,7 @@ static int add_device(ms_page_set *ps, const ms_analysis *a, int device, const c
   c->snap.fold = a->snap->fold;
   ms_only_device(&c->snap, device);
   snprintf(c->snap.shown_path, sizeof c->snap.shown_path, "%.480s, device %d", a->snap->shown_path, device);
-  if (ms_analyze(&c->snap, &c->analysis, label) != 0) {
+  if (ms_analyze(&c->snap, &c->analysis, o) != 0) {
     snprintf(ps->error, sizeof ps->error, "%s", c->snap.error);
     return -1;
   }
@@ -52,7 +52,7 @@ static int add_device(ms_page_set *ps, const ms_analysis *a, int device, const c
   return add_doc(ps, &c->analysis) ? 0 : -1;
 }
 
-int ms_page_set_build(ms_page_set *ps, ms_analysis *a, size_t n, const char *label) {
+int ms_page_set_build(ms_page_set *ps, ms_analysis *a, size_t n, const ms_analyze_options *o) {
   memset(ps, 0, sizeof *ps);
   for (size_t i = 0; i < n; i++) {
     if (ms_analyze_timeline(&a[i]) != 0) { /* the page's pass, which also finds the devices */
@@ -68,7 +68,7 @@ int ms_page_set_build(ms_page_set *ps, ms_analysis *a, size_t n, const char *lab
       continue;
     }
     for (int d = 0; d < MS_MAX_DEVICES; d++)
-      if ((devices >> d & 1) && add_device(ps, &a[i], d, label) != 0) return -1;
+      if ((devices >> d & 1) && add_device(ps, &a[i], d, o) != 0) return -1;
   }
   return 0;
 }

@@ -41,15 +41,15 @@ typedef struct ms_page_set {
 } ms_page_set;
 
 /* The page's documents for analyses a[0..n): each one, or for a snapshot with events or
- * segments on several devices, one per device (shown as "PATH, device N"), analyzed with
- * `label` (NULL: each chooses). 0, or -1 with ps->error set; either way ms_page_set_free
+ * segments on several devices, one per device (shown as "PATH, device N"), analyzed as o says
+ * (NULL: defaults). 0, or -1 with ps->error set; either way ms_page_set_free
  * closes what it opened. */
-int ms_page_set_build(ms_page_set *ps, ms_analysis *a, size_t n, const char *label);
+int ms_page_set_build(ms_page_set *ps, ms_analysis *a, size_t n, const ms_analyze_options *o);
 void ms_page_set_free(ms_page_set *ps);
 /* Writes the report page of the n analyses (page.c; a snapshot on several devices gives a
- * document per device, analyzed with `label`: page_set.c) to `out`, atomically, never over one
+ * document per device, analyzed as o says: page_set.c) to `out`, atomically, never over one
  * of the snapshots. 0, or 1 (message printed). */
-int ms_write_html(const char *out, ms_analysis *a, size_t n, const char *label);
+int ms_write_html(const char *out, ms_analysis *a, size_t n, const ms_analyze_options *o);
 /* ---- output (text.c) ------------------------------------------------------------------ */
 
 typedef struct ms_report_options {

@@ -128,6 +128,31 @@ static void print_iterations(const ms_analysis *a, FILE *out) {
   free(cols);
 }
 
+/* What was live at the allocated peak by category, largest first: "at the peak: 36%
+ * optimizer_state (8.00 MiB), ...". */
+static void print_categories(const ms_analysis *a, FILE *out) {
+  int64_t bytes[MS_CATEGORIES];
+  ms_categories_at_peak(a, bytes);
+  int order[MS_CATEGORIES], n = 0;
+  for (int c = 0; c < ms_category_count(a); c++)
+    if (bytes[c] > 0) order[n++] = c;
+  for (int i = 1; i < n; i++) /* by bytes, then in the categories' order: stable */
+    for (int j = i; j > 0 && bytes[order[j]] > bytes[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  if (n == 0 || a->peak_allocated <= 0) return;
+  fprintf(out, "  at the peak:");
+  for (int i = 0; i < n; i++) {
+    char b[32];
+    ms_format_bytes(bytes[order[i]], b, sizeof b);
+    fprintf(out, "%s %.0f%% %s (%s)", i ? "," : "", 100.0 * (double)bytes[order[i]] / (double)a->peak_allocated,
+            ms_category_name(a, order[i]), b);
+  }
+  fprintf(out, "\n");
+}
+
 /* The invalid frees (analysis/misuse.c) as a section of their own, when there are any. */
 static void print_invalid_frees(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   if (!a->invalid_free_total) return;
@@ -184,6 +209,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   ms_format_ns(a->peak_allocated_ns, t1, sizeof t1);
   ms_format_ns(a->peak_reserved_ns, t2, sizeof t2);
   fprintf(out, "  allocated %s at %s (event %lld); reserved %s at %s\n", b1, t1, (long long)a->peak_event_id, b2, t2);
+  print_categories(a, out);
   if (a->nat_peak) fprintf(out, "  live at the allocated peak, by allocation site:\n");
   for (size_t i = 0; i < a->nat_peak; i++) {
     ms_format_bytes(a->at_peak[i].bytes, b1, sizeof b1);

@@ -60,6 +60,12 @@ def check_snapshot(cli, db, tmp):
     check(name + ": --json every iteration's peak reserved >= its peak allocated", bad is None, bad)
     bad = first_bad((i["end_allocated_bytes"], s["peak_allocated_bytes"]) for i in j["iterations"])
     check(name + ": --json no iteration ends above the peak", bad is None, bad)
+    cat = j["categories_at_peak"]
+    check(name + ": --json categories at the peak sum to the allocated peak", sum(cat.values()) == s["peak_allocated_bytes"],
+          (cat, s["peak_allocated_bytes"]))
+    bad = [(i["index"], i["categories"], i["peak_allocated_bytes"]) for i in j["iterations"]
+           if i["categories"] is not None and sum(i["categories"].values()) != i["peak_allocated_bytes"]]
+    check(name + ": --json every iteration's categories sum to its peak", not bad, bad[:1])
 
     html = os.path.join(tmp, name + ".html")
     subprocess.run([cli, "analyze", "--html", html, db], check=True, capture_output=True)

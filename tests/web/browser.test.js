@@ -60,6 +60,9 @@ before(async () => {
   execFileSync(path.join(build, "memsnap"), ["import", path.join(dir, "multi.pickle"), "-o", path.join(dir, "multi.db")], { stdio: "ignore" });
   pages.multi = path.join(dir, "multi.html");
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.multi, path.join(dir, "multi.db")]);
+  pages.cats = path.join(dir, "cats.html"); // the user's categories: the weights and the optimizer state named
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.cats, "--category", "weights=load_weights",
+    "--category", "state=make_optimizer_state", path.join(dir, "leak.db")]);
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -644,4 +647,26 @@ test("a snapshot on several devices: a document per device, the selector switche
   assert.strictEqual(await multi.page.locator("#ooms li").count(), 1);
   assert.deepStrictEqual(multi.seen.errors, []);
   await multi.page.close();
+});
+
+test("the timeline coloured by category: a legend with each category's bytes at the peak, hover names the category, the URL keeps it", async () => {
+  const { page, seen } = await open("cats");
+  assert.strictEqual(await page.locator("#legend-categories").isHidden(), true);
+  await page.locator("#colour-by").selectOption("categories");
+  assert.strictEqual(await page.locator("#legend").isHidden(), true);
+  const legend = await page.locator("#legend-categories").textContent();
+  assert.match(legend, /other 22\.00 MiB/);
+  assert.match(legend, /weights 96\.00 MiB/);
+  assert.match(legend, /state 64\.00 MiB/);
+  assert.strictEqual((await hashState(page)).cat, 1);
+  // at the end, the weights' band lies above the 22 MiB of other memory, below the state's
+  await overTimeline(page, 0.985, 0.62);
+  assert.match(await page.locator("#readout").textContent(), /\nweights: 96\.00 MiB at /);
+  await shot(page, "categories");
+  const again = await open("cats", new URL(page.url()).hash);
+  assert.strictEqual(await again.page.locator("#colour-by").inputValue(), "categories");
+  assert.strictEqual(await again.page.locator("#legend-categories").isHidden(), false);
+  assert.deepStrictEqual(seen.errors, []);
+  await again.page.close();
+  await page.close();
 });
