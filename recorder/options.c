@@ -109,6 +109,8 @@ static const option table[] = {
      K_SIGNAL, FIELD(dump_signal), .runtime = false},
     {{"intercept_cache", "0", "1: the intercept library (memsnap run --cache) serves cudaMalloc/cudaFree from the caching allocator"},
      K_BOOL, FIELD(intercept_cache), .runtime = false},
+    {{"torch_ranges", "1", "0: memsnap.enable() leaves PyTorch's record_function scopes (Optimizer.step...) unrecorded as ranges"},
+     K_BOOL, FIELD(torch_ranges), .runtime = false},
 };
 
 enum { OPT_COUNT = sizeof table / sizeof table[0] };

@@ -64,6 +64,7 @@ want analyze && run test_analyze "$here/analyzer/test_analyze.sh" "$build"
 want replay && run test_replay "$here/analyzer/test_replay.sh" "$build"
 want analyze && run test_invariants "$here/analyzer/test_invariants.sh" "$build"
 want analyze && run test_ranks "$here/analyzer/test_ranks.sh" "$build"
+want analyze && run test_user_line "${py_env[@]}" python3 "$here/analyzer/test_user_line.py" "$build"
 want analyze && run test_categories "${py_env[@]}" python3 "$here/analyzer/test_categories.py" "$build"
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"
 want import && run test_import "$here/analyzer/test_import.sh" "$build"
@@ -75,6 +76,7 @@ want python && run test_enable "${py_env[@]}" python3 "$here/recorder/test_enabl
 want python && run test_libs "${py_env[@]}" python3 "$here/recorder/test_libs.py"
 want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "$build/memsnap"
 want run && run test_run env PY_PRELOAD="${PY_PRELOAD:-}" "$here/intercept/test_run.sh" "$build"
+want run && run test_torch_ranges "${py_env[@]}" python3 "$here/intercept/test_torch_ranges.py" "$build"
 
 echo
 echo "$passed passed, $failed failed"

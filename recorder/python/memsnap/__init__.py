@@ -460,6 +460,53 @@ def _install_pools(torch, lib, hooks):
     torch.cuda.memory.use_mem_pool = use_mem_pool
 
 
+def _record_torch_ranges(torch, lib):
+    """Records PyTorch's record_function scopes as memsnap's ranges, as PyTorch's own recorder
+    records them as annotations (a RecordFunction callback on USER_SCOPE in
+    torch/csrc/cuda/memory_snapshot.cpp): `torch.profiler.record_function` blocks and decorators,
+    the optimizer's "Optimizer.step#AdamW.step" (torch.optim wraps every optimizer's step in one),
+    DataLoader's "enumerate(DataLoader)#...__next__", and those of libraries that use it. The
+    library cannot add a C++ callback without PyTorch's headers, so the Python class that makes
+    these scopes, torch.autograd.profiler.record_function (torch.profiler.record_function is the
+    same class), pushes a range on entering and pops it on leaving, besides its own work; a
+    failed push only leaves the range unrecorded. MEMSNAP_TORCH_RANGES=0 leaves the class alone.
+    Returns whether the class records ranges now."""
+    if os.environ.get("MEMSNAP_TORCH_RANGES", "1").strip() in ("0", "false", "False"):  # as the options table reads it
+        return False
+    profiler = getattr(getattr(torch, "autograd", None), "profiler", None)
+    cls = getattr(profiler, "record_function", None)
+    if cls is None:
+        return False
+    if getattr(cls, "_memsnap_ranges", False):
+        return True
+    enter, leave = cls.__enter__, cls.__exit__
+    push, pop = lib.memsnap_range_push, lib.memsnap_range_pop
+
+    def __enter__(self):
+        result = enter(self)
+        try:
+            if push(str(self.name).encode("utf-8", "surrogateescape")) == 0:
+                # a counter, not a flag: one object may be entered again while inside (a
+                # decorated recursive function)
+                self._memsnap_ranges_open = getattr(self, "_memsnap_ranges_open", 0) + 1
+        except Exception:  # noqa: BLE001 - never break the program for a range
+            pass
+        return result
+
+    def __exit__(self, *exc):
+        try:
+            if getattr(self, "_memsnap_ranges_open", 0) > 0:
+                self._memsnap_ranges_open -= 1
+                pop()
+        except Exception:  # noqa: BLE001
+            pass
+        return leave(self, *exc)
+
+    cls.__enter__, cls.__exit__ = __enter__, __exit__
+    cls._memsnap_ranges = True
+    return True
+
+
 def enable(path=None):
     """Makes memsnap PyTorch's CUDA allocator. Call it before anything touches CUDA.
 
@@ -489,6 +536,7 @@ def enable(path=None):
     hooks.set_memory_fraction_fn(_fn_addr(lib, "memsnap_set_memory_fraction"))
     hooks.set_record_stream_fn(_fn_addr(lib, "memsnap_record_stream"))
     _install_pools(torch, lib, hooks)
+    _record_torch_ranges(torch, lib)
     torch.cuda.memory.change_current_allocator(allocator)
 
     # Out of memory raises torch.OutOfMemoryError (see docs/pytorch.md for how).

@@ -14,7 +14,10 @@ It has just what an unchanged training script and memsnap's three modes touch:
 * PyTorch's recorder for the native allocator: ``torch.cuda.memory._record_memory_history`` and
   ``_dump_snapshot``, which pickles a snapshot in PyTorch's format (segments, device_traces with
   Python frames), what `memsnap import` reads;
-* the bindings memsnap.enable() replaces or calls (torch._C, torch.cuda.is_initialized...).
+* the bindings memsnap.enable() replaces or calls (torch._C, torch.cuda.is_initialized...);
+* record_function (torch.autograd.profiler, torch.profiler) and torch.optim's Optimizer, whose
+  step runs in a record_function "Optimizer.step#<class>.step", and AdamW, in files laid out as
+  PyTorch's are (autograd/, optim/, profiler.py).
 """
 import ctypes
 import os
@@ -208,3 +211,7 @@ memory = types.SimpleNamespace(CUDAPluggableAllocator=CUDAPluggableAllocator,
 cuda = types.SimpleNamespace(is_initialized=lambda: _initialized, memory=memory, current_device=lambda: 0,
                              OutOfMemoryError=OutOfMemoryError, _utils=_Utils, is_available=lambda: True,
                              synchronize=lambda: None)
+
+# torch.autograd.profiler (record_function), torch.profiler and torch.optim, as modules of their
+# own with PyTorch's file layout: memsnap's analysis reads their files in the stacks.
+from . import autograd, optim, profiler  # noqa: E402,F401
