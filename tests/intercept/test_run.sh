@@ -185,13 +185,15 @@ if [ -e "$cudart" ]; then
     -o "$work/py_intercept_segments.db" -- python3 "$train" 8
   check "run py intercept --no-torch-blocks: no PyTorch recorder, no second snapshot" \
     bash -c "test -s '$work/py_intercept_segments.db' && ! test -e '$work/py_intercept_segments.torch.db'"
-  # One that releases the GIL first (PyTorch's ops do): the interposer never takes it back (the
-  # caller may hold a lock a GIL holder waits for), so only native frames are recorded.
+  # One that releases the GIL first (PyTorch's ops do): the interposer does not take it back (the
+  # caller may hold a lock a GIL holder waits for); gil_helper.c's thread reads its Python frames.
   FAKE_TORCH_CUDART=$cudart run py_intercept_nogil 0 --mode intercept -o "$work/py_intercept_nogil.db" -- python3 "$train" 8
-  check "run py intercept, GIL released: recorded, native frames only" \
-    test "$(sql "$work/py_intercept_nogil.db" "select count(distinct s.id), sum(f.kind = 'python') from segments s
+  check "run py intercept, GIL released: recorded, each segment with the Python frames of its line" \
+    test "$(sql "$work/py_intercept_nogil.db" "select count(distinct s.id), count(distinct case when f.kind = 'python'
+      and f.name = 'keep_loss_for_logging' then s.id end) from segments s
       join stack_frames k on k.stack_id = (select stack_id from blocks where segment_id = s.id)
-      join frames f on f.id = k.frame_id where s.pool = 'external'")" = "8|0"
+      join frames f on f.id = k.frame_id where s.pool = 'external'")" = "8|8"
+  leak_is py_intercept_nogil "$work/py_intercept_nogil.db" keep_loss_for_logging
   run py_both 0 --mode allocator+intercept -o "$work/py_both.db" -- python3 "$train" 8 cudart "$cudart"
   check "run py allocator+intercept: torch's blocks in memsnap's pools, the direct cudaMalloc external" \
     test "$(sql "$work/py_both.db" "select group_concat(pool || ':' || ifnull(source, '-'), ',') from (select distinct pool, source from segments order by 1)")" = "external:cudaMalloc,small:-"
