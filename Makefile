@@ -151,13 +151,20 @@ test-web-deps:
 
 # A plain CUDA program for `memsnap run` (tests/intercept/test_run.sh), linked against the toolkit's
 # libcudart.so when the toolkit has one (the tests say they skip it otherwise).
-RUN_CUDART := $(if $(wildcard $(CUDA_HOME)/lib64/libcudart.so),$(BUILD)/tests/run_cudart)
+# With it, a library linked the same way that a Python program calls through ctypes
+# (tests/intercept/run_steps_lib.c, tests/data/run/steps.py).
+RUN_CUDART := $(if $(wildcard $(CUDA_HOME)/lib64/libcudart.so),$(BUILD)/tests/run_cudart $(BUILD)/tests/librun_steps.so)
 test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so $(RUN_CUDART)
 
 $(BUILD)/tests/run_cudart: tests/intercept/run_cudart.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -g -Wall -Wextra -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 -lcudart \
 	  -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl $(EXTRA_LDFLAGS)
+
+$(BUILD)/tests/librun_steps.so: tests/intercept/run_steps_lib.c | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -g -fPIC -shared -Wall -Wextra -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 \
+	  -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 $(EXTRA_LDFLAGS)
 
 # make sanitize: the whole suite built with AddressSanitizer + UndefinedBehaviorSanitizer in
 # build-asan/ (any report fails the test that triggered it), then the concurrency stress

@@ -10,6 +10,11 @@
 #     tests/data/fake_torch in each mode (allocator, torch-native, intercept and both), its leak
 #     named; workers (multiprocessing spawn) each in their own file (%p), a fork child writing
 #     none, %r, an uncaught exception, os._exit;
+#   - a Python program that never imports torch (tests/data/run/steps.py), its memory from a
+#     library linked against libcudart (tests/intercept/run_steps_lib.c) called through ctypes
+#     with the GIL released, recorded with no --mode: its leak named at its Python line (the
+#     frames read by gil_helper.c's thread), from threads at once, and while a thread holding the
+#     GIL waits for a lock the allocating thread holds (no deadlock);
 #   - the command's usage errors and `memsnap help run`.
 # The C program needs the toolkit's libcudart.so (CUDA_HOME/lib64); without it those checks are
 # skipped with a message. PY_PRELOAD (make sanitize) is preloaded into the programs.
@@ -200,6 +205,64 @@ if [ -e "$cudart" ]; then
   leak_is py_both "$work/py_both.db" keep_loss_for_logging
 else
   echo "skip: intercept mode for Python needs $cudart"
+fi
+
+# ---- a Python program without torch: a library called through ctypes, no --mode -----------------
+steps_lib=$build/tests/librun_steps.so
+steps=$here/../data/run/steps.py
+if [ -e "$steps_lib" ]; then
+  run steps 0 -o "$work/steps.db" -- python3 "$steps" "$steps_lib" 12
+  check "run steps: no torch, no --mode: allocator+intercept chosen, the snapshot written" \
+    bash -c "grep -q 'mode allocator+intercept' '$work/steps.out' && test -s '$work/steps.db'"
+  check "run steps: the summary says what was seen and through which path" \
+    bash -c "grep -q '^  seen: 24 allocations (.*) through the interposer$' '$work/steps.out' &&
+      grep -q \"the interposer's at the snapshot: 12.00 MiB, most from cudaMalloc in librun_steps.so\" '$work/steps.out'"
+  leak_is steps "$work/steps.db" keep_for_later
+  "$cli" analyze --json "$work/steps.db" >"$work/steps.json" 2>&1
+  call_line=$(grep -n 'lib.steps_keep_for_later(' "$steps" | cut -d: -f1)
+  check "run steps: the first leak grows 1 MiB an iteration, the iterations from the loop's line" python3 -c "
+import json; a = json.load(open('$work/steps.json')); l = a['leaks'][0]
+assert (l['kind'], l['bytes_per_iteration']) == ('growing', 1 << 20), l
+assert a['summary']['iteration_source'] == 'loop' and len(a['iterations']) == 12, a['summary']"
+  check "run steps: its full stack holds the Python line that calls the library (steps.py:$call_line)" python3 -c "
+import json; l = json.load(open('$work/steps.json'))['leaks'][0]
+py = [(f['name'], f['file'].rsplit('/', 1)[-1], f['line']) for f in l['full_stack'] if f['kind'] == 'python']
+assert ('keep_for_later', 'steps.py', $call_line) in py, py
+native = [f['name'] for f in l['full_stack'] if f['kind'] == 'native']
+assert native and native[0] == 'steps_keep_for_later', native"
+  run steps_threads 0 -o "$work/steps_threads.db" -- python3 "$steps" "$steps_lib" 6 threads 4
+  check "run steps, 4 threads: every allocation and free has its thread's Python frames" \
+    test "$(sql "$work/steps_threads.db" "select count(*), sum((select count(*) from stack_frames k join frames f
+      on f.id = k.frame_id where k.stack_id = e.stack_id and f.kind = 'python' and f.name = 'run') = 1)
+      from events e where e.kind in (1, 3)")" = "72|72"
+  # A thread allocates holding the library's lock while the main thread, holding the GIL, waits for
+  # it: taking the GIL back inside cudaMalloc would hang; the helper gives up after its wait.
+  run steps_contended 0 -o "$work/steps_contended.db" -- timeout 60 python3 "$steps" "$steps_lib" 4 contended
+  check "run steps contended: no deadlock; the allocation made then has native frames only, the others Python ones" \
+    test "$(sql "$work/steps_contended.db" "select group_concat(p, ',') from (select (select count(*) from stack_frames k
+      join frames f on f.id = k.frame_id where k.stack_id = e.stack_id and f.kind = 'python') > 0 p from events e
+      where e.kind = 1 order by e.id)")" = "1,1,1,1,1,1,1,1,0"
+  # JAX: where the interposer records, XLA gets the allocator that allocates each array from the
+  # driver, unless --keep-arena or the user chose one; the summary says which it had.
+  jax_env=(env PYTHONPATH="$here/../data/fake_jax${PYTHONPATH:+:$PYTHONPATH}")
+  "${jax_env[@]}" bash -c "cd '$work' && '$cli' run -o '$work/jax.db' -- python3 '$steps' '$steps_lib' 4 jax" >"$work/jax.out" 2>&1
+  check "run jax: XLA_PYTHON_CLIENT_ALLOCATOR=platform, said in the summary" \
+    bash -c "grep -q \"XLA's allocator would be platform\" '$work/jax.out' &&
+      grep -q 'JAX: XLA allocated each array from the driver (XLA_PYTHON_CLIENT_ALLOCATOR=platform, set by memsnap run' '$work/jax.out'"
+  "${jax_env[@]}" bash -c "cd '$work' && '$cli' run --keep-arena -o '$work/jax_arena.db' -- python3 '$steps' '$steps_lib' 4 jax" \
+    >"$work/jax_arena.out" 2>&1
+  check "run jax --keep-arena: XLA keeps its arena, and the summary says its arrays are not seen one by one" \
+    bash -c "grep -q \"XLA's allocator would be default\" '$work/jax_arena.out' &&
+      grep -q \"JAX: XLA's allocator 'default' suballocates\" '$work/jax_arena.out'"
+  "${jax_env[@]}" XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async bash -c "cd '$work' && '$cli' run -o '$work/jax_user.db' -- \
+    python3 '$steps' '$steps_lib' 4 jax" >"$work/jax_user.out" 2>&1
+  check "run jax: the user's own XLA_PYTHON_CLIENT_ALLOCATOR is kept" \
+    bash -c "grep -q \"XLA's allocator would be cuda_async\" '$work/jax_user.out' && grep -q \"allocator 'cuda_async'\" '$work/jax_user.out'"
+  check "run jax: a program that does not import jax gets no JAX line" bash -c "! grep -q 'JAX:' '$work/steps.out'"
+  check "run jax --mode allocator: no interposer, XLA's allocator left alone" \
+    bash -c "'$cli' run -q --mode allocator -- python3 -c 'import os; assert \"XLA_PYTHON_CLIENT_ALLOCATOR\" not in os.environ'"
+else
+  echo "skip: the Python program without torch needs $steps_lib (the toolkit's libcudart.so)"
 fi
 
 run py_raise 1 -o "$work/py_raise.db" -- python3 "$train" 8 raise
