@@ -75,10 +75,13 @@ $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
 	  -Wl,-rpath,'$$ORIGIN' $(GCC_S_FIRST) $(LIB_PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
 
-# The LD_PRELOAD library of `memsnap run --mode intercept` (intercept/): exports the CUDA
-# allocation functions and dlsym; everything else stays local.
-$(BUILD)/libmemsnap_intercept.so: $(BUILD)/intercept/intercept.o $(BUILD)/libmemsnap.so
-	$(CC) -shared -o $@ $(BUILD)/intercept/intercept.o -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -ldl $(EXTRA_LDFLAGS)
+# The LD_PRELOAD library of `memsnap run --mode intercept` (intercept/), also its LD_AUDIT library
+# (intercept/audit.c, --mode audit): exports the CUDA allocation functions, dlsym, _exit, _Exit and
+# the audit interface (la_*); everything else stays local.
+INTERCEPT_OBJS := $(BUILD)/intercept/intercept.o $(BUILD)/intercept/audit.o
+$(BUILD)/intercept/%.o: intercept/intercept.h
+$(BUILD)/libmemsnap_intercept.so: $(INTERCEPT_OBJS) $(BUILD)/libmemsnap.so
+	$(CC) -shared -o $@ $(INTERCEPT_OBJS) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -ldl -lpthread $(EXTRA_LDFLAGS)
 
 # The page's files, embedded into the CLI as they are (no bundler): symbols _binary_<file>_start/_end.
 $(BUILD)/web_assets.o: $(WEB_ASSETS)

@@ -8,6 +8,7 @@
  *                 snapshot at exit; this command imports each pickle into the snapshot asked for
  *   intercept     any program: LD_PRELOAD=libmemsnap_intercept.so records the CUDA runtime's and
  *                 driver's allocations (intercept/intercept.c)
+ *   audit         the same library as a run-time linker audit library (LD_AUDIT, intercept/audit.c)
  *   allocator+intercept  both in one snapshot; the default (auto) for a Python program, so that
  *                 one that never imports torch (CuPy, JAX, Numba, ctypes) is recorded too; for
  *                 anything else auto is intercept
@@ -36,11 +37,12 @@
 #include "report/report.h"
 #include "pytorch/pytorch.h"
 
-typedef enum { MODE_AUTO, MODE_ALLOCATOR, MODE_TORCH_NATIVE, MODE_INTERCEPT, MODE_BOTH } run_mode;
-static const char *const mode_names[] = {"auto", "allocator", "torch-native", "intercept", "allocator+intercept"};
+typedef enum { MODE_AUTO, MODE_ALLOCATOR, MODE_TORCH_NATIVE, MODE_INTERCEPT, MODE_BOTH, MODE_AUDIT } run_mode;
+static const char *const mode_names[] = {"auto", "allocator", "torch-native", "intercept", "allocator+intercept",
+                                         "audit"};
 
-/* Whether the interposer records in `mode`. */
-static bool interposed(run_mode mode) { return mode == MODE_INTERCEPT || mode == MODE_BOTH; }
+/* Whether the interposer records in `mode` (LD_PRELOAD or LD_AUDIT). */
+static bool interposed(run_mode mode) { return mode == MODE_INTERCEPT || mode == MODE_BOTH || mode == MODE_AUDIT; }
 
 typedef struct run_options {
   const char *output, *stacks, *max_entries, *dump_on_oom, *signal_name;
@@ -176,7 +178,7 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
       rc |= set_env("MEMSNAP_DUMP_ON_OOM", path);
     }
   }
-  if (mode == MODE_INTERCEPT && !o->no_torch_blocks) {
+  if ((mode == MODE_INTERCEPT || mode == MODE_AUDIT) && !o->no_torch_blocks) {
     /* a PyTorch process: its blocks, from PyTorch's own recorder, into a snapshot of their own */
     char blocks[PATH_MAX + 16];
     absolute(o->output, path, sizeof path);
@@ -192,7 +194,7 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
   if (o->max_entries) rc |= set_env("MEMSNAP_MAX_ENTRIES", o->max_entries);
   { /* every mode: Python programs get the sitecustomize (intercept: it dumps from Python's exit) */
     if (python_dir(bin, py, sizeof py) != 0) {
-      if (mode == MODE_INTERCEPT) goto preload; /* a C program does not need it */
+      if (mode == MODE_INTERCEPT || mode == MODE_AUDIT) goto preload; /* a C program does not need it */
       fprintf(stderr, "error: run: the memsnap Python package is not found beside '%s' (set MEMSNAP_PYTHONPATH "
               "to the directory that holds memsnap/)\n", bin);
       return -1;
@@ -209,7 +211,7 @@ preload:
       return -1;
     }
     /* last: a sanitizer's runtime the user preloads must stay first */
-    rc |= add_to_env("LD_PRELOAD", so, true);
+    rc |= add_to_env(mode == MODE_AUDIT ? "LD_AUDIT" : "LD_PRELOAD", so, true);
   }
   return rc ? -1 : 0;
 }
@@ -491,7 +493,7 @@ static int parse(int argc, char **argv, run_options *o) {
       while (k < sizeof mode_names / sizeof *mode_names && strcmp(m, mode_names[k])) k++;
       if (k == sizeof mode_names / sizeof *mode_names)
         return ms_usage_error(&ms_run_command, "unknown mode '%s' (auto, allocator, torch-native, intercept, "
-                              "allocator+intercept)", m);
+                              "allocator+intercept, audit)", m);
       o->mode = (run_mode)k;
     } else {
       return ms_unknown_option(&ms_run_command, arg, !has_value);
@@ -518,9 +520,9 @@ static int cmd_run(int argc, char **argv) {
   if (rc) return rc;
   run_mode mode = o.mode;
   if (mode == MODE_AUTO) mode = runs_python(o.program[0]) && !o.cache ? MODE_BOTH : MODE_INTERCEPT;
-  if (o.cache && mode != MODE_INTERCEPT)
-    return ms_usage_error(&ms_run_command, "--cache serves intercepted cudaMalloc calls: it needs --mode intercept (not %s)",
-                          mode_names[mode]);
+  if (o.cache && mode != MODE_INTERCEPT && mode != MODE_AUDIT)
+    return ms_usage_error(&ms_run_command, "--cache serves intercepted cudaMalloc calls: it needs --mode intercept or "
+                          "audit (not %s)", mode_names[mode]);
   char bin[PATH_MAX], manifest[] = "/tmp/memsnap-run-XXXXXX";
   if (self_dir(bin, sizeof bin) != 0) {
     fprintf(stderr, "error: run: cannot find memsnap's own directory (/proc/self/exe)\n");
@@ -600,7 +602,8 @@ const ms_command ms_run_command = {"run", cmd_run,
      "                                      PyTorch process PyTorch's recorder also writes its blocks\n"
      "                                      (tensors inside those segments) to PATH.torch.db\n"
      "                        allocator+intercept  both: PyTorch's blocks and every other library's\n"
-
+     "                        audit         intercept, the library loaded with LD_AUDIT (bindings through\n"
+     "                                      RTLD_DEEPBIND libraries and dlsym seen by the run-time linker)\n"
      "  --stacks S          stacks recorded: none, native, python or all (default all)\n"
      "  --max-entries N     events kept (default 100000; older ones are dropped and counted)\n"
      "  --dump-on-oom PATH  also write a snapshot at the first out-of-memory (same patterns)\n"

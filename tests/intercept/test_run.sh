@@ -15,6 +15,11 @@
 #     with the GIL released, recorded with no --mode: its leak named at its Python line (the
 #     frames read by gil_helper.c's thread), from threads at once, and while a thread holding the
 #     GIL waits for a lock the allocating thread holds (no deadlock);
+#   - the audit path: LD_AUDIT=libmemsnap_intercept.so around the C program records what the
+#     LD_PRELOAD path does, with one recording state (libmemsnap.so is loaded twice, once in the
+#     auditor's namespace, inert), `memsnap run --mode audit`, a library loaded with RTLD_DEEPBIND
+#     (seen through the auditor, not through LD_PRELOAD) and a program built with -fno-plt (the
+#     reverse);
 #   - the command's usage errors and `memsnap help run`.
 # The C program needs the toolkit's libcudart.so (CUDA_HOME/lib64); without it those checks are
 # skipped with a message. PY_PRELOAD (make sanitize) is preloaded into the programs.
@@ -161,6 +166,49 @@ EOF
   fi
 fi
 
+# ---- the audit path: the same library through LD_AUDIT ------------------------------------------
+if [ -x "$prog" ]; then
+  (cd "$work" && LD_AUDIT="$build/libmemsnap_intercept.so" MEMSNAP_RECORD=1 MEMSNAP_DUMP="$work/audit.db" "$prog" 8) \
+    >"$work/audit.out" 2>&1
+  check "audit: LD_AUDIT=libmemsnap_intercept.so MEMSNAP_RECORD=1 MEMSNAP_DUMP=audit.db run_cudart writes audit.db" \
+    bash -c "grep -q '8 steps' '$work/audit.out' && test -s '$work/audit.db'"
+  leak_is audit "$work/audit.db" keep_for_later
+  check "audit: what the LD_PRELOAD path records: each allocation once (34, and 26 frees), every API under its name" \
+    test "$(sql "$work/audit.db" "select sum(kind = 1), sum(kind = 3), (select group_concat(text, ',') from (select distinct
+      l.text from events e join labels l on l.id = e.extra where e.kind = 4 order by 1)) from events")" = \
+      "34|26|cuMemAlloc,cuMemAllocAsync,cudaMalloc,cudaMallocAsync,cudaMallocManaged"
+  check "audit: the 8 kept blocks are external segments from cudaMalloc in run_cudart" \
+    test "$(sql "$work/audit.db" "select count(*), sum(size), source, library from segments where pool = 'external'")" = \
+      "8|524288|cudaMalloc|run_cudart"
+  # The dynamic linker loads the auditor, and libmemsnap.so with it, in a namespace of their own;
+  # the auditor loads the library again into the program's, where the recording is: two copies
+  # of each are mapped, one writes the snapshot.
+  LD_AUDIT="$build/libmemsnap_intercept.so" MEMSNAP_RECORD=1 MEMSNAP_DUMP="$work/audit_wait.db" "$prog" 2 wait \
+    >"$work/audit_wait.out" 2>&1 &
+  waiter=$!
+  for _ in $(seq 100); do grep -q '^ready' "$work/audit_wait.out" && break; sleep 0.1; done
+  copies="$(grep -c ' r-xp .*/libmemsnap\.so$' "/proc/$waiter/maps") $(grep -c ' r-xp .*/libmemsnap_intercept\.so$' "/proc/$waiter/maps")"
+  kill -TERM "$waiter"
+  wait "$waiter"
+  check "audit: libmemsnap.so and the auditor are each loaded twice (the auditor's namespace, the program's)" \
+    test "$copies" = "2 2"
+  run audit_run 0 --mode audit -o "$work/audit_run-%p.db" -- "$prog" 8
+  check "run --mode audit: LD_AUDIT chosen, one snapshot, the events of the LD_PRELOAD path" \
+    bash -c "grep -q 'mode audit' '$work/audit_run.out' && test \$(ls '$work'/audit_run-*.db | wc -l) = 1 &&
+      test \"\$(grep -c '^snapshot ' '$work/audit_run.out')\" = 1 &&
+      test \"$(sql "$(ls "$work"/audit_run-*.db 2>/dev/null | head -1)" "select sum(kind = 1), sum(kind = 3) from events")\" = '34|26'"
+  # -fno-plt: calls through the GOT, bound when the program loads, never through a PLT: the
+  # interposer's definitions win them (LD_PRELOAD), the auditor is never asked (docs/run.md).
+  if cc -O2 -fno-plt -I"${CUDA_HOME:-/usr/local/cuda}/include" -o "$work/run_cudart_noplt" "$here/run_cudart.c" \
+    -L"$(dirname "$cudart")" -lcudart -Wl,-rpath,"$(dirname "$cudart")" -ldl 2>"$work/noplt.log"; then
+    run noplt_preload 0 --mode intercept -o "$work/noplt_preload.db" -- "$work/run_cudart_noplt" 8
+    leak_is noplt_preload "$work/noplt_preload.db" keep_for_later
+    run noplt_audit 3 --mode audit -o "$work/noplt_audit.db" -- "$work/run_cudart_noplt" 8
+    check "run -fno-plt, audit: its cudaMalloc calls reach libcudart unseen (no device here: error 35)" \
+      bash -c "grep -q 'cudaMalloc failed: error 35' '$work/noplt_audit.out' && test ! -e '$work/noplt_audit.db'"
+  fi
+fi
+
 # ---- a Python training script in each mode ------------------------------------------------------
 export PYTHONPATH="$here/../data/fake_torch${PYTHONPATH:+:$PYTHONPATH}"
 run py_allocator 4 -o "$work/py_allocator.db" -- python3 "$train" 8 exit 4
@@ -186,6 +234,11 @@ if [ -e "$cudart" ]; then
     bash -c "test '$(sql "$work/py_intercept.torch.db" "select count(*) from meta where key = 'import_source'")' = 1 &&
       grep -q 'snapshot .*py_intercept.torch.db' '$work/py_intercept.out' && ! ls '$work'/*.pickle 2>/dev/null"
   leak_is py_intercept_blocks "$work/py_intercept.torch.db" keep_loss_for_logging
+  FAKE_TORCH_CUDART=$cudart run py_audit 0 --mode audit -o "$work/py_audit.db" -- python3 "$train" 8
+  check "run py audit: torch's cudaMalloc calls are external segments with their Python frames; its blocks in py_audit.torch.db" \
+    bash -c "test '$(sql "$work/py_audit.db" "select count(*), source from segments where pool = 'external'")' = '8|cudaMalloc' &&
+      test -s '$work/py_audit.torch.db'"
+  leak_is py_audit "$work/py_audit.db" keep_loss_for_logging
   FAKE_TORCH_CUDART=$cudart run py_intercept_segments 0 --mode intercept --no-torch-blocks \
     -o "$work/py_intercept_segments.db" -- python3 "$train" 8
   check "run py intercept --no-torch-blocks: no PyTorch recorder, no second snapshot" \
@@ -230,6 +283,21 @@ py = [(f['name'], f['file'].rsplit('/', 1)[-1], f['line']) for f in l['full_stac
 assert ('keep_for_later', 'steps.py', $call_line) in py, py
 native = [f['name'] for f in l['full_stack'] if f['kind'] == 'native']
 assert native and native[0] == 'steps_keep_for_later', native"
+  # Through the auditor: the Python package's libmemsnap.so (the exit dump) is the program's copy,
+  # where the interposer records, so the Python frames are named.
+  run steps_audit 0 --mode audit -o "$work/steps_audit.db" -- python3 "$steps" "$steps_lib" 12
+  check "run steps --mode audit: the same allocations, the leak at the Python line" \
+    bash -c "grep -q '^  seen: 24 allocations (.*) through the interposer$' '$work/steps_audit.out' &&
+      grep -q '      keep_for_later (steps.py:$call_line)' '$work/steps_audit.out'"
+  # RTLD_DEEPBIND: the library's own libcudart comes before the global scope, LD_PRELOAD's
+  # definitions with it; the dynamic linker still asks the auditor about each binding.
+  run steps_deepbind_audit 0 --mode audit -o "$work/steps_deepbind_audit.db" -- python3 "$steps" --deepbind "$steps_lib" 12
+  check "run steps, a library loaded with RTLD_DEEPBIND: seen through LD_AUDIT" \
+    bash -c "grep -q '^  seen: 24 allocations (.*) through the interposer$' '$work/steps_deepbind_audit.out'"
+  leak_is steps_deepbind_audit "$work/steps_deepbind_audit.db" keep_for_later
+  run steps_deepbind_preload 1 --mode intercept -o "$work/steps_deepbind_preload.db" -- python3 "$steps" --deepbind "$steps_lib" 12
+  check "run steps, a library loaded with RTLD_DEEPBIND: its calls bypass LD_PRELOAD (libcudart itself answers: error 35)" \
+    bash -c "grep -q 'steps_work failed: error 35' '$work/steps_deepbind_preload.out' && test ! -e '$work/steps_deepbind_preload.db'"
   run steps_threads 0 -o "$work/steps_threads.db" -- python3 "$steps" "$steps_lib" 6 threads 4
   check "run steps, 4 threads: every allocation and free has its thread's Python frames" \
     test "$(sql "$work/steps_threads.db" "select count(*), sum((select count(*) from stack_frames k join frames f

@@ -8,7 +8,9 @@ a batch's size does, from a seeded generator) and keeps 1 MiB in keep_for_later(
 `memsnap analyze` should name, at this file's line that calls the library. No mark, no range,
 no period in the sizes: the analysis finds the steps from the loop's line.
 
-Usage: steps.py LIBRARY [STEPS] [threads N | contended | bench N | jax]
+Usage: steps.py [--deepbind] LIBRARY [STEPS] [threads N | contended | bench N | jax]
+  --deepbind the library is loaded with RTLD_DEEPBIND: its own dependencies (libcudart) come
+             before the process's global symbols, an LD_PRELOAD library's among them
   threads N  the steps run in N threads at once (each its own STEPS), the main thread waits
   contended  after the steps, a thread allocates in work_while_locked() holding a lock of the
              library's while the main thread, holding the GIL, waits for that lock (what
@@ -21,10 +23,14 @@ Usage: steps.py LIBRARY [STEPS] [threads N | contended | bench N | jax]
              of 5 rounds each, and prints them as a JSON line
 """
 import ctypes
+import os
 import random
 import sys
 
-lib = ctypes.CDLL(sys.argv[1])
+deepbind = sys.argv[1] == "--deepbind"
+if deepbind:
+    del sys.argv[1]
+lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_DEEPBIND | os.RTLD_LOCAL if deepbind else ctypes.DEFAULT_MODE)
 for name in ("steps_work", "steps_keep_for_later"):
     getattr(lib, name).argtypes = [ctypes.c_size_t]
 

@@ -2,7 +2,8 @@
 
 `memsnap run` puts this directory first on PYTHONPATH, so Python imports this module at start-up
 (and every Python process the program starts: workers, torchrun's ranks). It does nothing unless
-MEMSNAP_RUN_MODE says what to do (``allocator+intercept``, the default for Python, does both):
+MEMSNAP_RUN_MODE says what to do (``allocator+intercept``, the default for Python, does both;
+``audit`` is ``intercept`` with the library loaded through LD_AUDIT):
 
 * ``allocator``: when the program imports torch, memsnap becomes PyTorch's allocator
   (memsnap.enable()) before anything can touch CUDA; recording is on from the first allocation
@@ -229,9 +230,9 @@ if _mode in ("allocator", "allocator+intercept"):
     _allocator_mode()
 elif _mode == "torch-native":
     _torch_native_mode(os.environ.get("MEMSNAP_RUN_DUMP", "memsnap-%p.db"))
-if _mode in ("intercept", "allocator+intercept"):
+if _mode in ("intercept", "allocator+intercept", "audit"):
     _intercept_mode()  # first: its exit handler runs last
     _after_import("jax", _note_xla)
-if _mode == "intercept" and os.environ.get("MEMSNAP_RUN_TORCH_BLOCKS"):
+if _mode in ("intercept", "audit") and os.environ.get("MEMSNAP_RUN_TORCH_BLOCKS"):
     _torch_native_mode(os.environ["MEMSNAP_RUN_TORCH_BLOCKS"])
 _chain()
