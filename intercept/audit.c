@@ -9,8 +9,10 @@
  * auditor records nothing itself:
  *
  *   la_objopen    asks to see every binding from and to the program's objects (namespace 0)
- *                 but memsnap's own (libmemsnap.so and this library loaded there: their calls,
- *                 the allocator's segments among them, reach the real functions);
+ *                 but those from memsnap's own (libmemsnap.so and this library loaded there:
+ *                 their calls and dlsyms, the allocator's segments among them, reach the real
+ *                 functions; glibc reports a dlsym when either side asked, so la_symbind64
+ *                 checks the side that asked too);
  *   la_symbind64  answers a binding of a wrapped function (the CUDA allocation functions,
  *                 cuGetProcAddress, _exit, _Exit), be it through a PLT, a relocation at load
  *                 or a dlsym, with a trampoline of this file, and remembers the definition;
@@ -171,9 +173,12 @@ EXPORT void la_preinit(uintptr_t *cookie) {
 EXPORT uintptr_t la_symbind64(Elf64_Sym *sym, unsigned int ndx, uintptr_t *refcook, uintptr_t *defcook,
                               unsigned int *flags, const char *symname) {
   (void)ndx;
-  (void)refcook;
   int i = wrapped_index(symname);
-  if (i < 0 || is_memsnap((const struct link_map *)*defcook)) return sym->st_value; /* already the wrapper */
+  /* A dlsym is reported when either side asked for it (glibc): memsnap's own lookups (the
+   * wrappers' real functions, the allocator's driver backend) get what they asked for, and a
+   * definition of the program's copy is the wrapper already. */
+  if (i < 0 || is_memsnap((const struct link_map *)*refcook) || is_memsnap((const struct link_map *)*defcook))
+    return sym->st_value;
   void *expected = NULL;
   atomic_compare_exchange_strong(&real[i], &expected, (void *)sym->st_value);
   *flags |= LA_SYMB_NOPLTENTER | LA_SYMB_NOPLTEXIT;

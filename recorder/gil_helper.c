@@ -11,7 +11,8 @@
  *                                thread does (the holder gives it up within the switch
  *                                interval), runs every queued call (one GIL for a burst from
  *                                several threads), and gives it back. The caller waits up to
- *                                WAIT_MS for its call to start, then for it to end (fn only
+ *                                MEMSNAP_GIL_WAIT_MS (msi_opt.gil_wait_ms, default 100; 0: it
+ *                                never asks) for its call to start, then for it to end (fn only
  *                                reads frames and interns, with the GIL: it ends).
  *
  * A call not started in time is taken off the queue by its caller (the helper never sees it: arg
@@ -25,7 +26,7 @@
  * the helper could wait for the lock the caller holds. Nothing is asked of the helper while
  * Python finalizes (a thread that takes the GIL then is ended), and a fork child starts its own.
  * The C API is found with dlsym, as stacks.c does (libmemsnap does not link libpython); this file
- * uses nothing else of the library.
+ * uses nothing else of the library but its options (MEMSNAP_GIL_WAIT_MS).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,7 +38,6 @@
 
 #include "internal.h"
 
-#define WAIT_MS 100 /* for the GIL: the interpreter switches every 5 ms; room for a loaded machine */
 /* Both sides poll this long before they sleep: waking a sleeping thread costs some 10 µs each way,
  * a call some 2 µs, and allocations come in bursts (docs/BENCHMARKS.md, "Python frames"). */
 #define SPIN_NS 50000
@@ -203,12 +203,17 @@ static void unqueue(job *j) {
 }
 
 int msi_gil_helper_run(void (*fn)(void *), void *arg) {
+  /* the wait for the GIL: an interpreter hands it over within its switch interval (5 ms), the
+   * default leaves room for a loaded machine */
+  long wait_ms = (long)msi_opt.gil_wait_ms;
+  if (wait_ms == 0) return -1;
   if (MSI_UNLIKELY(py.state == 0)) resolve();
   if (py.state < 0 || !py.IsInitialized() || (py.IsFinalizing && py.IsFinalizing())) return -1;
   pthread_once(&conds_once, init_conds);
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
-  deadline.tv_nsec += WAIT_MS * 1000000L;
+  deadline.tv_sec += wait_ms / 1000;
+  deadline.tv_nsec += wait_ms % 1000 * 1000000L;
   deadline.tv_sec += deadline.tv_nsec / 1000000000L;
   deadline.tv_nsec %= 1000000000L;
   job j = {fn, arg, POSTED, NULL};

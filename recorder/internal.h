@@ -96,6 +96,7 @@ typedef struct msi_options {
   bool async_mode;             /* the stream-ordered allocator (async_alloc.c) instead of caching */
   bool sim_old_driver;         /* sim: no virtual memory management, no stream-ordered pools */
   bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
+  uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
 } msi_options;
 
 extern msi_options msi_opt;

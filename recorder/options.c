@@ -109,6 +109,8 @@ static const option table[] = {
      K_SIGNAL, FIELD(dump_signal), .runtime = false},
     {{"intercept_cache", "0", "1: the intercept library (memsnap run --cache) serves cudaMalloc/cudaFree from the caching allocator"},
      K_BOOL, FIELD(intercept_cache), .runtime = false},
+    {{"gil_wait_ms", "100", "how long an intercepted allocation from a Python thread that released the GIL waits for its Python frames (ms; past it, and with 0, native frames only)"},
+     K_UINT, FIELD(gil_wait_ms), .lo = 0, .hi = 60000, .runtime = true},
 };
 
 enum { OPT_COUNT = sizeof table / sizeof table[0] };

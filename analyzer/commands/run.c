@@ -366,11 +366,12 @@ static void read_manifest(const char *manifest, found *f) {
   fclose(in);
 }
 
-/* Which path saw the memory of a snapshot recorded with the interposer: memsnap's allocator
- * (PyTorch's tensors, --cache's blocks) and the interposer (every other device allocation: pool
- * external), allocations over the history and bytes allocated; what the interposer holds at the
- * snapshot, by API and library; and in a process that imported JAX, the allocator XLA had. */
-static void print_paths(const ms_analysis *a, const found *f, const char *indent) {
+/* Which path saw a snapshot's memory: memsnap's allocator (PyTorch's tensors, --cache's blocks)
+ * and the interposer (every other device allocation: pool external), or PyTorch's own allocator
+ * when the snapshot was `imported` from its recorder; allocations over the history and bytes
+ * allocated; what the interposer holds at the snapshot, by API and library; and in a process
+ * that imported JAX, the allocator XLA had. */
+static void print_paths(const ms_analysis *a, const found *f, bool imported, const char *indent) {
   int64_t n[2] = {0, 0}, bytes[2] = {0, 0};
   char b[32];
   for (size_t i = 0; i < a->nsites; i++) {
@@ -380,8 +381,10 @@ static void print_paths(const ms_analysis *a, const found *f, const char *indent
   printf("%sseen: ", indent);
   for (int k = 0; k < 2; k++) {
     ms_format_bytes(bytes[k], b, sizeof b);
-    if (n[k]) printf("%s%lld allocations (%s) through %s", k && n[0] ? "; " : "", (long long)n[k], b,
-                     k ? "the interposer" : "memsnap's allocator");
+    if (n[k])
+      printf("%s%lld allocation%s (%s) through %s", k && n[0] ? "; " : "", (long long)n[k], n[k] == 1 ? "" : "s", b,
+             k ? "the interposer" : imported ? "PyTorch's allocator (its recorder's snapshot, imported)"
+                                             : "memsnap's allocator");
   }
   if (!n[0] && !n[1]) printf("no allocation in the history");
   printf("\n");
@@ -404,9 +407,9 @@ static void print_paths(const ms_analysis *a, const found *f, const char *indent
 
 /* What one snapshot shows: the peak, what is allocated at the end, the first leak candidate and
  * its stack, and the commands that open the report and the page (written with `html`). `brief`
- * (many snapshots, one screen): two lines, the leak's innermost frame that matters. With `paths`
- * (the interposer recorded), through which path the memory was seen (print_paths). */
-static void print_summary(const char *path, bool html, bool brief, const found *paths) {
+ * (many snapshots, one screen): two lines, the leak's innermost frame that matters. Otherwise
+ * also through which path the memory was seen (print_paths; `f`: the manifest's JAX lines). */
+static void print_summary(const char *path, bool html, bool brief, const found *f) {
   ms_snapshot s;
   ms_analysis a;
   char b1[32], b2[32], b3[32], shown[PATH_MAX];
@@ -433,7 +436,7 @@ static void print_summary(const char *path, bool html, bool brief, const found *
   } else {
     printf("\nsnapshot %s\n", shown);
     printf("  peak %s allocated, %s reserved; %s allocated at the snapshot\n", b1, b2, b3);
-    if (paths && !s.import_source[0]) print_paths(&a, paths, "  "); /* an imported one is PyTorch's recorder's */
+    print_paths(&a, f, s.import_source[0] != '\0', "  ");
     if (leak) {
       printf("  first leak candidate: %s, %s per iteration, %lld blocks live at the snapshot\n",
              ms_leak_kind_name(leak->kind), per, (long long)leak->end_count);
@@ -567,7 +570,7 @@ static int cmd_run(int argc, char **argv) {
     }
     bool brief = f.n > 3; /* one screen */
     if (brief) printf("\n%zu snapshots\n", f.n);
-    for (size_t i = 0; i < f.n; i++) print_summary(f.paths[i], o.html, brief, interposed(mode) ? &f : NULL);
+    for (size_t i = 0; i < f.n; i++) print_summary(f.paths[i], o.html, brief, &f);
     if (f.n > 1) { /* side by side, leak candidates matched across processes */
       printf("\nall of them: memsnap analyze");
       for (size_t i = 0; i < f.n && i < 64; i++) {

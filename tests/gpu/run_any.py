@@ -27,14 +27,23 @@ program's file (the Python frames the interposer records, merged with the native
 A program that is not installed (CuPy, JAX, Numba, torch) is reported as skipped. One JSON line
 per run goes to $OUT/run_any.jsonl, every command's output to $OUT/run_any.log; programs and
 snapshots live in a temporary directory (the GPU machine returns only a few files from $OUT).
-A short table is printed last.
+"Same output" is the exit status, the number of blocks kept and the checksum: equal ("yes"), or
+a float checksum within a relative 1e-5 ("close": JAX and cuBLAS may pick another algorithm from
+run to run), else "NO".
+
+The GPU machine ends a command at 10 minutes: once --budget seconds (default 540) have passed,
+the runs left are reported as skipped (rerun them with --only), each run is stopped at what is
+left of the budget (its whole process group: the program too), and the tables are still
+printed: the Python frames' cost (bench), then the short table of runs, last, also written to
+$OUT/run_any_table.txt.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
-  python3 tests/gpu/run_any.py [--steps N] [--only cupy,jax,numba,torch,ctypes,static,bench]
+  python3 tests/gpu/run_any.py [--steps N] [--budget SECONDS] [--only cupy,jax,numba,torch,ctypes,static,bench]
 """
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +59,13 @@ OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-run-any-")
 WORK = tempfile.mkdtemp(prefix="memsnap-run-any-work-")
 # librun_steps.so's libcudart: prepare.sh copies it beside build/ for machines without the toolkit's lib64
 LIB_ENV = {"LD_LIBRARY_PATH": BUILD + ":" + os.environ.get("LD_LIBRARY_PATH", "")}
+START = time.monotonic()
+BUDGET = [540.0]  # seconds for the whole script (--budget)
+
+
+def left():
+    """Seconds left of the budget."""
+    return BUDGET[0] - (time.monotonic() - START)
 
 # ---- the unchanged programs ------------------------------------------------------------------------
 
@@ -170,7 +186,24 @@ def log(tag, cmd, p_stdout, p_stderr):
         f.write("== %s\n$ %s\n%s\n%s\n" % (tag, " ".join(cmd), p_stdout, p_stderr))
 
 
-def run_one(name, args, options=None, env_extra=None, timeout=900):
+def run_cmd(cmd, env, timeout):
+    """Runs cmd in a process group of its own, stopped whole (memsnap run and the program under it)
+    at the timeout. Returns (status or "timeout", stdout, stderr)."""
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=max(timeout, 1))
+        return p.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = p.communicate()
+        return "timeout", stdout, stderr
+
+
+def run_one(name, args, options=None, env_extra=None, timeout=300):
     """Runs the program plain (options None) or under `memsnap run OPTIONS`. Returns a dict: status,
     wall time, the program's RESULT, the snapshots the summary listed and its 'seen' and 'JAX' lines."""
     env = dict(os.environ, **(env_extra or {}))
@@ -181,13 +214,7 @@ def run_one(name, args, options=None, env_extra=None, timeout=900):
         db = os.path.join(WORK, tag + "-%p.db")
         cmd = [MEMSNAP, "run", "-o", db, "--max-entries", "400000"] + list(options) + ["--"] + cmd
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        status, stdout, stderr = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        status = "timeout"
-        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        stderr = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+    status, stdout, stderr = run_cmd(cmd, env, min(timeout, left()))
     wall = time.perf_counter() - t0
     log(tag, cmd, stdout, stderr)
     result = {}
@@ -197,12 +224,25 @@ def run_one(name, args, options=None, env_extra=None, timeout=900):
             result = json.loads(line[7:])
         elif line.startswith('{"program": "run_static"'):  # its timing varies: what it kept is its output
             result = {"checksum": json.loads(line).get("kept_bytes")}
-    if not result and lines:  # steps.py: its one line
-        result = {"checksum": lines[0]}
+        elif line.startswith("steps.py: ") and line.endswith(" blocks kept"):  # steps.py's last line
+            result = {"checksum": line}
     return {"program": name, "mode": label, "status": status, "wall_s": round(wall, 2), "result": result,
             "snapshots": [l.split(" ", 1)[1] for l in lines if l.startswith("snapshot ")],
             "seen": [l.strip() for l in lines if l.strip().startswith(("seen:", "the interposer's", "JAX:"))],
             "stderr_tail": stderr[-600:] if status != 0 else ""}
+
+
+def same_output(plain, r):
+    """'yes' when the exit status, the blocks kept and the checksum are those of the plain run,
+    'close' when a float checksum differs by a relative 1e-5 at most, else 'NO'."""
+    a, b = plain["result"].get("checksum"), r["result"].get("checksum")
+    if r["status"] != plain["status"] or r["result"].get("kept") != plain["result"].get("kept") or a is None:
+        return "NO"
+    if a == b:
+        return "yes"
+    if isinstance(a, float) and isinstance(b, float) and abs(a - b) <= 1e-5 * max(abs(a), abs(b), 1e-30):
+        return "close"
+    return "NO"
 
 
 def inspect(db, program_file, function):
@@ -211,11 +251,11 @@ def inspect(db, program_file, function):
     native program without debug information), the first such frame, and the innermost frames of
     the first candidate."""
     out = {"db": os.path.basename(db)}
+    status, stdout, _ = run_cmd([MEMSNAP, "analyze", "--json", db], os.environ, min(300, left()))
     try:
-        a = json.loads(subprocess.run([MEMSNAP, "analyze", "--json", db], capture_output=True, text=True,
-                                      timeout=600).stdout)
-    except (ValueError, subprocess.TimeoutExpired) as e:
-        out["error"] = "analyze: %s" % e
+        a = json.loads(stdout)
+    except ValueError as e:
+        out["error"] = "analyze (%s): %s" % (status, e)
         return out
     leaks = a.get("leaks", [])
     base = os.path.basename(program_file) if program_file else None
@@ -251,17 +291,29 @@ def have(module):
     return subprocess.run([sys.executable, "-c", "import " + module], capture_output=True).returncode == 0
 
 
+def skipped_row(name, mode):
+    return {"program": name, "mode": mode, "status": "skipped", "same_output": None, "named": None, "at": None,
+            "wall_s": "-"}
+
+
 def suite(name, args, program_file, function, variants, env_extra=None, expect_named=None):
-    """The plain program, then each variant (memsnap run options). Rows for the table."""
+    """The plain program, then each variant (memsnap run options). Rows for the table; a run that
+    the budget leaves no time for is a row 'skipped'."""
+    if left() < 10:
+        emit({"skipped": name, "why": "out of time (--budget)"})
+        return [skipped_row(name, "plain")] + [skipped_row(name, " ".join(o) or "(default)") for o in variants]
     plain = run_one(name, args, None, env_extra)
     emit(plain)
     rows = [{"program": name, "mode": "plain", "status": plain["status"], "same_output": None, "named": None,
              "at": None, "wall_s": plain["wall_s"]}]
     for options in variants:
+        if left() < 10:
+            emit({"skipped": "%s %s" % (name, " ".join(options)), "why": "out of time (--budget)"})
+            rows.append(skipped_row(name, " ".join(options) or "(default)"))
+            continue
         r = run_one(name, args, options, env_extra)
         r["inspect"] = [inspect(db, program_file, function) for db in r["snapshots"][:3]]
-        same = (r["status"] == plain["status"] and r["result"].get("checksum") == plain["result"].get("checksum")
-                and r["result"].get("kept") == plain["result"].get("kept"))
+        same = same_output(plain, r)
         hit = next((i for i in r["inspect"] if i.get("leak_named")), None)
         r["same_output"], r["named"] = same, hit is not None
         emit(r)
@@ -272,12 +324,20 @@ def suite(name, args, program_file, function, variants, env_extra=None, expect_n
     return rows
 
 
+PARTS = ("cupy", "jax", "numba", "torch", "ctypes", "static", "bench")
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description="memsnap run on CuPy, JAX, Numba, PyTorch and C programs (issue 23)")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--only", default="cupy,jax,numba,torch,ctypes,static,bench")
+    ap.add_argument("--budget", type=float, default=540.0,
+                    help="seconds for the whole script: runs past it are skipped, the tables printed")
+    ap.add_argument("--only", default=",".join(PARTS))
     opts = ap.parse_args()
     only = set(opts.only.split(","))
+    if not only <= set(PARTS):
+        ap.error("--only: unknown %s (from %s)" % (",".join(sorted(only - set(PARTS))), ",".join(PARTS)))
+    BUDGET[0] = opts.budget
     os.makedirs(OUT, exist_ok=True)
     print("results in", OUT, flush=True)
     subprocess.run("nvidia-smi -L || echo no nvidia-smi", shell=True)
@@ -318,22 +378,29 @@ def main():
             emit({"skipped": "static", "why": STATIC + " was not built (make gpu-bench needs nvcc)"})
     bench = None
     if "bench" in only and os.access(STEPS_LIB, os.R_OK):
-        p = subprocess.run(["bash", os.path.join(ROOT, "tests", "intercept", "bench_python_frames.sh"), BUILD, "20000"],
-                           env=dict(os.environ, MEMSNAP_BACKEND="cuda", **LIB_ENV), capture_output=True, text=True,
-                           timeout=1200)
-        log("bench_python_frames", ["bench_python_frames.sh"], p.stdout, p.stderr)
-        bench = p.stdout
-        emit({"bench": "python_frames", "status": p.returncode, "table": p.stdout, "stderr_tail": p.stderr[-600:]})
+        if left() < 60:
+            emit({"skipped": "bench", "why": "out of time (--budget)"})
+        else:
+            status, stdout, stderr = run_cmd(
+                ["bash", os.path.join(ROOT, "tests", "intercept", "bench_python_frames.sh"), BUILD, "20000"],
+                dict(os.environ, MEMSNAP_BACKEND="cuda", **LIB_ENV), left())
+            log("bench_python_frames", ["bench_python_frames.sh"], stdout, stderr)
+            bench = stdout if status == 0 else "(exit status %s)\n%s%s" % (status, stdout, stderr[-600:])
+            emit({"bench": "python_frames", "status": status, "table": stdout, "stderr_tail": stderr[-600:]})
+    if bench:
+        print("\nPython frames per 1 MiB cudaMalloc + cudaFree pair, against the driver:\n" + bench, flush=True)
 
-    print("\n%-8s %-38s %-7s %-5s %-8s %-22s %s" % ("program", "memsnap run", "status", "same", "leak", "at", "wall s"))
+    lines = ["%-8s %-38s %-8s %-5s %-8s %-22s %s" % ("program", "memsnap run", "status", "same", "leak", "at", "wall s")]
     for r in table:
         named = "-" if r["named"] is None else ("named" if r["named"] else "MISSED") + \
             ("" if r["named"] is None or r.get("expected", True) else " (expected)")
-        same = "-" if r["same_output"] is None else ("yes" if r["same_output"] else "NO")
-        print("%-8s %-38s %-7s %-5s %-8s %-22s %s" % (r["program"], r["mode"][:38], r["status"], same, named,
-                                                     r["at"] or "-", r["wall_s"]))
-    if bench:
-        print("\nPython frames per 1 MiB cudaMalloc + cudaFree pair, against the driver:\n" + bench)
+        lines.append("%-8s %-38s %-8s %-5s %-8s %-22s %s" % (r["program"], r["mode"][:38], r["status"],
+                                                             r["same_output"] or "-", named, r["at"] or "-",
+                                                             r["wall_s"]))
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(OUT, "run_any_table.txt"), "w") as f:
+        f.write(text + (("\n" + bench) if bench else ""))
+    print("\n" + text, end="", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@
 #     library linked against libcudart (tests/intercept/run_steps_lib.c) called through ctypes
 #     with the GIL released, recorded with no --mode: its leak named at its Python line (the
 #     frames read by gil_helper.c's thread), from threads at once, and while a thread holding the
-#     GIL waits for a lock the allocating thread holds (no deadlock);
+#     GIL waits for a lock the allocating thread holds (no deadlock); MEMSNAP_GIL_WAIT_MS=0; the
+#     run summary's paths in each mode;
 #   - the audit path: LD_AUDIT=libmemsnap_intercept.so around the C program records what the
 #     LD_PRELOAD path does, with one recording state (libmemsnap.so is loaded twice, once in the
 #     auditor's namespace, inert), `memsnap run --mode audit`, a library loaded with RTLD_DEEPBIND
@@ -197,6 +198,9 @@ if [ -x "$prog" ]; then
     bash -c "grep -q 'mode audit' '$work/audit_run.out' && test \$(ls '$work'/audit_run-*.db | wc -l) = 1 &&
       test \"\$(grep -c '^snapshot ' '$work/audit_run.out')\" = 1 &&
       test \"$(sql "$(ls "$work"/audit_run-*.db 2>/dev/null | head -1)" "select sum(kind = 1), sum(kind = 3) from events")\" = '34|26'"
+  run audit_exit 5 --mode audit -o "$work/audit_exit.db" -- "$prog" 4 _exit 5
+  check "run --mode audit, _exit: the program's _exit is bound to the wrapper, which writes the snapshot first" \
+    test "$(sql "$work/audit_exit.db" "select count(*) from segments")" = 4
   # -fno-plt: calls through the GOT, bound when the program loads, never through a PLT: the
   # interposer's definitions win them (LD_PRELOAD), the auditor is never asked (docs/run.md).
   if cc -O2 -fno-plt -I"${CUDA_HOME:-/usr/local/cuda}/include" -o "$work/run_cudart_noplt" "$here/run_cudart.c" \
@@ -216,12 +220,17 @@ check "run py allocator: chosen for python, memsnap's allocator made the segment
   bash -c "grep -q 'mode allocator' '$work/py_allocator.out' &&
     test '$(sql "$work/py_allocator.db" "select count(*) > 0 from segments where pool in ('small', 'large')")' = 1"
 leak_is py_allocator "$work/py_allocator.db" keep_loss_for_logging
+check "run py allocator: the summary says what memsnap's allocator saw (8 steps of 5 allocations)" \
+  grep -q "^  seen: 40 allocations (34.00 MiB) through memsnap's allocator$" "$work/py_allocator.out"
 
 run py_native 0 --mode torch-native -o "$work/py_native.db" -- python3 "$train" 8
 check "run py torch-native: PyTorch's snapshot imported, the pickle removed" \
   bash -c "test '$(sql "$work/py_native.db" "select count(*) from meta where key = 'import_source'")' = 1 &&
     ! ls '$work'/*.pickle 2>/dev/null"
 leak_is py_native "$work/py_native.db" keep_loss_for_logging
+check "run py torch-native: the summary says the allocations were PyTorch's allocator's, imported" \
+  grep -q "^  seen: 40 allocations (34.00 MiB) through PyTorch's allocator (its recorder's snapshot, imported)$" \
+    "$work/py_native.out"
 
 if [ -e "$cudart" ]; then
   # A library that calls cudaMalloc holding the GIL (CuPy does): its Python frames are recorded.
@@ -256,6 +265,9 @@ if [ -e "$cudart" ]; then
   check "run py allocator+intercept: torch's blocks in memsnap's pools, the direct cudaMalloc external" \
     test "$(sql "$work/py_both.db" "select group_concat(pool || ':' || ifnull(source, '-'), ',') from (select distinct pool, source from segments order by 1)")" = "external:cudaMalloc,small:-"
   leak_is py_both "$work/py_both.db" keep_loss_for_logging
+  check "run py allocator+intercept: the summary counts each path's allocations, and what the interposer holds" \
+    bash -c "grep -q \"^  seen: 40 allocations (34.00 MiB) through memsnap's allocator; 1 allocation (3.00 MiB) through the interposer$\" \
+      '$work/py_both.out' && grep -q \"^  the interposer's at the snapshot: 3.00 MiB, most from cudaMalloc in \" '$work/py_both.out'"
 else
   echo "skip: intercept mode for Python needs $cudart"
 fi
@@ -298,11 +310,24 @@ assert native and native[0] == 'steps_keep_for_later', native"
   run steps_deepbind_preload 1 --mode intercept -o "$work/steps_deepbind_preload.db" -- python3 "$steps" --deepbind "$steps_lib" 12
   check "run steps, a library loaded with RTLD_DEEPBIND: its calls bypass LD_PRELOAD (libcudart itself answers: error 35)" \
     bash -c "grep -q 'steps_work failed: error 35' '$work/steps_deepbind_preload.out' && test ! -e '$work/steps_deepbind_preload.db'"
-  run steps_threads 0 -o "$work/steps_threads.db" -- python3 "$steps" "$steps_lib" 6 threads 4
+  # The wait for the GIL raised from 100 ms: on a loaded machine a thread holding it may not run
+  # for that long, and the helper gives up (the contended check below is that path).
+  MEMSNAP_GIL_WAIT_MS=20000 run steps_threads 0 -o "$work/steps_threads.db" -- python3 "$steps" "$steps_lib" 6 threads 4
   check "run steps, 4 threads: every allocation and free has its thread's Python frames" \
     test "$(sql "$work/steps_threads.db" "select count(*), sum((select count(*) from stack_frames k join frames f
       on f.id = k.frame_id where k.stack_id = e.stack_id and f.kind = 'python' and f.name = 'run') = 1)
       from events e where e.kind in (1, 3)")" = "72|72"
+  # MEMSNAP_GIL_WAIT_MS=0: a thread that released the GIL never waits for the helper (native frames
+  # only); one that holds it (ctypes.PyDLL) still reads its own.
+  for how in released held; do
+    MEMSNAP_GIL_WAIT_MS=0 run "steps_nowait_$how" 0 -o "$work/steps_nowait_$how.db" -- python3 "$steps" "$steps_lib" 4 \
+      $([ $how = held ] && echo held)
+  done
+  python_allocs="select count(*), sum((select count(*) from stack_frames k join frames f on f.id = k.frame_id
+    where k.stack_id = e.stack_id and f.kind = 'python' and f.name in ('step', 'keep_for_later')) > 0) from events e
+    where e.kind = 1"
+  check "run steps MEMSNAP_GIL_WAIT_MS=0: the GIL released, 8 allocations without Python frames; held, all with them" \
+    test "$(sql "$work/steps_nowait_released.db" "$python_allocs") $(sql "$work/steps_nowait_held.db" "$python_allocs")" = "8|0 8|8"
   # A thread allocates holding the library's lock while the main thread, holding the GIL, waits for
   # it: taking the GIL back inside cudaMalloc would hang; the helper gives up after its wait.
   run steps_contended 0 -o "$work/steps_contended.db" -- timeout 60 python3 "$steps" "$steps_lib" 4 contended
