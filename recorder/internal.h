@@ -97,6 +97,7 @@ typedef struct msi_options {
   bool sim_old_driver;         /* sim: no virtual memory management, no stream-ordered pools */
   bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
   bool torch_ranges;           /* read by the Python package (memsnap.enable()); kept here likewise */
+  uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
 } msi_options;
 
 extern msi_options msi_opt;
@@ -477,9 +478,10 @@ enum { MSI_FORK_PREPARE, MSI_FORK_PARENT, MSI_FORK_CHILD };
 /* Stack of the calling thread (per MEMSNAP_STACKS), interned: its id, or 0 for none. */
 uint32_t msi_stack_capture(void);
 /* The same, its native part starting at return address first_pc when that is among the first
- * frames outside the library (0: no such start). Without may_take_gil, Python frames are read
- * only when the thread holds the GIL: a thread that released it may hold another library's lock
- * (PyTorch's allocator mutex around cudaMalloc) that a thread holding the GIL waits for. */
+ * frames outside the library (0: no such start). Without may_take_gil, a thread that released
+ * the GIL does not take it back: it may hold another library's lock (PyTorch's allocator mutex
+ * around cudaMalloc) that a thread holding the GIL waits for; its Python frames are read by
+ * gil_helper.c's thread instead (native frames only when the GIL is not had in time). */
 uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil);
 void msi_stacks_reset(void);
 
@@ -498,6 +500,11 @@ typedef struct msi_stack_rec {
  * alive: every interned one holds a reference). Returns 0, or -1 when out of host memory (then
  * both are NULL). */
 int msi_stacks_copy(msi_stack_rec **recs, uint64_t **words, uint32_t *count);
+
+/* gil_helper.c: runs fn(arg) on a helper thread holding the GIL while the caller waits, for a
+ * caller that must not take it. Returns 0 when fn ran, -1 when it did not and never will (no
+ * Python, Python finalizing, or the GIL not had within the wait: native frames only then). */
+int msi_gil_helper_run(void (*fn)(void *), void *arg);
 
 /* The CPython C API, found with dlsym at run time (libmemsnap does not link libpython): stacks.c
  * reads the frames of allocating threads through it, symbolize.c names code objects with it. */

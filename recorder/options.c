@@ -111,6 +111,8 @@ static const option table[] = {
      K_BOOL, FIELD(intercept_cache), .runtime = false},
     {{"torch_ranges", "1", "0: memsnap.enable() leaves PyTorch's record_function scopes (Optimizer.step...) unrecorded as ranges"},
      K_BOOL, FIELD(torch_ranges), .runtime = false},
+    {{"gil_wait_ms", "100", "how long an intercepted allocation from a Python thread that released the GIL waits for its Python frames (ms; past it, and with 0, native frames only)"},
+     K_UINT, FIELD(gil_wait_ms), .lo = 0, .hi = 60000, .runtime = true},
 };
 
 enum { OPT_COUNT = sizeof table / sizeof table[0] };
