@@ -451,11 +451,13 @@ def _get_checkpoint_state(device, pool_id):
 
 def _set_checkpoint_pool_state(device, state, stale_storages, storages_to_add_deleters_to=()):
     raise RuntimeError(
-        "memsnap: torch.compile's CUDA graph trees asked to restore a private pool to a checkpoint "
-        "(setCheckpointPoolState), which happens when a new graph is recorded after replaying part of a "
-        "path. Restoring swaps the deleters of tensors inside PyTorch, which a pluggable allocator cannot "
-        "reach. Use torch.compile(mode='reduce-overhead') with one graph path, or run this program "
-        "without memsnap's allocator (memsnap import a PyTorch snapshot instead)")
+        "memsnap: torch.compile's CUDA graph trees asked to restore a private pool to its checkpoint "
+        "(torch._C._cuda_setCheckpointPoolState), which they do when they record a new graph after replaying "
+        "part of a path. PyTorch restores in C++: it frees the pool's blocks, allocates the checkpoint's again, "
+        "and gives the live tensors' storages new deleters bound to the allocator. PyTorch's pluggable allocator "
+        "interface forwards none of this, and its deleter frees only pointers it handed out itself, so memsnap "
+        "cannot do it. Work around it with torch._inductor.config.triton.cudagraph_trees = False (CUDA graphs "
+        "without trees, in memsnap's private pools), or record this program with memsnap run --mode torch-native")
 
 
 def _conf_items(conf):
