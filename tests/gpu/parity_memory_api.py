@@ -150,7 +150,6 @@ def run_checks(torch, compile_checks):
     out["MemPool + use_mem_pool + snapshot"] = answer(mempool)
     out["host_memory_stats"] = answer(lambda: sorted(mem.host_memory_stats()))
     out["list_gpu_processes"] = answer(lambda: type(mem.list_gpu_processes()).__name__)
-    out["IPC: storage._share_cuda_"] = answer(lambda: type(live["a"].untyped_storage()._share_cuda_()).__name__)
     out["_cuda_attach_out_of_memory_observer"] = answer(
         lambda: torch._C._cuda_attach_out_of_memory_observer(lambda *a: None) or "ok")
     if hasattr(mem, "caching_allocator_enable"):
@@ -162,6 +161,9 @@ def run_checks(torch, compile_checks):
         return [mem.memory_allocated(), mem.memory_reserved()]
 
     out["empty_cache"] = answer(release)
+    # last: a shared storage's memory is held for the receivers (PyTorch's IPC limbo)
+    live["ipc"] = empty(torch, 2 * MB)
+    out["IPC: storage._share_cuda_"] = answer(lambda: type(live["ipc"].untyped_storage()._share_cuda_()).__name__)
     if compile_checks:
         out["torch.compile graph trees (checkpoint restore)"] = answer(graph_trees, torch)
     return out
