@@ -452,8 +452,16 @@ uint32_t msi_thread_id(void);
 int msi_history_start(uint64_t max_entries); /* MEMSNAP_OK or MEMSNAP_ENOMEM */
 void msi_history_stop(void);
 void msi_history_reset(void);                /* frees the ring and labels */
-void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
-                     uint64_t requested, uint64_t aux, uint32_t stack_id);
+/* Adds events alike but for their kinds, kinds[0..n) in that order, at one time, under one
+ * take of the ring's lock: the events of one call with no device call between them (a free
+ * completed at once: free_requested, free_completed). msi_history_add adds one. */
+void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                       uint64_t requested, uint64_t aux, uint32_t stack_id);
+static inline void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr,
+                                   uint64_t size, uint64_t requested, uint64_t aux, uint32_t stack_id) {
+  uint8_t k = (uint8_t)kind;
+  msi_history_add_n(&k, 1, device, stream, addr, size, requested, aux, stack_id);
+}
 /* Events recorded since recording started (dropped ones included). */
 uint64_t msi_history_total(void);
 /* Copies the ring, oldest first, into a new array (*out, caller frees). Returns the count, or
