@@ -111,7 +111,7 @@ int memsnap_external_free(void *ptr, size_t size, memsnap_stream_t stream, size_
   if (freed_bytes) *freed_bytes = 0;
   if (!ptr) return MEMSNAP_OK;
   if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
-  uint32_t stack = msi_is_recording() ? msi_stack_capture_from(0, false) : 0;
+  uint32_t stack = msi_is_recording() ? msi_stack_capture_for_free(0, false) : 0;
   int found = 0;
   pthread_mutex_lock(&ext_lock);
   uintptr_t lo = (uintptr_t)ptr, hi = size ? lo + size : lo + 1;
