@@ -35,9 +35,9 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocks.c recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/misuse.c \
-  recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
-  recorder/symbolize.c recorder/symbols.c
+  recorder/blocks.c recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/ehframe.c recorder/misuse.c \
+  recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
+  recorder/symbolize.c recorder/symbols.c recorder/unwind.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
 # folder and the folders before it.
@@ -48,7 +48,7 @@ ANALYZER_HEADERS := $(wildcard analyzer/*/*.h)
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload \
-  $(BUILD)/tests/gen_ranks
+  $(BUILD)/tests/gen_ranks $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks $(BUILD)/tests/libbench_stacks.so
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden install uninstall
@@ -97,9 +97,9 @@ $(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/web_assets.o $(BUILD)/li
 $(BUILD)/tests/test_options: $(BUILD)/tests/test_options.o $(BUILD)/recorder/options.o $(BUILD)/recorder/error.o
 	$(CC) -o $@ $^ -lm $(EXTRA_LDFLAGS)
 
-# test_record and test_modes read snapshots back with SQLite.
-$(BUILD)/tests/test_record $(BUILD)/tests/test_modes: $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
-	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread $(EXTRA_LDFLAGS)
+# test_record, test_modes and test_stacks read snapshots back with SQLite.
+$(BUILD)/tests/test_record $(BUILD)/tests/test_modes $(BUILD)/tests/test_stacks: $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
+	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread -ldl $(EXTRA_LDFLAGS)
 
 # test_pickle runs the importer in process: it links the CLI's pickle and import objects.
 IMPORT_OBJS = $(addprefix $(BUILD)/analyzer/pytorch/,import.o import_base.o import_map.o import_intern.o import_stage.o pickle_read.o \
@@ -129,6 +129,13 @@ $(BUILD)/tests/%.o: tests/analyzer/%.c $(TEST_HEADERS) | check-deps
 $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c $(TEST_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
+
+# The stack benchmark's library for its Python driver (tests/recorder/bench_stacks.py). It does
+# not link libmemsnap: its memsnap_* calls go to the one the process loaded (RTLD_GLOBAL), so
+# the driver can time another build of the library (MEMSNAP_LIB) with the same code.
+$(BUILD)/tests/libbench_stacks.so: tests/recorder/bench_stacks.c recorder/memsnap.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -DBENCH_LIBRARY $(EXTRA_CFLAGS) -shared -o $@ $< $(EXTRA_LDFLAGS)
 
 # A C++ host that catches memsnap's out-of-memory exception the way PyTorch does.
 $(BUILD)/tests/liboom_catcher.so: tests/recorder/oom_catcher.cc $(BUILD)/libmemsnap.so

@@ -171,10 +171,11 @@ static void release_segment(msi_device *d, msi_block *b) {
 
 /* ---- freeing and merging --------------------------------------------------------------- */
 
-/* Puts an inactive block (freed, events done) back in its pool, merged with its neighbours. */
-static void free_block(msi_device *d, msi_block *b) {
+/* Puts an inactive block (freed, events done) back in its pool, merged with its neighbours;
+ * `record`: adds its free_completed event (false: the caller did). */
+static void free_block_recorded(msi_device *d, msi_block *b, bool record) {
   int k = b->pool->stat_kind;
-  if (msi_is_recording())
+  if (record && msi_is_recording())
     msi_history_add(MSI_EV_FREE_COMPLETED, d->index, b->stream, b->ptr, b->size, b->requested_size, 0,
                     d->event_stack);
   int64_t orig_size = (int64_t)b->size, requested = (int64_t)b->requested_size;
@@ -202,6 +203,8 @@ static void free_block(msi_device *d, msi_block *b) {
   MSI_STAT_DEC(d->stats.active_bytes, k, orig_size);
   MSI_STAT_DEC(d->stats.requested_bytes, k, requested);
 }
+
+static void free_block(msi_device *d, msi_block *b) { free_block_recorded(d, b, true); }
 
 /* ---- cross-stream events --------------------------------------------------------------- */
 
@@ -585,13 +588,16 @@ int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
   }
   int k = b->pool->stat_kind;
   b->allocated = false;
-  if (msi_is_recording())
-    msi_history_add(MSI_EV_FREE_REQUESTED, d->index, b->stream, b->ptr, b->size, b->requested_size, 0,
-                    d->event_stack);
+  bool at_once = !b->nuses; /* no other stream used it: completed now */
+  if (msi_is_recording()) {
+    static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
+    msi_history_add_n(kinds, at_once ? 2 : 1, d->index, b->stream, b->ptr, b->size, b->requested_size, 0,
+                      d->event_stack);
+  }
   MSI_STAT_DEC(d->stats.allocation, k, 1);
   MSI_STAT_DEC(d->stats.allocated_bytes, k, (int64_t)b->size);
   if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
-  if (MSI_LIKELY(!b->nuses)) free_block(d, b);
+  if (MSI_LIKELY(at_once)) free_block_recorded(d, b, false); /* its free_completed is added */
   else if (MSI_UNLIKELY(d->ncaptures) && msi_defer_block(d, b)) { /* events after the capture */
   } else insert_events(d, b);
   pthread_mutex_unlock(&d->lock);

@@ -28,8 +28,11 @@ static inline int device_free(msi_device *d, void *ptr, uint32_t stack) {
   return MSI_UNLIKELY(d->async != NULL) ? msi_async_free(d, ptr, stack) : msi_device_free(d, ptr, stack);
 }
 
-/* The caller's stack while recording (0 otherwise): captured before any lock is taken. */
-static inline uint32_t call_stack(void) { return MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture() : 0; }
+/* The stack of a free, a release or an empty_cache while recording (0 otherwise, and with
+ * MEMSNAP_CONTEXT=alloc): captured before any lock is taken. */
+static inline uint32_t free_stack(void) {
+  return MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture_for_free(0, true) : 0;
+}
 
 static atomic_int exit_dumped; /* MEMSNAP_DUMP written (or inherited by a fork child): not at exit */
 /* Serialises the dumps of the signal thread with memsnap_shutdown, which frees what they read. */
@@ -226,7 +229,7 @@ static int release_on(void *ptr, int hint, uint32_t stack, uint64_t size_arg, me
 
 void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) {
   if (!ptr) return;
-  uint32_t stack = call_stack();
+  uint32_t stack = free_stack();
   msi_device *d = msi_device_peek(device);
   if (MSI_LIKELY(d && device_free(d, ptr, stack) == MEMSNAP_OK)) return;
   release_on(ptr, device, stack, size > 0 ? (uint64_t)size : 0, stream, true, __builtin_return_address(0));
@@ -234,12 +237,12 @@ void memsnap_free(void *ptr, ssize_t size, int device, memsnap_stream_t stream) 
 
 int memsnap_release(void *ptr) {
   if (!ptr) return MEMSNAP_OK;
-  return release_on(ptr, -1, call_stack(), 0, NULL, false, __builtin_return_address(0));
+  return release_on(ptr, -1, free_stack(), 0, NULL, false, __builtin_return_address(0));
 }
 
 int memsnap_release_for(void *ptr) {
   if (!ptr) return MEMSNAP_OK;
-  return release_on(ptr, -1, msi_is_recording() ? msi_stack_capture_from(0, false) : 0, 0, 0, false,
+  return release_on(ptr, -1, msi_is_recording() ? msi_stack_capture_for_free(0, false) : 0, 0, 0, false,
                     __builtin_return_address(0));
 }
 
@@ -266,7 +269,7 @@ void memsnap_init(int device_count) {
 
 void memsnap_empty_cache(void) {
   if (ensure_ready() != 0) return;
-  uint32_t stack = call_stack(); /* for its segment_free events */
+  uint32_t stack = free_stack(); /* for its segment_free events */
   for (int i = 0; i < msi_device_count_ready(); i++) {
     msi_device *d = msi_device_peek(i);
     if (d && d->async) msi_async_empty_cache(d, stack);
@@ -432,7 +435,7 @@ int msi_begin_allocate_owned(int device, uint64_t id0, uint64_t id1, msi_pool_fi
 int memsnap_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_end(d, id)); }
 int memsnap_create_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_create(d, id)); }
 int memsnap_release_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_release(d, id)); }
-int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_device_empty_pool(d, id, call_stack())); }
+int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_device_empty_pool(d, id, free_stack())); }
 int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, const uint64_t *ptrs, size_t n) {
   POOL_CALL(msi_pool_live_match(d, id, ptrs, n));
 }

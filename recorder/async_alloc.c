@@ -186,8 +186,8 @@ static void free_block(msi_device *d, msi_block *b, uint32_t stack) {
     msi_error("device %d: freeing %#lx failed", d->index, (unsigned long)b->ptr);
   d->async->used -= b->size;
   if (msi_is_recording()) {
-    msi_history_add(MSI_EV_FREE_REQUESTED, d->index, b->stream, b->ptr, b->size, b->size, 0, stack);
-    msi_history_add(MSI_EV_FREE_COMPLETED, d->index, b->stream, b->ptr, b->size, b->size, 0, stack);
+    static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
+    msi_history_add_n(kinds, 2, d->index, b->stream, b->ptr, b->size, b->size, 0, stack);
     record_pool_change(d, b->ptr, b->stream);
   }
   msi_block_put(d, b);

@@ -61,9 +61,8 @@ static size_t lower_bound(uintptr_t p) {
 
 static void record_free_events(const msi_external_block *r, memsnap_stream_t stream, uint32_t stack) {
   if (!msi_is_recording()) return;
-  msi_history_add(MSI_EV_FREE_REQUESTED, r->device, stream, r->ptr, r->size, r->size, 0, stack);
-  msi_history_add(MSI_EV_FREE_COMPLETED, r->device, stream, r->ptr, r->size, r->size, 0, stack);
-  msi_history_add(MSI_EV_SEGMENT_FREE, r->device, stream, r->ptr, r->size, r->size, 0, stack);
+  static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED, MSI_EV_SEGMENT_FREE};
+  msi_history_add_n(kinds, 3, r->device, stream, r->ptr, r->size, r->size, 0, stack);
 }
 
 int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t stream, const char *source,
@@ -112,7 +111,7 @@ int memsnap_external_free(void *ptr, size_t size, memsnap_stream_t stream, size_
   if (freed_bytes) *freed_bytes = 0;
   if (!ptr) return MEMSNAP_OK;
   if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
-  uint32_t stack = msi_is_recording() ? msi_stack_capture_from(0, false) : 0;
+  uint32_t stack = msi_is_recording() ? msi_stack_capture_for_free(0, false) : 0;
   int found = 0;
   pthread_mutex_lock(&ext_lock);
   uintptr_t lo = (uintptr_t)ptr, hi = size ? lo + size : lo + 1;

@@ -73,6 +73,7 @@ void msi_clear_error(void);
 typedef enum { MSI_OOM_NULL, MSI_OOM_THROW, MSI_OOM_ABORT } msi_oom_action;
 typedef enum { MSI_INVALID_FREE_WARN, MSI_INVALID_FREE_SILENT, MSI_INVALID_FREE_ABORT } msi_invalid_free_action;
 enum { MSI_STACKS_NONE = 0, MSI_STACKS_NATIVE = 1, MSI_STACKS_PYTHON = 2, MSI_STACKS_ALL = 3 };
+enum { MSI_CONTEXT_ALL = 0, MSI_CONTEXT_ALLOC = 1 }; /* whose stacks are recorded: everyone's, or not frees' */
 
 typedef struct msi_options {
   char backend[16];            /* "cuda" or "sim" */
@@ -89,6 +90,7 @@ typedef struct msi_options {
   bool record;                 /* record from the first call */
   uint64_t max_entries;        /* events kept by the ring */
   int stacks;                  /* MSI_STACKS_* */
+  int context;                 /* MSI_CONTEXT_*: MSI_CONTEXT_ALLOC records frees without a stack */
   char dump[1024];             /* snapshot written at exit ("" none) */
   char dump_on_oom[1024];      /* snapshot written at the first out of memory ("" none) */
   int dump_signal;             /* signal that writes a snapshot (0 none) */
@@ -464,8 +466,16 @@ void msi_history_stop(void);
 /* Empties the ring (memsnap_record_clear): what was recorded is gone, not counted as dropped. */
 void msi_history_clear(void);
 void msi_history_reset(void);                /* frees the ring and labels */
-void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
-                     uint64_t requested, uint64_t aux, uint32_t stack_id);
+/* Adds events alike but for their kinds, kinds[0..n) in that order, at one time, under one
+ * take of the ring's lock: the events of one call with no device call between them (a free
+ * completed at once: free_requested, free_completed). msi_history_add adds one. */
+void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                       uint64_t requested, uint64_t aux, uint32_t stack_id);
+static inline void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr,
+                                   uint64_t size, uint64_t requested, uint64_t aux, uint32_t stack_id) {
+  uint8_t k = (uint8_t)kind;
+  msi_history_add_n(&k, 1, device, stream, addr, size, requested, aux, stack_id);
+}
 /* Events recorded since recording started (dropped ones included). */
 uint64_t msi_history_total(void);
 /* Copies the ring, oldest first, into a new array (*out, caller frees). Returns the count, or
@@ -493,6 +503,9 @@ uint32_t msi_stack_capture(void);
  * around cudaMalloc) that a thread holding the GIL waits for; its Python frames are read by
  * gil_helper.c's thread instead (native frames only when the GIL is not had in time). */
 uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil);
+/* The stack of a free (a release, an empty_cache): msi_stack_capture_from's, or 0 when
+ * MEMSNAP_CONTEXT is alloc. */
+uint32_t msi_stack_capture_for_free(uint64_t first_pc, bool may_take_gil);
 void msi_stacks_reset(void);
 
 /* An interned stack: words[offset..] holds its n_native program counters, then its n_python
@@ -515,6 +528,61 @@ int msi_stacks_copy(msi_stack_rec **recs, uint64_t **words, uint32_t *count);
  * caller that must not take it. Returns 0 when fn ran, -1 when it did not and never will (no
  * Python, Python finalizing, or the GIL not had within the wait: native frames only then). */
 int msi_gil_helper_run(void (*fn)(void *), void *arg);
+
+/* ---- native frames (unwind.c, ehframe.c), below stacks.c ------------------------------ */
+
+#define MSI_STACK_MAX_NATIVE 128 /* native frames kept per stack (PyTorch's dispatcher alone puts ~50 between an op and Python) */
+/* Frames walked, the library's own among them: unw_backtrace's 136 of before, from one frame
+ * further in (msi_unwind_stack's), so that a stack cut short ends where it ended before. */
+#define MSI_UNWIND_MAX_RAW (MSI_STACK_MAX_NATIVE + 9)
+
+/* ehframe.c: how to step out of the frame a return address returns into. */
+enum { MSI_RULE_STEP, MSI_RULE_LAST, MSI_RULE_OTHER };
+enum { MSI_RULE_CFA_RBP = 1, MSI_RULE_RBP_SAVED = 2 };
+typedef struct msi_unwind_rule {
+  int32_t cfa_offset; /* STEP: CFA = (CFA_RBP ? rbp : rsp) + cfa_offset; the return address at CFA - 8 */
+  int16_t rbp_offset; /* RBP_SAVED: the caller's rbp at CFA + rbp_offset (else rbp keeps its value) */
+  uint8_t kind;       /* STEP; LAST: the outermost frame; OTHER: only libunwind can step it */
+  uint8_t flags;
+} msi_unwind_rule;
+/* The rule of the frame that `ra` returns into (libunwind's fast trace steps the same frames).
+ * *loads and *unloads are the loader's counts of modules loaded and unloaded so far. */
+msi_unwind_rule msi_ehframe_rule(uint64_t ra, unsigned long long *loads, unsigned long long *unloads);
+
+/* unwind.c: the calling thread's native frames, walked with the rules above and cached per
+ * thread, so that what did not change since the thread's earlier captures is not walked again. */
+typedef struct msi_unwind_cache msi_unwind_cache;
+/* A thread's cache: NULL when out of host memory or when the thread's stack cannot be found. */
+msi_unwind_cache *msi_unwind_cache_new(void);
+void msi_unwind_cache_free(msi_unwind_cache *c);
+/* One capture's frames: pcs[0..n), innermost first, starting with msi_unwind_stack's own frame
+ * (what unw_backtrace called from there gives); pcs[0..lib_end) lie inside libmemsnap.
+ * nodes[i] (i >= lib_end) is stacks.c's id for the frames i..n-1 once known, 0 before; in a
+ * stack cut to the MSI_STACK_MAX_NATIVE frames a stack keeps (`cut`), for the frames i..cut_end-1
+ * (cut_end = lib_end + MSI_STACK_MAX_NATIVE), which depends on where the stack starts: such
+ * nodes are never carried over to another stack. */
+typedef struct msi_native_stack {
+  const uint64_t *pcs;
+  uint32_t *nodes; /* NULL: not cached (libunwind's frames) */
+  int n, lib_end;
+  bool known;      /* every node from lib_end on (up to cut_end when cut) is set */
+  bool cut;        /* the nodes are a cut stack's */
+} msi_native_stack;
+/* Fills *out with the calling thread's native frames: from the cache `c` (NULL: from libunwind,
+ * as before the cache, into raw[MSI_UNWIND_MAX_RAW + 1]). Valid until the thread's next capture.
+ * `entry` tells the library's ways in apart (a return address of the caller's: an allocation
+ * and a free made from one place start alike), so that each finds its own frames first.
+ * After a capture whose nodes were not all known, stacks.c sets them (a cut stack's: all of
+ * them, in its meaning) and calls msi_unwind_keep, which caches the frames for the thread's
+ * later captures. */
+void msi_unwind_stack(msi_unwind_cache *c, uint64_t entry, uint64_t *raw, msi_native_stack *out);
+void msi_unwind_keep(msi_unwind_cache *c, bool cut);
+/* Makes every thread drop its cached frames at its next capture (the stack table was reset). */
+void msi_unwind_forget(void);
+/* Captures so far that walked frames (not all were cached), and that libunwind made. */
+void msi_unwind_counts(unsigned long long *walked, unsigned long long *fell_back);
+/* Whether pc lies in libmemsnap's code. */
+bool msi_unwind_is_self(uint64_t pc);
 
 /* The CPython C API, found with dlsym at run time (libmemsnap does not link libpython): stacks.c
  * reads the frames of allocating threads through it, symbolize.c names code objects with it. */
@@ -540,10 +608,21 @@ typedef struct msi_python {
   char *(*Bytes_AsString)(PyObject *);                                          /* optional */
   void (*Err_Clear)(void);
 } msi_python;
-/* The table, looked up on first use; never NULL. Its state says whether it can be used: with
- * state 1 every member is set but those marked optional (and Frame_GetLasti, set only with
- * Code_Addr2Line). */
+/* pyframes.c: the table, looked up on first use; never NULL. Its state says whether it can be
+ * used: with state 1 every member is set but those marked optional (and Frame_GetLasti, set only
+ * with Code_Addr2Line). */
 const msi_python *msi_python_api(void);
+/* The Python frames of thread state `tstate` (the calling thread's), innermost first, as (code,
+ * position) pairs into out[0..2 * max): the count. msi_pyframes_api walks them with the C API
+ * (the GIL held); msi_pyframes_read reads the interpreter's frame records (the GIL need not be
+ * held) and returns -1 where it cannot: unknown layouts, and until it was compared with the C
+ * API once, which it does when `gil_held` (then returning the C API's frames). */
+int msi_pyframes_api(void *tstate, uint64_t *out, int max);
+int msi_pyframes_read(void *tstate, uint64_t *out, int max, bool gil_held);
+/* With msi_pyframes_counting set (MEMSNAP_TEST_STACKS), msi_pyframes_records_read counts the
+ * reads msi_pyframes_read made from the records. */
+extern bool msi_pyframes_counting;
+unsigned long long msi_pyframes_records_read(void);
 
 /* symbolize.c: the frames of the interned stacks named, at snapshot time only. */
 typedef struct msi_frame {

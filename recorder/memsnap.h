@@ -185,8 +185,10 @@ int memsnap_get_stats_flat(int device, int64_t *values, int capacity);
 
 /* Starts recording allocator events into a ring of `max_entries` events (0: MEMSNAP_MAX_ENTRIES)
  * with stacks per `stacks` ("none", "native", "python", "all"; NULL: MEMSNAP_STACKS). Starting
- * again with another size starts a new, empty ring. Returns MEMSNAP_OK, MEMSNAP_EINVAL for a bad
- * `stacks`, or MEMSNAP_ENOMEM when the ring cannot be allocated. */
+ * again with another size starts a new, empty ring. Whether frees record their stacks is
+ * MEMSNAP_CONTEXT ("all", the default, or "alloc"; memsnap_set_option("context", ...) changes it
+ * at any time). Returns MEMSNAP_OK, MEMSNAP_EINVAL for a bad `stacks`, or MEMSNAP_ENOMEM when
+ * the ring cannot be allocated. */
 int memsnap_record_start(size_t max_entries, const char *stacks);
 
 /* Stops recording; the ring keeps what it holds for memsnap_dump(). Returns MEMSNAP_OK. */

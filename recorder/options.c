@@ -103,6 +103,8 @@ static const option table[] = {
      K_CHOICE, FIELD(stacks),
      .choices = {{"none", MSI_STACKS_NONE}, {"native", MSI_STACKS_NATIVE}, {"python", MSI_STACKS_PYTHON}, {"all", MSI_STACKS_ALL}},
      .runtime = true},
+    {{"context", "all", "whose stacks are recorded: all (allocations' and frees'), alloc (allocations' only; frees record none)"},
+     K_CHOICE, FIELD(context), .choices = {{"all", MSI_CONTEXT_ALL}, {"alloc", MSI_CONTEXT_ALLOC}}, .runtime = true},
     {{"dump", "", "write a snapshot to this path at exit (%p pid, %r rank, %h host, %t time)"},
      K_PATH, FIELD(dump), .runtime = true},
     {{"dump_on_oom", "", "write a snapshot to this path at the first out of memory (same patterns)"},

@@ -1,272 +1,523 @@
 /* stacks.c: call stacks of allocations, captured cheaply and interned (the hot path).
  *
  * Capture (on the allocation path, only while recording; no I/O, and no allocation but when a
- * new stack is interned):
- *   - native: program counters from libunwind's unw_backtrace, frames inside libmemsnap itself
- *     dropped;
+ * stack, or a frame of one, is seen for the first time):
+ *   - native: program counters (unwind.c: walked with .eh_frame's rules, the thread's earlier
+ *     walks reused where the stack still holds them; libunwind's unw_backtrace where the walk
+ *     cannot go), frames inside libmemsnap itself dropped;
  *   - python: the interpreter's frames of the calling thread as (code object, instruction
- *     offset) pairs (lines are computed at snapshot time), read through the C API found with
- *     dlsym (libmemsnap does not link libpython; in a process without Python this finds
- *     nothing). A Python thread that released the GIL around an op takes it back for the read,
- *     as PyTorch's recorder does; a thread without a Python thread state (PyTorch's autograd
- *     threads) gets native frames only.
- * MEMSNAP_STACKS chooses none, native, python or all (both).
+ *     offset) pairs (lines are computed at snapshot time), read by pyframes.c from the
+ *     interpreter's frame records, or through the C API found with dlsym (libmemsnap does not
+ *     link libpython; in a process without Python this finds nothing). Python frames are read
+ *     when the thread holds the GIL, or when it released it around an op and may take it back
+ *     (as PyTorch's recorder does): the GIL is then taken only to intern a frame never seen
+ *     before, not to read the thread's own frames, which no other thread changes. A thread
+ *     without a Python thread state (PyTorch's autograd threads) gets native frames only.
+ * MEMSNAP_STACKS chooses none, native, python or all (both); MEMSNAP_CONTEXT=alloc leaves the
+ * stacks of frees out (msi_stack_capture_for_free).
  *
- * Interning: a stack is the word array [pcs..., code, offset, code, offset, ...]; equal arrays get
- * the same id, so a loop that allocates from one place stores its stack once. Ids start at 1
- * (0 means "no stack"). Code objects of interned stacks are kept alive (one reference each), so
- * an address never names two code objects.
+ * Interning, as trees (heaptrack's trace tree, memray's frame tree): a native frame is a node
+ * (its caller's node, pc), a Python frame a node (its caller's node, code, offset), so a stack's
+ * native part and Python part are each one node; a stack is the pair of them, and equal pairs
+ * get the same id, in the order stacks are first seen (ids from 1; 0 is "no stack"). A stack's
+ * words [pcs..., code, offset, code, offset, ...] are written once, when its id is made, for
+ * msi_stacks_copy. Each thread keeps what it found last (stacks.c: its previous Python frames
+ * with their nodes, a cache of Python nodes by (caller, code, offset) and of stack ids by pair;
+ * unwind.c: its walked native stacks with their nodes), so a capture that repeats an earlier
+ * one, or differs from the previous one in its innermost frames only, looks nothing up in the
+ * shared tables and takes no lock. Code objects in Python nodes are kept alive (one reference
+ * each), so an address never names two code objects.
+ *
+ * Threads: the tables are shared under stack_lock (the GIL, when taken, before it); each
+ * thread's caches are its own, made at its first capture and freed when it exits (listed in
+ * all_threads meanwhile). A reset (memsnap_shutdown) makes every thread drop its caches at its
+ * next capture (a generation). Fork: the child keeps the tables and its thread's caches (its
+ * stack is its parent's), and frees the other threads'.
+ * Signals and recursion: a capture inside a capture (a signal handler that allocates) gets no
+ * stack, as before.
+ *
+ * MEMSNAP_TEST_STACKS (for tests only, read once at load): "reference" captures as before this
+ * design (unw_backtrace for every native stack, the C API for every Python one); "check"
+ * captures both ways and compares every stack, printing the counts at exit
+ * ("memsnap: stack check: N captures, M differ (native: W walked, F by libunwind; python: R read
+ * from frame records)").
  *
  * Names come later, when a snapshot is written (symbolize.c, from msi_stacks_copy's copy of the
  * interned stacks and the C API table msi_python_api gives), never while allocating.
  */
-#include <dlfcn.h>
-#include <libunwind.h>
-#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-#define MAX_NATIVE 128 /* PyTorch's dispatcher alone puts ~50 frames between an op and Python */
+#define MAX_NATIVE MSI_STACK_MAX_NATIVE
 #define MAX_PYTHON MSI_STACK_MAX_PYTHON
+#define CHILD_SLOTS 512 /* a thread's Python nodes by (caller, code, offset) */
+#define PAIR_SLOTS 512  /* a thread's stack ids by (native node, Python node) */
+
+/* ---- the shared tables (stack_lock) ----------------------------------------------------- */
 
 static pthread_mutex_t stack_lock = PTHREAD_MUTEX_INITIALIZER;
-static msi_stack_rec *recs;   /* recs[0] unused: id 0 is "no stack" */
+
+/* An open-addressing set of ids (0: an empty slot), each placed by the hash of its key. */
+typedef struct idset {
+  uint32_t *slot;
+  size_t mask, count;
+} idset;
+
+typedef struct native_node {
+  uint64_t pc;
+  uint32_t parent;
+  uint16_t depth;
+} native_node;
+typedef struct python_node {
+  uint64_t code, pos;
+  uint32_t parent;
+  uint16_t depth;
+} python_node;
+typedef struct stack_pair {
+  uint32_t native, python;
+} stack_pair;
+
+static native_node *nnodes; /* [0] is the root: no frame */
+static uint32_t n_nnodes, nnodes_cap;
+static idset native_set;
+static python_node *pnodes;
+static uint32_t n_pnodes, pnodes_cap;
+static idset python_set;
+static msi_stack_rec *recs; /* recs[0] unused: id 0 is "no stack" */
+static stack_pair *pairs;   /* by stack id */
 static uint32_t nrecs, recs_cap;
+static idset stack_set;
 static uint64_t *words;
 static size_t nwords, words_cap;
-static uint32_t *table;       /* open addressing: stack ids by hash */
-static size_t table_mask;
-static __thread int in_capture; /* recursion guard */
+static atomic_uint tables_generation = 1; /* changes when the tables are reset */
 
-/* ---- the Python C API, found at run time ------------------------------------------------ */
-
-static msi_python py;
-
-static void python_resolve(void) {
-#define SYM(field, name) *(void **)&py.field = dlsym(RTLD_DEFAULT, name)
-  SYM(IsInitialized, "Py_IsInitialized");
-  SYM(GILState_Check, "PyGILState_Check");
-  SYM(GILState_GetThisThreadState, "PyGILState_GetThisThreadState");
-  SYM(ThreadState_GetFrame, "PyThreadState_GetFrame");
-  SYM(Frame_GetBack, "PyFrame_GetBack");
-  SYM(Frame_GetCode, "PyFrame_GetCode");
-  SYM(Frame_GetLineNumber, "PyFrame_GetLineNumber");
-  SYM(Frame_GetLasti, "PyFrame_GetLasti");
-  SYM(Code_Addr2Line, "PyCode_Addr2Line");
-  if (!py.Code_Addr2Line) py.Frame_GetLasti = NULL;
-  SYM(IncRef, "Py_IncRef");
-  SYM(DecRef, "Py_DecRef");
-  SYM(GILState_Ensure, "PyGILState_Ensure");
-  SYM(GILState_Release, "PyGILState_Release");
-  SYM(GetAttrString, "PyObject_GetAttrString");
-  SYM(Unicode_AsUTF8, "PyUnicode_AsUTF8");
-  SYM(Unicode_AsEncodedString, "PyUnicode_AsEncodedString");
-  SYM(Bytes_AsString, "PyBytes_AsString");
-  SYM(Err_Clear, "PyErr_Clear");
-#undef SYM
-  /* PyThreadState_GetFrame and friends exist from Python 3.9 on. */
-  bool ok = py.IsInitialized && py.GILState_Check && py.GILState_GetThisThreadState && py.ThreadState_GetFrame &&
-            py.Frame_GetBack && py.Frame_GetCode && py.Frame_GetLineNumber && py.IncRef && py.DecRef &&
-            py.GILState_Ensure && py.GILState_Release && py.GetAttrString && py.Unicode_AsUTF8 && py.Err_Clear;
-  py.state = ok ? 1 : -1;
+static uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull ^ c * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  h *= 0xd6e8feb86659fd93ull;
+  return h ^ (h >> 32);
 }
+static uint64_t native_hash(uint32_t id) { return mix(nnodes[id].parent, nnodes[id].pc, 1); }
+static uint64_t python_hash(uint32_t id) { return mix(pnodes[id].parent, pnodes[id].code, pnodes[id].pos); }
+static uint64_t stack_hash(uint32_t id) { return mix(pairs[id].native, pairs[id].python, 2); }
 
-const msi_python *msi_python_api(void) {
-  if (MSI_UNLIKELY(py.state == 0)) python_resolve();
-  return &py;
-}
-
-/* Takes the GIL for reading this thread's Python frames, if the thread has any: returns 1 and
- * sets *gil when it took it, 0 when the thread holds it already, -1 when there is nothing to
- * read (no Python, or a thread that never ran Python), PYTHON_ELSEWHERE when the thread released
- * it and may not take it back (its frames are read by gil_helper.c's thread). A Python thread
- * inside an op that released the GIL (PyTorch's bindings do, around ATen) takes it back, as
- * PyTorch's own recorder does; a thread without a thread state (PyTorch's autograd workers, C++
- * threads) never waits for it. Lock order: the GIL before stack_lock, everywhere. */
-#define PYTHON_ELSEWHERE (-2)
-static int python_enter(int *gil, bool may_take) {
-  if (MSI_UNLIKELY(py.state == 0)) python_resolve();
-  if (py.state < 0 || !py.IsInitialized() || !py.GILState_GetThisThreadState()) return -1;
-  if (py.GILState_Check()) return 0;
-  if (!may_take) return PYTHON_ELSEWHERE;
-  *gil = py.GILState_Ensure();
-  return 1;
-}
-
-/* Appends (code, position) pairs of thread state ts's Python stack, innermost first. The
- * position is the instruction offset where Python has PyFrame_GetLasti (3.11+; the line is
- * computed when the snapshot is written, which spares a scan of the line table per frame), else
- * the line number with MSI_PY_LINE_FLAG (bit 63) set. GIL held (by the thread of ts, or by
- * gil_helper.c's while the thread of ts waits). */
-static int python_frames_of(void *ts, uint64_t *out, int max) {
-  PyObject *f = ts ? py.ThreadState_GetFrame(ts) : NULL; /* new reference */
-  int n = 0;
-  while (f && n < max) {
-    PyObject *code = py.Frame_GetCode(f); /* new reference; the frame keeps it alive */
-    out[2 * n] = (uint64_t)(uintptr_t)code;
-    out[2 * n + 1] = py.Frame_GetLasti ? (uint64_t)(uint32_t)py.Frame_GetLasti(f)
-                                       : MSI_PY_LINE_FLAG | (uint64_t)(uint32_t)py.Frame_GetLineNumber(f);
-    py.DecRef(code);
-    n++;
-    PyObject *back = py.Frame_GetBack(f);
-    py.DecRef(f);
-    f = back;
-  }
-  if (f) py.DecRef(f);
-  return n;
-}
-
-/* The calling thread's frames, as python_frames_of. */
-static int python_frames(uint64_t *out, int max) { return python_frames_of(py.GILState_GetThisThreadState(), out, max); }
-
-/* ---- native frames ---------------------------------------------------------------------- */
-
-/* libmemsnap's code, whose frames are dropped: found once when the library is loaded (a
- * constructor), so no capture pays for a check and no two threads race to set them. */
-static uintptr_t self_start, self_end;
-
-static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  uintptr_t probe = (uintptr_t)arg;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (probe >= lo && probe < hi) {
-      self_start = lo;
-      self_end = hi;
-      return 1;
-    }
-  }
-  return 0;
-}
-
-__attribute__((constructor)) static void find_self_at_load(void) {
-  dl_iterate_phdr(find_self, (void *)(uintptr_t)&find_self_at_load);
-}
-
-#ifdef __SANITIZE_THREAD__
-/* libunwind frees its per-thread cache in a thread-exit destructor that locks a mutex after
- * ThreadSanitizer has retired the thread, which crashes TSan (make sanitize): under TSan,
- * glibc's backtrace() (libgcc's unwinder) gives the same frames, more slowly. */
-#include <execinfo.h>
-#define unw_backtrace backtrace
-#endif
-
-/* The calling thread's return addresses outside this library; from `first_pc` on when it is
- * among the next few (the interposer's own frames are left out: the stack starts in the code
- * that called cudaMalloc). */
-static int native_frames(uint64_t *out, int max, uint64_t first_pc) {
-  void *pcs[MAX_NATIVE + 8];
-  int got = unw_backtrace(pcs, MAX_NATIVE + 8), n = 0;
-  int i = 0;
-  while (i < got && (uintptr_t)pcs[i] >= self_start && (uintptr_t)pcs[i] < self_end) i++;
-  for (int k = i; first_pc && k < got && k < i + 8; k++)
-    if ((uint64_t)(uintptr_t)pcs[k] == first_pc) {
-      i = k;
-      break;
-    }
-  for (; i < got && n < max; i++) out[n++] = (uint64_t)(uintptr_t)pcs[i];
-  return n;
-}
-
-/* ---- interning -------------------------------------------------------------------------- */
-
-static uint64_t hash_words(const uint64_t *w, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull ^ n;
-  for (size_t i = 0; i < n; i++) {
-    h ^= w[i];
-    h *= 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  return h;
-}
-
-static int grow_table(void) {
-  size_t cap = table_mask ? (table_mask + 1) * 2 : 1024;
+/* Makes room for one more id (the set at most half full). False when out of host memory. */
+static bool idset_reserve(idset *s, uint64_t (*hash_of)(uint32_t)) {
+  if ((s->count + 1) * 2 <= (s->mask ? s->mask + 1 : 0)) return true;
+  size_t cap = s->mask ? (s->mask + 1) * 2 : 1024;
   uint32_t *t = calloc(cap, sizeof *t);
-  if (!t) return -1;
-  for (uint32_t id = 1; id < nrecs; id++) {
-    size_t i = recs[id].hash & (cap - 1);
-    while (t[i]) i = (i + 1) & (cap - 1);
-    t[i] = id;
+  if (!t) return false;
+  for (size_t i = 0; s->mask && i <= s->mask; i++) {
+    if (!s->slot[i]) continue;
+    size_t k = hash_of(s->slot[i]) & (cap - 1);
+    while (t[k]) k = (k + 1) & (cap - 1);
+    t[k] = s->slot[i];
   }
-  free(table);
-  table = t;
-  table_mask = cap - 1;
-  return 0;
+  free(s->slot);
+  s->slot = t;
+  s->mask = cap - 1;
+  return true;
 }
 
-/* Returns the id of the stack, adding it if new; 0 if out of host memory. stack_lock held. */
-static uint32_t intern(const uint64_t *w, int n_native, int n_python) {
-  size_t n = (size_t)n_native + 2 * (size_t)n_python;
-  uint64_t h = hash_words(w, n) ^ ((uint64_t)n_native << 48);
-  if (table_mask == 0 && grow_table() != 0) return 0;
-  size_t i = h & table_mask;
-  for (; table[i]; i = (i + 1) & table_mask) {
-    msi_stack_rec *r = &recs[table[i]];
-    if (r->hash == h && r->n_native == n_native && r->n_python == n_python &&
-        memcmp(&words[r->offset], w, n * sizeof *w) == 0)
-      return table[i];
-  }
-  if ((size_t)(nrecs + 1) * 2 > table_mask + 1) {
-    if (grow_table() != 0) return 0;
-    return intern(w, n_native, n_python);
-  }
+static void idset_free(idset *s) {
+  free(s->slot);
+  *s = (idset){NULL, 0, 0};
+}
+
+/* Grows an array of `size`-byte elements to hold n + 1. False when out of host memory. */
+static bool room_for(void **array, uint32_t *cap, uint32_t n, size_t size) {
+  if (n < *cap) return true;
+  uint32_t grown = *cap ? *cap * 2 : 1024;
+  void *p = realloc(*array, size * grown);
+  if (!p) return false;
+  *array = p;
+  *cap = grown;
+  return true;
+}
+
+/* The native node (parent, pc), made if new when `make`; 0 if absent or out of host memory. */
+static uint32_t native_child(uint32_t parent, uint64_t pc, bool make) {
+  if (!native_set.mask && !make) return 0;
+  if (!idset_reserve(&native_set, native_hash)) return 0;
+  size_t k = mix(parent, pc, 1) & native_set.mask;
+  for (uint32_t id; (id = native_set.slot[k]); k = (k + 1) & native_set.mask)
+    if (nnodes[id].pc == pc && nnodes[id].parent == parent) return id;
+  if (!make) return 0;
+  if (n_nnodes == 0) n_nnodes = 1; /* node 0 is the root */
+  if (!room_for((void **)&nnodes, &nnodes_cap, n_nnodes, sizeof *nnodes)) return 0;
+  nnodes[n_nnodes] = (native_node){pc, parent, (uint16_t)(parent ? nnodes[parent].depth + 1 : 1)};
+  native_set.slot[k] = n_nnodes;
+  native_set.count++;
+  return n_nnodes++;
+}
+
+/* The Python node (parent, code, pos), made if new when `make` (the GIL held: the node keeps
+ * its code object alive); 0 if absent or out of host memory. */
+static uint32_t python_child(uint32_t parent, uint64_t code, uint64_t pos, bool make) {
+  if (!python_set.mask && !make) return 0;
+  if (!idset_reserve(&python_set, python_hash)) return 0;
+  size_t k = mix(parent, code, pos) & python_set.mask;
+  for (uint32_t id; (id = python_set.slot[k]); k = (k + 1) & python_set.mask)
+    if (pnodes[id].code == code && pnodes[id].pos == pos && pnodes[id].parent == parent) return id;
+  if (!make) return 0;
+  if (n_pnodes == 0) n_pnodes = 1;
+  if (!room_for((void **)&pnodes, &pnodes_cap, n_pnodes, sizeof *pnodes)) return 0;
+  pnodes[n_pnodes] = (python_node){code, pos, parent, (uint16_t)(parent ? pnodes[parent].depth + 1 : 1)};
+  python_set.slot[k] = n_pnodes;
+  python_set.count++;
+  msi_python_api()->IncRef((PyObject *)(uintptr_t)code); /* keep code alive */
+  return n_pnodes++;
+}
+
+/* The id of the stack (native node, python node), made if new with its words; 0 if out of host
+ * memory. */
+static uint32_t stack_of(uint32_t native, uint32_t python) {
+  if (!idset_reserve(&stack_set, stack_hash)) return 0;
+  uint64_t h = mix(native, python, 2);
+  size_t k = h & stack_set.mask;
+  for (uint32_t id; (id = stack_set.slot[k]); k = (k + 1) & stack_set.mask)
+    if (pairs[id].native == native && pairs[id].python == python) return id;
   if (nrecs == 0) nrecs = 1; /* id 0 stays unused */
-  if (nrecs >= recs_cap) {
-    uint32_t cap = recs_cap ? recs_cap * 2 : 1024;
-    msi_stack_rec *grown = realloc(recs, sizeof *grown * cap);
-    if (!grown) return 0;
-    recs = grown;
-    recs_cap = cap;
-  }
+  uint32_t cap = recs_cap;
+  if (!room_for((void **)&recs, &cap, nrecs, sizeof *recs) || !room_for((void **)&pairs, &recs_cap, nrecs, sizeof *pairs))
+    return 0;
+  recs_cap = cap;
+  size_t nn = native ? nnodes[native].depth : 0, np = python ? pnodes[python].depth : 0, n = nn + 2 * np;
   if (nwords + n > words_cap) {
-    size_t cap = words_cap ? words_cap * 2 : 65536;
-    while (cap < nwords + n) cap *= 2;
-    uint64_t *grown = realloc(words, sizeof *grown * cap);
-    if (!grown) return 0;
-    words = grown;
-    words_cap = cap;
+    size_t grown = words_cap ? words_cap * 2 : 65536;
+    while (grown < nwords + n) grown *= 2;
+    uint64_t *w = realloc(words, sizeof *w * grown);
+    if (!w) return 0;
+    words = w;
+    words_cap = grown;
   }
-  memcpy(&words[nwords], w, n * sizeof *w);
-  recs[nrecs] = (msi_stack_rec){h, (uint32_t)nwords, (uint16_t)n_native, (uint16_t)n_python};
+  uint64_t *w = &words[nwords];
+  for (uint32_t v = native; v; v = nnodes[v].parent) *w++ = nnodes[v].pc;
+  for (uint32_t v = python; v; v = pnodes[v].parent) {
+    *w++ = pnodes[v].code;
+    *w++ = pnodes[v].pos;
+  }
+  recs[nrecs] = (msi_stack_rec){h, (uint32_t)nwords, (uint16_t)nn, (uint16_t)np};
+  pairs[nrecs] = (stack_pair){native, python};
   nwords += n;
-  for (int k = 0; k < n_python; k++) py.IncRef((PyObject *)(uintptr_t)w[n_native + 2 * k]); /* keep code alive */
-  table[i] = nrecs;
+  stack_set.slot[k] = nrecs;
+  stack_set.count++;
   return nrecs++;
 }
 
-/* ---- Python frames of a thread that released the GIL, read by gil_helper.c's thread ------ */
+/* ---- each thread's caches --------------------------------------------------------------- */
 
-typedef struct elsewhere {
-  void *ts;    /* the waiting thread's state */
-  uint64_t *w; /* its native words, then room for MAX_PYTHON pairs */
-  int nn;
-  uint32_t id; /* out */
-} elsewhere;
+typedef struct thread_stacks {
+  unsigned generation;        /* tables_generation the caches below were filled under */
+  msi_unwind_cache *native;   /* NULL: libunwind for every stack */
+  int py_n;                   /* the previous capture's Python frames and their nodes */
+  uint64_t py_words[2 * MAX_PYTHON];
+  uint32_t py_nodes[MAX_PYTHON];
+  struct {
+    uint64_t code, pos;
+    uint32_t parent, node;
+  } children[CHILD_SLOTS];
+  struct {
+    uint32_t native, python, id;
+  } stacks[PAIR_SLOTS];
+  struct thread_stacks *next, *prev; /* all_threads */
+} thread_stacks;
 
-/* On the helper thread, GIL held, while the thread of e->ts waits (runs no Python). */
-static void intern_elsewhere(void *arg) {
-  elsewhere *e = arg;
-  int np = python_frames_of(e->ts, e->w + e->nn, MAX_PYTHON);
-  if (e->nn + np == 0) return;
+/* Every thread's caches (stack_lock): a fork child frees those of the threads it has not got,
+ * and a leak checker sees them. */
+static thread_stacks *all_threads;
+
+#define GONE ((thread_stacks *)1) /* the thread is exiting: its caches are freed */
+/* The thread's storage, one look-up a capture (a shared library's thread-locals are reached
+ * through __tls_get_addr). */
+typedef struct thread_slot {
+  thread_stacks *stacks;
+  volatile int in_capture; /* recursion guard (a signal handler's capture too) */
+} thread_slot;
+static __thread thread_slot tls;
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+
+static void link_thread(thread_stacks *t) {
   pthread_mutex_lock(&stack_lock);
-  e->id = intern(e->w, e->nn, np);
+  t->next = all_threads;
+  if (all_threads) all_threads->prev = t;
+  all_threads = t;
   pthread_mutex_unlock(&stack_lock);
 }
 
-/* The stack of the calling thread, which released the GIL: its native words w[0..nn) and its
- * Python frames read by the helper; native frames only when the GIL cannot be had in time. */
-static uint32_t capture_elsewhere(uint64_t *w, int nn) {
-  elsewhere e = {py.GILState_GetThisThreadState(), w, nn, 0};
-  if (msi_gil_helper_run(intern_elsewhere, &e) == 0) return e.id;
-  if (nn == 0) return 0;
+/* stack_lock held. */
+static void free_thread(thread_stacks *t) {
+  if (t->prev) t->prev->next = t->next;
+  else all_threads = t->next;
+  if (t->next) t->next->prev = t->prev;
+  msi_unwind_cache_free(t->native);
+  free(t);
+}
+
+static void thread_exits(void *arg) {
   pthread_mutex_lock(&stack_lock);
-  uint32_t id = intern(w, nn, 0);
+  free_thread(arg);
   pthread_mutex_unlock(&stack_lock);
+  tls.stacks = GONE; /* a capture from a later destructor uses no cache */
+}
+static bool exit_key_made;
+static void make_exit_key(void) {
+  exit_key_made = pthread_key_create(&exit_key, thread_exits) == 0;
+}
+/* Unloaded (dlclose): no thread's exit may call into this library any more. */
+__attribute__((destructor)) static void delete_exit_key(void) {
+  if (exit_key_made) pthread_key_delete(exit_key);
+}
+
+static void forget_thread(thread_stacks *t, unsigned generation) {
+  t->generation = generation;
+  t->py_n = 0;
+  memset(t->children, 0, sizeof t->children);
+  memset(t->stacks, 0, sizeof t->stacks);
+}
+
+/* The calling thread's caches, made at its first capture; NULL when they cannot be. */
+static thread_stacks *thread_state(thread_slot *slot) {
+  thread_stacks *t = slot->stacks;
+  if (MSI_UNLIKELY(t == NULL)) {
+    pthread_once(&exit_key_once, make_exit_key);
+    if (!exit_key_made || !(t = calloc(1, sizeof *t))) return NULL;
+    if (pthread_setspecific(exit_key, t) != 0) {
+      free(t);
+      return NULL;
+    }
+    t->native = msi_unwind_cache_new();
+    t->generation = atomic_load_explicit(&tables_generation, memory_order_relaxed);
+    link_thread(t);
+    slot->stacks = t;
+  } else if (MSI_UNLIKELY(t == GONE)) {
+    return NULL;
+  }
+  unsigned g = atomic_load_explicit(&tables_generation, memory_order_relaxed);
+  if (MSI_UNLIKELY(t->generation != g)) forget_thread(t, g);
+  return t;
+}
+
+/* ---- native part ------------------------------------------------------------------------ */
+
+/* The node of the calling thread's native frames, from return address first_pc on when that is
+ * among the first frames outside the library: the cached walk, or libunwind (`reference`). */
+static inline __attribute__((always_inline)) uint32_t native_part(thread_stacks *t, uint64_t entry, uint64_t first_pc,
+                                                                  bool reference) {
+  uint64_t raw[MSI_UNWIND_MAX_RAW + 1];
+  msi_native_stack s;
+  msi_unwind_stack(t && !reference ? t->native : NULL, entry, raw, &s);
+  int start = s.lib_end;
+  for (int k = start; first_pc && k < s.n && k < s.lib_end + 8; k++)
+    if (s.pcs[k] == first_pc) {
+      start = k;
+      break;
+    }
+  int end = s.n < start + MAX_NATIVE ? s.n : start + MAX_NATIVE;
+  /* A stack longer than a stack keeps is cut at MAX_NATIVE frames from its start: its nodes
+   * (s.cut) serve only a capture that starts where the library's frames end. */
+  bool cut = s.n - s.lib_end > MAX_NATIVE;
+  if (MSI_LIKELY(s.known && cut == s.cut && (!cut || start == s.lib_end))) return start < end ? s.nodes[start] : 0;
+  uint32_t node = 0;
+  pthread_mutex_lock(&stack_lock);
+  if (s.nodes && (!cut || start == s.lib_end)) { /* every frame's node, for the thread's cache */
+    int last = cut ? s.lib_end + MAX_NATIVE : s.n;
+    bool all = true;
+    for (int i = last - 1; i >= s.lib_end && all; i--)
+      if (cut || !s.nodes[i]) all = (s.nodes[i] = native_child(i + 1 < last ? s.nodes[i + 1] : 0, s.pcs[i], true)) != 0;
+    for (int i = last; i < s.n; i++) s.nodes[i] = 0;
+    node = all && start < end ? s.nodes[start] : 0;
+    pthread_mutex_unlock(&stack_lock);
+    if (all) msi_unwind_keep(t->native, cut);
+    return node;
+  }
+  for (int i = end - 1; i >= start; i--) /* libunwind's frames, or a cut stack from further in */
+    if (!(node = native_child(node, s.pcs[i], true))) break;
+  pthread_mutex_unlock(&stack_lock);
+  return node;
+}
+
+/* ---- Python part ------------------------------------------------------------------------ */
+
+/* Whether the thread has Python frames to read now: 1 with the GIL held, 0 when it released it
+ * and may take it back, PYTHON_ELSEWHERE when it released it and may not take it (it may hold
+ * another library's lock, PyTorch's allocator mutex around cudaMalloc, that a thread holding the
+ * GIL waits for: what needs the GIL is done by gil_helper.c's thread while this one waits), -1
+ * when there is nothing to read (no Python, a thread that never ran Python). */
+#define PYTHON_ELSEWHERE 2
+static int python_present(const msi_python *py, void **ts, bool may_take) {
+  if (py->state < 0 || !py->IsInitialized() || !(*ts = py->GILState_GetThisThreadState())) return -1;
+  if (py->GILState_Check()) return 1;
+  return may_take ? 0 : PYTHON_ELSEWHERE;
+}
+
+/* The node of frames w[0..n) given the node of frames i.. (known[i]); the GIL held when
+ * `make`. Returns 0 when a node is missing (absent and not `make`, or out of host memory). */
+static uint32_t python_nodes(thread_stacks *t, const uint64_t *w, int n, uint32_t *nodes, int from, bool make) {
+  for (int i = from - 1; i >= 0; i--) {
+    uint32_t parent = i + 1 < n ? nodes[i + 1] : 0;
+    uint64_t code = w[2 * i], pos = w[2 * i + 1];
+    size_t k = mix(parent, code, pos) & (CHILD_SLOTS - 1);
+    if (t && t->children[k].node && t->children[k].parent == parent && t->children[k].code == code &&
+        t->children[k].pos == pos) {
+      nodes[i] = t->children[k].node;
+      continue;
+    }
+    pthread_mutex_lock(&stack_lock);
+    nodes[i] = python_child(parent, code, pos, make);
+    pthread_mutex_unlock(&stack_lock);
+    if (!nodes[i]) return 0;
+    if (t) {
+      t->children[k].code = code;
+      t->children[k].pos = pos;
+      t->children[k].parent = parent;
+      t->children[k].node = nodes[i];
+    }
+  }
+  return n ? nodes[0] : 0;
+}
+
+#define PYTHON_NEEDS_GIL UINT32_MAX
+
+/* The node of the Python frames of thread state ts (the calling thread's, or the one
+ * gil_helper.c's thread works for while it waits): 0 for none. held: 1 when the GIL is held, 0
+ * when it may be taken, PYTHON_ELSEWHERE when it may not: then PYTHON_NEEDS_GIL where it would
+ * be needed (frames the records cannot give, a frame never seen). `reference` reads the frames
+ * through the C API with the GIL, as before pyframes.c's reader. */
+static uint32_t python_node_of(const msi_python *py, thread_stacks *t, void *ts, int held, bool reference) {
+  uint64_t w[2 * MAX_PYTHON];
+  uint32_t nodes[MAX_PYTHON];
+  int n = reference ? -1 : msi_pyframes_read(ts, w, MAX_PYTHON, held == 1), gil = 0;
+  bool taken = false;
+  if (n < 0) { /* the C API, with the GIL */
+    if (held == PYTHON_ELSEWHERE) return PYTHON_NEEDS_GIL;
+    if (!held) {
+      gil = py->GILState_Ensure();
+      taken = true;
+      held = 1;
+    }
+    n = reference ? msi_pyframes_api(ts, w, MAX_PYTHON) : msi_pyframes_read(ts, w, MAX_PYTHON, true);
+    if (n < 0) n = msi_pyframes_api(ts, w, MAX_PYTHON);
+  }
+  uint32_t node = 0;
+  if (n <= 0) {
+    /* no frames (a thread state made from C): no node; py_nodes may be an older generation's */
+  } else if (t && n == t->py_n && memcmp(w, t->py_words, sizeof *w * 2 * (size_t)n) == 0) {
+    node = t->py_nodes[0]; /* the previous capture's frames */
+  } else {
+    /* The frames the previous capture shares with this one, from the outermost in. */
+    int same = 0, pn = t ? t->py_n : 0;
+    while (same < n && same < pn && w[2 * (n - 1 - same)] == t->py_words[2 * (pn - 1 - same)] &&
+           w[2 * (n - 1 - same) + 1] == t->py_words[2 * (pn - 1 - same) + 1])
+      same++;
+    for (int i = n - same; i < n; i++) nodes[i] = t->py_nodes[i - n + pn];
+    node = python_nodes(t, w, n, nodes, n - same, held == 1);
+    if (!node && held == PYTHON_ELSEWHERE) return PYTHON_NEEDS_GIL; /* a frame never seen */
+    if (!node && held != 1) { /* a frame never seen: its node needs the GIL */
+      gil = py->GILState_Ensure();
+      taken = true;
+      node = python_nodes(t, w, n, nodes, n - same, true);
+    }
+    if (t && node) {
+      memcpy(t->py_words, w, sizeof *w * 2 * (size_t)n);
+      memcpy(t->py_nodes, nodes, sizeof *nodes * (size_t)n);
+      t->py_n = n;
+    }
+  }
+  if (taken) py->GILState_Release(gil);
+  return node;
+}
+
+/* What gil_helper.c's thread does, GIL held, for a thread that released it and waits. */
+typedef struct python_job {
+  const msi_python *py;
+  thread_stacks *t;
+  void *ts;
+  bool reference;
+  uint32_t node; /* out */
+} python_job;
+
+static void python_job_run(void *arg) {
+  python_job *j = arg;
+  j->node = python_node_of(j->py, j->t, j->ts, 1, j->reference);
+}
+
+/* The node of the calling thread's Python frames (0: none). A thread that released the GIL and
+ * may not take it reads them itself when it can (pyframes.c's records, frames seen before), else
+ * asks gil_helper.c's thread; native frames only (0 here) when the GIL is not had in time. */
+static __attribute__((noinline)) uint32_t python_part(thread_stacks *t, bool may_take, bool reference) {
+  const msi_python *py = msi_python_api();
+  void *ts = NULL;
+  int held = python_present(py, &ts, may_take);
+  if (held < 0) return 0;
+  uint32_t node = python_node_of(py, t, ts, held, reference);
+  if (node != PYTHON_NEEDS_GIL) return node;
+  python_job job = {py, t, ts, reference, 0};
+  return msi_gil_helper_run(python_job_run, &job) == 0 ? job.node : 0;
+}
+
+/* ---- capture ---------------------------------------------------------------------------- */
+
+static inline uint32_t stack_id(thread_stacks *t, uint32_t native, uint32_t python) {
+  if (!native && !python) return 0;
+  size_t k = ((native * 0x9e3779b1u) ^ (python * 0x85ebca77u)) >> 23 & (PAIR_SLOTS - 1);
+  if (t && t->stacks[k].id && t->stacks[k].native == native && t->stacks[k].python == python) return t->stacks[k].id;
+  pthread_mutex_lock(&stack_lock);
+  uint32_t id = stack_of(native, python);
+  pthread_mutex_unlock(&stack_lock);
+  if (t && id) {
+    t->stacks[k].native = native;
+    t->stacks[k].python = python;
+    t->stacks[k].id = id;
+  }
+  return id;
+}
+
+static inline __attribute__((always_inline)) uint32_t capture(thread_stacks *t, int mode, uint64_t entry,
+                                                              uint64_t first_pc, bool may_take_gil, bool reference) {
+  uint32_t native = (mode & MSI_STACKS_NATIVE) ? native_part(t, entry, first_pc, reference) : 0;
+  uint32_t python = (mode & MSI_STACKS_PYTHON) ? python_part(t, may_take_gil, reference) : 0;
+  return stack_id(t, native, python);
+}
+
+/* MEMSNAP_TEST_STACKS: 0 normal, 1 reference, 2 check. */
+static int test_mode;
+static atomic_ullong checked, differ;
+
+static void report_check(void) {
+  unsigned long long walked, fell_back;
+  msi_unwind_counts(&walked, &fell_back);
+  fprintf(stderr,
+          "memsnap: stack check: %llu captures, %llu differ (native: %llu walked, %llu by libunwind; python: %llu read "
+          "from frame records)\n",
+          (unsigned long long)atomic_load(&checked), (unsigned long long)atomic_load(&differ), walked, fell_back,
+          msi_pyframes_records_read());
+}
+
+__attribute__((constructor)) static void read_test_mode(void) {
+  const char *v = getenv("MEMSNAP_TEST_STACKS");
+  if (!v) return;
+  if (!strcmp(v, "reference")) test_mode = 1;
+  else if (!strcmp(v, "check")) {
+    test_mode = 2;
+    msi_pyframes_counting = true;
+    atexit(report_check);
+  }
+}
+
+/* Both ways, from the same frame; the two ids are equal when the stacks are. */
+static __attribute__((noinline)) uint32_t capture_checked(thread_stacks *t, int mode, uint64_t entry, uint64_t first_pc,
+                                                          bool may_take) {
+  uint32_t id = capture(t, mode, entry, first_pc, may_take, false);
+  uint32_t ref = capture(t, mode, entry, first_pc, may_take, true);
+  atomic_fetch_add(&checked, 1);
+  if (id != ref) atomic_fetch_add(&differ, 1);
   return id;
 }
 
@@ -274,26 +525,21 @@ uint32_t msi_stack_capture(void) { return msi_stack_capture_from(0, true); }
 
 uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil) {
   int mode = msi_opt.stacks;
-  if (mode == MSI_STACKS_NONE || in_capture) return 0;
-  in_capture = 1;
-  uint64_t w[MAX_NATIVE + 2 * MAX_PYTHON];
-  int nn = (mode & MSI_STACKS_NATIVE) ? native_frames(w, MAX_NATIVE, first_pc) : 0;
-  int gil = 0, entered = (mode & MSI_STACKS_PYTHON) ? python_enter(&gil, may_take_gil) : -1;
-  if (entered == PYTHON_ELSEWHERE) {
-    uint32_t id = capture_elsewhere(w, nn);
-    in_capture = 0;
-    return id;
-  }
-  int np = entered >= 0 ? python_frames(w + nn, MAX_PYTHON) : 0;
-  uint32_t id = 0;
-  if (nn + np > 0) { /* with the GIL still held: intern takes references to new code objects */
-    pthread_mutex_lock(&stack_lock);
-    id = intern(w, nn, np);
-    pthread_mutex_unlock(&stack_lock);
-  }
-  if (entered == 1) py.GILState_Release(gil);
-  in_capture = 0;
+  thread_slot *slot = &tls;
+  __asm__("" : "+r"(slot)); /* one look-up of the thread's storage: kept, not computed again */
+  if (mode == MSI_STACKS_NONE || slot->in_capture) return 0;
+  slot->in_capture = 1;
+  thread_stacks *t = thread_state(slot);
+  uint64_t entry = (uint64_t)(uintptr_t)__builtin_return_address(0);
+  uint32_t id = MSI_LIKELY(!test_mode) ? capture(t, mode, entry, first_pc, may_take_gil, false)
+                : test_mode == 1     ? capture(t, mode, entry, first_pc, may_take_gil, true)
+                                     : capture_checked(t, mode, entry, first_pc, may_take_gil);
+  slot->in_capture = 0;
   return id;
+}
+
+uint32_t msi_stack_capture_for_free(uint64_t first_pc, bool may_take_gil) {
+  return msi_opt.context == MSI_CONTEXT_ALL ? msi_stack_capture_from(first_pc, may_take_gil) : 0;
 }
 
 /* ---- the interned stacks: copied for symbolize.c, freed, kept across fork --------------- */
@@ -321,19 +567,37 @@ int msi_stacks_copy(msi_stack_rec **recs_out, uint64_t **words_out, uint32_t *co
 
 void msi_stacks_reset(void) {
   pthread_mutex_lock(&stack_lock);
+  free(nnodes);
+  free(pnodes);
   free(recs);
+  free(pairs);
   free(words);
-  free(table);
+  idset_free(&native_set);
+  idset_free(&python_set);
+  idset_free(&stack_set);
+  nnodes = NULL;
+  pnodes = NULL;
   recs = NULL;
+  pairs = NULL;
   words = NULL;
-  table = NULL;
-  nrecs = recs_cap = 0;
-  nwords = words_cap = table_mask = 0;
+  n_nnodes = nnodes_cap = n_pnodes = pnodes_cap = nrecs = recs_cap = 0;
+  nwords = words_cap = 0;
+  atomic_fetch_add_explicit(&tables_generation, 1, memory_order_relaxed);
+  msi_unwind_forget();
   pthread_mutex_unlock(&stack_lock);
 }
 
 void msi_stacks_fork(int phase) {
-  if (phase == MSI_FORK_PREPARE) pthread_mutex_lock(&stack_lock);
-  else pthread_mutex_unlock(&stack_lock);
-  if (phase == MSI_FORK_CHILD) in_capture = 0;
+  if (phase == MSI_FORK_PREPARE) {
+    pthread_mutex_lock(&stack_lock);
+    return;
+  }
+  if (phase == MSI_FORK_CHILD) { /* the forking thread is the child's only one */
+    tls.in_capture = 0;
+    for (thread_stacks *t = all_threads, *next; t; t = next) {
+      next = t->next;
+      if (t != tls.stacks) free_thread(t);
+    }
+  }
+  pthread_mutex_unlock(&stack_lock);
 }

@@ -117,6 +117,8 @@ print("RESULT " + json.dumps({"total_ms": (time.perf_counter() - t0) * 1e3, "che
 NUMBA = r'''
 import json, math, sys, time
 import numpy as np
+if not hasattr(np, "row_stack"):  # the GPU machine's numba-cuda still uses it; NumPy 2.4 removed it
+    np.row_stack = np.vstack       # (both the plain and the recorded runs do this)
 from numba import cuda
 steps = int(sys.argv[1])
 n = 1 << 20

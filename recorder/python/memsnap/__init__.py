@@ -238,7 +238,7 @@ def sim_peer_access(device, ptr):
 
 
 def set_option(name, value):
-    """Changes a run-time option (MEMSNAP_OOM, MEMSNAP_GARBAGE_COLLECTION_THRESHOLD)."""
+    """Changes a run-time option (MEMSNAP_OOM, MEMSNAP_STACKS, MEMSNAP_CONTEXT, ...)."""
     _check(load().memsnap_set_option(str(name).encode(), str(value).encode()))
 
 
@@ -287,10 +287,15 @@ class _Recording:
         return False
 
 
-def record(max_entries=0, stacks=None):
+def record(max_entries=0, stacks=None, context=None):
     """Starts recording allocator events with stacks ("none", "native", "python", "all"; None:
-    MEMSNAP_STACKS) into a ring of `max_entries` events (0: MEMSNAP_MAX_ENTRIES). Use it plainly
-    or as `with memsnap.record(): ...` to stop recording at the end of the block."""
+    MEMSNAP_STACKS) into a ring of `max_entries` events (0: MEMSNAP_MAX_ENTRIES). `context`, as
+    PyTorch's _record_memory_history(context=...), says whose stacks: "all" (allocations' and
+    frees'), "alloc" (allocations' only: frees are recorded without one); None: as it is
+    (MEMSNAP_CONTEXT, or what an earlier call set). An invalid value raises MemsnapError.
+    Use it plainly or as `with memsnap.record(): ...` to stop recording at the end of the block."""
+    if context is not None:
+        set_option("context", context)
     _check(load().memsnap_record_start(int(max_entries), stacks.encode() if stacks else None))
     return _Recording()
 

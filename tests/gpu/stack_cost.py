@@ -1,0 +1,230 @@
+"""stack_cost.py: what recording stacks costs under PyTorch, memsnap against PyTorch's recorder,
+on one GPU, in one run (docs/BENCHMARKS.md, "Stacks at depth", issue 26).
+
+Every case runs in a child process pinned to one core (the allocator is chosen before CUDA
+starts); the cases take turns, REPS times, and the parent prints medians and ratios, the short
+table last:
+
+  empty   a `torch.empty(1024, device="cuda"); del` loop, us per op, called D Python frames
+          deeper than the child's own code for D = 5, 30, 100 (the depths take turns inside the
+          process): PyTorch's native allocator; PyTorch's recorder
+          (_record_memory_history(stacks="all"), its default context "all"); memsnap
+          (memsnap.enable()) not recording, recording Python stacks, recording all stacks
+          (Python + native, frees' too: MEMSNAP_CONTEXT's default), and all stacks with
+          context="alloc" (frees without a stack)
+  gpt2    a GPT-2 training step (transformers' GPT2LMHeadModel from a GPT2Config: GPT-2 small,
+          12 layers, 768 wide; no weights downloaded, nothing fetched; batch 4 x 256 tokens,
+          AdamW, TF32), ms per step: PyTorch's native allocator, memsnap not recording, memsnap
+          recording all stacks
+  check   memsnap with MEMSNAP_TEST_STACKS=check on both workloads (a few hundred ops and two
+          GPT-2 steps): every capture is made the new way and the way before (unw_backtrace, the
+          C API) and compared; prints how many differ (must be 0) and how many walks fell back
+          to libunwind
+
+Goals (issue 26): the loop with all stacks at most 1.3x the loop without recording, and below
+half of PyTorch's recorder; the GPT-2 step with all stacks within 1% of native.
+
+usage: python3 tests/gpu/stack_cost.py [--reps N] [--skip-gpt2] [--budget SECONDS]
+       Run from anywhere: the library is build/libmemsnap.so of this repository (build it here
+       with tests/gpu/prepare.sh, which also copies libunwind, SQLite and cJSON beside it, then
+       carry build/); MEMSNAP_LIB overrides it. Needs torch and transformers, no network.
+       Stops starting new processes after --budget seconds (default 520) and prints what it has.
+       Results also go to $OUT/stack_cost.json (default /tmp).
+"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+OUT = os.environ.get("OUT") or "/tmp"
+DEPTHS = (5, 30, 100)
+
+
+def start(allocator, stacks):
+    """allocator: native (PyTorch's) or memsnap; stacks: None (not recording), python, all or
+    all-alloc (all stacks, context "alloc")."""
+    context = None
+    if stacks == "all-alloc":
+        stacks, context = "all", "alloc"
+    if allocator == "memsnap":
+        sys.path.insert(0, os.path.join(ROOT, "recorder", "python"))
+        import memsnap
+        memsnap.enable()
+        import torch
+        torch.cuda.init()
+        if stacks:
+            memsnap.record(max_entries=100000, stacks=stacks, context=context)
+        return torch
+    import torch
+    torch.cuda.init()
+    if stacks:
+        torch.cuda.memory._record_memory_history(max_entries=100000, stacks=stacks, context=context or "all")
+    return torch
+
+
+def empty_loop(torch, n):
+    for _ in range(n):
+        x = torch.empty(1024, device="cuda")
+        del x
+
+
+def at_depth(depth, fn, *args):
+    """fn(*args) called `depth` Python frames deeper."""
+    if depth > 1:
+        return at_depth(depth - 1, fn, *args)
+    return fn(*args)
+
+
+def timed_loop(torch, n):
+    t0 = time.perf_counter()
+    empty_loop(torch, n)
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def empty_work(torch, quick):
+    sys.setrecursionlimit(max(1000, 4 * max(DEPTHS)))
+    for d in DEPTHS:
+        at_depth(d, empty_loop, torch, 200 if quick else 3000)
+    if quick:
+        return {}
+    times = {d: [] for d in DEPTHS}
+    for _ in range(5):  # the depths take turns, so a drift of the host moves them together
+        for d in DEPTHS:
+            times[d].append(at_depth(d, timed_loop, torch, 20000))
+    return {"us": {str(d): statistics.median(times[d]) for d in DEPTHS}}
+
+
+def gpt2_work(torch, quick):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    config = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+    model = GPT2LMHeadModel(config).cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, config.vocab_size, (4, 256), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    for _ in range(2 if quick else 8):
+        step()
+    torch.cuda.synchronize()
+    if quick:
+        return {}
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / 10 * 1e3)
+    return {"ms": statistics.median(times)}
+
+
+def child(argv):
+    if hasattr(os, "sched_setaffinity"):  # one core for every case: the host's cores differ
+        os.sched_setaffinity(0, {int(os.environ.get("BENCH_CPU", "5")) % os.cpu_count()})
+    case, allocator, stacks = argv[0], argv[1], (None if argv[2] == "none" else argv[2])
+    torch = start(allocator, stacks)
+    if case == "check":  # both workloads, briefly, in one process
+        empty_work(torch, True)
+        gpt2_work(torch, True)
+        result = {}
+    else:
+        result = (empty_work if case == "empty" else gpt2_work)(torch, False)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run(case, allocator, stacks, env_extra=None):
+    env = dict(os.environ, MEMSNAP_LIB=os.environ.get("MEMSNAP_LIB", os.path.join(ROOT, "build", "libmemsnap.so")),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env.update(env_extra or {})
+    try:
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", case, allocator, stacks or "none"],
+                           capture_output=True, text=True, timeout=300, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 300 s"}
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[7:])
+            r["stderr"] = p.stderr[-3000:]
+            return r
+    return {"error": (p.stderr or p.stdout)[-1500:]}
+
+
+EMPTY = [("native", None), ("native", "all"), ("memsnap", None), ("memsnap", "python"), ("memsnap", "all"),
+         ("memsnap", "all-alloc")]
+GPT2 = [("native", None), ("memsnap", None), ("memsnap", "all")]
+NAMES = {("native", None): "PyTorch, native allocator", ("native", "all"): "PyTorch, _record_memory_history(stacks='all')",
+         ("memsnap", None): "memsnap, not recording", ("memsnap", "python"): "memsnap, Python stacks",
+         ("memsnap", "all"): "memsnap, all stacks", ("memsnap", "all-alloc"): "memsnap, all stacks, context='alloc'"}
+
+
+def main(argv):
+    if argv[1:2] == ["--child"]:
+        child(argv[2:])
+        return 0
+    reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 3
+    budget = float(argv[argv.index("--budget") + 1]) if "--budget" in argv else 520.0
+    gpt2 = "--skip-gpt2" not in argv
+    began = time.monotonic()
+    print("library: %s" % os.environ.get("MEMSNAP_LIB", os.path.join(ROOT, "build", "libmemsnap.so")), flush=True)
+    check = run("check", "memsnap", "all", {"MEMSNAP_TEST_STACKS": "check"})
+    r = {}
+    cases = [("empty",) + c for c in EMPTY] + ([("gpt2",) + c for c in GPT2] if gpt2 else [])
+    for rep in range(reps):
+        if rep and time.monotonic() - began > budget:
+            print("budget of %.0f s spent: %d of %d repetitions" % (budget, rep, reps), flush=True)
+            break
+        for c in cases:
+            r.setdefault(c, []).append(run(*c))
+            res = r[c][-1]
+            print("rep %d %-6s %-44s %s" % (rep, c[0], NAMES[c[1:]], {k: v for k, v in res.items() if k != "stderr"}
+                                             if "error" not in res else "error: " + res["error"][-300:]), flush=True)
+    with open(os.path.join(OUT, "stack_cost.json"), "w") as f:
+        json.dump({"|".join(str(x) for x in k): v for k, v in r.items()} | {"check": check}, f, indent=1)
+
+    def med(key, pick):
+        vals = [pick(x) for x in r.get(key, []) if "error" not in x]
+        return statistics.median(vals) if vals else float("nan")
+
+    m = re.search(r"memsnap: stack check: .*", check.get("stderr", "") + check.get("error", ""))
+    print("\nstacks on PyTorch, each capture made both ways (MEMSNAP_TEST_STACKS=check):")
+    print("  " + (m.group(0) if m else "no report: " + check.get("error", "")[-600:]))
+    for key, runs in r.items():
+        errors = [x["error"] for x in runs if "error" in x]
+        if errors:
+            print("error in %s %s: %s" % (key[0], NAMES[key[1:]], errors[0][-600:]))
+
+    n = len(r.get(("empty",) + EMPTY[0], []))
+    print("\ntorch.empty(1024) + del, us/op, median of %d processes; D Python frames deeper" % n)
+    print("  %-44s" % "" + "".join("  %9s" % ("D=%d" % d) for d in DEPTHS))
+    e = {c: {d: med(("empty",) + c, lambda x, d=d: x["us"][str(d)]) for d in DEPTHS} for c in EMPTY}
+    for c in EMPTY:
+        print("  %-44s" % NAMES[c] + "".join("  %9.3f" % e[c][d] for d in DEPTHS))
+    base, torch_rec = e[("memsnap", None)], e[("native", "all")]
+    print("  %-44s" % "memsnap all stacks / memsnap not recording" +
+          "".join("  %8.2fx" % (e[("memsnap", "all")][d] / base[d]) for d in DEPTHS) + "   goal <= 1.3x")
+    print("  %-44s" % "memsnap all stacks / PyTorch's recorder" +
+          "".join("  %8.2fx" % (e[("memsnap", "all")][d] / torch_rec[d]) for d in DEPTHS) + "   goal < 0.5x")
+    print("  %-44s" % "PyTorch's recorder / PyTorch not recording" +
+          "".join("  %8.2fx" % (torch_rec[d] / e[("native", None)][d]) for d in DEPTHS))
+    if gpt2:
+        g = {c: med(("gpt2",) + c, lambda x: x["ms"]) for c in GPT2}
+        print("\nGPT-2 small training step (batch 4 x 256), ms, median of %d processes" % len(r.get(("gpt2",) + GPT2[0], [])))
+        for c in GPT2:
+            print("  %-44s  %9.2f  %.4fx native" % (NAMES[c], g[c], g[c] / g[("native", None)]))
+        print("  goal: all stacks within 1%% of native: %.4fx" % (g[("memsnap", "all")] / g[("native", None)]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,101 @@
+/* bench_stacks.c: what recording stacks costs an allocate+free pair made N calls deep, on the
+ * simulated device (docs/BENCHMARKS.md, "Stacks at depth").
+ *
+ * Built twice: as the program build/tests/bench_stacks (native frames: the pairs are made from
+ * a C function DEPTH calls below main) and as build/tests/libbench_stacks.so, whose
+ * bench_stacks_pairs() tests/recorder/bench_stacks.py calls through ctypes from a Python
+ * function DEPTH calls deep (Python frames).
+ *
+ * usage: bench_stacks [ITERS [DEPTH...]]
+ *   prints one line per depth: "depth D  off X  none X  native X  python X  all X" in ns per
+ *   pair (the median of REPS repetitions; within a repetition the modes take turns, so a drift
+ *   of the machine's speed moves them together). "off" is not recording; the others record with
+ *   MEMSNAP_STACKS set to that mode. Depth counts the benchmark's own frames between main and
+ *   the function that allocates (main and libc's start add four more).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memsnap.h"
+
+#define REPS 7
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ns per pair of `iters` pairs of 512 bytes (the cached fast path), made from this frame.
+ * Exported for the Python driver. */
+__attribute__((noipa)) double bench_stacks_pairs(long iters) {
+  uint64_t t0 = now_ns();
+  for (long i = 0; i < iters; i++) {
+    void *p = memsnap_malloc(512, 0, NULL);
+    memsnap_free(p, 512, 0, NULL);
+  }
+  return (double)(now_ns() - t0) / (double)iters;
+}
+
+/* Calls bench_stacks_pairs `depth` - 1 frames further down. */
+static __attribute__((noipa)) double descend(int depth, long iters) {
+  double r = depth > 1 ? descend(depth - 1, iters) : bench_stacks_pairs(iters);
+  __asm__ volatile("" ::: "memory"); /* not a tail call: keep this frame */
+  return r;
+}
+
+#ifndef BENCH_LIBRARY
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static const char *const modes[] = {"off", "none", "native", "python", "all"};
+enum { NMODES = sizeof modes / sizeof modes[0] };
+
+/* One pair run at `depth` with recording as `mode` says. */
+static double run_mode(const char *mode, int depth, long iters) {
+  if (strcmp(mode, "off") == 0) memsnap_record_stop();
+  else if (memsnap_record_start(0, mode) != MEMSNAP_OK) {
+    fprintf(stderr, "bench_stacks: %s\n", memsnap_last_error());
+    exit(1);
+  }
+  double ns = descend(depth, iters);
+  memsnap_record_stop();
+  return ns;
+}
+
+int main(int argc, char **argv) {
+  long iters = argc > 1 ? atol(argv[1]) : 1000000;
+  int depths[16] = {5, 30, 100}, ndepths = 3;
+  if (argc > 2) {
+    ndepths = 0;
+    for (int i = 2; i < argc && ndepths < 16; i++) depths[ndepths++] = atoi(argv[i]);
+  }
+  setenv("MEMSNAP_BACKEND", "sim", 0);
+  if (!memsnap_backend_name()) {
+    fprintf(stderr, "bench_stacks: %s\n", memsnap_last_error());
+    return 1;
+  }
+  for (int d = 0; d < ndepths; d++) {
+    double t[NMODES][REPS];
+    for (int m = 0; m < NMODES; m++) run_mode(modes[m], depths[d], iters / 10 + 1); /* warm */
+    for (int r = 0; r < REPS; r++)
+      for (int m = 0; m < NMODES; m++) t[m][r] = run_mode(modes[m], depths[d], iters);
+    printf("depth %3d", depths[d]);
+    for (int m = 0; m < NMODES; m++) {
+      qsort(t[m], REPS, sizeof t[m][0], cmp_double);
+      printf("  %s %.1f", modes[m], t[m][REPS / 2]);
+    }
+    printf("\n");
+    fflush(stdout);
+  }
+  return 0;
+}
+#else
+/* The Python driver's entry point: `depth` - 1 C frames below the caller, then the pairs. */
+double bench_stacks_descend(int depth, long iters) { return descend(depth, iters); }
+#endif
