@@ -42,14 +42,16 @@ static void summarize(const char *path, const ms_fold *fold, const ms_analyze_op
 
 int ms_ranks_summarize(const char *const *paths, size_t n, const ms_fold *fold, const ms_analyze_options *o, int jobs,
                        bool progress, ms_rank *r, char *err, size_t len) {
-  size_t bytes = sizeof(int) + sizeof *r * n;
+  /* the count of summaries done, then the summaries, aligned as an ms_rank must be */
+  size_t head = (sizeof(int) + _Alignof(ms_rank) - 1) / _Alignof(ms_rank) * _Alignof(ms_rank);
+  size_t bytes = head + sizeof *r * n;
   void *shared = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) {
     snprintf(err, len, "cannot map shared memory: %s", strerror(errno));
     return -1;
   }
   int *done = shared;
-  ms_rank *out = (ms_rank *)((char *)shared + sizeof(int));
+  ms_rank *out = (ms_rank *)((char *)shared + head);
   for (size_t i = 0; i < n; i++) {
     memset(&out[i], 0, sizeof out[i]);
     out[i].rank = -1;
