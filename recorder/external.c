@@ -63,7 +63,7 @@ static void record_free_events(const msi_external_block *r, memsnap_stream_t str
   if (!msi_is_recording()) return;
   msi_history_add(MSI_EV_FREE_REQUESTED, r->device, stream, r->ptr, r->size, r->size, 0, stack);
   msi_history_add(MSI_EV_FREE_COMPLETED, r->device, stream, r->ptr, r->size, r->size, 0, stack);
-  msi_history_add(MSI_EV_SEGMENT_FREE, r->device, stream, r->ptr, r->size, r->size, 0, stack);
+  msi_history_add(MSI_EV_SEGMENT_FREE, r->device, stream, r->ptr, r->size, r->size, MEMSNAP_RELEASE_EXTERNAL, stack);
 }
 
 int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t stream, const char *source,
