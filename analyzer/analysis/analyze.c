@@ -8,7 +8,8 @@
  * each OOM, and what was live at the allocated peak (each site's value saved at its first change
  * after a new peak: before_change). Then the blocks table (the state at the snapshot) gives what
  * is alive at the end. Where iterations start comes from iterations.c before the pass; the sites
- * are ranked as leak candidates by leaks.c after it.
+ * are ranked as leak candidates by leaks.c after it; the allocator's own releases (retries,
+ * empty_cache...) are retries.c's, which the pass hands the events it wants.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ typedef struct pass {
   uint64_t *iter_saved_at, iter_version;
   size_t site_bytes_cap;
   uint64_t external_at; /* the address of an external segment just made: its block is external */
+  ms_release_pass releases; /* the allocator's own releases (retries.c) */
   bool failed;
 } pass;
 
@@ -276,6 +278,10 @@ static int pass1_event(const ms_event *e, void *arg) {
                             (uint32_t)(p->cur_iter + 1), &block, &p->failed);
   uint32_t site = block.site;
   if (p->failed) return 1;
+  if (ms_releases_wants(&p->releases, e) && ms_releases_event(a, &p->releases, e) != 0) {
+    p->failed = true;
+    return 1;
+  }
   switch (e->kind) {
     case MS_ALLOC: {
       ms_site *s = &a->sites[site];
@@ -405,6 +411,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
     goto fail;
   }
   a->niters = p.nbounds;
+  if (ms_releases_begin(a, &p.releases) != 0) goto fail;
   if (!seed_prehistory(&p)) {
     snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     goto fail;
@@ -421,6 +428,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
     goto fail;
   }
   close_iteration(&p, s->last_ns);
+  ms_releases_end(a, &p.releases);
   for (size_t i = 0; p.live.slots && i <= p.live.mask; i++) { /* when what is still live was allocated */
     const ms_live_slot *b = &p.live.slots[i];
     int iteration = (int)b->aux - 1;
@@ -464,6 +472,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   return 0;
 fail:
   ms_live_free(&p.live);
+  ms_releases_end(a, &p.releases);
   free(p.site_of_stack);
   free(p.bounds);
   free(p.peak_bytes);
@@ -497,6 +506,7 @@ void ms_analysis_free(ms_analysis *a) {
   free(a->iters);
   free(a->iter_site_bytes);
   free(a->ooms);
+  free(a->releases.retries);
   free(a->invalid_frees);
   free(a->leaks);
   free(a->top);

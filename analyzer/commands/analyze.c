@@ -1,7 +1,9 @@
 /* analyze.c: `memsnap analyze [options] SNAPSHOT.db...`: the analysis as a report (analysis/analyze.c,
  * report/text.c, report/json.c). With several snapshots (one per rank, say): a table side by side, then each
  * report; with --json, {"snapshots": [analysis, ...]}; with --html, one page with a selector
- * between them (and between the devices of a snapshot on several: report/page_set.c). */
+ * between them (and between the devices of a snapshot on several: report/page_set.c). For one
+ * snapshot, the replay's suggestions (replay/suggest.c) run after the analysis, and the
+ * reports write them (--no-suggest: not run). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "replay/replay.h"
 #include "report/report.h"
 
 static int cmd_analyze(int argc, char **argv) {
@@ -19,6 +22,7 @@ static int cmd_analyze(int argc, char **argv) {
   const char *html = NULL;
   ms_category_rules categories = {0};
   ms_analyze_options ao = {.categories = &categories};
+  ms_suggest_options so = {0};
   const char *paths[64];
   int npaths = 0;
   for (int i = 1; i < argc; i++) {
@@ -33,6 +37,13 @@ static int cmd_analyze(int argc, char **argv) {
                               MS_CATEGORY_RULES, argv[i]);
     }
     else if (!strcmp(argv[i], "--html") && i + 1 < argc) html = argv[++i];
+    else if (!strcmp(argv[i], "--no-suggest")) so.disabled = true;
+    else if (!strcmp(argv[i], "--suggest-time") && i + 1 < argc) {
+      char *end;
+      so.time_limit_s = strtod(argv[++i], &end);
+      if (*end || !(so.time_limit_s >= 0.001 && so.time_limit_s <= 86400))
+        return ms_usage_error(&ms_analyze_command, "--suggest-time takes seconds, from 0.001 to 86400: '%s'", argv[i]);
+    }
     else if (argv[i][0] == '-' && argv[i][1]) {
       return ms_unknown_option(&ms_analyze_command, argv[i], i + 1 == argc);
     } else if (npaths == 64) {
@@ -58,6 +69,11 @@ static int cmd_analyze(int argc, char **argv) {
       rc = 1;
       break;
     }
+  }
+  ms_suggestions *suggestions = rc == 0 && npaths == 1 ? malloc(sizeof *suggestions) : NULL;
+  if (suggestions) { /* the replay's, after the analysis: the reports write them */
+    ms_suggest(&a[0], &so, suggestions);
+    a[0].suggestions = suggestions;
   }
   if (rc == 0 && html) {
     rc = ms_write_html(html, a, (size_t)npaths, &ao);
@@ -90,6 +106,7 @@ static int cmd_analyze(int argc, char **argv) {
     ms_analysis_free(&a[i]);
     ms_close(&s[i]);
   }
+  free(suggestions);
   free(s);
   free(a);
   return rc;
@@ -97,8 +114,9 @@ static int cmd_analyze(int argc, char **argv) {
 
 const ms_command ms_analyze_command = {"analyze", cmd_analyze,
      "memsnap analyze [--json | --html OUT.html] [--full-stacks] [--full-names] [--frames N]\n"
-     "                [--fold PATTERNS] [--iterations LABEL] [--category NAME=PATTERN]... SNAPSHOT.db...\n"
-     "                            peaks, iterations, leak candidates, OOMs, top sites",
+     "                [--fold PATTERNS] [--iterations LABEL] [--category NAME=PATTERN]...\n"
+     "                [--no-suggest] [--suggest-time SECONDS] SNAPSHOT.db...\n"
+     "                            peaks, iterations, leak candidates, OOMs, retries, suggestions, top sites",
      "  SNAPSHOT.db...      snapshots to analyze; several (one per rank, say): a table side by side\n"
      "                      and their leak candidates matched by site, then each report\n"
      "  --json              the analysis as JSON (docs/analysis-json.md)\n"
@@ -110,5 +128,11 @@ const ms_command ms_analyze_command = {"analyze", cmd_analyze,
      "  --category NAME=PATTERN[,PATTERN...]\n"
      "                      memory of the allocation sites whose stack has a frame matching a\n"
      "                      pattern (--fold's: NAME or NAME@FILE globs) is category NAME, before the\n"
-     "                      built-in rules (docs/categories.md; repeatable, 16 at most)\n",
+     "                      built-in rules (docs/categories.md; repeatable, 16 at most)\n"
+     "  --no-suggest        no suggestions: the replay's sweep of allocator settings is not run (it\n"
+     "                      runs for one snapshot of at most 500000 events, on every core; else\n"
+     "                      memsnap replay --sweep gives them; docs/replay.md)\n"
+     "  --suggest-time SECONDS\n"
+     "                      the sweep's time limit (default 3); settings not replayed by then are\n"
+     "                      left out, and the report says so\n",
      true};
