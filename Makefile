@@ -48,7 +48,7 @@ ANALYZER_HEADERS := $(wildcard analyzer/*/*.h)
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload \
-  $(BUILD)/tests/gen_releases
+  $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden install uninstall

@@ -210,6 +210,17 @@ static void gather(msi_device **devs, int n, void *arg) {
 
 /* ---- paths ----------------------------------------------------------------------------- */
 
+/* The process's rank in its job, as the variable a launcher set says it (digits only; torchrun's
+ * RANK first): the text, or NULL when none does. */
+static const char *rank_variable(void) {
+  static const char *const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v && strspn(v, "0123456789") == strlen(v)) return v;
+  }
+  return NULL;
+}
+
 int msi_expand_path(const char *pattern, char *out, size_t len) {
   size_t o = 0;
   for (const char *p = pattern; *p; p++) {
@@ -225,18 +236,7 @@ int msi_expand_path(const char *pattern, char *out, size_t len) {
         case 'h': if (gethostname(buf, sizeof buf - 1) != 0) snprintf(buf, sizeof buf, "host"); break;
         case 't': snprintf(buf, sizeof buf, "%lld", (long long)time(NULL)); break;
         case '%': snprintf(buf, sizeof buf, "%%"); break;
-        case 'r': {
-          static const char *const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-          snprintf(buf, sizeof buf, "0");
-          for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-            const char *v = getenv(vars[i]);
-            if (v && *v && strspn(v, "0123456789") == strlen(v)) {
-              snprintf(buf, sizeof buf, "%s", v);
-              break;
-            }
-          }
-          break;
-        }
+        case 'r': snprintf(buf, sizeof buf, "%s", rank_variable() ? rank_variable() : "0"); break;
         default:
           msi_error("snapshot path '%s': unknown pattern '%%%c' (use %%p, %%r, %%h, %%t or %%%%)", pattern, *p ? *p : ' ');
           return MEMSNAP_EINVAL;
@@ -352,6 +352,8 @@ static void write_meta(writer *w, const snapshot *s) {
   insert_kv(w, st, "tool_version", MEMSNAP_VERSION, 0, true);
   insert_kv(w, st, "pid", NULL, getpid(), false);
   insert_kv(w, st, "host", host, 0, true);
+  const char *rank = rank_variable();
+  if (rank && strlen(rank) < 19) insert_kv(w, st, "rank", NULL, strtoll(rank, NULL, 10), false);
   insert_kv(w, st, "command_line", cmd, 0, true);
   insert_kv(w, st, "backend", msi_be->name, 0, true);
   insert_kv(w, st, "device_count", NULL, msi_be->device_count(), false);

@@ -492,6 +492,61 @@ int ms_match_sites(const ms_analysis *a, size_t n, bool (*want)(const ms_analysi
 ptrdiff_t ms_match_leaks(const ms_analysis *a, size_t n, ms_matches *m, const ms_match_row ***rows);
 void ms_matches_free(ms_matches *m);
 
+/* ---- two analyses compared (compare.c) ---------------------------------------------------- */
+
+/* What changed from analysis a[0] to a[1] by matched site (at the snapshot). */
+typedef struct ms_comparison {
+  ms_matches m;
+  ms_match_row *rows; /* the rows that changed, by change (the largest increase first) */
+  size_t n;
+  int64_t bytes[2], blocks[2]; /* held by every matched site at each snapshot */
+  size_t both, only[2];        /* sites in both, only in one */
+} ms_comparison;
+/* Compares a[0] and a[1] into c: 0, or -1 when out of memory (c empty). */
+int ms_compare(const ms_analysis *a, ms_comparison *c);
+void ms_comparison_free(ms_comparison *c);
+/* qsort's order of rows by change, the largest increase first (then by key). */
+int ms_compare_change_order(const void *x, const void *y);
+
+/* ---- the ranks of a job (ranks.c) --------------------------------------------------------- */
+
+#define MS_RANKS_MIN 8    /* snapshots from which `memsnap analyze` gives the table of ranks */
+#define MS_RANKS_MAX 1000 /* snapshots it takes at once */
+
+/* One rank's snapshot, summarized. */
+typedef struct ms_rank {
+  bool ok;          /* false: it could not be read or analyzed (error says why) */
+  int64_t rank;     /* the snapshot's rank (meta), -1 unknown */
+  int64_t pid, events;
+  int64_t peak_allocated, peak_reserved;
+  int64_t peak_ns;  /* when allocated memory peaked, from the history's start */
+  int64_t iterations;
+  int64_t growth;   /* bytes a iteration allocated memory grew by at the iterations' ends (the
+                       last one's less the first one's, over the iterations between); 0 with fewer
+                       than two */
+  char error[512];
+} ms_rank;
+
+/* Summarizes the snapshots paths[0..n) into r[0..n), each analyzed (folding `fold`, as o says) in
+ * one of `jobs` worker processes, with progress on stderr if `progress`. 0, or -1 with err set
+ * when shared memory cannot be had; a snapshot that cannot be read is r[i].ok false. */
+int ms_ranks_summarize(const char *const *paths, size_t n, const ms_fold *fold, const ms_analyze_options *o, int jobs,
+                       bool progress, ms_rank *r, char *err, size_t len);
+
+enum { MS_RANK_PEAK_ALLOCATED, MS_RANK_PEAK_RESERVED, MS_RANK_GROWTH, MS_RANK_METRICS };
+typedef struct ms_ranks_verdict {
+  size_t readable;        /* ranks read */
+  ptrdiff_t median;       /* the rank whose peak allocated is the median (the lower middle one); -1: none read */
+  ptrdiff_t outlier;      /* the rank that stands out; -1: none does */
+  int metric;             /* MS_RANK_*: by what */
+  double score;           /* its excess over the median, in units of the threshold (> 1) */
+  int64_t median_value[MS_RANK_METRICS];
+} ms_ranks_verdict;
+/* The median rank and the one that stands out: a rank stands out by a metric (peak allocated,
+ * peak reserved, growth per iteration) when it exceeds the median by more than 3 median absolute
+ * deviations of the ranks, 5% of the median (peaks) and 1 MiB; the largest excess wins. */
+void ms_ranks_judge(const ms_rank *r, size_t n, ms_ranks_verdict *v);
+
 /* ---- what the report page draws (timeline.c) --------------------------------------------- */
 
 /* Allocated memory split by allocation site, for the timeline's stacked bands: per time bucket

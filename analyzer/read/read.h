@@ -60,6 +60,7 @@ typedef struct ms_snapshot {
   char error[2048];
   int format_version;
   int64_t pid, dropped, recorded, max_entries, snapshot_ns, device_count;
+  int64_t rank; /* the process's rank in its job (meta's rank: RANK, LOCAL_RANK...), -1 unknown */
   /* The history's extent: known after the first complete pass over the events (ms_events_each)
    * or ms_events_extent; 0 until then. */
   int64_t nevents, first_ns, last_ns;

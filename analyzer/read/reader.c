@@ -157,6 +157,7 @@ int ms_open(ms_snapshot *s, const char *path) {
   }
   s->format_version = version;
   s->pid = meta_int(s, "pid", 0);
+  s->rank = meta_int(s, "rank", -1);
   s->dropped = meta_int(s, "dropped_events", 0);
   s->recorded = meta_int(s, "recorded_events", 0);
   s->max_entries = meta_int(s, "max_entries", 0);

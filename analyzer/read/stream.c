@@ -204,6 +204,9 @@ static void id_range(ms_snapshot *s, int64_t *lo, int64_t *hi) {
 
 /* ---- several readers -------------------------------------------------------------------- */
 
+/* A chunk's buffer. Each on cache lines of its own: a reader fills one while another reader
+ * fills the next and the pass empties a third (a slot's fields are written once a chunk; the
+ * counts a reader keeps row by row stay on its own stack: slot_fill). */
 typedef struct slot {
   int64_t chunk; /* the chunk it holds or is to hold next */
   bool full;     /* read, waiting for the pass */
@@ -212,7 +215,7 @@ typedef struct slot {
   int64_t units; /* progress: rows read (malformed ones included) or leaf pages */
   tally extent;  /* of the events it holds */
   ms_event *events;
-} slot;
+} __attribute__((aligned(64))) slot;
 
 typedef struct readers {
   ms_snapshot *s;
@@ -226,37 +229,43 @@ typedef struct readers {
   slot slots[NSLOTS];
   bool stop;    /* the pass is over (done, stopped or failed) */
   char error[512];
-} readers;
+} __attribute__((aligned(64))) readers;
 
 typedef struct reader_arg {
   readers *r;
   int index;
 } reader_arg;
 
-/* A chunk of leaves into a slot; -1 (an anomaly) for ids out of order or more rows than fit. */
+/* A chunk read into a slot's events, counted here (the reader's own stack) and handed to the
+ * slot once the chunk is read. */
 typedef struct slot_fill {
   const ms_snapshot *s;
-  slot *sl;
+  ms_event *events;
+  size_t n;
+  tally extent;
   int64_t last;
   bool any;
 } slot_fill;
 
+/* The page reader's row: -1 (an anomaly) for ids out of order or more rows than fit. */
 static int slot_page_row(const ms_tablescan_row *row, void *arg) {
   slot_fill *f = arg;
-  if ((f->any && row->rowid <= f->last) || f->sl->n == SLOT_EVENTS) return -1;
+  if ((f->any && row->rowid <= f->last) || f->n == SLOT_EVENTS) return -1;
   f->last = row->rowid;
   f->any = true;
-  if (page_row(f->s, row, &f->sl->events[f->sl->n], &f->sl->extent)) f->sl->n++;
+  if (page_row(f->s, row, &f->events[f->n], &f->extent)) f->n++;
   return 0;
 }
 
 /* Reads chunk c into sl; a message when reading through SQLite failed. */
 static const char *read_chunk(readers *r, int64_t c, slot *sl, sqlite3_stmt *st, uint8_t *page) {
+  slot_fill f = {r->s, sl->events, 0, {0, 0, 0}, 0, false};
   if (r->scan) {
     size_t from = (size_t)c * r->leaves_per_chunk, to = from + r->leaves_per_chunk;
-    slot_fill f = {r->s, sl, 0, false};
     sl->anomaly = ms_tablescan_rows(r->scan, from, to, page, slot_page_row, &f) != 0;
     sl->units = (int64_t)((to < ms_tablescan_leaves(r->scan) ? to : ms_tablescan_leaves(r->scan)) - from);
+    sl->n = f.n;
+    sl->extent = f.extent;
     return NULL;
   }
   uint64_t from = (uint64_t)r->first_id + (uint64_t)c * CHUNK; /* no signed overflow near the ends */
@@ -264,10 +273,14 @@ static const char *read_chunk(readers *r, int64_t c, slot *sl, sqlite3_stmt *st,
   sqlite3_bind_int64(st, 1, (int64_t)from);
   sqlite3_bind_int64(st, 2, (int64_t)to);
   int step;
+  int64_t units = 0;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    sl->units++;
-    if (read_row(r->s, st, &sl->events[sl->n], &sl->extent)) sl->n++;
+    units++;
+    if (read_row(r->s, st, &f.events[f.n], &f.extent)) f.n++;
   }
+  sl->units = units;
+  sl->n = f.n;
+  sl->extent = f.extent;
   sqlite3_reset(st);
   return step == SQLITE_DONE ? NULL : "reading events failed";
 }
@@ -433,7 +446,8 @@ static ms_tablescan *open_pages(ms_snapshot *s) {
 static int each_pages(ms_snapshot *s, const ms_tablescan *scan, delivery *d, bool *anomaly) {
   size_t leaves = ms_tablescan_leaves(scan);
   if (leaves * ms_tablescan_page_size(scan) < PARALLEL_MIN_BYTES) return each_serial_pages(s, scan, d, anomaly);
-  readers *r = calloc(1, sizeof *r);
+  readers *r = aligned_alloc(64, sizeof *r); /* its slots on cache lines of their own */
+  if (r) memset(r, 0, sizeof *r);
   if (!r) return each_serial_pages(s, scan, d, anomaly);
   /* a cell is at least 4 bytes with its pointer: no chunk holds more rows than a slot */
   size_t per_page = ms_tablescan_page_size(scan) / 4;
@@ -471,7 +485,8 @@ static int each_sqlite(ms_snapshot *s, delivery *d, int64_t from) {
   /* ids far sparser than the rows (a crafted file): chunks would be mostly empty queries */
   uint64_t span = (uint64_t)hi - (uint64_t)lo; /* ids in the range, less one */
   bool parallel = rows >= PARALLEL_MIN && hi >= lo && span / 4 <= (uint64_t)rows;
-  readers *r = parallel ? calloc(1, sizeof *r) : NULL;
+  readers *r = parallel ? aligned_alloc(64, sizeof *r) : NULL;
+  if (r) memset(r, 0, sizeof *r);
   bool anomaly = false;
   if (r) {
     r->s = s;

@@ -76,6 +76,27 @@ int ms_report_html(ms_analysis *const *a, size_t n, FILE *out);
 void ms_format_bytes(int64_t bytes, char *out, size_t len);
 void ms_format_ns(int64_t ns, char *out, size_t len);
 
+/* ---- two analyses compared (diff.c) -------------------------------------------------------- */
+
+/* Prints the `most` largest changes of c (then the others summed on one line), each with its
+ * stack (a[1]'s where the site is there), after `indent`; names[1] names the second side in "new
+ * in B" and "gone in B". */
+void ms_report_diff_sites(const ms_analysis *a, ms_comparison *c, size_t most, const char *const names[2],
+                          const ms_report_options *o, const char *indent, FILE *out);
+/* The comparison as `memsnap diff --json`'s document; NULL when out of memory. */
+struct cJSON *ms_diff_json(const ms_analysis *a, const ms_comparison *c);
+
+/* ---- the ranks of a job (ranks.c) --------------------------------------------------------- */
+
+/* The table of ranks r[0..n) (the snapshots paths[0..n)), the median rank and the one that
+ * stands out (v); with pair (the median rank's analysis, then the outlier's) and their
+ * comparison c, the sites that make the difference (NULL: not shown). */
+void ms_report_ranks_text(const ms_rank *r, const char *const *paths, size_t n, const ms_ranks_verdict *v,
+                          const ms_analysis *pair, ms_comparison *c, const ms_report_options *o, FILE *out);
+/* The same as JSON: {"ranks": {snapshots, median, outlier, difference}}; NULL when out of memory. */
+struct cJSON *ms_ranks_json(const ms_rank *r, const char *const *paths, size_t n, const ms_ranks_verdict *v,
+                            const ms_analysis *pair, const ms_comparison *c);
+
 /* ---- the analysis as JSON (json.c; docs/analysis-json.md) ----------------------- */
 
 struct cJSON;
