@@ -114,7 +114,7 @@ function showDocument(d, signal, src) {
     const marker = (t, color, lw, label, fy, fw) => {
       const mx = x(t);
       if (mx < -3 || mx > W + 3) return;
-      const lx = Math.max(0, Math.min(W - lw, mx));
+      const lx = Math.round(Math.max(0, Math.min(W - lw, mx))); // whole pixels: the cursor's 1 px never blends all of it
       ctx.fillStyle = color;
       ctx.fillRect(lx, 0, lw, H);
       if (!withBands) return;
@@ -124,7 +124,7 @@ function showDocument(d, signal, src) {
       ctx.font = "bold 11px sans-serif";
       ctx.fillText(label, fx + 5, fy + 12);
     };
-    retries.forEach((r) => marker(r.time_ns, "#ef6c00", 2, "retry", 20, 40)); // the allocator released its cache for a request (under an OOM's)
+    retries.forEach((r) => marker(r.time_ns, "#ef6c00", 3, "retry", 20, 40)); // the allocator released its cache for a request (under an OOM's)
     d.oom.forEach((o) => marker(o.time_ns, "#c62828", 3, "OOM", 2, 34));
     if (withBands && hovered !== null && hovered !== st.pin) { // the allocation under the pointer: outlined
       const a = Model.allocation(d, hovered), end = a.free >= 0 ? a.free : full.t1;

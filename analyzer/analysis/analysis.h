@@ -237,11 +237,11 @@ typedef struct ms_release_pass {
   size_t retries_cap;
 } ms_release_pass;
 
-/* Whether the pass must hand e to ms_releases_event: segment events, and every event of a
- * device with something open. Cheap: the pass asks it of every event. */
-static inline bool ms_releases_wants(const ms_release_pass *p, const ms_event *e) {
-  return e->kind == MS_SEGMENT_ALLOC || e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_MAP ||
-         e->kind == MS_SEGMENT_UNMAP || (p->pending && e->device >= 0 && e->device < MS_MAX_DEVICES && (p->pending >> e->device & 1));
+/* The pass hands ms_releases_event every segment event (segment_alloc, _free, _map, _unmap),
+ * and every other event for which this is true: an event of a device with something open.
+ * Cheap: the pass asks it of every other event, and `pending` is almost always 0. */
+static inline bool ms_releases_pending(const ms_release_pass *p, const ms_event *e) {
+  return p->pending && (unsigned)e->device < MS_MAX_DEVICES && (p->pending >> e->device & 1);
 }
 struct ms_analysis;
 /* Starts the pass's state: the devices' limits (devices and options tables) and their reserved

@@ -14,7 +14,7 @@
  * followed by its out of memory one that failed; any other run is an empty_cache call.
  *
  * The analysis's pass (analyze.c) hands every segment event here, and every event of a device
- * while something is open on it (ms_releases_wants): a run of releases without a reason, a call
+ * while something is open on it (ms_releases_pending): a run of releases without a reason, a call
  * (empty_cache...) whose releases may go on, or a request whose releases came and whose alloc or
  * oom is awaited. Nothing else costs more than that test. Memory: per device, a few counters;
  * the retries listed (at most MS_RETRIES_MAX); the external segments alive.

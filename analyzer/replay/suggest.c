@@ -8,11 +8,12 @@
  * that the recorded settings' replay does not reproduce decides nothing (a note says so). Best
  * first is the sweep's ranking.
  *
- * Cost: the sweep replays the history once per setting (20), on every core: 1 to 5 s per
- * million events on two cores, as the history's segments and devices go. The analysis runs it
- * for histories of at most MS_SUGGEST_EVENTS events (up to about 2.5 s there), under a time
- * limit (MS_SUGGEST_SECONDS: the rows not done by then are left out); a longer history costs
- * nothing but a note that names `memsnap replay --sweep`, which has neither limit. The commands
+ * Cost: the sweep replays the history once per setting (20), on every core: about 1 to 2 s per
+ * million events on two idle cores (2 to 4 s of CPU), as the history's segments and devices go,
+ * more on a busy machine. The analysis runs it for histories of at most MS_SUGGEST_EVENTS
+ * events (about half a second to a second there), under a time limit (MS_SUGGEST_SECONDS: the
+ * rows not done by then are left out); a longer history costs nothing but a note that names
+ * `memsnap replay --sweep`, which has neither limit. The commands
  * (analyze, run) call this after the analysis and hand the result to the reports
  * (ms_analysis.suggestions): the analysis itself never calls up here.
  */
@@ -92,8 +93,8 @@ void ms_suggest(const ms_analysis *a, const ms_suggest_options *o, ms_suggestion
   if (out->max_events > 0 && s->nevents > out->max_events) {
     out->status = MS_SUGGEST_TOO_LARGE;
     snprintf(out->note, sizeof out->note,
-             "not run: %lld events, more than the %lld the analysis replays (1 to 5 s per million events on two "
-             "cores); memsnap replay --sweep %.512s replays them",
+             "not run: %lld events, more than the %lld the analysis replays (about 1 to 2 s per million events on "
+             "two cores); memsnap replay --sweep %.512s replays them",
              (long long)s->nevents, (long long)out->max_events, s->shown_path);
     return;
   }

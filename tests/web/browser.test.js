@@ -685,12 +685,14 @@ test("the allocator's retry: listed with what it released, marked on the timelin
   assert.strictEqual(await li.count(), 1);
   assert.match(await li.first().textContent(), /^at [0-9.]+ [mu]?s: 700\.00 MiB requested; the allocator released 600\.00 MiB of cached segments and retried: served \(1 segment\) \u2014 big_request/);
   const amber = [0xef, 0x6c, 0x00], H = 320;
-  const marked = async () => (await colourColumns(page, "timeline", amber, 0, 1200)).filter((c) => c >= H - 60).length;
-  assert.ok(await marked() >= 1, "a full-height amber line where the cache was released");
+  const marked = async (least) => (await colourColumns(page, "timeline", amber, 0, 1200)).filter((c) => c >= least).length;
+  // Where the retry falls in the whole run varies with the recording's timing: the axis labels
+  // on their light backing may cover part of the line there.
+  assert.ok(await marked(H / 2) >= 1, "an amber line where the cache was released");
   await li.first().click();
   assert.strictEqual(await page.locator("#details-title").textContent(), "Retry 1");
   assert.match(await page.locator("#details").textContent(), /700\.00 MiB requested[\s\S]*big_request/);
-  assert.ok(await marked() >= 1, "still marked in the zoomed window around it");
+  assert.ok(await marked(H - 30) >= 1, "in the window around it (the retry in the middle), full height (tick labels may cover its foot)");
   await shot(page, "retry");
   assert.deepStrictEqual(seen.errors, []);
   await page.close();
