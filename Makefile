@@ -35,7 +35,7 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocks.c recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/external.c recorder/history.c recorder/devices.c recorder/misuse.c \
+  recorder/blocks.c recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/misuse.c \
   recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbolize.c recorder/symbols.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
@@ -76,10 +76,13 @@ $(BUILD)/libmemsnap.so: $(LIB_OBJS) recorder/libmemsnap.map
 	$(CXX) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=recorder/libmemsnap.map \
 	  -Wl,-rpath,'$$ORIGIN' $(GCC_S_FIRST) $(LIB_PKG_LIBS) -ldl -lpthread $(EXTRA_LDFLAGS)
 
-# The LD_PRELOAD library of `memsnap run --mode intercept` (intercept/): exports the CUDA
-# allocation functions and dlsym; everything else stays local.
-$(BUILD)/libmemsnap_intercept.so: $(BUILD)/intercept/intercept.o $(BUILD)/libmemsnap.so
-	$(CC) -shared -o $@ $(BUILD)/intercept/intercept.o -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -ldl $(EXTRA_LDFLAGS)
+# The LD_PRELOAD library of `memsnap run --mode intercept` (intercept/), also its LD_AUDIT library
+# (intercept/audit.c, --mode audit): exports the CUDA allocation functions, dlsym, _exit, _Exit and
+# the audit interface (la_*); everything else stays local.
+INTERCEPT_OBJS := $(BUILD)/intercept/intercept.o $(BUILD)/intercept/audit.o
+$(BUILD)/intercept/%.o: intercept/intercept.h
+$(BUILD)/libmemsnap_intercept.so: $(INTERCEPT_OBJS) $(BUILD)/libmemsnap.so
+	$(CC) -shared -o $@ $(INTERCEPT_OBJS) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -ldl -lpthread $(EXTRA_LDFLAGS)
 
 # The page's files, embedded into the CLI as they are (no bundler): symbols _binary_<file>_start/_end.
 $(BUILD)/web_assets.o: $(WEB_ASSETS)
@@ -152,13 +155,20 @@ test-web-deps:
 
 # A plain CUDA program for `memsnap run` (tests/intercept/test_run.sh), linked against the toolkit's
 # libcudart.so when the toolkit has one (the tests say they skip it otherwise).
-RUN_CUDART := $(if $(wildcard $(CUDA_HOME)/lib64/libcudart.so),$(BUILD)/tests/run_cudart)
+# With it, a library linked the same way that a Python program calls through ctypes
+# (tests/intercept/run_steps_lib.c, tests/data/run/steps.py).
+RUN_CUDART := $(if $(wildcard $(CUDA_HOME)/lib64/libcudart.so),$(BUILD)/tests/run_cudart $(BUILD)/tests/librun_steps.so)
 test-programs: all $(TEST_BINS) $(SAMPLES) $(BUILD)/tests/liboom_catcher.so $(RUN_CUDART)
 
 $(BUILD)/tests/run_cudart: tests/intercept/run_cudart.c | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -g -Wall -Wextra -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 -lcudart \
 	  -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl $(EXTRA_LDFLAGS)
+
+$(BUILD)/tests/librun_steps.so: tests/intercept/run_steps_lib.c | check-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -g -fPIC -shared -Wall -Wextra -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 \
+	  -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 $(EXTRA_LDFLAGS)
 
 # make sanitize: the whole suite built with AddressSanitizer + UndefinedBehaviorSanitizer in
 # build-asan/ (any report fails the test that triggered it), then the concurrency stress

@@ -1,4 +1,5 @@
-/* intercept.c: libmemsnap_intercept.so, the LD_PRELOAD library of `memsnap run --mode intercept`.
+/* intercept.c: libmemsnap_intercept.so, the LD_PRELOAD library of `memsnap run --mode intercept`
+ * (and, through audit.c, the LD_AUDIT library of --mode audit, which loads it into the program).
  *
  * It records every device allocation of a process, whatever makes it, and passes each call
  * through unchanged:
@@ -42,6 +43,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "intercept.h"
 #include "memsnap.h"
 
 #undef cuGetProcAddress
@@ -71,6 +73,11 @@ static bool is_sim(void) {
 NOT_INSTRUMENTED static void find_real_dlsym(void) {
   real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
   if (!real_dlsym) real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+}
+
+void *msi_intercept_real_dlsym(void *handle, const char *name) {
+  if (!real_dlsym) find_real_dlsym();
+  return real_dlsym ? real_dlsym(handle, name) : NULL;
 }
 
 __attribute__((constructor)) static void intercept_init(void) {

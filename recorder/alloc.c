@@ -674,6 +674,13 @@ int msi_device_set_fraction(msi_device *d, double fraction) {
   return MEMSNAP_OK;
 }
 
+double msi_device_get_fraction(msi_device *d) {
+  pthread_mutex_lock(&d->lock);
+  double f = d->set_fraction && d->device_total ? (double)d->allowed_memory_maximum / (double)d->device_total : 1.0;
+  pthread_mutex_unlock(&d->lock);
+  return f;
+}
+
 static int cmp_block_ptr(const void *a, const void *b) {
   uintptr_t x = (*(msi_block *const *)a)->ptr, y = (*(msi_block *const *)b)->ptr;
   return x < y ? -1 : x > y;

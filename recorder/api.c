@@ -254,6 +254,11 @@ int memsnap_record_stop(void) {
   return MEMSNAP_OK;
 }
 
+int memsnap_record_clear(void) {
+  msi_history_clear();
+  return MEMSNAP_OK;
+}
+
 void memsnap_init(int device_count) {
   (void)device_count; /* the backend knows the count; PyTorch's may include hidden devices */
   ensure_ready();
@@ -274,6 +279,12 @@ void memsnap_set_memory_fraction(double fraction, int device) {
   if (d) msi_device_set_fraction(d, fraction);
 }
 
+double memsnap_get_memory_fraction(int device) {
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  msi_device *d = msi_device_get(device);
+  return d ? msi_device_get_fraction(d) : MEMSNAP_EINVAL;
+}
+
 void memsnap_record_stream(void *ptr, memsnap_stream_t stream) {
   if (!ptr || ensure_ready() != 0) return;
   for (int i = 0; i < msi_device_count_ready(); i++) {
@@ -287,6 +298,12 @@ int memsnap_set_option(const char *name, const char *value) {
   if (!name || !value) return MEMSNAP_EINVAL;
   msi_devices_read_options(); /* the environment first; the device is not started */
   return msi_option_set(name, value);
+}
+
+int memsnap_get_option(const char *name, char *value, size_t len) {
+  if (!name || !value || !len) return MEMSNAP_EINVAL;
+  msi_devices_read_options();
+  return msi_option_get(name, value, len);
 }
 
 const char *memsnap_backend_name(void) { return ensure_ready() == 0 ? msi_be->name : NULL; }
@@ -419,6 +436,7 @@ int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1) { POOL_CALL
 int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, const uint64_t *ptrs, size_t n) {
   POOL_CALL(msi_pool_live_match(d, id, ptrs, n));
 }
+int memsnap_pool_use_count(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_use_count(d, id)); }
 #undef POOL_CALL
 
 int memsnap_sim_synchronize(memsnap_stream_t stream) {
@@ -466,6 +484,14 @@ int memsnap_sim_mem_free(int device, void *ptr, size_t size) {
   int rc = sim_device_check(device);
   if (rc != MEMSNAP_OK) return rc;
   return msi_be->mem_free(device, (uintptr_t)ptr, sim_rounded(size)) == MSI_BE_OK ? MEMSNAP_OK : MEMSNAP_EINVAL;
+}
+
+int memsnap_sim_peer_access(int device, const void *ptr) {
+  int rc = sim_device_check(device);
+  if (rc != MEMSNAP_OK) return rc;
+  rc = msi_sim_peer_access(device, (uintptr_t)ptr);
+  if (rc < 0) msi_error("%p is in no simulated device's memory", ptr);
+  return rc < 0 ? MEMSNAP_EINVAL : rc;
 }
 
 void memsnap_shutdown(void) {

@@ -14,6 +14,13 @@
  * optional: a driver without them still serves classic segments, and the modes that need them
  * say so and fall back (vmm_supported, async_supported).
  *
+ * Peer access (MEMSNAP_PEER_ACCESS=1, the default): PyTorch's pluggable allocator never tells
+ * memsnap that a device started copying from another (CUDAPluggableAllocator::enablePeerAccess
+ * only calls cudaDeviceEnablePeerAccess, which covers cuMemAlloc's memory but not memory mapped
+ * with cuMemMap nor a stream-ordered pool's), so the pages of expandable segments are mapped,
+ * and the default pool opened, for every device that cuDeviceCanAccessPeer says can reach them,
+ * from the start; PyTorch's own allocator does the same for a peer once it copies between the two.
+ *
  * CUDA graph capture: a capture in the default (global) mode forbids cuMemAlloc and cuMemFree
  * in every thread ("operation not permitted when stream is capturing"). PyTorch's allocator
  * switches the calling thread to the relaxed mode around cudaMalloc (cudaMallocMaybeCapturing);
@@ -66,7 +73,9 @@
   X(cuMemPoolSetAttribute, CUresult, (CUmemoryPool, CUmemPool_attribute, void *))              \
   X(cuMemPoolGetAttribute, CUresult, (CUmemoryPool, CUmemPool_attribute, void *))              \
   X(cuMemPoolTrimTo, CUresult, (CUmemoryPool, size_t))                                         \
-  X(cuCtxSynchronize, CUresult, (void))
+  X(cuCtxSynchronize, CUresult, (void))                                                         \
+  X(cuDeviceCanAccessPeer, CUresult, (int *, CUdevice, CUdevice))                              \
+  X(cuMemPoolSetAccess, CUresult, (CUmemoryPool, const CUmemAccessDesc *, size_t))
 
 #define DECLARE(name, ret, args) static ret(*p_##name) args;
 DRIVER_FUNCS(DECLARE)
@@ -312,6 +321,33 @@ static int cuda_va_free(int dev, uintptr_t ptr, size_t size) {
   return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuMemAddressFree", r);
 }
 
+/* The devices that map device dev's pages: dev itself first, then (MEMSNAP_PEER_ACCESS=1) every
+ * device the driver says can access dev's memory. Returns their count (at least 1). */
+static int access_list(int dev, CUmemAccessDesc *descs) {
+  static int counts[MSI_MAX_DEVICES];
+  static int peers[MSI_MAX_DEVICES][MSI_MAX_DEVICES];
+  pthread_mutex_lock(&ctx_lock);
+  if (!counts[dev]) {
+    peers[dev][counts[dev]++] = dev;
+    CUdevice self, other;
+    for (int p = 0; msi_opt.peer_access && p_cuDeviceCanAccessPeer && p < ndevs && p < MSI_MAX_DEVICES; p++) {
+      int can = 0;
+      if (p != dev && p_cuDeviceGet(&self, dev) == CUDA_SUCCESS && p_cuDeviceGet(&other, p) == CUDA_SUCCESS &&
+          p_cuDeviceCanAccessPeer(&can, other, self) == CUDA_SUCCESS && can)
+        peers[dev][counts[dev]++] = p;
+    }
+  }
+  int n = counts[dev];
+  pthread_mutex_unlock(&ctx_lock);
+  for (int i = 0; i < n; i++) {
+    memset(&descs[i], 0, sizeof descs[i]);
+    descs[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    descs[i].location.id = peers[dev][i];
+    descs[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  return n;
+}
+
 static int cuda_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle) {
   bool pushed;
   if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
@@ -329,15 +365,12 @@ static int cuda_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle
   } else if (r != CUDA_SUCCESS) {
     rc = fail("cuMemCreate", r);
   } else {
-    CUmemAccessDesc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    desc.location.id = dev;
-    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc descs[MSI_MAX_DEVICES];
+    int ndescs = access_list(dev, descs);
     r = p_cuMemMap((CUdeviceptr)ptr, page_size, 0, h, 0);
     if (r != CUDA_SUCCESS) {
       rc = fail("cuMemMap", r);
-    } else if ((r = p_cuMemSetAccess((CUdeviceptr)ptr, page_size, &desc, 1)) != CUDA_SUCCESS) {
+    } else if ((r = p_cuMemSetAccess((CUdeviceptr)ptr, page_size, descs, (size_t)ndescs)) != CUDA_SUCCESS) {
       rc = fail("cuMemSetAccess", r);
       p_cuMemUnmap((CUdeviceptr)ptr, page_size);
     }
@@ -382,6 +415,11 @@ static int default_pool(int dev, CUmemoryPool *out) {
   if (r == CUDA_SUCCESS) r = p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &enable);
   if (r == CUDA_SUCCESS) r = p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, &enable);
   if (r != CUDA_SUCCESS) return fail("setting up the stream-ordered pool", r);
+  CUmemAccessDesc descs[MSI_MAX_DEVICES];
+  int ndescs = access_list(dev, descs);
+  /* the owner's own access is implicit (and may not be set): only the peers are given */
+  if (ndescs > 1 && p_cuMemPoolSetAccess && (r = p_cuMemPoolSetAccess(pool, descs + 1, (size_t)(ndescs - 1))) != CUDA_SUCCESS)
+    msi_warn("device %d: peers cannot access the stream-ordered pool (cuMemPoolSetAccess: %s)", dev, err_str(r));
   *out = pools[dev] = pool;
   return MSI_BE_OK;
 }

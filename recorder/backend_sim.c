@@ -27,6 +27,13 @@
  * (stream_wait) are not modelled: a test completes streams itself.
  *
  * MEMSNAP_SIM_OLD_DRIVER=1 simulates a driver with neither (for the fallback tests).
+ *
+ * Peer access: every simulated device can access every other one (as GPUs on NVLink can), and
+ * memsnap_sim_peer_access says whether one may access a given address. Classic segments are
+ * accessible from every device (PyTorch enables peer access for the whole context, which covers
+ * cuMemAlloc's memory); mapped pages and async pool chunks only from the devices they were
+ * mapped for, as with the driver's cuMemSetAccess and cuMemPoolSetAccess: their own, and every
+ * other device with MEMSNAP_PEER_ACCESS=1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -613,6 +620,32 @@ static int sim_async_reset_peak(int dev) {
   d->pool_used_high = d->pool_used;
   pthread_mutex_unlock(&sim_lock);
   return MSI_BE_OK;
+}
+
+/* ---- peer access ------------------------------------------------------------------------ */
+
+int msi_sim_peer_access(int device, uintptr_t ptr) {
+  int rc = -1;
+  pthread_mutex_lock(&sim_lock);
+  for (int o = 0; o < ndevs && rc < 0; o++) {
+    const sim_device *d = &devs[o];
+    bool mapped_for_peers = msi_opt.peer_access || device == o;
+    int i = mapped_lower(d, ptr + 1);
+    if (i > 0 && d->mapped[i - 1].start <= ptr && ptr < d->mapped[i - 1].start + d->mapped[i - 1].size)
+      rc = mapped_for_peers;
+    for (int c = 0; c < d->nchunks && rc < 0; c++)
+      if (d->chunks[c].size && d->chunks[c].start <= ptr && ptr < d->chunks[c].start + d->chunks[c].size)
+        rc = mapped_for_peers;
+    uintptr_t base = (uintptr_t)(SIM_BASE * (uint64_t)(o + 1));
+    if (rc < 0 && ptr >= base && ptr < base + msi_opt.sim_capacity) {
+      bool is_free = false;
+      for (int f = 0; f < d->nfree && !is_free; f++)
+        is_free = d->free[f].start <= ptr && ptr < d->free[f].start + d->free[f].size;
+      if (!is_free) rc = 1; /* a classic segment: the context's peer access covers it */
+    }
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return device >= 0 && device < ndevs ? rc : -1;
 }
 
 const msi_backend msi_backend_sim = {

@@ -74,6 +74,13 @@ out:
 
 void msi_history_stop(void) { atomic_store(&msi_recording, 0); }
 
+void msi_history_clear(void) {
+  pthread_mutex_lock(&ring_lock);
+  ring_total = 0;
+  ring_start_ns = msi_now_ns();
+  pthread_mutex_unlock(&ring_lock);
+}
+
 void msi_history_reset(void) {
   atomic_store(&msi_recording, 0);
   pthread_mutex_lock(&ring_lock);

@@ -94,8 +94,11 @@ typedef struct msi_options {
   int dump_signal;             /* signal that writes a snapshot (0 none) */
   bool expandable_segments;    /* grow one virtual segment per stream and pool (expandable.c) */
   bool async_mode;             /* the stream-ordered allocator (async_alloc.c) instead of caching */
+  bool peer_access;            /* map expandable pages and the async pool for peer devices too */
   bool sim_old_driver;         /* sim: no virtual memory management, no stream-ordered pools */
   bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
+  bool torch_ranges;           /* read by the Python package (memsnap.enable()); kept here likewise */
+  uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
 } msi_options;
 
 extern msi_options msi_opt;
@@ -112,6 +115,10 @@ int msi_option_set(const char *name, const char *value);
 /* Copies MEMSNAP_DUMP (or MEMSNAP_DUMP_ON_OOM) into out, consistently while another thread may
  * set it; returns whether one is set. */
 bool msi_dump_path(bool on_oom, char *out, size_t len);
+
+/* Writes the effective value of option `name` ("oom" or "MEMSNAP_OOM") into out: MEMSNAP_OK,
+ * or MEMSNAP_EINVAL (error set) for an unknown name. */
+int msi_option_get(const char *name, char *out, size_t len);
 
 /* Writes the effective value of option i (the table's order) into out. */
 void msi_option_value(int i, char *out, size_t len);
@@ -185,6 +192,9 @@ extern const msi_backend *msi_be;
 int msi_backend_start(void);
 
 int msi_sim_synchronize(memsnap_stream_t stream); /* backend_sim.c */
+/* backend_sim.c: whether `device` may access the simulated memory at `ptr` (memory of another
+ * device only through peer access): 1 yes, 0 no, -1 when no device holds ptr. */
+int msi_sim_peer_access(int device, uintptr_t ptr);
 
 /* ---- blocks, pools, devices ------------------------------------------------------------ */
 
@@ -453,6 +463,8 @@ uint64_t msi_now_ns(void);
 uint32_t msi_thread_id(void);
 int msi_history_start(uint64_t max_entries); /* MEMSNAP_OK or MEMSNAP_ENOMEM */
 void msi_history_stop(void);
+/* Empties the ring (memsnap_record_clear): what was recorded is gone, not counted as dropped. */
+void msi_history_clear(void);
 void msi_history_reset(void);                /* frees the ring and labels */
 void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                      uint64_t requested, uint64_t aux, uint32_t stack_id);
@@ -478,9 +490,10 @@ enum { MSI_FORK_PREPARE, MSI_FORK_PARENT, MSI_FORK_CHILD };
 /* Stack of the calling thread (per MEMSNAP_STACKS), interned: its id, or 0 for none. */
 uint32_t msi_stack_capture(void);
 /* The same, its native part starting at return address first_pc when that is among the first
- * frames outside the library (0: no such start). Without may_take_gil, Python frames are read
- * only when the thread holds the GIL: a thread that released it may hold another library's lock
- * (PyTorch's allocator mutex around cudaMalloc) that a thread holding the GIL waits for. */
+ * frames outside the library (0: no such start). Without may_take_gil, a thread that released
+ * the GIL does not take it back: it may hold another library's lock (PyTorch's allocator mutex
+ * around cudaMalloc) that a thread holding the GIL waits for; its Python frames are read by
+ * gil_helper.c's thread instead (native frames only when the GIL is not had in time). */
 uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil);
 void msi_stacks_reset(void);
 
@@ -499,6 +512,11 @@ typedef struct msi_stack_rec {
  * alive: every interned one holds a reference). Returns 0, or -1 when out of host memory (then
  * both are NULL). */
 int msi_stacks_copy(msi_stack_rec **recs, uint64_t **words, uint32_t *count);
+
+/* gil_helper.c: runs fn(arg) on a helper thread holding the GIL while the caller waits, for a
+ * caller that must not take it. Returns 0 when fn ran, -1 when it did not and never will (no
+ * Python, Python finalizing, or the GIL not had within the wait: native frames only then). */
+int msi_gil_helper_run(void (*fn)(void *), void *arg);
 
 /* The CPython C API, found with dlsym at run time (libmemsnap does not link libpython): stacks.c
  * reads the frames of allocating threads through it, symbolize.c names code objects with it. */
@@ -659,6 +677,9 @@ void msi_device_empty_cache(msi_device *d, uint32_t stack);
  * freeable. MEMSNAP_OK, or MEMSNAP_EINVAL (unknown pool, or a capture underway). */
 int msi_device_empty_pool(msi_device *d, const uint64_t id[2], uint32_t stack);
 int msi_device_set_fraction(msi_device *d, double fraction);
+/* The cap as PyTorch's getMemoryFraction gives it: 1.0 when none is set, else the capped bytes
+ * over the device's total (the fraction as set, less the rounding to whole bytes). */
+double msi_device_get_fraction(msi_device *d);
 size_t msi_round_size(size_t size);
 /* The first block of every segment of `d`, by address, in a new array (*out, caller frees);
  * walk ->next for the rest. Lock held. Returns the count, or SIZE_MAX when out of host memory. */
@@ -703,6 +724,9 @@ int msi_pool_create(msi_device *d, const uint64_t id[2]);
 int msi_pool_release(msi_device *d, const uint64_t id[2]);
 /* Whether the pool's allocated blocks are exactly ptrs[0..n) (sorted): 1, 0, or MEMSNAP_EINVAL. */
 int msi_pool_live_match(msi_device *d, const uint64_t id[2], const uint64_t *ptrs, size_t n);
+/* The pool's use count (captures, MemPools and use_mem_pool blocks holding it), or
+ * MEMSNAP_EINVAL for an unknown pool. */
+int msi_pool_use_count(msi_device *d, const uint64_t id[2]);
 
 /* async_alloc.c: the stream-ordered mode. Each returns what its msi_device_* counterpart does. */
 int msi_async_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32_t stack, void **out);

@@ -67,6 +67,11 @@ void memsnap_empty_cache(void);
  * torch.cuda.set_per_process_memory_fraction(). fraction must be in [0, 1]. */
 void memsnap_set_memory_fraction(double fraction, int device);
 
+/* The memory fraction of `device` as torch.cuda.get_per_process_memory_fraction() gives it:
+ * 1.0 when none is set, else the capped bytes over the device's total memory. A negative
+ * MEMSNAP_E* code for an unknown device or a backend that cannot start. */
+double memsnap_get_memory_fraction(int device);
+
 /* Marks `ptr` as used on `stream` (torch.Tensor.record_stream): when the block is freed, it is
  * not reused until the work queued on `stream` at free time has completed. */
 void memsnap_record_stream(void *ptr, memsnap_stream_t stream);
@@ -105,6 +110,12 @@ const char *memsnap_option_info(int i, const char **default_value, const char **
  * and are read from the environment once (by this call, if it is the first: the device is not
  * started). Returns MEMSNAP_OK or MEMSNAP_EINVAL (message set). */
 int memsnap_set_option(const char *name, const char *value);
+
+/* Writes the effective value of option `name` ("oom" or "MEMSNAP_OOM") into value[len], as
+ * `memsnap options` and a snapshot's options spell it ("async", "1", "unlimited"...), reading
+ * the environment first if nothing did (the device is not started). Returns MEMSNAP_OK, or
+ * MEMSNAP_EINVAL for an unknown name (message set). */
+int memsnap_get_option(const char *name, char *value, size_t len);
 
 /* Number of devices the backend sees, or a negative MEMSNAP_E* code. */
 int memsnap_device_count(void);
@@ -181,6 +192,11 @@ int memsnap_record_start(size_t max_entries, const char *stacks);
 /* Stops recording; the ring keeps what it holds for memsnap_dump(). Returns MEMSNAP_OK. */
 int memsnap_record_stop(void);
 
+/* Empties the ring: the events recorded so far are forgotten (not counted as dropped), and the
+ * next snapshot's times count from now; recording goes on if it was on (PyTorch's
+ * _record_memory_history(clear_history=True)). Returns MEMSNAP_OK. */
+int memsnap_record_clear(void);
+
 /* Writes a snapshot (docs/snapshot-format.md): the allocator's state now, the recorded events,
  * marks, ranges and stacks, as one SQLite file, atomically (a reader sees the old file or the
  * new one). `path` may hold %p (pid), %r (rank), %h (host), %t (Unix time). Works without
@@ -236,6 +252,10 @@ int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1);
  * MEMSNAP_EINVAL for an unknown pool. */
 int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, const uint64_t *ptrs, size_t n);
 
+/* The use count of pool (id0, id1): captures, MemPools and use_mem_pool blocks holding it
+ * (torch.cuda.MemPool.use_count()). MEMSNAP_EINVAL for an unknown pool. */
+int memsnap_pool_use_count(int device, uint64_t id0, uint64_t id1);
+
 /* ---- Allocations memsnap's allocator did not make ---------------------------------------- */
 
 /* Records a device allocation made by someone else (the intercept library of `memsnap run
@@ -278,6 +298,11 @@ int memsnap_sim_synchronize(memsnap_stream_t stream);
  * backend, bad device, a range the device did not give). */
 int memsnap_sim_mem_alloc(int device, size_t size, void **out);
 int memsnap_sim_mem_free(int device, void *ptr, size_t size);
+
+/* Whether `device` may access the simulated memory at `ptr`: 1 yes, 0 no (an expandable
+ * segment's page or the async pool of another device with MEMSNAP_PEER_ACCESS=0), MEMSNAP_EINVAL
+ * when ptr is in no device's memory or the backend is not sim. */
+int memsnap_sim_peer_access(int device, const void *ptr);
 
 #ifdef __cplusplus
 }

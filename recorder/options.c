@@ -74,6 +74,8 @@ static const option table[] = {
      K_CHOICE, FIELD(async_mode), .choices = {{"native", 0}, {"async", 1}, {"cudaMallocAsync", 1}}, .pytorch_key = "backend"},
     {{"expandable_segments", "0", "1: grow one segment per stream and pool in place, mapping pages through the driver's virtual memory API (PyTorch's expandable_segments:True)"},
      K_BOOL, FIELD(expandable_segments), .pytorch_key = "expandable_segments"},
+    {{"peer_access", "1", "1: map expandable segments' pages and the async pool for every device that can access this one (PyTorch maps them for a peer once it copies between the two); 0: the owning device only"},
+     K_BOOL, FIELD(peer_access), .runtime = false},
     {{"max_split_size_mb", "unlimited", "blocks at least this large (MiB) are never split; at least 20"},
      K_MIB, FIELD(max_split_size), .lo = MSI_LARGE_BUFFER >> 20, .hi = 1ull << 40, .pytorch_key = "max_split_size_mb"},
     {{"max_non_split_rounding_mb", "20", "a request of at least max_split_size may take a cached block up to this much (MiB) larger"},
@@ -109,6 +111,10 @@ static const option table[] = {
      K_SIGNAL, FIELD(dump_signal), .runtime = false},
     {{"intercept_cache", "0", "1: the intercept library (memsnap run --cache) serves cudaMalloc/cudaFree from the caching allocator"},
      K_BOOL, FIELD(intercept_cache), .runtime = false},
+    {{"torch_ranges", "1", "0: memsnap.enable() leaves PyTorch's record_function scopes (Optimizer.step...) unrecorded as ranges"},
+     K_BOOL, FIELD(torch_ranges), .runtime = false},
+    {{"gil_wait_ms", "100", "how long an intercepted allocation from a Python thread that released the GIL waits for its Python frames (ms; past it, and with 0, native frames only)"},
+     K_UINT, FIELD(gil_wait_ms), .lo = 0, .hi = 60000, .runtime = true},
 };
 
 enum { OPT_COUNT = sizeof table / sizeof table[0] };
@@ -354,11 +360,21 @@ static void apply_pytorch_conf(const char *var) {
   }
 }
 
-int msi_option_set(const char *name, const char *value) {
+/* The table row of option `name` ("oom" or "MEMSNAP_OOM"), or -1. */
+static int find_option(const char *name) {
   for (int i = 0; i < OPT_COUNT; i++) {
     char var[48];
     env_name(table[i].info.name, var, sizeof var);
-    if (strcmp(name, table[i].info.name) != 0 && strcmp(name, var) != 0) continue;
+    if (strcmp(name, table[i].info.name) == 0 || strcmp(name, var) == 0) return i;
+  }
+  return -1;
+}
+
+int msi_option_set(const char *name, const char *value) {
+  int i = find_option(name);
+  if (i >= 0) {
+    char var[48];
+    env_name(table[i].info.name, var, sizeof var);
     /* The rest shape segments and statistics: read only when the library initialises. */
     if (!table[i].runtime) {
       msi_error("option %s is read only at initialisation: set %s in the environment", table[i].info.name, var);
@@ -375,6 +391,16 @@ bool msi_dump_path(bool on_oom, char *out, size_t len) {
   snprintf(out, len, "%s", on_oom ? msi_opt.dump_on_oom : msi_opt.dump);
   pthread_mutex_unlock(&path_lock);
   return out[0] != '\0';
+}
+
+int msi_option_get(const char *name, char *out, size_t len) {
+  int i = find_option(name);
+  if (i < 0) {
+    msi_error("unknown option '%s' (memsnap options lists them)", name);
+    return MEMSNAP_EINVAL;
+  }
+  msi_option_value(i, out, len);
+  return MEMSNAP_OK;
 }
 
 void msi_option_value(int i, char *out, size_t len) {

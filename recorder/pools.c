@@ -171,6 +171,15 @@ int msi_pool_release(msi_device *d, const uint64_t id[2]) {
   return rc;
 }
 
+int msi_pool_use_count(msi_device *d, const uint64_t id[2]) {
+  pthread_mutex_lock(&d->lock);
+  msi_private_pool *pp = msi_private_pool_find(d, id);
+  int rc = pp ? (int)pp->use_count : MEMSNAP_EINVAL;
+  if (!pp) msi_error("device %d: no pool (%llu, %llu)", d->index, (unsigned long long)id[0], (unsigned long long)id[1]);
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
 /* PyTorch's checkPoolLiveAllocations: whether the pool's allocated blocks are exactly `ptrs`
  * (sorted ascending). 1 yes, 0 no, MEMSNAP_EINVAL for an unknown pool. */
 int msi_pool_live_match(msi_device *d, const uint64_t id[2], const uint64_t *ptrs, size_t n) {

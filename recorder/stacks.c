@@ -80,25 +80,27 @@ const msi_python *msi_python_api(void) {
 
 /* Takes the GIL for reading this thread's Python frames, if the thread has any: returns 1 and
  * sets *gil when it took it, 0 when the thread holds it already, -1 when there is nothing to
- * read (no Python, or a thread that never ran Python). A Python thread inside an op that released
- * the GIL (PyTorch's bindings do, around ATen) takes it back, as PyTorch's own recorder does; a
- * thread without a thread state (PyTorch's autograd workers, C++ threads) never waits for it.
- * Lock order: the GIL before stack_lock, everywhere. */
+ * read (no Python, or a thread that never ran Python), PYTHON_ELSEWHERE when the thread released
+ * it and may not take it back (its frames are read by gil_helper.c's thread). A Python thread
+ * inside an op that released the GIL (PyTorch's bindings do, around ATen) takes it back, as
+ * PyTorch's own recorder does; a thread without a thread state (PyTorch's autograd workers, C++
+ * threads) never waits for it. Lock order: the GIL before stack_lock, everywhere. */
+#define PYTHON_ELSEWHERE (-2)
 static int python_enter(int *gil, bool may_take) {
   if (MSI_UNLIKELY(py.state == 0)) python_resolve();
   if (py.state < 0 || !py.IsInitialized() || !py.GILState_GetThisThreadState()) return -1;
   if (py.GILState_Check()) return 0;
-  if (!may_take) return -1;
+  if (!may_take) return PYTHON_ELSEWHERE;
   *gil = py.GILState_Ensure();
   return 1;
 }
 
-/* Appends (code, position) pairs of the calling thread's Python stack, innermost first. The
+/* Appends (code, position) pairs of thread state ts's Python stack, innermost first. The
  * position is the instruction offset where Python has PyFrame_GetLasti (3.11+; the line is
  * computed when the snapshot is written, which spares a scan of the line table per frame), else
- * the line number with MSI_PY_LINE_FLAG (bit 63) set. GIL held. */
-static int python_frames(uint64_t *out, int max) {
-  void *ts = py.GILState_GetThisThreadState();
+ * the line number with MSI_PY_LINE_FLAG (bit 63) set. GIL held (by the thread of ts, or by
+ * gil_helper.c's while the thread of ts waits). */
+static int python_frames_of(void *ts, uint64_t *out, int max) {
   PyObject *f = ts ? py.ThreadState_GetFrame(ts) : NULL; /* new reference */
   int n = 0;
   while (f && n < max) {
@@ -115,6 +117,9 @@ static int python_frames(uint64_t *out, int max) {
   if (f) py.DecRef(f);
   return n;
 }
+
+/* The calling thread's frames, as python_frames_of. */
+static int python_frames(uint64_t *out, int max) { return python_frames_of(py.GILState_GetThisThreadState(), out, max); }
 
 /* ---- native frames ---------------------------------------------------------------------- */
 
@@ -234,6 +239,37 @@ static uint32_t intern(const uint64_t *w, int n_native, int n_python) {
   return nrecs++;
 }
 
+/* ---- Python frames of a thread that released the GIL, read by gil_helper.c's thread ------ */
+
+typedef struct elsewhere {
+  void *ts;    /* the waiting thread's state */
+  uint64_t *w; /* its native words, then room for MAX_PYTHON pairs */
+  int nn;
+  uint32_t id; /* out */
+} elsewhere;
+
+/* On the helper thread, GIL held, while the thread of e->ts waits (runs no Python). */
+static void intern_elsewhere(void *arg) {
+  elsewhere *e = arg;
+  int np = python_frames_of(e->ts, e->w + e->nn, MAX_PYTHON);
+  if (e->nn + np == 0) return;
+  pthread_mutex_lock(&stack_lock);
+  e->id = intern(e->w, e->nn, np);
+  pthread_mutex_unlock(&stack_lock);
+}
+
+/* The stack of the calling thread, which released the GIL: its native words w[0..nn) and its
+ * Python frames read by the helper; native frames only when the GIL cannot be had in time. */
+static uint32_t capture_elsewhere(uint64_t *w, int nn) {
+  elsewhere e = {py.GILState_GetThisThreadState(), w, nn, 0};
+  if (msi_gil_helper_run(intern_elsewhere, &e) == 0) return e.id;
+  if (nn == 0) return 0;
+  pthread_mutex_lock(&stack_lock);
+  uint32_t id = intern(w, nn, 0);
+  pthread_mutex_unlock(&stack_lock);
+  return id;
+}
+
 uint32_t msi_stack_capture(void) { return msi_stack_capture_from(0, true); }
 
 uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil) {
@@ -243,6 +279,11 @@ uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil) {
   uint64_t w[MAX_NATIVE + 2 * MAX_PYTHON];
   int nn = (mode & MSI_STACKS_NATIVE) ? native_frames(w, MAX_NATIVE, first_pc) : 0;
   int gil = 0, entered = (mode & MSI_STACKS_PYTHON) ? python_enter(&gil, may_take_gil) : -1;
+  if (entered == PYTHON_ELSEWHERE) {
+    uint32_t id = capture_elsewhere(w, nn);
+    in_capture = 0;
+    return id;
+  }
   int np = entered >= 0 ? python_frames(w + nn, MAX_PYTHON) : 0;
   uint32_t id = 0;
   if (nn + np > 0) { /* with the GIL still held: intern takes references to new code objects */

@@ -150,10 +150,6 @@ typedef struct ms_code_kinds {
   uint8_t *chain_len;
 } ms_code_kinds;
 
-/* Whether a frame is the program's own code: a Python frame outside site-packages,
- * dist-packages, the standard library, PyTorch's and memsnap's packages (and not <frozen ...>);
- * a native frame of an executable rather than a shared library; never machinery. */
-bool ms_frame_is_program(const ms_frame *f);
 /* Classifies every frame and stack of s (stacks loaded) by the built-in table and `rules` (NULL:
  * none) into k. 0, or -1 when out of memory (k empty). */
 int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms_code_kinds *k);

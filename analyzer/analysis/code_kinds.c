@@ -49,21 +49,6 @@ static const struct {
 /* Files of torch/optim that are no optimizer's step. */
 static const char *const not_optimizer[] = {"*/torch/optim/lr_scheduler.py", "*/torch/optim/swa_utils.py"};
 
-/* Libraries, the interpreter and the standard library, by a Python frame's file. */
-static const char *const library_files[] = {"*/site-packages/*", "*/dist-packages/*", "*/lib/python3*", "*/lib64/python3*",
-                                            "<*",               "*/torch/*",         "*/memsnap/*"};
-
-bool ms_frame_is_program(const ms_frame *f) {
-  if (f->machinery) return false;
-  if (f->python) {
-    for (size_t i = 0; i < sizeof library_files / sizeof *library_files; i++)
-      if (fnmatch(library_files[i], f->file, 0) == 0) return false;
-    return f->file[0] != '\0';
-  }
-  const char *slash = strrchr(f->module, '/'), *base = slash ? slash + 1 : f->module;
-  return base[0] && !strstr(base, ".so"); /* an executable, not a shared library */
-}
-
 int ms_category_rule_add(ms_category_rules *r, const char *rule) {
   const char *eq = strchr(rule, '=');
   if (!eq || eq == rule || !eq[1] || r->n == MS_CATEGORY_RULES || (size_t)(eq - rule) >= sizeof r->rule[0].name) return -1;

@@ -31,14 +31,18 @@ static int64_t allocations_between(ms_snapshot *s, int64_t from, int64_t to) {
 }
 
 /* Ranges that last, but cover only part of each step (Optimizer.step, a data loader's fetch) must still
- * give iterations covering the whole loop: each runs from one range's start to the next one's,
+ * give iterations covering the whole loop (ranges that cover less than half the time between the
+ * first one's start and the last one's end, and an optimizer's step whatever its share): each runs from one range's start to the next one's,
  * or, when the work comes before each range (more allocations before the first range than after
  * the last: forward and backward, then the optimizer step), from one range's end to the next
  * one's, the first from the history's start. Rewrites b's times in that case. */
 static void ranges_to_steps(ms_analysis *a, ms_boundary *b, size_t n, int64_t covered, int64_t last_end) {
   ms_snapshot *s = a->snap;
-  /* instants (marks exported as annotations) start their steps; ranges that fill the loop are its steps */
-  if (covered == 0 || covered * 2 >= last_end - b[0].time) return;
+  /* instants (marks exported as annotations) start their steps; ranges that fill the loop are its
+     steps; an optimizer's step (PyTorch's "Optimizer.step#AdamW.step") covers only the end of one,
+     however long it takes */
+  bool optimizer = strncmp(a->iteration_label, "Optimizer.step", 14) == 0;
+  if (covered == 0 || (!optimizer && covered * 2 >= last_end - b[0].time)) return;
   int64_t before = allocations_between(s, s->first_ns, b[0].time);
   int64_t after = allocations_between(s, last_end + 1, INT64_MAX);
   if (before <= after) return; /* the work follows each range's start: starts are the boundaries */

@@ -8,6 +8,12 @@
  *                 snapshot at exit; this command imports each pickle into the snapshot asked for
  *   intercept     any program: LD_PRELOAD=libmemsnap_intercept.so records the CUDA runtime's and
  *                 driver's allocations (intercept/intercept.c)
+ *   audit         the same library as a run-time linker audit library (LD_AUDIT, intercept/audit.c)
+ *   allocator+intercept  both in one snapshot; the default (auto) for a Python program, so that
+ *                 one that never imports torch (CuPy, JAX, Numba, ctypes) is recorded too; for
+ *                 anything else auto is intercept
+ * Where the interposer records a Python program, JAX's XLA is asked to allocate each array from
+ * the driver (XLA_PYTHON_CLIENT_ALLOCATOR=platform) unless --keep-arena or the user chose.
  * Every process of the program (forks that exec, workers, torchrun's ranks) inherits it and
  * writes its own file (the path's %p, %r). Each snapshot written is appended to a manifest file
  * (MEMSNAP_RUN_MANIFEST) by whoever wrote it, so this command finds them all afterwards.
@@ -32,13 +38,17 @@
 #include "replay/replay.h"
 #include "report/report.h"
 
-typedef enum { MODE_AUTO, MODE_ALLOCATOR, MODE_TORCH_NATIVE, MODE_INTERCEPT, MODE_BOTH } run_mode;
-static const char *const mode_names[] = {"auto", "allocator", "torch-native", "intercept", "allocator+intercept"};
+typedef enum { MODE_AUTO, MODE_ALLOCATOR, MODE_TORCH_NATIVE, MODE_INTERCEPT, MODE_BOTH, MODE_AUDIT } run_mode;
+static const char *const mode_names[] = {"auto", "allocator", "torch-native", "intercept", "allocator+intercept",
+                                         "audit"};
+
+/* Whether the interposer records in `mode` (LD_PRELOAD or LD_AUDIT). */
+static bool interposed(run_mode mode) { return mode == MODE_INTERCEPT || mode == MODE_BOTH || mode == MODE_AUDIT; }
 
 typedef struct run_options {
   const char *output, *stacks, *max_entries, *dump_on_oom, *signal_name;
   run_mode mode;
-  bool html, quiet, cache, no_torch_blocks, no_suggest;
+  bool html, quiet, cache, no_torch_blocks, keep_arena, no_suggest;
   char **program; /* argv of the program, NULL-terminated */
 } run_options;
 
@@ -169,7 +179,7 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
       rc |= set_env("MEMSNAP_DUMP_ON_OOM", path);
     }
   }
-  if (mode == MODE_INTERCEPT && !o->no_torch_blocks) {
+  if ((mode == MODE_INTERCEPT || mode == MODE_AUDIT) && !o->no_torch_blocks) {
     /* a PyTorch process: its blocks, from PyTorch's own recorder, into a snapshot of their own */
     char blocks[PATH_MAX + 16];
     absolute(o->output, path, sizeof path);
@@ -177,11 +187,15 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
     rc |= set_env("MEMSNAP_RUN_TORCH_BLOCKS", blocks);
   }
   if (o->cache) rc |= set_env("MEMSNAP_INTERCEPT_CACHE", "1");
+  if (interposed(mode) && !o->keep_arena && !getenv("XLA_PYTHON_CLIENT_ALLOCATOR")) {
+    /* JAX: each array its own cuMemAlloc, which the interposer sees (the sitecustomize notes it) */
+    rc |= set_env("XLA_PYTHON_CLIENT_ALLOCATOR", "platform") | set_env("MEMSNAP_RUN_XLA_ALLOCATOR", "platform");
+  }
   if (o->stacks) rc |= set_env("MEMSNAP_STACKS", o->stacks);
   if (o->max_entries) rc |= set_env("MEMSNAP_MAX_ENTRIES", o->max_entries);
   { /* every mode: Python programs get the sitecustomize (intercept: it dumps from Python's exit) */
     if (python_dir(bin, py, sizeof py) != 0) {
-      if (mode == MODE_INTERCEPT) goto preload; /* a C program does not need it */
+      if (mode == MODE_INTERCEPT || mode == MODE_AUDIT) goto preload; /* a C program does not need it */
       fprintf(stderr, "error: run: the memsnap Python package is not found beside '%s' (set MEMSNAP_PYTHONPATH "
               "to the directory that holds memsnap/)\n", bin);
       return -1;
@@ -190,7 +204,7 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
     rc |= add_to_env("PYTHONPATH", py, false) | add_to_env("PYTHONPATH", site, false);
   }
 preload:
-  if (mode == MODE_INTERCEPT || mode == MODE_BOTH) {
+  if (interposed(mode)) {
     char so[PATH_MAX + 32];
     snprintf(so, sizeof so, "%s/libmemsnap_intercept.so", bin);
     if (!exists(so)) {
@@ -198,7 +212,7 @@ preload:
       return -1;
     }
     /* last: a sanitizer's runtime the user preloads must stay first */
-    rc |= add_to_env("LD_PRELOAD", so, true);
+    rc |= add_to_env(mode == MODE_AUDIT ? "LD_AUDIT" : "LD_PRELOAD", so, true);
   }
   return rc ? -1 : 0;
 }
@@ -290,6 +304,12 @@ static int run_program(char **argv, int dump_sig, const char *manifest) {
 typedef struct found {
   char **paths;
   size_t n, cap;
+  struct { /* the processes that imported JAX, and XLA's allocator in each (sitecustomize's "xla" lines) */
+    long pid;
+    char allocator[32];
+    bool ours; /* memsnap run chose it */
+  } xla[64];
+  size_t nxla;
 } found;
 
 static void add_found(found *f, const char *path) {
@@ -306,7 +326,20 @@ static void add_found(found *f, const char *path) {
   if (copy) f->paths[f->n++] = copy;
 }
 
-/* Reads the manifest: the snapshots written, and (torch-native) the pickles to import. */
+/* An "xla" line's fields: PID, XLA's allocator, "1" when memsnap run chose it. */
+static void add_xla(found *f, char *fields) {
+  char *allocator = strchr(fields, '\t'), *ours;
+  if (!allocator || f->nxla == sizeof f->xla / sizeof *f->xla) return;
+  *allocator++ = '\0';
+  if ((ours = strchr(allocator, '\t')) != NULL) *ours++ = '\0';
+  f->xla[f->nxla].pid = strtol(fields, NULL, 10);
+  snprintf(f->xla[f->nxla].allocator, sizeof f->xla[f->nxla].allocator, "%s", allocator);
+  ms_neutralise(f->xla[f->nxla].allocator);
+  f->xla[f->nxla++].ours = ours && !strcmp(ours, "1");
+}
+
+/* Reads the manifest: the snapshots written, (torch-native) the pickles to import, and the
+ * processes that imported JAX. */
 static void read_manifest(const char *manifest, found *f) {
   FILE *in = fopen(manifest, "r");
   char line[3 * PATH_MAX];
@@ -318,6 +351,8 @@ static void read_manifest(const char *manifest, found *f) {
     *a++ = '\0';
     if (!strcmp(kind, "db")) {
       add_found(f, a);
+    } else if (!strcmp(kind, "xla")) {
+      add_xla(f, a);
     } else if (!strcmp(kind, "pickle") && (b = strchr(a, '\t')) != NULL) {
       *b++ = '\0';
       if (!strstr(a, ".torch-") || strlen(a) < 7 || strcmp(a + strlen(a) - 7, ".pickle")) continue; /* not ours */
@@ -332,10 +367,51 @@ static void read_manifest(const char *manifest, found *f) {
   fclose(in);
 }
 
+/* Which path saw a snapshot's memory: memsnap's allocator (PyTorch's tensors, --cache's blocks)
+ * and the interposer (every other device allocation: pool external), or PyTorch's own allocator
+ * when the snapshot was `imported` from its recorder; allocations over the history and bytes
+ * allocated; what the interposer holds at the snapshot, by API and library; and in a process
+ * that imported JAX, the allocator XLA had. */
+static void print_paths(const ms_analysis *a, const found *f, bool imported, const char *indent) {
+  int64_t n[2] = {0, 0}, bytes[2] = {0, 0};
+  char b[32];
+  for (size_t i = 0; i < a->nsites; i++) {
+    n[a->sites[i].external] += a->sites[i].allocs;
+    bytes[a->sites[i].external] += a->sites[i].alloc_bytes;
+  }
+  printf("%sseen: ", indent);
+  for (int k = 0; k < 2; k++) {
+    ms_format_bytes(bytes[k], b, sizeof b);
+    if (n[k])
+      printf("%s%lld allocation%s (%s) through %s", k && n[0] ? "; " : "", (long long)n[k], n[k] == 1 ? "" : "s", b,
+             k ? "the interposer" : imported ? "PyTorch's allocator (its recorder's snapshot, imported)"
+                                             : "memsnap's allocator");
+  }
+  if (!n[0] && !n[1]) printf("no allocation in the history");
+  printf("\n");
+  if (a->nexternal) {
+    ms_format_bytes(a->external_bytes, b, sizeof b);
+    printf("%sthe interposer's at the snapshot: %s, most from %s in %s\n", indent, b, a->external[0].source,
+           a->external[0].library);
+  }
+  for (size_t i = 0; i < f->nxla; i++) {
+    if (f->xla[i].pid != (long)a->snap->pid) continue;
+    if (!strcmp(f->xla[i].allocator, "platform"))
+      printf("%sJAX: XLA allocated each array from the driver (XLA_PYTHON_CLIENT_ALLOCATOR=platform%s; slower than "
+             "its arena: --keep-arena keeps it)\n", indent, f->xla[i].ours ? ", set by memsnap run" : "");
+    else
+      printf("%sJAX: XLA's allocator '%s' suballocates inside the memory it reserves: its arrays are not seen one by "
+             "one (memsnap run sets XLA_PYTHON_CLIENT_ALLOCATOR=platform unless --keep-arena)\n", indent,
+             f->xla[i].allocator);
+  }
+}
+
 /* What one snapshot shows: the peak, what is allocated at the end, the first leak candidate and
  * its stack, and the commands that open the report and the page (written with `html`). `brief`
- * (many snapshots, one screen): two lines, the leak's innermost frame that matters. */
-static void print_summary(const char *path, bool html, bool brief, bool no_suggest) {
+ * (many snapshots, one screen): two lines, the leak's innermost frame that matters. Otherwise
+ * also through which path the memory was seen (print_paths; `f`: the manifest's JAX lines). The
+ * replay's best suggestion follows (not with `no_suggest`). */
+static void print_summary(const char *path, bool html, bool brief, const found *f, bool no_suggest) {
   ms_snapshot s;
   ms_analysis a;
   char b1[32], b2[32], b3[32], shown[PATH_MAX];
@@ -368,6 +444,7 @@ static void print_summary(const char *path, bool html, bool brief, bool no_sugge
   } else {
     printf("\nsnapshot %s\n", shown);
     printf("  peak %s allocated, %s reserved; %s allocated at the snapshot\n", b1, b2, b3);
+    print_paths(&a, f, s.import_source[0] != '\0', "  ");
     if (leak) {
       printf("  first leak candidate: %s, %s per iteration, %lld blocks live at the snapshot\n",
              ms_leak_kind_name(leak->kind), per, (long long)leak->end_count);
@@ -421,6 +498,7 @@ static int parse(int argc, char **argv, run_options *o) {
     else if (!strcmp(arg, "--html")) o->html = true;
     else if (!strcmp(arg, "--cache")) o->cache = true;
     else if (!strcmp(arg, "--no-torch-blocks")) o->no_torch_blocks = true;
+    else if (!strcmp(arg, "--keep-arena")) o->keep_arena = true;
     else if (!strcmp(arg, "--no-suggest")) o->no_suggest = true;
     else if (!strcmp(arg, "-q") || !strcmp(arg, "--quiet")) o->quiet = true;
     else if (!strcmp(arg, "--mode") && has_value) {
@@ -428,7 +506,8 @@ static int parse(int argc, char **argv, run_options *o) {
       size_t k = 0;
       while (k < sizeof mode_names / sizeof *mode_names && strcmp(m, mode_names[k])) k++;
       if (k == sizeof mode_names / sizeof *mode_names)
-        return ms_usage_error(&ms_run_command, "unknown mode '%s' (auto, allocator, torch-native, intercept, allocator+intercept)", m);
+        return ms_usage_error(&ms_run_command, "unknown mode '%s' (auto, allocator, torch-native, intercept, "
+                              "allocator+intercept, audit)", m);
       o->mode = (run_mode)k;
     } else {
       return ms_unknown_option(&ms_run_command, arg, !has_value);
@@ -454,10 +533,10 @@ static int cmd_run(int argc, char **argv) {
   int rc = parse(argc, argv, &o);
   if (rc) return rc;
   run_mode mode = o.mode;
-  if (mode == MODE_AUTO) mode = runs_python(o.program[0]) && !o.cache ? MODE_ALLOCATOR : MODE_INTERCEPT;
-  if (o.cache && mode != MODE_INTERCEPT)
-    return ms_usage_error(&ms_run_command, "--cache serves intercepted cudaMalloc calls: it needs --mode intercept (not %s)",
-                          mode_names[mode]);
+  if (mode == MODE_AUTO) mode = runs_python(o.program[0]) && !o.cache ? MODE_BOTH : MODE_INTERCEPT;
+  if (o.cache && mode != MODE_INTERCEPT && mode != MODE_AUDIT)
+    return ms_usage_error(&ms_run_command, "--cache serves intercepted cudaMalloc calls: it needs --mode intercept or "
+                          "audit (not %s)", mode_names[mode]);
   char bin[PATH_MAX], manifest[] = "/tmp/memsnap-run-XXXXXX";
   if (self_dir(bin, sizeof bin) != 0) {
     fprintf(stderr, "error: run: cannot find memsnap's own directory (/proc/self/exe)\n");
@@ -473,7 +552,10 @@ static int cmd_run(int argc, char **argv) {
     unlink(manifest);
     return 1;
   }
-  if (!o.quiet) fprintf(stderr, "memsnap run: recording '%s' (mode %s)\n", o.program[0], mode_names[mode]);
+  if (!o.quiet)
+    fprintf(stderr, "memsnap run: recording '%s' (mode %s%s)\n", o.program[0], mode_names[mode],
+            o.mode == MODE_AUTO && mode == MODE_BOTH ? ": memsnap's allocator if it imports torch, the interposer for "
+                                                       "all other device memory" : "");
   fflush(NULL);
   int status = run_program(o.program, o.signal_name ? signal_number(o.signal_name) : 0, manifest);
   if (status < 0) {
@@ -495,11 +577,11 @@ static int cmd_run(int argc, char **argv) {
         printf("a process killed by a signal cannot write one (--signal SIG takes one while it runs)\n");
       else
         printf("no process of the program allocated device memory that mode %s sees%s\n", mode_names[mode],
-               mode == MODE_ALLOCATOR ? " (it never imported torch? try --mode intercept)" : "");
+               mode == MODE_ALLOCATOR ? " (it never imported torch? try the default, allocator+intercept)" : "");
     }
     bool brief = f.n > 3; /* one screen */
     if (brief) printf("\n%zu snapshots\n", f.n);
-    for (size_t i = 0; i < f.n; i++) print_summary(f.paths[i], o.html, brief, o.no_suggest);
+    for (size_t i = 0; i < f.n; i++) print_summary(f.paths[i], o.html, brief, &f, o.no_suggest);
     if (f.n > 1) { /* side by side, leak candidates matched across processes */
       printf("\nall of them: memsnap analyze");
       for (size_t i = 0; i < f.n && i < 64; i++) {
@@ -519,15 +601,15 @@ static int cmd_run(int argc, char **argv) {
 
 const ms_command ms_run_command = {"run", cmd_run,
      "memsnap run [-o PATH] [--mode MODE] [--stacks S] [--max-entries N] [--dump-on-oom PATH]\n"
-     "            [--signal SIG] [--cache] [--no-torch-blocks] [--html] [--no-suggest] [-q]\n"
+     "            [--signal SIG] [--cache] [--no-torch-blocks] [--keep-arena] [--html] [--no-suggest] [-q]\n"
      "            -- PROGRAM [ARGS...]\n"
      "                            run a program unchanged, recording its GPU memory",
      "  PROGRAM [ARGS...]   the program, run unchanged; its exit status is memsnap's (128+N when\n"
      "                      signal N ended it). Every process it starts records too, each in its own file\n"
      "  -o, --output PATH   the snapshot to write at exit (default memsnap-%p.db); %p pid, %r rank\n"
      "                      (RANK, LOCAL_RANK...: torchrun), %h host, %t time, %% a percent sign\n"
-     "  --mode MODE         how memory is seen (default auto: allocator for Python programs, else\n"
-     "                      intercept):\n"
+     "  --mode MODE         how memory is seen (default auto: allocator+intercept for Python programs,\n"
+     "                      so that one that never imports torch is recorded too; else intercept):\n"
      "                        allocator     memsnap becomes PyTorch's allocator when torch is imported\n"
      "                        torch-native  PyTorch's allocator and recorder; its snapshot is imported\n"
      "                        intercept     an LD_PRELOAD library records every cudaMalloc, cuMemAlloc,\n"
@@ -535,6 +617,8 @@ const ms_command ms_run_command = {"run", cmd_run,
      "                                      PyTorch process PyTorch's recorder also writes its blocks\n"
      "                                      (tensors inside those segments) to PATH.torch.db\n"
      "                        allocator+intercept  both: PyTorch's blocks and every other library's\n"
+     "                        audit         intercept, the library loaded with LD_AUDIT (bindings through\n"
+     "                                      RTLD_DEEPBIND libraries and dlsym seen by the run-time linker)\n"
      "  --stacks S          stacks recorded: none, native, python or all (default all)\n"
      "  --max-entries N     events kept (default 100000; older ones are dropped and counted)\n"
      "  --dump-on-oom PATH  also write a snapshot at the first out-of-memory (same patterns)\n"
@@ -545,6 +629,8 @@ const ms_command ms_run_command = {"run", cmd_run,
      "                      for the device, as it does without memsnap\n"
      "  --no-torch-blocks   intercept in a PyTorch process: segments only, no PATH.torch.db (PyTorch's\n"
      "                      recorder costs some 8% of a training step)\n"
+     "  --keep-arena        JAX: keep XLA's arena (by default, where the interposer records, XLA allocates\n"
+     "                      each array from the driver: XLA_PYTHON_CLIENT_ALLOCATOR=platform, slower)\n"
      "  --html              write each snapshot's page too (PATH with .html for .db)\n"
      "  --no-suggest        no suggestion of allocator settings in the summary (the replay's sweep,\n"
      "                      as memsnap analyze runs it: docs/replay.md)\n"

@@ -14,6 +14,9 @@
  *     frames, the first native frame that is not machinery (the operator) and then the Python
  *     frames, the native frames between them (the operator's internals, bindings, interpreter)
  *     folded away.
+ *   - The program's own code (ms_frame_is_program): the frames that are neither a library's, the
+ *     interpreter's nor the standard library's; reports keep the innermost of them, and the
+ *     analysis finds a program's loop in them.
  *   - Frame identity across processes (ms_frame_key): function, file and line; module name and
  *     offset for unnamed frames (their addresses move with ASLR); never addresses or row ids.
  */
@@ -234,6 +237,23 @@ size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint
     for (uint32_t i = 0; i < k->depth && n < max; i++)
       if (pass == 1 || unnamed(&s->frames[k->frames[i]])) ids[n++] = k->frames[i];
   return n;
+}
+
+/* ---- the program's own code ------------------------------------------------------------ */
+
+/* Libraries, the interpreter and the standard library, by a Python frame's file. */
+static const char *const library_files[] = {"*/site-packages/*", "*/dist-packages/*", "*/lib/python3*", "*/lib64/python3*",
+                                            "<*",               "*/torch/*",         "*/memsnap/*"};
+
+bool ms_frame_is_program(const ms_frame *f) {
+  if (f->machinery) return false;
+  if (f->python) {
+    for (size_t i = 0; i < sizeof library_files / sizeof *library_files; i++)
+      if (fnmatch(library_files[i], f->file, 0) == 0) return false;
+    return f->file[0] != '\0';
+  }
+  const char *slash = strrchr(f->module, '/'), *base = slash ? slash + 1 : f->module;
+  return base[0] && !strstr(base, ".so"); /* an executable, not a shared library */
 }
 
 /* ---- identity across processes ---------------------------------------------------------- */

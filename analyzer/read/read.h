@@ -248,6 +248,10 @@ bool ms_frame_is_machinery(const ms_fold *fold, const ms_frame *f);
  * is left out; a stack with Python frames keeps its first native frame that is not machinery
  * (the operator that allocated), then its Python frames. */
 size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint32_t *ids, size_t max);
+/* Whether a frame is the program's own code: a Python frame outside site-packages,
+ * dist-packages, the standard library, PyTorch's and memsnap's packages (and not <frozen ...>);
+ * a native frame of an executable rather than a shared library; never machinery. */
+bool ms_frame_is_program(const ms_frame *f);
 /* What identifies a frame in any process (function, file, line; module name and offset when
  * unnamed), as text into out[len]; returns snprintf's count. */
 int ms_frame_key(const ms_frame *f, char *out, size_t len);

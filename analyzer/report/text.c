@@ -44,21 +44,30 @@ void ms_print_stack(const ms_snapshot *s, uint32_t stack_id, const char *note, c
   }
   uint32_t ids[4096];
   size_t n;
+  uint32_t program = 0; /* the innermost frame of the program's own code, when folding cuts it */
+  bool cut = false;
   if (o->full_stacks) {
     const ms_stack *k = &s->stacks[stack_id];
     n = k->depth < 4096 ? k->depth : 4096;
     memcpy(ids, k->frames, sizeof *ids * n);
   } else {
-    n = ms_stack_frames_that_matter(s, stack_id, ids, (size_t)o->max_frames);
+    size_t all = ms_stack_frames_that_matter(s, stack_id, ids, 4096);
+    n = all < (size_t)o->max_frames ? all : (size_t)o->max_frames;
+    size_t i = 0;
+    while (i < all && !ms_frame_is_program(&s->frames[ids[i]])) i++;
+    if (i < all && i >= n) cut = true, program = ids[i];
+    if (cut && n == 1) n = 0; /* one line (a brief summary): the program's own line */
   }
-  for (size_t i = 0; i < n; i++) {
-    const ms_frame *f = &s->frames[ids[i]];
+  for (size_t i = 0; i < n + cut; i++) {
+    const ms_frame *f = &s->frames[i == n ? program : ids[i]];
     const char *name = o->full_names ? f->name : f->short_name;
+    const char *more = i == n ? "... " : ""; /* frames left out before the program's line */
+    if (i == n && n > 0) fprintf(out, "%s...\n", indent), more = "";
     if (f->file[0] && f->line > 0)
-      fprintf(out, "%s%s (%s:%lld%s)\n", indent, name, o->full_stacks ? f->file : base_name(f->file), (long long)f->line,
-              f->inlined ? ", inlined" : "");
-    else if (!f->python && f->module[0]) fprintf(out, "%s%s [%s]\n", indent, name, base_name(f->module));
-    else fprintf(out, "%s%s\n", indent, name);
+      fprintf(out, "%s%s%s (%s:%lld%s)\n", indent, more, name, o->full_stacks ? f->file : base_name(f->file),
+              (long long)f->line, f->inlined ? ", inlined" : "");
+    else if (!f->python && f->module[0]) fprintf(out, "%s%s%s [%s]\n", indent, more, name, base_name(f->module));
+    else fprintf(out, "%s%s%s\n", indent, more, name);
   }
 }
 
@@ -145,12 +154,16 @@ static void print_categories(const ms_analysis *a, FILE *out) {
       order[j - 1] = t;
     }
   if (n == 0 || a->peak_allocated <= 0) return;
-  fprintf(out, "  at the peak:");
+  int col = fprintf(out, "  at the peak:");
   for (int i = 0; i < n; i++) {
-    char b[32];
+    char b[32], item[160];
     ms_format_bytes(bytes[order[i]], b, sizeof b);
-    fprintf(out, "%s %.0f%% %s (%s)", i ? "," : "", 100.0 * (double)bytes[order[i]] / (double)a->peak_allocated,
-            ms_category_name(a, order[i]), b);
+    int len = snprintf(item, sizeof item, "%.0f%% %s (%s)",
+                       100.0 * (double)bytes[order[i]] / (double)a->peak_allocated, ms_category_name(a, order[i]), b);
+    if (i) fputc(',', out), col++;
+    if (i && col + 1 + len > 100) /* wrap under the first item, so no line runs past 100 columns */
+      col = fprintf(out, "\n               ") - 1;
+    col += fprintf(out, " %s", item);
   }
   fprintf(out, "\n");
 }

@@ -5,7 +5,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 make --no-print-directory gpu-bench >/dev/null
-make --no-print-directory test-programs >/dev/null  # build/tests/run_cudart (dynamic libcudart)
+make --no-print-directory test-programs >/dev/null  # build/tests/run_cudart, librun_steps.so (dynamic libcudart)
 for lib in libunwind.so.8 libcjson.so.1 libsqlite3.so.0 liblzma.so.5 libz.so.1; do
   src=$(ldd build/libmemsnap.so build/memsnap | awk -v l="$lib" '$1 == l {print $3; exit}')
   if [ -n "$src" ] && ! [ "$src" -ef "build/$lib" ]; then cp -L "$src" build/; fi

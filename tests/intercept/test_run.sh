@@ -10,6 +10,17 @@
 #     tests/data/fake_torch in each mode (allocator, torch-native, intercept and both), its leak
 #     named; workers (multiprocessing spawn) each in their own file (%p), a fork child writing
 #     none, %r, an uncaught exception, os._exit;
+#   - a Python program that never imports torch (tests/data/run/steps.py), its memory from a
+#     library linked against libcudart (tests/intercept/run_steps_lib.c) called through ctypes
+#     with the GIL released, recorded with no --mode: its leak named at its Python line (the
+#     frames read by gil_helper.c's thread), from threads at once, and while a thread holding the
+#     GIL waits for a lock the allocating thread holds (no deadlock); MEMSNAP_GIL_WAIT_MS=0; the
+#     run summary's paths in each mode;
+#   - the audit path: LD_AUDIT=libmemsnap_intercept.so around the C program records what the
+#     LD_PRELOAD path does, with one recording state (libmemsnap.so is loaded twice, once in the
+#     auditor's namespace, inert), `memsnap run --mode audit`, a library loaded with RTLD_DEEPBIND
+#     (seen through the auditor, not through LD_PRELOAD) and a program built with -fno-plt (the
+#     reverse);
 #   - the command's usage errors and `memsnap help run`.
 # The C program needs the toolkit's libcudart.so (CUDA_HOME/lib64); without it those checks are
 # skipped with a message. PY_PRELOAD (make sanitize) is preloaded into the programs.
@@ -162,6 +173,52 @@ EOF
   fi
 fi
 
+# ---- the audit path: the same library through LD_AUDIT ------------------------------------------
+if [ -x "$prog" ]; then
+  (cd "$work" && LD_AUDIT="$build/libmemsnap_intercept.so" MEMSNAP_RECORD=1 MEMSNAP_DUMP="$work/audit.db" "$prog" 8) \
+    >"$work/audit.out" 2>&1
+  check "audit: LD_AUDIT=libmemsnap_intercept.so MEMSNAP_RECORD=1 MEMSNAP_DUMP=audit.db run_cudart writes audit.db" \
+    bash -c "grep -q '8 steps' '$work/audit.out' && test -s '$work/audit.db'"
+  leak_is audit "$work/audit.db" keep_for_later
+  check "audit: what the LD_PRELOAD path records: each allocation once (34, and 26 frees), every API under its name" \
+    test "$(sql "$work/audit.db" "select sum(kind = 1), sum(kind = 3), (select group_concat(text, ',') from (select distinct
+      l.text from events e join labels l on l.id = e.extra where e.kind = 4 order by 1)) from events")" = \
+      "34|26|cuMemAlloc,cuMemAllocAsync,cudaMalloc,cudaMallocAsync,cudaMallocManaged"
+  check "audit: the 8 kept blocks are external segments from cudaMalloc in run_cudart" \
+    test "$(sql "$work/audit.db" "select count(*), sum(size), source, library from segments where pool = 'external'")" = \
+      "8|524288|cudaMalloc|run_cudart"
+  # The dynamic linker loads the auditor, and libmemsnap.so with it, in a namespace of their own;
+  # the auditor loads the library again into the program's, where the recording is: two copies
+  # of each are mapped, one writes the snapshot.
+  LD_AUDIT="$build/libmemsnap_intercept.so" MEMSNAP_RECORD=1 MEMSNAP_DUMP="$work/audit_wait.db" "$prog" 2 wait \
+    >"$work/audit_wait.out" 2>&1 &
+  waiter=$!
+  for _ in $(seq 100); do grep -q '^ready' "$work/audit_wait.out" && break; sleep 0.1; done
+  copies="$(grep -c ' r-xp .*/libmemsnap\.so$' "/proc/$waiter/maps") $(grep -c ' r-xp .*/libmemsnap_intercept\.so$' "/proc/$waiter/maps")"
+  kill -TERM "$waiter"
+  wait "$waiter"
+  check "audit: libmemsnap.so and the auditor are each loaded twice (the auditor's namespace, the program's)" \
+    test "$copies" = "2 2"
+  run audit_run 0 --mode audit -o "$work/audit_run-%p.db" -- "$prog" 8
+  check "run --mode audit: LD_AUDIT chosen, one snapshot, the events of the LD_PRELOAD path" \
+    bash -c "grep -q 'mode audit' '$work/audit_run.out' && test \$(ls '$work'/audit_run-*.db | wc -l) = 1 &&
+      test \"\$(grep -c '^snapshot ' '$work/audit_run.out')\" = 1 &&
+      test \"$(sql "$(ls "$work"/audit_run-*.db 2>/dev/null | head -1)" "select sum(kind = 1), sum(kind = 3) from events")\" = '34|26'"
+  run audit_exit 5 --mode audit -o "$work/audit_exit.db" -- "$prog" 4 _exit 5
+  check "run --mode audit, _exit: the program's _exit is bound to the wrapper, which writes the snapshot first" \
+    test "$(sql "$work/audit_exit.db" "select count(*) from segments")" = 4
+  # -fno-plt: calls through the GOT, bound when the program loads, never through a PLT: the
+  # interposer's definitions win them (LD_PRELOAD), the auditor is never asked (docs/run.md).
+  if cc -O2 -fno-plt -I"${CUDA_HOME:-/usr/local/cuda}/include" -o "$work/run_cudart_noplt" "$here/run_cudart.c" \
+    -L"$(dirname "$cudart")" -lcudart -Wl,-rpath,"$(dirname "$cudart")" -ldl 2>"$work/noplt.log"; then
+    run noplt_preload 0 --mode intercept -o "$work/noplt_preload.db" -- "$work/run_cudart_noplt" 8
+    leak_is noplt_preload "$work/noplt_preload.db" keep_for_later
+    run noplt_audit 3 --mode audit -o "$work/noplt_audit.db" -- "$work/run_cudart_noplt" 8
+    check "run -fno-plt, audit: its cudaMalloc calls reach libcudart unseen (no device here: error 35)" \
+      bash -c "grep -q 'cudaMalloc failed: error 35' '$work/noplt_audit.out' && test ! -e '$work/noplt_audit.db'"
+  fi
+fi
+
 # ---- a Python training script in each mode ------------------------------------------------------
 export PYTHONPATH="$here/../data/fake_torch${PYTHONPATH:+:$PYTHONPATH}"
 run py_allocator 4 -o "$work/py_allocator.db" -- python3 "$train" 8 exit 4
@@ -169,12 +226,17 @@ check "run py allocator: chosen for python, memsnap's allocator made the segment
   bash -c "grep -q 'mode allocator' '$work/py_allocator.out' &&
     test '$(sql "$work/py_allocator.db" "select count(*) > 0 from segments where pool in ('small', 'large')")' = 1"
 leak_is py_allocator "$work/py_allocator.db" keep_loss_for_logging
+check "run py allocator: the summary says what memsnap's allocator saw (8 steps of 5 allocations)" \
+  grep -q "^  seen: 40 allocations (34.00 MiB) through memsnap's allocator$" "$work/py_allocator.out"
 
 run py_native 0 --mode torch-native -o "$work/py_native.db" -- python3 "$train" 8
 check "run py torch-native: PyTorch's snapshot imported, the pickle removed" \
   bash -c "test '$(sql "$work/py_native.db" "select count(*) from meta where key = 'import_source'")' = 1 &&
     ! ls '$work'/*.pickle 2>/dev/null"
 leak_is py_native "$work/py_native.db" keep_loss_for_logging
+check "run py torch-native: the summary says the allocations were PyTorch's allocator's, imported" \
+  grep -q "^  seen: 40 allocations (34.00 MiB) through PyTorch's allocator (its recorder's snapshot, imported)$" \
+    "$work/py_native.out"
 
 if [ -e "$cudart" ]; then
   # A library that calls cudaMalloc holding the GIL (CuPy does): its Python frames are recorded.
@@ -187,21 +249,31 @@ if [ -e "$cudart" ]; then
     bash -c "test '$(sql "$work/py_intercept.torch.db" "select count(*) from meta where key = 'import_source'")' = 1 &&
       grep -q 'snapshot .*py_intercept.torch.db' '$work/py_intercept.out' && ! ls '$work'/*.pickle 2>/dev/null"
   leak_is py_intercept_blocks "$work/py_intercept.torch.db" keep_loss_for_logging
+  FAKE_TORCH_CUDART=$cudart run py_audit 0 --mode audit -o "$work/py_audit.db" -- python3 "$train" 8
+  check "run py audit: torch's cudaMalloc calls are external segments with their Python frames; its blocks in py_audit.torch.db" \
+    bash -c "test '$(sql "$work/py_audit.db" "select count(*), source from segments where pool = 'external'")' = '8|cudaMalloc' &&
+      test -s '$work/py_audit.torch.db'"
+  leak_is py_audit "$work/py_audit.db" keep_loss_for_logging
   FAKE_TORCH_CUDART=$cudart run py_intercept_segments 0 --mode intercept --no-torch-blocks \
     -o "$work/py_intercept_segments.db" -- python3 "$train" 8
   check "run py intercept --no-torch-blocks: no PyTorch recorder, no second snapshot" \
     bash -c "test -s '$work/py_intercept_segments.db' && ! test -e '$work/py_intercept_segments.torch.db'"
-  # One that releases the GIL first (PyTorch's ops do): the interposer never takes it back (the
-  # caller may hold a lock a GIL holder waits for), so only native frames are recorded.
+  # One that releases the GIL first (PyTorch's ops do): the interposer does not take it back (the
+  # caller may hold a lock a GIL holder waits for); gil_helper.c's thread reads its Python frames.
   FAKE_TORCH_CUDART=$cudart run py_intercept_nogil 0 --mode intercept -o "$work/py_intercept_nogil.db" -- python3 "$train" 8
-  check "run py intercept, GIL released: recorded, native frames only" \
-    test "$(sql "$work/py_intercept_nogil.db" "select count(distinct s.id), sum(f.kind = 'python') from segments s
+  check "run py intercept, GIL released: recorded, each segment with the Python frames of its line" \
+    test "$(sql "$work/py_intercept_nogil.db" "select count(distinct s.id), count(distinct case when f.kind = 'python'
+      and f.name = 'keep_loss_for_logging' then s.id end) from segments s
       join stack_frames k on k.stack_id = (select stack_id from blocks where segment_id = s.id)
-      join frames f on f.id = k.frame_id where s.pool = 'external'")" = "8|0"
+      join frames f on f.id = k.frame_id where s.pool = 'external'")" = "8|8"
+  leak_is py_intercept_nogil "$work/py_intercept_nogil.db" keep_loss_for_logging
   run py_both 0 --mode allocator+intercept -o "$work/py_both.db" -- python3 "$train" 8 cudart "$cudart"
   check "run py allocator+intercept: torch's blocks in memsnap's pools, the direct cudaMalloc external" \
     test "$(sql "$work/py_both.db" "select group_concat(pool || ':' || ifnull(source, '-'), ',') from (select distinct pool, source from segments order by 1)")" = "external:cudaMalloc,small:-"
   leak_is py_both "$work/py_both.db" keep_loss_for_logging
+  check "run py allocator+intercept: the summary counts each path's allocations, and what the interposer holds" \
+    bash -c "grep -q \"^  seen: 40 allocations (34.00 MiB) through memsnap's allocator; 1 allocation (3.00 MiB) through the interposer$\" \
+      '$work/py_both.out' && grep -q \"^  the interposer's at the snapshot: 3.00 MiB, most from cudaMalloc in \" '$work/py_both.out'"
 else
   echo "skip: intercept mode for Python needs $cudart"
 fi
@@ -213,6 +285,92 @@ check "run py: the summary gives the exact PYTORCH_CUDA_ALLOC_CONF line the repl
 run py_nosuggest 0 --no-suggest -o "$work/py_nosuggest.db" -- python3 "$train" 8 frag
 check "run py --no-suggest: no suggestion in the summary" bash -c "! grep -q 'suggestion' '$work/py_nosuggest.out'"
 check "run py: no suggestion line when no setting saves 5%" bash -c "! grep -q 'suggestion' '$work/py_allocator.out'"
+
+# ---- a Python program without torch: a library called through ctypes, no --mode -----------------
+steps_lib=$build/tests/librun_steps.so
+steps=$here/../data/run/steps.py
+if [ -e "$steps_lib" ]; then
+  run steps 0 -o "$work/steps.db" -- python3 "$steps" "$steps_lib" 12
+  check "run steps: no torch, no --mode: allocator+intercept chosen, the snapshot written" \
+    bash -c "grep -q 'mode allocator+intercept' '$work/steps.out' && test -s '$work/steps.db'"
+  check "run steps: the summary says what was seen and through which path" \
+    bash -c "grep -q '^  seen: 24 allocations (.*) through the interposer$' '$work/steps.out' &&
+      grep -q \"the interposer's at the snapshot: 12.00 MiB, most from cudaMalloc in librun_steps.so\" '$work/steps.out'"
+  leak_is steps "$work/steps.db" keep_for_later
+  "$cli" analyze --json "$work/steps.db" >"$work/steps.json" 2>&1
+  call_line=$(grep -n 'lib.steps_keep_for_later(' "$steps" | cut -d: -f1)
+  check "run steps: the first leak grows 1 MiB an iteration, the iterations from the loop's line" python3 -c "
+import json; a = json.load(open('$work/steps.json')); l = a['leaks'][0]
+assert (l['kind'], l['bytes_per_iteration']) == ('growing', 1 << 20), l
+assert a['summary']['iteration_source'] == 'loop' and len(a['iterations']) == 12, a['summary']"
+  check "run steps: its full stack holds the Python line that calls the library (steps.py:$call_line)" python3 -c "
+import json; l = json.load(open('$work/steps.json'))['leaks'][0]
+py = [(f['name'], f['file'].rsplit('/', 1)[-1], f['line']) for f in l['full_stack'] if f['kind'] == 'python']
+assert ('keep_for_later', 'steps.py', $call_line) in py, py
+native = [f['name'] for f in l['full_stack'] if f['kind'] == 'native']
+assert native and native[0] == 'steps_keep_for_later', native"
+  # Through the auditor: the Python package's libmemsnap.so (the exit dump) is the program's copy,
+  # where the interposer records, so the Python frames are named.
+  run steps_audit 0 --mode audit -o "$work/steps_audit.db" -- python3 "$steps" "$steps_lib" 12
+  check "run steps --mode audit: the same allocations, the leak at the Python line" \
+    bash -c "grep -q '^  seen: 24 allocations (.*) through the interposer$' '$work/steps_audit.out' &&
+      grep -q '      keep_for_later (steps.py:$call_line)' '$work/steps_audit.out'"
+  # RTLD_DEEPBIND: the library's own libcudart comes before the global scope, LD_PRELOAD's
+  # definitions with it; the dynamic linker still asks the auditor about each binding.
+  run steps_deepbind_audit 0 --mode audit -o "$work/steps_deepbind_audit.db" -- python3 "$steps" --deepbind "$steps_lib" 12
+  check "run steps, a library loaded with RTLD_DEEPBIND: seen through LD_AUDIT" \
+    bash -c "grep -q '^  seen: 24 allocations (.*) through the interposer$' '$work/steps_deepbind_audit.out'"
+  leak_is steps_deepbind_audit "$work/steps_deepbind_audit.db" keep_for_later
+  run steps_deepbind_preload 1 --mode intercept -o "$work/steps_deepbind_preload.db" -- python3 "$steps" --deepbind "$steps_lib" 12
+  check "run steps, a library loaded with RTLD_DEEPBIND: its calls bypass LD_PRELOAD (libcudart itself answers: error 35)" \
+    bash -c "grep -q 'steps_work failed: error 35' '$work/steps_deepbind_preload.out' && test ! -e '$work/steps_deepbind_preload.db'"
+  # The wait for the GIL raised from 100 ms: on a loaded machine a thread holding it may not run
+  # for that long, and the helper gives up (the contended check below is that path).
+  MEMSNAP_GIL_WAIT_MS=20000 run steps_threads 0 -o "$work/steps_threads.db" -- python3 "$steps" "$steps_lib" 6 threads 4
+  check "run steps, 4 threads: every allocation and free has its thread's Python frames" \
+    test "$(sql "$work/steps_threads.db" "select count(*), sum((select count(*) from stack_frames k join frames f
+      on f.id = k.frame_id where k.stack_id = e.stack_id and f.kind = 'python' and f.name = 'run') = 1)
+      from events e where e.kind in (1, 3)")" = "72|72"
+  # MEMSNAP_GIL_WAIT_MS=0: a thread that released the GIL never waits for the helper (native frames
+  # only); one that holds it (ctypes.PyDLL) still reads its own.
+  for how in released held; do
+    MEMSNAP_GIL_WAIT_MS=0 run "steps_nowait_$how" 0 -o "$work/steps_nowait_$how.db" -- python3 "$steps" "$steps_lib" 4 \
+      $([ $how = held ] && echo held)
+  done
+  python_allocs="select count(*), sum((select count(*) from stack_frames k join frames f on f.id = k.frame_id
+    where k.stack_id = e.stack_id and f.kind = 'python' and f.name in ('step', 'keep_for_later')) > 0) from events e
+    where e.kind = 1"
+  check "run steps MEMSNAP_GIL_WAIT_MS=0: the GIL released, 8 allocations without Python frames; held, all with them" \
+    test "$(sql "$work/steps_nowait_released.db" "$python_allocs") $(sql "$work/steps_nowait_held.db" "$python_allocs")" = "8|0 8|8"
+  # A thread allocates holding the library's lock while the main thread, holding the GIL, waits for
+  # it: taking the GIL back inside cudaMalloc would hang; the helper gives up after its wait.
+  run steps_contended 0 -o "$work/steps_contended.db" -- timeout 60 python3 "$steps" "$steps_lib" 4 contended
+  check "run steps contended: no deadlock; the allocation made then has native frames only, the others Python ones" \
+    test "$(sql "$work/steps_contended.db" "select group_concat(p, ',') from (select (select count(*) from stack_frames k
+      join frames f on f.id = k.frame_id where k.stack_id = e.stack_id and f.kind = 'python') > 0 p from events e
+      where e.kind = 1 order by e.id)")" = "1,1,1,1,1,1,1,1,0"
+  # JAX: where the interposer records, XLA gets the allocator that allocates each array from the
+  # driver, unless --keep-arena or the user chose one; the summary says which it had.
+  jax_env=(env PYTHONPATH="$here/../data/fake_jax${PYTHONPATH:+:$PYTHONPATH}")
+  "${jax_env[@]}" bash -c "cd '$work' && '$cli' run -o '$work/jax.db' -- python3 '$steps' '$steps_lib' 4 jax" >"$work/jax.out" 2>&1
+  check "run jax: XLA_PYTHON_CLIENT_ALLOCATOR=platform, said in the summary" \
+    bash -c "grep -q \"XLA's allocator would be platform\" '$work/jax.out' &&
+      grep -q 'JAX: XLA allocated each array from the driver (XLA_PYTHON_CLIENT_ALLOCATOR=platform, set by memsnap run' '$work/jax.out'"
+  "${jax_env[@]}" bash -c "cd '$work' && '$cli' run --keep-arena -o '$work/jax_arena.db' -- python3 '$steps' '$steps_lib' 4 jax" \
+    >"$work/jax_arena.out" 2>&1
+  check "run jax --keep-arena: XLA keeps its arena, and the summary says its arrays are not seen one by one" \
+    bash -c "grep -q \"XLA's allocator would be default\" '$work/jax_arena.out' &&
+      grep -q \"JAX: XLA's allocator 'default' suballocates\" '$work/jax_arena.out'"
+  "${jax_env[@]}" XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async bash -c "cd '$work' && '$cli' run -o '$work/jax_user.db' -- \
+    python3 '$steps' '$steps_lib' 4 jax" >"$work/jax_user.out" 2>&1
+  check "run jax: the user's own XLA_PYTHON_CLIENT_ALLOCATOR is kept" \
+    bash -c "grep -q \"XLA's allocator would be cuda_async\" '$work/jax_user.out' && grep -q \"allocator 'cuda_async'\" '$work/jax_user.out'"
+  check "run jax: a program that does not import jax gets no JAX line" bash -c "! grep -q 'JAX:' '$work/steps.out'"
+  check "run jax --mode allocator: no interposer, XLA's allocator left alone" \
+    bash -c "'$cli' run -q --mode allocator -- python3 -c 'import os; assert \"XLA_PYTHON_CLIENT_ALLOCATOR\" not in os.environ'"
+else
+  echo "skip: the Python program without torch needs $steps_lib (the toolkit's libcudart.so)"
+fi
 
 run py_raise 1 -o "$work/py_raise.db" -- python3 "$train" 8 raise
 check "run py raise: an uncaught exception still leaves the snapshot" test -s "$work/py_raise.db"

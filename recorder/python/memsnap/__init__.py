@@ -31,7 +31,8 @@ __all__ = [
     "record_stream", "memory_stats", "memory_stats_as_nested_dict", "reset_peak_stats",
     "reset_accumulated_stats", "check", "backend", "device_count", "last_error", "options",
     "set_option", "sim_synchronize", "shutdown", "MemsnapError", "record", "stop_recording", "dump",
-    "mark", "range", "range_push", "range_pop", "MemPool", "use_mem_pool",
+    "mark", "range", "range_push", "range_pop", "MemPool", "use_mem_pool", "get_option", "get_memory_fraction",
+    "clear_recording", "sim_peer_access",
 ]
 
 __version__ = "0.1.0"  # memsnap.h's MEMSNAP_VERSION (tests/test_install.sh checks they agree)
@@ -103,6 +104,11 @@ def _declare(lib):
         "memsnap_end_allocate_to_pool": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
         "memsnap_pool_live_allocations_match": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64, c.POINTER(c.c_uint64),
                                                           c.c_size_t]),
+        "memsnap_pool_use_count": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
+        "memsnap_get_option": (c.c_int, [c.c_char_p, c.c_char_p, c.c_size_t]),
+        "memsnap_get_memory_fraction": (c.c_double, [c.c_int]),
+        "memsnap_record_clear": (c.c_int, []),
+        "memsnap_sim_peer_access": (c.c_int, [c.c_int, c.c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -209,6 +215,28 @@ def options():
         i += 1
 
 
+def get_option(name):
+    """The effective value of an option ("allocator" or "MEMSNAP_ALLOCATOR"), as `memsnap options`
+    spells it ("async", "1", "unlimited"...); raises MemsnapError for an unknown name."""
+    buf = ctypes.create_string_buffer(1100)
+    _check(load().memsnap_get_option(str(name).encode(), buf, len(buf)))
+    return buf.value.decode()
+
+
+def get_memory_fraction(device=0):
+    """The memory fraction of `device` as torch.cuda.get_per_process_memory_fraction() gives it
+    (1.0 when none is set)."""
+    value = load().memsnap_get_memory_fraction(int(device))
+    if value < 0:
+        raise MemsnapError(last_error())
+    return value
+
+
+def sim_peer_access(device, ptr):
+    """Whether `device` may access the simulated memory at `ptr` (MEMSNAP_BACKEND=sim)."""
+    return _check(load().memsnap_sim_peer_access(int(device), ptr)) == 1
+
+
 def set_option(name, value):
     """Changes a run-time option (MEMSNAP_OOM, MEMSNAP_GARBAGE_COLLECTION_THRESHOLD)."""
     _check(load().memsnap_set_option(str(name).encode(), str(value).encode()))
@@ -270,6 +298,11 @@ def record(max_entries=0, stacks=None):
 def stop_recording():
     """Stops recording; what was recorded stays for dump()."""
     load().memsnap_record_stop()
+
+
+def clear_recording():
+    """Forgets the events recorded so far; recording goes on if it was on."""
+    load().memsnap_record_clear()
 
 
 def dump(path):
@@ -370,10 +403,15 @@ class MemPool:
         return None
 
     def use_count(self):
-        raise NotImplementedError("memsnap: MemPool.use_count() is not tracked; memsnap.check() verifies pools")
+        """The pool's use count, as PyTorch's: this object, and each use_mem_pool block and CUDA graph
+        capture holding it."""
+        return _check(load().memsnap_pool_use_count(self._device, *self._id))
 
-    def snapshot(self):
-        raise NotImplementedError("memsnap: use memsnap.dump(path): the snapshot lists each pool's segments")
+    def snapshot(self, include_traces=True):
+        """The pool's segments in the form of torch.cuda.memory_snapshot(), built from memsnap's
+        state (memsnap.torch_memory)."""
+        from . import torch_memory
+        return torch_memory.memory_snapshot(self._id + (include_traces,))["segments"]
 
     def __del__(self):
         # As PyTorch's MemPool: release the pool, and return its cached memory to the device.
@@ -413,11 +451,13 @@ def _get_checkpoint_state(device, pool_id):
 
 def _set_checkpoint_pool_state(device, state, stale_storages, storages_to_add_deleters_to=()):
     raise RuntimeError(
-        "memsnap: torch.compile's CUDA graph trees asked to restore a private pool to a checkpoint "
-        "(setCheckpointPoolState), which happens when a new graph is recorded after replaying part of a "
-        "path. Restoring swaps the deleters of tensors inside PyTorch, which a pluggable allocator cannot "
-        "reach. Use torch.compile(mode='reduce-overhead') with one graph path, or run this program "
-        "without memsnap's allocator (memsnap import a PyTorch snapshot instead)")
+        "memsnap: torch.compile's CUDA graph trees asked to restore a private pool to its checkpoint "
+        "(torch._C._cuda_setCheckpointPoolState), which they do when they record a new graph after replaying "
+        "part of a path. PyTorch restores in C++: it frees the pool's blocks, allocates the checkpoint's again, "
+        "and gives the live tensors' storages new deleters bound to the allocator. PyTorch's pluggable allocator "
+        "interface forwards none of this, and its deleter frees only pointers it handed out itself, so memsnap "
+        "cannot do it. Work around it with torch._inductor.config.triton.cudagraph_trees = False (CUDA graphs "
+        "without trees, in memsnap's private pools), or record this program with memsnap run --mode torch-native")
 
 
 def _conf_items(conf):
@@ -460,6 +500,53 @@ def _install_pools(torch, lib, hooks):
     torch.cuda.memory.use_mem_pool = use_mem_pool
 
 
+def _record_torch_ranges(torch, lib):
+    """Records PyTorch's record_function scopes as memsnap's ranges, as PyTorch's own recorder
+    records them as annotations (a RecordFunction callback on USER_SCOPE in
+    torch/csrc/cuda/memory_snapshot.cpp): `torch.profiler.record_function` blocks and decorators,
+    the optimizer's "Optimizer.step#AdamW.step" (torch.optim wraps every optimizer's step in one),
+    DataLoader's "enumerate(DataLoader)#...__next__", and those of libraries that use it. The
+    library cannot add a C++ callback without PyTorch's headers, so the Python class that makes
+    these scopes, torch.autograd.profiler.record_function (torch.profiler.record_function is the
+    same class), pushes a range on entering and pops it on leaving, besides its own work; a
+    failed push only leaves the range unrecorded. MEMSNAP_TORCH_RANGES=0 leaves the class alone.
+    Returns whether the class records ranges now."""
+    if os.environ.get("MEMSNAP_TORCH_RANGES", "1").strip() in ("0", "false", "False"):  # as the options table reads it
+        return False
+    profiler = getattr(getattr(torch, "autograd", None), "profiler", None)
+    cls = getattr(profiler, "record_function", None)
+    if cls is None:
+        return False
+    if getattr(cls, "_memsnap_ranges", False):
+        return True
+    enter, leave = cls.__enter__, cls.__exit__
+    push, pop = lib.memsnap_range_push, lib.memsnap_range_pop
+
+    def __enter__(self):
+        result = enter(self)
+        try:
+            if push(str(self.name).encode("utf-8", "surrogateescape")) == 0:
+                # a counter, not a flag: one object may be entered again while inside (a
+                # decorated recursive function)
+                self._memsnap_ranges_open = getattr(self, "_memsnap_ranges_open", 0) + 1
+        except Exception:  # noqa: BLE001 - never break the program for a range
+            pass
+        return result
+
+    def __exit__(self, *exc):
+        try:
+            if getattr(self, "_memsnap_ranges_open", 0) > 0:
+                self._memsnap_ranges_open -= 1
+                pop()
+        except Exception:  # noqa: BLE001
+            pass
+        return leave(self, *exc)
+
+    cls.__enter__, cls.__exit__ = __enter__, __exit__
+    cls._memsnap_ranges = True
+    return True
+
+
 def enable(path=None):
     """Makes memsnap PyTorch's CUDA allocator. Call it before anything touches CUDA.
 
@@ -489,6 +576,7 @@ def enable(path=None):
     hooks.set_memory_fraction_fn(_fn_addr(lib, "memsnap_set_memory_fraction"))
     hooks.set_record_stream_fn(_fn_addr(lib, "memsnap_record_stream"))
     _install_pools(torch, lib, hooks)
+    _record_torch_ranges(torch, lib)
     torch.cuda.memory.change_current_allocator(allocator)
 
     # Out of memory raises torch.OutOfMemoryError (see docs/pytorch.md for how).
@@ -498,9 +586,9 @@ def enable(path=None):
     if not os.environ.get("MEMSNAP_OOM"):
         set_option("oom", "throw")
 
-    # PyTorch's memory_stats() family reads these three bindings at call time.
-    torch._C._cuda_memoryStats = lambda device: memory_stats_as_nested_dict(device)
-    torch._C._cuda_resetPeakMemoryStats = lambda device: reset_peak_stats(device)
-    torch._C._cuda_resetAccumulatedMemoryStats = lambda device: reset_accumulated_stats(device)
+    # torch.cuda.memory's functions read their torch._C bindings at call time: memory_stats()
+    # and the rest, the backend's name, the memory fraction, snapshots, the history.
+    from . import torch_memory
+    torch_memory.install(torch)
     _enabled = allocator
     return allocator

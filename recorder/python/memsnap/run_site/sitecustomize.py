@@ -2,7 +2,8 @@
 
 `memsnap run` puts this directory first on PYTHONPATH, so Python imports this module at start-up
 (and every Python process the program starts: workers, torchrun's ranks). It does nothing unless
-MEMSNAP_RUN_MODE says what to do (``allocator+intercept`` does both):
+MEMSNAP_RUN_MODE says what to do (``allocator+intercept``, the default for Python, does both;
+``audit`` is ``intercept`` with the library loaded through LD_AUDIT):
 
 * ``allocator``: when the program imports torch, memsnap becomes PyTorch's allocator
   (memsnap.enable()) before anything can touch CUDA; recording is on from the first allocation
@@ -19,8 +20,11 @@ MEMSNAP_RUN_MODE says what to do (``allocator+intercept`` does both):
   at the first out-of-memory, PyTorch's snapshot is written as a pickle that `memsnap run` then
   imports (memsnap import) into the snapshot the user asked for.
 
-In both modes os._exit() writes the snapshot first (exit handlers do not run there). Then the
-program's own sitecustomize, if it has one further down the path, is imported as usual.
+In both modes os._exit() writes the snapshot first (exit handlers do not run there). Wherever the
+interposer records, a process that imports JAX tells `memsnap run` which allocator XLA has (it
+sets XLA_PYTHON_CLIENT_ALLOCATOR=platform, so that each array is a cuMemAlloc the interposer
+sees, unless --keep-arena). Then the program's own sitecustomize, if it has one further down the
+path, is imported as usual.
 """
 import os
 import sys
@@ -30,9 +34,14 @@ _mode = os.environ.get("MEMSNAP_RUN_MODE", "")
 
 def _note(kind, *paths):
     """Tells `memsnap run` about a file written (MEMSNAP_RUN_MANIFEST, one line per file)."""
+    _tell(kind, *(os.path.abspath(p) for p in paths))
+
+
+def _tell(kind, *fields):
+    """Appends a line of tab-separated fields to `memsnap run`'s manifest (MEMSNAP_RUN_MANIFEST)."""
     manifest = os.environ.get("MEMSNAP_RUN_MANIFEST")
     if manifest:
-        line = "\t".join((kind,) + tuple(os.path.abspath(p) for p in paths)) + "\n"
+        line = "\t".join((kind,) + fields) + "\n"
         fd = os.open(manifest, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, line.encode("utf-8", "surrogateescape"))
@@ -111,7 +120,9 @@ def _allocator_mode():
         try:
             memsnap.enable()
         except RuntimeError as e:
-            print("memsnap: warning: %s; this process is not recorded by memsnap's allocator" % e, file=sys.stderr)
+            also = " (the interposer records PyTorch's segments)" if _mode == "allocator+intercept" else ""
+            print("memsnap: warning: %s; this process is not recorded by memsnap's allocator%s" % (e, also),
+                  file=sys.stderr)
     _after_import("torch", enable)
 
     def dump():
@@ -207,12 +218,21 @@ def _intercept_mode():
     # os._exit is the intercept library's own (_exit): it writes the snapshot there
 
 
+def _note_xla(jax):
+    """Tells `memsnap run` which allocator XLA has in this process (read when its backend starts),
+    and whether `memsnap run` chose it."""
+    ours = os.environ.get("MEMSNAP_RUN_XLA_ALLOCATOR")
+    allocator = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default")
+    _tell("xla", str(os.getpid()), allocator, "1" if ours and ours == allocator else "0")
+
+
 if _mode in ("allocator", "allocator+intercept"):
     _allocator_mode()
 elif _mode == "torch-native":
     _torch_native_mode(os.environ.get("MEMSNAP_RUN_DUMP", "memsnap-%p.db"))
-if _mode in ("intercept", "allocator+intercept"):
+if _mode in ("intercept", "allocator+intercept", "audit"):
     _intercept_mode()  # first: its exit handler runs last
-if _mode == "intercept" and os.environ.get("MEMSNAP_RUN_TORCH_BLOCKS"):
+    _after_import("jax", _note_xla)
+if _mode in ("intercept", "audit") and os.environ.get("MEMSNAP_RUN_TORCH_BLOCKS"):
     _torch_native_mode(os.environ["MEMSNAP_RUN_TORCH_BLOCKS"])
 _chain()

@@ -1,72 +1,233 @@
-"""A stand-in for PyTorch, for the `memsnap run` tests (tests/test_run.sh) on a machine without it.
+"""A stand-in for PyTorch, for the tests that need torch on a machine without it (tests/test_run.sh,
+tests/recorder/test_torch_memory.py, which runs tests/gpu/parity_memory_api.py against it).
 
-It has just what an unchanged training script and memsnap's three modes touch:
+It mirrors PyTorch 2.11's layering, written from its sources, for what memsnap touches:
 
-* tensors on the GPU: ``torch.empty(nbytes, device="cuda")``; a tensor's memory is freed when the
-  tensor is collected. They come from the current allocator:
-  - a pluggable allocator (``torch.cuda.memory.CUDAPluggableAllocator`` and
-    ``change_current_allocator``, what memsnap.enable() installs): its malloc and free functions,
-    called through ctypes as PyTorch calls them;
-  - otherwise the "native" allocator: cudaMalloc and cudaFree of the libcudart named by
-    FAKE_TORCH_CUDART (so that `memsnap run --mode intercept` sees them), called with the GIL
-    released as PyTorch's ops do (FAKE_TORCH_HOLD_GIL=1: held), or made-up addresses when it is
-    not set;
-* PyTorch's recorder for the native allocator: ``torch.cuda.memory._record_memory_history`` and
-  ``_dump_snapshot``, which pickles a snapshot in PyTorch's format (segments, device_traces with
-  Python frames), what `memsnap import` reads;
-* the bindings memsnap.enable() replaces or calls (torch._C, torch.cuda.is_initialized...).
+* torch/cuda/memory.py: the public functions, each reaching the torch._C binding the real one
+  calls, with the same arguments (so that memsnap.enable() replacing a binding is tested the way
+  it works in PyTorch);
+* torch/_C.py: those bindings, each calling the current allocator as PyTorch's C++ does
+  (c10::cuda::CUDACachingAllocator::get()->...);
+* here, the allocators, with the methods of c10's CUDAAllocator interface:
+  - the pluggable allocator (torch/csrc/cuda/CUDAPluggableAllocator.cpp): malloc and free through
+    the library's functions, called with the GIL held as PyTorch's ops call them, the hooks
+    set_init_fn... and every other method refused with PyTorch's message ("CUDAPluggableAllocator
+    does not yet support getDeviceStats. ...");
+  - the "native" allocator: one device allocation per tensor (no cache), PyTorch's statistics
+    (the 122 keys), snapshots in PyTorch's format (segments, device_traces with Python frames,
+    allocator_settings, external_annotations), private pools (MemPool), and with
+    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync the answers of that backend (the pool's
+    allocated and reserved bytes only; snapshot and recordHistory refused). Its memory is
+    cudaMalloc and cudaFree of the libcudart named by FAKE_TORCH_CUDART (so that `memsnap run
+    --mode intercept` sees them), called with the GIL released as PyTorch's ops do
+    (FAKE_TORCH_HOLD_GIL=1: held), or made-up addresses when it is not set. The device has
+    FAKE_TORCH_DEVICE_MEMORY bytes (default 16G, MEMSNAP_SIM_CAPACITY's default);
+* tensors on the GPU: ``torch.empty(n, device="cuda", dtype=torch.uint8)`` (n bytes); a tensor's
+  memory is freed when the tensor is collected.
+* record_function (torch.autograd.profiler, torch.profiler) and torch.optim's Optimizer, whose
+  step runs in a record_function "Optimizer.step#<class>.step", and AdamW, in files laid out as
+  PyTorch's are (autograd/, optim/, profiler.py).
 """
 import ctypes
 import os
-import pickle
 import sys
+import threading
 import time
-import types
+import warnings
 
-__version__ = "0.0-fake"
+__version__ = "2.11.0-fake"
+
+uint8 = "uint8"
 
 
 class OutOfMemoryError(RuntimeError):
     pass
 
 
-# ---- allocators ------------------------------------------------------------------------------
-
-class _Hooks:
-    def __getattr__(self, name):
-        if name.startswith("set_"):
-            return lambda fn: None
-        raise AttributeError(name)
+def _check(cond, msg):  # TORCH_CHECK: a RuntimeError on the Python side
+    if not cond:
+        raise RuntimeError(msg)
 
 
-class CUDAPluggableAllocator:
-    def __init__(self, path, alloc_fn_name, free_fn_name):
-        lib = ctypes.PyDLL(path)  # PyTorch calls it with the GIL held
-        self._malloc = getattr(lib, alloc_fn_name)
-        self._malloc.restype = ctypes.c_void_p
-        self._malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-        self._free = getattr(lib, free_fn_name)
-        self._free.restype = None
-        self._free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-        self._hooks = _Hooks()
+def _parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = text.strip()
+    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1:].upper() in units else int(text)
+
+
+def _alloc_conf():
+    return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or ""
+
+
+# ---- allocators: c10's CUDAAllocator interface ---------------------------------------------------
+
+class _CUDAAllocator:
+    """The interface's defaults: what an allocator does not implement is refused, naming it."""
+
+    def name(self):
+        raise NotImplementedError
+
+    def _refuse(self, what):
+        raise RuntimeError("%s does not yet support %s. If you need it, please file an issue describing your "
+                           "use case." % (self.name(), what))
+
+    def createOrIncrefPool(self, device, mempool_id, allocator=None):
+        self._refuse("createOrIncrefPool")
+
+    def getPoolUseCount(self, device, mempool_id):
+        self._refuse("getPoolUseCount")
+
+
+class _PluggableAllocator(_CUDAAllocator):
+    """torch._C._cuda_CUDAAllocator made by _cuda_customAllocator: CUDAPluggableAllocator.cpp."""
+
+    def __init__(self, alloc_fn, free_fn):
+        # PyTorch calls the functions from C++ within ops that hold the GIL
+        self._malloc = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(alloc_fn)
+        self._free = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(free_fn)
+        self._metadata = {}  # allocation_metadata_: ptr -> (size, device, stream)
+        self._lock = threading.Lock()
+        self._fns = {}
+        self.initialized_ = False
+
+    def name(self):
+        return "pluggable"
+
+    # the setters of torch._C._cuda_CUDAAllocator (function addresses); the pool hooks take C++
+    # arguments (std::pair, std::function) that ctypes cannot pass: kept, not called here
+    def set_init_fn(self, addr):
+        self._fns["init"] = ctypes.PYFUNCTYPE(None, ctypes.c_int)(addr)
+
+    def set_reset_fn(self, addr):
+        self._fns["reset"] = ctypes.PYFUNCTYPE(None)(addr)
+
+    def set_memory_fraction_fn(self, addr):
+        self._fns["fraction"] = ctypes.PYFUNCTYPE(None, ctypes.c_double, ctypes.c_int)(addr)
+
+    def set_record_stream_fn(self, addr):
+        self._fns["record_stream"] = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addr)
+
+    def set_base_alloc_fn(self, addr):
+        self._fns["base_alloc"] = addr
+
+    def set_begin_allocate_to_pool(self, addr):
+        self._fns["begin_allocate_to_pool"] = addr
+
+    def set_end_allocate_to_pool_fn(self, addr):
+        self._fns["end_allocate_to_pool"] = addr
+
+    def set_release_pool(self, addr):
+        self._fns["release_pool"] = addr
 
     def allocator(self):
-        return self._hooks
+        return self
 
-    def malloc(self, size):
-        ptr = self._malloc(size, 0, None)
-        if not ptr:
+    def malloc(self, size, device=0, stream=None):
+        ptr = self._malloc(size, device, stream)
+        with self._lock:
+            self._metadata[ptr] = (size, device, stream)
+        if not ptr and size:  # PyTorch does not check: a null data pointer (memsnap throws first)
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
         return ptr
 
+    def raw_alloc_with_stream(self, size, stream):
+        return self.malloc(size, _current_device, stream)
+
+    def raw_delete(self, ptr):
+        with self._lock:
+            _check(ptr in self._metadata, "Trying to free a pointer not allocated here")
+            size, device, stream = self._metadata.pop(ptr)
+        self._free(ptr, size, device, stream)
+
     def free(self, ptr, size):
-        self._free(ptr, size, 0, None)
+        self.raw_delete(ptr)
+
+    def init(self, device_count):
+        if "init" in self._fns:
+            self._fns["init"](device_count)
+        self.initialized_ = True
+
+    def initialized(self):
+        return self.initialized_
+
+    def setMemoryFraction(self, fraction, device):
+        if "fraction" in self._fns:
+            self._fns["fraction"](fraction, device)
+
+    def getMemoryFraction(self, device):
+        raise RuntimeError("CUDAPluggableAllocator does not yet support getMemoryFraction. If you need it, please "
+                           "file an issue describing your use case.")
+
+    def emptyCache(self, mempool_id=(0, 0)):
+        if "reset" in self._fns:
+            self._fns["reset"]()
+
+    def recordStream(self, ptr, stream):
+        if "record_stream" in self._fns:
+            self._fns["record_stream"](ptr, stream)
+
+    def _plug_refuse(self, what):
+        raise RuntimeError("CUDAPluggableAllocator does not yet support %s. If you need it, please file an issue "
+                           "describing your use case." % what)
+
+    def getDeviceStats(self, device):
+        self._plug_refuse("getDeviceStats")
+
+    def resetAccumulatedStats(self, device):
+        self._plug_refuse("resetAccumulatedStats")
+
+    def resetPeakStats(self, device):
+        self._plug_refuse("resetPeakStats")
+
+    def snapshot(self, mempool_id=(0, 0), include_traces=True):
+        self._plug_refuse("snapshot")
+
+    def shareIpcHandle(self, ptr):
+        self._plug_refuse("shareIPcHandle")  # PyTorch's spelling
+
+    def getIpcDevPtr(self, handle):
+        self._plug_refuse("getIpcDevPtr")
+
+    def recordHistory(self, *args):
+        self._plug_refuse("recordHistory")
+
+    def attachOutOfMemoryObserver(self, observer):
+        self._plug_refuse("attachOutOfMemoryObserver")
+
+    def getCheckpointState(self, device, mempool_id):
+        self._plug_refuse("getCheckpointState")
+
+    def setCheckpointPoolState(self, device, state):
+        self._plug_refuse("setCheckpointPoolState")
+
+    def checkPoolLiveAllocations(self, device, mempool_id, ptrs):
+        raise RuntimeError("pluggable does not yet support checkPoolLiveAllocations. If you need it, please file an "
+                           "issue describing your use case.")
+
+    def beginAllocateToPool(self, device, mempool_id, thread):
+        pass  # begin_allocate_to_pool_fn_ (C++ arguments: not callable from here)
+
+    def endAllocateToPool(self, device, mempool_id):
+        pass
+
+    def releasePool(self, device, mempool_id):
+        pass
 
 
-class _NativeAllocator:
-    """One device allocation per tensor; PyTorch's recorder's events when recording."""
+def _stat():
+    return {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+
+
+_ARRAY_STATS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes", "active_bytes",
+                "inactive_split_bytes", "requested_bytes")
+
+
+class _NativeAllocator(_CUDAAllocator):
+    """PyTorch's own allocator, as far as these tests need it: one device allocation per tensor,
+    its statistics, snapshots, history, pools; the cudaMallocAsync backend's answers."""
 
     def __init__(self):
+        self.backend = "cudaMallocAsync" if "backend:cudaMallocAsync" in _alloc_conf().replace(" ", "") else "native"
         self.cudart = None
         path = os.environ.get("FAKE_TORCH_CUDART")
         if path:
@@ -75,14 +236,37 @@ class _NativeAllocator:
             self.cudart = (ctypes.PyDLL if os.environ.get("FAKE_TORCH_HOLD_GIL") == "1" else ctypes.CDLL)(path)
             self.cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
             self.cudart.cudaFree.argtypes = [ctypes.c_void_p]
+        self.total = _parse_size(os.environ.get("FAKE_TORCH_DEVICE_MEMORY", "16G"))
         self.next_address = 0x7F0000000000
-        self.live = {}  # address -> (size, frames)
+        self.live = {}  # address -> (size, requested, frames, pool id)
         self.trace = None
         self.max_entries = 0
+        self.context = True
+        self.fraction = None
+        self.pools = {}        # pool id -> use count
+        self.routing = {}      # thread id -> pool id (use_mem_pool)
+        self.stats = {name: {k: _stat() for k in ("all", "small_pool", "large_pool")} for name in _ARRAY_STATS}
+        self.stats.update(oversize_allocations=_stat(), oversize_segments=_stat(), num_alloc_retries=0, num_ooms=0,
+                          max_split_size=-1, num_sync_all_streams=0, num_device_alloc=0, num_device_free=0)
+        self.lock = threading.RLock()
+
+    def name(self):
+        return self.backend
+
+    def init(self, device_count):
+        pass
+
+    def initialized(self):
+        return _initialized
 
     def _frames(self):
+        if not self.context:
+            return []
         frames = []
-        f = sys._getframe(3)
+        try:
+            f = sys._getframe(3)  # the caller of torch.empty (or of the tensor's last reference)
+        except ValueError:  # a tensor collected at exit, from a shallow stack
+            f = sys._getframe(1)
         while f is not None:
             frames.append({"name": f.f_code.co_name, "filename": f.f_code.co_filename, "line": f.f_lineno})
             f = f.f_back
@@ -92,12 +276,33 @@ class _NativeAllocator:
         if self.trace is None:
             return
         self.trace.append({"action": action, "addr": addr, "size": size, "stream": 0,
-                           "time_us": int(time.monotonic() * 1e6), "frames": frames})
+                           "time_us": int(time.time() * 1e6), "compile_context": "N/A", "user_metadata": "",
+                           "frames": frames})
         if len(self.trace) > self.max_entries:
             del self.trace[0]
 
-    def malloc(self, size):
-        size = (size + 511) // 512 * 512
+    def _count(self, name, pool, delta):
+        for key in ("all", pool):
+            s = self.stats[name][key]
+            s["current"] += delta
+            s["allocated" if delta > 0 else "freed"] += abs(delta)
+            s["peak"] = max(s["peak"], s["current"])
+
+    def _account(self, size, requested, sign):
+        pool = "small_pool" if size <= 1 << 20 else "large_pool"
+        for name, amount in (("allocation", 1), ("segment", 1), ("active", 1), ("allocated_bytes", size),
+                             ("reserved_bytes", size), ("active_bytes", size), ("requested_bytes", requested)):
+            self._count(name, pool, sign * amount)
+        self.stats["num_device_alloc" if sign > 0 else "num_device_free"] += 1
+
+    def malloc(self, size, device=0, stream=None):
+        requested = size
+        size = max(512, (size + 511) // 512 * 512)
+        with self.lock:
+            used = self.stats["reserved_bytes"]["all"]["current"]
+            if self.fraction is not None and used + size > int(self.fraction * self.total):
+                self.stats["num_ooms"] += 1
+                raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
         if self.cudart is not None:
             p = ctypes.c_void_p()
             rc = self.cudart.cudaMalloc(ctypes.byref(p), size)
@@ -107,61 +312,210 @@ class _NativeAllocator:
                 raise RuntimeError("cudaMalloc failed: error %d" % rc)
             ptr = p.value
         else:
-            ptr = self.next_address
-            self.next_address += size
+            with self.lock:
+                ptr = self.next_address
+                self.next_address += size
         frames = self._frames() if self.trace is not None else []
-        self.live[ptr] = (size, frames)
-        self._event("segment_alloc", ptr, size, frames)
-        self._event("alloc", ptr, size, frames)
+        with self.lock:
+            pool = self.routing.get(threading.get_ident(), (0, 0))
+            self.live[ptr] = (size, requested, frames, pool)
+            self._account(size, requested, 1)
+            self._event("segment_alloc", ptr, size, frames)
+            self._event("alloc", ptr, requested, frames)
         return ptr
 
-    def free(self, ptr, size):
-        size, frames = self.live.pop(ptr)
-        now = self._frames() if self.trace is not None else []
-        for action in ("free_requested", "free_completed", "segment_free"):
-            self._event(action, ptr, size, now)
+    def raw_alloc_with_stream(self, size, stream):
+        return self.malloc(size, _current_device, stream)
+
+    def free(self, ptr, size=None):
+        with self.lock:
+            size, requested, frames, pool = self.live.pop(ptr)
+            now = self._frames() if self.trace is not None else []
+            self._account(size, requested, -1)
+            self._event("free_requested", ptr, requested, now)
+            self._event("free_completed", ptr, requested, now)
+            self._event("segment_free", ptr, size, now)
         if self.cudart is not None:
             self.cudart.cudaFree(ctypes.c_void_p(ptr))
 
-    def snapshot(self):
-        segments = [{"device": 0, "address": a, "total_size": s, "stream": 0, "segment_type": "large",
-                     "blocks": [{"address": a, "size": s, "requested_size": s, "state": "active_allocated",
-                                 "frames": fr}]} for a, (s, fr) in sorted(self.live.items())]
-        return {"segments": segments, "device_traces": [list(self.trace or [])], "allocator_settings": {}}
+    def raw_delete(self, ptr):
+        self.free(ptr)
+
+    def emptyCache(self, mempool_id=(0, 0)):
+        pass  # nothing is cached
+
+    def setMemoryFraction(self, fraction, device):
+        self.fraction = None if fraction >= 1.0 else fraction
+
+    def getMemoryFraction(self, device):
+        return 1.0 if self.fraction is None else int(self.fraction * self.total) / self.total
+
+    def recordStream(self, ptr, stream):
+        pass
+
+    def getDeviceStats(self, device):
+        with self.lock:
+            if self.backend != "cudaMallocAsync":
+                return {k: ({p: dict(s) for p, s in v.items()} if k in _ARRAY_STATS else
+                            dict(v) if isinstance(v, dict) else v) for k, v in self.stats.items()}
+            # the driver's pool: its used and reserved bytes, current and peak; the rest zero
+            out = {k: ({p: _stat() for p in v} if k in _ARRAY_STATS else _stat() if isinstance(v, dict) else 0)
+                   for k, v in self.stats.items()}
+            for name, source in (("allocated_bytes", "allocated_bytes"), ("active_bytes", "allocated_bytes"),
+                                 ("reserved_bytes", "reserved_bytes")):
+                s = self.stats[source]["all"]
+                out[name]["all"].update(current=s["current"], peak=s["peak"])
+            return out
+
+    def resetPeakStats(self, device):
+        with self.lock:
+            for v in self.stats.values():
+                for s in (v.values() if isinstance(v, dict) and "current" not in v else [v] if isinstance(v, dict) else []):
+                    s["peak"] = s["current"]
+
+    def resetAccumulatedStats(self, device):
+        if self.backend == "cudaMallocAsync":
+            warnings.warn("For backend:cudaMallocAsync, resetAccumulatedStats has no effect.")
+            return
+        with self.lock:
+            for v in self.stats.values():
+                for s in (v.values() if isinstance(v, dict) and "current" not in v else [v] if isinstance(v, dict) else []):
+                    s["allocated"] = s["freed"] = 0
+            for k in ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free"):
+                self.stats[k] = 0
+
+    def recordHistory(self, enabled, context, max_entries, clear_history, skip_actions):
+        if self.backend == "cudaMallocAsync":
+            raise RuntimeError("cudaMallocAsync does not yet support recordHistory. If you need it, please file an "
+                               "issue describing your use case.")
+        with self.lock:
+            if not enabled:
+                self.trace = None
+                return
+            if self.trace is None or clear_history:
+                self.trace = []
+            self.max_entries = int(max_entries)
+            self.context = context
+
+    def snapshot(self, mempool_id=(0, 0), include_traces=True):
+        if self.backend == "cudaMallocAsync":
+            raise RuntimeError("Calling snapshot with backend:cudaMallocAsync is not meaningful. (For backend:native, "
+                               "snapshot returns a detailed summary of all blocks tracked by the allocator, but the "
+                               "cudaMallocAsync backend does not track individual blocks.)")
+        with self.lock:
+            segments = []
+            for a, (s, req, fr, pool) in sorted(self.live.items()):
+                if tuple(mempool_id) != (0, 0) and pool != tuple(mempool_id):
+                    continue
+                segments.append({"device": 0, "address": a, "total_size": s, "allocated_size": s, "active_size": s,
+                                 "requested_size": req, "stream": 0, "segment_type": "small" if s <= 1 << 20 else "large",
+                                 "segment_pool_id": pool, "is_expandable": False,
+                                 "blocks": [{"address": a, "size": s, "requested_size": req,
+                                             "state": "active_allocated", "frames": fr}], "frames": fr})
+            self._event("snapshot", 0, 0, [])
+            traces = [list(self.trace or [])] if include_traces else [[]]
+        settings = {"PYTORCH_CUDA_ALLOC_CONF": _alloc_conf(), "max_split_size": -1, "garbage_collection_threshold": 0.0,
+                    "expandable_segments": False, "pinned_num_register_threads": 1,
+                    "release_lock_on_cudamalloc": False, "pinned_use_cuda_host_register": False,
+                    "graph_capture_record_stream_reuse": False,
+                    "roundup_power2_divisions": {str(1 << i): 0 for i in range(16)}}
+        return {"segments": segments, "device_traces": traces, "allocator_settings": settings,
+                "external_annotations": []}
+
+    def createOrIncrefPool(self, device, mempool_id, allocator=None):
+        with self.lock:
+            self.pools[mempool_id] = self.pools.get(mempool_id, 0) + 1
+
+    def getPoolUseCount(self, device, mempool_id):
+        return self.pools.get(mempool_id, 0)
+
+    def beginAllocateToPool(self, device, mempool_id, thread):
+        with self.lock:
+            self.pools[mempool_id] = self.pools.get(mempool_id, 0) + 1
+            self.routing[thread] = mempool_id
+
+    def endAllocateToPool(self, device, mempool_id):
+        with self.lock:
+            self.routing = {t: p for t, p in self.routing.items() if p != mempool_id}
+
+    def releasePool(self, device, mempool_id):
+        with self.lock:
+            self.pools[mempool_id] -= 1
+
+    def shareIpcHandle(self, ptr):
+        return (0, b"fake-ipc-handle-%x" % ptr)
+
+    def attachOutOfMemoryObserver(self, observer):
+        pass
+
+    def checkPoolLiveAllocations(self, device, mempool_id, ptrs):
+        with self.lock:
+            return {a for a, v in self.live.items() if v[3] == tuple(mempool_id)} == set(ptrs)
 
 
 _native = None
 _current = None
 _initialized = False
+_current_device = 0
+
+
+def _native_allocator():
+    global _native
+    if _native is None:
+        _native = _NativeAllocator()
+    return _native
 
 
 def _allocator():
-    global _current, _native, _initialized
+    """The current allocator (c10::cuda::CUDACachingAllocator::get())."""
+    global _current
     if _current is None:
-        if _native is None:
-            _native = _NativeAllocator()
-        _current = _native
-    _initialized = True
+        _current = _native_allocator()
     return _current
+
+
+def _lazy_init():
+    """CUDA's lazy initialisation: the allocator's init(device_count), once."""
+    global _initialized
+    if not _initialized:
+        _initialized = True
+        _allocator().init(1)
 
 
 def _change_current_allocator(allocator):
     global _current
-    if _initialized:
-        raise RuntimeError("Can't swap an already initialized allocator")
+    _check(not _allocator().initialized(), "Can't swap an already initialized allocator")
     _current = allocator
 
 
 # ---- tensors -----------------------------------------------------------------------------------
 
+class _UntypedStorage:
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def data_ptr(self):
+        return self._tensor.data_ptr()
+
+    def _share_cuda_(self):
+        """THPStorage_shareCuda: the allocator's IPC handle of the storage."""
+        offset, handle = self._tensor._alloc.shareIpcHandle(self._tensor.data_ptr())
+        return (0, handle, self._tensor.nbytes, offset, None, 0, None, False)
+
+
 class Tensor:
     def __init__(self, nbytes):
+        _lazy_init()
         self._alloc = _allocator()
         self.nbytes = nbytes
         self._ptr = self._alloc.malloc(nbytes)
+        self.is_cuda = True
 
     def data_ptr(self):
         return self._ptr
+
+    def untyped_storage(self):
+        return _UntypedStorage(self)
 
     def __del__(self):
         if getattr(self, "_ptr", None):
@@ -175,36 +529,10 @@ def empty(nbytes, device="cuda", dtype=None):
     return Tensor(int(nbytes))
 
 
-# ---- torch.cuda and torch._C -------------------------------------------------------------------
+from . import _C, cuda  # noqa: E402  (they call back into the allocators above)
 
-def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=100000, **kwargs):
-    native = _native_allocator()
-    native.trace = [] if enabled else None
-    native.max_entries = int(max_entries)
+__all__ = ["Tensor", "empty", "OutOfMemoryError", "cuda", "uint8"]
 
-
-def _native_allocator():
-    global _native
-    if _native is None:
-        _native = _NativeAllocator()
-    return _native
-
-
-def _dump_snapshot(filename="dump_snapshot.pickle"):
-    with open(filename, "wb") as f:
-        pickle.dump(_native_allocator().snapshot(), f, protocol=4)
-
-
-class _Utils:
-    @staticmethod
-    def _get_device_index(d):
-        return 0 if d is None else int(str(d).rsplit(":", 1)[-1]) if ":" in str(d) else int(d)
-
-
-_C = types.SimpleNamespace(_cuda_attach_out_of_memory_observer=lambda fn: None)
-memory = types.SimpleNamespace(CUDAPluggableAllocator=CUDAPluggableAllocator,
-                               change_current_allocator=_change_current_allocator,
-                               _record_memory_history=_record_memory_history, _dump_snapshot=_dump_snapshot)
-cuda = types.SimpleNamespace(is_initialized=lambda: _initialized, memory=memory, current_device=lambda: 0,
-                             OutOfMemoryError=OutOfMemoryError, _utils=_Utils, is_available=lambda: True,
-                             synchronize=lambda: None)
+# torch.autograd.profiler (record_function), torch.profiler and torch.optim, as modules of their
+# own with PyTorch's file layout: memsnap's analysis reads their files in the stacks.
+from . import autograd, optim, profiler  # noqa: E402,F401

@@ -1,0 +1,164 @@
+"""test_torch_memory.py: torch.cuda.memory's public functions under memsnap, against the stand-in
+for PyTorch (tests/data/fake_torch, which mirrors PyTorch 2.11's layering: public function ->
+torch._C binding -> the current allocator, whose pluggable form refuses what PyTorch's refuses)
+on the simulated device (issue 24).
+
+First tests/gpu/parity_memory_api.py runs here as it runs on the GPU: each function under the
+stand-in's native allocator, under memsnap.enable() and under a bare pluggable allocator, for
+backend native and backend:cudaMallocAsync; its answers are checked one by one. Then what the
+answers are built from: memsnap's options read back, the memory fraction, the pool's use count,
+clearing the history, peer access to expandable segments and the async pool of two simulated
+devices, and PyTorch's statistics without memsnap's own key.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+here = os.path.dirname(os.path.abspath(__file__))
+tests = os.path.join(here, "..")
+sys.path.insert(0, tests)
+from checks import check, finish  # noqa: E402
+
+fake = os.path.join(tests, "data", "fake_torch")
+env = dict(os.environ, MEMSNAP_BACKEND="sim", MEMSNAP_SIM_CAPACITY="4G", FAKE_TORCH_DEVICE_MEMORY="4G",
+           PYTHONPATH=os.pathsep.join([fake, os.environ.get("PYTHONPATH", "")]), PYTORCH_CUDA_ALLOC_CONF="")
+out = tempfile.mktemp(suffix=".json")
+p = subprocess.run([sys.executable, os.path.join(tests, "gpu", "parity_memory_api.py"), "--json", out], env=env,
+                   capture_output=True, text=True, timeout=300)
+check("parity script: runs against the stand-in and prints its table last",
+      p.returncode == 0 and "answers the same under memsnap as native" in p.stdout.splitlines()[-1], p.stderr[-2000:])
+r = json.load(open(out)) if os.path.exists(out) else {}
+os.unlink(out) if os.path.exists(out) else None
+nat, ms, bare = (r.get("native", {}).get(a, {}) for a in ("native", "memsnap", "pluggable"))
+anat, ams = (r.get("cudaMallocAsync", {}).get(a, {}) for a in ("native", "memsnap"))
+
+
+def same(name, *pairs):
+    for n, m in pairs:
+        if n.get(name) != m.get(name) or n.get(name) is None:
+            return False
+    return True
+
+
+both = [(nat, ms), (anat, ams)]
+for name in ("memory_allocated", "max_memory_allocated", "memory_stats keys", "memory_stats_as_nested_dict",
+             "reset_peak_memory_stats", "reset_max_memory_allocated", "memory_summary",
+             "set/get_per_process_memory_fraction", "caching_allocator_alloc/delete", "get_allocator_backend",
+             "host_memory_stats", "list_gpu_processes", "empty_cache"):
+    check("parity: %s answers as native, both backends" % name, same(name, *both),
+          [(n.get(name), m.get(name)) for n, m in both])
+check("parity: 122 statistics under memsnap for either backend, memsnap's num_invalid_frees left out",
+      len(ms.get("memory_stats keys", [])) == 122 and len(ams.get("memory_stats keys", [])) == 122 and
+      "num_invalid_frees" not in ms.get("memory_stats keys", []))
+check("parity: the backend's name is native / cudaMallocAsync, not pluggable",
+      ms.get("get_allocator_backend") == "native" and ams.get("get_allocator_backend") == "cudaMallocAsync" and
+      bare.get("get_allocator_backend") == "pluggable")
+check("parity: the async backend's statistics are its pool's (the rest zero, as native's)",
+      ams.get("memory_stats values", {}).get("segment.all.current") == 0 and
+      ams.get("memory_stats values", {}).get("allocated_bytes.all.current") == anat.get(
+          "memory_stats values", {}).get("allocated_bytes.all.current"))
+snap_n, snap_m = nat.get("memory_snapshot", {}), ms.get("memory_snapshot", {})
+check("parity: memory_snapshot() gives PyTorch's segment and block dicts, the allocated blocks summing to "
+      "memory_allocated()",
+      isinstance(snap_m, dict) and snap_m.get("segment keys") == snap_n.get("segment keys") and
+      snap_m.get("block keys") == snap_n.get("block keys") and snap_m.get("allocated = sum of active_allocated blocks"),
+      (snap_n, snap_m))
+h_n, h_m = nat.get("_record_memory_history + _snapshot", {}), ms.get("_record_memory_history + _snapshot", {})
+check("parity: _record_memory_history + _snapshot: the same keys, trace entry keys and allocator settings, with frames",
+      isinstance(h_m, dict) and all(h_m.get(k) == h_n.get(k) for k in ("keys", "trace keys", "settings keys")) and
+      h_m.get("alloc has frames") and {"alloc", "free_requested", "free_completed"} <= set(
+          h_m.get("actions", [])), (h_n, h_m))
+check("parity: _dump_snapshot writes a pickle with _snapshot's keys", same("_dump_snapshot", (nat, ms)))
+pool = ms.get("MemPool + use_mem_pool + snapshot", {})
+check("parity: MemPool.snapshot() lists the pool's segments only, use_count as native",
+      same("MemPool + use_mem_pool + snapshot", (nat, ms)) and pool.get("segments") == 1 and pool.get("all of the pool"),
+      (nat.get("MemPool + use_mem_pool + snapshot"), pool))
+for name in ("memory_snapshot", "_dump_snapshot", "MemPool + use_mem_pool + snapshot"):
+    check("parity: with backend:cudaMallocAsync, %s is refused as native refuses it" % name,
+          str(ams.get(name, "")).startswith("error: RuntimeError: Calling snapshot with backend:cudaMallocAsync") and
+          str(anat.get(name, "")).startswith("error: RuntimeError: Calling snapshot with backend:cudaMallocAsync"),
+          (anat.get(name), ams.get(name)))
+check("parity: with backend:cudaMallocAsync, _record_memory_history is refused as native refuses it",
+      str(ams.get("_record_memory_history + _snapshot", "")).startswith(
+          str(anat.get("_record_memory_history + _snapshot", "?"))[:60]))
+check("parity: IPC of a tensor is refused by the pluggable interface itself (no hook reaches memsnap)",
+      nat.get("IPC: storage._share_cuda_") == "tuple" and
+      ms.get("IPC: storage._share_cuda_", "").startswith("error: RuntimeError: CUDAPluggableAllocator does not yet "
+                                                          "support shareIPcHandle"))
+refused = [k for k, v in bare.items() if str(v).startswith("error: RuntimeError: CUDAPluggableAllocator does not yet")]
+check("parity: without memsnap's answers a bare pluggable allocator refuses the statistics, snapshots and history",
+      {"memory_allocated", "memory_stats keys", "_record_memory_history + _snapshot",
+       "set/get_per_process_memory_fraction"} <= set(refused), refused)
+
+# ---- what the answers are built from, on the simulated device -----------------------------------
+os.environ.update(MEMSNAP_BACKEND="sim", MEMSNAP_SIM_CAPACITY="1G", MEMSNAP_SIM_DEVICES="2",
+                  MEMSNAP_EXPANDABLE_SEGMENTS="1", PYTORCH_CUDA_ALLOC_CONF="")
+import memsnap  # noqa: E402
+from memsnap import torch_memory  # noqa: E402
+
+check("get_option: effective values (the environment's, the defaults)",
+      memsnap.get_option("expandable_segments") == "1" and memsnap.get_option("MEMSNAP_ALLOCATOR") == "native" and
+      memsnap.get_option("peer_access") == "1")
+try:
+    memsnap.get_option("no_such_option")
+    check("get_option: an unknown name raises, naming it", False)
+except memsnap.MemsnapError as e:
+    check("get_option: an unknown name raises, naming it", "no_such_option" in str(e))
+check("get_memory_fraction: 1.0 without a cap, then the cap as set", memsnap.get_memory_fraction(1) == 1.0)
+memsnap.set_memory_fraction(0.25, 1)
+check("get_memory_fraction: the cap as set (0.25 of 1 GiB)", memsnap.get_memory_fraction(1) == 0.25)
+memsnap.set_memory_fraction(1.0, 1)
+check("stats for torch: PyTorch's keys only; memsnap.memory_stats keeps num_invalid_frees",
+      "num_invalid_frees" not in torch_memory.stats_for_torch(0) and "num_invalid_frees" in memsnap.memory_stats(0))
+
+# peer access: expandable pages of device 0 for device 1 (MEMSNAP_PEER_ACCESS=1, the default)
+p0 = memsnap.malloc(3 << 20, device=0)
+check("peer access: an expandable segment's page is mapped for the other device", memsnap.sim_peer_access(1, p0) and
+      memsnap.sim_peer_access(0, p0))
+memsnap.free(p0)
+memsnap.shutdown()
+os.environ.update(MEMSNAP_PEER_ACCESS="0")
+p0 = memsnap.malloc(3 << 20, device=0)
+check("peer access: MEMSNAP_PEER_ACCESS=0 maps it for its own device only",
+      not memsnap.sim_peer_access(1, p0) and memsnap.sim_peer_access(0, p0))
+memsnap.free(p0)
+memsnap.shutdown()
+os.environ.update(MEMSNAP_PEER_ACCESS="1", MEMSNAP_EXPANDABLE_SEGMENTS="0", MEMSNAP_ALLOCATOR="async")
+p1 = memsnap.malloc(1 << 20, device=1)
+check("peer access: the async pool of device 1 is open to device 0", memsnap.sim_peer_access(0, p1))
+memsnap.free(p1)
+memsnap.shutdown()
+os.environ.update(MEMSNAP_ALLOCATOR="native")
+p0 = memsnap.malloc(1 << 20, device=0)
+check("peer access: a classic segment is reachable through the context's peer access", memsnap.sim_peer_access(1, p0))
+try:
+    memsnap.sim_peer_access(0, 0x1234)
+    check("peer access: an address of no device raises", False)
+except memsnap.MemsnapError as e:
+    check("peer access: an address of no device raises", "no simulated device" in str(e))
+memsnap.free(p0)
+
+# the history: clear_history forgets what was recorded, recording goes on
+memsnap.record(max_entries=100)
+memsnap.free(memsnap.malloc(4096))
+memsnap.clear_recording()
+q = memsnap.malloc(8192)
+tr = torch_memory.snapshot()["device_traces"][0]
+check("record_clear: only what came after it is in the trace",
+      [e["action"] for e in tr if e["action"] in ("alloc", "free_requested")] == ["alloc"] and tr[0]["size"] == 8192,
+      [e["action"] for e in tr])
+memsnap.free(q)
+memsnap.stop_recording()
+
+# a pool's use count
+pool_id = (0, 77)
+memsnap.load().memsnap_create_pool(0, *pool_id)
+memsnap.load().memsnap_begin_allocate_thread_to_pool(0, *pool_id)
+check("pool use count: a MemPool and a use_mem_pool block", memsnap.load().memsnap_pool_use_count(0, *pool_id) == 2)
+memsnap.load().memsnap_end_allocate_to_pool(0, *pool_id)
+memsnap.load().memsnap_release_pool(0, *pool_id)
+check("pool use count: the MemPool alone", memsnap.load().memsnap_pool_use_count(0, *pool_id) == 1)
+check("pool use count: an unknown pool is an error", memsnap.load().memsnap_pool_use_count(0, 0, 12345) < 0)
+finish()
