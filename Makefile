@@ -48,7 +48,8 @@ ANALYZER_HEADERS := $(wildcard analyzer/*/*.h)
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload \
-  $(BUILD)/tests/gen_ranks $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks $(BUILD)/tests/libbench_stacks.so
+  $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
+  $(BUILD)/tests/libbench_stacks.so
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden install uninstall
@@ -119,7 +120,7 @@ $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
 
 # The tests' sources mirror the code's folders (tests/recorder/, tests/analyzer/, tests/intercept/);
 # their programs are all built into $(BUILD)/tests/.
-TEST_HEADERS := tests/testhelper.h tests/recorder/allochelper.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS)
+TEST_HEADERS := tests/testhelper.h tests/recorder/allochelper.h tests/analyzer/sites.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS)
 $(BUILD)/tests/%.o: tests/recorder/%.c $(TEST_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -Itests $(EXTRA_CFLAGS) -c $< -o $@

@@ -12,7 +12,9 @@
  *   - a block used on other streams (record_stream) is reused only once events recorded on
  *     those streams at free time have completed;
  *   - when the device refuses memory: free cached oversize blocks, retry; free every unsplit
- *     cached segment, retry (num_alloc_retries); then fail (num_ooms);
+ *     cached segment, retry (num_alloc_retries); then fail (num_ooms); each release's event
+ *     says why (MEMSNAP_RELEASE_*, set where releasing starts: nothing on a request that
+ *     releases nothing);
  *   - with a memory fraction set, reserved memory stays under the cap, and
  *     garbage_collection_threshold frees the oldest cached segments above it;
  *   - with expandable segments, a new segment is one growing virtual reservation per stream and
@@ -152,11 +154,13 @@ static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_blo
   return MSI_BE_OK;
 }
 
-/* Returns a whole cached segment to the device and forgets it. */
+/* Returns a whole cached segment to the device and forgets it; its event says why
+ * (d->release_reason, which the caller set). */
 static void release_segment(msi_device *d, msi_block *b) {
   int k = b->pool->stat_kind;
   if (msi_is_recording())
-    msi_history_add(MSI_EV_SEGMENT_FREE, d->index, b->stream, b->ptr, b->size, b->size, 0, d->event_stack);
+    msi_history_add(MSI_EV_SEGMENT_FREE, d->index, b->stream, b->ptr, b->size, b->size, d->release_reason,
+                    d->event_stack);
   if (msi_be->mem_free(d->index, b->ptr, b->size) != MSI_BE_OK)
     msi_error("device %d: freeing segment %#lx failed", d->index, (unsigned long)b->ptr);
   d->total_allocated_memory -= b->size;
@@ -349,6 +353,7 @@ static void garbage_collect(msi_device *d) {
   size_t threshold = (size_t)(msi_opt.gc_threshold * (double)d->allowed_memory_maximum);
   if (d->total_allocated_memory <= threshold) return;
   size_t target = d->total_allocated_memory - threshold, reclaimed = 0;
+  d->release_reason = MEMSNAP_RELEASE_GC;
   msi_pool *p = &d->large;
   uint64_t total_age = 0;
   int64_t freeable = 0;
@@ -386,6 +391,7 @@ static bool release_available_cached_blocks(msi_device *d, const request *r) {
   if (max_split == SIZE_MAX) return false;
   size_t key = r->size < max_split ? max_split : r->size;
   msi_block *b = msi_set_lower_bound(r->set, key);
+  d->release_reason = MEMSNAP_RELEASE_OVERSIZE;
   if (b) {
     if (is_split(b) || b->seg) return false; /* oversize blocks are whole classic segments */
     release_segment(d, b);
@@ -435,8 +441,10 @@ static void release_pool_blocks(msi_device *d, msi_pool *p) {
 }
 
 /* Releases every cached segment that is not split, and the free pages of expandable segments
- * (empty_cache), then the private pools no capture or MemPool uses any more. */
-static void release_cached_blocks(msi_device *d) {
+ * (empty_cache), then the private pools no capture or MemPool uses any more; `reason`
+ * (MEMSNAP_RELEASE_*) goes into their events. */
+static void release_cached_blocks(msi_device *d, uint8_t reason) {
+  d->release_reason = reason;
   synchronize_and_free_events(d);
   release_pool_blocks(d, &d->large);
   release_pool_blocks(d, &d->small);
@@ -546,7 +554,7 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
     int be = alloc_segment(d, &r, false, &b);
     if (be == MSI_BE_OOM && release_available_cached_blocks(d, &r)) be = alloc_segment(d, &r, false, &b);
     if (be == MSI_BE_OOM && MSI_LIKELY(d->ncaptures == 0)) { /* a capture must not synchronize */
-      release_cached_blocks(d);
+      release_cached_blocks(d, MEMSNAP_RELEASE_RETRY);
       be = alloc_segment(d, &r, true, &b);
     }
     if (be == MSI_BE_OOM) {
@@ -637,7 +645,7 @@ void msi_device_empty_cache(msi_device *d, uint32_t stack) {
     msi_error("device %d: empty_cache while a CUDA graph capture allocates to a private pool: nothing released",
               d->index);
   else
-    release_cached_blocks(d);
+    release_cached_blocks(d, MEMSNAP_RELEASE_EMPTY_CACHE);
   pthread_mutex_unlock(&d->lock);
 }
 
@@ -653,6 +661,7 @@ int msi_device_empty_pool(msi_device *d, const uint64_t id[2], uint32_t stack) {
     rc = MEMSNAP_EINVAL;
   } else {
     synchronize_and_free_events(d);
+    d->release_reason = MEMSNAP_RELEASE_POOL;
     msi_private_pools_release_freeable(d, id, release_pool_blocks);
   }
   pthread_mutex_unlock(&d->lock);
@@ -789,7 +798,7 @@ void msi_device_destroy(msi_device *d) {
       free_block(d, b);
     }
   }
-  release_cached_blocks(d);
+  release_cached_blocks(d, MEMSNAP_RELEASE_SHUTDOWN);
   msi_private_pools_destroy(d);
   msi_expandable_destroy_all(d);
   for (int i = 0; i < d->nevent_cache; i++) msi_be->event_destroy(d->index, d->event_cache[i]);

@@ -72,15 +72,16 @@ void msi_async_destroy(msi_device *d) {
   d->async = NULL;
 }
 
-/* While recording: the pool's reserved bytes changed since last seen become a map or unmap. */
-static void record_pool_change(msi_device *d, uintptr_t at, memsnap_stream_t stream) {
+/* While recording: the pool's reserved bytes changed since last seen become a map or unmap;
+ * an unmap's extra is `reason` (MEMSNAP_RELEASE_EMPTY_CACHE for a trim, else the driver's own). */
+static void record_pool_change(msi_device *d, uintptr_t at, memsnap_stream_t stream, uint8_t reason) {
   uint64_t reserved = 0, reserved_high, used, used_high;
   if (msi_be->async_usage(d->index, &reserved, &reserved_high, &used, &used_high) != MSI_BE_OK) return;
   uint64_t seen = d->async->reserved_seen;
   if (reserved > seen)
     msi_history_add(MSI_EV_SEGMENT_MAP, d->index, stream, at, reserved - seen, reserved - seen, 0, d->event_stack);
   else if (reserved < seen)
-    msi_history_add(MSI_EV_SEGMENT_UNMAP, d->index, stream, at, seen - reserved, seen - reserved, 0, d->event_stack);
+    msi_history_add(MSI_EV_SEGMENT_UNMAP, d->index, stream, at, seen - reserved, seen - reserved, reason, d->event_stack);
   d->async->reserved_seen = reserved;
 }
 
@@ -148,7 +149,7 @@ int msi_async_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32
   }
   st->used += size;
   if (msi_is_recording()) {
-    record_pool_change(d, ptr, stream);
+    record_pool_change(d, ptr, stream, MEMSNAP_RELEASE_DRIVER);
     msi_history_add(MSI_EV_ALLOC, d->index, stream, ptr, size, size, 0, stack);
   }
   *out = (void *)ptr;
@@ -188,7 +189,7 @@ static void free_block(msi_device *d, msi_block *b, uint32_t stack) {
   if (msi_is_recording()) {
     static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
     msi_history_add_n(kinds, 2, d->index, b->stream, b->ptr, b->size, b->size, 0, stack);
-    record_pool_change(d, b->ptr, b->stream);
+    record_pool_change(d, b->ptr, b->stream, MEMSNAP_RELEASE_DRIVER);
   }
   msi_block_put(d, b);
 }
@@ -222,7 +223,7 @@ void msi_async_empty_cache(msi_device *d, uint32_t stack) {
   d->event_stack = stack;
   if (msi_be->async_trim(d->index) != MSI_BE_OK)
     msi_error("device %d: trimming the stream-ordered pool failed: %s", d->index, memsnap_last_error());
-  if (msi_is_recording()) record_pool_change(d, 0, NULL);
+  if (msi_is_recording()) record_pool_change(d, 0, NULL, MEMSNAP_RELEASE_EMPTY_CACHE);
   pthread_mutex_unlock(&d->lock);
 }
 

@@ -252,7 +252,7 @@ void msi_expandable_unmap(msi_device *d, msi_block *b) {
   d->stats.num_device_free++;
   if (b->pool->owner) b->pool->owner->malloc_count -= (int64_t)(last - first);
   if (msi_is_recording())
-    msi_history_add(MSI_EV_SEGMENT_UNMAP, d->index, b->stream, at, size, size, 0, d->event_stack);
+    msi_history_add(MSI_EV_SEGMENT_UNMAP, d->index, b->stream, at, size, size, d->release_reason, d->event_stack);
   if (!b->prev && !b->next) release_segment(d, b);
 }
 

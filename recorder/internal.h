@@ -348,6 +348,8 @@ typedef struct msi_device {
   void **event_cache;              /* completed events kept for reuse */
   int nevent_cache, event_cache_cap;
   uint32_t event_stack;            /* stack id of the call in progress, for its events (lock held) */
+  uint8_t release_reason;          /* why segments are being released (MEMSNAP_RELEASE_*): their events'
+                                      extra; set where releasing starts, read only while releasing */
   msi_block *spare_blocks;         /* free list of block structs (linked through next) */
   void **block_slabs;              /* slabs of block structs, freed at shutdown */
   int nslabs, slabs_cap;
@@ -440,7 +442,7 @@ typedef enum {
 
 /* One recorded event, 64 bytes. For OOM: addr is the device's free bytes, aux the bytes the
  * cache held reserved but unallocated. For marks and ranges: aux is the label id, requested the
- * range depth. */
+ * range depth. For segment_free and segment_unmap: aux is why (MEMSNAP_RELEASE_*; 0 unknown). */
 typedef struct msi_event {
   uint64_t time_ns;   /* monotonic */
   uint64_t addr;

@@ -538,7 +538,8 @@ static void put_event(event_writer *x, uint64_t i, int64_t id, int64_t t) {
   for (int k = 0; k < 11; k++) {
     bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
                 (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH &&
-                 e->kind != MSI_EV_INVALID_FREE && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux));
+                 e->kind != MSI_EV_INVALID_FREE && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux) &&
+                 !((e->kind == MSI_EV_SEGMENT_FREE || e->kind == MSI_EV_SEGMENT_UNMAP) && e->aux));
     if (null) sqlite3_bind_null(target, base + k + 1);
     else sqlite3_bind_int64(target, base + k + 1, v[k]);
   }

@@ -49,6 +49,22 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
   X(SNAPSHOT, "snapshot") X(MARK, "mark") X(RANGE_PUSH, "range_push") X(RANGE_POP, "range_pop") \
   X(SEGMENT_MAP, "segment_map") X(SEGMENT_UNMAP, "segment_unmap") X(INVALID_FREE, "invalid_free")
 
+/* Why a segment_free or segment_unmap happened: its `extra` (NULL, read as 0: not recorded, as
+ * in imported snapshots and files written before these codes). The recorder knows the reason
+ * where it releases (recorder/alloc.c); the analyzer infers it where a file does not say
+ * (analyzer/analysis/retries.c). Codes are part of the format: a new one gets the next number. */
+enum {
+  MEMSNAP_RELEASE_RETRY = 1,       /* a request the device refused: the whole cache released, then retried */
+  MEMSNAP_RELEASE_OVERSIZE = 2,    /* a request the device refused: oversize cached blocks released (max_split_size) */
+  MEMSNAP_RELEASE_GC = 3,          /* garbage collection (garbage_collection_threshold), before a request */
+  MEMSNAP_RELEASE_EMPTY_CACHE = 4, /* an empty_cache call */
+  MEMSNAP_RELEASE_POOL = 5,        /* a private pool's cache emptied (memsnap_empty_pool: a MemPool's) */
+  MEMSNAP_RELEASE_SHUTDOWN = 6,    /* the allocator shut down (memsnap_shutdown) */
+  MEMSNAP_RELEASE_EXTERNAL = 7,    /* an external allocation the program freed (memsnap run --mode intercept) */
+  MEMSNAP_RELEASE_DRIVER = 8,      /* the async mode's driver pool shrank by itself (not empty_cache) */
+  MEMSNAP_RELEASE_REASONS          /* codes are below this */
+};
+
 #define MEMSNAP_KIND_COUNT_(id, name) +1
 enum { MEMSNAP_EVENT_KINDS = 1 MEMSNAP_EVENT_KIND_LIST(MEMSNAP_KIND_COUNT_) }; /* ids 1 .. KINDS-1 */
 #undef MEMSNAP_KIND_COUNT_

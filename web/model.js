@@ -5,7 +5,8 @@
 // hi: [...]}: per time bucket, the lowest and highest value, so a zoomed-out view never loses a
 // peak), allocated memory by site as bands, the largest allocations one by one (detail),
 // checkpoints of the allocator's state (segments as runs of blocks, live bytes by site),
-// iterations, leak candidates, OOMs, each segment's life (segment_spans), and stacks through a
+// iterations, leak candidates, OOMs, the allocator's retries, the replay's suggestions, each
+// segment's life (segment_spans), and stacks through a
 // string table (the frames that matter, and the whole stacks behind them). Nothing here touches
 // the DOM: view.js draws what these functions give.
 "use strict";
@@ -154,8 +155,8 @@ const Model = {
     return found < 0 ? null : { lo: curve.lo[found], hi: curve.hi[found] };
   },
 
-  // Leak candidates and OOMs whose stack mentions `text` (case-insensitive) in a frame's name
-  // or file, or whose address range holds the number `text` (hex or decimal).
+  // Leak candidates, OOMs and retries whose stack mentions `text` (case-insensitive) in a frame's
+  // name or file.
   search(d, text) {
     const q = String(text).trim().toLowerCase();
     if (!q) return [];
@@ -164,7 +165,30 @@ const Model = {
       (f) => f.full.toLowerCase().includes(q) || f.file.toLowerCase().includes(q));
     d.leaks.forEach((l, i) => { if (matches(l.stack)) hits.push({ kind: "leak", index: i }); });
     d.oom.forEach((o, i) => { if (matches(o.stack)) hits.push({ kind: "oom", index: i }); });
+    (d.retries || []).forEach((r, i) => { if (matches(r.stack)) hits.push({ kind: "retry", index: i }); });
     return hits;
+  },
+
+  // A request the allocator released cached memory for and retried (d.retries' entry), as the
+  // text report says it, `at` the time as shown: "at 4.0 ms: 70.00 GiB requested; the allocator
+  // released 60.13 GiB of cached segments and retried: served (3 segments)".
+  retryLine(r, at) {
+    const what = r.released === "oversize_blocks" ? "oversize cached blocks" : "cached segments";
+    return "at " + at + ": " + Model.formatBytes(r.requested_bytes) + " requested; the allocator released " + Model.formatBytes(r.released_bytes) +
+      " of " + what + " and retried: " + (r.succeeded ? "served" : "out of memory") + " (" + r.segments_released + " segment" +
+      (r.segments_released === 1 ? "" : "s") + (r.unmapped_bytes ? ", pages unmapped" : "") + ")";
+  },
+
+  // A suggestion (d.suggestions' entry) as the line to set, and what it did in the replay against
+  // `baseline` (the recorded settings' replayed peak reserved bytes).
+  suggestionLine(s) {
+    return "PYTORCH_CUDA_ALLOC_CONF=" + (s.pytorch_cuda_alloc_conf || "(unset: the defaults)") +
+      (s.memory_fraction != null ? " with torch.cuda.set_per_process_memory_fraction(" + s.memory_fraction + ")" : "");
+  },
+  suggestionEffect(s, baseline) {
+    if (s.fits) return "the recorded out of memory does not happen; peak reserved " + Model.formatBytes(s.peak_reserved_bytes);
+    return "peak reserved " + Model.formatBytes(s.peak_reserved_bytes) + ", " + Model.formatBytes(s.saved_bytes) + " (" +
+      (baseline > 0 ? ((100 * s.saved_bytes) / baseline).toFixed(1) : "0.0") + "%) less";
   },
 
   // The detailed allocations of band k live at time t, in allocation order (the order the band

@@ -26,6 +26,7 @@ function showDocument(d, signal, src) {
   st.all = st.all === 1 ? 1 : null; // whole stacks: irrelevant frames shown
   st.temporal = false;
   const spanIx = Model.spanIndex(d); // each segment's life: the segment timeline
+  const retries = d.retries || []; // requests the allocator released its cache for (documents before them have none)
 
   const text = (el, s) => { el.textContent = s; return el; };
   const add = (parent, tag, s, cls) => { const e = document.createElement(tag); if (s !== undefined) text(e, s); if (cls) e.className = cls; parent.appendChild(e); return e; };
@@ -108,19 +109,23 @@ function showDocument(d, signal, src) {
       ctx.fillStyle = "#c62828";
       ctx.fillRect(x(it.peak_allocated_ns) - 1, y(it.peak_allocated_bytes), 3, 3);
     });
-    d.oom.forEach((o) => { // a line and a flag, kept inside the canvas when the OOM is the last event
-      const ox = Math.max(0, Math.min(W - 3, x(o.time_ns)));
-      if (x(o.time_ns) < -3 || x(o.time_ns) > W + 3) return;
-      ctx.fillStyle = "#c62828";
-      ctx.fillRect(ox, 0, 3, H);
-      if (withBands) {
-        const fx = ox > W - 40 ? ox - 34 : ox + 3;
-        ctx.fillRect(fx, 2, 34, 16);
-        ctx.fillStyle = "#fff";
-        ctx.font = "bold 11px sans-serif";
-        ctx.fillText("OOM", fx + 5, 14);
-      }
-    });
+    // A full-height line at time t and, over the bands, a flag with its label; both kept inside the
+    // canvas when t is at its edge (an OOM is often the last event).
+    const marker = (t, color, lw, label, fy, fw) => {
+      const mx = x(t);
+      if (mx < -3 || mx > W + 3) return;
+      const lx = Math.round(Math.max(0, Math.min(W - lw, mx))); // whole pixels: the cursor's 1 px never blends all of it
+      ctx.fillStyle = color;
+      ctx.fillRect(lx, 0, lw, H);
+      if (!withBands) return;
+      const fx = lx > W - fw - 6 ? lx - fw : lx + lw;
+      ctx.fillRect(fx, fy, fw, 16);
+      ctx.fillStyle = "#fff";
+      ctx.font = "bold 11px sans-serif";
+      ctx.fillText(label, fx + 5, fy + 12);
+    };
+    retries.forEach((r) => marker(r.time_ns, "#ef6c00", 3, "retry", 20, 40)); // the allocator released its cache for a request (under an OOM's)
+    d.oom.forEach((o) => marker(o.time_ns, "#c62828", 3, "OOM", 2, 34));
     if (withBands && hovered !== null && hovered !== st.pin) { // the allocation under the pointer: outlined
       const a = Model.allocation(d, hovered), end = a.free >= 0 ? a.free : full.t1;
       ctx.strokeStyle = "#37474f";
@@ -496,6 +501,18 @@ function showDocument(d, signal, src) {
       });
     });
     $("no-ooms").hidden = d.oom.length > 0;
+    $("retries").textContent = "";
+    retries.forEach((r, i) => {
+      if (only && !only.has("retry" + i)) return;
+      const li = add($("retries"), "li", Model.retryLine(r, rel(r.time_ns)) + " \u2014 " + Model.siteLabel(Model.stackFrames(d, r.stack)));
+      on(li, "click", () => { // its stack; the cursor and the window to it, as an OOM's
+        showStack("Retry " + (i + 1), r.stack, Model.retryLine(r, rel(r.time_ns)) + "\n\n");
+        st.cur = r.time_ns;
+        st.t0 = Math.max(full.t0, r.time_ns - (full.t1 - full.t0) / 20);
+        st.t1 = Math.min(full.t1, r.time_ns + (full.t1 - full.t0) / 20);
+        redraw();
+      });
+    });
     const found = filter ? Model.searchAddress(d, filter) : [];
     for (const j of found) {
       const li = add(results, "li", "allocation " + describe(Model.allocation(d, j)));
@@ -505,6 +522,26 @@ function showDocument(d, signal, src) {
       add(results, "li", "no listed allocation holds this address" +
         (d.detail.min_size ? " (only allocations of " + Model.formatBytes(d.detail.min_size) + " or more are listed)" : ""), "muted");
   }
+  // The allocator's other releases, by cause (the retries are listed above).
+  const R = d.releases, count = (c, what) => (c && c.segments ? c.calls + " " + what + (c.calls === 1 ? "" : "s") + ", " + Model.formatBytes(c.bytes) : "");
+  const released = R ? R.retries.segments + R.empty_cache.segments + R.garbage_collection.segments + R.private_pool.segments + R.other.segments : 0;
+  text($("releases-summary"), !released ? "none: the allocator released no cached memory" :
+    [R.retries.count > retries.length ? (R.retries.count - retries.length) + " more retries not listed" : "",
+      count(R.empty_cache, "empty_cache call"), count(R.garbage_collection, "garbage collection"), count(R.private_pool, "private pool emptied"),
+      R.other.segments ? "other releases (shutdown, the driver's pool): " + Model.formatBytes(R.other.bytes) : "",
+      R.unmaps.count ? "of them, pages unmapped: " + Model.formatBytes(R.unmaps.bytes) : "",
+      R.reasons === "inferred" ? "(reasons inferred from the events' pattern)" : ""].filter(Boolean).join("; "));
+  // The replay's suggestions (memsnap analyze's sweep of allocator settings): the line to set, best first.
+  const sw = d.suggestions_sweep || { status: "not_asked" }, suggestions = d.suggestions || [];
+  $("suggestions").textContent = "";
+  $("suggestions-box").hidden = sw.status === "not_asked" || sw.status === "disabled" || sw.status === "nothing_to_replay";
+  suggestions.forEach((g) => {
+    const li = add($("suggestions"), "li");
+    add(li, "code", Model.suggestionLine(g));
+    add(li, "div", Model.suggestionEffect(g, sw.baseline_peak_reserved_bytes), "muted");
+  });
+  text($("suggestions-note"), [sw.note || "", sw.time_limit_reached ? "the sweep's time limit came first: " + sw.settings_replayed + " of " + sw.settings +
+    " settings replayed (memsnap replay --sweep replays them all)" : ""].filter(Boolean).join("; "));
   // Invalid frees (frees of pointers the allocator did not own), by site: shown when there are any.
   const invalidFrees = (d.invalid_frees && d.invalid_frees.sites) || [];
   $("invalid-frees").textContent = "";

@@ -1,7 +1,8 @@
 /* analysis.h: what the analyzer computes from a snapshot (prefix ms_): the live blocks every
  * pass replays (livemap.c), the state when the history starts (prehistory.c), the analysis
- * itself (analyze.c: peaks, iterations, leak candidates, OOMs), invalid frees (misuse.c), sites
- * matched across snapshots (match.c) and what the page draws beyond the analysis (timeline.c).
+ * itself (analyze.c: peaks, iterations, leak candidates, OOMs), the allocator's own releases
+ * and retries (retries.c), invalid frees (misuse.c), sites matched across snapshots (match.c)
+ * and what the page draws beyond the analysis (timeline.c).
  * It calls down into the reader (read/) and the helpers (util/) only; reports format what it
  * computes and never the other way round.
  */
@@ -154,6 +155,99 @@ typedef struct ms_code_kinds {
 int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms_code_kinds *k);
 void ms_code_kinds_free(ms_code_kinds *k);
 
+/* ---- the allocator's own releases of cached memory (retries.c) -------------------------- */
+
+/* What limited the recorded allocator on a device: for inferring why it released memory where
+ * the snapshot does not say (imported PyTorch snapshots, older memsnap files). */
+typedef struct ms_release_limits {
+  double capacity;     /* the device's bytes (0: unknown) */
+  double fraction;     /* the memory fraction (1: none) */
+  double gc_threshold; /* garbage_collection_threshold (0: none) */
+} ms_release_limits;
+
+/* Why a run of segment_free / segment_unmap events on one device happened (a run: nothing else
+ * of that device between them). `recorded` is the reason its events carry (their extra,
+ * MEMSNAP_RELEASE_*; 0 none): returned as it is. Else from the pattern: the allocator's own
+ * release for a request when the device's next event `next` (NULL: none) is a segment_alloc,
+ * segment_map or oom of the same call (the run's stack `run_stack` when both have one; without
+ * stacks, an oom, or a device too full for that segment: `reserved` bytes before the run plus
+ * the segment pass the limit), garbage collection when the threshold explains it instead, else
+ * an empty_cache call. Returns MEMSNAP_RELEASE_RETRY, _GC or _EMPTY_CACHE (or `recorded`). The
+ * analysis (here) and the replay (replay/engine.c) both read runs through it. */
+int ms_release_cause(int recorded, uint32_t run_stack, int64_t reserved, const ms_event *next, const ms_release_limits *l);
+
+/* A request for which the allocator released cached memory and retried (PyTorch's
+ * release_available_cached_blocks and release_cached_blocks, alloc.c's msi_device_malloc). */
+typedef struct ms_retry {
+  int64_t time_ns;         /* its first release */
+  int64_t request_ns;      /* its alloc (served) or oom (not) */
+  int64_t requested;       /* bytes asked for */
+  int64_t released, segments, unmapped; /* bytes released for it, in so many segment_free and
+                                            segment_unmap events; of them, unmapped pages */
+  int64_t reserved_before; /* the device's reserved bytes before the release */
+  int device;
+  uint32_t stack_id;       /* the request's */
+  bool succeeded;          /* served after the release (false: out of memory) */
+  bool whole_cache;        /* every cached segment released (PyTorch's num_alloc_retries), not only
+                              oversize blocks (max_split_size); known when reasons were recorded */
+  bool oversize;           /* oversize blocks released first (reasons recorded) */
+  bool reason_recorded;    /* the snapshot says why; else inferred from the pattern */
+} ms_retry;
+
+#define MS_RETRIES_MAX 10000 /* retries listed (the first ones); the rest are counted */
+
+typedef struct ms_release_count {
+  int64_t calls, segments, bytes; /* calls: per device (an empty_cache releases on each device) */
+} ms_release_count;
+
+/* Every release of cached memory in the history, by cause. */
+typedef struct ms_releases {
+  ms_retry *retries; /* in time order */
+  size_t nretries;
+  ms_release_count retried;     /* calls: retries (listed or not) */
+  int64_t retries_failed;       /* of them, ending in out of memory */
+  ms_release_count empty_cache, gc, pool, other; /* other: shutdown, the async driver's own,
+                                                    releases no request followed */
+  ms_release_count external;    /* the program's frees of external memory (intercepted): not the
+                                   allocator's releases, counted apart */
+  int64_t unmaps, unmapped_bytes; /* segment_unmap events among all of them */
+  int64_t recorded, inferred;     /* release events whose reason the snapshot gave, or the pattern */
+} ms_releases;
+
+/* The analysis pass's state for releases, per device (analyze.c holds it; retries.c owns it). */
+typedef struct ms_release_device {
+  bool run_open, awaiting; /* a run of releases without a reason; a request's releases, its alloc or oom to come */
+  uint8_t call_reason;     /* a call (empty_cache, ...) whose releases go on: its reason; 0 none */
+  uint32_t run_stack, call_stack;
+  int64_t run_ns, run_reserved, run_bytes, run_segments, run_unmapped;
+  int64_t req_ns, req_reserved, req_bytes, req_segments, req_unmapped, gc_bytes, gc_segments;
+  bool req_whole, req_oversize, req_recorded, req_inferred;
+} ms_release_device;
+
+typedef struct ms_release_pass {
+  uint64_t pending; /* bit d: device d (below 64) has a run, a call or a request open */
+  ms_release_limits limits[MS_MAX_DEVICES];
+  int64_t reserved[MS_MAX_DEVICES];
+  ms_release_device dev[MS_MAX_DEVICES];
+  ms_live_map external; /* external segments (intercepted) alive: their frees are the program's */
+  size_t retries_cap;
+} ms_release_pass;
+
+/* The pass hands ms_releases_event every segment event (segment_alloc, _free, _map, _unmap),
+ * and every other event for which this is true: an event of a device with something open.
+ * Cheap: the pass asks it of every other event, and `pending` is almost always 0. */
+static inline bool ms_releases_pending(const ms_release_pass *p, const ms_event *e) {
+  return p->pending && (unsigned)e->device < MS_MAX_DEVICES && (p->pending >> e->device & 1);
+}
+struct ms_analysis;
+/* Starts the pass's state: the devices' limits (devices and options tables) and their reserved
+ * bytes when the history starts (a->before). 0, or -1 when a table cannot be read (s->error). */
+int ms_releases_begin(struct ms_analysis *a, ms_release_pass *p);
+/* One event, in order. 0, or -1 when out of memory. */
+int ms_releases_event(struct ms_analysis *a, ms_release_pass *p, const ms_event *e);
+/* Ends the history (what is open is decided as at its end) and frees p's memory. */
+void ms_releases_end(struct ms_analysis *a, ms_release_pass *p);
+
 /* ---- the analysis (analyze.c) ----------------------------------------------------------- */
 
 typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
@@ -257,6 +351,7 @@ typedef struct ms_invalid_free {
 } ms_invalid_free;
 #define MS_EXTERNAL_MAX 16 /* groups of external memory the analysis keeps */
 
+struct ms_suggestions;
 typedef struct ms_analysis {
   ms_snapshot *snap;
   ms_curve *allocated_curve, *reserved_curve;
@@ -293,6 +388,10 @@ typedef struct ms_analysis {
   ms_invalid_free *invalid_frees; /* by count, largest first */
   size_t ninvalid_frees;
   int64_t invalid_free_total, invalid_free_by_kind[4];
+  ms_releases releases; /* the allocator's own releases of cached memory: retries, empty_cache... */
+  /* What the replay suggests (replay/suggest.c): the command that runs it fills this for the
+     reports; NULL: not asked (the analysis never calls the replay: it sits above). Not owned. */
+  const struct ms_suggestions *suggestions;
 } ms_analysis;
 
 /* The kind's name in JSON and the page: growing, growing_released, retained, alive. */

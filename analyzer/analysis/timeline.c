@@ -216,6 +216,26 @@ static void span_shrink_unknown(timeline_pass *p, int64_t size, int64_t now) {
   span_start(p, sp, true);
 }
 
+/* Reserved memory released from no span of the history's ranges, when none from before it is
+ * left to take it from: the async mode's pool trimmed (its unmap names no range: the pool gives
+ * back whichever chunks are wholly free). Taken from the device's open spans, the newest first;
+ * each ends, and what is left of it starts anew. */
+static void span_shrink_newest(timeline_pass *p, int device, int64_t size, int64_t now) {
+  while (size > 0 && !p->failed && !p->t->omitted_spans) {
+    size_t newest = p->nopen;
+    for (size_t i = 0; i < p->nopen; i++)
+      if (p->t->spans[p->open[i]].device == device && (newest == p->nopen || p->open[i] > p->open[newest])) newest = i;
+    if (newest == p->nopen) return;
+    ms_span sp = p->t->spans[p->open[newest]];
+    span_end(p, newest, now);
+    int64_t taken = sp.size < size ? sp.size : size;
+    size -= taken;
+    sp.size -= taken;
+    sp.start_ns = now;
+    span_start(p, sp, false);
+  }
+}
+
 /* The open span overlapping [a, b): its index into open, or nopen. */
 static size_t open_overlapping(const timeline_pass *p, uint64_t a, uint64_t b) {
   size_t i = open_lower(p, a);
@@ -248,7 +268,8 @@ static void span_unmap(timeline_pass *p, const ms_event *e) {
       span_start(p, rest, false);
     }
   }
-  span_shrink_unknown(p, unknown, e->time_ns);
+  if (p->unknown >= 0) span_shrink_unknown(p, unknown, e->time_ns);
+  else span_shrink_newest(p, e->device, unknown, e->time_ns);
 }
 
 /* A segment event: its span starts or ends. */

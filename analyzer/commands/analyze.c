@@ -3,7 +3,9 @@
  * with --json, {"snapshots": [analysis, ...]}; with --html, one page with a selector between them
  * (and between the devices of a snapshot on several: report/page_set.c). With 8 to 1000 (a job's
  * ranks): the table of ranks, the rank that stands out and what makes its difference against the
- * median rank (analysis/ranks.c, report/ranks.c); with --json, {"ranks": ...}. */
+ * median rank (analysis/ranks.c, report/ranks.c); with --json, {"ranks": ...}. For one snapshot,
+ * the replay's suggestions (replay/suggest.c) run after the analysis, and the reports write them
+ * (--no-suggest: not run). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "commands.h"
+#include "replay/replay.h"
 #include "report/report.h"
 
 /* With MS_RANKS_MIN snapshots or more (a job's ranks): the table of ranks, the rank that stands
@@ -76,6 +79,7 @@ static int cmd_analyze(int argc, char **argv) {
   const char *html = NULL;
   ms_category_rules categories = {0};
   ms_analyze_options ao = {.categories = &categories};
+  ms_suggest_options so = {0};
   const char *paths[MS_RANKS_MAX];
   int npaths = 0;
   for (int i = 1; i < argc; i++) {
@@ -90,6 +94,13 @@ static int cmd_analyze(int argc, char **argv) {
                               MS_CATEGORY_RULES, argv[i]);
     }
     else if (!strcmp(argv[i], "--html") && i + 1 < argc) html = argv[++i];
+    else if (!strcmp(argv[i], "--no-suggest")) so.disabled = true;
+    else if (!strcmp(argv[i], "--suggest-time") && i + 1 < argc) {
+      char *end;
+      so.time_limit_s = strtod(argv[++i], &end);
+      if (*end || !(so.time_limit_s >= 0.001 && so.time_limit_s <= 86400))
+        return ms_usage_error(&ms_analyze_command, "--suggest-time takes seconds, from 0.001 to 86400: '%s'", argv[i]);
+    }
     else if (argv[i][0] == '-' && argv[i][1]) {
       return ms_unknown_option(&ms_analyze_command, argv[i], i + 1 == argc);
     } else if (npaths == MS_RANKS_MAX) {
@@ -117,6 +128,11 @@ static int cmd_analyze(int argc, char **argv) {
       rc = 1;
       break;
     }
+  }
+  ms_suggestions *suggestions = rc == 0 && npaths == 1 ? malloc(sizeof *suggestions) : NULL;
+  if (suggestions) { /* the replay's, after the analysis: the reports write them */
+    ms_suggest(&a[0], &so, suggestions);
+    a[0].suggestions = suggestions;
   }
   if (rc == 0 && html) {
     rc = ms_write_html(html, a, (size_t)npaths, &ao);
@@ -149,6 +165,7 @@ static int cmd_analyze(int argc, char **argv) {
     ms_analysis_free(&a[i]);
     ms_close(&s[i]);
   }
+  free(suggestions);
   free(s);
   free(a);
   return rc;
@@ -156,8 +173,9 @@ static int cmd_analyze(int argc, char **argv) {
 
 const ms_command ms_analyze_command = {"analyze", cmd_analyze,
      "memsnap analyze [--json | --html OUT.html] [--full-stacks] [--full-names] [--frames N]\n"
-     "                [--fold PATTERNS] [--iterations LABEL] [--category NAME=PATTERN]... SNAPSHOT.db...\n"
-     "                            peaks, iterations, leak candidates, OOMs, top sites",
+     "                [--fold PATTERNS] [--iterations LABEL] [--category NAME=PATTERN]...\n"
+     "                [--no-suggest] [--suggest-time SECONDS] SNAPSHOT.db...\n"
+     "                            peaks, iterations, leak candidates, OOMs, retries, suggestions, top sites",
      "  SNAPSHOT.db...      snapshots to analyze; 2 to 7: a table side by side and their leak\n"
      "                      candidates matched by site, then each report; 8 to 1000 (a job's ranks):\n"
      "                      the table of ranks, the rank that stands out and the sites that make\n"
@@ -171,5 +189,11 @@ const ms_command ms_analyze_command = {"analyze", cmd_analyze,
      "  --category NAME=PATTERN[,PATTERN...]\n"
      "                      memory of the allocation sites whose stack has a frame matching a\n"
      "                      pattern (--fold's: NAME or NAME@FILE globs) is category NAME, before the\n"
-     "                      built-in rules (docs/categories.md; repeatable, 16 at most)\n",
+     "                      built-in rules (docs/categories.md; repeatable, 16 at most)\n"
+     "  --no-suggest        no suggestions: the replay's sweep of allocator settings is not run (it\n"
+     "                      runs for one snapshot of at most 500000 events, on every core; else\n"
+     "                      memsnap replay --sweep gives them; docs/replay.md)\n"
+     "  --suggest-time SECONDS\n"
+     "                      the sweep's time limit (default 3); settings not replayed by then are\n"
+     "                      left out, and the report says so\n",
      true};

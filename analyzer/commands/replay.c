@@ -274,12 +274,12 @@ static int run_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *
       }
       printf("%4d  %13s  %8s  %21s  %10lld  %7lld  %4s  %s%s\n", k + 1, peak, delta, frag,
              (long long)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)), (long long)ms_replay_sum(r, offsetof(ms_replay_device, retries)),
-             ms_replay_sum(r, offsetof(ms_replay_device, ooms)) ? "yes" : "-", conf, order[k] == 0 ? "  [recorded]" : "");
+             ms_replay_sum(r, offsetof(ms_replay_device, failed_allocs)) ? "yes" : "-", conf, order[k] == 0 ? "  [recorded]" : "");
     }
     const ms_replay_result *best = &res[order[0]];
     char line[1024];
     ms_replay_conf_line(&best->config, line, sizeof line);
-    if (best->failed || ms_replay_sum(best, offsetof(ms_replay_device, ooms))) {
+    if (best->failed || ms_replay_sum(best, offsetof(ms_replay_device, failed_allocs))) {
       printf("\nno setting fits: every one runs out of memory at this capacity\n");
     } else {
       printf("\nbest: PYTORCH_CUDA_ALLOC_CONF=%s", line[0] ? line : "(unset: the defaults)");

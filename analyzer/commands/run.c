@@ -34,8 +34,9 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "report/report.h"
 #include "pytorch/pytorch.h"
+#include "replay/replay.h"
+#include "report/report.h"
 
 typedef enum { MODE_AUTO, MODE_ALLOCATOR, MODE_TORCH_NATIVE, MODE_INTERCEPT, MODE_BOTH, MODE_AUDIT } run_mode;
 static const char *const mode_names[] = {"auto", "allocator", "torch-native", "intercept", "allocator+intercept",
@@ -47,7 +48,7 @@ static bool interposed(run_mode mode) { return mode == MODE_INTERCEPT || mode ==
 typedef struct run_options {
   const char *output, *stacks, *max_entries, *dump_on_oom, *signal_name;
   run_mode mode;
-  bool html, quiet, cache, no_torch_blocks, keep_arena;
+  bool html, quiet, cache, no_torch_blocks, keep_arena, no_suggest;
   char **program; /* argv of the program, NULL-terminated */
 } run_options;
 
@@ -408,14 +409,20 @@ static void print_paths(const ms_analysis *a, const found *f, bool imported, con
 /* What one snapshot shows: the peak, what is allocated at the end, the first leak candidate and
  * its stack, and the commands that open the report and the page (written with `html`). `brief`
  * (many snapshots, one screen): two lines, the leak's innermost frame that matters. Otherwise
- * also through which path the memory was seen (print_paths; `f`: the manifest's JAX lines). */
-static void print_summary(const char *path, bool html, bool brief, const found *f) {
+ * also through which path the memory was seen (print_paths; `f`: the manifest's JAX lines). The
+ * replay's best suggestion follows (not with `no_suggest`). */
+static void print_summary(const char *path, bool html, bool brief, const found *f, bool no_suggest) {
   ms_snapshot s;
   ms_analysis a;
   char b1[32], b2[32], b3[32], shown[PATH_MAX];
   if (ms_open_analyzed(&s, &a, path, NULL, NULL) != 0) {
     fprintf(stderr, "error: %s\n", s.error);
     return;
+  }
+  ms_suggestions *suggestions = malloc(sizeof *suggestions); /* the replay's: the summary and the page say them */
+  if (suggestions) {
+    ms_suggest(&a, &(ms_suggest_options){.disabled = no_suggest}, suggestions);
+    a.suggestions = suggestions;
   }
   snprintf(shown, sizeof shown, "%s", path);
   ms_neutralise(shown);
@@ -433,6 +440,7 @@ static void print_summary(const char *path, bool html, bool brief, const found *
     else
       printf("%s: peak %s allocated, %s at the snapshot; no leak candidate\n", shown, b1, b3);
     if (leak) ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "    ", stdout);
+    ms_print_best_suggestion(&a, "    ", stdout);
   } else {
     printf("\nsnapshot %s\n", shown);
     printf("  peak %s allocated, %s reserved; %s allocated at the snapshot\n", b1, b2, b3);
@@ -445,6 +453,7 @@ static void print_summary(const char *path, bool html, bool brief, const found *
       printf("  no leak candidate\n");
     }
     if (a.nooms) printf("  %zu out-of-memory errors recorded\n", a.nooms);
+    ms_print_best_suggestion(&a, "  ", stdout);
   }
   char page[PATH_MAX + 8];
   size_t n = strlen(shown);
@@ -456,6 +465,7 @@ static void print_summary(const char *path, bool html, bool brief, const found *
     printf("  page:   memsnap analyze --html %s %s\n", page, shown);
   }
   ms_analysis_free(&a);
+  free(suggestions);
   ms_close(&s);
 }
 
@@ -489,6 +499,7 @@ static int parse(int argc, char **argv, run_options *o) {
     else if (!strcmp(arg, "--cache")) o->cache = true;
     else if (!strcmp(arg, "--no-torch-blocks")) o->no_torch_blocks = true;
     else if (!strcmp(arg, "--keep-arena")) o->keep_arena = true;
+    else if (!strcmp(arg, "--no-suggest")) o->no_suggest = true;
     else if (!strcmp(arg, "-q") || !strcmp(arg, "--quiet")) o->quiet = true;
     else if (!strcmp(arg, "--mode") && has_value) {
       const char *m = argv[++i];
@@ -570,7 +581,7 @@ static int cmd_run(int argc, char **argv) {
     }
     bool brief = f.n > 3; /* one screen */
     if (brief) printf("\n%zu snapshots\n", f.n);
-    for (size_t i = 0; i < f.n; i++) print_summary(f.paths[i], o.html, brief, &f);
+    for (size_t i = 0; i < f.n; i++) print_summary(f.paths[i], o.html, brief, &f, o.no_suggest);
     if (f.n > 1) { /* side by side, leak candidates matched across processes */
       printf("\nall of them: memsnap analyze");
       for (size_t i = 0; i < f.n && i < 64; i++) {
@@ -590,7 +601,8 @@ static int cmd_run(int argc, char **argv) {
 
 const ms_command ms_run_command = {"run", cmd_run,
      "memsnap run [-o PATH] [--mode MODE] [--stacks S] [--max-entries N] [--dump-on-oom PATH]\n"
-     "            [--signal SIG] [--cache] [--no-torch-blocks] [--keep-arena] [--html] [-q] -- PROGRAM [ARGS...]\n"
+     "            [--signal SIG] [--cache] [--no-torch-blocks] [--keep-arena] [--html] [--no-suggest] [-q]\n"
+     "            -- PROGRAM [ARGS...]\n"
      "                            run a program unchanged, recording its GPU memory",
      "  PROGRAM [ARGS...]   the program, run unchanged; its exit status is memsnap's (128+N when\n"
      "                      signal N ended it). Every process it starts records too, each in its own file\n"
@@ -620,6 +632,8 @@ const ms_command ms_run_command = {"run", cmd_run,
      "  --keep-arena        JAX: keep XLA's arena (by default, where the interposer records, XLA allocates\n"
      "                      each array from the driver: XLA_PYTHON_CLIENT_ALLOCATOR=platform, slower)\n"
      "  --html              write each snapshot's page too (PATH with .html for .db)\n"
+     "  --no-suggest        no suggestion of allocator settings in the summary (the replay's sweep,\n"
+     "                      as memsnap analyze runs it: docs/replay.md)\n"
      "  -q, --quiet         print nothing but the program's output\n"
      "  docs/run.md explains the modes, what each sees and their limits\n",
      false};

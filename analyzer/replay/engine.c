@@ -21,9 +21,11 @@
  *     allocator reuses the block when the recorded one did.
  *   - Segment frees the allocator did not cause are empty_cache calls: a run of segment_free
  *     (or segment_unmap) events is the allocator's own (retry after out of memory, garbage
- *     collection, oversize release) when the next event of that device is the segment
- *     allocation or the out of memory of the same call (same stack when stacks were recorded);
- *     any other run is replayed as empty_cache.
+ *     collection, oversize release) when its events say so (their extra: why memsnap released
+ *     them), else when the next event of that device is the segment allocation or the out of
+ *     memory of the same call (same stack when stacks were recorded; analysis/retries.c's
+ *     ms_release_cause); an empty_cache (or a pool emptied) is replayed as empty_cache; the
+ *     program's frees of external memory and the async driver's own are not replayed.
  *   - Blocks live before the history began are allocated first, in address order.
  * Hostile or inconsistent traces (frees of unknown addresses, an allocation at a live address,
  * devices out of range, too many streams) are counted and skipped, with a note; nothing here
@@ -323,6 +325,7 @@ typedef struct run_state {
   int nstreams;
   int seg_run[MS_REPLAY_DEVICES];          /* segment frees seen and not yet explained */
   uint32_t seg_run_stack[MS_REPLAY_DEVICES];
+  uint8_t seg_run_reason[MS_REPLAY_DEVICES];   /* why, as recorded (its first event's extra; 0: not) */
   int64_t seg_run_reserved[MS_REPLAY_DEVICES]; /* recorded reserved bytes before the run */
   bool host_oom;
 } run_state;
@@ -495,28 +498,24 @@ static void replay_free_completed(run_state *st, const ms_event *e) {
   st->pseudo_free[st->npseudo_free++] = slot.aux;
 }
 
-/* Whether the recorded allocator released cached segments by itself before `next`: the same
- * call (same stack) when stacks were recorded; else when the device was full for the segment
- * it then allocated (a retry, or max_split_size's release of oversize blocks), or above the
- * garbage collection threshold. */
-static bool allocator_released(const run_state *st, int device, const ms_event *next) {
-  if (!next || (next->kind != MS_SEGMENT_ALLOC && next->kind != MS_SEGMENT_MAP && next->kind != MS_OOM)) return false;
-  if (st->seg_run_stack[device] && next->stack_id) return st->seg_run_stack[device] == next->stack_id;
-  if (next->kind == MS_OOM) return true;
+/* Whether the run of segment frees before `next` was an empty_cache call (or a pool's cache
+ * emptied): as the snapshot recorded it, else as its pattern says (analysis/retries.c's
+ * ms_release_cause, which the analysis reads runs with too): the allocator's own when the
+ * device's next event is the segment allocation or out of memory of the same call. */
+static bool was_empty_cache(const run_state *st, int device, const ms_event *next) {
   const char *f = ms_replay_config_get(&st->p->recorded, "memory_fraction");
   const char *gc = ms_replay_config_get(&st->p->recorded, "garbage_collection_threshold");
-  double fraction = f ? strtod(f, NULL) : 1.0, limit = (double)st->p->capacity * (fraction > 0 && fraction < 1 ? fraction : 1.0);
-  double before = (double)st->seg_run_reserved[device];
-  if (before + (double)next->size > limit) return true;
-  return gc && fraction < 1 && before > strtod(gc, NULL) * limit;
+  ms_release_limits l = {(double)st->p->capacity, f ? strtod(f, NULL) : 1.0, gc ? strtod(gc, NULL) : 0};
+  int cause = ms_release_cause(st->seg_run_reason[device], st->seg_run_stack[device], st->seg_run_reserved[device], next, &l);
+  return cause == MEMSNAP_RELEASE_EMPTY_CACHE || cause == MEMSNAP_RELEASE_POOL;
 }
 
 /* A run of segment frees the allocator did not cause: an empty_cache call. */
 static void explain_segment_frees(run_state *st, int device, const ms_event *next) {
   if (!st->seg_run[device]) return;
-  bool allocators = allocator_released(st, device, next);
+  bool empty_cache = was_empty_cache(st, device, next);
   st->seg_run[device] = 0;
-  if (!allocators) { /* empty_cache releases every device's cache: their runs are this call's */
+  if (empty_cache) { /* empty_cache releases every device's cache: their runs are this call's */
     memsnap_empty_cache();
     st->r->empty_caches++;
     memset(st->seg_run, 0, sizeof st->seg_run);
@@ -565,7 +564,10 @@ static int run_event(const ms_event *e, void *arg) {
     if (now) return 0;
   }
   if (e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) {
-    if (st->seg_run[e->device]++ == 0) st->seg_run_stack[e->device] = e->stack_id;
+    if (st->seg_run[e->device]++ == 0) {
+      st->seg_run_stack[e->device] = e->stack_id;
+      st->seg_run_reason[e->device] = e->extra > 0 && e->extra < MEMSNAP_RELEASE_REASONS ? (uint8_t)e->extra : 0;
+    }
     return 0;
   }
   explain_segment_frees(st, e->device, e);

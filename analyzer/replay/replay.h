@@ -1,7 +1,8 @@
 /* replay.h: a snapshot's trace replayed through memsnap's own allocator (prefix ms_replay_):
  * engine.c replays one configuration on the simulated device in this process, sweep.c a grid of
- * them on every core and ranks them. It calls down into analysis/ (the live blocks and the state
- * before the history), read/ and libmemsnap.
+ * them on every core and ranks them, suggest.c picks the analysis's suggestions from a sweep. It
+ * calls down into analysis/ (the live blocks and the state before the history), read/ and
+ * libmemsnap.
  */
 #ifndef MEMSNAP_REPLAY_H
 #define MEMSNAP_REPLAY_H
@@ -128,5 +129,59 @@ typedef struct ms_sweep {
 int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *base, int jobs, double time_limit_s,
                     bool progress, ms_sweep *out, char *err, size_t errlen);
 void ms_sweep_free(ms_sweep *sw);
+
+/* ---- suggestions for the analysis (suggest.c) ------------------------------------------- */
+
+#define MS_SUGGEST_MAX 5             /* suggestions kept, best first */
+#define MS_SUGGEST_EVENTS 500000     /* histories longer than this are not swept by default */
+#define MS_SUGGEST_SECONDS 3.0       /* the sweep's default time limit */
+#define MS_SUGGEST_SAVING 0.05       /* a setting is suggested when it lowers peak reserved by this share */
+
+/* Whether the sweep ran, and if not why (JSON's "status"). */
+typedef enum {
+  MS_SUGGEST_DONE,      /* ran (maybe stopped by its time limit: timed_out) */
+  MS_SUGGEST_DISABLED,  /* --no-suggest */
+  MS_SUGGEST_TOO_LARGE, /* more events than max_events: memsnap replay --sweep does it */
+  MS_SUGGEST_NOTHING,   /* no allocation to replay */
+  MS_SUGGEST_FAILED     /* the replay could not run, or not even the recorded settings were replayed in time */
+} ms_suggest_status;
+
+/* One setting of the sweep worth suggesting. */
+typedef struct ms_suggestion {
+  char conf[1024];          /* PYTORCH_CUDA_ALLOC_CONF's value ("" for the defaults) */
+  char memory_fraction[32]; /* the memory fraction the row sets, which that line cannot say; "" none */
+  int64_t peak_reserved;    /* the largest device's, in the replay */
+  int64_t saved;            /* than the recorded settings' replay (measured the same way) */
+  int64_t device_allocs;
+  bool fits;                /* the recorded out of memory does not happen in its replay */
+} ms_suggestion;
+
+/* What the analysis's sweep found: flat, the command's to keep and free nothing. */
+typedef struct ms_suggestions {
+  ms_suggest_status status;
+  bool timed_out;            /* the time limit came first: the rows not done are left out */
+  double time_limit_s;
+  int64_t events, max_events;
+  int settings, settings_done; /* rows of the sweep (the recorded settings among them), and those replayed */
+  int64_t baseline_peak_reserved; /* the recorded settings replayed */
+  int64_t baseline_ooms, recorded_ooms;
+  char snapshot[512];        /* as shown, for "memsnap replay --sweep SNAPSHOT" */
+  char note[1024];           /* why there are none, or what to know about them; "" none */
+  ms_suggestion s[MS_SUGGEST_MAX];
+  int n;
+} ms_suggestions;
+
+typedef struct ms_suggest_options {
+  bool disabled;       /* --no-suggest: status DISABLED, nothing run */
+  double time_limit_s; /* 0: MS_SUGGEST_SECONDS */
+  int64_t max_events;  /* 0: MS_SUGGEST_EVENTS; negative: no limit */
+  int jobs;            /* 0: one per core */
+} ms_suggest_options;
+
+/* Replays the analyzed snapshot (a->snap opened, stacks loaded) under the sweep's grid, unless o
+ * (NULL: defaults) or its size says not to, and keeps the settings that avoid a recorded out of
+ * memory (fits) or, when none was recorded, lower peak reserved memory by MS_SUGGEST_SAVING or
+ * more, best first. Always fills *out (status, note). Forks the sweep's workers; prints nothing. */
+void ms_suggest(const ms_analysis *a, const ms_suggest_options *o, ms_suggestions *out);
 
 #endif

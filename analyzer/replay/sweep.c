@@ -85,7 +85,8 @@ int64_t ms_replay_sum(const ms_replay_result *r, size_t offset) {
 static const ms_replay_result *rank_base; /* qsort has no context argument */
 static int cmp_rank(const void *a, const void *b) {
   const ms_replay_result *x = &rank_base[*(const int *)a], *y = &rank_base[*(const int *)b];
-  int64_t ox = ms_replay_sum(x, offsetof(ms_replay_device, ooms)) != 0, oy = ms_replay_sum(y, offsetof(ms_replay_device, ooms)) != 0;
+  int64_t ox = ms_replay_sum(x, offsetof(ms_replay_device, failed_allocs)) != 0,
+          oy = ms_replay_sum(y, offsetof(ms_replay_device, failed_allocs)) != 0; /* ooms stays 0 in the async mode */
   if (x->failed != y->failed) return x->failed - y->failed;
   if (ox != oy) return ox < oy ? -1 : 1;
   int64_t px = ms_replay_worst_peak(x), py = ms_replay_worst_peak(y);

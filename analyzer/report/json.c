@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "replay/replay.h"
 #include "report.h"
 
 typedef struct doc {
@@ -243,6 +244,113 @@ static void add_external(cJSON *root, const ms_analysis *a) {
   }
 }
 
+/* ---- the allocator's own releases (analysis/retries.c) and the replay's suggestions ------- */
+
+/* Adds keys[i] = values[i] to o, for the keys up to the NULL that ends them. */
+static void add_numbers(cJSON *o, const char *const *keys, const double *values) {
+  for (size_t k = 0; keys[k]; k++) cJSON_AddNumberToObject(o, keys[k], values[k]);
+}
+
+/* What was released for a retry, in JSON's words. */
+static const char *released_what(const ms_retry *r) {
+  if (!r->reason_recorded) return "unknown";
+  if (r->whole_cache) return r->oversize ? "oversize_blocks_then_whole_cache" : "whole_cache";
+  return "oversize_blocks";
+}
+
+static cJSON *count_object(const ms_release_count *c, const char *calls_key) {
+  cJSON *o = cJSON_CreateObject();
+  if (calls_key) cJSON_AddNumberToObject(o, calls_key, (double)c->calls);
+  cJSON_AddNumberToObject(o, "segments", (double)c->segments);
+  cJSON_AddNumberToObject(o, "bytes", (double)c->bytes);
+  return o;
+}
+
+/* "recorded", "inferred", "mixed", or "none" (nothing released). */
+static const char *reasons_source(const ms_releases *R) {
+  return R->recorded && R->inferred ? "mixed" : R->recorded ? "recorded" : R->inferred ? "inferred" : "none";
+}
+
+/* "retries" (each request the allocator released cached memory for and retried) and "releases"
+ * (every release by cause). */
+static void add_releases(cJSON *root, const doc *d) {
+  const ms_analysis *a = d->a;
+  const ms_json_options *o = d->o;
+  const ms_releases *R = &a->releases;
+  cJSON *list = cJSON_AddArrayToObject(root, "retries");
+  size_t n = o && o->max_retries && o->max_retries < R->nretries ? o->max_retries : R->nretries;
+  for (size_t i = 0; list && i < n; i++) {
+    const ms_retry *r = &R->retries[i];
+    static const char *const keys[] = {"time_ns",        "request_ns",        "device",         "requested_bytes",
+                                       "released_bytes", "segments_released", "unmapped_bytes", "reserved_before_bytes", NULL};
+    const double values[] = {(double)r->time_ns,  (double)r->request_ns, r->device,   (double)r->requested,
+                             (double)r->released, (double)r->segments,   (double)r->unmapped, (double)r->reserved_before};
+    cJSON *e = cJSON_CreateObject();
+    add_numbers(e, keys, values);
+    cJSON_AddBoolToObject(e, "succeeded", r->succeeded);
+    cJSON_AddStringToObject(e, "released", released_what(r));
+    cJSON_AddBoolToObject(e, "reason_recorded", r->reason_recorded);
+    stack_keys(d, e, -1, r->stack_id, NULL);
+    cJSON_AddItemToArray(list, e);
+  }
+  cJSON *rel = cJSON_AddObjectToObject(root, "releases");
+  if (!rel) return;
+  cJSON_AddStringToObject(rel, "reasons", reasons_source(R));
+  cJSON_AddNumberToObject(rel, "recorded_events", (double)R->recorded);
+  cJSON_AddNumberToObject(rel, "inferred_events", (double)R->inferred);
+  cJSON *retries = count_object(&R->retried, "count");
+  cJSON_AddNumberToObject(retries, "failed", (double)R->retries_failed);
+  cJSON_AddNumberToObject(retries, "listed", (double)n);
+  cJSON_AddItemToObject(rel, "retries", retries);
+  cJSON_AddItemToObject(rel, "empty_cache", count_object(&R->empty_cache, "calls"));
+  cJSON_AddItemToObject(rel, "garbage_collection", count_object(&R->gc, "calls"));
+  cJSON_AddItemToObject(rel, "private_pool", count_object(&R->pool, "calls"));
+  cJSON_AddItemToObject(rel, "other", count_object(&R->other, NULL));
+  cJSON_AddItemToObject(rel, "external_frees", count_object(&R->external, NULL));
+  cJSON *unmaps = cJSON_AddObjectToObject(rel, "unmaps");
+  cJSON_AddNumberToObject(unmaps, "count", (double)R->unmaps);
+  cJSON_AddNumberToObject(unmaps, "bytes", (double)R->unmapped_bytes);
+}
+
+static const char *const status_names[] = {"done", "disabled", "too_large", "nothing_to_replay", "failed"};
+
+/* "suggestions" (best first) and "suggestions_sweep" (whether and how the sweep ran, why there are
+ * none) from a->suggestions (NULL: not asked). */
+static void add_suggestions(cJSON *root, const ms_analysis *a) {
+  const ms_suggestions *g = a->suggestions;
+  cJSON *list = cJSON_AddArrayToObject(root, "suggestions");
+  for (int i = 0; g && list && i < g->n; i++) {
+    const ms_suggestion *s = &g->s[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "pytorch_cuda_alloc_conf", s->conf);
+    if (s->memory_fraction[0]) cJSON_AddNumberToObject(o, "memory_fraction", atof(s->memory_fraction));
+    else cJSON_AddNullToObject(o, "memory_fraction");
+    cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)s->peak_reserved);
+    cJSON_AddNumberToObject(o, "saved_bytes", (double)s->saved);
+    cJSON_AddNumberToObject(o, "saved_fraction",
+                            g->baseline_peak_reserved > 0 ? (double)s->saved / (double)g->baseline_peak_reserved : 0);
+    cJSON_AddBoolToObject(o, "fits", s->fits);
+    cJSON_AddNumberToObject(o, "device_allocs", (double)s->device_allocs);
+    cJSON_AddItemToArray(list, o);
+  }
+  cJSON *sw = cJSON_AddObjectToObject(root, "suggestions_sweep");
+  if (!sw) return;
+  if (!g) {
+    cJSON_AddStringToObject(sw, "status", "not_asked");
+    return;
+  }
+  static const char *const keys[] = {"settings",   "settings_replayed",            "time_limit_s",  "events",
+                                     "max_events", "baseline_peak_reserved_bytes", "baseline_ooms", "recorded_ooms", NULL};
+  const double values[] = {g->settings,         g->settings_done,
+                           g->time_limit_s,     (double)g->events,
+                           (double)g->max_events, (double)g->baseline_peak_reserved,
+                           (double)g->baseline_ooms, (double)g->recorded_ooms};
+  cJSON_AddStringToObject(sw, "status", status_names[g->status]);
+  cJSON_AddStringToObject(sw, "note", g->note);
+  add_numbers(sw, keys, values);
+  cJSON_AddBoolToObject(sw, "time_limit_reached", g->timed_out);
+}
+
 int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o) {
   doc d = {a, o ? o : &as_frames};
   add_summary(root, a);
@@ -267,10 +375,13 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   cJSON_AddNumberToObject(frag, "free_blocks_in_split_segments", (double)a->free_blocks_in_split_segments);
   cJSON_AddNumberToObject(frag, "free_bytes_in_split_segments", (double)a->split_free_bytes);
   add_external(root, a);
+  add_releases(root, &d);
+  add_suggestions(root, a);
   /* every section is there, or memory ran out on the way */
   static const char *const sections[] = {"summary",       "live_at_peak", "categories_at_peak", "iterations",
                                          "leaks",         "oom",          "invalid_frees",      "top_sites",
-                                         "fragmentation", "external"};
+                                         "fragmentation", "external",     "retries",            "releases",
+                                         "suggestions",   "suggestions_sweep"};
   for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
     if (!cJSON_GetObjectItemCaseSensitive(root, sections[i])) return -1;
   return 0;

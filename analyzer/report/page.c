@@ -22,6 +22,7 @@
 #define MS_PAGE_LEAKS 200  /* leak candidates listed on the page */
 #define MS_PAGE_FRAMES 128 /* frames that matter kept per stack */
 #define MS_PAGE_INVALID_FREES 200 /* sites of invalid frees listed on the page */
+#define MS_PAGE_RETRIES 500       /* retries listed on the page (the first ones; releases counts them all) */
 #define MS_PAGE_TABLE 500    /* sites in the page's table (the most bytes allocated first) */
 
 #define ASSET(name)                                  \
@@ -388,7 +389,8 @@ static char *page_json(const ms_analysis *a) {
                  calloc(s->nframes + 1, sizeof(uint32_t)), calloc(a->nsites + 1, sizeof(uint32_t)), -1};
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "memsnap-viewer-2");
-  ms_json_options shape = {MS_PAGE_LEAKS, MS_PAGE_INVALID_FREES, page_stack_ref, &p};
+  ms_json_options shape = {.max_leaks = MS_PAGE_LEAKS, .max_invalid_sites = MS_PAGE_INVALID_FREES,
+                           .max_retries = MS_PAGE_RETRIES, .stack_ref = page_stack_ref, .ctx = &p};
   bool ok = root && p.strings.array && p.frames && p.stacks && p.sites && p.frame_of && p.site_of &&
             ms_json_analysis(root, a, &shape) == 0;
   const ms_timeline *tl = a->timeline;

@@ -104,6 +104,7 @@ struct cJSON;
 typedef struct ms_json_options {
   size_t max_leaks;         /* leak candidates listed; 0: all */
   size_t max_invalid_sites; /* invalid_frees' sites listed; 0: all */
+  size_t max_retries;       /* retries listed (the first ones); 0: all the analysis kept */
   /* NULL: each entry's `stack` and `full_stack` hold its frames. Else its `stack` is
      stack_ref(ctx, site, stack_id), a number into the caller's own table of stacks (site: the
      analysis site of a site's entry, -1 for one event's stack), and full_stack is left out. */
@@ -111,9 +112,9 @@ typedef struct ms_json_options {
   void *ctx;
 } ms_json_options;
 
-/* Adds the analysis's sections (summary, live_at_peak, iterations, leaks, oom, invalid_frees,
- * top_sites, fragmentation, external) to the object `root`, as options `o` (NULL: as --json)
- * say. 0, or -1 when out of memory (root may hold part of them; the caller deletes it). */
+/* Adds the analysis's sections (summary, live_at_peak, categories_at_peak, iterations, leaks,
+ * oom, invalid_frees, top_sites, fragmentation, external, retries, releases, suggestions,
+ * suggestions_sweep) to the object `root`, as options `o` (NULL: as --json) say. 0, or -1 when out of memory (root may hold part of them; the caller deletes it). */
 int ms_json_analysis(struct cJSON *root, const ms_analysis *a, const ms_json_options *o);
 /* Prints the analysis as JSON (`memsnap analyze --json`) and a newline; 0, or -1 when out of
  * memory (nothing printed). */
@@ -128,5 +129,8 @@ void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
 /* Adds "pid" and "host" to a JSON object, null where the snapshot does not say (imported); a key
  * that cannot be allocated is left out. */
 void ms_json_process(struct cJSON *o, const ms_snapshot *s);
+/* One line on the best suggestion of the replay (a->suggestions), after `indent`, for `memsnap
+ * run`'s summary (text.c; nothing when there is none and the sweep did not stop early). */
+void ms_print_best_suggestion(const ms_analysis *a, const char *indent, FILE *out);
 
 #endif

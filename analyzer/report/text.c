@@ -1,4 +1,5 @@
-/* text.c: an analysis as a text report for a terminal (the JSON is json.c's).
+/* text.c: an analysis as a text report for a terminal (the JSON is json.c's), and the one line
+ * of the replay's best suggestion that `memsnap run`'s summary prints.
  *
  * Stacks are shortened to the frames that matter and C++ names to their short form (frames.c),
  * so that a PyTorch stack reads as its operator and the Python line, and an autograd thread's as
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "replay/replay.h"
 #include "report.h"
 
 void ms_format_bytes(int64_t bytes, char *out, size_t len) {
@@ -193,6 +195,118 @@ static void print_invalid_frees(const ms_analysis *a, const ms_report_options *o
   if (a->ninvalid_frees > 10) fprintf(out, "  ... %zu more site(s) in --json\n", a->ninvalid_frees - 10);
 }
 
+/* ---- the allocator's own releases and the replay's suggestions ------------------------- */
+
+#define TEXT_RETRIES 10 /* retries the text report lists; --json lists them all */
+
+/* "N call(s) released X in M segment(s)" for one cause, when it released anything. */
+static void print_count(const char *what, const ms_release_count *c, const char *calls, FILE *out) {
+  if (!c->segments) return;
+  char b[32];
+  ms_format_bytes(c->bytes, b, sizeof b);
+  fprintf(out, "  %s: %lld %s%s, %s in %lld segment%s\n", what, (long long)c->calls, calls, c->calls == 1 ? "" : "s", b,
+          (long long)c->segments, c->segments == 1 ? "" : "s");
+}
+
+/* The allocator's own releases of cached memory (analysis/retries.c): each retry with its request's
+ * stack, e.g. "at 4.0 ms: 700.00 MiB requested; the allocator released 600.00 MiB of cached
+ * segments and retried: served (1 segment, device 0)", then the other causes; nothing when the
+ * allocator released nothing (the program's frees of external memory are not its releases). */
+static void print_releases(const ms_analysis *a, const ms_report_options *o, FILE *out) {
+  const ms_releases *R = &a->releases;
+  if (!(R->retried.segments + R->empty_cache.segments + R->gc.segments + R->pool.segments + R->other.segments))
+    return; /* nothing, or only the program's frees of external memory */
+  char t[32], b1[32], b2[32];
+  fprintf(out, "\nreleases of cached memory (%s)\n",
+          R->recorded && !R->inferred ? "the reasons memsnap recorded"
+          : R->recorded               ? "the reasons memsnap recorded, and for the others the events' pattern"
+                                      : "inferred from the events' pattern: the snapshot does not say why");
+  for (size_t i = 0; i < R->nretries && i < TEXT_RETRIES; i++) {
+    const ms_retry *r = &R->retries[i];
+    ms_format_ns(r->time_ns, t, sizeof t);
+    ms_format_bytes(r->requested, b1, sizeof b1);
+    ms_format_bytes(r->released, b2, sizeof b2);
+    fprintf(out, "  at %s: %s requested; the allocator released %s of %s and retried: %s (%lld segment%s%s, device %d)\n", t,
+            b1, b2, r->reason_recorded && !r->whole_cache ? "oversize cached blocks" : "cached segments",
+            r->succeeded ? "served" : "out of memory", (long long)r->segments, r->segments == 1 ? "" : "s",
+            r->unmapped ? ", pages unmapped" : "", r->device);
+    ms_print_stack(a->snap, r->stack_id, NULL, o, "      ", out);
+  }
+  if (R->retried.calls > TEXT_RETRIES)
+    fprintf(out, "  ... %lld more retries in --json\n", (long long)(R->retried.calls - TEXT_RETRIES));
+  if (R->retried.calls > 1) {
+    ms_format_bytes(R->retried.bytes, b1, sizeof b1);
+    fprintf(out, "  retries: %lld (%lld out of memory), %s released for them\n", (long long)R->retried.calls,
+            (long long)R->retries_failed, b1);
+  }
+  print_count("empty_cache", &R->empty_cache, "call", out);
+  print_count("garbage collection (garbage_collection_threshold)", &R->gc, "time", out);
+  print_count("private pools emptied", &R->pool, "call", out);
+  print_count("other (shutdown, the driver's pool, no request after them)", &R->other, "time", out);
+  if (R->unmaps) {
+    ms_format_bytes(R->unmapped_bytes, b1, sizeof b1);
+    fprintf(out, "  of them, pages unmapped (expandable segments, the async pool): %lld unmap%s, %s\n", (long long)R->unmaps,
+            R->unmaps == 1 ? "" : "s", b1);
+  }
+}
+
+/* "PYTORCH_CUDA_ALLOC_CONF=..." and, for a row that sets one, the memory fraction. */
+static void print_setting(const ms_suggestion *s, FILE *out) {
+  fprintf(out, "PYTORCH_CUDA_ALLOC_CONF=%s", s->conf[0] ? s->conf : "(unset: the defaults)");
+  if (s->memory_fraction[0]) fprintf(out, " with torch.cuda.set_per_process_memory_fraction(%s)", s->memory_fraction);
+}
+
+/* "fits; peak reserved X" or "peak reserved X: Y (Z%) less". */
+static void print_effect(const ms_suggestions *g, const ms_suggestion *s, FILE *out) {
+  char b1[32], b2[32];
+  ms_format_bytes(s->peak_reserved, b1, sizeof b1);
+  ms_format_bytes(s->saved, b2, sizeof b2);
+  double pct = g->baseline_peak_reserved > 0 ? 100.0 * (double)s->saved / (double)g->baseline_peak_reserved : 0;
+  if (s->fits) fprintf(out, "the recorded out of memory does not happen; peak reserved %s", b1);
+  else fprintf(out, "peak reserved %s, %s (%.1f%%) less", b1, b2, pct);
+}
+
+/* The replay's suggestions (a->suggestions, which the command filled: replay/suggest.c), each
+ * with the exact PYTORCH_CUDA_ALLOC_CONF line to use; nothing when not asked, turned off, or
+ * nothing to replay. */
+static void print_suggestions(const ms_analysis *a, FILE *out) {
+  const ms_suggestions *g = a->suggestions;
+  if (!g || g->status == MS_SUGGEST_DISABLED || g->status == MS_SUGGEST_NOTHING) return;
+  char b[32];
+  ms_format_bytes(g->baseline_peak_reserved, b, sizeof b);
+  fprintf(out, "\nsuggestions from the replay (the settings of memsnap replay --sweep, on the simulated device)\n");
+  if (g->status == MS_SUGGEST_DONE)
+    fprintf(out, "  %d of %d settings replayed; the recorded settings replayed reach %s reserved%s\n", g->settings_done,
+            g->settings, b, g->baseline_ooms ? " and run out of memory" : "");
+  for (int i = 0; i < g->n; i++) {
+    fprintf(out, "  %d. ", i + 1);
+    print_setting(&g->s[i], out);
+    fprintf(out, "\n     ");
+    print_effect(g, &g->s[i], out);
+    fprintf(out, "\n");
+  }
+  if (g->note[0]) fprintf(out, "  %s%s\n", g->n ? "note: " : "", g->note);
+  if (g->timed_out)
+    fprintf(out, "  the time limit (%.3g s) came first: the settings not replayed by then are left out; "
+                 "memsnap replay --sweep %s replays them all\n",
+            g->time_limit_s, g->snapshot);
+}
+
+void ms_print_best_suggestion(const ms_analysis *a, const char *indent, FILE *out) {
+  const ms_suggestions *g = a->suggestions;
+  if (!g || g->status == MS_SUGGEST_DISABLED || g->status == MS_SUGGEST_NOTHING) return;
+  if (g->n == 0) {
+    if (g->status != MS_SUGGEST_DONE || g->timed_out)
+      fprintf(out, "%ssuggestions: %s\n", indent, g->timed_out && !g->note[0] ? "the sweep's time limit came first" : g->note);
+    return;
+  }
+  fprintf(out, "%ssuggestion: ", indent);
+  print_setting(&g->s[0], out);
+  fprintf(out, " (");
+  print_effect(g, &g->s[0], out);
+  fprintf(out, ")\n");
+}
+
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   const ms_snapshot *s = a->snap;
   char b1[32], b2[32], b3[32], t1[32], t2[32];
@@ -314,6 +428,8 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
       }
   }
 
+  print_releases(a, o, out);
+  print_suggestions(a, out);
   print_invalid_frees(a, o, out);
 
   fprintf(out, "\nfragmentation at the snapshot\n");

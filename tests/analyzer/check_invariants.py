@@ -9,7 +9,10 @@ its first instant, so
   - the page agrees with --json (peaks, what predates the history), its bands add up to the
     allocated curve's highs, and its first bucket holds what predates the history;
   - its segment spans (the segment timeline) start from what predates the history, never add up
-    to more than the peak reserved, and add up to reserved at the snapshot at the end.
+    to more than the peak reserved, and add up to reserved at the snapshot at the end;
+  - every release of cached memory (segment_free, segment_unmap) has one cause (retries,
+    empty_cache, garbage collection...), every retry released something for a request, and
+    every suggestion fits the recorded out of memory or saves 5% of peak reserved.
 
 A snapshot on several devices gives a page with a document per device: each is checked by
 itself, and together they must add up to --json's state at the snapshot and what predates the
@@ -32,6 +35,17 @@ def page_docs(path):
     """The page's documents: one, or one per device (memsnap-data, memsnap-data-1, ...)."""
     page = open(path, encoding="utf-8").read()
     return [json.loads(m.group(1)) for m in re.finditer(r'<script type="application/json" id="memsnap-data(?:-\d+)?">(.*?)</script>', page, re.S)]
+
+
+def release_bytes(db):
+    """The bytes of every segment_free and segment_unmap event the reader takes (sizes above 0)."""
+    import sqlite3
+    c = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+    try:
+        return c.execute("select coalesce(sum(size), 0) from events where kind in (5, 12) and typeof(size) = 'integer'"
+                         " and size > 0 and device between 0 and 63").fetchone()[0]
+    finally:
+        c.close()
 
 
 def first_bad(pairs):
@@ -66,6 +80,20 @@ def check_snapshot(cli, db, tmp):
     bad = [(i["index"], i["categories"], i["peak_allocated_bytes"]) for i in j["iterations"]
            if i["categories"] is not None and sum(i["categories"].values()) != i["peak_allocated_bytes"]]
     check(name + ": --json every iteration's categories sum to its peak", not bad, bad[:1])
+
+    R = j["releases"]
+    causes = [R["retries"], R["empty_cache"], R["garbage_collection"], R["private_pool"], R["other"], R["external_frees"]]
+    check(name + ": --json every release of cached memory has one cause (segments and bytes add up)",
+          sum(c["segments"] for c in causes) == R["recorded_events"] + R["inferred_events"]
+          and sum(c["bytes"] for c in causes) == release_bytes(db), (causes, R["recorded_events"], R["inferred_events"]))
+    bad = [r for r in j["retries"] if not (r["requested_bytes"] > 0 and r["released_bytes"] > 0 and r["segments_released"] > 0
+                                           and r["time_ns"] <= r["request_ns"])]
+    check(name + ": --json every retry asked for bytes after releasing some", not bad and len(j["retries"]) == R["retries"]["listed"]
+          <= R["retries"]["count"], bad[:1])
+    base = j["suggestions_sweep"].get("baseline_peak_reserved_bytes", 0)
+    bad = [g for g in j["suggestions"] if g["saved_bytes"] != base - g["peak_reserved_bytes"]
+           or not (g["fits"] or g["saved_bytes"] >= 0.05 * base)]
+    check(name + ": --json every suggestion fits or saves 5% of the recorded settings' replayed peak", not bad, bad[:1])
 
     html = os.path.join(tmp, name + ".html")
     subprocess.run([cli, "analyze", "--html", html, db], check=True, capture_output=True)

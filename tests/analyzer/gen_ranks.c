@@ -14,16 +14,11 @@
 #include <unistd.h>
 
 #include "memsnap.h"
+#include "sites.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-#define SITE(name)                                     \
-  static __attribute__((noipa)) void *name(size_t n) { \
-    void *p = memsnap_malloc((ssize_t)n, 0, NULL);     \
-    __asm__ volatile("" ::: "memory");                 \
-    return p;                                          \
-  }
 SITE(load_weights)
 SITE(activation)
 SITE(keep_metrics)

@@ -22,18 +22,13 @@
 #include <string.h>
 
 #include "memsnap.h"
+#include "sites.h"
 
 static int dump(const char *dir, const char *name);
 
 #define MiB ((size_t)1 << 20)
 
-/* Allocation sites, each its own frame (no inlining, folding or tail call). */
-#define SITE(name)                                          \
-  static __attribute__((noipa)) void *name(size_t n) {      \
-    void *p = memsnap_malloc((ssize_t)n, 0, NULL);          \
-    __asm__ volatile("" ::: "memory");                      \
-    return p;                                               \
-  }
+/* Allocation sites, each its own frame (sites.h). */
 SITE(load_weights)
 SITE(make_optimizer_state)
 SITE(keep_history)

@@ -9,6 +9,11 @@
                            time, with expandable segments' maps and unmaps, an OOM, a snapshot
                            entry, nested annotations, an END without START, an action memsnap has
                            no kind for and an entry without time_us
+  releases OUT             a trace in which the allocator released cached memory by itself, as
+                           PyTorch's trace shows it (segment_free entries with the request's
+                           frames, then its segment_alloc and alloc, or its oom): a 700 MiB request
+                           served after 600 MiB released, an empty_cache (150 MiB), an 800 MiB
+                           request that fails after 200 MiB released (tests/analyzer/test_releases.sh)
   settings OUT EXPECTED    a small snapshot whose allocator_settings hold ints of every width,
                            floats, bools, None and text; EXPECTED: the options rows import must make
   check-export PICKLE DB   checks an exported pickle against the snapshot it came from, the way
@@ -138,6 +143,44 @@ def multi(out):
             "external_annotations": ann}
     with open(out, "wb") as f:
         pickle.dump(snap, f, protocol=5)
+
+
+def releases(out):
+    MiB = 1 << 20
+    fr = lambda name, line: [{"name": name, "filename": "train.py", "line": line}, {"name": "<module>", "filename": "train.py", "line": 1}]
+    cached, big, empty, small, held, huge = (fr("cached_block", 10), fr("big_request", 20), fr("empty_cache_call", 30),
+                                             fr("small_block", 40), fr("held_block", 50), fr("huge_request", 60))
+    t = [0]
+
+    def e(action, addr, size, frames, **kw):
+        t[0] += 10
+        return dict(action=action, addr=addr, size=size, stream=0, time_us=t[0], frames=frames, **kw)
+
+    A, B, C, D, E = (0x7F0000000000 + k * 1024 * MiB for k in range(5))
+    trace = [e("segment_alloc", A, 600 * MiB, cached), e("alloc", A, 600 * MiB, cached),
+             e("free_requested", A, 600 * MiB, cached), e("free_completed", A, 600 * MiB, cached),
+             # the retry: the cache released for the 700 MiB request, then its segment and block
+             e("segment_free", A, 600 * MiB, big), e("segment_alloc", B, 700 * MiB, big), e("alloc", B, 700 * MiB, big),
+             e("free_requested", B, 700 * MiB, big), e("free_completed", B, 700 * MiB, big),
+             e("segment_alloc", C, 150 * MiB, cached), e("alloc", C, 150 * MiB, cached),
+             e("free_requested", C, 150 * MiB, cached), e("free_completed", C, 150 * MiB, cached),
+             # torch.cuda.empty_cache(): both segments, then an unrelated allocation
+             e("segment_free", B, 700 * MiB, empty), e("segment_free", C, 150 * MiB, empty),
+             e("segment_alloc", C, 10 * MiB, small), e("alloc", C, 10 * MiB, small),
+             e("segment_alloc", D, 300 * MiB, held), e("alloc", D, 300 * MiB, held),
+             e("segment_alloc", E, 200 * MiB, cached), e("alloc", E, 200 * MiB, cached),
+             e("free_requested", E, 200 * MiB, cached), e("free_completed", E, 200 * MiB, cached),
+             # the failed retry: 200 MiB released for the 800 MiB request, then its out of memory
+             e("segment_free", E, 200 * MiB, huge)]
+    t[0] += 10
+    trace.append({"action": "oom", "device_free": 514 * MiB, "size": 800 * MiB, "stream": 0, "time_us": t[0], "frames": huge})
+    blocks = lambda addr, size, frames: {"device": 0, "address": addr, "total_size": size, "stream": 0, "segment_type": "large",
+                                         "blocks": [{"address": addr, "size": size, "requested_size": size,
+                                                     "state": "active_allocated", "frames": frames}]}
+    snap = {"segments": [blocks(C, 10 * MiB, small), blocks(D, 300 * MiB, held)], "device_traces": [trace],
+            "allocator_settings": {}, "external_annotations": []}
+    with open(out, "wb") as f:
+        pickle.dump(snap, f, protocol=4)
 
 
 def settings(out, expected):
@@ -417,6 +460,8 @@ def main(argv):
         protocols(argv[1], argv[2])
     elif len(argv) == 2 and argv[0] == "multi":
         multi(argv[1])
+    elif len(argv) == 2 and argv[0] == "releases":
+        releases(argv[1])
     elif len(argv) == 3 and argv[0] == "settings":
         settings(argv[1], argv[2])
     elif len(argv) == 3 and argv[0] == "check-export":

@@ -2,8 +2,9 @@
 # test_invariants.sh BUILD_DIR: what must hold in every report and page (tests/analyzer/check_invariants.py:
 # reserved >= allocated at every instant, peaks at least the snapshot's state, the page agreeing
 # with --json), on every kind of snapshot the tests have: the real PyTorch snapshots of tests/data
-# (imported), gen_snapshots' (late recording, a truncated ring, an OOM, no events at all...) and
-# test_modes' expandable-segments and async-mode ones.
+# (imported), gen_snapshots' (late recording, a truncated ring, an OOM, no events at all...),
+# test_modes' expandable-segments and async-mode ones, and gen_releases' (the allocator's own
+# releases: retries, empty_cache, garbage collection).
 set -u
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,6 +13,7 @@ trap 'rm -rf "$dir"' EXIT
 fail_setup() { echo "FAIL $1"; echo "0 passed, 1 failed"; exit 1; }
 "$build/tests/gen_snapshots" "$dir" >/dev/null 2>&1 || fail_setup "gen_snapshots"
 "$build/tests/test_modes" "$dir" >/dev/null 2>&1 || fail_setup "test_modes (writes expandable.db and async.db)"
+mkdir "$dir/releases" && "$build/tests/gen_releases" "$dir/releases" >/dev/null 2>&1 || fail_setup "gen_releases"
 for p in "$here"/../data/*.pickle.gz; do
   name=$(basename "$p" .pickle.gz)
   "$build/memsnap" import "$p" -o "$dir/pytorch-$name.db" >/dev/null 2>&1 || fail_setup "import $p"
@@ -28,4 +30,4 @@ c.execute("insert into events(time_ns, kind, device, address, size) values (1, 2
 c.execute("insert into events(time_ns, kind, device, address, size) values (1, 5, 0, 13, -5)")
 c.commit()
 PY
-exec python3 "$here/check_invariants.py" "$build/memsnap" "$dir"/*.db
+exec python3 "$here/check_invariants.py" "$build/memsnap" "$dir"/*.db "$dir"/releases/*.db

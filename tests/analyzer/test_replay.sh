@@ -6,8 +6,10 @@
 # under B recorded: the same peak reserved memory, the same number of device allocations
 # (cudaMalloc) and frees and the same segments at the end; replaying any snapshot under its own
 # settings must give its recorded numbers. Then: late starts (a small ring, recording started
-# mid-run, a real PyTorch snapshot), out of memory on a smaller card, the sweep, hostile and
-# inconsistent traces (a clear message and a partial answer, never a crash), usage errors.
+# mid-run, a real PyTorch snapshot), out of memory on a smaller card, the sweep, the analysis's
+# suggestions from it (known answers: the runs under other settings; --no-suggest, the time
+# bound), hostile and inconsistent traces (a clear message and a partial answer, never a crash),
+# usage errors.
 set -u
 build=$1
 cli=$build/memsnap
@@ -163,6 +165,63 @@ PY"
 "$cli" replay --sweep --capacity 1G --jobs 2 "$dir/A.db" >"$dir/sweep1g.txt"
 check "sweep on a 1 GiB card: settings that run out of memory are ranked last and marked" \
   "grep -qE ' yes +' $dir/sweep1g.txt"
+
+# Suggestions (memsnap analyze's: the sweep run in-process, replay/suggest.c). A replayed under
+# expandable segments reserves what the run under them recorded (B3, checked above), more than 5%
+# less than A: the first suggestion, with the bytes saved against A's recorded peak.
+"$cli" analyze --json --suggest-time 300 "$dir/A.db" >"$dir/A.suggest.json"
+check "suggestions: expandable_segments:True first; its peak reserved is the run under it (B3); saved_bytes against A's" \
+  "python3 - $dir/A.suggest.json $dir/r3.json $dir/A.json <<'PY'
+import json, sys
+j, b3, a = (json.load(open(f)) for f in sys.argv[1:4])
+g, sw = j['suggestions'], j['suggestions_sweep']
+b3_peak = max(d['recorded']['peak_reserved_bytes'] for d in b3['devices'])
+a_peak = max(d['recorded']['peak_reserved_bytes'] for d in a['devices'])
+ok = g[0]['pytorch_cuda_alloc_conf'] == 'expandable_segments:True' and g[0]['peak_reserved_bytes'] == b3_peak
+ok &= g[0]['saved_bytes'] == a_peak - b3_peak and g[0]['saved_bytes'] > 0.05 * a_peak and g[0]['fits'] is False
+ok &= sw['status'] == 'done' and sw['settings'] == sw['settings_replayed'] == 20 and sw['baseline_peak_reserved_bytes'] == a_peak
+ok &= all(s['saved_bytes'] >= 0.05 * a_peak for s in g) and [s['peak_reserved_bytes'] for s in g] == sorted(s['peak_reserved_bytes'] for s in g)
+ok &= set(g[0]) >= {'pytorch_cuda_alloc_conf', 'peak_reserved_bytes', 'saved_bytes', 'fits'} and 1 <= len(g) <= 5
+sys.exit(0 if ok else 1)
+PY"
+"$cli" analyze --suggest-time 300 "$dir/A.db" >"$dir/A.suggest.txt"
+check "suggestions, text: the exact PYTORCH_CUDA_ALLOC_CONF line first, with what it saves" \
+  "grep -A1 '^suggestions from the replay' $dir/A.suggest.txt | grep -q '20 of 20 settings replayed' && grep -qx '  1. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True' $dir/A.suggest.txt && grep -A1 '^  1. PYTORCH' $dir/A.suggest.txt | grep -qE 'peak reserved .*, .* \([0-9.]+%\) less'"
+"$cli" analyze --json --no-suggest "$dir/A.db" >"$dir/A.nosuggest.json"
+"$cli" analyze --no-suggest "$dir/A.db" >"$dir/A.nosuggest.txt"
+check "--no-suggest: no suggestions, the sweep not run, no section in the text" \
+  "json $dir/A.nosuggest.json \"j['suggestions'] == [] and j['suggestions_sweep']['status'] == 'disabled'\" && ! grep -q 'suggestions from the replay' $dir/A.nosuggest.txt"
+mkdir -p "$dir/rel" && "$build/tests/gen_releases" "$dir/rel"
+"$cli" analyze --json "$dir/rel/frag.db" >"$dir/frag.json"
+check "suggestions (default time limit): 11 blocks of 9 MiB, two to a 20 MiB segment (120 MiB); expandable segments map 100 MiB" \
+  "json $dir/frag.json \"j['suggestions'][0]['pytorch_cuda_alloc_conf'] == 'expandable_segments:True' and j['suggestions'][0]['peak_reserved_bytes'] == 100 << 20 and j['suggestions'][0]['saved_bytes'] == 20 << 20 and j['suggestions_sweep']['baseline_peak_reserved_bytes'] == 120 << 20\""
+"$cli" analyze --json "$dir/rel/frag_oom.db" >"$dir/frag_oom.json"
+"$cli" analyze "$dir/rel/frag_oom.db" >"$dir/frag_oom.txt"
+check "suggestions after an out of memory: those that fit, expandable segments first (100 + 700 MiB mapped)" \
+  "json $dir/frag_oom.json \"j['suggestions'][0]['pytorch_cuda_alloc_conf'] == 'expandable_segments:True' and j['suggestions'][0]['peak_reserved_bytes'] == 800 << 20 and all(s['fits'] for s in j['suggestions']) and j['suggestions_sweep']['recorded_ooms'] == 1 and j['suggestions_sweep']['baseline_ooms'] == 1\" && grep -A1 '^  1. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True' $dir/frag_oom.txt | grep -q 'the recorded out of memory does not happen'"
+"$cli" analyze --json "$dir/rel/retry.db" >"$dir/retry.suggest.json"
+check "no suggestion when no setting saves 5% (the retry's 700 MiB are needed whatever the settings)" \
+  "json $dir/retry.suggest.json \"j['suggestions'] == [] and j['suggestions_sweep']['status'] == 'done' and '5%' in j['suggestions_sweep']['note']\""
+# The time bound: a longer history (some 300,000 events; the sweep takes about a second here) under
+# a 0.2 s limit: what is not replayed by then is left out, and analyze returns in time.
+env -i PATH="$PATH" MEMSNAP_BACKEND=sim MEMSNAP_SIM_DEVICES=2 MEMSNAP_SIM_CAPACITY=8G MEMSNAP_RECORD=1 \
+  MEMSNAP_MAX_ENTRIES=1000000 MEMSNAP_STACKS=none MEMSNAP_DUMP="$dir/long.db" "$work" 2500 7
+t0=$(date +%s.%N)
+"$cli" analyze --json --no-suggest "$dir/long.db" >/dev/null
+t1=$(date +%s.%N)
+"$cli" analyze --json --suggest-time 0.2 "$dir/long.db" >"$dir/long.json"
+t2=$(date +%s.%N)
+check "--suggest-time 0.2: stops the sweep at its limit (rows left out, said so); analyze takes the analysis + 0.2 s + under 1 s" \
+  "json $dir/long.json \"j['suggestions_sweep']['time_limit_reached'] and j['suggestions_sweep']['settings_replayed'] < 20 and j['suggestions_sweep']['time_limit_s'] == 0.2\" && python3 -c 'import sys; a, b, c = map(float, sys.argv[1:]); sys.exit(0 if c - b < (b - a) + 0.2 + 1.0 else 1)' $t0 $t1 $t2"
+"$cli" analyze --suggest-time 0.2 "$dir/long.db" >"$dir/long.txt"
+check "--suggest-time, text: the limit came first, and memsnap replay --sweep replays every setting" \
+  "grep -q 'the time limit (0.2 s) came first' $dir/long.txt && grep -q 'memsnap replay --sweep' $dir/long.txt"
+"$build/tests/gen_snapshots" "$dir/gen" 510000 >/dev/null
+"$cli" analyze --json "$dir/gen/big.db" >"$dir/big.json"
+check "more than 500,000 events: the sweep is not run by analyze (its time stays the analysis's); the note names memsnap replay --sweep" \
+  "json $dir/big.json \"j['suggestions'] == [] and j['suggestions_sweep']['status'] == 'too_large' and 'memsnap replay --sweep' in j['suggestions_sweep']['note']\""
+"$cli" analyze --suggest-time 0 "$dir/A.db" >/dev/null 2>"$dir/u.err"
+check "--suggest-time 0: a usage error (exit 2)" "[ \$? -eq 2 ] && grep -q 'suggest-time takes seconds' $dir/u.err"
 
 # Hostile and inconsistent traces: each gives an answer or a one-line error, never a crash.
 hostile() { # NAME SQL: a copy of A.db edited by SQL, replayed; sets rc

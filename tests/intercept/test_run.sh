@@ -104,6 +104,12 @@ else
   "$cli" analyze --json "$work/cudart.db" >"$work/cudart.json" 2>&1
   check "run cudart: --json's external groups" python3 -c "import json; e = json.load(open('$work/cudart.json'))['external']
 assert e == [{'source': 'cudaMalloc', 'library': 'run_cudart', 'count': 8, 'bytes': 524288}], e"
+  check "run cudart: the program's cudaFree calls are recorded as such (segment_free extra 7), apart from the allocator's releases" \
+    python3 -c "import json, sqlite3; r = json.load(open('$work/cudart.json'))['releases']
+n = sqlite3.connect('$work/cudart.db').execute('select count(*), sum(extra = 7) from events where kind = 5').fetchone()
+assert n[0] == n[1] == 26 and r['external_frees']['segments'] == 26 and r['other']['segments'] == 0 and r['retries']['count'] == 0, (n, r)"
+  check "run cudart: no section of the allocator's releases in the report (it released nothing)" \
+    bash -c "! grep -q '^releases of cached memory' '$work/cudart.analysis'"
   check "run cudart: the analysis sees 512 KiB allocated at the end and the 3 MiB peak" \
     python3 -c "import json; a = json.load(open('$work/cudart.json')); s = json.dumps(a); assert '524288' in s and '3145728' in s"
 
@@ -271,6 +277,14 @@ if [ -e "$cudart" ]; then
 else
   echo "skip: intercept mode for Python needs $cudart"
 fi
+
+# The summary suggests the allocator setting the replay finds (the analysis's suggestions).
+run py_suggest 0 -o "$work/py_suggest.db" -- python3 "$train" 8 frag
+check "run py: the summary gives the exact PYTORCH_CUDA_ALLOC_CONF line the replay suggests" \
+  grep -qE '^  suggestion: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \(peak reserved .*, 20.00 MiB \([0-9.]+%\) less\)$' "$work/py_suggest.out"
+run py_nosuggest 0 --no-suggest -o "$work/py_nosuggest.db" -- python3 "$train" 8 frag
+check "run py --no-suggest: no suggestion in the summary" bash -c "! grep -q 'suggestion' '$work/py_nosuggest.out'"
+check "run py: no suggestion line when no setting saves 5%" bash -c "! grep -q 'suggestion' '$work/py_allocator.out'"
 
 # ---- a Python program without torch: a library called through ctypes, no --mode -----------------
 steps_lib=$build/tests/librun_steps.so

@@ -63,6 +63,14 @@ before(async () => {
   pages.cats = path.join(dir, "cats.html"); // the user's categories: the weights and the optimizer state named
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.cats, "--category", "weights=load_weights",
     "--category", "state=make_optimizer_state", path.join(dir, "leak.db")]);
+  // The allocator's own releases (tests/analyzer/gen_releases.c, a 1 GiB simulated card): a retry
+  // (600 MiB released for a 700 MiB request); an out of memory that expandable segments avoid.
+  fs.mkdirSync(path.join(dir, "releases"));
+  execFileSync(path.join(build, "tests/gen_releases"), [path.join(dir, "releases")], { stdio: "ignore" });
+  for (const name of ["retry", "frag_oom"]) {
+    pages[name] = path.join(dir, name + ".html");
+    execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, "releases", name + ".db")]);
+  }
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -669,4 +677,44 @@ test("the timeline coloured by category: a legend with each category's bytes at 
   assert.deepStrictEqual(seen.errors, []);
   await again.page.close();
   await page.close();
+});
+
+test("the allocator's retry: listed with what it released, marked on the timeline; selecting it shows the request's stack", async () => {
+  const { page, seen } = await open("retry");
+  const li = page.locator("#retries li");
+  assert.strictEqual(await li.count(), 1);
+  assert.match(await li.first().textContent(), /^at [0-9.]+ [mu]?s: 700\.00 MiB requested; the allocator released 600\.00 MiB of cached segments and retried: served \(1 segment\) \u2014 big_request/);
+  const amber = [0xef, 0x6c, 0x00], H = 320;
+  const marked = async (least) => (await colourColumns(page, "timeline", amber, 0, 1200)).filter((c) => c >= least).length;
+  // Where the retry falls in the whole run varies with the recording's timing: the axis labels
+  // on their light backing may cover part of the line there.
+  assert.ok(await marked(H / 2) >= 1, "an amber line where the cache was released");
+  await li.first().click();
+  assert.strictEqual(await page.locator("#details-title").textContent(), "Retry 1");
+  assert.match(await page.locator("#details").textContent(), /700\.00 MiB requested[\s\S]*big_request/);
+  assert.ok(await marked(H - 30) >= 1, "in the window around it (the retry in the middle), full height (tick labels may cover its foot)");
+  await shot(page, "retry");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("suggestions: the exact PYTORCH_CUDA_ALLOC_CONF line to set, best first, with what it does; none said so", async () => {
+  const { page, seen } = await open("frag_oom");
+  assert.ok(await page.locator("#suggestions-box").isVisible());
+  const li = page.locator("#suggestions li");
+  assert.ok(await li.count() >= 1);
+  assert.strictEqual(await li.first().locator("code").textContent(), "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
+  assert.strictEqual(await li.first().locator("div").textContent(), "the recorded out of memory does not happen; peak reserved 800.00 MiB");
+  assert.strictEqual(await page.locator("#retries li").count(), 0); // the split segment could not be released: no retry
+  assert.strictEqual(await page.locator("#releases-summary").textContent(), "none: the allocator released no cached memory");
+  await shot(page, "suggestions");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+  const other = await open("retry"); // no setting saves 5%: the box says so
+  assert.strictEqual(await other.page.locator("#suggestions li").count(), 0);
+  assert.match(await other.page.locator("#suggestions-note").textContent(), /no setting of the sweep lowers peak reserved memory by 5% or more/);
+  await other.page.close();
+  const several = await open("both"); // several snapshots: the sweep is not run (memsnap replay --sweep is), no box
+  assert.ok(await several.page.locator("#suggestions-box").isHidden());
+  await several.page.close();
 });

@@ -31,6 +31,23 @@ test("frames: short names in lists, whole names on hover, inlined ones marked", 
   assert.deepStrictEqual(Model.search({ ...doc, stacks: { 7: [3] }, leaks: [{ stack: 7 }], oom: [] }, "f<int>"), [{ kind: "leak", index: 0 }]);
 });
 
+test("retries and suggestions read as the text report has them; retries found by their stack", () => {
+  const MiB = 1048576;
+  const r = { requested_bytes: 700 * MiB, released_bytes: 600 * MiB, segments_released: 1, succeeded: true, released: "whole_cache", unmapped_bytes: 0, stack: 6 };
+  assert.strictEqual(Model.retryLine(r, "4.0 ms"),
+    "at 4.0 ms: 700.00 MiB requested; the allocator released 600.00 MiB of cached segments and retried: served (1 segment)");
+  assert.strictEqual(Model.retryLine({ ...r, released: "oversize_blocks", succeeded: false, segments_released: 2, unmapped_bytes: 1 }, "1.0 s"),
+    "at 1.0 s: 700.00 MiB requested; the allocator released 600.00 MiB of oversize cached blocks and retried: out of memory (2 segments, pages unmapped)");
+  assert.deepStrictEqual(Model.search({ ...doc, retries: [r] }, "load_weights"), [{ kind: "leak", index: 1 }, { kind: "oom", index: 0 }, { kind: "retry", index: 0 }]);
+  const s = { pytorch_cuda_alloc_conf: "expandable_segments:True", memory_fraction: null, peak_reserved_bytes: 100 * MiB, saved_bytes: 20 * MiB, fits: false };
+  assert.strictEqual(Model.suggestionLine(s), "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
+  assert.strictEqual(Model.suggestionEffect(s, 120 * MiB), "peak reserved 100.00 MiB, 20.00 MiB (16.7%) less");
+  assert.strictEqual(Model.suggestionLine({ ...s, pytorch_cuda_alloc_conf: "garbage_collection_threshold:0.6", memory_fraction: 0.95 }),
+    "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6 with torch.cuda.set_per_process_memory_fraction(0.95)");
+  assert.strictEqual(Model.suggestionEffect({ ...s, fits: true, peak_reserved_bytes: 800 * MiB }, 400 * MiB),
+    "the recorded out of memory does not happen; peak reserved 800.00 MiB");
+});
+
 test("resampling keeps every peak", () => {
   const t = [], lo = [], hi = [];
   for (let i = 0; i < 1000; i++) { t.push(i); lo.push(10); hi.push(i === 501 ? 999 : 10); }

@@ -13,6 +13,8 @@ Usage: train.py [STEPS] [exit N | raise | _exit N | fork | forked N | workers N 
              running the steps and ending with os._exit(0)
   workers N  N worker processes (multiprocessing, spawn) that run the steps too
   cudart LIB also allocate 3 MiB with LIB's cudaMalloc directly, outside torch (never freed)
+  frag       after the steps, hold eleven 9 MiB tensors at once (two to a 20 MiB segment: 120 MiB
+             reserved; expandable segments would map 100 MiB), then free them
 """
 import os
 import sys
@@ -67,6 +69,9 @@ if __name__ == "__main__":
         direct = ctypes.c_void_p()
         assert cudart.cudaMalloc(ctypes.byref(direct), 3 << 20) == 0
     train(steps)
+    if end == "frag":
+        held = [torch.empty(9 << 20, device="cuda") for _ in range(11)]
+        del held
     if end == "workers":
         import multiprocessing
         ctx = multiprocessing.get_context("spawn")
