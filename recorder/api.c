@@ -160,6 +160,49 @@ __attribute__((constructor)) static void register_start(void) { msi_devices_on_r
 
 static inline int ensure_ready(void) { return msi_ensure_ready(); }
 
+/* ---- out-of-memory observers ------------------------------------------------------------ */
+
+#define MAX_OOM_OBSERVERS 64
+static struct {
+  memsnap_oom_observer_t fn;
+  void *arg;
+} oom_observers[MAX_OOM_OBSERVERS];
+static _Atomic int n_oom_observers; /* published after the slot is written */
+static pthread_mutex_t oom_observers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int memsnap_add_oom_observer(memsnap_oom_observer_t fn, void *arg) {
+  if (!fn) return MEMSNAP_EINVAL;
+  pthread_mutex_lock(&oom_observers_lock);
+  int n = atomic_load(&n_oom_observers);
+  if (n == MAX_OOM_OBSERVERS) {
+    pthread_mutex_unlock(&oom_observers_lock);
+    msi_error("memsnap_add_oom_observer: %d observers are attached already", MAX_OOM_OBSERVERS);
+    return MEMSNAP_ENOMEM;
+  }
+  oom_observers[n].fn = fn;
+  oom_observers[n].arg = arg;
+  atomic_store(&n_oom_observers, n + 1);
+  pthread_mutex_unlock(&oom_observers_lock);
+  return MEMSNAP_OK;
+}
+
+/* Calls the observers for a failed request of `size` bytes on `d` (no lock held); the
+ * out-of-memory message is the last error again afterwards, whatever they called. */
+static void notify_oom(msi_device *d, size_t size) {
+  int n = atomic_load(&n_oom_observers);
+  if (MSI_LIKELY(n == 0)) return;
+  char message[512];
+  snprintf(message, sizeof message, "%s", memsnap_last_error());
+  size_t free_bytes = 0, total = 0;
+  msi_be->device_info(d->index, &free_bytes, &total, NULL, 0);
+  pthread_mutex_lock(&d->lock);
+  if (d->set_fraction) total = d->allowed_memory_maximum;
+  pthread_mutex_unlock(&d->lock);
+  size_t segment = d->async ? size : msi_allocation_size(msi_round_size(size));
+  for (int i = 0; i < n; i++) oom_observers[i].fn(d->index, segment, total, free_bytes, oom_observers[i].arg);
+  msi_error("%s", message);
+}
+
 /* memsnap_alloc with the caller's stack given: `foreign` for a call made on behalf of an
  * intercepted cudaMalloc (stack from `caller` on, the GIL never taken), else the usual stack. */
 static int alloc_on(void **out, size_t size, int device, memsnap_stream_t stream, bool foreign, void *caller) {
@@ -171,7 +214,10 @@ static int alloc_on(void **out, size_t size, int device, memsnap_stream_t stream
                    : foreign ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : msi_stack_capture();
   int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, stack, out)
                                          : msi_device_malloc(d, size, stream, stack, out);
-  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM)) msi_dump_on_oom();
+  if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM)) {
+    msi_dump_on_oom();
+    notify_oom(d, size);
+  }
   return rc;
 }
 

@@ -288,6 +288,18 @@ int memsnap_release_for(void *ptr);
  * not written yet. Returns MEMSNAP_OK, or MEMSNAP_EBACKEND when the library cannot start. */
 int memsnap_external_oom(size_t size, int device, memsnap_stream_t stream, void *caller);
 
+/* An out-of-memory observer, as PyTorch's attachOutOfMemoryObserver: called after memsnap_alloc
+ * (or memsnap_alloc_for) failed for lack of device memory, on the thread that asked, outside every
+ * lock of the allocator and after the MEMSNAP_DUMP_ON_OOM snapshot, with the device, the size of
+ * the allocation that failed (the segment memsnap asked the device for, as PyTorch passes it), the
+ * device's total bytes (the allowed maximum under a memory fraction) and its free bytes. It may
+ * call memsnap (memsnap_dump, the statistics); the out-of-memory message stays the last error. */
+typedef void (*memsnap_oom_observer_t)(int device, size_t size, size_t total, size_t free_bytes, void *arg);
+
+/* Adds an observer (at most 64, called in the order added, never removed). Returns MEMSNAP_OK,
+ * MEMSNAP_EINVAL when `fn` is NULL, or MEMSNAP_ENOMEM when 64 are already attached. */
+int memsnap_add_oom_observer(memsnap_oom_observer_t fn, void *arg);
+
 /* ---- Simulated device (MEMSNAP_BACKEND=sim) ----------------------------------------------- */
 
 /* Completes all work queued on `stream` of the simulated device, so events recorded on it

@@ -152,6 +152,26 @@ def run_checks(torch, compile_checks):
     out["list_gpu_processes"] = answer(lambda: type(mem.list_gpu_processes()).__name__)
     out["_cuda_attach_out_of_memory_observer"] = answer(
         lambda: torch._C._cuda_attach_out_of_memory_observer(lambda *a: None) or "ok")
+
+    def oom_observer():
+        """PyTorch's recipe for a snapshot at out of memory: an observer attached, then a request
+        larger than the card (a multiple of 2 MiB: the size the observer gets is the same for
+        every allocator)."""
+        calls = []
+        torch._C._cuda_attach_out_of_memory_observer(lambda *a: calls.append(a))
+        total = mem.mem_get_info()[1]
+        asked = -(-2 * total // (2 * MB)) * 2 * MB
+        try:
+            empty(torch, asked)
+            return "no out-of-memory error"
+        except torch.OutOfMemoryError:
+            pass
+        mine = [c for c in calls if c[1] == asked]
+        return {"calls": len(calls), "device": mine[0][0] if mine else None, "size asked": bool(mine),
+                "total is the card's": bool(mine) and mine[0][2] == total,
+                "free <= total": bool(mine) and 0 <= mine[0][3] <= total}
+
+    out["out-of-memory observer called"] = answer(oom_observer)
     if hasattr(mem, "caching_allocator_enable"):
         out["caching_allocator_enable"] = answer(lambda: mem.caching_allocator_enable(True) or "ok")
 

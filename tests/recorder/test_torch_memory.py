@@ -23,7 +23,10 @@ from checks import check, finish  # noqa: E402
 
 fake = os.path.join(tests, "data", "fake_torch")
 env = dict(os.environ, MEMSNAP_BACKEND="sim", MEMSNAP_SIM_CAPACITY="4G", FAKE_TORCH_DEVICE_MEMORY="4G",
-           PYTHONPATH=os.pathsep.join([fake, os.environ.get("PYTHONPATH", "")]), PYTORCH_CUDA_ALLOC_CONF="")
+           PYTHONPATH=os.pathsep.join([fake, os.environ.get("PYTHONPATH", "")]), PYTORCH_CUDA_ALLOC_CONF="",
+           # the stand-in calls memsnap_malloc through ctypes, which a C++ exception cannot cross:
+           # out of memory returns NULL, and the stand-in raises (PyTorch catches memsnap's throw)
+           MEMSNAP_OOM="null")
 out = tempfile.mktemp(suffix=".json")
 p = subprocess.run([sys.executable, os.path.join(tests, "gpu", "parity_memory_api.py"), "--json", out], env=env,
                    capture_output=True, text=True, timeout=300)
@@ -75,11 +78,26 @@ pool = ms.get("MemPool + use_mem_pool + snapshot", {})
 check("parity: MemPool.snapshot() lists the pool's segments only, use_count as native",
       same("MemPool + use_mem_pool + snapshot", (nat, ms)) and pool.get("segments") == 1 and pool.get("all of the pool"),
       (nat.get("MemPool + use_mem_pool + snapshot"), pool))
-for name in ("memory_snapshot", "_dump_snapshot", "MemPool + use_mem_pool + snapshot"):
+segments = {"segment_alloc", "segment_free"}  # the stand-in's native does not cache: a segment per tensor
+check("parity: _record_memory_history + _snapshot: the trace's actions are native's (no entry for the dump "
+      "memsnap writes to answer)", set(h_m.get("actions") or ["?"]) - segments == set(h_n.get("actions") or []) - segments,
+      (h_n.get("actions"), h_m.get("actions")))
+for name, refusal in (("memory_snapshot", "Calling snapshot with backend:cudaMallocAsync"),
+                      ("_dump_snapshot", "Calling snapshot with backend:cudaMallocAsync"),
+                      ("MemPool + use_mem_pool + snapshot", "cudaMallocAsync does not yet support createOrIncrefPool"),
+                      ("_cuda_attach_out_of_memory_observer",
+                       "cudaMallocAsync does not yet support attachOutOfMemoryObserver"),
+                      ("out-of-memory observer called", "cudaMallocAsync does not yet support attachOutOfMemoryObserver")):
     check("parity: with backend:cudaMallocAsync, %s is refused as native refuses it" % name,
-          str(ams.get(name, "")).startswith("error: RuntimeError: Calling snapshot with backend:cudaMallocAsync") and
-          str(anat.get(name, "")).startswith("error: RuntimeError: Calling snapshot with backend:cudaMallocAsync"),
+          str(ams.get(name, "")).startswith("error: RuntimeError: " + refusal) and
+          str(anat.get(name, "")).startswith("error: RuntimeError: " + refusal),
           (anat.get(name), ams.get(name)))
+obs_n, obs_m = nat.get("out-of-memory observer called", {}), ms.get("out-of-memory observer called", {})
+check("parity: an out-of-memory observer is attached and called as native calls it: once, device 0, the size "
+      "asked, the card's total, its free bytes",
+      ms.get("_cuda_attach_out_of_memory_observer") == "ok" and obs_m == obs_n and
+      obs_m == {"calls": 1, "device": 0, "size asked": True, "total is the card's": True, "free <= total": True},
+      (obs_n, obs_m))
 check("parity: with backend:cudaMallocAsync, _record_memory_history is refused as native refuses it",
       str(ams.get("_record_memory_history + _snapshot", "")).startswith(
           str(anat.get("_record_memory_history + _snapshot", "?"))[:60]))
@@ -161,4 +179,47 @@ memsnap.load().memsnap_end_allocate_to_pool(0, *pool_id)
 memsnap.load().memsnap_release_pool(0, *pool_id)
 check("pool use count: the MemPool alone", memsnap.load().memsnap_pool_use_count(0, *pool_id) == 1)
 check("pool use count: an unknown pool is an error", memsnap.load().memsnap_pool_use_count(0, 0, 12345) < 0)
+
+# out-of-memory observers (torch._C._cuda_attach_out_of_memory_observer): device 1 has 1 GiB
+seen = []
+dump = tempfile.mktemp(suffix=".db")
+
+
+def observer(device, size, total, free):
+    seen.append((device, size, total, free))
+    memsnap.dump(dump)  # PyTorch's recipe: a snapshot from the observer (takes the allocator's locks)
+
+
+def failing(*args):
+    raise ValueError("an observer that fails")
+
+
+memsnap.add_oom_observer(failing)
+memsnap.add_oom_observer(observer)
+try:
+    memsnap.malloc(3 << 30, device=1)
+    check("oom observer: 3 GiB on a 1 GiB device fails", False)
+except MemoryError as e:
+    check("oom observer: the error stays the out-of-memory message after the observers ran",
+          "CUDA out of memory. Tried to allocate 3.00 GiB" in str(e), str(e))
+check("oom observer: called once after a failing observer, with the device, the size, the device's total and free",
+      len(seen) == 1 and seen[0][:3] == (1, 3 << 30, 1 << 30) and 0 < seen[0][3] <= 1 << 30, seen)
+check("oom observer: it could write a snapshot", os.path.exists(dump) and os.path.getsize(dump) > 0)
+os.path.exists(dump) and os.unlink(dump)
+memsnap.set_memory_fraction(0.5, 1)
+try:
+    memsnap.malloc(700 << 20, device=1)
+except MemoryError:
+    pass
+check("oom observer: under a memory fraction the total is the allowed maximum (PyTorch's argument)",
+      len(seen) == 2 and seen[1][1:3] == (700 << 20, 512 << 20), seen)
+memsnap.set_memory_fraction(1.0, 1)
+small = memsnap.malloc(1 << 20, device=1)
+check("oom observer: not called when the allocation succeeds", len(seen) == 2)
+memsnap.free(small)
+try:
+    memsnap.add_oom_observer(None)
+    check("oom observer: a non-callable is refused", False)
+except TypeError:
+    check("oom observer: a non-callable is refused", True)
 finish()

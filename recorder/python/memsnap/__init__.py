@@ -31,7 +31,7 @@ __all__ = [
     "record_stream", "memory_stats", "memory_stats_as_nested_dict", "reset_peak_stats",
     "reset_accumulated_stats", "check", "backend", "device_count", "last_error", "options",
     "set_option", "sim_synchronize", "shutdown", "MemsnapError", "record", "stop_recording", "dump",
-    "mark", "range", "range_push", "range_pop", "MemPool", "use_mem_pool", "get_option", "get_memory_fraction",
+    "mark", "range", "range_push", "range_pop", "add_oom_observer", "MemPool", "use_mem_pool", "get_option", "get_memory_fraction",
     "clear_recording", "sim_peer_access",
 ]
 
@@ -109,6 +109,7 @@ def _declare(lib):
         "memsnap_get_memory_fraction": (c.c_double, [c.c_int]),
         "memsnap_record_clear": (c.c_int, []),
         "memsnap_sim_peer_access": (c.c_int, [c.c_int, c.c_void_p]),
+        "memsnap_add_oom_observer": (c.c_int, [OOM_OBSERVER, c.c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -137,6 +138,31 @@ def load(path=None):
 def last_error():
     """The library's last error message on this thread ("" if none)."""
     return load().memsnap_last_error().decode("utf-8", "replace")
+
+
+# memsnap_oom_observer_t: (device, size, total, free_bytes, arg)
+OOM_OBSERVER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p)
+_oom_observers = []  # the C callbacks attached: kept alive as long as the library may call them
+
+
+def add_oom_observer(observer):
+    """Calls ``observer(device, size, total, free)`` after each out-of-memory error of memsnap's
+    allocator, on the thread that asked, before the error reaches the caller (PyTorch's
+    ``torch._C._cuda_attach_out_of_memory_observer``, which ``memsnap.enable()`` answers with
+    this): the device, the size memsnap asked the device for, the device's total bytes (the
+    allowed maximum under a memory fraction) and its free bytes. The observer may call memsnap
+    or torch (``torch.cuda.memory._dump_snapshot`` is the usual use); an exception it raises is
+    printed and ignored, as ctypes does for a callback. Raises MemsnapError when 64 observers are
+    attached already."""
+    if not callable(observer):
+        raise TypeError("memsnap.add_oom_observer: %r is not callable" % (observer,))
+
+    def call(device, size, total, free, _arg):
+        observer(device, size, total, free)
+
+    fn = OOM_OBSERVER(call)
+    _check(load().memsnap_add_oom_observer(fn, None))
+    _oom_observers.append(fn)
 
 
 def _check(rc):
@@ -364,6 +390,9 @@ def _fn_addr(lib, name):
 def pool_live_allocations_match(device, pool_id, pointers):
     """Whether the allocated blocks of private pool `pool_id` (two ints) are exactly `pointers`
     (addresses): PyTorch's checkPoolLiveAllocations. Raises MemsnapError for an unknown pool."""
+    from . import torch_memory
+    if torch_memory.is_async():  # as PyTorch's cudaMallocAsync backend answers it
+        raise RuntimeError(torch_memory.async_refusal("checkPoolLiveAllocations"))
     ptrs = sorted(set(int(p) for p in pointers))
     array = (ctypes.c_uint64 * max(1, len(ptrs)))(*ptrs)
     rc = load().memsnap_pool_live_allocations_match(int(device), int(pool_id[0]), int(pool_id[1]), array, len(ptrs))
@@ -391,6 +420,9 @@ class MemPool:
         if use_on_oom or symmetric or no_split:
             raise NotImplementedError("memsnap: MemPool's use_on_oom, symmetric and no_split options are not "
                                       "supported under memsnap's allocator")
+        from . import torch_memory
+        if torch_memory.is_async():  # as PyTorch's cudaMallocAsync backend answers createOrIncrefPool
+            raise RuntimeError(torch_memory.async_refusal("createOrIncrefPool"))
         import torch
         self._device = torch.cuda.current_device()
         # (0, n) is PyTorch's form for user pools; memsnap's start far above PyTorch's counter.

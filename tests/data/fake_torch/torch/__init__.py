@@ -17,7 +17,9 @@ It mirrors PyTorch 2.11's layering, written from its sources, for what memsnap t
     (the 122 keys), snapshots in PyTorch's format (segments, device_traces with Python frames,
     allocator_settings, external_annotations), private pools (MemPool), and with
     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync the answers of that backend (the pool's
-    allocated and reserved bytes only; snapshot and recordHistory refused). Its memory is
+    allocated and reserved bytes only; snapshot, recordHistory, pools, IPC and out-of-memory
+    observers refused, as measured on the GPU). Out-of-memory observers are called as PyTorch
+    calls them, and its trace has no "snapshot" entry (PyTorch 2.11's has none). Its memory is
     cudaMalloc and cudaFree of the libcudart named by FAKE_TORCH_CUDART (so that `memsnap run
     --mode intercept` sees them), called with the GIL released as PyTorch's ops do
     (FAKE_TORCH_HOLD_GIL=1: held), or made-up addresses when it is not set. The device has
@@ -245,6 +247,7 @@ class _NativeAllocator(_CUDAAllocator):
         self.fraction = None
         self.pools = {}        # pool id -> use count
         self.routing = {}      # thread id -> pool id (use_mem_pool)
+        self.oom_observers = []
         self.stats = {name: {k: _stat() for k in ("all", "small_pool", "large_pool")} for name in _ARRAY_STATS}
         self.stats.update(oversize_allocations=_stat(), oversize_segments=_stat(), num_alloc_retries=0, num_ooms=0,
                           max_split_size=-1, num_sync_all_streams=0, num_device_alloc=0, num_device_free=0)
@@ -300,14 +303,15 @@ class _NativeAllocator(_CUDAAllocator):
         size = max(512, (size + 511) // 512 * 512)
         with self.lock:
             used = self.stats["reserved_bytes"]["all"]["current"]
-            if self.fraction is not None and used + size > int(self.fraction * self.total):
-                self.stats["num_ooms"] += 1
-                raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
+            limit = int(self.fraction * self.total) if self.fraction is not None else self.total
+            full = used + size > limit
+        if full:
+            self._out_of_memory(size, limit, self.total - used)
         if self.cudart is not None:
             p = ctypes.c_void_p()
             rc = self.cudart.cudaMalloc(ctypes.byref(p), size)
             if rc == 2:
-                raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
+                self._out_of_memory(size, limit, self.total - used)
             if rc != 0:
                 raise RuntimeError("cudaMalloc failed: error %d" % rc)
             ptr = p.value
@@ -323,6 +327,16 @@ class _NativeAllocator(_CUDAAllocator):
             self._event("segment_alloc", ptr, size, frames)
             self._event("alloc", ptr, requested, frames)
         return ptr
+
+    def _out_of_memory(self, size, limit, free):
+        """As PyTorch's malloc when the device refuses: the observers called outside the lock with
+        (device, size, the device's total or the fraction's limit, free bytes), then the error."""
+        with self.lock:
+            self.stats["num_ooms"] += 1
+            observers = list(self.oom_observers)
+        for observer in observers:
+            observer(0, size, limit, max(free, 0))
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
 
     def raw_alloc_with_stream(self, size, stream):
         return self.malloc(size, _current_device, stream)
@@ -412,7 +426,6 @@ class _NativeAllocator(_CUDAAllocator):
                                  "segment_pool_id": pool, "is_expandable": False,
                                  "blocks": [{"address": a, "size": s, "requested_size": req,
                                              "state": "active_allocated", "frames": fr}], "frames": fr})
-            self._event("snapshot", 0, 0, [])
             traces = [list(self.trace or [])] if include_traces else [[]]
         settings = {"PYTORCH_CUDA_ALLOC_CONF": _alloc_conf(), "max_split_size": -1, "garbage_collection_threshold": 0.0,
                     "expandable_segments": False, "pinned_num_register_threads": 1,
@@ -422,7 +435,14 @@ class _NativeAllocator(_CUDAAllocator):
         return {"segments": segments, "device_traces": traces, "allocator_settings": settings,
                 "external_annotations": []}
 
+    def _async_refuse(self, what):
+        """PyTorch's cudaMallocAsync backend (CUDAMallocAsyncAllocator.cpp) refuses these."""
+        if self.backend == "cudaMallocAsync":
+            raise RuntimeError("cudaMallocAsync does not yet support %s. If you need it, please file an issue "
+                               "describing your use case." % what)
+
     def createOrIncrefPool(self, device, mempool_id, allocator=None):
+        self._async_refuse("createOrIncrefPool")
         with self.lock:
             self.pools[mempool_id] = self.pools.get(mempool_id, 0) + 1
 
@@ -443,12 +463,16 @@ class _NativeAllocator(_CUDAAllocator):
             self.pools[mempool_id] -= 1
 
     def shareIpcHandle(self, ptr):
+        self._async_refuse("shareIpcHandle")
         return (0, b"fake-ipc-handle-%x" % ptr)
 
     def attachOutOfMemoryObserver(self, observer):
-        pass
+        self._async_refuse("attachOutOfMemoryObserver")
+        with self.lock:
+            self.oom_observers.append(observer)
 
     def checkPoolLiveAllocations(self, device, mempool_id, ptrs):
+        self._async_refuse("checkPoolLiveAllocations")
         with self.lock:
             return {a for a, v in self.live.items() if v[3] == tuple(mempool_id)} == set(ptrs)
 
