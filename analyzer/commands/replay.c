@@ -201,6 +201,7 @@ static cJSON *json_result(const ms_snapshot *s, const ms_replay_result *r) {
   }
   cJSON_AddNumberToObject(o, "empty_caches", (double)r->empty_caches);
   cJSON_AddNumberToObject(o, "deferred_frees", (double)r->deferred_frees);
+  cJSON_AddNumberToObject(o, "external_blocks", (double)r->external_blocks);
   cJSON_AddNumberToObject(o, "preloaded_blocks", (double)r->preloaded_blocks);
   cJSON_AddNumberToObject(o, "unknown_frees", (double)r->unknown_frees);
   cJSON_AddNumberToObject(o, "duplicate_allocs", (double)r->duplicate_allocs);

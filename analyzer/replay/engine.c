@@ -26,6 +26,9 @@
  *     memory of the same call (same stack when stacks were recorded; analysis/retries.c's
  *     ms_release_cause); an empty_cache (or a pool emptied) is replayed as empty_cache; the
  *     program's frees of external memory and the async driver's own are not replayed.
+ *   - External memory (memsnap run's interposer: a segment_alloc whose extra names the API, then
+ *     the alloc of its block) is not the allocator's: it is not replayed through it, but held
+ *     beside it, in the replay's figures as in the recorded ones, until the program frees it.
  *   - Blocks live before the history began are allocated first, in address order.
  * Hostile or inconsistent traces (frees of unknown addresses, an allocation at a live address,
  * devices out of range, too many streams) are counted and skipped, with a note; nothing here
@@ -218,7 +221,7 @@ static int plan_segment(const ms_segment_row *r, void *arg) {
   ms_replay_plan *p = arg;
   if (r->device >= MS_REPLAY_DEVICES) return 0;
   p->dev[r->device].end_reserved += r->size;
-  p->dev[r->device].end_segments += !r->expandable && strcmp(r->pool, "async") != 0;
+  p->dev[r->device].end_segments += !r->expandable && strcmp(r->pool, "async") != 0 && strcmp(r->pool, "external") != 0;
   if (r->private_pool) p->private_pools = true;
   if (r->device + 1 > p->ndevices) p->ndevices = r->device + 1;
   return 0;
@@ -328,6 +331,13 @@ typedef struct run_state {
   uint8_t seg_run_reason[MS_REPLAY_DEVICES];   /* why, as recorded (its first event's extra; 0: not) */
   int64_t seg_run_reserved[MS_REPLAY_DEVICES]; /* recorded reserved bytes before the run */
   bool host_oom;
+  /* external memory (outside the allocator): live blocks (aux: device), bytes held per device,
+     the external segment whose block comes next, the one whose segment_free comes next */
+  ms_live_map external;
+  int64_t external_bytes[MS_REPLAY_DEVICES];
+  bool external_seen[MS_REPLAY_DEVICES];
+  uint64_t external_next[MS_REPLAY_DEVICES], external_freed[MS_REPLAY_DEVICES];
+  int64_t allocator_peak_seen[MS_REPLAY_DEVICES]; /* the allocator's reserved peak at the last look */
 } run_state;
 
 static void note(ms_replay_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -370,15 +380,48 @@ static bool stream_ok(run_state *st, uint64_t stream) {
   return true;
 }
 
-static void update_peak(ms_replay_device *d, int device) {
+/* Follows the device's peaks: the allocator's memory plus the external memory held. A reserved
+ * peak the allocator reached inside a call since the last look (a segment allocated, then the
+ * cache released to retry) counts with the external memory held during that call. */
+static void update_peak(run_state *st, int device) {
+  ms_replay_device *d = &st->r->dev[device];
   memsnap_stats_t stats;
   if (memsnap_get_stats(device, &stats) != MEMSNAP_OK) return;
-  int64_t reserved = stats.reserved_bytes[MEMSNAP_POOL_ALL].current;
-  int64_t allocated = stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
+  int64_t external = st->external_bytes[device];
+  int64_t reserved = stats.reserved_bytes[MEMSNAP_POOL_ALL].current + external;
+  int64_t allocated = stats.allocated_bytes[MEMSNAP_POOL_ALL].current + external;
+  int64_t inner = stats.reserved_bytes[MEMSNAP_POOL_ALL].peak;
+  if (inner > st->allocator_peak_seen[device]) {
+    st->allocator_peak_seen[device] = inner;
+    if (inner + external > reserved) reserved = inner + external;
+  }
+  if (allocated > d->peak_allocated) d->peak_allocated = allocated;
   if (reserved > d->peak_reserved || (reserved == d->peak_reserved && allocated > d->allocated_at_peak)) {
     d->peak_reserved = reserved;
     d->allocated_at_peak = allocated;
   }
+}
+
+/* An external block (of the segment allocated just before it): held beside the allocator. */
+static void external_alloc(run_state *st, const ms_event *e) {
+  st->external_next[e->device] = 0;
+  if (ms_live_put(&st->external, (ms_live_slot){e->address, 0, (uint32_t)e->device, e->size}) != 0) {
+    st->host_oom = true;
+    return;
+  }
+  st->external_bytes[e->device] += e->size;
+  st->external_seen[e->device] = true;
+  st->r->external_blocks++;
+  update_peak(st, e->device);
+}
+
+/* A free of an external block: true when e frees one (and it is let go). */
+static bool external_free(run_state *st, const ms_event *e) {
+  ms_live_slot slot;
+  if (!st->external.count || !ms_live_take(&st->external, e->address, &slot)) return false;
+  st->external_bytes[slot.aux] -= slot.size;
+  st->external_freed[slot.aux] = e->address;
+  return true;
 }
 
 static int cmp_slot_site(const void *a, const void *b) {
@@ -458,7 +501,7 @@ static void replay_alloc(run_state *st, const ms_event *e, int64_t request, uint
     st->host_oom = true;
     return;
   }
-  if (ptr) update_peak(d, e->device);
+  if (ptr) update_peak(st, e->device);
 }
 
 /* Frees the recorded block of free_requested event e; `deferred`: its completion comes later
@@ -527,10 +570,11 @@ static void record(rec_device *d, const ms_event *e) {
   switch (e->kind) {
     case MS_ALLOC: d->net_allocated += e->size; break;
     case MS_FREE_REQUESTED: d->net_allocated -= e->size; break;
+    /* reserved memory counts external segments too; the device calls only the allocator's */
     case MS_SEGMENT_ALLOC:
-    case MS_SEGMENT_MAP: d->seg_allocs++, d->net_reserved += e->size; break;
+    case MS_SEGMENT_MAP: d->seg_allocs += e->extra <= 0, d->net_reserved += e->size; break;
     case MS_SEGMENT_FREE:
-    case MS_SEGMENT_UNMAP: d->seg_frees++, d->net_reserved -= e->size; break;
+    case MS_SEGMENT_UNMAP: d->seg_frees += e->extra != MEMSNAP_RELEASE_EXTERNAL, d->net_reserved -= e->size; break;
     case MS_OOM: d->ooms++; break;
     default: break;
   }
@@ -563,6 +607,11 @@ static int run_event(const ms_event *e, void *arg) {
     replay_free(st, &st->pending_free[e->device], !now);
     if (now) return 0;
   }
+  if (e->kind == MS_SEGMENT_FREE && (e->extra == MEMSNAP_RELEASE_EXTERNAL ||
+                                     (e->address && e->address == st->external_freed[e->device]))) {
+    st->external_freed[e->device] = 0; /* the program freed external memory: not the allocator's */
+    return 0;
+  }
   if (e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) {
     if (st->seg_run[e->device]++ == 0) {
       st->seg_run_stack[e->device] = e->stack_id;
@@ -577,15 +626,23 @@ static int run_event(const ms_event *e, void *arg) {
     return 1;
   }
   switch (e->kind) {
+    case MS_SEGMENT_ALLOC:
+      if (e->extra > 0) st->external_next[e->device] = e->address; /* external: its block comes next */
+      break;
     case MS_ALLOC:
       if ((e->size <= 0 && e->requested <= 0) || !e->address) {
         r->bad_events++;
         return 0;
       }
+      if (e->address == st->external_next[e->device]) {
+        external_alloc(st, e);
+        break;
+      }
       r->replayed++;
       replay_alloc(st, e, e->requested > 0 ? e->requested : e->size, e->address, e->stack_id);
       break;
     case MS_FREE_REQUESTED: /* done at the device's next event, which says when it completed */
+      if (external_free(st, e)) break;
       r->replayed++;
       st->pending_free[e->device] = *e;
       st->has_pending_free[e->device] = true;
@@ -599,14 +656,14 @@ static int run_event(const ms_event *e, void *arg) {
       if (rc == MEMSNAP_ENOMEM) r->dev[e->device].failed_allocs++;
       if (rc == MEMSNAP_ENOMEM && !r->dev[e->device].oom) first_oom(st, e, request, true);
       if (rc == MEMSNAP_OK && ptr) {
-        update_peak(&r->dev[e->device], e->device);
+        update_peak(st, e->device);
         memsnap_release(ptr);
         note(r, "device %d: the recorded out of memory at event %lld (%lld bytes) does not happen in this replay; "
              "what the program did after it is replayed as recorded", e->device, (long long)e->id, (long long)request);
       }
       break;
     }
-    default: break; /* segment allocations: the allocator makes its own */
+    default: break; /* the allocator's segments: it makes its own */
   }
   if (st->host_oom) {
     snprintf(r->error, sizeof r->error, "out of host memory at event %lld", (long long)e->id);
@@ -802,12 +859,9 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   for (int i = 0; i < r->ndevices; i++) {
     memsnap_stats_t stats;
     ms_replay_device *d = &r->dev[i];
+    update_peak(&st, i); /* a peak inside the last calls (a free's release, a failed allocation) */
     if (memsnap_get_stats(i, &stats) != MEMSNAP_OK) continue;
-    d->peak_allocated = stats.allocated_bytes[MEMSNAP_POOL_ALL].peak;
-    if (stats.reserved_bytes[MEMSNAP_POOL_ALL].peak > d->peak_reserved) { /* a peak between two allocations */
-      d->peak_reserved = stats.reserved_bytes[MEMSNAP_POOL_ALL].peak;
-      d->allocated_at_peak = stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
-    }
+    if (!st.external_seen[i]) d->peak_allocated = stats.allocated_bytes[MEMSNAP_POOL_ALL].peak;
     d->device_allocs = stats.num_device_alloc - base_allocs[i];
     d->device_frees = stats.num_device_free - base_frees[i];
     d->retries = stats.num_alloc_retries;
@@ -818,6 +872,7 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
     /* found late: the blocks live before the history are needed, and this replay again */
     ms_live_free(&st.live);
     ms_live_free(&st.deferred);
+    ms_live_free(&st.external);
     free(st.held);
     free(st.pseudo_free);
     memsnap_shutdown();
@@ -854,6 +909,10 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   if (p->inconsistent)
     note(r, "the events do not add up to the snapshot's segments and blocks, and no block or segment was held "
          "before them: the trace is inconsistent, and the recorded figures are those of its events");
+  if (r->external_blocks)
+    note(r, "%lld blocks of external memory (outside the allocator: memsnap run's interposer) were held beside "
+         "the replayed allocator as the program held them, and count in both columns' peaks",
+         (long long)r->external_blocks);
   if (p->private_pools)
     note(r, "the snapshot holds private pools (CUDA graphs, MemPool); the history does not say which allocations "
          "went to them, so all are replayed in the default pools");
@@ -862,6 +921,7 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
          "the replay keeps the recorded order of events, not the GPU's timing", p->import_source);
   ms_live_free(&st.live);
   ms_live_free(&st.deferred);
+  ms_live_free(&st.external);
   free(st.held);
   free(st.pseudo_free);
   memsnap_shutdown();

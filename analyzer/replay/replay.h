@@ -62,6 +62,7 @@ typedef struct ms_replay_result {
   ms_replay_device dev[MS_REPLAY_DEVICES];
   int64_t events, replayed;          /* events read; allocations and frees replayed */
   int64_t unknown_frees, duplicate_allocs, bad_events, preloaded_blocks, preloaded_bytes, empty_caches;
+  int64_t external_blocks; /* blocks outside the allocator (memsnap run's interposer), held beside it */
   int64_t deferred_frees;            /* frees completed later (record_stream uses) */
   bool failed;                       /* the replay stopped early: error says why */
   bool invalid_setting;              /* failed because a setting's value is invalid */

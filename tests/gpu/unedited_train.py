@@ -17,7 +17,10 @@ by `memsnap run` in its default mode (docs/BENCHMARKS.md, "An unedited program")
             same script then runs under native PyTorch with and without that setting: the
             measured peaks reserved against the suggestion's.
 
-Programs and snapshots live in a temporary directory; $OUT gets unedited_train.jsonl (one line per
+The varying program is also recorded by PyTorch's own recorder (--mode torch-native), and the
+replay's baseline (the recorded settings replayed) is reported beside each recorded peak.
+Programs and snapshots live in a temporary directory, but the varying program's two snapshots,
+which are written to $OUT; $OUT also gets unedited_train.jsonl (one line per
 program) and unedited_train.log (every command's output). A short table is printed last.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
@@ -35,6 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MEMSNAP = os.path.join(ROOT, "build", "memsnap")
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-unedited-")
 WORK = tempfile.mkdtemp(prefix="memsnap-unedited-work-")
+KEEP = os.environ.get("OUT") or WORK  # the varying program's snapshots come back for a look
 MiB = 1 << 20
 
 GPT2 = '''
@@ -157,7 +161,12 @@ def retry(results):
 
 def varying(results):
     script = write("varying.py", VARYING)
-    db = os.path.join(WORK, "varying.db")
+    # PyTorch's own recorder's snapshot too (--mode torch-native), replayed the same way: the
+    # replay's baseline against the recorded peak, for each kind of snapshot
+    db_native = os.path.join(KEEP, "varying-torch-native.db")
+    run([MEMSNAP, "run", "-q", "-o", db_native, "--mode", "torch-native", "--", sys.executable, script])
+    jn = analyze(db_native)
+    db = os.path.join(KEEP, "varying.db")
     p = run([MEMSNAP, "run", "-q", "-o", db, "--", sys.executable, script])
     j = analyze(db)
     sug = j.get("suggestions") or []
@@ -172,6 +181,12 @@ def varying(results):
            "predicted_peak_reserved_gib": round(best.get("peak_reserved_bytes", 0) / 2**30, 2) if best else None,
            "saved_gib": round(best.get("saved_bytes", 0) / 2**30, 2) if best else None,
            "native_peak_reserved_gib": {k: (round(v / 2**30, 2) if v else None) for k, v in native.items()},
+           "replay_baseline_peak_reserved_gib": round(
+               (j.get("suggestions_sweep") or {}).get("baseline_peak_reserved_bytes", 0) / 2**30, 2),
+           "torch_native_recorded_peak_reserved_gib": round(jn.get("summary", {}).get("peak_reserved_bytes", 0) / 2**30, 2),
+           "torch_native_replay_baseline_gib": round(
+               (jn.get("suggestions_sweep") or {}).get("baseline_peak_reserved_bytes", 0) / 2**30, 2),
+           "torch_native_suggestion": ((jn.get("suggestions") or [{}])[0]).get("pytorch_cuda_alloc_conf"),
            "suggestions": sug[:5], "error": j.get("error")}
     results.append(row)
 

@@ -271,6 +271,12 @@ if [ -e "$cudart" ]; then
   check "run py allocator+intercept: torch's blocks in memsnap's pools, the direct cudaMalloc external" \
     test "$(sql "$work/py_both.db" "select group_concat(pool || ':' || ifnull(source, '-'), ',') from (select distinct pool, source from segments order by 1)")" = "external:cudaMalloc,small:-"
   leak_is py_both "$work/py_both.db" keep_loss_for_logging
+  check "run py allocator+intercept: the replay holds the external block beside the allocator: its peaks are the recorded ones" \
+    python3 -c "import json, subprocess
+r = json.loads(subprocess.run(['$cli', 'replay', '--json', '$work/py_both.db'], capture_output=True, text=True).stdout)
+d = r['devices'][0]
+assert r['external_blocks'] == 1 and d['peak_reserved_bytes'] == d['recorded']['peak_reserved_bytes'] and \
+  d['peak_allocated_bytes'] == d['recorded']['peak_allocated_bytes'] and d['device_allocs'] == d['recorded']['device_allocs'], r"
   check "run py allocator+intercept: the summary counts each path's allocations, and what the interposer holds" \
     bash -c "grep -q \"^  seen: 40 allocations (34.00 MiB) through memsnap's allocator; 1 allocation (3.00 MiB) through the interposer$\" \
       '$work/py_both.out' && grep -q \"^  the interposer's at the snapshot: 3.00 MiB, most from cudaMalloc in \" '$work/py_both.out'"
