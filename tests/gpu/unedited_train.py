@@ -16,6 +16,8 @@ by `memsnap run` in its default mode (docs/BENCHMARKS.md, "An unedited program")
             `memsnap run`; `suggestions` (the replay's sweep) should name expandable segments. The
             same script then runs under native PyTorch with and without that setting: the
             measured peaks reserved against the suggestion's.
+  growing   the same with lengths growing step by step (128 to 1024, batch 16): each step's
+            activations outgrow the cached blocks, the case expandable segments are for.
 
 The varying program is also recorded by PyTorch's own recorder (--mode torch-native), and the
 replay's baseline (the recorded settings replayed) is reported beside each recorded peak.
@@ -24,7 +26,7 @@ which are written to $OUT; $OUT also gets unedited_train.jsonl (one line per
 program) and unedited_train.log (every command's output). A short table is printed last.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
-  python3 tests/gpu/unedited_train.py [--only gpt2,retry,varying]
+  python3 tests/gpu/unedited_train.py [--only gpt2,retry,varying,growing]
 """
 import argparse
 import json
@@ -79,9 +81,10 @@ torch.manual_seed(0)
 config = GPT2Config(n_layer=6)
 model = GPT2LMHeadModel(config).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-lengths = [128, 1024, 384, 896, 256, 1024, 640, 512, 960, 320]
+lengths = [int(n) for n in os.environ["LENGTHS"].split(",")]
+batch = int(os.environ.get("BATCH", "8"))
 for step, n in enumerate(lengths):
-    x = torch.randint(0, config.vocab_size, (8, n), device="cuda")
+    x = torch.randint(0, config.vocab_size, (batch, n), device="cuda")
     out = model(x, labels=x)
     out.loss.backward()
     opt.step()
@@ -159,14 +162,21 @@ def retry(results):
     results.append(row)
 
 
-def varying(results):
-    script = write("varying.py", VARYING)
+# the sequence lengths (and batch) of each varying program: shuffled, and growing step by step (each
+# step's activations larger than any cached block: new segments, the case expandable segments fix)
+SCHEDULES = {"varying": {"LENGTHS": "128,1024,384,896,256,1024,640,512,960,320", "BATCH": "8"},
+             "growing": {"LENGTHS": "128,256,384,512,640,768,896,1024", "BATCH": "16"}}
+
+
+def varying(results, name="varying"):
+    os.environ.update(SCHEDULES[name])
+    script = write(name + ".py", VARYING)
     # PyTorch's own recorder's snapshot too (--mode torch-native), replayed the same way: the
     # replay's baseline against the recorded peak, for each kind of snapshot
-    db_native = os.path.join(KEEP, "varying-torch-native.db")
+    db_native = os.path.join(KEEP, name + "-torch-native.db")
     run([MEMSNAP, "run", "-q", "-o", db_native, "--mode", "torch-native", "--", sys.executable, script])
     jn = analyze(db_native)
-    db = os.path.join(KEEP, "varying.db")
+    db = os.path.join(KEEP, name + ".db")
     p = run([MEMSNAP, "run", "-q", "-o", db, "--", sys.executable, script])
     j = analyze(db)
     sug = j.get("suggestions") or []
@@ -175,7 +185,7 @@ def varying(results):
     for conf in ("", best.get("pytorch_cuda_alloc_conf", "")):
         q = run([sys.executable, script], env={"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {})
         native[conf or "(defaults)"] = next((int(l.split()[1]) for l in q.stdout.splitlines() if l.startswith("peak_reserved")), None)
-    row = {"program": "varying", "mode": "default", "exit": p.returncode,
+    row = {"program": name, "mode": "default", "exit": p.returncode,
            "recorded_peak_reserved_gib": round(j.get("summary", {}).get("peak_reserved_bytes", 0) / 2**30, 2),
            "suggestion": best.get("pytorch_cuda_alloc_conf"),
            "predicted_peak_reserved_gib": round(best.get("peak_reserved_bytes", 0) / 2**30, 2) if best else None,
@@ -193,12 +203,13 @@ def varying(results):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="gpt2,retry,varying")
+    ap.add_argument("--only", default="gpt2,retry,varying,growing")
     args = ap.parse_args()
     results = []
     for name in args.only.split(","):
         try:
-            {"gpt2": gpt2, "retry": retry, "varying": varying}[name](results)
+            {"gpt2": gpt2, "retry": retry, "varying": varying,
+             "growing": lambda r: varying(r, "growing")}[name](results)
         except Exception as e:  # one program's failure must not hide the others'
             results.append({"program": name, "error": repr(e)})
     with open(os.path.join(OUT, "unedited_train.jsonl"), "w") as f:
