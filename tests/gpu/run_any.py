@@ -15,7 +15,8 @@ program's file (the Python frames the interposer records, merged with the native
              'platform' by memsnap run), and --keep-arena (XLA's arena: not named, for the record)
   numba      Numba: each step keeps a device array a kernel filled; default mode
   torch      PyTorch: each step keeps a 16 MiB tensor; --mode intercept --no-torch-blocks (the
-             driver-level snapshot alone must name the line), and the default mode
+             driver-level snapshot alone: not named, for the record, docs/run.md says why),
+             --mode intercept (with run.torch.db beside it), and the default mode
   ctypes     tests/data/run/steps.py on the real libcudart: build/tests/librun_steps.so through
              ctypes, no torch; default mode, and --mode audit
   static     build/run_static (nvcc's static cudart) under --mode audit: cuGetProcAddress reached
@@ -355,7 +356,10 @@ def main():
         ("cupy", "cupy", CUPY, [[], ["--mode", "audit"]], {}),
         ("jax", "jax", JAX, [[], ["--keep-arena"]], {("--keep-arena",): False}),
         ("numba", "numba", NUMBA, [[]], {}),
-        ("torch", "torch", TORCH, [["--mode", "intercept", "--no-torch-blocks"], []], {}),
+        # the driver-level file alone does not name it (docs/run.md: the kept tensors sit in cached
+        # segments); with PyTorch's blocks beside it (run.torch.db) it is named
+        ("torch", "torch", TORCH, [["--mode", "intercept", "--no-torch-blocks"], ["--mode", "intercept"], []],
+         {("--mode", "intercept", "--no-torch-blocks"): False}),
     ]
     for name, module, text, variants, expect in workloads:
         if name not in only:
