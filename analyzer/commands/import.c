@@ -18,7 +18,7 @@ static int cmd_import(int argc, char **argv) {
   }
   if (!in) return ms_usage_error(&ms_import_command, "no PyTorch snapshot given");
   if (!out) return ms_usage_error(&ms_import_command, "no output given (-o SNAPSHOT.db)");
-  if (ms_import_to(in, out, true) != 0) return 1;
+  if (ms_import_to(in, out, true, NULL, 0) != 0) return 1;
   return ms_output_status();
 }
 

@@ -356,7 +356,19 @@ static void read_manifest(const char *manifest, found *f) {
     } else if (!strcmp(kind, "pickle") && (b = strchr(a, '\t')) != NULL) {
       *b++ = '\0';
       if (!strstr(a, ".torch-") || strlen(a) < 7 || strcmp(a + strlen(a) - 7, ".pickle")) continue; /* not ours */
-      if (ms_import_to(a, b, false) == 0) {
+      /* then, optionally, each device's memory as torch said it: "TOTAL0,TOTAL1,..." */
+      int64_t totals[MS_MAX_DEVICES];
+      int ntotals = 0;
+      char *t = strchr(b, '\t');
+      if (t) {
+        *t++ = '\0';
+        for (char *end; *t && ntotals < MS_MAX_DEVICES; t = *end == ',' ? end + 1 : end) {
+          long long v = strtoll(t, &end, 10);
+          if (end == t) break;
+          totals[ntotals++] = v > 0 ? v : 0;
+        }
+      }
+      if (ms_import_to(a, b, false, totals, ntotals) == 0) {
         unlink(a);
         add_found(f, b);
       } else {

@@ -183,13 +183,35 @@ int ms_import_file(const char *in_path, const char *db_path, bool show_progress,
   return rc;
 }
 
-int ms_import_to(const char *in, const char *out, bool show_progress) {
+/* Gives the devices of the imported snapshot at db_path their memory (a pickle does not say it):
+ * totals[i] bytes for device i, where positive. 0, or -1 with the message in err. */
+static int set_device_totals(const char *db_path, const int64_t *totals, int n, char *err, size_t len) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_prepare_v2(db, "UPDATE devices SET total_bytes = ? WHERE device = ?", -1, &st, NULL);
+  for (int i = 0; i < n && rc == SQLITE_OK; i++) {
+    if (totals[i] <= 0) continue;
+    sqlite3_bind_int64(st, 1, totals[i]);
+    sqlite3_bind_int(st, 2, i);
+    rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    sqlite3_reset(st);
+  }
+  if (rc != SQLITE_OK)
+    snprintf(err, len, "cannot write '%.300s': %.300s", db_path, db ? sqlite3_errmsg(db) : "out of memory");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return rc == SQLITE_OK ? 0 : -1;
+}
+
+int ms_import_to(const char *in, const char *out, bool show_progress, const int64_t *device_totals, int ndevices) {
   if (ms_refuse_overwrite("-o", out, &in, 1)) return 1;
   char tmp[PATH_MAX + 32];
   ms_temp_path(out, tmp, sizeof tmp);
   unlink(tmp);
   ms_import_result r;
-  if (ms_import_file(in, tmp, show_progress, &r) != 0) {
+  if (ms_import_file(in, tmp, show_progress, &r) != 0 ||
+      (ndevices > 0 && set_device_totals(tmp, device_totals, ndevices, r.error, sizeof r.error) != 0)) {
     unlink(tmp);
     fprintf(stderr, "error: %s\n", r.error);
     return 1;

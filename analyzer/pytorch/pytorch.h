@@ -29,8 +29,10 @@ int ms_import_file(const char *in_path, const char *db_path, bool show_progress,
 int ms_import_buffer(const unsigned char *data, size_t len, const char *db_path, ms_import_result *res);
 /* Imports the PyTorch snapshot pickle `in` into the snapshot `out` (ms_import_file), atomically
  * (util/outfile.c) and never over the input, printing warnings, and with show_progress the
- * progress and a line saying what was imported. 0, or 1 (message printed). */
-int ms_import_to(const char *in, const char *out, bool show_progress);
+ * progress and a line saying what was imported. device_totals[0..ndevices) (may be NULL with
+ * ndevices 0): each device's memory, which the pickle does not hold (memsnap run reads it from
+ * torch; the replay's capacity), 0 where unknown. 0, or 1 (message printed). */
+int ms_import_to(const char *in, const char *out, bool show_progress, const int64_t *device_totals, int ndevices);
 
 /* ---- memsnap snapshots out (export.c) ------------------------------------------------- */
 

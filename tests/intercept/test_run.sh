@@ -229,11 +229,13 @@ leak_is py_allocator "$work/py_allocator.db" keep_loss_for_logging
 check "run py allocator: the summary says what memsnap's allocator saw (8 steps of 5 allocations)" \
   grep -q "^  seen: 40 allocations (34.00 MiB) through memsnap's allocator$" "$work/py_allocator.out"
 
-run py_native 0 --mode torch-native -o "$work/py_native.db" -- python3 "$train" 8
+FAKE_TORCH_DEVICE_MEMORY=2G run py_native 0 --mode torch-native -o "$work/py_native.db" -- python3 "$train" 8
 check "run py torch-native: PyTorch's snapshot imported, the pickle removed" \
   bash -c "test '$(sql "$work/py_native.db" "select count(*) from meta where key = 'import_source'")' = 1 &&
     ! ls '$work'/*.pickle 2>/dev/null"
 leak_is py_native "$work/py_native.db" keep_loss_for_logging
+check "run py torch-native: the device's memory as torch says it is in the snapshot (the pickle has none; the replay's capacity)" \
+  test "$(sql "$work/py_native.db" "select total_bytes from devices where device = 0")" = 2147483648
 check "run py torch-native: the summary says the allocations were PyTorch's allocator's, imported" \
   grep -q "^  seen: 40 allocations (34.00 MiB) through PyTorch's allocator (its recorder's snapshot, imported)$" \
     "$work/py_native.out"

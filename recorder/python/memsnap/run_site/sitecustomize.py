@@ -18,7 +18,8 @@ MEMSNAP_RUN_MODE says what to do (``allocator+intercept``, the default for Pytho
 * ``torch-native``: PyTorch's allocator stays; when the program imports torch, PyTorch's own
   recorder starts (torch.cuda.memory._record_memory_history) and at exit, on the dump signal and
   at the first out-of-memory, PyTorch's snapshot is written as a pickle that `memsnap run` then
-  imports (memsnap import) into the snapshot the user asked for.
+  imports (memsnap import) into the snapshot the user asked for, with each device's memory as
+  torch says it (the pickle has none; the replay needs it).
 
 In both modes os._exit() writes the snapshot first (exit handlers do not run there). Wherever the
 interposer records, a process that imports JAX tells `memsnap run` which allocator XLA has (it
@@ -172,7 +173,16 @@ class _TorchNative:
         db = _expand(pattern)
         pickle_path = "%s.torch-%d.pickle" % (db, os.getpid())
         self.torch.cuda.memory._dump_snapshot(pickle_path)
-        _note("pickle", pickle_path, db)
+        _tell("pickle", os.path.abspath(pickle_path), os.path.abspath(db), self.device_totals())
+
+    def device_totals(self):
+        """Each device's memory as torch says it ("TOTAL0,TOTAL1,..."), which PyTorch's pickle
+        does not hold: the import puts it in the snapshot, the replay's capacity."""
+        try:
+            cuda = self.torch.cuda
+            return ",".join(str(int(cuda.get_device_properties(i).total_memory)) for i in range(cuda.device_count()))
+        except Exception:  # a torch without them: imported without
+            return ""
 
 
 def _torch_native_mode(dump_path):

@@ -1,5 +1,7 @@
 """torch.cuda of the stand-in: device state and, as PyTorch does, torch.cuda.memory's public
 functions (from .memory import *)."""
+import os
+
 import torch
 
 from . import _utils, memory  # noqa: F401
@@ -23,6 +25,17 @@ def device_count():
 
 def current_device():
     return torch._current_device
+
+
+class _DeviceProperties:
+    def __init__(self, total):
+        self.name = "stand-in GPU"
+        self.total_memory = total
+
+
+def get_device_properties(device=None):
+    """The device's name and memory: FAKE_TORCH_DEVICE_MEMORY bytes (as the native allocator's)."""
+    return _DeviceProperties(torch._parse_size(os.environ.get("FAKE_TORCH_DEVICE_MEMORY", "16G")))
 
 
 def _lazy_init():
