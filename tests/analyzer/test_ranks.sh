@@ -51,8 +51,12 @@ print("%.3f" % (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_st
 PY
 )
 events=$(python3 -c "import sqlite3, sys; print(sum(sqlite3.connect(p).execute('select count(*) from events').fetchone()[0] for p in sys.argv[1:]))" "$dir"/big/rank*.db)
-check "16 ranks of $events events in all: analyzed in $cpu core-seconds (at most 1 a million events)" \
-  "python3 -c 'import sys; sys.exit(0 if $cpu <= max(1.0, $events / 1e6) else 1)'"
+# Under AddressSanitizer (make sanitize sets MEMSNAP_TESTS_SANITIZER) the code runs 2 to 3 times
+# slower: the budget is 3 core-seconds a million events there; make test holds the real one.
+per_million=1
+[ -n "${MEMSNAP_TESTS_SANITIZER:-}" ] && per_million=3
+check "16 ranks of $events events in all: analyzed in $cpu core-seconds (at most $per_million a million events)" \
+  "python3 -c 'import sys; sys.exit(0 if $cpu <= $per_million * max(1.0, $events / 1e6) else 1)'"
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
