@@ -509,12 +509,16 @@ __attribute__((noinline)) static void *swap_symbol(void *handle, const char *nam
   return fn;
 }
 
-EXPORT NOT_INSTRUMENTED void *dlsym(void *handle, const char *name) {
+/* Exported as "dlsym" by the alias below. It has a name of its own because libmemsnap.so calls
+ * dlsym too (its backend, the Python frames): libc's, as far as the library's files are
+ * concerned, and a tool that reads them should not see this file as the one they call. */
+NOT_INSTRUMENTED static void *interposed_dlsym(void *handle, const char *name) {
   if (MEMSNAP_UNLIKELY(!real_dlsym)) find_real_dlsym();
   if (handle != RTLD_NEXT && name[0] == 'c' && name[1] == 'u' && (name[2] == 'M' || name[2] == 'G' || name[2] == 'd'))
     return swap_symbol(handle, name, CALLER());
   return real_dlsym(handle, name);
 }
+EXPORT void *dlsym(void *handle, const char *name) __attribute__((alias("interposed_dlsym")));
 
 /* ---- the runtime API ---------------------------------------------------------------------- */
 

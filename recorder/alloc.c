@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "history.h"
 #include "internal.h"
 
 /* ---- sizes ----------------------------------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "history.h"
 #include "internal.h"
 
 /* Declared in oom_throw.cc: raise the out-of-memory error, or another failure as a RuntimeError,

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "history.h"
 #include "internal.h"
 
 typedef struct msi_async_state {

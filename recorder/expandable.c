@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "history.h"
 #include "internal.h"
 
 /* ---- pages ------------------------------------------------------------------------------ */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "history.h"
 #include "internal.h"
 
 static pthread_mutex_t ext_lock = PTHREAD_MUTEX_INITIALIZER;

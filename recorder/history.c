@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "history.h"
 #include "internal.h"
 
 atomic_int msi_recording;        /* read on the hot path: 0 off, 1 on */
@@ -181,6 +182,12 @@ void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t
     }
   }
   pthread_mutex_unlock(&ring_lock);
+}
+
+void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                     uint64_t requested, uint64_t aux, uint32_t stack_id) {
+  uint8_t k = (uint8_t)kind;
+  msi_history_add_n(&k, 1, device, stream, addr, size, requested, aux, stack_id);
 }
 
 uint64_t msi_history_total(void) {

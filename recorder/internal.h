@@ -39,6 +39,7 @@
 #define MEMSNAP_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -458,9 +459,7 @@ typedef struct msi_event {
 } msi_event;
 _Static_assert(sizeof(msi_event) == 64, "msi_event should be 64 bytes");
 
-#include <stdatomic.h>
-extern atomic_int msi_recording;
-static inline bool msi_is_recording(void) { return atomic_load_explicit(&msi_recording, memory_order_relaxed); }
+/* msi_is_recording, which the allocation paths inline: history.h */
 uint64_t msi_now_ns(void);
 uint32_t msi_thread_id(void);
 int msi_history_start(uint64_t max_entries); /* MEMSNAP_OK or MEMSNAP_ENOMEM */
@@ -473,11 +472,8 @@ void msi_history_reset(void);                /* frees the ring and labels */
  * completed at once: free_requested, free_completed). msi_history_add adds one. */
 void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                        uint64_t requested, uint64_t aux, uint32_t stack_id);
-static inline void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr,
-                                   uint64_t size, uint64_t requested, uint64_t aux, uint32_t stack_id) {
-  uint8_t k = (uint8_t)kind;
-  msi_history_add_n(&k, 1, device, stream, addr, size, requested, aux, stack_id);
-}
+void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                     uint64_t requested, uint64_t aux, uint32_t stack_id);
 /* Events recorded since recording started (dropped ones included). */
 uint64_t msi_history_total(void);
 /* Copies the ring, oldest first, into a new array (*out, caller frees). Returns the count, or

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "history.h"
 #include "internal.h"
 #include "snapshot_schema.h"
 
