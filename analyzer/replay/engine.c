@@ -69,6 +69,7 @@ struct ms_replay_plan {
   bool late;    /* something was held when the history began */
   bool checked; /* a replay found the history complete */
   bool capacity_known; /* the snapshot says how much memory its devices have */
+  int64_t held_most;   /* without that: the most the history held reserved on one device */
   bool inconsistent; /* the events do not add up to the snapshot's state, and nothing was held before */
   bool imported, private_pools, stacks_recorded;
   char import_source[128];
@@ -276,6 +277,21 @@ static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
   return 0;
 }
 
+/* Follows each device's reserved memory through the history (from what it held when the history
+ * began), for the most any device held. */
+typedef struct held_scan {
+  int64_t reserved[MS_REPLAY_DEVICES], most;
+} held_scan;
+
+static int held_event(const ms_event *e, void *arg) {
+  held_scan *h = arg;
+  if (e->device < 0 || e->device >= MS_REPLAY_DEVICES) return 0;
+  if (e->kind == MS_SEGMENT_ALLOC || e->kind == MS_SEGMENT_MAP) h->reserved[e->device] += e->size;
+  else if (e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_UNMAP) h->reserved[e->device] -= e->size;
+  if (h->reserved[e->device] > h->most) h->most = h->reserved[e->device];
+  return 0;
+}
+
 ms_replay_plan *ms_replay_plan_new(ms_snapshot *s) {
   ms_replay_plan *p = calloc(1, sizeof *p);
   if (!p) {
@@ -286,6 +302,20 @@ ms_replay_plan *ms_replay_plan_new(ms_snapshot *s) {
   p->imported = s->import_source[0] != '\0';
   snprintf(p->import_source, sizeof p->import_source, "%s", s->import_source);
   int rc = plan_tables(s, p);
+  if (rc == 0 && !p->capacity_known) {
+    /* A snapshot that does not say its card's memory (a PyTorch pickle imported by hand): the
+       card had at least what the program held, so the replay gets that (in whole GiB), or the
+       default when that is more. One pass over the events, without the allocator. */
+    held_scan h = {{0}, 0};
+    for (int i = 0; i < MS_REPLAY_DEVICES; i++) {
+      h.reserved[i] = p->dev[i].start_reserved;
+      if (h.reserved[i] > h.most) h.most = h.reserved[i];
+    }
+    if (ms_events_each(s, held_event, &h) != 0) rc = -2;
+    p->held_most = h.most;
+    uint64_t gib = (uint64_t)1 << 30, need = ((uint64_t)h.most + gib - 1) / gib * gib;
+    if (rc == 0 && need > p->capacity) p->capacity = need;
+  }
   if (rc == -1) snprintf(s->error, sizeof s->error, "out of memory planning the replay of '%s'", s->shown_path);
   if (rc != 0) {
     ms_replay_plan_free(p);
@@ -904,8 +934,9 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
          s->dropped ? "the ring dropped its oldest events" : "recording started after the first allocations",
          p->before.nsegments, (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
   if (!p->capacity_known && !c->capacity)
-    note(r, "the snapshot does not say how much memory the device has: %llu GiB assumed (--capacity sets it)",
-         (unsigned long long)(p->capacity >> 30));
+    note(r, "the snapshot does not say how much memory the device has: %llu GiB assumed (the default, 16, or the "
+         "most the program held reserved, %.2f GiB, in whole GiB when more; --capacity sets it)",
+         (unsigned long long)(p->capacity >> 30), (double)p->held_most / (double)(1 << 30));
   if (p->inconsistent)
     note(r, "the events do not add up to the snapshot's segments and blocks, and no block or segment was held "
          "before them: the trace is inconsistent, and the recorded figures are those of its events");

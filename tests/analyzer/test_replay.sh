@@ -268,5 +268,24 @@ check "memsnap help replay: the settings, --sweep and an example table" \
 MEMSNAP_BACKEND=cuda PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:20 "$cli" replay --json "$dir/A.db" >"$dir/env.json"
 check "the caller's MEMSNAP_BACKEND=cuda and PYTORCH_CUDA_ALLOC_CONF do not leak into the replay" "faithful $dir/env.json"
 
+# A snapshot that does not say how much memory its card has (a PyTorch pickle imported by hand):
+# the replay gets the most the program held reserved (20 GiB here), not a default too small for it.
+MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=64G MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$here/../../recorder/python" \
+  python3 - "$dir/big.db" <<'PY'
+import sys
+import memsnap
+memsnap.record(max_entries=1000)
+kept = [memsnap.malloc(5 << 30) for _ in range(4)]
+memsnap.free(kept.pop())
+kept.append(memsnap.malloc(3 << 30))
+memsnap.dump(sys.argv[1])
+PY
+python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('update devices set total_bytes = null'); c.commit()" "$dir/big.db"
+"$cli" replay --json "$dir/big.db" >"$dir/big.json" 2>"$dir/big.err"
+check "no capacity in the snapshot: the replay's is the most the program held (20 GiB), and it replays as recorded" \
+  "json $dir/big.json \"j['capacity_bytes'] == 20 << 30 and j['devices'][0]['peak_reserved_bytes'] == 20 << 30 and
+    j['devices'][0]['recorded']['peak_reserved_bytes'] == 20 << 30 and j['devices'][0]['failed_allocs'] == 0 and
+    any('the most the program held reserved, 20.00 GiB' in n for n in j['notes'])\""
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
