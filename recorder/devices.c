@@ -46,8 +46,11 @@ static int init_slow(void) {
   }
   ndevices = msi_be->device_count();
   if (ndevices > MSI_MAX_DEVICES) ndevices = MSI_MAX_DEVICES;
-  atomic_store(&ready, 1);
+  /* Recording (MEMSNAP_RECORD) starts before the library says it is ready: a thread that sees
+   * it ready takes no lock, and its allocations would go unrecorded until the ring existed
+   * (a whole thread's, under load: test_run's four threads under make sanitize). */
   if (msi_opt.record && msi_history_start(msi_opt.max_entries) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+  atomic_store(&ready, 1);
   if (on_ready) on_ready();
 out:
   pthread_mutex_unlock(&init_lock);

@@ -270,7 +270,9 @@ check "the caller's MEMSNAP_BACKEND=cuda and PYTORCH_CUDA_ALLOC_CONF do not leak
 
 # A snapshot that does not say how much memory its card has (a PyTorch pickle imported by hand):
 # the replay gets the most the program held reserved (20 GiB here), not a default too small for it.
-MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=64G MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$here/../../recorder/python" \
+# (PY_PRELOAD: a sanitizer's runtime, loaded first into Python under make sanitize)
+env ${PY_PRELOAD:+LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"} MEMSNAP_BACKEND=sim \
+  MEMSNAP_SIM_CAPACITY=64G MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$here/../../recorder/python" \
   python3 - "$dir/big.db" <<'PY'
 import sys
 import memsnap
