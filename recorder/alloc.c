@@ -507,6 +507,8 @@ static void report_oom(msi_device *d, const request *r, size_t orig_size) {
   size_t size = r->size;
   size_t free_bytes = 0, total = 0;
   msi_be->device_info(d->index, &free_bytes, &total, NULL, 0);
+  msi_last_oom = (msi_oom_info){true, d->index, r->alloc_size, d->set_fraction ? d->allowed_memory_maximum : total,
+                                free_bytes};
   int64_t allocated = d->stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
   int64_t reserved = d->stats.reserved_bytes[MEMSNAP_POOL_ALL].current;
   if (msi_is_recording())
@@ -599,9 +601,7 @@ int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
   b->allocated = false;
   bool at_once = !b->nuses; /* no other stream used it: completed now */
   if (msi_is_recording()) {
-    static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
-    msi_history_add_n(kinds, at_once ? 2 : 1, d->index, b->stream, b->ptr, b->size, b->requested_size, 0,
-                      d->event_stack);
+    msi_history_add_free(at_once, d->index, b->stream, b->ptr, b->size, b->requested_size, d->event_stack);
   }
   MSI_STAT_DEC(d->stats.allocation, k, 1);
   MSI_STAT_DEC(d->stats.allocated_bytes, k, (int64_t)b->size);

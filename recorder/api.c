@@ -187,20 +187,17 @@ int memsnap_add_oom_observer(memsnap_oom_observer_t fn, void *arg) {
   return MEMSNAP_OK;
 }
 
-/* Calls the observers for a failed request of `size` bytes on `d` (no lock held); the
- * out-of-memory message is the last error again afterwards, whatever they called. */
-static void notify_oom(msi_device *d, size_t size) {
+/* Calls the observers for the device out-of-memory error the allocation just reported
+ * (msi_last_oom; none for lack of host memory), with no lock held; the out-of-memory message is
+ * the last error again afterwards, whatever they called. */
+static void notify_oom(void) {
+  msi_oom_info oom = msi_last_oom;
+  msi_last_oom.set = false;
   int n = atomic_load(&n_oom_observers);
-  if (MSI_LIKELY(n == 0)) return;
+  if (MSI_LIKELY(n == 0) || !oom.set) return;
   char message[512];
   snprintf(message, sizeof message, "%s", memsnap_last_error());
-  size_t free_bytes = 0, total = 0;
-  msi_be->device_info(d->index, &free_bytes, &total, NULL, 0);
-  pthread_mutex_lock(&d->lock);
-  if (d->set_fraction) total = d->allowed_memory_maximum;
-  pthread_mutex_unlock(&d->lock);
-  size_t segment = d->async ? size : msi_allocation_size(msi_round_size(size));
-  for (int i = 0; i < n; i++) oom_observers[i].fn(d->index, segment, total, free_bytes, oom_observers[i].arg);
+  for (int i = 0; i < n; i++) oom_observers[i].fn(oom.device, oom.size, oom.total, oom.free_bytes, oom_observers[i].arg);
   msi_error("%s", message);
 }
 
@@ -217,7 +214,7 @@ static int alloc_on(void **out, size_t size, int device, memsnap_stream_t stream
                                          : msi_device_malloc(d, size, stream, stack, out);
   if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM)) {
     msi_dump_on_oom();
-    notify_oom(d, size);
+    notify_oom();
   }
   return rc;
 }

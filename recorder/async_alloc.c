@@ -118,6 +118,7 @@ int msi_async_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32
   if (be == MSI_BE_OOM) {
     size_t free_bytes = 0, total = 0;
     msi_be->device_info(d->index, &free_bytes, &total, NULL, 0);
+    msi_last_oom = (msi_oom_info){true, d->index, size, d->set_fraction ? d->allowed_memory_maximum : total, free_bytes};
     if (msi_is_recording())
       msi_history_add(MSI_EV_OOM, d->index, stream, free_bytes, size, size, 0, d->event_stack);
     char s_used[32], s_req[32], s_total[32], s_free[32], s_cap[64] = "none";
@@ -188,8 +189,7 @@ static void free_block(msi_device *d, msi_block *b, uint32_t stack) {
     msi_error("device %d: freeing %#lx failed", d->index, (unsigned long)b->ptr);
   d->async->used -= b->size;
   if (msi_is_recording()) {
-    static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
-    msi_history_add_n(kinds, 2, d->index, b->stream, b->ptr, b->size, b->size, 0, stack);
+    msi_history_add_free(true, d->index, b->stream, b->ptr, b->size, b->size, stack);
     record_pool_change(d, b->ptr, b->stream, MEMSNAP_RELEASE_DRIVER);
   }
   msi_block_put(d, b);

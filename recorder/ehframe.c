@@ -27,7 +27,7 @@
 #if defined(__x86_64__)
 
 enum { REG_RBP = 6, REG_RSP = 7, REG_RA = 16, NREGS = 17, MAX_REMEMBER = 16 };
-enum { W_SAME, W_UNDEF, W_CFAREL, W_REG, W_EXPR, W_OTHER }; /* where a register's value is */
+enum { W_SAME, W_UNDEF, W_CFAREL, W_REG, W_EXPR }; /* where a register's value is */
 
 typedef struct cfi_state {
   int cfa_reg;        /* -1: the CFA is an expression */
@@ -300,7 +300,7 @@ static int find_module(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 
 /* The FDE covering pc through the header's binary search table (datarel sdata4 entries, as
- * every linker writes them); NULL when none does. *fde_end is a bound for reading it. */
+ * every linker writes them); NULL when none does. *section_end is a bound for reading it. */
 static const uint8_t *find_fde(const lookup *l, const uint8_t **section_end) {
   reader r = {l->hdr, l->hdr + l->hdr_size, false};
   if (read_bytes(&r, 1) != 1) return NULL; /* version */

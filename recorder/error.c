@@ -9,6 +9,7 @@
 #include "internal.h"
 
 static __thread char last_error[512];
+__thread msi_oom_info msi_last_oom;
 
 static void vformat(const char *fmt, va_list ap) {
   vsnprintf(last_error, sizeof last_error, fmt, ap);

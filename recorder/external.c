@@ -62,8 +62,7 @@ static size_t lower_bound(uintptr_t p) {
 
 static void record_free_events(const msi_external_block *r, memsnap_stream_t stream, uint32_t stack) {
   if (!msi_is_recording()) return;
-  static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
-  msi_history_add_n(kinds, 2, r->device, stream, r->ptr, r->size, r->size, 0, stack);
+  msi_history_add_free(true, r->device, stream, r->ptr, r->size, r->size, stack);
   /* the segment's event carries the reason of its release, which the free's events do not have */
   msi_history_add(MSI_EV_SEGMENT_FREE, r->device, stream, r->ptr, r->size, r->size, MEMSNAP_RELEASE_EXTERNAL, stack);
 }

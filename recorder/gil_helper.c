@@ -25,7 +25,7 @@
  * (PyGC_Disable, Python 3.10+): a collection runs finalizers, arbitrary Python code, which on
  * the helper could wait for the lock the caller holds. Nothing is asked of the helper while
  * Python finalizes (a thread that takes the GIL then is ended), and a fork child starts its own.
- * The C API is found with dlsym, as stacks.c does (libmemsnap does not link libpython); this file
+ * The C API is found with dlsym, as pyframes.c does (libmemsnap does not link libpython); this file
  * uses nothing else of the library but its options (MEMSNAP_GIL_WAIT_MS).
  */
 #include <dlfcn.h>

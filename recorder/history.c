@@ -136,6 +136,7 @@ void msi_history_clear(void) {
   pthread_mutex_lock(&ring_lock);
   ring_total = ring_next = 0;
   ring_start_ns = msi_now_ns();
+  if (last_time < ring_start_ns) last_time = ring_start_ns; /* as at the start: no event before it */
   pthread_mutex_unlock(&ring_lock);
 }
 
@@ -188,6 +189,12 @@ void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, u
                      uint64_t requested, uint64_t aux, uint32_t stack_id) {
   uint8_t k = (uint8_t)kind;
   msi_history_add_n(&k, 1, device, stream, addr, size, requested, aux, stack_id);
+}
+
+void msi_history_add_free(bool completed, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                          uint64_t requested, uint32_t stack_id) {
+  static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
+  msi_history_add_n(kinds, completed ? 2 : 1, device, stream, addr, size, requested, 0, stack_id);
 }
 
 uint64_t msi_history_total(void) {

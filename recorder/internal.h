@@ -68,6 +68,18 @@ void msi_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Like msi_error but also prints "memsnap: warning: ..." on stderr (never on the hot path). */
 void msi_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void msi_clear_error(void);
+/* The device out-of-memory error the calling thread's allocation ended with, as PyTorch's
+ * out-of-memory observers are told of it: set where the allocation paths report it (alloc.c,
+ * async_alloc.c), taken by api.c, which calls the observers outside the allocator's locks. An
+ * allocation that failed for lack of host memory leaves it unset. */
+typedef struct msi_oom_info {
+  bool set;
+  int device;
+  size_t size;       /* what was asked of the device */
+  size_t total;      /* the device's memory, or the memory fraction's limit */
+  size_t free_bytes; /* the device's free memory */
+} msi_oom_info;
+extern __thread msi_oom_info msi_last_oom;
 
 /* ---- options (options.c) --------------------------------------------------------------- */
 
@@ -474,6 +486,10 @@ void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t
                        uint64_t requested, uint64_t aux, uint32_t stack_id);
 void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                      uint64_t requested, uint64_t aux, uint32_t stack_id);
+/* A free: its free_requested, and with `completed` (no other stream used the block) its
+ * free_completed too, at one time (msi_history_add_n). */
+void msi_history_add_free(bool completed, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                          uint64_t requested, uint32_t stack_id);
 /* Events recorded since recording started (dropped ones included). */
 uint64_t msi_history_total(void);
 /* Copies the ring, oldest first, into a new array (*out, caller frees). Returns the count, or
@@ -512,7 +528,6 @@ void msi_stacks_reset(void);
 #define MSI_STACK_MAX_PYTHON 64 /* Python frames kept per stack */
 #define MSI_PY_LINE_FLAG (1ull << 63)
 typedef struct msi_stack_rec {
-  uint64_t hash;
   uint32_t offset; /* first word in the words array */
   uint16_t n_native, n_python;
 } msi_stack_rec;

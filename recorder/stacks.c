@@ -140,14 +140,12 @@ static bool room_for(void **array, uint32_t *cap, uint32_t n, size_t size) {
   return true;
 }
 
-/* The native node (parent, pc), made if new when `make`; 0 if absent or out of host memory. */
-static uint32_t native_child(uint32_t parent, uint64_t pc, bool make) {
-  if (!native_set.mask && !make) return 0;
+/* The native node (parent, pc), made if new; 0 when out of host memory. */
+static uint32_t native_child(uint32_t parent, uint64_t pc) {
   if (!idset_reserve(&native_set, native_hash)) return 0;
   size_t k = mix(parent, pc, 1) & native_set.mask;
   for (uint32_t id; (id = native_set.slot[k]); k = (k + 1) & native_set.mask)
     if (nnodes[id].pc == pc && nnodes[id].parent == parent) return id;
-  if (!make) return 0;
   if (n_nnodes == 0) n_nnodes = 1; /* node 0 is the root */
   if (!room_for((void **)&nnodes, &nnodes_cap, n_nnodes, sizeof *nnodes)) return 0;
   nnodes[n_nnodes] = (native_node){pc, parent, (uint16_t)(parent ? nnodes[parent].depth + 1 : 1)};
@@ -202,7 +200,7 @@ static uint32_t stack_of(uint32_t native, uint32_t python) {
     *w++ = pnodes[v].code;
     *w++ = pnodes[v].pos;
   }
-  recs[nrecs] = (msi_stack_rec){h, (uint32_t)nwords, (uint16_t)nn, (uint16_t)np};
+  recs[nrecs] = (msi_stack_rec){(uint32_t)nwords, (uint16_t)nn, (uint16_t)np};
   pairs[nrecs] = (stack_pair){native, python};
   nwords += n;
   stack_set.slot[k] = nrecs;
@@ -330,7 +328,7 @@ static inline __attribute__((always_inline)) uint32_t native_part(thread_stacks 
     int last = cut ? s.lib_end + MAX_NATIVE : s.n;
     bool all = true;
     for (int i = last - 1; i >= s.lib_end && all; i--)
-      if (cut || !s.nodes[i]) all = (s.nodes[i] = native_child(i + 1 < last ? s.nodes[i + 1] : 0, s.pcs[i], true)) != 0;
+      if (cut || !s.nodes[i]) all = (s.nodes[i] = native_child(i + 1 < last ? s.nodes[i + 1] : 0, s.pcs[i])) != 0;
     for (int i = last; i < s.n; i++) s.nodes[i] = 0;
     node = all && start < end ? s.nodes[start] : 0;
     pthread_mutex_unlock(&stack_lock);
@@ -338,7 +336,7 @@ static inline __attribute__((always_inline)) uint32_t native_part(thread_stacks 
     return node;
   }
   for (int i = end - 1; i >= start; i--) /* libunwind's frames, or a cut stack from further in */
-    if (!(node = native_child(node, s.pcs[i], true))) break;
+    if (!(node = native_child(node, s.pcs[i]))) break;
   pthread_mutex_unlock(&stack_lock);
   return node;
 }

@@ -24,8 +24,8 @@
  * called there starts, and stops where it stops (an outermost frame, a return address below
  * 0x4000, MSI_UNWIND_MAX_RAW frames). Any other frame (a signal frame, stack realignment, code
  * without unwind information), a read outside the thread's stack (a signal's alternate stack,
- * a coroutine's) or a module unloaded since an address's rule was found send the capture to
- * unw_backtrace itself, as before.
+ * a coroutine's) or a module unloaded since the rules were found (noticed when a frame's rule is
+ * not in the cache and is looked up) send the capture to unw_backtrace itself, as before.
  *
  * Threads: a cache belongs to one thread (stacks.c keeps it in thread-local storage and frees it
  * when the thread exits); the rules and chains of one thread never name another's stack. Fork:
@@ -34,8 +34,10 @@
  * Recursion: a recursive program's frames differ by stack pointer, so each depth is a chain of
  * its own, and one capture's chain is the next's previous. A stack longer than a stack keeps
  * (MSI_STACK_MAX_NATIVE frames past the library's) is cached whole, its nodes those of the cut
- * stack (`cut`), and never continues another capture's walk. msi_unwind_forget (stacks.c's reset)
- * and an unloaded module make every thread drop its caches at its next capture.
+ * stack (`cut`), and never continues another capture's walk. msi_unwind_forget (stacks.c's reset,
+ * or an unloaded module noticed by a rule lookup) makes every thread drop its caches at its next
+ * capture; a thread whose frames are all cached does not look rules up, so it notices an unload
+ * only at its next new frame.
  */
 #include <libunwind.h>
 #include <link.h>

@@ -328,10 +328,6 @@ static int cmd_replay(int argc, char **argv) {
     }
   }
   if (!path) return ms_usage_error(&ms_replay_command, "no snapshot given");
-  if (jobs == 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    jobs = n < 1 ? 1 : n > 64 ? 64 : (int)n;
-  }
   ms_snapshot s;
   if (ms_open(&s, path) != 0 || ms_load_stacks(&s) != 0) {
     fprintf(stderr, "error: %s\n", s.error);

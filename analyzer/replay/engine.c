@@ -143,6 +143,7 @@ void ms_replay_conf_line(const ms_replay_config *c, char *out, size_t len) {
 static void recorded_setting(ms_replay_config *c, const char *var, const char *value) {
   char v[216], err[64];
   snprintf(v, sizeof v, "%s", value);
+  ms_neutralise(v); /* untrusted: an invalid value comes back in the library's message, printed */
   if (!strcmp(var, "MEMSNAP_MAX_SPLIT_SIZE_MB") && !strcmp(v, "unlimited")) return;
   if (!strcmp(var, "MEMSNAP_MAX_NON_SPLIT_ROUNDING_MB") && !strcmp(v, "20")) return;
   if (!strcmp(var, "MEMSNAP_GARBAGE_COLLECTION_THRESHOLD") && strtod(v, NULL) == 0) return;
@@ -578,7 +579,10 @@ static void replay_free_completed(run_state *st, const ms_event *e) {
 static bool was_empty_cache(const run_state *st, int device, const ms_event *next) {
   const char *f = ms_replay_config_get(&st->p->recorded, "memory_fraction");
   const char *gc = ms_replay_config_get(&st->p->recorded, "garbage_collection_threshold");
-  ms_release_limits l = {(double)st->p->capacity, f ? strtod(f, NULL) : 1.0, gc ? strtod(gc, NULL) : 0};
+  /* the card's memory as the analysis reads runs with it (retries.c): none when the snapshot does
+     not say, not the capacity the replay assumed then */
+  ms_release_limits l = {st->p->capacity_known ? (double)st->p->capacity : 0, f ? strtod(f, NULL) : 1.0,
+                         gc ? strtod(gc, NULL) : 0};
   int cause = ms_release_cause(st->seg_run_reason[device], st->seg_run_stack[device], st->seg_run_reserved[device], next, &l);
   return cause == MEMSNAP_RELEASE_EMPTY_CACHE || cause == MEMSNAP_RELEASE_POOL;
 }

@@ -123,7 +123,7 @@ typedef struct ms_sweep {
   void *shared;
 } ms_sweep;
 /* Replays the recorded settings and every row of the grid (docs/replay.md), each on top of
- * `base`, on `jobs` worker processes, stopping those still running after time_limit_s seconds
+ * `base`, on `jobs` worker processes (0: one per core, at most 64), stopping those still running after time_limit_s seconds
  * (0: none), with progress on stderr if `progress`; fills *out, ranked. s is opened with its
  * stacks loaded (its device filter applies to the workers too). 0, or -1 with err set (nothing
  * to free). Rows that fail are in out as failed, with their error. */

@@ -98,11 +98,6 @@ void ms_suggest(const ms_analysis *a, const ms_suggest_options *o, ms_suggestion
              (long long)s->nevents, (long long)out->max_events, s->shown_path);
     return;
   }
-  int jobs = o->jobs;
-  if (jobs <= 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    jobs = n < 1 ? 1 : n > 64 ? 64 : (int)n;
-  }
   out->status = MS_SUGGEST_FAILED;
   ms_replay_plan *p = ms_replay_plan_new(s);
   if (!p) {
@@ -113,7 +108,7 @@ void ms_suggest(const ms_analysis *a, const ms_suggest_options *o, ms_suggestion
   ms_sweep sw;
   ms_replay_config base = {0};
   char err[512];
-  if (ms_replay_sweep(s, p, &base, jobs, out->time_limit_s, false, &sw, err, sizeof err) != 0) {
+  if (ms_replay_sweep(s, p, &base, o->jobs, out->time_limit_s, false, &sw, err, sizeof err) != 0) {
     snprintf(out->note, sizeof out->note, "not run: %.900s", err);
     ms_replay_plan_free(p);
     return;

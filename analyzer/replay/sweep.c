@@ -148,7 +148,10 @@ int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *b
     snprintf(err, errlen, "cannot map shared memory: %s", strerror(errno));
     return -1;
   }
-  if (jobs < 1) jobs = 1;
+  if (jobs <= 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    jobs = n < 1 ? 1 : n > 64 ? 64 : (int)n;
+  }
   if (jobs > nrows) jobs = nrows;
   pid_t pids[MS_SWEEP_MAX_ROWS];
   int started = 0;

@@ -548,7 +548,7 @@ def _record_torch_ranges(torch, lib):
     same class), pushes a range on entering and pops it on leaving, besides its own work; a
     failed push only leaves the range unrecorded. MEMSNAP_TORCH_RANGES=0 leaves the class alone.
     Returns whether the class records ranges now."""
-    if os.environ.get("MEMSNAP_TORCH_RANGES", "1").strip() in ("0", "false", "False"):  # as the options table reads it
+    if get_option("torch_ranges") != "1":  # the library's reading of MEMSNAP_TORCH_RANGES
         return False
     profiler = getattr(getattr(torch, "autograd", None), "profiler", None)
     cls = getattr(profiler, "record_function", None)
