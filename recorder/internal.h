@@ -636,6 +636,9 @@ int msi_pyframes_read(void *tstate, uint64_t *out, int max, bool gil_held);
  * reads msi_pyframes_read made from the records. */
 extern bool msi_pyframes_counting;
 unsigned long long msi_pyframes_records_read(void);
+/* Which reader msi_pyframes_read uses: 2 the frame records, 1 the records once compared with the
+ * C API, -1 the C API (another version or build, or they differed), 0 not chosen yet. */
+int msi_pyframes_reader(void);
 
 /* symbolize.c: the frames of the interned stacks named, at snapshot time only. */
 typedef struct msi_frame {

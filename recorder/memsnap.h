@@ -194,6 +194,12 @@ int memsnap_record_start(size_t max_entries, const char *stacks);
 /* Stops recording; the ring keeps what it holds for memsnap_dump(). Returns MEMSNAP_OK. */
 int memsnap_record_stop(void);
 
+/* What the stack captures did so far in this process, for finding where recording's cost goes
+ * (docs/recording.md, "Stack counters"): fills values[0..n) and, when keys is not NULL, keys[0..n)
+ * with the counters' names ("captures", "native_cached", ..., "python_reader"), n the smaller of
+ * capacity and the number of counters. Returns n; -1 for a negative capacity or NULL values. */
+int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity);
+
 /* Empties the ring: the events recorded so far are forgotten (not counted as dropped), and the
  * next snapshot's times count from now; recording goes on if it was on (PyTorch's
  * _record_memory_history(clear_history=True)). Returns MEMSNAP_OK. */

@@ -155,6 +155,8 @@ static int read_records(void *tstate, uint64_t *out, int max) {
 
 bool msi_pyframes_counting;
 
+int msi_pyframes_reader(void) { return atomic_load_explicit(&state, memory_order_relaxed); }
+
 unsigned long long msi_pyframes_records_read(void) { return atomic_load_explicit(&records_read, memory_order_relaxed); }
 
 int msi_pyframes_read(void *tstate, uint64_t *out, int max, bool gil_held) {

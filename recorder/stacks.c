@@ -42,6 +42,10 @@
  * ("memsnap: stack check: N captures, M differ (native: W walked, F by libunwind; python: R read
  * from frame records)").
  *
+ * Counters (memsnap_stack_counters): what the captures did, each thread counting in its own caches
+ * (no atomic, no shared line), summed when asked; they tell a capture that took a lock or the GIL
+ * from one that found everything in its thread's caches.
+ *
  * Names come later, when a snapshot is written (symbolize.c, from msi_stacks_copy's copy of the
  * interned stacks and the C API table msi_python_api gives), never while allocating.
  */
@@ -210,12 +214,40 @@ static uint32_t stack_of(uint32_t native, uint32_t python) {
 
 /* ---- each thread's caches --------------------------------------------------------------- */
 
+/* What memsnap_stack_counters reports, in its order (docs/recording.md, "Stack counters"). */
+enum {
+  SC_CAPTURES,       /* stacks captured */
+  SC_NATIVE_CACHED,  /* native parts found in the thread's walks, nothing locked */
+  SC_NATIVE_LOCKED,  /* native parts that took the tables' lock (a new stack, libunwind's) */
+  SC_PYTHON_RECORDS, /* Python parts read from the interpreter's frame records */
+  SC_PYTHON_API,     /* Python parts walked with the C API (the GIL held) */
+  SC_PYTHON_SAME,    /* Python parts the same as the thread's previous capture */
+  SC_PYTHON_LOCKED,  /* Python nodes looked up under the tables' lock (a thread cache's miss) */
+  SC_GIL_TAKEN,      /* captures that took the GIL themselves */
+  SC_GIL_HELPER,     /* captures that asked gil_helper.c's thread */
+  SC_PAIRS_LOCKED,   /* stack ids looked up under the tables' lock */
+  SC_COUNT
+};
+static const char *const counter_names[] = {"captures",       "native_cached", "native_locked",
+                                            "python_records", "python_api",    "python_same",
+                                            "python_locked",  "gil_taken",     "gil_helper",
+                                            "pairs_locked"};
+_Static_assert(sizeof counter_names / sizeof *counter_names == SC_COUNT, "a name for each counter");
+#define COUNT(t, which) ((t) ? (void)(t)->count[which]++ : (void)0)
+
 typedef struct thread_stacks {
   unsigned generation;        /* tables_generation the caches below were filled under */
+  uint64_t count[SC_COUNT];   /* this thread's counters (memsnap_stack_counters) */
   msi_unwind_cache *native;   /* NULL: libunwind for every stack */
-  int py_n;                   /* the previous capture's Python frames and their nodes */
-  uint64_t py_words[2 * MAX_PYTHON];
-  uint32_t py_nodes[MAX_PYTHON];
+  /* The previous capture's Python frames and their nodes (py[py_prev]), and the buffer the
+   * next capture reads into (the other one): they change roles when the frames differ, so
+   * nothing is copied. */
+  struct python_frames {
+    int n;
+    uint64_t words[2 * MAX_PYTHON];
+    uint32_t nodes[MAX_PYTHON];
+  } py[2];
+  int py_prev;
   struct {
     uint64_t code, pos;
     uint32_t parent, node;
@@ -229,6 +261,7 @@ typedef struct thread_stacks {
 /* Every thread's caches (stack_lock): a fork child frees those of the threads it has not got,
  * and a leak checker sees them. */
 static thread_stacks *all_threads;
+static uint64_t exited_counts[SC_COUNT]; /* the counters of threads that exited (stack_lock) */
 
 #define GONE ((thread_stacks *)1) /* the thread is exiting: its caches are freed */
 /* The thread's storage, one look-up a capture (a shared library's thread-locals are reached
@@ -251,6 +284,7 @@ static void link_thread(thread_stacks *t) {
 
 /* stack_lock held. */
 static void free_thread(thread_stacks *t) {
+  for (int i = 0; i < SC_COUNT; i++) exited_counts[i] += t->count[i];
   if (t->prev) t->prev->next = t->next;
   else all_threads = t->next;
   if (t->next) t->next->prev = t->prev;
@@ -275,7 +309,7 @@ __attribute__((destructor)) static void delete_exit_key(void) {
 
 static void forget_thread(thread_stacks *t, unsigned generation) {
   t->generation = generation;
-  t->py_n = 0;
+  t->py[0].n = t->py[1].n = 0;
   memset(t->children, 0, sizeof t->children);
   memset(t->stacks, 0, sizeof t->stacks);
 }
@@ -321,8 +355,12 @@ static inline __attribute__((always_inline)) uint32_t native_part(thread_stacks 
   /* A stack longer than a stack keeps is cut at MAX_NATIVE frames from its start: its nodes
    * (s.cut) serve only a capture that starts where the library's frames end. */
   bool cut = s.n - s.lib_end > MAX_NATIVE;
-  if (MSI_LIKELY(s.known && cut == s.cut && (!cut || start == s.lib_end))) return start < end ? s.nodes[start] : 0;
+  if (MSI_LIKELY(s.known && cut == s.cut && (!cut || start == s.lib_end))) {
+    COUNT(t, SC_NATIVE_CACHED);
+    return start < end ? s.nodes[start] : 0;
+  }
   uint32_t node = 0;
+  COUNT(t, SC_NATIVE_LOCKED);
   pthread_mutex_lock(&stack_lock);
   if (s.nodes && (!cut || start == s.lib_end)) { /* every frame's node, for the thread's cache */
     int last = cut ? s.lib_end + MAX_NATIVE : s.n;
@@ -367,6 +405,7 @@ static uint32_t python_nodes(thread_stacks *t, const uint64_t *w, int n, uint32_
       nodes[i] = t->children[k].node;
       continue;
     }
+    COUNT(t, SC_PYTHON_LOCKED);
     pthread_mutex_lock(&stack_lock);
     nodes[i] = python_child(parent, code, pos, make);
     pthread_mutex_unlock(&stack_lock);
@@ -389,43 +428,58 @@ static uint32_t python_nodes(thread_stacks *t, const uint64_t *w, int n, uint32_
  * be needed (frames the records cannot give, a frame never seen). `reference` reads the frames
  * through the C API with the GIL, as before pyframes.c's reader. */
 static uint32_t python_node_of(const msi_python *py, thread_stacks *t, void *ts, int held, bool reference) {
-  uint64_t w[2 * MAX_PYTHON];
-  uint32_t nodes[MAX_PYTHON];
+  struct python_frames local, *next = t ? &t->py[t->py_prev ^ 1] : &local;
+  const struct python_frames *prev = t ? &t->py[t->py_prev] : NULL;
+  uint64_t *w = next->words;
+  uint32_t *nodes = next->nodes;
   int n = reference ? -1 : msi_pyframes_read(ts, w, MAX_PYTHON, held == 1), gil = 0;
   bool taken = false;
   if (n < 0) { /* the C API, with the GIL */
     if (held == PYTHON_ELSEWHERE) return PYTHON_NEEDS_GIL;
     if (!held) {
       gil = py->GILState_Ensure();
+      COUNT(t, SC_GIL_TAKEN);
       taken = true;
       held = 1;
     }
     n = reference ? msi_pyframes_api(ts, w, MAX_PYTHON) : msi_pyframes_read(ts, w, MAX_PYTHON, true);
-    if (n < 0) n = msi_pyframes_api(ts, w, MAX_PYTHON);
+    if (n < 0) {
+      n = msi_pyframes_api(ts, w, MAX_PYTHON);
+      COUNT(t, SC_PYTHON_API);
+    } else {
+      COUNT(t, SC_PYTHON_RECORDS);
+    }
+  } else {
+    COUNT(t, SC_PYTHON_RECORDS);
   }
   uint32_t node = 0;
   if (n <= 0) {
     /* no frames (a thread state made from C): no node; py_nodes may be an older generation's */
-  } else if (t && n == t->py_n && memcmp(w, t->py_words, sizeof *w * 2 * (size_t)n) == 0) {
-    node = t->py_nodes[0]; /* the previous capture's frames */
+  } else if (prev && n == prev->n && memcmp(w, prev->words, sizeof *w * 2 * (size_t)n) == 0) {
+    node = prev->nodes[0]; /* the previous capture's frames */
+    COUNT(t, SC_PYTHON_SAME);
   } else {
-    /* The frames the previous capture shares with this one, from the outermost in. */
-    int same = 0, pn = t ? t->py_n : 0;
-    while (same < n && same < pn && w[2 * (n - 1 - same)] == t->py_words[2 * (pn - 1 - same)] &&
-           w[2 * (n - 1 - same) + 1] == t->py_words[2 * (pn - 1 - same) + 1])
-      same++;
-    for (int i = n - same; i < n; i++) nodes[i] = t->py_nodes[i - n + pn];
+    /* The frames the previous capture shares with this one, from the outermost in: all but the
+       innermost when only it moved (an allocation and a free of one function), else counted. */
+    int same = 0, pn = prev ? prev->n : 0;
+    if (n == pn && memcmp(w + 2, prev->words + 2, sizeof *w * 2 * (size_t)(n - 1)) == 0)
+      same = n - 1;
+    else
+      while (same < n && same < pn && w[2 * (n - 1 - same)] == prev->words[2 * (pn - 1 - same)] &&
+             w[2 * (n - 1 - same) + 1] == prev->words[2 * (pn - 1 - same) + 1])
+        same++;
+    if (same) memcpy(nodes + n - same, prev->nodes + pn - same, sizeof *nodes * (size_t)same);
     node = python_nodes(t, w, n, nodes, n - same, held == 1);
     if (!node && held == PYTHON_ELSEWHERE) return PYTHON_NEEDS_GIL; /* a frame never seen */
     if (!node && held != 1) { /* a frame never seen: its node needs the GIL */
       gil = py->GILState_Ensure();
+      COUNT(t, SC_GIL_TAKEN);
       taken = true;
       node = python_nodes(t, w, n, nodes, n - same, true);
     }
-    if (t && node) {
-      memcpy(t->py_words, w, sizeof *w * 2 * (size_t)n);
-      memcpy(t->py_nodes, nodes, sizeof *nodes * (size_t)n);
-      t->py_n = n;
+    if (t && node) { /* these frames are now the previous capture's */
+      next->n = n;
+      t->py_prev ^= 1;
     }
   }
   if (taken) py->GILState_Release(gil);
@@ -457,6 +511,7 @@ static __attribute__((noinline)) uint32_t python_part(thread_stacks *t, bool may
   uint32_t node = python_node_of(py, t, ts, held, reference);
   if (node != PYTHON_NEEDS_GIL) return node;
   python_job job = {py, t, ts, reference, 0};
+  COUNT(t, SC_GIL_HELPER);
   return msi_gil_helper_run(python_job_run, &job) == 0 ? job.node : 0;
 }
 
@@ -466,6 +521,7 @@ static inline uint32_t stack_id(thread_stacks *t, uint32_t native, uint32_t pyth
   if (!native && !python) return 0;
   size_t k = ((native * 0x9e3779b1u) ^ (python * 0x85ebca77u)) >> 23 & (PAIR_SLOTS - 1);
   if (t && t->stacks[k].id && t->stacks[k].native == native && t->stacks[k].python == python) return t->stacks[k].id;
+  COUNT(t, SC_PAIRS_LOCKED);
   pthread_mutex_lock(&stack_lock);
   uint32_t id = stack_of(native, python);
   pthread_mutex_unlock(&stack_lock);
@@ -528,6 +584,7 @@ uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil) {
   if (mode == MSI_STACKS_NONE || slot->in_capture) return 0;
   slot->in_capture = 1;
   thread_stacks *t = thread_state(slot);
+  COUNT(t, SC_CAPTURES);
   uint64_t entry = (uint64_t)(uintptr_t)__builtin_return_address(0);
   uint32_t id = MSI_LIKELY(!test_mode) ? capture(t, mode, entry, first_pc, may_take_gil, false)
                 : test_mode == 1     ? capture(t, mode, entry, first_pc, may_take_gil, true)
@@ -538,6 +595,30 @@ uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil) {
 
 uint32_t msi_stack_capture_for_free(uint64_t first_pc, bool may_take_gil) {
   return msi_opt.context == MSI_CONTEXT_ALL ? msi_stack_capture_from(first_pc, may_take_gil) : 0;
+}
+
+int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity) {
+  if (capacity < 0 || (capacity > 0 && !values)) return -1;
+  /* the threads' counters, then unwind.c's walks and pyframes.c's choice of reader */
+  static const char *const process_names[] = {"native_walked", "native_libunwind", "python_reader"};
+  enum { N = SC_COUNT + 3 };
+  uint64_t sum[N];
+  pthread_mutex_lock(&stack_lock);
+  memcpy(sum, exited_counts, sizeof exited_counts);
+  for (thread_stacks *t = all_threads; t; t = t->next) /* other threads' counters, read as they are */
+    for (int i = 0; i < SC_COUNT; i++) sum[i] += t->count[i];
+  pthread_mutex_unlock(&stack_lock);
+  unsigned long long walked, fell_back;
+  msi_unwind_counts(&walked, &fell_back);
+  sum[SC_COUNT] = walked;
+  sum[SC_COUNT + 1] = fell_back;
+  sum[SC_COUNT + 2] = (uint64_t)(int64_t)msi_pyframes_reader();
+  int n = capacity < N ? capacity : N;
+  for (int i = 0; i < n; i++) {
+    values[i] = sum[i];
+    if (keys) keys[i] = i < SC_COUNT ? counter_names[i] : process_names[i - SC_COUNT];
+  }
+  return n;
 }
 
 /* ---- the interned stacks: copied for symbolize.c, freed, kept across fork --------------- */

@@ -16,10 +16,19 @@ table last:
           12 layers, 768 wide; no weights downloaded, nothing fetched; batch 4 x 256 tokens,
           AdamW, TF32), ms per step: PyTorch's native allocator, memsnap not recording, memsnap
           recording all stacks
+  ab      the same loop with recording turned on and off inside one process, the modes taking
+          turns (memsnap: not recording, Python stacks, all stacks, all stacks with
+          context="alloc"; PyTorch's allocator: not recording, its recorder with stacks="all"):
+          the ratios to not recording within a process, which a process's placement on the host
+          (docs/BENCHMARKS.md: processes are bimodal, each for its life) moves for both sides
   check   memsnap with MEMSNAP_TEST_STACKS=check on both workloads (a few hundred ops and two
           GPT-2 steps): every capture is made the new way and the way before (unw_backtrace, the
           C API) and compared; prints how many differ (must be 0) and how many walks fell back
           to libunwind
+
+Each memsnap process also reports memsnap.stack_counters() over its timed loops (captures that
+took a lock or the GIL, and which Python reader was used), and every process its involuntary
+context switches and threads, to tell a slow process's cause.
 
 Goals (issue 26): the loop with all stacks at most 1.3x the loop without recording, and below
 half of PyTorch's recorder; the GPT-2 step with all stacks within 1% of native.
@@ -86,17 +95,91 @@ def timed_loop(torch, n):
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def empty_work(torch, quick):
+def process_facts():
+    """Involuntary context switches so far, threads, and the CPU the process is on."""
+    facts = {"threads": len(os.listdir("/proc/self/task")), "cpu": os.sched_getaffinity(0) and sorted(os.sched_getaffinity(0))}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("nonvoluntary_ctxt_switches"):
+                    facts["involuntary_switches"] = int(line.split()[1])
+    except OSError:
+        pass
+    return facts
+
+
+def counters(allocator):
+    if allocator != "memsnap":
+        return None
+    import memsnap
+    return memsnap.stack_counters()
+
+
+def counter_delta(a, b):
+    return {k: b[k] - a[k] for k in b if k != "python_reader"} | {"python_reader": b.get("python_reader")} if a and b else None
+
+
+def empty_work(torch, quick, allocator="native"):
     sys.setrecursionlimit(max(1000, 4 * max(DEPTHS)))
     for d in DEPTHS:
         at_depth(d, empty_loop, torch, 200 if quick else 3000)
     if quick:
         return {}
     times = {d: [] for d in DEPTHS}
+    c0, f0 = counters(allocator), process_facts()
     for _ in range(5):  # the depths take turns, so a drift of the host moves them together
         for d in DEPTHS:
             times[d].append(at_depth(d, timed_loop, torch, 20000))
-    return {"us": {str(d): statistics.median(times[d]) for d in DEPTHS}}
+    f1 = process_facts()
+    f1["involuntary_switches"] = f1.get("involuntary_switches", 0) - f0.get("involuntary_switches", 0)
+    return {"us": {str(d): statistics.median(times[d]) for d in DEPTHS}, "counters": counter_delta(c0, counters(allocator)),
+            "facts": f1}
+
+
+def set_recording(allocator, torch, mode):
+    """mode: None (off), python, all, all-alloc."""
+    stacks, context = (mode or "all", "all") if mode != "all-alloc" else ("all", "alloc")
+    if allocator == "memsnap":
+        import memsnap
+        if mode:
+            memsnap.record(max_entries=100000, stacks=stacks, context=context)
+        else:
+            memsnap.stop_recording()
+    else:
+        torch.cuda.memory._record_memory_history("all" if mode else None, max_entries=100000, stacks=stacks,
+                                                 context=context)
+
+
+AB_MODES = {"memsnap": (None, "python", "all", "all-alloc"), "native": (None, "all")}
+
+
+def ab_work(torch, allocator):
+    """The loop with each recording mode in turn, in this one process: us per op by mode and
+    depth (medians of 5 turns), and memsnap's counters over the timed loops by mode."""
+    sys.setrecursionlimit(max(1000, 4 * max(DEPTHS)))
+    modes = AB_MODES[allocator]
+    for m in modes:  # every stack seen once before timing
+        set_recording(allocator, torch, m)
+        for d in DEPTHS:
+            at_depth(d, empty_loop, torch, 3000)
+    times = {str(m): {d: [] for d in DEPTHS} for m in modes}
+    deltas = {str(m): None for m in modes}
+    f0 = process_facts()
+    for _ in range(5):
+        for m in modes:
+            set_recording(allocator, torch, m)
+            c0 = counters(allocator)
+            for d in DEPTHS:
+                times[str(m)][d].append(at_depth(d, timed_loop, torch, 20000))
+            c = counter_delta(c0, counters(allocator))
+            if c:
+                deltas[str(m)] = c if deltas[str(m)] is None else {k: deltas[str(m)][k] + v for k, v in c.items()
+                                                                    if k != "python_reader"} | {"python_reader": c["python_reader"]}
+    set_recording(allocator, torch, None)
+    f1 = process_facts()
+    f1["involuntary_switches"] = f1.get("involuntary_switches", 0) - f0.get("involuntary_switches", 0)
+    return {"us": {m: {str(d): statistics.median(v[d]) for d in DEPTHS} for m, v in times.items()}, "counters": deltas,
+            "facts": f1}
 
 
 def gpt2_work(torch, quick):
@@ -133,13 +216,15 @@ def child(argv):
     if hasattr(os, "sched_setaffinity"):  # one core for every case: the host's cores differ
         os.sched_setaffinity(0, {int(os.environ.get("BENCH_CPU", "5")) % os.cpu_count()})
     case, allocator, stacks = argv[0], argv[1], (None if argv[2] == "none" else argv[2])
-    torch = start(allocator, stacks)
-    if case == "check":  # both workloads, briefly, in one process
+    torch = start(allocator, None if case == "ab" else stacks)
+    if case == "ab":
+        result = ab_work(torch, allocator)
+    elif case == "check":  # both workloads, briefly, in one process
         empty_work(torch, True)
         gpt2_work(torch, True)
         result = {}
     else:
-        result = (empty_work if case == "empty" else gpt2_work)(torch, False)
+        result = empty_work(torch, False, allocator) if case == "empty" else gpt2_work(torch, False)
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -163,6 +248,7 @@ def run(case, allocator, stacks, env_extra=None):
 EMPTY = [("native", None), ("native", "all"), ("memsnap", None), ("memsnap", "python"), ("memsnap", "all"),
          ("memsnap", "all-alloc")]
 GPT2 = [("native", None), ("memsnap", None), ("memsnap", "all")]
+AB = [("memsnap", None), ("native", None)]
 NAMES = {("native", None): "PyTorch, native allocator", ("native", "all"): "PyTorch, _record_memory_history(stacks='all')",
          ("memsnap", None): "memsnap, not recording", ("memsnap", "python"): "memsnap, Python stacks",
          ("memsnap", "all"): "memsnap, all stacks", ("memsnap", "all-alloc"): "memsnap, all stacks, context='alloc'"}
@@ -179,7 +265,7 @@ def main(argv):
     print("library: %s" % os.environ.get("MEMSNAP_LIB", os.path.join(ROOT, "build", "libmemsnap.so")), flush=True)
     check = run("check", "memsnap", "all", {"MEMSNAP_TEST_STACKS": "check"})
     r = {}
-    cases = [("empty",) + c for c in EMPTY] + ([("gpt2",) + c for c in GPT2] if gpt2 else [])
+    cases = [("empty",) + c for c in EMPTY] + [("ab",) + c for c in AB] + ([("gpt2",) + c for c in GPT2] if gpt2 else [])
     for rep in range(reps):
         if rep and time.monotonic() - began > budget:
             print("budget of %.0f s spent: %d of %d repetitions" % (budget, rep, reps), flush=True)
@@ -187,7 +273,8 @@ def main(argv):
         for c in cases:
             r.setdefault(c, []).append(run(*c))
             res = r[c][-1]
-            print("rep %d %-6s %-44s %s" % (rep, c[0], NAMES[c[1:]], {k: v for k, v in res.items() if k != "stderr"}
+            print("rep %d %-6s %-44s %s" % (rep, c[0], NAMES[c[1:]] if c[0] != "ab" else c[1] + ", modes in turn",
+                                             {k: v for k, v in res.items() if k != "stderr"}
                                              if "error" not in res else "error: " + res["error"][-300:]), flush=True)
     with open(os.path.join(OUT, "stack_cost.json"), "w") as f:
         json.dump({"|".join(str(x) for x in k): v for k, v in r.items()} | {"check": check}, f, indent=1)
@@ -202,7 +289,26 @@ def main(argv):
     for key, runs in r.items():
         errors = [x["error"] for x in runs if "error" in x]
         if errors:
-            print("error in %s %s: %s" % (key[0], NAMES[key[1:]], errors[0][-600:]))
+            print("error in %s %s: %s" % (key[0], key[1], errors[0][-600:]))
+
+    # each process's figures, so that a slow process shows with its counters and switches
+    print("\nper process (us/op at D=%d; involuntary context switches while timed; threads):" % DEPTHS[1])
+    for key, runs in r.items():
+        if key[0] == "gpt2":
+            continue
+        for x in runs:
+            if "error" in x:
+                continue
+            us = "%.3f" % x["us"][str(DEPTHS[1])] if key[0] == "empty" else " ".join(
+                "%s=%.3f" % (m, v[str(DEPTHS[1])]) for m, v in x["us"].items())
+            f = x.get("facts", {})
+            print("  %-5s %-8s %-9s %s  switches %s threads %s" % (key[0], key[1], key[2] or "none", us,
+                                                                 f.get("involuntary_switches"), f.get("threads")))
+            cs = x.get("counters")
+            if cs:
+                for m, c in (cs.items() if key[0] == "ab" else [("", cs)]):
+                    if c:
+                        print("        %s counters %s" % (m, {k: v for k, v in c.items() if v}))
 
     n = len(r.get(("empty",) + EMPTY[0], []))
     print("\ntorch.empty(1024) + del, us/op, median of %d processes; D Python frames deeper" % n)
@@ -217,6 +323,38 @@ def main(argv):
           "".join("  %8.2fx" % (e[("memsnap", "all")][d] / torch_rec[d]) for d in DEPTHS) + "   goal < 0.5x")
     print("  %-44s" % "PyTorch's recorder / PyTorch not recording" +
           "".join("  %8.2fx" % (torch_rec[d] / e[("native", None)][d]) for d in DEPTHS))
+    ab = {c: r.get(("ab",) + c, []) for c in AB}
+    ab_ok = {c: [x for x in v if "error" not in x] for c, v in ab.items()}
+    if ab_ok[("memsnap", None)]:
+        print("\nthe same loop, recording turned on and off inside each process (ab), median over %d processes of each"
+              " process's ratio to not recording" % len(ab_ok[("memsnap", None)]))
+        print("  %-44s" % "" + "".join("  %9s" % ("D=%d" % d) for d in DEPTHS))
+
+        def ratio(c, mode):
+            return {d: statistics.median([x["us"][mode][str(d)] / x["us"]["None"][str(d)] for x in ab_ok[c]])
+                    for d in DEPTHS} if ab_ok[c] else None
+
+        def absolute(c, mode):
+            return {d: statistics.median([x["us"][mode][str(d)] for x in ab_ok[c]]) for d in DEPTHS} if ab_ok[c] else None
+
+        for c, mode, name in ((("memsnap", None), "None", "memsnap not recording, us/op"),
+                              (("native", None), "None", "PyTorch not recording, us/op"),
+                              (("native", None), "all", "PyTorch's recorder, us/op")):
+            v = absolute(c, mode)
+            if v:
+                print("  %-44s" % name + "".join("  %9.3f" % v[d] for d in DEPTHS))
+        for mode, name in (("python", "memsnap Python stacks"), ("all", "memsnap all stacks"),
+                           ("all-alloc", "memsnap all stacks, context=alloc")):
+            v = ratio(("memsnap", None), mode)
+            print("  %-44s" % (name + " / not recording") + "".join("  %8.2fx" % v[d] for d in DEPTHS) +
+                  ("   goal <= 1.3x" if mode == "all" else ""))
+        v = ratio(("native", None), "all")
+        if v:
+            print("  %-44s" % "PyTorch's recorder / not recording" + "".join("  %8.2fx" % v[d] for d in DEPTHS))
+        a, t = absolute(("memsnap", None), "all"), absolute(("native", None), "all")
+        if a and t:
+            print("  %-44s" % "memsnap all stacks / PyTorch's recorder" + "".join("  %8.2fx" % (a[d] / t[d]) for d in DEPTHS) +
+                  "   goal < 0.5x (medians of processes)")
     if gpt2:
         g = {c: med(("gpt2",) + c, lambda x: x["ms"]) for c in GPT2}
         print("\nGPT-2 small training step (batch 4 x 256), ms, median of %d processes" % len(r.get(("gpt2",) + GPT2[0], [])))

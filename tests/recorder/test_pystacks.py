@@ -16,6 +16,7 @@ other CPython on PATH or under pyenv (3.10 to 3.19) runs the check too.
 
 Prints "ok NAME" / "FAIL NAME" per check and "N passed, N failed" at the end.
 """
+import ctypes
 import glob
 import os
 import re
@@ -205,5 +206,43 @@ db = sqlite3.connect(os.path.join(tmp, "env.db"))
 row = db.execute("select sum(kind = 1 and stack_id is not null), sum(kind in (2, 3) and stack_id is null) from events").fetchone()
 db.close()
 check("context: MEMSNAP_CONTEXT=alloc from the environment", tuple(row) == (1, 2))
+
+# ---- the counters: a steady loop finds everything in its thread's caches -------------------------
+def steady(lib, n):
+    for _ in range(n):
+        p = lib.memsnap_malloc(512, 0, None)
+        lib.memsnap_free(p, 0, 0, None)
+
+
+def at(depth, fn, *args):
+    return at(depth - 1, fn, *args) if depth else fn(*args)
+
+
+lib_held, lib_released = ctypes.PyDLL(memsnap.library_path()), ctypes.CDLL(memsnap.library_path())
+for l in (lib_held, lib_released):
+    l.memsnap_malloc.restype = ctypes.c_void_p
+    l.memsnap_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    l.memsnap_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+memsnap.shutdown()
+with memsnap.record(stacks="all", context="all"):
+    counts = []
+    for rep in range(2):  # the first time: new stacks, new frames; the second, the same again
+        for l in (lib_held, lib_released):
+            at(20, steady, l, 1000)
+        counts.append(memsnap.stack_counters())
+before, after = counts
+d = {k: after[k] - before[k] for k in after if k != "python_reader"}
+print("  counters over 2000 steady pairs:", d, "python_reader", after["python_reader"])
+check("counters: the library names them", list(after)[:3] == ["captures", "native_cached", "native_locked"] and
+      "python_reader" in after)
+check("counters: every allocation and free of the loop is a capture", d["captures"] == 4000)
+check("counters: a steady loop's native parts come from the thread's walks, without the lock",
+      d["native_cached"] == 4000 and d["native_locked"] == 0 and d["native_walked"] == 0)
+check("counters: nothing of a steady loop is looked up under the lock, nor needs the GIL",
+      d["python_locked"] == 0 and d["pairs_locked"] == 0 and d["gil_taken"] == 0 and d["gil_helper"] == 0)
+if sys.version_info[:2] in ((3, 11), (3, 12), (3, 13)):
+    check("counters: the frames come from the interpreter's records (python_reader 2)",
+          after["python_reader"] == 2 and d["python_records"] == 4000 and d["python_api"] == 0)
+check("counters: a negative capacity is refused", memsnap.load().memsnap_stack_counters(None, None, -1) == -1)
 shutil.rmtree(tmp, ignore_errors=True)
 finish()

@@ -32,7 +32,7 @@ __all__ = [
     "reset_accumulated_stats", "check", "backend", "device_count", "last_error", "options",
     "set_option", "sim_synchronize", "shutdown", "MemsnapError", "record", "stop_recording", "dump",
     "mark", "range", "range_push", "range_pop", "add_oom_observer", "MemPool", "use_mem_pool", "get_option", "get_memory_fraction",
-    "clear_recording", "sim_peer_access",
+    "clear_recording", "sim_peer_access", "stack_counters",
 ]
 
 __version__ = "0.1.0"  # memsnap.h's MEMSNAP_VERSION (tests/test_install.sh checks they agree)
@@ -110,9 +110,12 @@ def _declare(lib):
         "memsnap_record_clear": (c.c_int, []),
         "memsnap_sim_peer_access": (c.c_int, [c.c_int, c.c_void_p]),
         "memsnap_add_oom_observer": (c.c_int, [OOM_OBSERVER, c.c_void_p]),
+        "memsnap_stack_counters": (c.c_int, [c.POINTER(c.c_char_p), c.POINTER(c.c_uint64), c.c_int]),
     }
     for name, (restype, argtypes) in sigs.items():
-        fn = getattr(lib, name)
+        fn = getattr(lib, name, None)
+        if fn is None:  # an older library (a benchmark's base build): what it has still works
+            continue
         fn.restype = restype
         fn.argtypes = argtypes
 
@@ -334,6 +337,21 @@ def stop_recording():
 def clear_recording():
     """Forgets the events recorded so far; recording goes on if it was on."""
     load().memsnap_record_clear()
+
+
+def stack_counters():
+    """What the stack captures did so far in this process, as a dict of counters (docs/allocator.md,
+    "Stack counters"): captures, how many found their frames in the thread's caches and how many
+    took a lock or the GIL, and python_reader (2: the frame records are read)."""
+    lib = load()
+    if not hasattr(lib, "memsnap_stack_counters"):
+        raise MemsnapError("memsnap: this libmemsnap has no stack counters (built before they were added)")
+    keys, values = (ctypes.c_char_p * 32)(), (ctypes.c_uint64 * 32)()
+    n = lib.memsnap_stack_counters(keys, values, 32)
+    out = {keys[i].decode(): values[i] for i in builtins.range(n)}
+    if "python_reader" in out:  # a signed state, passed as an unsigned word
+        out["python_reader"] = ctypes.c_int64(out["python_reader"]).value
+    return out
 
 
 def dump(path):

@@ -42,6 +42,10 @@ def _lazy_init():
     torch._lazy_init()
 
 
+def init():  # torch.cuda.init(): initialises CUDA now, as the first tensor would
+    torch._lazy_init()
+
+
 def synchronize(device=None):
     pass
 
