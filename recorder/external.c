@@ -14,7 +14,7 @@
  * these calls come from inside other libraries, which may hold their own locks (PyTorch's
  * allocator mutex around cudaMalloc) that a thread holding the GIL can be waiting for.
  *
- * Lock order: device locks (the snapshot's gather), then ext_lock, then the ring's lock.
+ * Lock order: device locks (the snapshot's gather), then ext_lock (the ring takes no lock).
  * The table grows by doubling; a free moves the records above it down one (the live device
  * allocations of a process number in the thousands, not millions).
  */

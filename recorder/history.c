@@ -2,27 +2,39 @@
  *
  * Each event is 64 bytes (msi_event in internal.h). The ring holds the last max_entries events;
  * older ones are overwritten and counted as dropped, so a week-long job records in constant
- * memory. A slot is claimed and written under one short lock (ring_lock); the allocator calls
- * msi_history_add() with its device lock held, so the lock order is device lock, then ring
- * lock, which msi_history_copy() (the snapshot writer) follows too.
+ * memory.
+ *
+ * Writing takes no lock (msi_history_add_n): a thread claims its slots with one atomic add on
+ * the ring's count of events, writes them, and publishes each with its sequence number (the
+ * event's index + 1, stored last, with release order). A reader takes an event whose number it
+ * finds before and after reading it, and whose slot was not claimed again meanwhile (the count
+ * of events tells: a newer writer claims before it writes). The
+ * allocator writes with its device lock held, so a device's events are claimed in the order it
+ * made them; the snapshot writer (msi_history_copy) copies with every device lock held, and
+ * waits for, or counts as dropped, what a writer without one (a mark, a range) has claimed and
+ * not yet published. Starting with another size replaces the ring; a replaced ring is kept
+ * until msi_history_reset (memsnap_shutdown), since a writer may still hold it; clearing moves
+ * the ring's base, so an event claimed before the clear is never taken for one after it.
  *
  * Labels of marks and ranges are interned in a string table (marks are not on the allocation
  * path, so they may allocate); an event refers to its label by id in `aux`.
  *
- * Event times are CLOCK_MONOTONIC nanoseconds, taken under the ring lock, so ids and times
- * increase together. Reading the clock costs 15 to 35 ns (the upper end on a VM's kvm-clock),
- * about as much as the rest of an event, and an allocate+free pair records three events: where
- * the CPU's TSC is invariant (it ticks at one rate in every power state, CPUID 0x80000007), an
- * event's time is the last clock read plus the ticks since, at the rate measured between the
- * last two reads, and the clock is read again every half millisecond of ticks (event_time).
- * The rate is taken a little slow, so such a time is never ahead of the clock. The events of one
- * call with no device call between them are added together, at one time (msi_history_add_n): a
- * free completed at once records its two events with one read of the clock and one take of the
- * lock.
+ * Event times are CLOCK_MONOTONIC nanoseconds. Reading the clock costs 15 to 35 ns (the upper end
+ * on a VM's kvm-clock), about as much as the rest of an event, and an allocate+free pair records
+ * three events: where the CPU's TSC is invariant (it ticks at one rate in every power state,
+ * CPUID 0x80000007), an event's time is the thread's last clock read plus the ticks since, at
+ * the rate measured between two reads (one rate for the process), and each thread reads the
+ * clock again every half millisecond of ticks (event_time). The rate is taken a little slow, so
+ * such a time is never ahead of the clock. Two threads' estimates may differ by a few hundred
+ * nanoseconds, so the copy makes times non-decreasing in the events' order, and never earlier
+ * than the recording's start. The events of one call with no device call between them are
+ * added together, at one time: a free completed at once records its two events with one read of
+ * the clock and one claim.
  *
  * Entry points: msi_history_start/stop (memsnap_record_start/stop), msi_history_add (the
  * allocator), memsnap_mark / memsnap_range_push / memsnap_range_pop, msi_history_copy.
  */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,14 +45,29 @@
 #include "history.h"
 #include "internal.h"
 
-atomic_int msi_recording;        /* read on the hot path: 0 off, 1 on */
-static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
-static msi_event *ring;
-static uint64_t ring_cap;        /* max_entries */
-static uint64_t ring_total;      /* events ever added since start; next slot = total % cap */
-static uint64_t ring_next;       /* ring_total % ring_cap, kept without a division per event */
-static uint64_t ring_start_ns;   /* monotonic time when recording started */
-static uint64_t last_time;       /* the last event's time: times never go backwards, nor before the start */
+atomic_int msi_recording; /* read on the hot path: 0 off, 1 on */
+
+/* One ring. Slot i % cap holds event i; base is the first event of the recording (a clear moves
+ * it), so the recording holds events [max(base, total - cap), total). */
+typedef struct ring {
+  _Alignas(64) _Atomic uint64_t total; /* events ever claimed: the next event's index */
+  _Alignas(64) _Atomic uint64_t base;
+  _Atomic uint64_t start_ns;           /* monotonic time when the recording started */
+  uint64_t cap;                        /* max_entries */
+  uint64_t inv;                        /* (2^64 - 1) / cap: a slot without a division (slot_of) */
+  struct ring *retired;                /* rings this one replaced (freed by msi_history_reset) */
+  void *allocation;                    /* what calloc returned (the ring is aligned inside it) */
+  msi_event ev[];
+} ring_t;
+
+/* idx % r->cap by Barrett's reduction: the quotient from a multiplication is at most one short. */
+static inline uint64_t slot_of(const ring_t *r, uint64_t idx) {
+  uint64_t q = (uint64_t)(((unsigned __int128)idx * r->inv) >> 64), s = idx - q * r->cap;
+  return s >= r->cap ? s - r->cap : s;
+}
+
+static _Atomic(ring_t *) cur;                              /* NULL until recording first starts */
+static pthread_mutex_t admin_lock = PTHREAD_MUTEX_INITIALIZER; /* start, clear, reset, copy */
 
 static char **labels;            /* label id -> text; id 0 is "" */
 static uint32_t nlabels, labels_cap;
@@ -48,8 +75,13 @@ static uint32_t *label_index;    /* open addressing: label id + 1 by hash of the
 static size_t label_mask;
 static pthread_mutex_t label_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static __thread uint32_t tls_tid;
-static __thread uint32_t tls_range_depth;
+/* The thread's own: one look-up of a shared library's thread-locals (__tls_get_addr) per event. */
+typedef struct thread_history {
+  uint32_t tid;
+  uint32_t range_depth;
+  uint64_t anchor_tsc, anchor_ns; /* event_time: the thread's last clock read */
+} thread_history;
+static __thread thread_history tls;
 
 uint64_t msi_now_ns(void) {
   struct timespec ts;
@@ -57,96 +89,120 @@ uint64_t msi_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- event times (ring_lock held) ------------------------------------------------------ */
+/* ---- event times ------------------------------------------------------------------------ */
 
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <x86intrin.h>
 
-static int tsc_usable = -1;       /* -1: not asked yet */
-static uint64_t anchor_tsc, anchor_ns; /* the last clock read */
-static uint64_t ns_per_tick_32;   /* nanoseconds per tick << 32; 0: not measured yet */
-static uint64_t reread_ticks;     /* ticks after which the clock is read again */
+static atomic_int tsc_usable = -1;        /* -1: not asked yet */
+static _Atomic uint64_t ns_per_tick_32;   /* nanoseconds per tick << 32; 0: not measured yet */
+static _Atomic uint64_t reread_ticks;     /* ticks after which a thread reads the clock again */
 
-static uint64_t event_time(void) {
-  if (MSI_UNLIKELY(tsc_usable < 0)) {
+static uint64_t event_time(thread_history *th) {
+  int usable = atomic_load_explicit(&tsc_usable, memory_order_relaxed);
+  if (MSI_UNLIKELY(usable < 0)) {
     unsigned a, b, c, d;
-    tsc_usable = __get_cpuid_max(0x80000000u, NULL) >= 0x80000007u && __get_cpuid(0x80000007u, &a, &b, &c, &d) &&
-                 (d & (1u << 8));
+    usable = __get_cpuid_max(0x80000000u, NULL) >= 0x80000007u && __get_cpuid(0x80000007u, &a, &b, &c, &d) &&
+             (d & (1u << 8));
+    atomic_store_explicit(&tsc_usable, usable, memory_order_relaxed);
   }
-  if (!tsc_usable) return msi_now_ns();
+  if (!usable) return msi_now_ns();
   uint64_t t = __rdtsc(), ns;
-  if (MSI_LIKELY(t - anchor_tsc < reread_ticks)) { /* reread_ticks is 0 until a rate is measured */
-    ns = anchor_ns + (uint64_t)((unsigned __int128)(t - anchor_tsc) * ns_per_tick_32 >> 32);
+  uint64_t reread = atomic_load_explicit(&reread_ticks, memory_order_relaxed);
+  if (MSI_LIKELY(th->anchor_tsc && t - th->anchor_tsc < reread)) { /* reread is 0 until a rate is measured */
+    ns = th->anchor_ns + (uint64_t)((unsigned __int128)(t - th->anchor_tsc) *
+                                    atomic_load_explicit(&ns_per_tick_32, memory_order_relaxed) >> 32);
   } else {
     ns = msi_now_ns();
     t = __rdtsc();
-    if (!anchor_tsc) {
-      anchor_tsc = t;
-      anchor_ns = ns;
-    } else if (t > anchor_tsc && ns >= anchor_ns + 100000) { /* 0.1 ms apart at least: a rate */
-      double ns_per_tick = (double)(ns - anchor_ns) / (double)(t - anchor_tsc) * (1.0 - 5e-4);
-      ns_per_tick_32 = (uint64_t)(ns_per_tick * 4294967296.0);
-      reread_ticks = (uint64_t)(500000.0 / ns_per_tick);
-      anchor_tsc = t;
-      anchor_ns = ns;
+    if (th->anchor_tsc && t > th->anchor_tsc && ns >= th->anchor_ns + 100000) { /* 0.1 ms apart at least: a rate */
+      double ns_per_tick = (double)(ns - th->anchor_ns) / (double)(t - th->anchor_tsc) * (1.0 - 5e-4);
+      atomic_store_explicit(&ns_per_tick_32, (uint64_t)(ns_per_tick * 4294967296.0), memory_order_relaxed);
+      atomic_store_explicit(&reread_ticks, (uint64_t)(500000.0 / ns_per_tick), memory_order_relaxed);
+      th->anchor_tsc = t;
+      th->anchor_ns = ns;
+    } else if (!th->anchor_tsc || t <= th->anchor_tsc) { /* the thread's first read (or the TSC went back) */
+      th->anchor_tsc = t;
+      th->anchor_ns = ns;
     }
   }
   return ns;
 }
 #else
-static uint64_t event_time(void) { return msi_now_ns(); }
+static uint64_t event_time(thread_history *th) {
+  (void)th;
+  return msi_now_ns();
+}
 #endif
 
+/* ---- the ring ---------------------------------------------------------------------------- */
+
+/* Event idx's sequence number: idx + 1, truncated, never 0 (an unpublished slot). */
+static inline uint32_t seq_of(uint64_t idx) {
+  uint32_t s = (uint32_t)(idx + 1);
+  return s ? s : 1;
+}
+
 uint32_t msi_thread_id(void) {
-  if (MSI_UNLIKELY(!tls_tid)) tls_tid = (uint32_t)syscall(SYS_gettid);
-  return tls_tid;
+  if (MSI_UNLIKELY(!tls.tid)) tls.tid = (uint32_t)syscall(SYS_gettid);
+  return tls.tid;
 }
 
 int msi_history_start(uint64_t max_entries) {
   if (max_entries < 16) max_entries = 16;
-  pthread_mutex_lock(&ring_lock);
+  pthread_mutex_lock(&admin_lock);
   int rc = MEMSNAP_OK;
-  if (!ring || ring_cap != max_entries) {
-    msi_event *grown = calloc(max_entries, sizeof *grown);
+  ring_t *r = atomic_load_explicit(&cur, memory_order_relaxed);
+  if (!r || r->cap != max_entries) {
+    /* calloc: every slot unpublished (seq 0), its pages touched only as the ring fills */
+    void *mem = max_entries <= (SIZE_MAX - sizeof(ring_t) - 64) / sizeof(msi_event)
+                    ? calloc(1, sizeof(ring_t) + max_entries * sizeof(msi_event) + 64)
+                    : NULL;
+    ring_t *grown = mem ? (ring_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63) : NULL;
     if (!grown) {
       msi_error("cannot record: out of host memory for %llu events (%llu MiB)", (unsigned long long)max_entries,
-                (unsigned long long)(max_entries * sizeof *grown >> 20));
+                (unsigned long long)(max_entries * sizeof(msi_event) >> 20));
       rc = MEMSNAP_ENOMEM;
       goto out;
     }
-    free(ring);
-    ring = grown;
-    ring_cap = max_entries;
-    ring_total = ring_next = 0;
-  }
-  if (ring_total == 0) {
-    ring_start_ns = msi_now_ns();
-    if (last_time < ring_start_ns) last_time = ring_start_ns; /* event_time may run a little behind */
+    grown->allocation = mem;
+    grown->cap = max_entries;
+    grown->inv = UINT64_MAX / max_entries;
+    grown->retired = r; /* a writer may still hold it */
+    atomic_store_explicit(&grown->start_ns, msi_now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&cur, grown, memory_order_release);
+  } else if (atomic_load(&r->total) == atomic_load(&r->base)) {
+    atomic_store_explicit(&r->start_ns, msi_now_ns(), memory_order_relaxed); /* nothing recorded yet */
   }
   atomic_store(&msi_recording, 1);
 out:
-  pthread_mutex_unlock(&ring_lock);
+  pthread_mutex_unlock(&admin_lock);
   return rc;
 }
 
 void msi_history_stop(void) { atomic_store(&msi_recording, 0); }
 
 void msi_history_clear(void) {
-  pthread_mutex_lock(&ring_lock);
-  ring_total = ring_next = 0;
-  ring_start_ns = msi_now_ns();
-  if (last_time < ring_start_ns) last_time = ring_start_ns; /* as at the start: no event before it */
-  pthread_mutex_unlock(&ring_lock);
+  pthread_mutex_lock(&admin_lock);
+  ring_t *r = atomic_load_explicit(&cur, memory_order_relaxed);
+  if (r) {
+    atomic_store(&r->start_ns, msi_now_ns()); /* no event before it, as at the start */
+    atomic_store(&r->base, atomic_load(&r->total));
+  }
+  pthread_mutex_unlock(&admin_lock);
 }
 
 void msi_history_reset(void) {
   atomic_store(&msi_recording, 0);
-  pthread_mutex_lock(&ring_lock);
-  free(ring);
-  ring = NULL;
-  ring_cap = ring_total = ring_next = 0;
-  pthread_mutex_unlock(&ring_lock);
+  pthread_mutex_lock(&admin_lock);
+  ring_t *r = atomic_exchange(&cur, NULL);
+  while (r) {
+    ring_t *older = r->retired;
+    free(r->allocation);
+    r = older;
+  }
+  pthread_mutex_unlock(&admin_lock);
   pthread_mutex_lock(&label_lock);
   for (uint32_t i = 0; i < nlabels; i++) free(labels[i]);
   free(labels);
@@ -160,29 +216,34 @@ void msi_history_reset(void) {
 
 void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                        uint64_t requested, uint64_t aux, uint32_t stack_id) {
-  uint32_t tid = msi_thread_id();
-  pthread_mutex_lock(&ring_lock);
-  if (ring) {
-    uint64_t time = event_time(); /* under the lock: ids and times increase together */
-    if (time < last_time) time = last_time;
-    last_time = time;
-    for (int i = 0; i < n; i++) {
-      msi_event *e = &ring[ring_next];
-      e->time_ns = time;
-      e->addr = addr;
-      e->size = size;
-      e->requested = requested;
-      e->stream = (uint64_t)(uintptr_t)stream;
-      e->aux = aux;
-      e->stack_id = stack_id;
-      e->tid = tid;
-      e->device = (int16_t)device;
-      e->kind = kinds[i];
-      ring_total++;
-      if (++ring_next == ring_cap) ring_next = 0;
-    }
+  ring_t *r = atomic_load_explicit(&cur, memory_order_acquire);
+  if (!r) return;
+  thread_history *th = &tls;
+  __asm__("" : "+r"(th)); /* one look-up of the thread's storage */
+  if (MSI_UNLIKELY(!th->tid)) th->tid = (uint32_t)syscall(SYS_gettid);
+  uint32_t tid = th->tid;
+  uint64_t time = event_time(th);
+  uint64_t idx = atomic_fetch_add_explicit(&r->total, (uint64_t)n, memory_order_acquire);
+  uint64_t slot = slot_of(r, idx);
+  for (int i = 0; i < n; i++, idx++, slot = slot + 1 == r->cap ? 0 : slot + 1) {
+    msi_event *e = &r->ev[slot];
+    /* the fields, then published as event idx; the claim (acquire) comes before them */
+    /* relaxed atomic stores (plain moves): when the ring goes round during a slow write, two
+       writers may write one slot; the reader then discards it */
+#define PUT(field, value) __atomic_store_n(&e->field, (value), __ATOMIC_RELAXED)
+    PUT(time_ns, time);
+    PUT(addr, addr);
+    PUT(size, size);
+    PUT(requested, requested);
+    PUT(stream, (uint64_t)(uintptr_t)stream);
+    PUT(aux, aux);
+    PUT(stack_id, stack_id);
+    PUT(tid, tid);
+    PUT(device, (int16_t)device);
+    PUT(kind, kinds[i]);
+#undef PUT
+    atomic_store_explicit((_Atomic uint32_t *)&e->seq, seq_of(idx), memory_order_release);
   }
-  pthread_mutex_unlock(&ring_lock);
 }
 
 void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
@@ -198,28 +259,70 @@ void msi_history_add_free(bool completed, int device, memsnap_stream_t stream, u
 }
 
 uint64_t msi_history_total(void) {
-  pthread_mutex_lock(&ring_lock);
-  uint64_t n = ring_total;
-  pthread_mutex_unlock(&ring_lock);
-  return n;
+  ring_t *r = atomic_load_explicit(&cur, memory_order_acquire);
+  return r ? atomic_load(&r->total) - atomic_load(&r->base) : 0;
 }
 
-uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns) {
-  pthread_mutex_lock(&ring_lock);
-  uint64_t n = ring_total < ring_cap ? ring_total : ring_cap;
+/* Event idx from its slot in r into *out, as its writer published it: 1, or 0 when it was not
+ * published in time (a writer that claimed it has not finished after some milliseconds) or its
+ * slot was claimed meanwhile for a newer event (the ring went round during the copy). */
+static int read_event(ring_t *r, uint64_t idx, msi_event *out) {
+  const msi_event *e = &r->ev[slot_of(r, idx)];
+  uint32_t want = seq_of(idx);
+  for (int tries = 0; tries < 10000; tries++) {
+    uint32_t s1 = atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_acquire);
+    if (s1 == want) {
+      /* a newer event's writer may be writing it meanwhile: then its claim shows */
+#define GET(field) out->field = __atomic_load_n(&e->field, __ATOMIC_RELAXED)
+      GET(time_ns);
+      GET(addr);
+      GET(size);
+      GET(requested);
+      GET(stream);
+      GET(aux);
+      GET(stack_id);
+      GET(tid);
+      GET(device);
+      GET(kind);
+#undef GET
+      atomic_thread_fence(memory_order_acquire);
+      return atomic_load_explicit(&r->total, memory_order_relaxed) <= idx + r->cap &&
+             atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_relaxed) == want;
+    }
+    if ((int32_t)(s1 - want) > 0) return 0; /* a newer event is there */
+    if (tries >= 100) sched_yield();        /* its writer is between claim and publish */
+  }
+  return 0;
+}
+
+uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *before, uint64_t *max_entries,
+                          uint64_t *start_ns) {
+  pthread_mutex_lock(&admin_lock);
+  ring_t *r = atomic_load_explicit(&cur, memory_order_acquire);
+  uint64_t total = r ? atomic_load(&r->total) : 0, base = r ? atomic_load(&r->base) : 0;
+  uint64_t n = total - base < (r ? r->cap : 0) ? total - base : (r ? r->cap : 0);
   *out = n ? malloc(n * sizeof **out) : NULL;
   if (n && !*out) {
-    pthread_mutex_unlock(&ring_lock);
+    pthread_mutex_unlock(&admin_lock);
     msi_error("snapshot: out of host memory copying %llu events", (unsigned long long)n);
     return UINT64_MAX;
   }
-  uint64_t first = ring_total - n; /* oldest kept */
-  for (uint64_t i = 0; i < n; i++) (*out)[i] = ring[(first + i) % ring_cap];
-  *dropped = first;
-  *max_entries = ring_cap;
-  *start_ns = ring_start_ns;
-  pthread_mutex_unlock(&ring_lock);
-  return n;
+  uint64_t first = total - n, kept = 0; /* oldest kept */
+  uint64_t start = r ? atomic_load(&r->start_ns) : 0, last = start;
+  for (uint64_t i = 0; i < n; i++) {
+    msi_event *e = &(*out)[kept];
+    if (!read_event(r, first + i, e)) continue;
+    if (e->time_ns < last) e->time_ns = last; /* non-decreasing in order, never before the start */
+    last = e->time_ns;
+    e->seq = (uint32_t)i; /* its place in the window, for its id */
+    kept++;
+  }
+  *dropped = first - base + (n - kept);
+  *before = first - base;
+  *max_entries = r ? r->cap : 0;
+  *start_ns = start;
+  pthread_mutex_unlock(&admin_lock);
+  return kept;
 }
 
 /* ---- labels, marks and ranges ---------------------------------------------------------- */
@@ -291,7 +394,7 @@ static int add_label_event(msi_event_kind kind, const char *label) {
     msi_error("mark: out of host memory");
     return MEMSNAP_ENOMEM;
   }
-  msi_history_add(kind, -1, NULL, 0, 0, tls_range_depth, id, msi_stack_capture());
+  msi_history_add(kind, -1, NULL, 0, 0, tls.range_depth, id, msi_stack_capture());
   return MEMSNAP_OK;
 }
 
@@ -299,32 +402,33 @@ int msi_history_mark(const char *label) { return add_label_event(MSI_EV_MARK, la
 
 int msi_history_range_push(const char *label) {
   int rc = add_label_event(MSI_EV_RANGE_PUSH, label);
-  tls_range_depth++;
+  tls.range_depth++;
   return rc;
 }
 
 int msi_history_range_pop(void) {
-  if (tls_range_depth == 0) {
+  if (tls.range_depth == 0) {
     msi_error("memsnap_range_pop without a matching memsnap_range_push on this thread");
     return MEMSNAP_EINVAL;
   }
-  tls_range_depth--;
+  tls.range_depth--;
   return add_label_event(MSI_EV_RANGE_POP, NULL);
 }
 
 void msi_history_fork(int phase) {
   if (phase == MSI_FORK_PREPARE) {
-    pthread_mutex_lock(&ring_lock);
+    pthread_mutex_lock(&admin_lock);
     pthread_mutex_lock(&label_lock);
     return;
   }
   if (phase == MSI_FORK_CHILD) {
     /* The child is not the recorded process: its history starts empty (memsnap_record_start). */
     atomic_store(&msi_recording, 0);
-    ring_total = ring_next = 0;
-    tls_tid = 0;
-    tls_range_depth = 0;
+    ring_t *r = atomic_load(&cur);
+    if (r) atomic_store(&r->base, atomic_load(&r->total));
+    tls.tid = 0;
+    tls.range_depth = 0;
   }
   pthread_mutex_unlock(&label_lock);
-  pthread_mutex_unlock(&ring_lock);
+  pthread_mutex_unlock(&admin_lock);
 }

@@ -467,7 +467,8 @@ typedef struct msi_event {
   uint32_t tid;
   int16_t device;     /* -1: no device (marks) */
   uint8_t kind;       /* msi_event_kind */
-  uint8_t pad[5];
+  uint8_t pad;
+  uint32_t seq;       /* history.c: the event's index + 1 once published (truncated); 0 while written */
 } msi_event;
 _Static_assert(sizeof(msi_event) == 64, "msi_event should be 64 bytes");
 
@@ -479,9 +480,9 @@ void msi_history_stop(void);
 /* Empties the ring (memsnap_record_clear): what was recorded is gone, not counted as dropped. */
 void msi_history_clear(void);
 void msi_history_reset(void);                /* frees the ring and labels */
-/* Adds events alike but for their kinds, kinds[0..n) in that order, at one time, under one
- * take of the ring's lock: the events of one call with no device call between them (a free
- * completed at once: free_requested, free_completed). msi_history_add adds one. */
+/* Adds events alike but for their kinds, kinds[0..n) in that order, at one time, with one claim
+ * of slots (no lock: history.c): the events of one call with no device call between them (a
+ * free completed at once: free_requested, free_completed). msi_history_add adds one. */
 void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                        uint64_t requested, uint64_t aux, uint32_t stack_id);
 void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
@@ -492,9 +493,12 @@ void msi_history_add_free(bool completed, int device, memsnap_stream_t stream, u
                           uint64_t requested, uint32_t stack_id);
 /* Events recorded since recording started (dropped ones included). */
 uint64_t msi_history_total(void);
-/* Copies the ring, oldest first, into a new array (*out, caller frees). Returns the count, or
- * UINT64_MAX when out of host memory. */
-uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *max_entries, uint64_t *start_ns);
+/* Copies the ring, oldest first, into a new array (*out, caller frees): event k of the recording
+ * (its id, from 1) is at *before + e->seq + 1, *dropped counts the events not copied (overwritten,
+ * or claimed and not published in time). Returns the count, or UINT64_MAX when out of host
+ * memory. */
+uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *before, uint64_t *max_entries,
+                          uint64_t *start_ns);
 const char *msi_label(uint32_t id);
 /* memsnap_mark, memsnap_range_push and memsnap_range_pop once the library is up. */
 int msi_history_mark(const char *label);

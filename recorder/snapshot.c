@@ -63,6 +63,7 @@ typedef struct snap_device {
 typedef struct snapshot {
   msi_event *ev;                 /* the ring, copied under the device locks */
   uint64_t nev, dropped, max_entries, start_ns; /* start_ns: now when nothing was recorded */
+  uint64_t before;               /* events of the recording before the copied window: ids from before + 1 */
   snap_segment *segs;
   size_t nsegs, segs_cap;
   snap_block *blocks;
@@ -206,7 +207,7 @@ static void gather(msi_device **devs, int n, void *arg) {
   /* Still under every device lock: the snapshot event and the ring copy see the same instant
    * as the blocks (lock order: device locks, then the ring's). */
   if (msi_is_recording()) msi_history_add(MSI_EV_SNAPSHOT, -1, NULL, 0, 0, 0, 0, 0);
-  s->nev = msi_history_copy(&s->ev, &s->dropped, &s->max_entries, &s->start_ns);
+  s->nev = msi_history_copy(&s->ev, &s->dropped, &s->before, &s->max_entries, &s->start_ns);
 }
 
 /* ---- paths ----------------------------------------------------------------------------- */
@@ -575,7 +576,7 @@ static uint32_t write_events(writer *w, const snapshot *s) {
   x.ranges = prepare(w, "INSERT INTO ranges VALUES(NULL,?,?,?,?,?,?)");
   x.open = malloc(sizeof *x.open * (s->nev ? s->nev : 1));
   for (uint64_t i = 0; i < s->nev && !w->rc; i++) {
-    int64_t id = (int64_t)(s->dropped + i + 1), t = (int64_t)(s->ev[i].time_ns - s->start_ns);
+    int64_t id = (int64_t)(s->before + s->ev[i].seq + 1), t = (int64_t)(s->ev[i].time_ns - s->start_ns);
     note_mark_or_range(&x, i, id, t);
     if (!x.one || !x.many || w->rc) break;
     put_event(&x, i, id, t);
