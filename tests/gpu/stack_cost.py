@@ -18,7 +18,8 @@ table last:
           recording all stacks
   ab      the same loop with recording turned on and off inside one process, the modes taking
           turns (memsnap: not recording, Python stacks, all stacks, all stacks with
-          context="alloc"; PyTorch's allocator: not recording, its recorder with stacks="all"):
+          context="alloc", and events without stacks and native stacks alone; PyTorch's
+          allocator: not recording, its recorder with stacks="all"):
           the ratios to not recording within a process, which a process's placement on the host
           (docs/BENCHMARKS.md: processes are bimodal, each for its life) moves for both sides
   check   memsnap with MEMSNAP_TEST_STACKS=check on both workloads (a few hundred ops and two
@@ -33,7 +34,7 @@ context switches and threads, to tell a slow process's cause.
 Goals (issue 26): the loop with all stacks at most 1.3x the loop without recording, and below
 half of PyTorch's recorder; the GPT-2 step with all stacks within 1% of native.
 
-usage: python3 tests/gpu/stack_cost.py [--reps N] [--skip-gpt2] [--budget SECONDS]
+usage: python3 tests/gpu/stack_cost.py [--reps N] [--skip-gpt2] [--cases empty,ab,gpt2] [--budget SECONDS]
        Run from anywhere: the library is build/libmemsnap.so of this repository (build it here
        with tests/gpu/prepare.sh, which also copies libunwind, SQLite and cJSON beside it, then
        carry build/); MEMSNAP_LIB overrides it. Needs torch and transformers, no network.
@@ -96,16 +97,32 @@ def timed_loop(torch, n):
 
 
 def process_facts():
-    """Involuntary context switches so far, threads, and the CPU the process is on."""
-    facts = {"threads": len(os.listdir("/proc/self/task")), "cpu": os.sched_getaffinity(0) and sorted(os.sched_getaffinity(0))}
+    """Involuntary context switches so far, threads, the CPU the process is on, the time the
+    hypervisor took from that CPU so far (steal, ticks), and the process's memory in huge pages."""
+    cpus = sorted(os.sched_getaffinity(0))
+    facts = {"threads": len(os.listdir("/proc/self/task")), "cpu": cpus}
     try:
         with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("nonvoluntary_ctxt_switches"):
                     facts["involuntary_switches"] = int(line.split()[1])
-    except OSError:
+        with open("/proc/stat") as f:
+            for line in f:
+                if len(cpus) == 1 and line.startswith("cpu%d " % cpus[0]):
+                    facts["steal_ticks"] = int(line.split()[8])
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    facts["huge_kib"] = int(line.split()[1])
+    except (OSError, IndexError, ValueError):
         pass
     return facts
+
+
+def facts_delta(f0, f1):
+    for k in ("involuntary_switches", "steal_ticks"):
+        f1[k] = f1.get(k, 0) - f0.get(k, 0)
+    return f1
 
 
 def counters(allocator):
@@ -130,14 +147,12 @@ def empty_work(torch, quick, allocator="native"):
     for _ in range(5):  # the depths take turns, so a drift of the host moves them together
         for d in DEPTHS:
             times[d].append(at_depth(d, timed_loop, torch, 20000))
-    f1 = process_facts()
-    f1["involuntary_switches"] = f1.get("involuntary_switches", 0) - f0.get("involuntary_switches", 0)
     return {"us": {str(d): statistics.median(times[d]) for d in DEPTHS}, "counters": counter_delta(c0, counters(allocator)),
-            "facts": f1}
+            "facts": facts_delta(f0, process_facts())}
 
 
 def set_recording(allocator, torch, mode):
-    """mode: None (off), python, all, all-alloc."""
+    """mode: None (off), none (events without stacks), native, python, all, all-alloc."""
     stacks, context = (mode or "all", "all") if mode != "all-alloc" else ("all", "alloc")
     if allocator == "memsnap":
         import memsnap
@@ -150,7 +165,7 @@ def set_recording(allocator, torch, mode):
                                                  context=context)
 
 
-AB_MODES = {"memsnap": (None, "python", "all", "all-alloc"), "native": (None, "all")}
+AB_MODES = {"memsnap": (None, "none", "native", "python", "all", "all-alloc"), "native": (None, "all")}
 
 
 def ab_work(torch, allocator):
@@ -176,13 +191,13 @@ def ab_work(torch, allocator):
                 deltas[str(m)] = c if deltas[str(m)] is None else {k: deltas[str(m)][k] + v for k, v in c.items()
                                                                     if k != "python_reader"} | {"python_reader": c["python_reader"]}
     set_recording(allocator, torch, None)
-    f1 = process_facts()
-    f1["involuntary_switches"] = f1.get("involuntary_switches", 0) - f0.get("involuntary_switches", 0)
     return {"us": {m: {str(d): statistics.median(v[d]) for d in DEPTHS} for m, v in times.items()}, "counters": deltas,
-            "facts": f1}
+            "facts": facts_delta(f0, process_facts())}
 
 
-def gpt2_work(torch, quick):
+def gpt2_work(torch, quick, toggle=None):
+    """ms per step (median of 5 blocks of 10 steps); with toggle (allocator, modes), the blocks
+    take turns between the recording modes inside this process: ms per step by mode."""
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -202,23 +217,34 @@ def gpt2_work(torch, quick):
     torch.cuda.synchronize()
     if quick:
         return {}
-    times = []
+    modes = toggle[1] if toggle else [None]
+    times = {str(m): [] for m in modes}
     for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(10):
-            step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / 10 * 1e3)
-    return {"ms": statistics.median(times)}
+        for m in modes:
+            if toggle:
+                set_recording(toggle[0], torch, m)
+                step()  # the mode's first step outside the timing
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(10):
+                step()
+            torch.cuda.synchronize()
+            times[str(m)].append((time.perf_counter() - t0) / 10 * 1e3)
+    if not toggle:
+        return {"ms": statistics.median(times["None"])}
+    set_recording(toggle[0], torch, None)
+    return {"ms_by_mode": {m: statistics.median(v) for m, v in times.items()}}
 
 
 def child(argv):
     if hasattr(os, "sched_setaffinity"):  # one core for every case: the host's cores differ
         os.sched_setaffinity(0, {int(os.environ.get("BENCH_CPU", "5")) % os.cpu_count()})
     case, allocator, stacks = argv[0], argv[1], (None if argv[2] == "none" else argv[2])
-    torch = start(allocator, None if case == "ab" else stacks)
+    torch = start(allocator, None if case in ("ab", "gpt2ab") else stacks)
     if case == "ab":
         result = ab_work(torch, allocator)
+    elif case == "gpt2ab":
+        result = gpt2_work(torch, False, (allocator, (None, "all")))
     elif case == "check":  # both workloads, briefly, in one process
         empty_work(torch, True)
         gpt2_work(torch, True)
@@ -249,6 +275,7 @@ EMPTY = [("native", None), ("native", "all"), ("memsnap", None), ("memsnap", "py
          ("memsnap", "all-alloc")]
 GPT2 = [("native", None), ("memsnap", None), ("memsnap", "all")]
 AB = [("memsnap", None), ("native", None)]
+GPT2AB = [("memsnap", None)]
 NAMES = {("native", None): "PyTorch, native allocator", ("native", "all"): "PyTorch, _record_memory_history(stacks='all')",
          ("memsnap", None): "memsnap, not recording", ("memsnap", "python"): "memsnap, Python stacks",
          ("memsnap", "all"): "memsnap, all stacks", ("memsnap", "all-alloc"): "memsnap, all stacks, context='alloc'"}
@@ -260,12 +287,15 @@ def main(argv):
         return 0
     reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 3
     budget = float(argv[argv.index("--budget") + 1]) if "--budget" in argv else 520.0
-    gpt2 = "--skip-gpt2" not in argv
+    only = argv[argv.index("--cases") + 1].split(",") if "--cases" in argv else ["empty", "ab", "gpt2", "gpt2ab"]
+    gpt2 = "--skip-gpt2" not in argv and "gpt2" in only
     began = time.monotonic()
     print("library: %s" % os.environ.get("MEMSNAP_LIB", os.path.join(ROOT, "build", "libmemsnap.so")), flush=True)
     check = run("check", "memsnap", "all", {"MEMSNAP_TEST_STACKS": "check"})
     r = {}
-    cases = [("empty",) + c for c in EMPTY] + [("ab",) + c for c in AB] + ([("gpt2",) + c for c in GPT2] if gpt2 else [])
+    cases = ([("empty",) + c for c in EMPTY] if "empty" in only else []) + \
+        ([("ab",) + c for c in AB] if "ab" in only else []) + ([("gpt2",) + c for c in GPT2] if gpt2 else []) + \
+        ([("gpt2ab",) + c for c in GPT2AB] if "gpt2ab" in only and "--skip-gpt2" not in argv else [])
     for rep in range(reps):
         if rep and time.monotonic() - began > budget:
             print("budget of %.0f s spent: %d of %d repetitions" % (budget, rep, reps), flush=True)
@@ -273,11 +303,12 @@ def main(argv):
         for c in cases:
             r.setdefault(c, []).append(run(*c))
             res = r[c][-1]
-            print("rep %d %-6s %-44s %s" % (rep, c[0], NAMES[c[1:]] if c[0] != "ab" else c[1] + ", modes in turn",
+            print("rep %d %-6s %-44s %s" % (rep, c[0], NAMES[c[1:]] if "ab" not in c[0] else c[1] + ", modes in turn",
                                              {k: v for k, v in res.items() if k != "stderr"}
                                              if "error" not in res else "error: " + res["error"][-300:]), flush=True)
     with open(os.path.join(OUT, "stack_cost.json"), "w") as f:
         json.dump({"|".join(str(x) for x in k): v for k, v in r.items()} | {"check": check}, f, indent=1)
+    print("results: %s" % os.path.join(OUT, "stack_cost.json"))
 
     def med(key, pick):
         vals = [pick(x) for x in r.get(key, []) if "error" not in x]
@@ -292,9 +323,10 @@ def main(argv):
             print("error in %s %s: %s" % (key[0], key[1], errors[0][-600:]))
 
     # each process's figures, so that a slow process shows with its counters and switches
-    print("\nper process (us/op at D=%d; involuntary context switches while timed; threads):" % DEPTHS[1])
+    print("\nper process (us/op at D=%d; while timed: involuntary context switches, the CPU's steal ticks;"
+          " threads, memory in huge pages):" % DEPTHS[1])
     for key, runs in r.items():
-        if key[0] == "gpt2":
+        if key[0].startswith("gpt2"):
             continue
         for x in runs:
             if "error" in x:
@@ -302,8 +334,9 @@ def main(argv):
             us = "%.3f" % x["us"][str(DEPTHS[1])] if key[0] == "empty" else " ".join(
                 "%s=%.3f" % (m, v[str(DEPTHS[1])]) for m, v in x["us"].items())
             f = x.get("facts", {})
-            print("  %-5s %-8s %-9s %s  switches %s threads %s" % (key[0], key[1], key[2] or "none", us,
-                                                                 f.get("involuntary_switches"), f.get("threads")))
+            print("  %-5s %-8s %-9s %s  switches %s threads %s steal %s huge %s KiB" % (
+                key[0], key[1], key[2] or "none", us, f.get("involuntary_switches"), f.get("threads"),
+                f.get("steal_ticks"), f.get("huge_kib")))
             cs = x.get("counters")
             if cs:
                 for m, c in (cs.items() if key[0] == "ab" else [("", cs)]):
@@ -311,18 +344,19 @@ def main(argv):
                         print("        %s counters %s" % (m, {k: v for k, v in c.items() if v}))
 
     n = len(r.get(("empty",) + EMPTY[0], []))
-    print("\ntorch.empty(1024) + del, us/op, median of %d processes; D Python frames deeper" % n)
-    print("  %-44s" % "" + "".join("  %9s" % ("D=%d" % d) for d in DEPTHS))
-    e = {c: {d: med(("empty",) + c, lambda x, d=d: x["us"][str(d)]) for d in DEPTHS} for c in EMPTY}
-    for c in EMPTY:
-        print("  %-44s" % NAMES[c] + "".join("  %9.3f" % e[c][d] for d in DEPTHS))
-    base, torch_rec = e[("memsnap", None)], e[("native", "all")]
-    print("  %-44s" % "memsnap all stacks / memsnap not recording" +
-          "".join("  %8.2fx" % (e[("memsnap", "all")][d] / base[d]) for d in DEPTHS) + "   goal <= 1.3x")
-    print("  %-44s" % "memsnap all stacks / PyTorch's recorder" +
-          "".join("  %8.2fx" % (e[("memsnap", "all")][d] / torch_rec[d]) for d in DEPTHS) + "   goal < 0.5x")
-    print("  %-44s" % "PyTorch's recorder / PyTorch not recording" +
-          "".join("  %8.2fx" % (torch_rec[d] / e[("native", None)][d]) for d in DEPTHS))
+    if n:
+        print("\ntorch.empty(1024) + del, us/op, median of %d processes; D Python frames deeper" % n)
+        print("  %-44s" % "" + "".join("  %9s" % ("D=%d" % d) for d in DEPTHS))
+        e = {c: {d: med(("empty",) + c, lambda x, d=d: x["us"][str(d)]) for d in DEPTHS} for c in EMPTY}
+        for c in EMPTY:
+            print("  %-44s" % NAMES[c] + "".join("  %9.3f" % e[c][d] for d in DEPTHS))
+        base, torch_rec = e[("memsnap", None)], e[("native", "all")]
+        print("  %-44s" % "memsnap all stacks / memsnap not recording" +
+              "".join("  %8.2fx" % (e[("memsnap", "all")][d] / base[d]) for d in DEPTHS) + "   goal <= 1.3x")
+        print("  %-44s" % "memsnap all stacks / PyTorch's recorder" +
+              "".join("  %8.2fx" % (e[("memsnap", "all")][d] / torch_rec[d]) for d in DEPTHS) + "   goal < 0.5x")
+        print("  %-44s" % "PyTorch's recorder / PyTorch not recording" +
+              "".join("  %8.2fx" % (torch_rec[d] / e[("native", None)][d]) for d in DEPTHS))
     ab = {c: r.get(("ab",) + c, []) for c in AB}
     ab_ok = {c: [x for x in v if "error" not in x] for c, v in ab.items()}
     if ab_ok[("memsnap", None)]:
@@ -343,7 +377,8 @@ def main(argv):
             v = absolute(c, mode)
             if v:
                 print("  %-44s" % name + "".join("  %9.3f" % v[d] for d in DEPTHS))
-        for mode, name in (("python", "memsnap Python stacks"), ("all", "memsnap all stacks"),
+        for mode, name in (("none", "memsnap events, no stacks"), ("native", "memsnap native stacks"),
+                           ("python", "memsnap Python stacks"), ("all", "memsnap all stacks"),
                            ("all-alloc", "memsnap all stacks, context=alloc")):
             v = ratio(("memsnap", None), mode)
             print("  %-44s" % (name + " / not recording") + "".join("  %8.2fx" % v[d] for d in DEPTHS) +
@@ -361,6 +396,12 @@ def main(argv):
         for c in GPT2:
             print("  %-44s  %9.2f  %.4fx native" % (NAMES[c], g[c], g[c] / g[("native", None)]))
         print("  goal: all stacks within 1%% of native: %.4fx" % (g[("memsnap", "all")] / g[("native", None)]))
+    g2 = [x["ms_by_mode"] for x in r.get(("gpt2ab", "memsnap", None), []) if "error" not in x]
+    if g2:
+        print("\nGPT-2 step, memsnap recording turned off and on (all stacks) inside each process, %d processes:" % len(g2))
+        for x in g2:
+            print("  not recording %.2f ms, all stacks %.2f ms: %.4fx" % (x["None"], x["all"], x["all"] / x["None"]))
+        print("  median of the processes' ratios: %.4fx" % statistics.median(x["all"] / x["None"] for x in g2))
     return 0
 
 
