@@ -338,7 +338,7 @@ static int pass1_event(const ms_event *e, void *arg) {
         p->failed = true;
         return 1;
       }
-      if (e->kind == MS_SEGMENT_ALLOC && e->extra) p->external_at = e->address; /* an API's label: external */
+      if (ms_event_external_segment(e)) p->external_at = e->address; /* its block is next */
       p->reserved += e->size;
       if (p->reserved > a->peak_reserved) {
         a->peak_reserved = p->reserved;

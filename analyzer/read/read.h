@@ -83,6 +83,13 @@ typedef struct ms_event {
   uint32_t stack_id;
 } ms_event;
 
+/* Whether e made a segment of external memory (memsnap run's interposer: a segment_alloc whose
+ * extra names the API that allocated it, a label id); its one block follows it. The analysis,
+ * its retries and the replay ask the same. */
+static inline bool ms_event_external_segment(const ms_event *e) {
+  return e->kind == MS_SEGMENT_ALLOC && e->extra > 0 && e->address;
+}
+
 /* Makes untrusted text safe to print and to write as JSON, in place: control bytes and the bytes
  * of invalid UTF-8 become '?' (reader.c). */
 void ms_neutralise(char *text);

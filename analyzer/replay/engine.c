@@ -661,7 +661,7 @@ static int run_event(const ms_event *e, void *arg) {
   }
   switch (e->kind) {
     case MS_SEGMENT_ALLOC:
-      if (e->extra > 0) st->external_next[e->device] = e->address; /* external: its block comes next */
+      if (ms_event_external_segment(e)) st->external_next[e->device] = e->address; /* its block comes next */
       break;
     case MS_ALLOC:
       if ((e->size <= 0 && e->requested <= 0) || !e->address) {
