@@ -144,10 +144,13 @@ static inline uint32_t seq_of(uint64_t idx) {
   return s ? s : 1;
 }
 
-uint32_t msi_thread_id(void) {
-  if (MSI_UNLIKELY(!tls.tid)) tls.tid = (uint32_t)syscall(SYS_gettid);
-  return tls.tid;
+/* The thread's id (Linux's tid), asked of the kernel once. */
+static inline uint32_t tid_of(thread_history *th) {
+  if (MSI_UNLIKELY(!th->tid)) th->tid = (uint32_t)syscall(SYS_gettid);
+  return th->tid;
 }
+
+uint32_t msi_thread_id(void) { return tid_of(&tls); }
 
 int msi_history_start(uint64_t max_entries) {
   if (max_entries < 16) max_entries = 16;
@@ -220,8 +223,7 @@ void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t
   if (!r) return;
   thread_history *th = &tls;
   __asm__("" : "+r"(th)); /* one look-up of the thread's storage */
-  if (MSI_UNLIKELY(!th->tid)) th->tid = (uint32_t)syscall(SYS_gettid);
-  uint32_t tid = th->tid;
+  uint32_t tid = tid_of(th);
   uint64_t time = event_time(th);
   uint64_t idx = atomic_fetch_add_explicit(&r->total, (uint64_t)n, memory_order_acquire);
   uint64_t slot = slot_of(r, idx);

@@ -636,10 +636,6 @@ const msi_python *msi_python_api(void);
  * API once, which it does when `gil_held` (then returning the C API's frames). */
 int msi_pyframes_api(void *tstate, uint64_t *out, int max);
 int msi_pyframes_read(void *tstate, uint64_t *out, int max, bool gil_held);
-/* With msi_pyframes_counting set (MEMSNAP_TEST_STACKS), msi_pyframes_records_read counts the
- * reads msi_pyframes_read made from the records. */
-extern bool msi_pyframes_counting;
-unsigned long long msi_pyframes_records_read(void);
 /* Which reader msi_pyframes_read uses: 2 the frame records, 1 the records once compared with the
  * C API, -1 the C API (another version or build, or they differed), 0 not chosen yet. */
 int msi_pyframes_reader(void);

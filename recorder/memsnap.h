@@ -195,7 +195,7 @@ int memsnap_record_start(size_t max_entries, const char *stacks);
 int memsnap_record_stop(void);
 
 /* What the stack captures did so far in this process, for finding where recording's cost goes
- * (docs/recording.md, "Stack counters"): fills values[0..n) and, when keys is not NULL, keys[0..n)
+ * (docs/allocator.md, "Stack counters"): fills values[0..n) and, when keys is not NULL, keys[0..n)
  * with the counters' names ("captures", "native_cached", ..., "python_reader"), n the smaller of
  * capacity and the number of counters. Returns n; -1 for a negative capacity or NULL values. */
 int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity);

@@ -106,7 +106,6 @@ enum { OWNED_BY_GENERATOR = 1, OWNED_BY_CSTACK = 3 };
 
 /* 0 not looked at, 1 usable but not yet compared with the C API, 2 usable, -1 not usable. */
 static atomic_int state;
-static atomic_ullong records_read; /* reads from the records (tests read it) */
 static const layout *lay;
 
 static void choose_layout(void) {
@@ -153,16 +152,12 @@ static int read_records(void *tstate, uint64_t *out, int max) {
   return n;
 }
 
-bool msi_pyframes_counting;
-
 int msi_pyframes_reader(void) { return atomic_load_explicit(&state, memory_order_relaxed); }
 
-unsigned long long msi_pyframes_records_read(void) { return atomic_load_explicit(&records_read, memory_order_relaxed); }
 
 int msi_pyframes_read(void *tstate, uint64_t *out, int max, bool gil_held) {
   int s = atomic_load_explicit(&state, memory_order_acquire);
   if (MSI_LIKELY(s == 2)) {
-    if (MSI_UNLIKELY(msi_pyframes_counting)) atomic_fetch_add_explicit(&records_read, 1, memory_order_relaxed);
     return read_records(tstate, out, max);
   }
   if (s == 0) {

@@ -43,7 +43,7 @@
  * from frame records)").
  *
  * Counters (memsnap_stack_counters): what the captures did, each thread counting in its own caches
- * (no atomic, no shared line), summed when asked; they tell a capture that took a lock or the GIL
+ * (a relaxed store by their one writer: no atomic add, no shared line), summed when asked; they tell a capture that took a lock or the GIL
  * from one that found everything in its thread's caches.
  *
  * Names come later, when a snapshot is written (symbolize.c, from msi_stacks_copy's copy of the
@@ -214,7 +214,7 @@ static uint32_t stack_of(uint32_t native, uint32_t python) {
 
 /* ---- each thread's caches --------------------------------------------------------------- */
 
-/* What memsnap_stack_counters reports, in its order (docs/recording.md, "Stack counters"). */
+/* What memsnap_stack_counters reports, in its order (docs/allocator.md, "Stack counters"). */
 enum {
   SC_CAPTURES,       /* stacks captured */
   SC_NATIVE_CACHED,  /* native parts found in the thread's walks, nothing locked */
@@ -233,7 +233,10 @@ static const char *const counter_names[] = {"captures",       "native_cached", "
                                             "python_locked",  "gil_taken",     "gil_helper",
                                             "pairs_locked"};
 _Static_assert(sizeof counter_names / sizeof *counter_names == SC_COUNT, "a name for each counter");
-#define COUNT(t, which) ((t) ? (void)(t)->count[which]++ : (void)0)
+/* Only the thread itself (or gil_helper.c's thread while it waits) adds to its counters; relaxed
+ * atomics (plain moves) because memsnap_stack_counters reads them from another thread. */
+#define COUNT(t, which) \
+  ((t) ? __atomic_store_n(&(t)->count[which], (t)->count[which] + 1, __ATOMIC_RELAXED) : (void)0)
 
 typedef struct thread_stacks {
   unsigned generation;        /* tables_generation the caches below were filled under */
@@ -433,7 +436,7 @@ static uint32_t python_node_of(const msi_python *py, thread_stacks *t, void *ts,
   uint64_t *w = next->words;
   uint32_t *nodes = next->nodes;
   int n = reference ? -1 : msi_pyframes_read(ts, w, MAX_PYTHON, held == 1), gil = 0;
-  bool taken = false;
+  bool taken = false, api = reference; /* the frames come from the C API */
   if (n < 0) { /* the C API, with the GIL */
     if (held == PYTHON_ELSEWHERE) return PYTHON_NEEDS_GIL;
     if (!held) {
@@ -445,13 +448,10 @@ static uint32_t python_node_of(const msi_python *py, thread_stacks *t, void *ts,
     n = reference ? msi_pyframes_api(ts, w, MAX_PYTHON) : msi_pyframes_read(ts, w, MAX_PYTHON, true);
     if (n < 0) {
       n = msi_pyframes_api(ts, w, MAX_PYTHON);
-      COUNT(t, SC_PYTHON_API);
-    } else {
-      COUNT(t, SC_PYTHON_RECORDS);
+      api = true;
     }
-  } else {
-    COUNT(t, SC_PYTHON_RECORDS);
   }
+  COUNT(t, api ? SC_PYTHON_API : SC_PYTHON_RECORDS);
   uint32_t node = 0;
   if (n <= 0) {
     /* no frames (a thread state made from C): no node; py_nodes may be an older generation's */
@@ -545,13 +545,15 @@ static int test_mode;
 static atomic_ullong checked, differ;
 
 static void report_check(void) {
-  unsigned long long walked, fell_back;
-  msi_unwind_counts(&walked, &fell_back);
+  const char *keys[SC_COUNT + 3];
+  uint64_t v[SC_COUNT + 3];
+  int n = memsnap_stack_counters(keys, v, SC_COUNT + 3);
   fprintf(stderr,
           "memsnap: stack check: %llu captures, %llu differ (native: %llu walked, %llu by libunwind; python: %llu read "
           "from frame records)\n",
-          (unsigned long long)atomic_load(&checked), (unsigned long long)atomic_load(&differ), walked, fell_back,
-          msi_pyframes_records_read());
+          (unsigned long long)atomic_load(&checked), (unsigned long long)atomic_load(&differ),
+          (unsigned long long)(n > SC_COUNT ? v[SC_COUNT] : 0), (unsigned long long)(n > SC_COUNT + 1 ? v[SC_COUNT + 1] : 0),
+          (unsigned long long)v[SC_PYTHON_RECORDS]);
 }
 
 __attribute__((constructor)) static void read_test_mode(void) {
@@ -560,7 +562,6 @@ __attribute__((constructor)) static void read_test_mode(void) {
   if (!strcmp(v, "reference")) test_mode = 1;
   else if (!strcmp(v, "check")) {
     test_mode = 2;
-    msi_pyframes_counting = true;
     atexit(report_check);
   }
 }
@@ -606,7 +607,7 @@ int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity) {
   pthread_mutex_lock(&stack_lock);
   memcpy(sum, exited_counts, sizeof exited_counts);
   for (thread_stacks *t = all_threads; t; t = t->next) /* other threads' counters, read as they are */
-    for (int i = 0; i < SC_COUNT; i++) sum[i] += t->count[i];
+    for (int i = 0; i < SC_COUNT; i++) sum[i] += __atomic_load_n(&t->count[i], __ATOMIC_RELAXED);
   pthread_mutex_unlock(&stack_lock);
   unsigned long long walked, fell_back;
   msi_unwind_counts(&walked, &fell_back);

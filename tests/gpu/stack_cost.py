@@ -132,6 +132,15 @@ def counters(allocator):
     return memsnap.stack_counters()
 
 
+def counter_sum(deltas):
+    """The counters of several timed stretches added up (python_reader: the last one's)."""
+    deltas = [x for x in deltas if x]
+    if not deltas:
+        return None
+    return {k: sum(x[k] for x in deltas) for k in deltas[0] if k != "python_reader"} | \
+        {"python_reader": deltas[-1]["python_reader"]}
+
+
 def counter_delta(a, b):
     return {k: b[k] - a[k] for k in b if k != "python_reader"} | {"python_reader": b.get("python_reader")} if a and b else None
 
@@ -178,7 +187,7 @@ def ab_work(torch, allocator):
         for d in DEPTHS:
             at_depth(d, empty_loop, torch, 3000)
     times = {str(m): {d: [] for d in DEPTHS} for m in modes}
-    deltas = {str(m): None for m in modes}
+    deltas = {str(m): [] for m in modes}
     f0 = process_facts()
     for _ in range(5):
         for m in modes:
@@ -186,12 +195,10 @@ def ab_work(torch, allocator):
             c0 = counters(allocator)
             for d in DEPTHS:
                 times[str(m)][d].append(at_depth(d, timed_loop, torch, 20000))
-            c = counter_delta(c0, counters(allocator))
-            if c:
-                deltas[str(m)] = c if deltas[str(m)] is None else {k: deltas[str(m)][k] + v for k, v in c.items()
-                                                                    if k != "python_reader"} | {"python_reader": c["python_reader"]}
+            deltas[str(m)].append(counter_delta(c0, counters(allocator)))
     set_recording(allocator, torch, None)
-    return {"us": {m: {str(d): statistics.median(v[d]) for d in DEPTHS} for m, v in times.items()}, "counters": deltas,
+    return {"us": {m: {str(d): statistics.median(v[d]) for d in DEPTHS} for m, v in times.items()},
+            "counters": {m: counter_sum(v) for m, v in deltas.items()},
             "facts": facts_delta(f0, process_facts())}
 
 
