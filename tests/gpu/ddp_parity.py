@@ -8,12 +8,13 @@ Each rank reports max_memory_allocated, max_memory_reserved, its losses and, und
 writes a snapshot (ddp-rank<R>.db in $OUT) so that a difference can be traced to its stack.
 
 usage: python3 ddp_parity.py [--backend nccl|gloo] [--nproc N] [--same-gpu] [--reps R]
-  nccl with one GPU per rank is the real case (the nvidia-h200-x2 kind). --same-gpu puts every
+  nccl with one GPU per rank is the real case (a two-GPU machine: tests/gpu/two_gpus.sh). --same-gpu puts every
   rank on cuda:0 and needs gloo (NCCL refuses two ranks on one GPU): it checks the DDP machinery
   (reducer buckets, broadcasts, record_stream) under memsnap on a one-GPU machine, not NCCL's
   streams.
 Prints one JSON line per rank and side (appended to $OUT/ddp.jsonl when OUT is set), then a table.
-Exit status 1 when a rank's peaks differ between the sides.
+Exit status 1 when memsnap's peak allocated takes a value that native took on no rank in the run
+(native's own peak varies between runs under NCCL: see the end of main).
 """
 import argparse
 import json
@@ -129,11 +130,22 @@ def main():
                     continue
                 print("%4d  %-7s  %18.3f  %17.3f  %.6f" % (rank, side, r["peak_allocated"] / MiB,
                                                           r["peak_reserved"] / MiB, r["losses"][-1]))
-        nat = [r["peak_allocated"] for r in rows.get((rank, "native"), []) if "error" not in r]
-        mem = [r["peak_allocated"] for r in rows.get((rank, "memsnap"), []) if "error" not in r]
-        if nat and mem and set(mem) - set(nat):
-            print("      rank %d: memsnap's peak allocated differs from native's" % rank)
-            bad = True
+    # Native PyTorch's own peak is not one figure under NCCL: on two H100s (run 21) a rank's
+    # peak allocated was 3141.750 MiB in most runs and 3653.875 (all gradients once more: the
+    # reducer's copy alive a moment longer, as NCCL's stream finishes) in 3 of 14 native runs.
+    # So each side's values are counted, and memsnap fails only with a value that native never
+    # took on any rank in this run.
+    def peaks(side):
+        return [r["peak_allocated"] for (rank, s), rs in rows.items() if s == side
+                for r in rs if "error" not in r]
+    nat, mem = peaks("native"), peaks("memsnap")
+    for side, vals in (("native", nat), ("memsnap", mem)):
+        counts = ", ".join("%.3f MiB x%d" % (v / MiB, vals.count(v)) for v in sorted(set(vals)))
+        print("%-7s peaks over all ranks and runs: %s" % (side, counts))
+    if nat and mem and set(mem) - set(nat):
+        print("memsnap's peak allocated took a value native never took: %s MiB"
+              % ", ".join("%.3f" % (v / MiB) for v in sorted(set(mem) - set(nat))))
+        bad = True
     return 1 if bad else 0
 
 
