@@ -260,6 +260,7 @@ int ms_load_stacks(ms_snapshot *s) {
     int64_t id = sqlite3_column_int64(st, 0);
     if (id < 1 || id > max_frame) continue;
     ms_frame *f = &s->frames[id];
+    if (f->name || f->file || f->module) continue; /* an id twice (a damaged file): its first row stands */
     const unsigned char *kind = sqlite3_column_text(st, 1);
     f->python = kind && strcmp((const char *)kind, "python") == 0;
     f->name = column_text(st, 2);
