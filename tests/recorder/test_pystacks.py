@@ -71,10 +71,32 @@ def raising(l):
     except ValueError:
         pair(l, 768)
 
+def site_a(l):
+    pair(l, 512)
+
+def site_b(l):
+    pair(l, 640)
+
+def moves(l):
+    # records pushed again at the addresses of the last capture's, from other lines and by
+    # other functions, and chains that grow and shrink by a few frames between captures
+    for i in range(6):
+        (site_a if i % 2 else site_b)(l)
+        pair(l, 256)
+        deep(i % 3, l)
+        site_a(l) if i % 3 else deep(9, l)
+
 def work(threads):
+    qsort = ctypes.CDLL(None).qsort
+    cmp_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
     for l in (held, released):
-        for n in (0, 1, 5, 30, 70, 100):
+        for n in (0, 1, 5, 30, 70, 100, 70, 30):
             deep(n, l)
+        moves(l)
+        # C calling back into Python: the interpreter's entry records between the frames
+        cmp = cmp_t(lambda a, b, l=l: (deep(3, l), moves(l), 0)[2])
+        arr = (ctypes.c_int * 3)(3, 2, 1)
+        qsort(arr, 3, ctypes.sizeof(ctypes.c_int), cmp)
         Model().forward(l)
         list(gen(l))
         (lambda: pair(l, 8192))()
