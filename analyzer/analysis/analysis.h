@@ -111,6 +111,9 @@ int ms_prehistory_build(ms_snapshot *s, ms_prehistory_view view, ms_prehistory *
 /* Puts the blocks into a replay's live map (their sites as set); sets *failed out of memory. */
 void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed);
 void ms_prehistory_free(ms_prehistory *h);
+/* What device `device` held reserved when the history began, given what it held at the snapshot:
+ * that less the history's segment events, never below 0. */
+int64_t ms_prehistory_start_reserved(const ms_prehistory *h, int device, int64_t at_snapshot);
 
 /* ---- what kind of code a frame is (code_kinds.c) --------------------------------------- */
 

@@ -161,6 +161,11 @@ void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed)
     if (ms_live_put(live, (ms_live_slot){h->blocks[i].address, h->blocks[i].site, 0, h->blocks[i].size}) != 0) *failed = true;
 }
 
+int64_t ms_prehistory_start_reserved(const ms_prehistory *h, int device, int64_t at_snapshot) {
+  int64_t r = at_snapshot - h->device_reserved_change[device];
+  return r < 0 ? 0 : r;
+}
+
 void ms_prehistory_free(ms_prehistory *h) {
   free(h->blocks);
   free(h->segments);

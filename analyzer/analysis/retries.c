@@ -74,10 +74,7 @@ int ms_releases_begin(ms_analysis *a, ms_release_pass *p) {
   if (ms_options_each(s, limits_option, p) != 0 || ms_devices_each(s, limits_device, p) != 0 ||
       ms_segments_each(s, reserved_at_end, p) != 0)
     return -1;
-  for (int d = 0; d < MS_MAX_DEVICES; d++) {
-    p->reserved[d] -= a->before.device_reserved_change[d];
-    if (p->reserved[d] < 0) p->reserved[d] = 0;
-  }
+  for (int d = 0; d < MS_MAX_DEVICES; d++) p->reserved[d] = ms_prehistory_start_reserved(&a->before, d, p->reserved[d]);
   return 0;
 }
 

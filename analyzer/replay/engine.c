@@ -255,10 +255,7 @@ static int plan_late(ms_snapshot *s, ms_replay_plan *p) {
   ms_prehistory *h = &p->before;
   int rc = ms_prehistory_build(s, MS_PREHISTORY_REPLAY, h);
   if (rc != 0) return rc == -2 ? -1 : -2;
-  for (int i = 0; i < MS_REPLAY_DEVICES; i++) {
-    p->dev[i].start_reserved = p->dev[i].end_reserved - h->device_reserved_change[i];
-    if (p->dev[i].start_reserved < 0) p->dev[i].start_reserved = 0;
-  }
+  for (int i = 0; i < MS_REPLAY_DEVICES; i++) p->dev[i].start_reserved = ms_prehistory_start_reserved(h, i, p->dev[i].end_reserved);
   /* Blocks with an address (the snapshot's devices count as used), and the classic segments:
      an expandable segment's mapped ranges and the async pool's are the allocator's to make. */
   size_t n = 0;
