@@ -13,8 +13,9 @@ usage: python3 ddp_parity.py [--backend nccl|gloo] [--nproc N] [--same-gpu] [--r
   (reducer buckets, broadcasts, record_stream) under memsnap on a one-GPU machine, not NCCL's
   streams.
 Prints one JSON line per rank and side (appended to $OUT/ddp.jsonl when OUT is set), then a table.
-Exit status 1 when memsnap's peak allocated takes a value that native took on no rank in the run
-(native's own peak varies between runs under NCCL: see the end of main).
+Exit status 1 when memsnap's peak allocated or reserved takes a value that native took on no rank
+in the run (native's own peaks vary between runs under NCCL: see the end of main), or when a
+rank's losses differ between runs or sides.
 """
 import argparse
 import json
@@ -146,6 +147,19 @@ def main():
         print("memsnap's peak allocated took a value native never took: %s MiB"
               % ", ".join("%.3f" % (v / MiB) for v in sorted(set(mem) - set(nat))))
         bad = True
+    # peak reserved likewise, and each rank's losses must be the same on both sides in every run
+    res = {side: set(r["peak_reserved"] for (rank, s), rs in rows.items() if s == side for r in rs if "error" not in r)
+           for side in ("native", "memsnap")}
+    if res["native"] and res["memsnap"] - res["native"]:
+        print("memsnap's peak reserved took a value native never took: %s MiB"
+              % ", ".join("%.3f" % (v / MiB) for v in sorted(res["memsnap"] - res["native"])))
+        bad = True
+    for rank in range(args.nproc):
+        losses = {side: set(tuple(r["losses"]) for r in rows.get((rank, side), []) if "error" not in r)
+                  for side in ("native", "memsnap")}
+        if len(losses["native"] | losses["memsnap"]) > 1:
+            print("rank %d: the losses differ between runs or sides" % rank)
+            bad = True
     return 1 if bad else 0
 
 
