@@ -85,26 +85,26 @@ void ms_process_text(const ms_snapshot *s, char *out, size_t len) {
   snprintf(out, len, "pid %s on %s", pid, s->host[0] ? s->host : "unknown host");
 }
 
-static int64_t meta_int(ms_snapshot *s, const char *key, int64_t fallback) {
-  sqlite3_stmt *st;
+/* The meta table's value for `key` through `st` ("select value from meta where key = ?",
+ * prepared once for all the keys), or the fallback. */
+static int64_t meta_int(sqlite3_stmt *st, const char *key, int64_t fallback) {
   int64_t v = fallback;
-  if (sqlite3_prepare_v2(s->db, "select value from meta where key = ?", -1, &st, NULL) != SQLITE_OK) return v;
+  if (!st) return v;
+  sqlite3_reset(st);
   sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
   if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
   return v;
 }
 
-static void meta_text(ms_snapshot *s, const char *key, char *out, size_t len) {
-  sqlite3_stmt *st;
+static void meta_text(sqlite3_stmt *st, const char *key, char *out, size_t len) {
   out[0] = '\0';
-  if (sqlite3_prepare_v2(s->db, "select value from meta where key = ?", -1, &st, NULL) != SQLITE_OK) return;
+  if (!st) return;
+  sqlite3_reset(st);
   sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
   if (sqlite3_step(st) == SQLITE_ROW) {
     const unsigned char *t = sqlite3_column_text(st, 0);
     if (t) snprintf(out, len, "%s", (const char *)t);
   }
-  sqlite3_finalize(st);
 }
 
 int ms_open(ms_snapshot *s, const char *path) {
@@ -123,6 +123,10 @@ int ms_open(ms_snapshot *s, const char *path) {
     ms_close(s);
     return -1;
   }
+  /* One read transaction for the connection's life: each statement outside one takes the
+     file's shared lock and checks for a hot journal (fcntl, fstat) on its own, which was most of
+     the time a small snapshot took (the table of ranks reads hundreds); closing ends it. */
+  sqlite3_exec(s->db, "begin", NULL, NULL, NULL);
   sqlite3_stmt *st;
   int rc = sqlite3_prepare_v2(s->db, "pragma user_version", -1, &st, NULL);
   if (rc != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
@@ -144,32 +148,37 @@ int ms_open(ms_snapshot *s, const char *path) {
     ms_close(s);
     return -1;
   }
+  /* one statement for every name and key below: preparing one costs more than running it */
+  if (sqlite3_prepare_v2(s->db, "select 1 from sqlite_master where type = 'table' and name = ?", -1, &st, NULL) != SQLITE_OK)
+    st = NULL;
   for (size_t i = 0; i < sizeof required_tables / sizeof required_tables[0]; i++) {
-    char sql[128];
-    snprintf(sql, sizeof sql, "select 1 from sqlite_master where type = 'table' and name = '%s'", required_tables[i]);
-    bool found = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW;
-    sqlite3_finalize(st);
-    if (!found) {
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, required_tables[i], -1, SQLITE_STATIC);
+    if (!st || sqlite3_step(st) != SQLITE_ROW) {
       fail(s, "'%s' is not a complete snapshot: table '%s' is missing", s->shown_path, required_tables[i]);
+      sqlite3_finalize(st);
       ms_close(s);
       return -1;
     }
   }
+  sqlite3_finalize(st);
   s->format_version = version;
-  s->pid = meta_int(s, "pid", 0);
-  s->rank = meta_int(s, "rank", -1);
-  s->dropped = meta_int(s, "dropped_events", 0);
-  s->recorded = meta_int(s, "recorded_events", 0);
-  s->max_entries = meta_int(s, "max_entries", 0);
-  s->snapshot_ns = meta_int(s, "snapshot_ns", 0);
-  s->device_count = meta_int(s, "device_count", 0);
-  meta_text(s, "host", s->host, sizeof s->host);
-  meta_text(s, "backend", s->backend, sizeof s->backend);
-  meta_text(s, "tool_version", s->tool_version, sizeof s->tool_version);
-  meta_text(s, "command_line", s->command_line, sizeof s->command_line);
-  meta_text(s, "stacks", s->stacks_mode, sizeof s->stacks_mode);
-  meta_text(s, "import_file", s->import_file, sizeof s->import_file);
-  meta_text(s, "import_source", s->import_source, sizeof s->import_source);
+  if (sqlite3_prepare_v2(s->db, "select value from meta where key = ?", -1, &st, NULL) != SQLITE_OK) st = NULL;
+  s->pid = meta_int(st, "pid", 0);
+  s->rank = meta_int(st, "rank", -1);
+  s->dropped = meta_int(st, "dropped_events", 0);
+  s->recorded = meta_int(st, "recorded_events", 0);
+  s->max_entries = meta_int(st, "max_entries", 0);
+  s->snapshot_ns = meta_int(st, "snapshot_ns", 0);
+  s->device_count = meta_int(st, "device_count", 0);
+  meta_text(st, "host", s->host, sizeof s->host);
+  meta_text(st, "backend", s->backend, sizeof s->backend);
+  meta_text(st, "tool_version", s->tool_version, sizeof s->tool_version);
+  meta_text(st, "command_line", s->command_line, sizeof s->command_line);
+  meta_text(st, "stacks", s->stacks_mode, sizeof s->stacks_mode);
+  meta_text(st, "import_file", s->import_file, sizeof s->import_file);
+  meta_text(st, "import_source", s->import_source, sizeof s->import_source);
+  sqlite3_finalize(st);
   ms_neutralise(s->import_file);
   ms_neutralise(s->import_source);
   ms_neutralise(s->host);
