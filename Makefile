@@ -10,7 +10,8 @@
 #   make gpu-bench  build what the GPU benchmark needs into build/ (run it with tests/gpu/run.sh)
 #   make install    install the library, header, pkg-config file, tool, man page and docs (PREFIX,
 #                   DESTDIR); make uninstall removes them; `pip install .` installs the Python package
-#   make fuzz       build the importer's libFuzzer target (clang) into build/fuzz/
+#   make phase-timing  a diagnostic library that times each part of a stack capture (TSC ticks in
+#                   memsnap.stack_counters()), into build/timing/ (tests/gpu/phase_timing.py)
 #
 # Dependencies come from the distribution by package name through pkg-config: libunwind,
 # sqlite3, libcjson, zlib; and the CUDA toolkit's headers (CUDA_HOME, default /usr/local/cuda).
@@ -52,7 +53,7 @@ TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/
   $(BUILD)/tests/libbench_stacks.so
 SAMPLES := $(BUILD)/samples/train_loop
 
-.PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench regen-golden install uninstall
+.PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall
 all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/libmemsnap_intercept.so $(BUILD)/memsnap
 
 check-deps:
@@ -215,6 +216,14 @@ deps:
 # the toolkit has nvcc; for the H100 and H200: sm_90, with PTX for newer GPUs).
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 RUN_STATIC := $(if $(wildcard $(NVCC)),$(BUILD)/run_static)
+# The diagnostic library: MSI_PHASE_TIMING adds the TSC ticks of each part of the captures to the
+# stack counters (recorder/stacks.c), at the cost of the clock reads. Built in build-timing/, then
+# copied into build/timing/ so that a GPU run carries it with build/ (its libraries from build/:
+# LD_LIBRARY_PATH).
+phase-timing:
+	@$(MAKE) --no-print-directory BUILD=build-timing EXTRA_CFLAGS=-DMSI_PHASE_TIMING build-timing/libmemsnap.so
+	@mkdir -p $(BUILD)/timing && cp build-timing/libmemsnap.so $(BUILD)/timing/libmemsnap.so
+
 gpu-bench: all $(BUILD)/bench_alloc $(RUN_STATIC)
 $(BUILD)/run_static: tests/gpu/run_static.cu
 	$(NVCC) -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o $@ $<

@@ -226,17 +226,40 @@ enum {
   SC_GIL_TAKEN,      /* captures that took the GIL themselves */
   SC_GIL_HELPER,     /* captures that asked gil_helper.c's thread */
   SC_PAIRS_LOCKED,   /* stack ids looked up under the tables' lock */
+#ifdef MSI_PHASE_TIMING
+  /* A diagnostic build's (make phase-timing): the TSC ticks each part of the captures took. */
+  SC_TICKS_CAPTURE,        /* whole captures (msi_stack_capture_from) */
+  SC_TICKS_NATIVE,         /* native parts */
+  SC_TICKS_PYTHON_PRESENT, /* asking the interpreter for the thread's state and the GIL */
+  SC_TICKS_PYTHON_READ,    /* reading the frames (pyframes.c) */
+  SC_TICKS_PYTHON_NODES,   /* comparing them with the previous capture's, their nodes */
+  SC_TICKS_PAIR,           /* the stack id of the native and Python parts */
+#endif
   SC_COUNT
 };
 static const char *const counter_names[] = {"captures",       "native_cached", "native_locked",
                                             "python_records", "python_api",    "python_same",
                                             "python_locked",  "gil_taken",     "gil_helper",
-                                            "pairs_locked"};
+                                            "pairs_locked",
+#ifdef MSI_PHASE_TIMING
+                                            "ticks_capture", "ticks_native", "ticks_python_present",
+                                            "ticks_python_read", "ticks_python_nodes", "ticks_pair",
+#endif
+};
 _Static_assert(sizeof counter_names / sizeof *counter_names == SC_COUNT, "a name for each counter");
 /* Only the thread itself (or gil_helper.c's thread while it waits) adds to its counters; relaxed
  * atomics (plain moves) because memsnap_stack_counters reads them from another thread. */
 #define COUNT(t, which) \
   ((t) ? __atomic_store_n(&(t)->count[which], (t)->count[which] + 1, __ATOMIC_RELAXED) : (void)0)
+#ifdef MSI_PHASE_TIMING
+#include <x86intrin.h>
+#define PHASE_START() __rdtsc()
+#define PHASE_ADD(t, which, since) \
+  ((t) ? __atomic_store_n(&(t)->count[which], (t)->count[which] + (__rdtsc() - (since)), __ATOMIC_RELAXED) : (void)0)
+#else
+#define PHASE_START() 0
+#define PHASE_ADD(t, which, since) ((void)(since))
+#endif
 
 typedef struct thread_stacks {
   unsigned generation;        /* tables_generation the caches below were filled under */
@@ -435,7 +458,10 @@ static uint32_t python_node_of(const msi_python *py, thread_stacks *t, void *ts,
   const struct python_frames *prev = t ? &t->py[t->py_prev] : NULL;
   uint64_t *w = next->words;
   uint32_t *nodes = next->nodes;
+  uint64_t phase = PHASE_START();
   int n = reference ? -1 : msi_pyframes_read(ts, w, MAX_PYTHON, held == 1), gil = 0;
+  PHASE_ADD(t, SC_TICKS_PYTHON_READ, phase);
+  phase = PHASE_START();
   bool taken = false, api = reference; /* the frames come from the C API */
   if (n < 0) { /* the C API, with the GIL */
     if (held == PYTHON_ELSEWHERE) return PYTHON_NEEDS_GIL;
@@ -483,6 +509,7 @@ static uint32_t python_node_of(const msi_python *py, thread_stacks *t, void *ts,
     }
   }
   if (taken) py->GILState_Release(gil);
+  PHASE_ADD(t, SC_TICKS_PYTHON_NODES, phase);
   return node;
 }
 
@@ -506,7 +533,9 @@ static void python_job_run(void *arg) {
 static __attribute__((noinline)) uint32_t python_part(thread_stacks *t, bool may_take, bool reference) {
   const msi_python *py = msi_python_api();
   void *ts = NULL;
+  uint64_t phase = PHASE_START();
   int held = python_present(py, &ts, may_take);
+  PHASE_ADD(t, SC_TICKS_PYTHON_PRESENT, phase);
   if (held < 0) return 0;
   uint32_t node = python_node_of(py, t, ts, held, reference);
   if (node != PYTHON_NEEDS_GIL) return node;
@@ -535,9 +564,14 @@ static inline uint32_t stack_id(thread_stacks *t, uint32_t native, uint32_t pyth
 
 static inline __attribute__((always_inline)) uint32_t capture(thread_stacks *t, int mode, uint64_t entry,
                                                               uint64_t first_pc, bool may_take_gil, bool reference) {
+  uint64_t phase = PHASE_START();
   uint32_t native = (mode & MSI_STACKS_NATIVE) ? native_part(t, entry, first_pc, reference) : 0;
+  PHASE_ADD(t, SC_TICKS_NATIVE, phase);
   uint32_t python = (mode & MSI_STACKS_PYTHON) ? python_part(t, may_take_gil, reference) : 0;
-  return stack_id(t, native, python);
+  phase = PHASE_START();
+  uint32_t id = stack_id(t, native, python);
+  PHASE_ADD(t, SC_TICKS_PAIR, phase);
+  return id;
 }
 
 /* MEMSNAP_TEST_STACKS: 0 normal, 1 reference, 2 check. */
@@ -584,12 +618,14 @@ uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil) {
   __asm__("" : "+r"(slot)); /* one look-up of the thread's storage: kept, not computed again */
   if (mode == MSI_STACKS_NONE || slot->in_capture) return 0;
   slot->in_capture = 1;
+  uint64_t phase = PHASE_START();
   thread_stacks *t = thread_state(slot);
   COUNT(t, SC_CAPTURES);
   uint64_t entry = (uint64_t)(uintptr_t)__builtin_return_address(0);
   uint32_t id = MSI_LIKELY(!test_mode) ? capture(t, mode, entry, first_pc, may_take_gil, false)
                 : test_mode == 1     ? capture(t, mode, entry, first_pc, may_take_gil, true)
                                      : capture_checked(t, mode, entry, first_pc, may_take_gil);
+  PHASE_ADD(t, SC_TICKS_CAPTURE, phase);
   slot->in_capture = 0;
   return id;
 }
@@ -601,8 +637,13 @@ uint32_t msi_stack_capture_for_free(uint64_t first_pc, bool may_take_gil) {
 int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity) {
   if (capacity < 0 || (capacity > 0 && !values)) return -1;
   /* the threads' counters, then unwind.c's walks and pyframes.c's choice of reader */
+#ifdef MSI_PHASE_TIMING
+  static const char *const process_names[] = {"native_walked", "native_libunwind", "python_reader", "ticks_per_us"};
+  enum { N = SC_COUNT + 4 };
+#else
   static const char *const process_names[] = {"native_walked", "native_libunwind", "python_reader"};
   enum { N = SC_COUNT + 3 };
+#endif
   uint64_t sum[N];
   pthread_mutex_lock(&stack_lock);
   memcpy(sum, exited_counts, sizeof exited_counts);
@@ -614,6 +655,15 @@ int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity) {
   sum[SC_COUNT] = walked;
   sum[SC_COUNT + 1] = fell_back;
   sum[SC_COUNT + 2] = (uint64_t)(int64_t)msi_pyframes_reader();
+#ifdef MSI_PHASE_TIMING
+  { /* the TSC's rate, over 5 ms of the monotonic clock */
+    uint64_t ns0 = msi_now_ns(), t0 = __rdtsc();
+    struct timespec nap = {0, 5000000};
+    nanosleep(&nap, NULL);
+    uint64_t ns1 = msi_now_ns(), t1 = __rdtsc();
+    sum[SC_COUNT + 3] = ns1 > ns0 ? (t1 - t0) * 1000 / (ns1 - ns0) : 0;
+  }
+#endif
   int n = capacity < N ? capacity : N;
   for (int i = 0; i < n; i++) {
     values[i] = sum[i];
