@@ -110,6 +110,38 @@ check("parity: without memsnap's answers a bare pluggable allocator refuses the 
       {"memory_allocated", "memory_stats keys", "_record_memory_history + _snapshot",
        "set/get_per_process_memory_fraction"} <= set(refused), refused)
 
+# caching_allocator_enable(False) and PYTORCH_NO_CUDA_MEMORY_CACHING: PyTorch's own allocator turns
+# its cache off; a pluggable allocator is never told, so memsnap says so instead of nothing
+WARN = r"""
+import os, sys, warnings
+warnings.simplefilter("always")
+import memsnap
+with warnings.catch_warnings(record=True) as at_enable:
+    memsnap.enable()
+import torch
+torch.cuda.init()
+with warnings.catch_warnings(record=True) as on:
+    torch.cuda.memory.caching_allocator_enable(True)
+with warnings.catch_warnings(record=True) as off:
+    torch.cuda.memory.caching_allocator_enable(False)
+x = torch.empty(1 << 20, device="cuda")
+print(len(at_enable), len(on), len(off), str(off[0].message) if off else "", off[0].filename if off else "",
+      torch.cuda.memory_allocated() >= 1 << 20)
+"""
+for no_cache in ("", "1"):
+    wenv = dict(env, PYTHONPATH=os.pathsep.join([fake, os.path.join(tests, "..", "recorder", "python")]),
+                PYTORCH_NO_CUDA_MEMORY_CACHING=no_cache)
+    w = subprocess.run([sys.executable, "-c", WARN], env=wenv, capture_output=True, text=True, timeout=60)
+    fields = w.stdout.split()
+    if not no_cache:
+        check("caching_allocator_enable: True is quiet; False warns that memsnap keeps caching (not silently "
+              "ignored), from the caller's line; memory still counted",
+              w.returncode == 0 and fields[:3] == ["0", "0", "1"] and "has no effect under memsnap" in w.stdout
+              and fields[-1] == "True" and "<string>" in w.stdout, w.stdout + w.stderr[-1500:])
+    else:
+        check("PYTORCH_NO_CUDA_MEMORY_CACHING=1: memsnap.enable() warns that it has no effect",
+              w.returncode == 0 and fields[:1] == ["1"], w.stdout + w.stderr[-1500:])
+
 # ---- what the answers are built from, on the simulated device -----------------------------------
 os.environ.update(MEMSNAP_BACKEND="sim", MEMSNAP_SIM_CAPACITY="1G", MEMSNAP_SIM_DEVICES="2",
                   MEMSNAP_EXPANDABLE_SEGMENTS="1", PYTORCH_CUDA_ALLOC_CONF="")

@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import itertools
 import os
+import warnings
 
 _builtin_range = builtins.range  # the module defines memsnap.range (a context manager)
 
@@ -623,6 +624,10 @@ def enable(path=None):
     # is not touched (PyTorch initialises it at the first tensor), so a parent that never uses it
     # can still fork children that do
     lib.memsnap_read_options()
+    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"):
+        warnings.warn("memsnap: PYTORCH_NO_CUDA_MEMORY_CACHING has no effect under memsnap's allocator: memory "
+                      "stays cached, counted and recorded (see memsnap's docs/pytorch.md)", RuntimeWarning,
+                      stacklevel=2)
     _hide_backend_key()
     allocator = torch.cuda.memory.CUDAPluggableAllocator(so, "memsnap_malloc", "memsnap_free")
     hooks = allocator.allocator()

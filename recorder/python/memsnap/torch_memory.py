@@ -25,6 +25,7 @@ import os
 import sqlite3
 import sys
 import tempfile
+import warnings
 
 import memsnap
 
@@ -284,6 +285,17 @@ def attach_out_of_memory_observer(observer):
     memsnap.add_oom_observer(observer)
 
 
+def caching_allocator_enable(value):
+    """torch._C._cuda_cudaCachingAllocator_enable. PyTorch's own allocator, turned off, gives each
+    tensor a cudaMalloc of its own, outside its statistics and its recorder; a pluggable allocator
+    is never told (PyTorch ignores the call), and memsnap keeps caching and recording. Turning it
+    off therefore warns, once a call, instead of doing nothing silently (docs/pytorch.md)."""
+    if not value:
+        warnings.warn("memsnap: caching_allocator_enable(False) has no effect under memsnap's allocator: memory "
+                      "stays cached, counted and recorded (PyTorch does not pass the call to a pluggable "
+                      "allocator); see memsnap's docs/pytorch.md", RuntimeWarning, stacklevel=3)
+
+
 def install(torch):
     """Puts the functions above in the place of the torch._C bindings that refuse under a
     pluggable allocator (see the top of this file)."""
@@ -297,3 +309,4 @@ def install(torch):
     c._cuda_record_memory_history = record_memory_history
     c._cuda_record_memory_history_legacy = record_memory_history_legacy
     c._cuda_attach_out_of_memory_observer = attach_out_of_memory_observer
+    c._cuda_cudaCachingAllocator_enable = caching_allocator_enable

@@ -43,6 +43,10 @@ def _cuda_cudaCachingAllocator_raw_alloc(size, stream):
     return _a().raw_alloc_with_stream(size, stream)
 
 
+def _cuda_cudaCachingAllocator_enable(value):
+    _a().enable(value)
+
+
 def _cuda_cudaCachingAllocator_raw_delete(ptr):
     _a().raw_delete(ptr)
 

@@ -79,6 +79,10 @@ class _CUDAAllocator:
     def getPoolUseCount(self, device, mempool_id):
         self._refuse("getPoolUseCount")
 
+    def enable(self, value):
+        """CUDAPluggableAllocator::enable does nothing; the native one's uncached mode is not
+        modelled (the stand-in's native allocator does not cache)."""
+
 
 class _PluggableAllocator(_CUDAAllocator):
     """torch._C._cuda_CUDAAllocator made by _cuda_customAllocator: CUDAPluggableAllocator.cpp."""

@@ -13,7 +13,8 @@ import torch
 
 from ._utils import _get_device_index
 
-__all__ = ["caching_allocator_alloc", "caching_allocator_delete", "set_per_process_memory_fraction",
+__all__ = ["caching_allocator_alloc", "caching_allocator_delete", "caching_allocator_enable",
+           "set_per_process_memory_fraction",
            "get_per_process_memory_fraction", "empty_cache", "memory_stats", "memory_stats_as_nested_dict",
            "reset_accumulated_memory_stats", "reset_peak_memory_stats", "reset_max_memory_allocated",
            "reset_max_memory_cached", "host_memory_stats", "host_memory_stats_as_nested_dict",
@@ -38,6 +39,11 @@ def caching_allocator_alloc(size, device=None, stream=None):
 
 def caching_allocator_delete(mem_ptr):
     torch._C._cuda_cudaCachingAllocator_raw_delete(mem_ptr)
+
+
+def caching_allocator_enable(value=True):
+    if _initialized():
+        torch._C._cuda_cudaCachingAllocator_enable(value)
 
 
 def set_per_process_memory_fraction(fraction, device=None):
