@@ -100,6 +100,8 @@ static void init_conds(void) {
   pthread_condattr_destroy(&a);
 }
 
+/* Its own clock read, not history.c's msi_now_ns: history.c captures stacks (stacks.c), which
+ * call this file, and the files of the recorder call down only. */
 static int64_t now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
