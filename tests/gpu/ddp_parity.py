@@ -13,9 +13,10 @@ usage: python3 ddp_parity.py [--backend nccl|gloo] [--nproc N] [--same-gpu] [--r
   (reducer buckets, broadcasts, record_stream) under memsnap on a one-GPU machine, not NCCL's
   streams.
 Prints one JSON line per rank and side (appended to $OUT/ddp.jsonl when OUT is set), then a table.
-Exit status 1 when memsnap's peak allocated or reserved takes a value that native took on no rank
-in the run (native's own peaks vary between runs under NCCL: see the end of main), or when a
-rank's losses differ between runs or sides.
+Exit status 1 when memsnap's peak allocated is neither a figure native took in the run nor one of
+them plus the model's gradients (native's own peak takes both under NCCL: see the end of main),
+when its peak reserved differs from native's for the same peak allocated, or when a rank's losses
+differ between runs or sides.
 """
 import argparse
 import json
@@ -26,6 +27,8 @@ import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MiB = 1 << 20
+LAYERS, WIDTH = 8, 4096
+GRADIENT_BYTES = LAYERS * (WIDTH * WIDTH + WIDTH) * 4  # the model's float32 gradients: 512.125 MiB
 
 
 def rank_main(side, backend, same_gpu, out_dir):
@@ -42,7 +45,7 @@ def rank_main(side, backend, same_gpu, out_dir):
     torch.cuda.set_device(dev)
     dist.init_process_group(backend, rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).cuda()
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)]).cuda()
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev])
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(1 + rank)
@@ -132,28 +135,34 @@ def main():
                 print("%4d  %-7s  %18.3f  %17.3f  %.6f" % (rank, side, r["peak_allocated"] / MiB,
                                                           r["peak_reserved"] / MiB, r["losses"][-1]))
     # Native PyTorch's own peak is not one figure under NCCL: on two H100s (run 21) a rank's
-    # peak allocated was 3141.750 MiB in most runs and 3653.875 (all gradients once more: the
-    # reducer's copy alive a moment longer, as NCCL's stream finishes) in 3 of 14 native runs.
-    # So each side's values are counted, and memsnap fails only with a value that native never
-    # took on any rank in this run.
-    def peaks(side):
-        return [r["peak_allocated"] for (rank, s), rs in rows.items() if s == side
-                for r in rs if "error" not in r]
-    nat, mem = peaks("native"), peaks("memsnap")
-    for side, vals in (("native", nat), ("memsnap", mem)):
+    # peak allocated was 3141.750 MiB in most runs and 3653.875 in 3 of 14 native runs: 512.125
+    # MiB more, the model's gradients once more (the reducer's copy still alive at the next peak,
+    # freed when NCCL's stream finishes). A figure native took in the run, or one of native's
+    # figures plus the gradients (the other state, which a short run of native may not happen to
+    # show), is native's behaviour; memsnap fails with any other. Peak reserved is compared with
+    # native's for the same peak allocated, where native had that peak in the run.
+    grads = GRADIENT_BYTES
+    def runs(side):
+        return [r for (rank, s), rs in rows.items() if s == side for r in rs if "error" not in r]
+    nat, mem = runs("native"), runs("memsnap")
+    for side, rs in (("native", nat), ("memsnap", mem)):
+        vals = [r["peak_allocated"] for r in rs]
         counts = ", ".join("%.3f MiB x%d" % (v / MiB, vals.count(v)) for v in sorted(set(vals)))
         print("%-7s peaks over all ranks and runs: %s" % (side, counts))
-    if nat and mem and set(mem) - set(nat):
-        print("memsnap's peak allocated took a value native never took: %s MiB"
-              % ", ".join("%.3f" % (v / MiB) for v in sorted(set(mem) - set(nat))))
+    allowed = set(r["peak_allocated"] for r in nat)
+    allowed |= set(v + grads for v in allowed) | set(v - grads for v in allowed)
+    odd = sorted(set(r["peak_allocated"] for r in mem) - allowed)
+    if nat and odd:
+        print("memsnap's peak allocated took a figure that is not native's: %s MiB" % ", ".join("%.3f" % (v / MiB) for v in odd))
         bad = True
-    # peak reserved likewise, and each rank's losses must be the same on both sides in every run
-    res = {side: set(r["peak_reserved"] for (rank, s), rs in rows.items() if s == side for r in rs if "error" not in r)
-           for side in ("native", "memsnap")}
-    if res["native"] and res["memsnap"] - res["native"]:
-        print("memsnap's peak reserved took a value native never took: %s MiB"
-              % ", ".join("%.3f" % (v / MiB) for v in sorted(res["memsnap"] - res["native"])))
-        bad = True
+    reserved_of = {}
+    for r in nat:
+        reserved_of.setdefault(r["peak_allocated"], set()).add(r["peak_reserved"])
+    for r in mem:
+        if r["peak_allocated"] in reserved_of and r["peak_reserved"] not in reserved_of[r["peak_allocated"]]:
+            print("rank %d: memsnap's peak reserved %.3f MiB where native's was %s MiB for the same peak allocated"
+                  % (r["rank"], r["peak_reserved"] / MiB, ", ".join("%.3f" % (v / MiB) for v in reserved_of[r["peak_allocated"]])))
+            bad = True
     for rank in range(args.nproc):
         losses = {side: set(tuple(r["losses"]) for r in rows.get((rank, side), []) if "error" not in r)
                   for side in ("native", "memsnap")}

@@ -9,6 +9,7 @@ usage: python3 peer_copy.py            prints one line per case and a table; exi
        where peer access is on.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -46,15 +47,19 @@ def main():
                 env["PYTORCH_CUDA_ALLOC_CONF"] = conf
             else:
                 env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-            p = subprocess.run([sys.executable, __file__, "--child"], env=env,
-                               capture_output=True, text=True, timeout=300)
+            try:
+                p = subprocess.run([sys.executable, __file__, "--child"], env=env,
+                                   capture_output=True, text=True, timeout=300)
+            except subprocess.TimeoutExpired:
+                p = subprocess.CompletedProcess([], 124, "", "TimeoutExpired: the child ran 300 s")
             res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
             if p.returncode == 0 and res:
                 what = res[-1][len("RESULT "):]
             else:
-                lines = p.stderr.strip().splitlines() or ["?"]
-                err = next((l for l in lines if "Error" in l), lines[-1])
-                what = "exit %d: %s" % (p.returncode, err[:160])
+                # the exception's line (PyTorch adds hints after it), else the last
+                lines = [l for l in p.stderr.strip().splitlines() if l.strip()] or ["?"]
+                err = next((l for l in reversed(lines) if re.match(r"[\w.]*(Error|Exception)\b", l.strip())), lines[-1])
+                what = "exit %d: %s" % (p.returncode, err.strip()[:200])
             good = p.returncode == 0 and res and "ok=True" in res[-1]
             if peer == "1" and not good:
                 bad = True

@@ -48,7 +48,8 @@ def child(mode, ops):
                 times[state].append((time.perf_counter() - t0) / ops * 1e6)
         stack_cost.set_recording("memsnap", torch, None)
         c1 = memsnap.stack_counters()
-        d = {k: c1[k] - c0.get(k, 0) for k in c1 if k != "ticks_per_us"}
+        d = {k: c1[k] - c0.get(k, 0) for k in c1 if k not in ("ticks_per_us", "python_reader")}  # states, not counts
+        d["python_reader"] = c1.get("python_reader")
         caps = max(d.get("captures", 0), 1)
         tpu = c1.get("ticks_per_us") or 0
         out[depth] = {"off_us": sorted(times["off"])[2], "on_us": sorted(times["on"])[2], "captures": d.get("captures", 0),
@@ -67,13 +68,17 @@ def main(argv):
         sys.exit("phase_timing: %s is missing: make phase-timing" % lib)
     env = dict(os.environ, MEMSNAP_LIB=lib)
     env["LD_LIBRARY_PATH"] = os.path.join(stack_cost.ROOT, "build") + ":" + env.get("LD_LIBRARY_PATH", "")
-    rows = []
+    rows, failed = [], False
     for mode in ("python", "all"):
-        p = subprocess.run([sys.executable, __file__, "--child", mode, str(ops)], env=env, capture_output=True,
-                           text=True, timeout=500)
+        try:
+            p = subprocess.run([sys.executable, __file__, "--child", mode, str(ops)], env=env, capture_output=True,
+                               text=True, timeout=500)
+        except subprocess.TimeoutExpired:
+            p = subprocess.CompletedProcess([], 124, "", "the child ran 500 s")
         res = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
         if not res:
             print("%s: exit %d %s" % (mode, p.returncode, p.stderr[-1500:]))
+            failed = True
             continue
         r = json.loads(res[-1][len("RESULT "):])
         rows.append(r)
@@ -90,7 +95,7 @@ def main(argv):
                 r["mode"], depth, v["off_us"], v["on_us"], v["on_us"] / v["off_us"], f("ticks_capture"),
                 f("ticks_native"), f("ticks_python_present"), f("ticks_python_read"), f("ticks_python_nodes"),
                 f("ticks_pair")))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -126,11 +126,13 @@ with warnings.catch_warnings(record=True) as off:
     torch.cuda.memory.caching_allocator_enable(False)
 x = torch.empty(1 << 20, device="cuda")
 print(len(at_enable), len(on), len(off), str(off[0].message) if off else "", off[0].filename if off else "",
-      torch.cuda.memory_allocated() >= 1 << 20)
+      str(at_enable[0].message) if at_enable else "", torch.cuda.memory_allocated() >= 1 << 20)
 """
-for no_cache in ("", "1"):
-    wenv = dict(env, PYTHONPATH=os.pathsep.join([fake, os.path.join(tests, "..", "recorder", "python")]),
-                PYTORCH_NO_CUDA_MEMORY_CACHING=no_cache)
+for no_cache in (None, "0"):
+    wenv = dict(env, PYTHONPATH=os.pathsep.join([fake, os.path.join(tests, "..", "recorder", "python")]))
+    wenv.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
+    if no_cache:
+        wenv["PYTORCH_NO_CUDA_MEMORY_CACHING"] = no_cache  # set at all turns PyTorch's cache off
     w = subprocess.run([sys.executable, "-c", WARN], env=wenv, capture_output=True, text=True, timeout=60)
     fields = w.stdout.split()
     if not no_cache:
@@ -139,8 +141,10 @@ for no_cache in ("", "1"):
               w.returncode == 0 and fields[:3] == ["0", "0", "1"] and "has no effect under memsnap" in w.stdout
               and fields[-1] == "True" and "<string>" in w.stdout, w.stdout + w.stderr[-1500:])
     else:
-        check("PYTORCH_NO_CUDA_MEMORY_CACHING=1: memsnap.enable() warns that it has no effect",
-              w.returncode == 0 and fields[:1] == ["1"], w.stdout + w.stderr[-1500:])
+        check("PYTORCH_NO_CUDA_MEMORY_CACHING set (to 0, which PyTorch also takes as set): memsnap.enable() "
+              "warns that it has no effect",
+              w.returncode == 0 and fields[:1] == ["1"] and "PYTORCH_NO_CUDA_MEMORY_CACHING has no effect" in w.stdout,
+              w.stdout + w.stderr[-1500:])
 
 # ---- what the answers are built from, on the simulated device -----------------------------------
 os.environ.update(MEMSNAP_BACKEND="sim", MEMSNAP_SIM_CAPACITY="1G", MEMSNAP_SIM_DEVICES="2",

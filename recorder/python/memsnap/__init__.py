@@ -624,7 +624,7 @@ def enable(path=None):
     # is not touched (PyTorch initialises it at the first tensor), so a parent that never uses it
     # can still fork children that do
     lib.memsnap_read_options()
-    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"):
+    if "PYTORCH_NO_CUDA_MEMORY_CACHING" in os.environ:  # PyTorch's allocator asks only whether it is set
         warnings.warn("memsnap: PYTORCH_NO_CUDA_MEMORY_CACHING has no effect under memsnap's allocator: memory "
                       "stays cached, counted and recorded (see memsnap's docs/pytorch.md)", RuntimeWarning,
                       stacklevel=2)
