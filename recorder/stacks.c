@@ -54,7 +54,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
 
@@ -250,13 +249,14 @@ static const char *const counter_names[] = {"captures",       "native_cached", "
 _Static_assert(sizeof counter_names / sizeof *counter_names == SC_COUNT, "a name for each counter");
 /* Only the thread itself (or gil_helper.c's thread while it waits) adds to its counters; relaxed
  * atomics (plain moves) because memsnap_stack_counters reads them from another thread. */
-#define COUNT(t, which) \
-  ((t) ? __atomic_store_n(&(t)->count[which], (t)->count[which] + 1, __ATOMIC_RELAXED) : (void)0)
+#define COUNT_ADD(t, which, n) \
+  ((t) ? __atomic_store_n(&(t)->count[which], (t)->count[which] + (n), __ATOMIC_RELAXED) : (void)0)
+#define COUNT(t, which) COUNT_ADD(t, which, 1)
 #ifdef MSI_PHASE_TIMING
+#include <time.h>
 #include <x86intrin.h>
 #define PHASE_START() __rdtsc()
-#define PHASE_ADD(t, which, since) \
-  ((t) ? __atomic_store_n(&(t)->count[which], (t)->count[which] + (__rdtsc() - (since)), __ATOMIC_RELAXED) : (void)0)
+#define PHASE_ADD(t, which, since) COUNT_ADD(t, which, __rdtsc() - (since))
 #else
 #define PHASE_START() 0
 #define PHASE_ADD(t, which, since) ((void)(since))

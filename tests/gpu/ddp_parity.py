@@ -141,7 +141,6 @@ def main():
     # figures plus the gradients (the other state, which a short run of native may not happen to
     # show), is native's behaviour; memsnap fails with any other. Peak reserved is compared with
     # native's for the same peak allocated, where native had that peak in the run.
-    grads = GRADIENT_BYTES
     def runs(side):
         return [r for (rank, s), rs in rows.items() if s == side for r in rs if "error" not in r]
     nat, mem = runs("native"), runs("memsnap")
@@ -150,7 +149,7 @@ def main():
         counts = ", ".join("%.3f MiB x%d" % (v / MiB, vals.count(v)) for v in sorted(set(vals)))
         print("%-7s peaks over all ranks and runs: %s" % (side, counts))
     allowed = set(r["peak_allocated"] for r in nat)
-    allowed |= set(v + grads for v in allowed) | set(v - grads for v in allowed)
+    allowed |= set(v + GRADIENT_BYTES for v in allowed) | set(v - GRADIENT_BYTES for v in allowed)
     odd = sorted(set(r["peak_allocated"] for r in mem) - allowed)
     if nat and odd:
         print("memsnap's peak allocated took a figure that is not native's: %s MiB" % ", ".join("%.3f" % (v / MiB) for v in odd))

@@ -23,7 +23,6 @@ import contextlib
 import ctypes
 import itertools
 import os
-import warnings
 
 _builtin_range = builtins.range  # the module defines memsnap.range (a context manager)
 
@@ -625,9 +624,8 @@ def enable(path=None):
     # can still fork children that do
     lib.memsnap_read_options()
     if "PYTORCH_NO_CUDA_MEMORY_CACHING" in os.environ:  # PyTorch's allocator asks only whether it is set
-        warnings.warn("memsnap: PYTORCH_NO_CUDA_MEMORY_CACHING has no effect under memsnap's allocator: memory "
-                      "stays cached, counted and recorded (see memsnap's docs/pytorch.md)", RuntimeWarning,
-                      stacklevel=2)
+        from . import torch_memory
+        torch_memory.warn_cache_kept("PYTORCH_NO_CUDA_MEMORY_CACHING", 2)
     _hide_backend_key()
     allocator = torch.cuda.memory.CUDAPluggableAllocator(so, "memsnap_malloc", "memsnap_free")
     hooks = allocator.allocator()
