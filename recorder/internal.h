@@ -598,6 +598,14 @@ void msi_unwind_keep(msi_unwind_cache *c, bool cut);
 void msi_unwind_forget(void);
 /* Captures so far that walked frames (not all were cached), and that libunwind made. */
 void msi_unwind_counts(unsigned long long *walked, unsigned long long *fell_back);
+#ifdef MSI_PHASE_TIMING
+/* The diagnostic build's: cached chains whose first frame matched and whose words were compared,
+ * those whose words held, frames stepped by walks, walks that joined the previous capture's, and
+ * the words those comparisons had to compare (a chain's from where they began; the four at a
+ * time stop at the first difference). */
+#define MSI_UNWIND_DIAG 5
+void msi_unwind_diag(unsigned long long *out);
+#endif
 /* Whether pc lies in libmemsnap's code. */
 bool msi_unwind_is_self(uint64_t pc);
 

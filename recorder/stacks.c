@@ -12,7 +12,8 @@
  *     when the thread holds the GIL, or when it released it around an op and may take it back
  *     (as PyTorch's recorder does): the GIL is then taken only to intern a frame never seen
  *     before, not to read the thread's own frames, which no other thread changes. A thread
- *     without a Python thread state (PyTorch's autograd threads) gets native frames only.
+ *     without Python frames (PyTorch's autograd threads: a thread state, no frames) gets native
+ *     frames only.
  * MEMSNAP_STACKS chooses none, native, python or all (both); MEMSNAP_CONTEXT=alloc leaves the
  * stacks of frees out (msi_stack_capture_for_free).
  *
@@ -639,8 +640,10 @@ int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity) {
   if (capacity < 0 || (capacity > 0 && !values)) return -1;
   /* the threads' counters, then unwind.c's walks and pyframes.c's choice of reader */
 #ifdef MSI_PHASE_TIMING
-  static const char *const process_names[] = {"native_walked", "native_libunwind", "python_reader", "ticks_per_us"};
-  enum { N = SC_COUNT + 4 };
+  static const char *const process_names[] = {"native_walked",     "native_libunwind",  "python_reader",
+                                              "ticks_per_us",      "chains_compared",   "chains_held",
+                                              "walk_steps",        "walks_joined",      "chain_words"};
+  enum { N = SC_COUNT + 4 + MSI_UNWIND_DIAG };
 #else
   static const char *const process_names[] = {"native_walked", "native_libunwind", "python_reader"};
   enum { N = SC_COUNT + 3 };
@@ -667,6 +670,9 @@ int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity) {
     uint64_t t1 = __rdtsc();
     uint64_t ns = (uint64_t)(c1.tv_sec - c0.tv_sec) * 1000000000ull + (uint64_t)(c1.tv_nsec - c0.tv_nsec);
     sum[SC_COUNT + 3] = ns ? (t1 - t0) * 1000 / ns : 0;
+    unsigned long long d[MSI_UNWIND_DIAG];
+    msi_unwind_diag(d);
+    for (int i = 0; i < MSI_UNWIND_DIAG; i++) sum[SC_COUNT + 4 + i] = d[i];
   }
 #endif
   int n = capacity < N ? capacity : N;

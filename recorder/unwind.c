@@ -13,7 +13,11 @@
  * against the stack, in the order a walk would read them: the walk is a function of the first
  * frame's registers (stack pointer, pc and, where some step computes its CFA from it, rbp) and
  * of the words it reads, so equal words mean the walk would find the same frames, and the
- * chain's id is returned without walking or interning anything. Otherwise the stack is walked
+ * chain's id is returned without walking or interning anything. Up to PROBES chains share a
+ * starting frame (one allocation site reached from many ops at the same depth: stacks that
+ * begin alike and differ far out); each slot keeps its chain's key and the stack word that
+ * differed when the chain last failed, so that the wrong ones are turned away with one read
+ * of the stack, without reading the chain or comparing its words up to where they differ. Otherwise the stack is walked
  * with the rules, and at each frame the chain of the thread's previous capture is tried from
  * the frame with the same stack pointer on: when only the innermost frames changed, the walk
  * stops there and the previous capture's frames (and their ids) complete it. A check reads a
@@ -49,7 +53,7 @@
 #include "internal.h"
 
 #define MAX_RAW MSI_UNWIND_MAX_RAW
-#define PROBES 8                    /* chain slots tried for one starting frame */
+#define PROBES 16                   /* chain slots tried for one starting frame */
 #define CHAIN_SLOTS 2048            /* a thread's chains at most (PyTorch: a few hundred sites a step) */
 #define CHAIN_BYTES (2u << 20)      /* a thread's chains hold at most this much, then start over */
 
@@ -70,6 +74,7 @@ enum { END_LAST, END_BADRA, END_LIMIT }; /* why a walk stopped */
 typedef struct chain {
   uint64_t entry; /* the caller's hint that keys it with frame 0's stack pointer and pc */
   uint16_t n, nstep, lib_end, nwords;
+  uint16_t miss;  /* the word that differed when its words last failed to hold: compared first */
   uint8_t end;
   bool cut;       /* its nodes name frames up to lib_end + MSI_STACK_MAX_NATIVE only (msi_native_stack) */
   uint64_t *sp, *pc, *rbp_in, *rbp_addr;
@@ -92,7 +97,12 @@ struct msi_unwind_cache {
   bool unloads_known;
   rule_slot *rules;
   size_t rules_mask, nrules;
-  chain *slots[CHAIN_SLOTS];
+  struct chain_slot {
+    chain *ch;
+    uint64_t tag;                 /* chain_tag of its first frame: compared before the chain is read */
+    uint64_t miss_at, miss_value; /* a stack word that differed when its words last failed to hold
+                                     (miss_at 0: none): compared next, before the chain is read */
+  } slots[CHAIN_SLOTS];
   chain *last;                      /* the previous capture's */
   size_t bytes;
   unsigned victim;
@@ -107,6 +117,17 @@ struct msi_unwind_cache {
 
 static _Atomic uint64_t generation = 1;
 static atomic_ullong walks, fallbacks; /* captures that walked, and that went to libunwind (slow paths) */
+#ifdef MSI_PHASE_TIMING
+/* The diagnostic build's (make phase-timing) counts of what the captures did here: msi_unwind_diag. */
+static atomic_ullong diag[MSI_UNWIND_DIAG];
+#define DIAG_ADD(which, n) atomic_fetch_add_explicit(&diag[which], (unsigned long long)(n), memory_order_relaxed)
+void msi_unwind_diag(unsigned long long *out) {
+  for (int i = 0; i < MSI_UNWIND_DIAG; i++) out[i] = atomic_load_explicit(&diag[i], memory_order_relaxed);
+}
+#else
+#define DIAG_ADD(which, n) ((void)0)
+#endif
+#define DIAG(which) DIAG_ADD(which, 1)
 
 /* ---- libmemsnap's own code --------------------------------------------------------------- */
 
@@ -145,10 +166,8 @@ static int leading_self(const uint64_t *pcs, int n) {
 /* ---- the caches ------------------------------------------------------------------------- */
 
 static void drop_chains(msi_unwind_cache *c) {
-  for (int i = 0; i < CHAIN_SLOTS; i++) {
-    free(c->slots[i]);
-    c->slots[i] = NULL;
-  }
+  for (int i = 0; i < CHAIN_SLOTS; i++) free(c->slots[i].ch);
+  memset(c->slots, 0, sizeof c->slots);
   c->last = NULL;
   c->bytes = 0;
 }
@@ -243,41 +262,68 @@ static msi_unwind_rule rule_for(msi_unwind_cache *c, uint64_t ra) {
 
 /* ---- checking a chain against the stack ------------------------------------------------- */
 
+/* A word of this thread's stack read (a chain's: its walk read it, so it stays mapped). */
+__attribute__((no_sanitize_address)) static inline bool word_differs(uint64_t at, uint64_t value) {
+  return *(const uint64_t *)(uintptr_t)at != value;
+}
+#define WORD_DIFFERS(w, k) word_differs((w)[k][0], (w)[k][1])
+
 /* Whether stepping frames j.. of `ch` would read the same words now, given that frame j starts
- * with the same registers (its rbp checked by the caller where F_DEP says it matters). Words are
- * compared four at a time, so a read may go up to three words past the first difference: all
- * lie in this thread's stack (checked when the chain was walked), which stays mapped, and some
- * may now lie in a frame's redzone: AddressSanitizer is told these reads are the unwinder's. */
-__attribute__((no_sanitize_address)) static bool words_hold(const chain *ch, int j) {
+ * with the same registers (its rbp checked by the caller where F_DEP says it matters). The word
+ * that differed the last time they did not hold is compared first: chains that begin alike
+ * (one allocation site reached from many ops) differ from one another at the same few words,
+ * often far out, and a capture may try several of them. Then words are compared four at a time,
+ * so a read may go up to three words past the first difference: all lie in this thread's stack
+ * (checked when the chain was walked), which stays mapped, and some may now lie in a frame's
+ * redzone: AddressSanitizer is told these reads are the unwinder's. */
+__attribute__((no_sanitize_address)) static bool words_hold(chain *ch, int j) {
   const uint64_t(*w)[2] = ch->words;
-  int k = ch->wstart[j], n = ch->nwords;
+  int k = ch->wstart[j], n = ch->nwords, m = ch->miss;
+  if (m >= k && m < n && WORD_DIFFERS(w, m)) return false;
+  DIAG_ADD(4, n - k);
   for (; k + 4 <= n; k += 4)
     if ((*(const uint64_t *)(uintptr_t)w[k][0] ^ w[k][1]) | (*(const uint64_t *)(uintptr_t)w[k + 1][0] ^ w[k + 1][1]) |
         (*(const uint64_t *)(uintptr_t)w[k + 2][0] ^ w[k + 2][1]) | (*(const uint64_t *)(uintptr_t)w[k + 3][0] ^ w[k + 3][1]))
+      break;
+  for (; k < n; k++)
+    if (WORD_DIFFERS(w, k)) {
+      ch->miss = (uint16_t)k;
       return false;
-  uint64_t diff = 0;
-  for (; k < n; k++) diff |= *(const uint64_t *)(uintptr_t)w[k][0] ^ w[k][1];
-  return diff == 0;
+    }
+  return true;
 }
 
-static size_t chain_hash(uint64_t sp, uint64_t ip, uint64_t entry) {
-  return (size_t)(((sp >> 3) ^ (ip + entry) * 0x9e3779b97f4a7c15ull) * 0xff51afd7ed558ccdull >> 40);
+/* A chain's key, from its first frame; its slots are tried from SLOT_OF(tag) on. */
+static uint64_t chain_tag(uint64_t sp, uint64_t ip, uint64_t entry) {
+  return ((sp >> 3) ^ (ip + entry) * 0x9e3779b97f4a7c15ull) * 0xff51afd7ed558ccdull;
 }
+#define SLOT_OF(tag, p) ((((size_t)((tag) >> 40)) + (size_t)(p)) & (CHAIN_SLOTS - 1))
 
 /* The cached chain that starts with these registers and whose words still hold, or NULL. A
  * chain found is moved to the first slot tried, ahead of chains from the same frame that no
- * longer hold (a function called from another place at the same depth). */
+ * longer hold (a function called from another place at the same depth). Many chains may start
+ * alike (one allocation site reached from many ops): a slot's tag and the word that differed
+ * when its chain last failed turn most of them away without reading the chain (another cache
+ * line or several each, cold when the program did much between two captures). */
 static chain *find_chain(msi_unwind_cache *c, uint64_t entry, uint64_t sp, uint64_t ip, uint64_t rbp) {
-  size_t h = chain_hash(sp, ip, entry);
+  uint64_t tag = chain_tag(sp, ip, entry);
   for (int p = 0; p < PROBES; p++) {
-    chain **slot = &c->slots[(h + (size_t)p) & (CHAIN_SLOTS - 1)], *ch = *slot;
-    if (!ch) continue;
+    struct chain_slot *s = &c->slots[SLOT_OF(tag, p)];
+    chain *ch = s->ch;
+    if (!ch || s->tag != tag || (s->miss_at && word_differs(s->miss_at, s->miss_value))) continue;
     if (ch->sp[0] != sp || ch->pc[0] != ip || ch->entry != entry) continue;
     if ((ch->flags[0] & F_DEP) && ch->rbp_in[0] != rbp) continue;
-    if (!words_hold(ch, 0)) continue;
+    DIAG(0);
+    if (!words_hold(ch, 0)) {
+      s->miss_at = ch->words[ch->miss][0];
+      s->miss_value = ch->words[ch->miss][1];
+      continue;
+    }
+    DIAG(1);
     if (p) {
-      *slot = c->slots[h & (CHAIN_SLOTS - 1)];
-      c->slots[h & (CHAIN_SLOTS - 1)] = ch;
+      struct chain_slot first = c->slots[SLOT_OF(tag, 0)];
+      c->slots[SLOT_OF(tag, 0)] = *s;
+      *s = first;
     }
     return ch;
   }
@@ -317,6 +363,7 @@ static bool walk(msi_unwind_cache *c, uint64_t sp, uint64_t ip, uint64_t rbp) {
           nstep = i + prev->nstep - j;
           end = prev->end;
           taken = i;
+          DIAG(3);
           break;
         }
         prev = NULL; /* this frame differs: nothing further out can be the previous one's */
@@ -337,6 +384,7 @@ static bool walk(msi_unwind_cache *c, uint64_t sp, uint64_t ip, uint64_t rbp) {
       rbp = *(const volatile uint64_t *)(uintptr_t)rbp_addr;
     }
     if (ra == ip && cfa == sp) return false; /* libunwind calls it a bad frame and starts over */
+    DIAG(2);
     c->flags[i] = rule.flags;
     c->rbp_addr[i] = rbp_addr;
     c->node[i] = 0;
@@ -390,6 +438,7 @@ void msi_unwind_keep(msi_unwind_cache *c, bool cut) {
   ch->nstep = (uint16_t)c->nstep;
   ch->lib_end = (uint16_t)c->lib_end;
   ch->nwords = (uint16_t)nwords;
+  ch->miss = 0;
   ch->end = (uint8_t)c->end;
   ch->cut = cut;
   ch->bytes = bytes;
@@ -418,17 +467,18 @@ void msi_unwind_keep(msi_unwind_cache *c, bool cut) {
     }
   }
   ch->wstart[c->nstep] = (uint16_t)k;
-  size_t h = chain_hash(ch->sp[0], ch->pc[0], c->entry), slot = SIZE_MAX;
+  uint64_t tag = chain_tag(ch->sp[0], ch->pc[0], c->entry);
+  size_t slot = SIZE_MAX;
   for (int p = 0; p < PROBES && slot == SIZE_MAX; p++)
-    if (!c->slots[(h + (size_t)p) & (CHAIN_SLOTS - 1)]) slot = (h + (size_t)p) & (CHAIN_SLOTS - 1);
+    if (!c->slots[SLOT_OF(tag, p)].ch) slot = SLOT_OF(tag, p);
   if (slot == SIZE_MAX) { /* all taken: one of them goes, in turn */
-    slot = (h + c->victim++ % PROBES) & (CHAIN_SLOTS - 1);
-    chain *old = c->slots[slot];
+    slot = SLOT_OF(tag, c->victim++ % PROBES);
+    chain *old = c->slots[slot].ch;
     if (old == c->last) c->last = NULL;
     c->bytes -= old->bytes;
     free(old);
   }
-  c->slots[slot] = ch;
+  c->slots[slot] = (struct chain_slot){ch, tag, 0, 0};
   c->bytes += bytes;
   c->last = ch;
 }

@@ -22,6 +22,11 @@ table last:
           allocator: not recording, its recorder with stacks="all"):
           the ratios to not recording within a process, which a process's placement on the host
           (docs/BENCHMARKS.md: processes are bimodal, each for its life) moves for both sides
+  gpt2ab  GPT-2 steps with memsnap's recording turned off and on inside one process, blocks of
+          10 steps taking turns (ms per step by mode)
+  gpt2pairs  the same in 30 rounds of 2-step blocks (not recording, all stacks, all stacks with
+          context="alloc", native stacks): each round's ratio to its block not recording
+          (quartiles over the rounds) and memsnap's captures a step (compare_builds.py runs it)
   check   memsnap with MEMSNAP_TEST_STACKS=check on both workloads (a few hundred ops and two
           GPT-2 steps): every capture is made the new way and the way before (unw_backtrace, the
           C API) and compared; prints how many differ (must be 0) and how many walks fell back
@@ -202,9 +207,8 @@ def ab_work(torch, allocator):
             "facts": facts_delta(f0, process_facts())}
 
 
-def gpt2_work(torch, quick, toggle=None):
-    """ms per step (median of 5 blocks of 10 steps); with toggle (allocator, modes), the blocks
-    take turns between the recording modes inside this process: ms per step by mode."""
+def gpt2_step(torch):
+    """A GPT-2 small training step (the model and optimizer made here): the function that makes one."""
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -218,7 +222,15 @@ def gpt2_work(torch, quick, toggle=None):
         opt.zero_grad(set_to_none=True)
         model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
+    return step
 
+
+def gpt2_work(torch, quick, toggle=None, rounds=5, steps=10):
+    """ms per step (median of `rounds` blocks of `steps` steps); with toggle (allocator, modes),
+    the blocks take turns between the recording modes inside this process: ms per step by mode
+    (medians), and each mode's ratio to the first mode's block of the same round (median and
+    quartiles over the rounds) with memsnap's captures a step."""
+    step = gpt2_step(torch)
     for _ in range(2 if quick else 8):
         step()
     torch.cuda.synchronize()
@@ -226,32 +238,47 @@ def gpt2_work(torch, quick, toggle=None):
         return {}
     modes = toggle[1] if toggle else [None]
     times = {str(m): [] for m in modes}
-    for _ in range(5):
+    deltas = {str(m): [] for m in modes}
+    for _ in range(rounds):
         for m in modes:
             if toggle:
                 set_recording(toggle[0], torch, m)
                 step()  # the mode's first step outside the timing
             torch.cuda.synchronize()
+            c0 = counters(toggle[0] if toggle else "native")
             t0 = time.perf_counter()
-            for _ in range(10):
+            for _ in range(steps):
                 step()
             torch.cuda.synchronize()
-            times[str(m)].append((time.perf_counter() - t0) / 10 * 1e3)
+            times[str(m)].append((time.perf_counter() - t0) / steps * 1e3)
+            deltas[str(m)].append(counter_delta(c0, counters(toggle[0] if toggle else "native")))
     if not toggle:
         return {"ms": statistics.median(times["None"])}
     set_recording(toggle[0], torch, None)
-    return {"ms_by_mode": {m: statistics.median(v) for m, v in times.items()}}
+    first = str(modes[0])
+
+    def quartiles(v):
+        v = sorted(v)
+        return [v[len(v) // 4], statistics.median(v), v[(3 * len(v)) // 4]]
+
+    caps = {m: counter_sum(v) for m, v in deltas.items()}
+    return {"ms_by_mode": {m: statistics.median(v) for m, v in times.items()},
+            "ratio_quartiles": {m: quartiles([a / b for a, b in zip(v, times[first])]) for m, v in times.items()},
+            "captures_per_step": {m: (c["captures"] / (rounds * steps) if c else 0) for m, c in caps.items()},
+            "python_per_step": {m: (c["python_records"] / (rounds * steps) if c else 0) for m, c in caps.items()}}
 
 
 def child(argv):
     if hasattr(os, "sched_setaffinity"):  # one core for every case: the host's cores differ
         os.sched_setaffinity(0, {int(os.environ.get("BENCH_CPU", "5")) % os.cpu_count()})
     case, allocator, stacks = argv[0], argv[1], (None if argv[2] == "none" else argv[2])
-    torch = start(allocator, None if case in ("ab", "gpt2ab") else stacks)
+    torch = start(allocator, None if case in ("ab", "gpt2ab", "gpt2pairs") else stacks)
     if case == "ab":
         result = ab_work(torch, allocator)
     elif case == "gpt2ab":
         result = gpt2_work(torch, False, (allocator, (None, "all")))
+    elif case == "gpt2pairs":  # many short blocks: each round's ratio to not recording
+        result = gpt2_work(torch, False, (allocator, (None, "all", "all-alloc", "native")), 30, 2)
     elif case == "check":  # both workloads, briefly, in one process
         empty_work(torch, True)
         gpt2_work(torch, True)

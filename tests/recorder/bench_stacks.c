@@ -6,12 +6,15 @@
  * bench_stacks_pairs() tests/recorder/bench_stacks.py calls through ctypes from a Python
  * function DEPTH calls deep (Python frames).
  *
- * usage: bench_stacks [ITERS [DEPTH...]]
+ * usage: bench_stacks [--callers N] [ITERS [DEPTH...]]
  *   prints one line per depth: "depth D  off X  none X  native X  python X  all X" in ns per
  *   pair (the median of REPS repetitions; within a repetition the modes take turns, so a drift
  *   of the machine's speed moves them together). "off" is not recording; the others record with
  *   MEMSNAP_STACKS set to that mode. Depth counts the benchmark's own frames between main and
- *   the function that allocates (main and libc's start add four more).
+ *   the function that allocates (main and libc's start add four more). With --callers N the
+ *   pairs are made at one site, 10 calls below one of N caller functions taken in turn (one
+ *   allocation path under many ops, as PyTorch's): N stacks that begin alike and differ far
+ *   out; depth then counts the frames above the callers.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,9 +43,36 @@ __attribute__((noipa)) double bench_stacks_pairs(long iters) {
   return (double)(now_ns() - t0) / (double)iters;
 }
 
-/* Calls bench_stacks_pairs `depth` - 1 frames further down. */
+/* --callers: one pair at the end of a common path, from one of NCALLERS callers. */
+static __attribute__((noipa)) void common_path(int depth) {
+  if (depth > 1) common_path(depth - 1);
+  else {
+    void *p = memsnap_malloc(512, 0, NULL);
+    memsnap_free(p, 512, 0, NULL);
+  }
+  __asm__ volatile("" ::: "memory");
+}
+#define CALLER(i) \
+  static __attribute__((noipa)) void caller_##i(void) { \
+    common_path(10); \
+    __asm__ volatile("" ::: "memory"); \
+  }
+CALLER(0) CALLER(1) CALLER(2) CALLER(3) CALLER(4) CALLER(5) CALLER(6) CALLER(7) CALLER(8) CALLER(9) CALLER(10)
+CALLER(11) CALLER(12) CALLER(13) CALLER(14) CALLER(15)
+static void (*const callers[])(void) = {caller_0, caller_1, caller_2,  caller_3,  caller_4,  caller_5,  caller_6,  caller_7,
+                                        caller_8, caller_9, caller_10, caller_11, caller_12, caller_13, caller_14, caller_15};
+enum { NCALLERS = sizeof callers / sizeof callers[0] };
+static int ncallers; /* 0: bench_stacks_pairs */
+
+static __attribute__((noipa)) double sites_pairs(long iters) {
+  uint64_t t0 = now_ns();
+  for (long i = 0; i < iters; i++) callers[i % ncallers]();
+  return (double)(now_ns() - t0) / (double)iters;
+}
+
+/* Calls bench_stacks_pairs (or sites_pairs) `depth` - 1 frames further down. */
 static __attribute__((noipa)) double descend(int depth, long iters) {
-  double r = depth > 1 ? descend(depth - 1, iters) : bench_stacks_pairs(iters);
+  double r = depth > 1 ? descend(depth - 1, iters) : ncallers ? sites_pairs(iters) : bench_stacks_pairs(iters);
   __asm__ volatile("" ::: "memory"); /* not a tail call: keep this frame */
   return r;
 }
@@ -69,6 +99,15 @@ static double run_mode(const char *mode, int depth, long iters) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "--callers") == 0) {
+    ncallers = atoi(argv[2]);
+    if (ncallers < 1 || ncallers > NCALLERS) {
+      fprintf(stderr, "bench_stacks: --callers takes 1 to %d\n", NCALLERS);
+      return 2;
+    }
+    argc -= 2;
+    argv += 2;
+  }
   long iters = argc > 1 ? atol(argv[1]) : 1000000;
   int depths[16] = {5, 30, 100}, ndepths = 3;
   if (argc > 2) {

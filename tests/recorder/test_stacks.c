@@ -13,7 +13,8 @@
  * The snapshot's stacks at known depths are also checked frame by frame: pair_here, then `deep`
  * exactly d times, then its caller, for d = 1, 5, 30, 100, and 128 frames at most (d = 148).
  * The workload is what could make a cache lie: recursion from 1 to 150 frames deep (past the
- * 136 frames walked), two call sites taking turns at one depth, frames of variable size
+ * 136 frames walked), two call sites taking turns at one depth, one site reached from twelve
+ * and twenty callers in turn (stacks that begin alike and differ far out), frames of variable size
  * (alloca: the CFA from rbp), with a frame pointer and realigned (where only rbp tells two
  * stacks apart), threads, an allocation from a signal
  * handler on the thread's stack and on an alternate one (the signal frame goes to libunwind),
@@ -74,6 +75,31 @@ static __attribute__((noipa)) void turns(int depth, int n) {
     }
   }
   __asm__ volatile("" ::: "memory");
+}
+
+/* One site reached from many callers at the same depth (PyTorch: one allocation path under many
+ * ops): the stacks start alike and differ only far out; twelve take turns (unwind.c keeps 16
+ * chains a starting frame, PROBES), then twenty once (more than it keeps). */
+static __attribute__((noipa)) void common_path(int depth) {
+  if (depth > 1) common_path(depth - 1);
+  else pair_here(768);
+  __asm__ volatile("" ::: "memory");
+}
+#define CALLER(i) \
+  static __attribute__((noipa)) void caller_##i(int depth) { \
+    common_path(depth); \
+    __asm__ volatile("" ::: "memory"); \
+  }
+CALLER(0) CALLER(1) CALLER(2) CALLER(3) CALLER(4) CALLER(5) CALLER(6) CALLER(7) CALLER(8) CALLER(9) CALLER(10)
+CALLER(11) CALLER(12) CALLER(13) CALLER(14) CALLER(15) CALLER(16) CALLER(17) CALLER(18) CALLER(19)
+static void (*const callers[])(int) = {caller_0,  caller_1,  caller_2,  caller_3,  caller_4,  caller_5,  caller_6,
+                                       caller_7,  caller_8,  caller_9,  caller_10, caller_11, caller_12, caller_13,
+                                       caller_14, caller_15, caller_16, caller_17, caller_18, caller_19};
+enum { NCALLERS = sizeof callers / sizeof callers[0] };
+static void many_callers(void) {
+  for (int round = 0; round < 6; round++) /* twelve in turn, at two depths */
+    for (int i = 0; i < 12; i++) callers[(i * 5 + round) % 12](round < 3 ? 10 : 2);
+  for (int i = 0; i < NCALLERS; i++) callers[i](4); /* more than the slots hold: some go */
 }
 
 /* A frame whose size changes from call to call: its CFA comes from rbp. */
@@ -188,6 +214,7 @@ static void workload(bool threads) {
   for (int rep = 0; rep < 3; rep++) {
     for (int d = 1; d <= 150; d += (d < 20 ? 1 : 7)) deep(d, 512 + (size_t)d);
     turns(12, 20);
+    many_callers();
     for (int n = 1; n < 8; n++) with_frame_pointer(n);
     alloc_for_caller();
     for (int k = 0; k < 3; k++) { /* the same cut stack, from the library's frames and from the caller */

@@ -1,0 +1,91 @@
+"""compare_builds.py: several builds of libmemsnap.so timed on the GPU machine in one run, the
+builds taking turns (issue 26: a change to the capture measured against the build before it).
+
+For each build, REPS times in turn: stack_cost.py's `ab` process (the torch.empty + del loop at
+Python depths 5, 30 and 100, recording modes taking turns inside the process: each mode's ratio
+to not recording) and its `gpt2pairs` process (GPT-2 small training steps, blocks of 2 steps
+taking turns between not recording, all stacks, all stacks with context="alloc" and native
+stacks, 30 rounds: each round's ratio to not recording); then, where the build has a diagnostic
+library beside it (DIR/timing/libmemsnap.so, `make phase-timing`), phase_timing.py --gpt2 with it.
+Prints one table, the medians over the processes, last; raw results to $OUT/compare_builds.json.
+
+usage: python3 tests/gpu/compare_builds.py [--reps N] [--budget SECONDS] [--cases ab,gpt2pairs,phase]
+                                          NAME=DIR [NAME=DIR...]
+       DIR holds a libmemsnap.so (its libunwind, cJSON, SQLite found through LD_LIBRARY_PATH or
+       beside it: tests/gpu/prepare.sh puts them in build/, which this script puts first on
+       LD_LIBRARY_PATH).
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import stack_cost  # noqa: E402
+
+OUT = os.environ.get("OUT") or "/tmp"
+
+
+def main(argv):
+    reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 3
+    budget = float(argv[argv.index("--budget") + 1]) if "--budget" in argv else 480.0
+    cases = argv[argv.index("--cases") + 1].split(",") if "--cases" in argv else ["ab", "gpt2pairs", "phase"]
+    builds = [a.split("=", 1) for a in argv[1:] if "=" in a]
+    if not builds:
+        sys.exit(__doc__)
+    for name, d in builds:
+        if not os.path.exists(os.path.join(d, "libmemsnap.so")):
+            sys.exit("compare_builds: %s has no libmemsnap.so" % d)
+    os.environ["LD_LIBRARY_PATH"] = os.path.join(stack_cost.ROOT, "build") + ":" + os.environ.get("LD_LIBRARY_PATH", "")
+    began = time.monotonic()
+    results = {name: {"ab": [], "gpt2pairs": [], "phase": None} for name, _ in builds}
+    for rep in range(reps):
+        if rep and time.monotonic() - began > budget:
+            print("budget of %.0f s spent after %d repetitions" % (budget, rep), flush=True)
+            break
+        order = builds[rep % len(builds):] + builds[:rep % len(builds)]
+        for name, d in order:
+            env = {"MEMSNAP_LIB": os.path.abspath(os.path.join(d, "libmemsnap.so"))}
+            for case in [c for c in ("ab", "gpt2pairs") if c in cases]:
+                r = stack_cost.run(case, "memsnap", None, env)
+                results[name][case].append(r)
+                brief = r.get("error", "")[-300:] or (
+                    {m: {k: round(v / r["us"]["None"][k], 3) for k, v in x.items()} for m, x in r["us"].items()}
+                    if case == "ab" else {"ratio_quartiles": r["ratio_quartiles"], "ms": r["ms_by_mode"],
+                                          "captures_per_step": r["captures_per_step"]})
+                print("rep %d %-8s %-9s %s" % (rep, name, case, brief), flush=True)
+    for name, d in builds:
+        timing = os.path.join(d, "timing", "libmemsnap.so")
+        if "phase" in cases and os.path.exists(timing) and time.monotonic() - began < budget + 60:
+            p = subprocess.run([sys.executable, os.path.join(HERE, "phase_timing.py"), "--gpt2", "20000"],
+                               env=dict(os.environ, PHASE_LIB=os.path.abspath(timing), OUT=""), capture_output=True,
+                               text=True, timeout=400)
+            results[name]["phase"] = p.stdout[-4000:] + p.stderr[-1500:]
+            print("phase timing, %s:\n%s" % (name, results[name]["phase"]), flush=True)
+    with open(os.path.join(OUT, "compare_builds.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+    def med(v):
+        return statistics.median(v) if v else float("nan")
+
+    print("\nmedians over processes (ab: each process's ratio to not recording; gpt2pairs: the median round's)")
+    print("%-8s %-10s %8s %8s %8s   %-10s %8s %8s %8s" % ("build", "ab mode", "D=5", "D=30", "D=100", "gpt2 mode",
+                                                        "ratio", "ms", "caps"))
+    for name, _ in builds:
+        ab = [x for x in results[name]["ab"] if "error" not in x]
+        g = [x for x in results[name]["gpt2pairs"] if "error" not in x]
+        for i, mode in enumerate(("python", "all", "all-alloc", "native")):
+            row = [med([x["us"][mode][str(d)] / x["us"]["None"][str(d)] for x in ab]) for d in stack_cost.DEPTHS]
+            gm = mode if mode != "python" else "None"
+            gr = med([x["ratio_quartiles"][gm][1] for x in g]) if g else float("nan")
+            gms = med([x["ms_by_mode"][gm] for x in g]) if g else float("nan")
+            gc = med([x["captures_per_step"][gm] for x in g]) if g else float("nan")
+            print("%-8s %-10s %7.3fx %7.3fx %7.3fx   %-10s %7.4fx %8.2f %8.0f" % (name, mode, *row, gm, gr, gms, gc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
