@@ -320,10 +320,11 @@ static chain *find_chain(msi_unwind_cache *c, uint64_t entry, uint64_t sp, uint6
       continue;
     }
     DIAG(1);
-    if (p) {
-      struct chain_slot first = c->slots[SLOT_OF(tag, 0)];
-      c->slots[SLOT_OF(tag, 0)] = *s;
-      *s = first;
+    struct chain_slot *first = &c->slots[SLOT_OF(tag, 0)];
+    if (p && (!first->ch || first->tag == tag)) { /* another frame's chain stays in its own slots */
+      struct chain_slot t = *first;
+      *first = *s;
+      *s = t;
     }
     return ch;
   }

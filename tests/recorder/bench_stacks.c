@@ -99,8 +99,8 @@ static double run_mode(const char *mode, int depth, long iters) {
 }
 
 int main(int argc, char **argv) {
-  if (argc > 2 && strcmp(argv[1], "--callers") == 0) {
-    ncallers = atoi(argv[2]);
+  if (argc > 1 && strcmp(argv[1], "--callers") == 0) {
+    ncallers = argc > 2 ? atoi(argv[2]) : 0;
     if (ncallers < 1 || ncallers > NCALLERS) {
       fprintf(stderr, "bench_stacks: --callers takes 1 to %d\n", NCALLERS);
       return 2;

@@ -261,6 +261,33 @@ static int run_workload(const char *db) {
   return 0;
 }
 
+/* The child's part for the check that twelve stacks beginning alike stay cached: after a first
+ * turn of many_callers' twelve callers, further turns walk nothing again. Prints the walks. */
+static uint64_t counter(const char *name) {
+  const char *keys[64];
+  uint64_t values[64];
+  int n = memsnap_stack_counters(keys, values, 64);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(keys[i], name)) return values[i];
+  return UINT64_MAX;
+}
+static int run_sites(void) {
+  setenv("MEMSNAP_BACKEND", "sim", 1);
+  memsnap_record_start(0, "native");
+  uint64_t walked = 0, captures = 0;
+  for (int round = 0; round < 6; round++) { /* one call site for every turn: the first one walks */
+    if (round == 1) {
+      walked = counter("native_walked");
+      captures = counter("captures");
+    }
+    for (int i = 0; i < 12; i++) callers[(i * 5 + round) % 12](10);
+  }
+  walked = counter("native_walked") - walked;
+  captures = counter("captures") - captures;
+  printf("sites: %llu captures, %llu walked\n", (unsigned long long)captures, (unsigned long long)walked);
+  return captures == 120 && walked == 0 ? 0 : 1;
+}
+
 /* ---- the parent's checks ----------------------------------------------------------------- */
 
 /* Runs this program's workload in a child with MEMSNAP_TEST_STACKS=mode (NULL: unset), its
@@ -365,6 +392,7 @@ int main(int argc, char **argv) {
     build_dir = argv[2];
     return run_workload(argc > 3 ? argv[3] : NULL);
   }
+  if (argc > 1 && !strcmp(argv[1], "sites")) return run_sites();
   if (argc > 1) build_dir = argv[1];
   const char *base_dir = argc > 2 ? argv[2] : NULL;
   char self[1024], dir[] = "/tmp/memsnap-test-stacks-XXXXXX", err[1100], ref_db[1100], new_db[1100], base_db[1100];
@@ -392,6 +420,9 @@ int main(int argc, char **argv) {
   CHECK("check: every native stack is the one unw_backtrace gives", captures > 4000 && differ == 0);
   CHECK("check: most captures reuse a cached walk", walked * 4 < captures);
   CHECK("check: signal frames go to libunwind", fell_back > 0);
+  char sites[1200];
+  snprintf(sites, sizeof sites, "'%s' sites", self);
+  CHECK("sites: twelve stacks that begin alike, taking turns, stay cached (nothing walked again)", system(sites) == 0);
 
   CHECK("reference: the workload dumps a snapshot with libunwind's stacks", child(self, "reference", ref_db, NULL, NULL) == 0);
   CHECK("cached: the workload dumps a snapshot with the cached capture", child(self, NULL, new_db, NULL, NULL) == 0);
