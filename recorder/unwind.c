@@ -17,7 +17,8 @@
  * starting frame (one allocation site reached from many ops at the same depth: stacks that
  * begin alike and differ far out); each slot keeps its chain's key and the stack word that
  * differed when the chain last failed, so that the wrong ones are turned away with one read
- * of the stack, without reading the chain or comparing its words up to where they differ. Otherwise the stack is walked
+ * of the stack, without reading the chain or comparing its words up to where they differ.
+ * Otherwise the stack is walked
  * with the rules, and at each frame the chain of the thread's previous capture is tried from
  * the frame with the same stack pointer on: when only the innermost frames changed, the walk
  * stops there and the previous capture's frames (and their ids) complete it. A check reads a
