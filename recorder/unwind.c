@@ -75,7 +75,6 @@ enum { END_LAST, END_BADRA, END_LIMIT }; /* why a walk stopped */
 typedef struct chain {
   uint64_t entry; /* the caller's hint that keys it with frame 0's stack pointer and pc */
   uint16_t n, nstep, lib_end, nwords;
-  uint16_t miss;  /* the word that differed when its words last failed to hold: compared first */
   uint8_t end;
   bool cut;       /* its nodes name frames up to lib_end + MSI_STACK_MAX_NATIVE only (msi_native_stack) */
   uint64_t *sp, *pc, *rbp_in, *rbp_addr;
@@ -267,31 +266,25 @@ static msi_unwind_rule rule_for(msi_unwind_cache *c, uint64_t ra) {
 __attribute__((no_sanitize_address)) static inline bool word_differs(uint64_t at, uint64_t value) {
   return *(const uint64_t *)(uintptr_t)at != value;
 }
-#define WORD_DIFFERS(w, k) word_differs((w)[k][0], (w)[k][1])
 
 /* Whether stepping frames j.. of `ch` would read the same words now, given that frame j starts
- * with the same registers (its rbp checked by the caller where F_DEP says it matters). The word
- * that differed the last time they did not hold is compared first: chains that begin alike
- * (one allocation site reached from many ops) differ from one another at the same few words,
- * often far out, and a capture may try several of them. Then words are compared four at a time,
- * so a read may go up to three words past the first difference: all lie in this thread's stack
- * (checked when the chain was walked), which stays mapped, and some may now lie in a frame's
- * redzone: AddressSanitizer is told these reads are the unwinder's. */
-__attribute__((no_sanitize_address)) static bool words_hold(chain *ch, int j) {
+ * with the same registers (its rbp checked by the caller where F_DEP says it matters): -1 when
+ * they would, else the first word that differs (find_chain keeps it in the chain's slot). Words
+ * are compared four at a time, so a read may go up to three words past the first difference:
+ * all lie in this thread's stack (checked when the chain was walked), which stays mapped, and
+ * some may now lie in a frame's redzone: AddressSanitizer is told these reads are the
+ * unwinder's. */
+__attribute__((no_sanitize_address)) static int words_differ_at(const chain *ch, int j) {
   const uint64_t(*w)[2] = ch->words;
-  int k = ch->wstart[j], n = ch->nwords, m = ch->miss;
-  if (m >= k && m < n && WORD_DIFFERS(w, m)) return false;
+  int k = ch->wstart[j], n = ch->nwords;
   DIAG_ADD(4, n - k);
   for (; k + 4 <= n; k += 4)
     if ((*(const uint64_t *)(uintptr_t)w[k][0] ^ w[k][1]) | (*(const uint64_t *)(uintptr_t)w[k + 1][0] ^ w[k + 1][1]) |
         (*(const uint64_t *)(uintptr_t)w[k + 2][0] ^ w[k + 2][1]) | (*(const uint64_t *)(uintptr_t)w[k + 3][0] ^ w[k + 3][1]))
       break;
   for (; k < n; k++)
-    if (WORD_DIFFERS(w, k)) {
-      ch->miss = (uint16_t)k;
-      return false;
-    }
-  return true;
+    if (word_differs(w[k][0], w[k][1])) return k;
+  return -1;
 }
 
 /* A chain's key, from its first frame; its slots are tried from SLOT_OF(tag) on. */
@@ -315,9 +308,10 @@ static chain *find_chain(msi_unwind_cache *c, uint64_t entry, uint64_t sp, uint6
     if (ch->sp[0] != sp || ch->pc[0] != ip || ch->entry != entry) continue;
     if ((ch->flags[0] & F_DEP) && ch->rbp_in[0] != rbp) continue;
     DIAG(0);
-    if (!words_hold(ch, 0)) {
-      s->miss_at = ch->words[ch->miss][0];
-      s->miss_value = ch->words[ch->miss][1];
+    int miss = words_differ_at(ch, 0);
+    if (miss >= 0) {
+      s->miss_at = ch->words[miss][0];
+      s->miss_value = ch->words[miss][1];
       continue;
     }
     DIAG(1);
@@ -353,7 +347,7 @@ static bool walk(msi_unwind_cache *c, uint64_t sp, uint64_t ip, uint64_t rbp) {
       while (j < prev->n && prev->sp[j] < sp) j++;
       if (j < prev->n && prev->sp[j] == sp) {
         if (prev->pc[j] == ip && prev->end != END_LIMIT && !prev->cut && i + (prev->n - j) < MAX_RAW &&
-            (!(prev->flags[j] & F_DEP) || prev->rbp_in[j] == rbp) && words_hold(prev, j)) {
+            (!(prev->flags[j] & F_DEP) || prev->rbp_in[j] == rbp) && words_differ_at(prev, j) < 0) {
           int tail = prev->n - j, copied = prev->nstep - j + 1; /* prev's frames j.. become i.. */
           memcpy(&c->sp[i], &prev->sp[j], sizeof c->sp[0] * (size_t)copied);
           memcpy(&c->pc[i], &prev->pc[j], sizeof c->pc[0] * (size_t)copied);
@@ -440,7 +434,6 @@ void msi_unwind_keep(msi_unwind_cache *c, bool cut) {
   ch->nstep = (uint16_t)c->nstep;
   ch->lib_end = (uint16_t)c->lib_end;
   ch->nwords = (uint16_t)nwords;
-  ch->miss = 0;
   ch->end = (uint8_t)c->end;
   ch->cut = cut;
   ch->bytes = bytes;

@@ -77,13 +77,14 @@ def main(argv):
     for name, _ in builds:
         ab = [x for x in results[name]["ab"] if "error" not in x]
         g = [x for x in results[name]["gpt2pairs"] if "error" not in x]
-        for i, mode in enumerate(("python", "all", "all-alloc", "native")):
+        for mode in ("python", "all", "all-alloc", "native"):  # gpt2pairs has no Python-only blocks: nan
             row = [med([x["us"][mode][str(d)] / x["us"]["None"][str(d)] for x in ab]) for d in stack_cost.DEPTHS]
-            gm = mode if mode != "python" else "None"
-            gr = med([x["ratio_quartiles"][gm][1] for x in g]) if g else float("nan")
-            gms = med([x["ms_by_mode"][gm] for x in g]) if g else float("nan")
-            gc = med([x["captures_per_step"][gm] for x in g]) if g else float("nan")
-            print("%-8s %-10s %7.3fx %7.3fx %7.3fx   %-10s %7.4fx %8.2f %8.0f" % (name, mode, *row, gm, gr, gms, gc))
+            gr = med([x["ratio_quartiles"][mode][1] for x in g if mode in x["ratio_quartiles"]])
+            gms = med([x["ms_by_mode"][mode] for x in g if mode in x["ms_by_mode"]])
+            gc = med([x["captures_per_step"][mode] for x in g if mode in x["captures_per_step"]])
+            print("%-8s %-10s %7.3fx %7.3fx %7.3fx   %-10s %7.4fx %8.2f %8.0f" % (name, mode, *row, mode, gr, gms, gc))
+        gms = med([x["ms_by_mode"]["None"] for x in g])
+        print("%-8s %-10s %26s   %-10s %17.2f" % (name, "", "", "None", gms))
     return 0
 
 

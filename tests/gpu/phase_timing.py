@@ -32,6 +32,11 @@ PARTS = ["ticks_capture", "ticks_native", "ticks_python_present", "ticks_python_
          "ticks_pair"]
 
 
+def counts_between(c0, c1):
+    """The counters' increase from c0 to c1, less the two that are states, not counts."""
+    return {k: c1[k] - c0.get(k, 0) for k in c1 if k not in ("ticks_per_us", "python_reader")}
+
+
 def gpt2_child():
     """GPT-2 steps with all stacks: a step's captures, those with Python frames, the ms a step
     spends in each part of the captures, and the step's own ms."""
@@ -51,7 +56,7 @@ def gpt2_child():
     wall = time.perf_counter() - t0
     c1 = memsnap.stack_counters()
     stack_cost.set_recording("memsnap", torch, None)
-    d = {k: c1[k] - c0.get(k, 0) for k in c1 if k not in ("ticks_per_us", "python_reader")}
+    d = counts_between(c0, c1)
     tpu = c1.get("ticks_per_us") or 0
     per = {"step_ms": wall / steps * 1000, "captures": d.get("captures", 0) / steps,
            "python_records": d.get("python_records", 0) / steps,
@@ -80,7 +85,7 @@ def child(mode, ops):
                 times[state].append((time.perf_counter() - t0) / ops * 1e6)
         stack_cost.set_recording("memsnap", torch, None)
         c1 = memsnap.stack_counters()
-        d = {k: c1[k] - c0.get(k, 0) for k in c1 if k not in ("ticks_per_us", "python_reader")}  # states, not counts
+        d = counts_between(c0, c1)
         d["python_reader"] = c1.get("python_reader")
         caps = max(d.get("captures", 0), 1)
         tpu = c1.get("ticks_per_us") or 0
