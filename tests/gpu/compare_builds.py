@@ -10,7 +10,9 @@ library beside it (DIR/timing/libmemsnap.so, `make phase-timing`), phase_timing.
 Prints one table, the medians over the processes, last; raw results to $OUT/compare_builds.json.
 
 usage: python3 tests/gpu/compare_builds.py [--reps N] [--budget SECONDS] [--cases ab,gpt2pairs,phase]
-                                          NAME=DIR [NAME=DIR...]
+                                          [--gpt2-shapes BxT[,BxT...]] NAME=DIR [NAME=DIR...]
+       --gpt2-shapes: the gpt2pairs process once for each batch x sequence length in turn
+       (default 4x256, bound by the CPU's dispatch; 8x512 is the parity table's, bound by the GPU).
        DIR holds a libmemsnap.so (its libunwind, cJSON, SQLite found through LD_LIBRARY_PATH or
        beside it: tests/gpu/prepare.sh puts them in build/, which this script puts first on
        LD_LIBRARY_PATH).
@@ -33,6 +35,7 @@ def main(argv):
     reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 3
     budget = float(argv[argv.index("--budget") + 1]) if "--budget" in argv else 480.0
     cases = argv[argv.index("--cases") + 1].split(",") if "--cases" in argv else ["ab", "gpt2pairs", "phase"]
+    shapes = argv[argv.index("--gpt2-shapes") + 1].split(",") if "--gpt2-shapes" in argv else ["4x256"]
     builds = [a.split("=", 1) for a in argv[1:] if "=" in a]
     if not builds:
         sys.exit(__doc__)
@@ -41,6 +44,10 @@ def main(argv):
             sys.exit("compare_builds: %s has no libmemsnap.so" % d)
     os.environ["LD_LIBRARY_PATH"] = os.path.join(stack_cost.ROOT, "build") + ":" + os.environ.get("LD_LIBRARY_PATH", "")
     began = time.monotonic()
+    for shape in shapes:  # refused here rather than in every child
+        os.environ["STACK_COST_GPT2_SHAPE"] = shape
+        stack_cost.gpt2_shape()
+    runs = ([("ab", None)] if "ab" in cases else []) + [("gpt2pairs", s) for s in shapes if "gpt2pairs" in cases]
     results = {name: {"ab": [], "gpt2pairs": [], "phase": None} for name, _ in builds}
     for rep in range(reps):
         if rep and time.monotonic() - began > budget:
@@ -49,14 +56,16 @@ def main(argv):
         order = builds[rep % len(builds):] + builds[:rep % len(builds)]
         for name, d in order:
             env = {"MEMSNAP_LIB": os.path.abspath(os.path.join(d, "libmemsnap.so"))}
-            for case in [c for c in ("ab", "gpt2pairs") if c in cases]:
-                r = stack_cost.run(case, "memsnap", None, env)
+            for case, shape in runs:
+                r = stack_cost.run(case, "memsnap", None, dict(env, STACK_COST_GPT2_SHAPE=shape or "4x256"))
+                if shape:
+                    r["shape"] = shape
                 results[name][case].append(r)
                 brief = r.get("error", "")[-300:] or (
                     {m: {k: round(v / r["us"]["None"][k], 3) for k, v in x.items()} for m, x in r["us"].items()}
                     if case == "ab" else {"ratio_quartiles": r["ratio_quartiles"], "ms": r["ms_by_mode"],
                                           "captures_per_step": r["captures_per_step"]})
-                print("rep %d %-8s %-9s %s" % (rep, name, case, brief), flush=True)
+                print("rep %d %-8s %-9s %s" % (rep, name, case + (" " + shape if shape else ""), brief), flush=True)
     for name, d in builds:
         timing = os.path.join(d, "timing", "libmemsnap.so")
         if "phase" in cases and os.path.exists(timing) and time.monotonic() - began < budget + 60:
@@ -72,19 +81,22 @@ def main(argv):
         return statistics.median(v) if v else float("nan")
 
     print("\nmedians over processes (ab: each process's ratio to not recording; gpt2pairs: the median round's)")
-    print("%-8s %-10s %8s %8s %8s   %-10s %8s %8s %8s" % ("build", "ab mode", "D=5", "D=30", "D=100", "gpt2 mode",
-                                                        "ratio", "ms", "caps"))
+    print("%-8s %-10s %8s %8s %8s   %-7s %-10s %8s %8s %8s %s" % (
+        "build", "ab mode", "D=5", "D=30", "D=100", "shape", "gpt2 mode", "ratio", "ms", "caps", "(processes)"))
     for name, _ in builds:
         ab = [x for x in results[name]["ab"] if "error" not in x]
-        g = [x for x in results[name]["gpt2pairs"] if "error" not in x]
-        for mode in ("python", "all", "all-alloc", "native"):  # gpt2pairs has no Python-only blocks: nan
-            row = [med([x["us"][mode][str(d)] / x["us"]["None"][str(d)] for x in ab]) for d in stack_cost.DEPTHS]
-            gr = med([x["ratio_quartiles"][mode][1] for x in g if mode in x["ratio_quartiles"]])
-            gms = med([x["ms_by_mode"][mode] for x in g if mode in x["ms_by_mode"]])
-            gc = med([x["captures_per_step"][mode] for x in g if mode in x["captures_per_step"]])
-            print("%-8s %-10s %7.3fx %7.3fx %7.3fx   %-10s %7.4fx %8.2f %8.0f" % (name, mode, *row, mode, gr, gms, gc))
-        gms = med([x["ms_by_mode"]["None"] for x in g])
-        print("%-8s %-10s %26s   %-10s %17.2f" % (name, "", "", "None", gms))
+        for i, shape in enumerate(shapes):
+            g = [x for x in results[name]["gpt2pairs"] if "error" not in x and x.get("shape") == shape]
+            for mode in ("python", "all", "all-alloc", "native"):  # gpt2pairs has no Python-only blocks: nan
+                row = [med([x["us"][mode][str(d)] / x["us"]["None"][str(d)] for x in ab]) if not i else float("nan")
+                       for d in stack_cost.DEPTHS]
+                gr = med([x["ratio_quartiles"][mode][1] for x in g if mode in x["ratio_quartiles"]])
+                gms = med([x["ms_by_mode"][mode] for x in g if mode in x["ms_by_mode"]])
+                gc = med([x["captures_per_step"][mode] for x in g if mode in x["captures_per_step"]])
+                print("%-8s %-10s %7.3fx %7.3fx %7.3fx   %-7s %-10s %7.4fx %8.2f %8.0f" % (
+                    name, mode, *row, shape, mode, gr, gms, gc))
+            gms = med([x["ms_by_mode"]["None"] for x in g])
+            print("%-8s %-10s %26s   %-7s %-10s %17.2f %8s (%d)" % (name, "", "", shape, "None", gms, "", len(g)))
     return 0
 
 

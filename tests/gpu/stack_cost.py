@@ -13,9 +13,9 @@ table last:
           (Python + native, frees' too: MEMSNAP_CONTEXT's default), and all stacks with
           context="alloc" (frees without a stack)
   gpt2    a GPT-2 training step (transformers' GPT2LMHeadModel from a GPT2Config: GPT-2 small,
-          12 layers, 768 wide; no weights downloaded, nothing fetched; batch 4 x 256 tokens,
-          AdamW, TF32), ms per step: PyTorch's native allocator, memsnap not recording, memsnap
-          recording all stacks
+          12 layers, 768 wide; no weights downloaded, nothing fetched; batch 4 x 256 tokens, or
+          STACK_COST_GPT2_SHAPE's "BxT", AdamW, TF32), ms per step: PyTorch's native allocator,
+          memsnap not recording, memsnap recording all stacks
   ab      the same loop with recording turned on and off inside one process, the modes taking
           turns (memsnap: not recording, Python stacks, all stacks, all stacks with
           context="alloc", and events without stacks and native stacks alone; PyTorch's
@@ -207,8 +207,19 @@ def ab_work(torch, allocator):
             "facts": facts_delta(f0, process_facts())}
 
 
+def gpt2_shape():
+    """The GPT-2 step's batch and sequence length: STACK_COST_GPT2_SHAPE, "BxT" (default 4x256, a
+    step bound by the CPU's dispatch; 8x512 is the parity table's, bound by the GPU)."""
+    text = os.environ.get("STACK_COST_GPT2_SHAPE", "4x256")
+    m = re.fullmatch(r"([1-9][0-9]{0,2})x([1-9][0-9]{0,3})", text)
+    if not m or int(m.group(2)) > 1024:
+        sys.exit("stack_cost: STACK_COST_GPT2_SHAPE must be BxT with T at most 1024, not %r" % text)
+    return int(m.group(1)), int(m.group(2))
+
+
 def gpt2_step(torch):
-    """A GPT-2 small training step (the model and optimizer made here): the function that makes one."""
+    """A GPT-2 small training step (the model and optimizer made here, the batch gpt2_shape()'s):
+    the function that makes one."""
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -216,7 +227,7 @@ def gpt2_step(torch):
     config = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
     model = GPT2LMHeadModel(config).cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, config.vocab_size, (4, 256), device="cuda")
+    ids = torch.randint(0, config.vocab_size, gpt2_shape(), device="cuda")
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -426,7 +437,8 @@ def main(argv):
                   "   goal < 0.5x (medians of processes)")
     if gpt2:
         g = {c: med(("gpt2",) + c, lambda x: x["ms"]) for c in GPT2}
-        print("\nGPT-2 small training step (batch 4 x 256), ms, median of %d processes" % len(r.get(("gpt2",) + GPT2[0], [])))
+        print("\nGPT-2 small training step (batch %d x %d), ms, median of %d processes" %
+              (gpt2_shape() + (len(r.get(("gpt2",) + GPT2[0], [])),)))
         for c in GPT2:
             print("  %-44s  %9.2f  %.4fx native" % (NAMES[c], g[c], g[c] / g[("native", None)]))
         print("  goal: all stacks within 1%% of native: %.4fx" % (g[("memsnap", "all")] / g[("native", None)]))
