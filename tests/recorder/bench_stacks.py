@@ -13,6 +13,8 @@ commit's: compare them in one run) is timed with the same loop.
 
 usage: MEMSNAP_LIB=build/libmemsnap.so PYTHONPATH=recorder/python \\
          python3 tests/recorder/bench_stacks.py [--iters N] [--gil held|released] [DEPTH...]
+BENCH_EVICT_KB=N writes N KiB of other memory after each allocation and each free (the C loop's
+option): the recorder's data then comes from farther caches, as under PyTorch.
 prints one line per depth: "depth D  off X  none X  native X  python X  all X" in ns per pair,
 the median of 7 repetitions in which the modes take turns.
 """
