@@ -224,11 +224,13 @@ phase-timing:
 	@$(MAKE) --no-print-directory BUILD=build-timing EXTRA_CFLAGS=-DMSI_PHASE_TIMING build-timing/libmemsnap.so
 	@mkdir -p $(BUILD)/timing && cp build-timing/libmemsnap.so $(BUILD)/timing/libmemsnap.so
 
-gpu-bench: all $(BUILD)/bench_alloc $(RUN_STATIC)
+gpu-bench: all $(BUILD)/bench_alloc $(BUILD)/host_costs $(RUN_STATIC)
 $(BUILD)/run_static: tests/gpu/run_static.cu
 	$(NVCC) -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o $@ $<
 $(BUILD)/bench_alloc: tests/gpu/bench_alloc.c tests/gpu/bench_workload.h $(BUILD)/libmemsnap.so
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread -lm
+$(BUILD)/host_costs: tests/gpu/host_costs.c
+	$(CC) $(CFLAGS_COMMON) -o $@ $<
 
 # ---- make install / make uninstall ------------------------------------------------------
 # make install [PREFIX=/usr/local] [DESTDIR=] [BINDIR= LIBDIR= INCLUDEDIR= DATADIR= MANDIR= DOCDIR=]
