@@ -10,7 +10,9 @@ library beside it (DIR/timing/libmemsnap.so, `make phase-timing`), phase_timing.
 Prints one table, the medians over the processes, last; raw results to $OUT/compare_builds.json.
 
 usage: python3 tests/gpu/compare_builds.py [--reps N] [--budget SECONDS] [--cases ab,gpt2pairs,phase]
-                                          [--gpt2-shapes BxT[,BxT...]] NAME=DIR [NAME=DIR...]
+                                          [--gpt2-shapes BxT[,BxT...]] [--with-pytorch] NAME=DIR [NAME=DIR...]
+       --with-pytorch: also a gpt2pairs process on PyTorch's allocator, its recorder
+       (_record_memory_history, stacks="all") turned on and off, for each size in turn.
        --gpt2-shapes: the gpt2pairs process once for each batch x sequence length in turn
        (default 4x256, bound by the CPU's dispatch; 8x512 is the parity table's, bound by the GPU).
        DIR holds a libmemsnap.so (its libunwind, cJSON, SQLite found through LD_LIBRARY_PATH or
@@ -49,6 +51,8 @@ def main(argv):
         stack_cost.gpt2_shape()
     runs = ([("ab", None)] if "ab" in cases else []) + [("gpt2pairs", s) for s in shapes if "gpt2pairs" in cases]
     results = {name: {"ab": [], "gpt2pairs": [], "phase": None} for name, _ in builds}
+    pytorch = "--with-pytorch" in argv and "gpt2pairs" in cases
+    results["PyTorch"] = {"gpt2pairs": []}
     for rep in range(reps):
         if rep and time.monotonic() - began > budget:
             print("budget of %.0f s spent after %d repetitions" % (budget, rep), flush=True)
@@ -66,6 +70,12 @@ def main(argv):
                     if case == "ab" else {"ratio_quartiles": r["ratio_quartiles"], "ms": r["ms_by_mode"],
                                           "captures_per_step": r["captures_per_step"]})
                 print("rep %d %-8s %-9s %s" % (rep, name, case + (" " + shape if shape else ""), brief), flush=True)
+        for shape in shapes if pytorch else []:  # PyTorch's recorder, its allocator
+            r = stack_cost.run("gpt2pairs", "native", None, {"STACK_COST_GPT2_SHAPE": shape})
+            r["shape"] = shape
+            results["PyTorch"]["gpt2pairs"].append(r)
+            print("rep %d %-8s %-9s %s" % (rep, "PyTorch", "gpt2pairs " + shape, r.get("error", "")[-300:] or {
+                "ratio_quartiles": r["ratio_quartiles"], "ms": r["ms_by_mode"]}), flush=True)
     for name, d in builds:
         timing = os.path.join(d, "timing", "libmemsnap.so")
         if "phase" in cases and os.path.exists(timing) and time.monotonic() - began < budget + 60:
@@ -87,7 +97,7 @@ def main(argv):
         ab = [x for x in results[name]["ab"] if "error" not in x]
         for i, shape in enumerate(shapes):
             g = [x for x in results[name]["gpt2pairs"] if "error" not in x and x.get("shape") == shape]
-            for mode in ("python", "all", "all-alloc", "native"):  # gpt2pairs has no Python-only blocks: nan
+            for mode in ("none", "python", "native", "all", "all-alloc"):
                 row = [med([x["us"][mode][str(d)] / x["us"]["None"][str(d)] for x in ab]) if not i else float("nan")
                        for d in stack_cost.DEPTHS]
                 gr = med([x["ratio_quartiles"][mode][1] for x in g if mode in x["ratio_quartiles"]])
@@ -97,6 +107,12 @@ def main(argv):
                     name, mode, *row, shape, mode, gr, gms, gc))
             gms = med([x["ms_by_mode"]["None"] for x in g])
             print("%-8s %-10s %26s   %-7s %-10s %17.2f %8s (%d)" % (name, "", "", shape, "None", gms, "", len(g)))
+    for shape in shapes if pytorch else []:
+        g = [x for x in results["PyTorch"]["gpt2pairs"] if "error" not in x and x.get("shape") == shape]
+        gr = med([x["ratio_quartiles"]["all"][1] for x in g])
+        gms = med([x["ms_by_mode"]["None"] for x in g])
+        print("%-8s %-10s %26s   %-7s %-10s %7.4fx %8.2f %8s (%d; ms: not recording)" % (
+            "PyTorch", "", "", shape, "recorder", gr, gms, "", len(g)))
     return 0
 
 

@@ -24,9 +24,11 @@ table last:
           (docs/BENCHMARKS.md: processes are bimodal, each for its life) moves for both sides
   gpt2ab  GPT-2 steps with memsnap's recording turned off and on inside one process, blocks of
           10 steps taking turns (ms per step by mode)
-  gpt2pairs  the same in 30 rounds of 2-step blocks (not recording, all stacks, all stacks with
-          context="alloc", native stacks): each round's ratio to its block not recording
-          (quartiles over the rounds) and memsnap's captures a step (compare_builds.py runs it)
+  gpt2pairs  the same in 30 rounds of 2-step blocks (memsnap: not recording, events without
+          stacks, Python stacks, native stacks, all stacks, all stacks with context="alloc";
+          PyTorch's allocator: not recording, its recorder): each round's ratio to its block not
+          recording (quartiles over the rounds) and memsnap's captures a step (compare_builds.py
+          runs it)
   check   memsnap with MEMSNAP_TEST_STACKS=check on both workloads (a few hundred ops and two
           GPT-2 steps): every capture is made the new way and the way before (unw_backtrace, the
           C API) and compared; prints how many differ (must be 0) and how many walks fell back
@@ -180,6 +182,7 @@ def set_recording(allocator, torch, mode):
 
 
 AB_MODES = {"memsnap": (None, "none", "native", "python", "all", "all-alloc"), "native": (None, "all")}
+GPT2PAIRS_MODES = {"memsnap": (None, "none", "python", "native", "all", "all-alloc"), "native": (None, "all")}
 
 
 def ab_work(torch, allocator):
@@ -289,7 +292,7 @@ def child(argv):
     elif case == "gpt2ab":
         result = gpt2_work(torch, False, (allocator, (None, "all")))
     elif case == "gpt2pairs":  # many short blocks: each round's ratio to not recording
-        result = gpt2_work(torch, False, (allocator, (None, "all", "all-alloc", "native")), 30, 2)
+        result = gpt2_work(torch, False, (allocator, GPT2PAIRS_MODES[allocator]), 30, 2)
     elif case == "check":  # both workloads, briefly, in one process
         empty_work(torch, True)
         gpt2_work(torch, True)
