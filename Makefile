@@ -230,6 +230,7 @@ $(BUILD)/run_static: tests/gpu/run_static.cu
 $(BUILD)/bench_alloc: tests/gpu/bench_alloc.c tests/gpu/bench_workload.h $(BUILD)/libmemsnap.so
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 $(BUILD)/host_costs: tests/gpu/host_costs.c
+	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $<
 
 # ---- make install / make uninstall ------------------------------------------------------

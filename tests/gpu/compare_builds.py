@@ -4,8 +4,9 @@ builds taking turns (issue 26: a change to the capture measured against the buil
 For each build, REPS times in turn: stack_cost.py's `ab` process (the torch.empty + del loop at
 Python depths 5, 30 and 100, recording modes taking turns inside the process: each mode's ratio
 to not recording) and its `gpt2pairs` process (GPT-2 small training steps, blocks of 2 steps
-taking turns between not recording, all stacks, all stacks with context="alloc" and native
-stacks, 30 rounds: each round's ratio to not recording); then, where the build has a diagnostic
+taking turns between not recording, events without stacks, Python stacks, native stacks, all
+stacks and all stacks with context="alloc", 30 rounds: each round's ratio to not recording);
+then, where the build has a diagnostic
 library beside it (DIR/timing/libmemsnap.so, `make phase-timing`), phase_timing.py --gpt2 with it.
 Prints one table, the medians over the processes, last; raw results to $OUT/compare_builds.json.
 
@@ -44,11 +45,21 @@ def main(argv):
     for name, d in builds:
         if not os.path.exists(os.path.join(d, "libmemsnap.so")):
             sys.exit("compare_builds: %s has no libmemsnap.so" % d)
+    names = [name for name, _ in builds]
+    if "PyTorch" in names or len(set(names)) < len(names):
+        sys.exit("compare_builds: each build needs its own name, and PyTorch is the --with-pytorch rows'")
+    if len(set(shapes)) < len(shapes):
+        sys.exit("compare_builds: --gpt2-shapes names a size twice")
     os.environ["LD_LIBRARY_PATH"] = os.path.join(stack_cost.ROOT, "build") + ":" + os.environ.get("LD_LIBRARY_PATH", "")
     began = time.monotonic()
+    given = os.environ.get("STACK_COST_GPT2_SHAPE")
     for shape in shapes:  # refused here rather than in every child
         os.environ["STACK_COST_GPT2_SHAPE"] = shape
         stack_cost.gpt2_shape()
+    if given is None:  # phase timing's GPT-2 steps keep the size this process was given
+        del os.environ["STACK_COST_GPT2_SHAPE"]
+    else:
+        os.environ["STACK_COST_GPT2_SHAPE"] = given
     runs = ([("ab", None)] if "ab" in cases else []) + [("gpt2pairs", s) for s in shapes if "gpt2pairs" in cases]
     results = {name: {"ab": [], "gpt2pairs": [], "phase": None} for name, _ in builds}
     pytorch = "--with-pytorch" in argv and "gpt2pairs" in cases

@@ -337,6 +337,7 @@ def main(argv):
     budget = float(argv[argv.index("--budget") + 1]) if "--budget" in argv else 520.0
     only = argv[argv.index("--cases") + 1].split(",") if "--cases" in argv else ["empty", "ab", "gpt2", "gpt2ab"]
     gpt2 = "--skip-gpt2" not in argv and "gpt2" in only
+    gpt2_shape()  # a malformed STACK_COST_GPT2_SHAPE is refused before any process starts
     began = time.monotonic()
     print("library: %s" % os.environ.get("MEMSNAP_LIB", os.path.join(ROOT, "build", "libmemsnap.so")), flush=True)
     check = run("check", "memsnap", "all", {"MEMSNAP_TEST_STACKS": "check"})
