@@ -121,7 +121,7 @@ $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
 
 # The tests' sources mirror the code's folders (tests/recorder/, tests/analyzer/, tests/intercept/);
 # their programs are all built into $(BUILD)/tests/.
-TEST_HEADERS := tests/testhelper.h tests/recorder/allochelper.h tests/analyzer/sites.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS)
+TEST_HEADERS := tests/testhelper.h tests/recorder/allochelper.h tests/recorder/many_callers.h tests/analyzer/sites.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS)
 $(BUILD)/tests/%.o: tests/recorder/%.c $(TEST_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -Itests $(EXTRA_CFLAGS) -c $< -o $@
@@ -135,7 +135,7 @@ $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c $(TEST_HEADERS) | check-deps
 # The stack benchmark's library for its Python driver (tests/recorder/bench_stacks.py). It does
 # not link libmemsnap: its memsnap_* calls go to the one the process loaded (RTLD_GLOBAL), so
 # the driver can time another build of the library (MEMSNAP_LIB) with the same code.
-$(BUILD)/tests/libbench_stacks.so: tests/recorder/bench_stacks.c recorder/memsnap.h
+$(BUILD)/tests/libbench_stacks.so: tests/recorder/bench_stacks.c tests/recorder/many_callers.h recorder/memsnap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -DBENCH_LIBRARY $(EXTRA_CFLAGS) -shared -o $@ $< $(EXTRA_LDFLAGS)
 

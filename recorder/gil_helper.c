@@ -100,17 +100,9 @@ static void init_conds(void) {
   pthread_condattr_destroy(&a);
 }
 
-/* Its own clock read, not history.c's msi_now_ns: history.c captures stacks (stacks.c), which
- * call this file, and the files of the recorder call down only. */
-static int64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* Polls *v for up to SPIN_NS while it equals `value`; whether it changed. */
 static bool spin_while(atomic_int *v, int value) {
-  int64_t end = now_ns() + SPIN_NS;
+  uint64_t end = msi_now_ns() + SPIN_NS;
   for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == value; i++) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -118,7 +110,7 @@ static bool spin_while(atomic_int *v, int value) {
     __asm__ __volatile__("yield");
 #endif
     if (i % 64 == 0) {
-      if (now_ns() > end) return false;
+      if (msi_now_ns() > end) return false;
       sched_yield(); /* one free core: let the other side run */
     }
   }

@@ -83,12 +83,6 @@ typedef struct thread_history {
 } thread_history;
 static __thread thread_history tls;
 
-uint64_t msi_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- event times ------------------------------------------------------------------------ */
 
 #if defined(__x86_64__)

@@ -44,6 +44,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "memsnap.h"
 #include "snapshot_schema.h"
@@ -472,8 +473,15 @@ typedef struct msi_event {
 } msi_event;
 _Static_assert(sizeof(msi_event) == 64, "msi_event should be 64 bytes");
 
+/* The monotonic clock in ns: here, not in a file, so that any file reads it (history.c's event
+ * times, gil_helper.c's waits, stacks.c's diagnostic build) without calling another file. */
+static inline uint64_t msi_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* msi_is_recording, which the allocation paths inline: history.h */
-uint64_t msi_now_ns(void);
 uint32_t msi_thread_id(void);
 int msi_history_start(uint64_t max_entries); /* MEMSNAP_OK or MEMSNAP_ENOMEM */
 void msi_history_stop(void);

@@ -254,7 +254,6 @@ _Static_assert(sizeof counter_names / sizeof *counter_names == SC_COUNT, "a name
   ((t) ? __atomic_store_n(&(t)->count[which], (t)->count[which] + (n), __ATOMIC_RELAXED) : (void)0)
 #define COUNT(t, which) COUNT_ADD(t, which, 1)
 #ifdef MSI_PHASE_TIMING
-#include <time.h>
 #include <x86intrin.h>
 #define PHASE_START() __rdtsc()
 #define PHASE_ADD(t, which, since) COUNT_ADD(t, which, __rdtsc() - (since))
@@ -660,16 +659,12 @@ int memsnap_stack_counters(const char **keys, uint64_t *values, int capacity) {
   sum[SC_COUNT + 1] = fell_back;
   sum[SC_COUNT + 2] = (uint64_t)(int64_t)msi_pyframes_reader();
 #ifdef MSI_PHASE_TIMING
-  { /* the TSC's rate, over 5 ms of the monotonic clock (read here: history.c, whose clock
-       this would otherwise be, captures stacks) */
-    struct timespec c0, c1, nap = {0, 5000000};
-    clock_gettime(CLOCK_MONOTONIC, &c0);
-    uint64_t t0 = __rdtsc();
+  { /* the TSC's rate, over 5 ms of the monotonic clock */
+    uint64_t ns0 = msi_now_ns(), t0 = __rdtsc();
+    struct timespec nap = {0, 5000000};
     nanosleep(&nap, NULL);
-    clock_gettime(CLOCK_MONOTONIC, &c1);
-    uint64_t t1 = __rdtsc();
-    uint64_t ns = (uint64_t)(c1.tv_sec - c0.tv_sec) * 1000000000ull + (uint64_t)(c1.tv_nsec - c0.tv_nsec);
-    sum[SC_COUNT + 3] = ns ? (t1 - t0) * 1000 / ns : 0;
+    uint64_t ns1 = msi_now_ns(), t1 = __rdtsc();
+    sum[SC_COUNT + 3] = ns1 > ns0 ? (t1 - t0) * 1000 / (ns1 - ns0) : 0;
     unsigned long long d[MSI_UNWIND_DIAG];
     msi_unwind_diag(d);
     for (int i = 0; i < MSI_UNWIND_DIAG; i++) sum[SC_COUNT + 4 + i] = d[i];

@@ -1,5 +1,6 @@
 /* host_costs.c: what the basic operations the recorder's hot path uses cost on this host, in ns
- * (rdtsc, clock_gettime, an atomic add, a thread-local of a shared library, a cache-line write).
+ * (rdtsc, clock_gettime, an atomic add, a thread-local of this program: not through
+ * __tls_get_addr as the library's are, a cache-line write).
  * Issue 26: the GPU host runs memsnap's capture path several times slower than the development
  * machine even with its caches warm; this tells which operation is slow there.
  *

@@ -181,8 +181,8 @@ def set_recording(allocator, torch, mode):
                                                  context=context)
 
 
+# The recording modes the ab and gpt2pairs cases take in turn, by allocator (the first: not recording).
 AB_MODES = {"memsnap": (None, "none", "native", "python", "all", "all-alloc"), "native": (None, "all")}
-GPT2PAIRS_MODES = {"memsnap": (None, "none", "python", "native", "all", "all-alloc"), "native": (None, "all")}
 
 
 def ab_work(torch, allocator):
@@ -292,7 +292,7 @@ def child(argv):
     elif case == "gpt2ab":
         result = gpt2_work(torch, False, (allocator, (None, "all")))
     elif case == "gpt2pairs":  # many short blocks: each round's ratio to not recording
-        result = gpt2_work(torch, False, (allocator, GPT2PAIRS_MODES[allocator]), 30, 2)
+        result = gpt2_work(torch, False, (allocator, AB_MODES[allocator]), 30, 2)
     elif case == "check":  # both workloads, briefly, in one process
         empty_work(torch, True)
         gpt2_work(torch, True)

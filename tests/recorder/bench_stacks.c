@@ -17,8 +17,8 @@
  *   out; depth then counts the frames above the callers.
  *   BENCH_EVICT_KB=N (environment): N KiB of other memory written after each allocation and
  *   each free of bench_stacks_pairs (not --callers), as a program's own work between two
- *   allocations pushes the recorder's data out of the nearest cache; 32 reproduces on this
- *   machine the costs measured under PyTorch on the GPU host (docs/BENCHMARKS.md).
+ *   allocations pushes the recorder's data out of the nearest cache (32: the first-level
+ *   cache's size; docs/BENCHMARKS.md, "Cold caches double a capture's cost").
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -78,30 +78,19 @@ __attribute__((noipa)) double bench_stacks_pairs(long iters) {
   return (double)(now_ns() - t0) / (double)iters;
 }
 
-/* --callers: one pair at the end of a common path, from one of NCALLERS callers. */
-static __attribute__((noipa)) void common_path(int depth) {
-  if (depth > 1) common_path(depth - 1);
-  else {
-    void *p = memsnap_malloc(512, 0, NULL);
-    memsnap_free(p, 512, 0, NULL);
-  }
-  __asm__ volatile("" ::: "memory");
+/* --callers: one pair at the end of a common path 10 frames long, from one of NCALLERS callers
+ * (many_callers.h). */
+static inline __attribute__((always_inline)) void sites_leaf(void) {
+  void *p = memsnap_malloc(512, 0, NULL);
+  memsnap_free(p, 512, 0, NULL);
 }
-#define CALLER(i) \
-  static __attribute__((noipa)) void caller_##i(void) { \
-    common_path(10); \
-    __asm__ volatile("" ::: "memory"); \
-  }
-CALLER(0) CALLER(1) CALLER(2) CALLER(3) CALLER(4) CALLER(5) CALLER(6) CALLER(7) CALLER(8) CALLER(9) CALLER(10)
-CALLER(11) CALLER(12) CALLER(13) CALLER(14) CALLER(15)
-static void (*const callers[])(void) = {caller_0, caller_1, caller_2,  caller_3,  caller_4,  caller_5,  caller_6,  caller_7,
-                                        caller_8, caller_9, caller_10, caller_11, caller_12, caller_13, caller_14, caller_15};
-enum { NCALLERS = sizeof callers / sizeof callers[0] };
+#define MANY_CALLERS_LEAF() sites_leaf()
+#include "many_callers.h"
 static int ncallers; /* 0: bench_stacks_pairs */
 
 static __attribute__((noipa)) double sites_pairs(long iters) {
   uint64_t t0 = now_ns();
-  for (long i = 0; i < iters; i++) callers[i % ncallers]();
+  for (long i = 0; i < iters; i++) callers[i % ncallers](10);
   return (double)(now_ns() - t0) / (double)iters;
 }
 

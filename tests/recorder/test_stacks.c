@@ -77,25 +77,10 @@ static __attribute__((noipa)) void turns(int depth, int n) {
   __asm__ volatile("" ::: "memory");
 }
 
-/* One site reached from many callers at the same depth (PyTorch: one allocation path under many
- * ops): the stacks start alike and differ only far out; twelve take turns (unwind.c keeps 16
- * chains a starting frame, PROBES), then twenty once (more than it keeps). */
-static __attribute__((noipa)) void common_path(int depth) {
-  if (depth > 1) common_path(depth - 1);
-  else pair_here(768);
-  __asm__ volatile("" ::: "memory");
-}
-#define CALLER(i) \
-  static __attribute__((noipa)) void caller_##i(int depth) { \
-    common_path(depth); \
-    __asm__ volatile("" ::: "memory"); \
-  }
-CALLER(0) CALLER(1) CALLER(2) CALLER(3) CALLER(4) CALLER(5) CALLER(6) CALLER(7) CALLER(8) CALLER(9) CALLER(10)
-CALLER(11) CALLER(12) CALLER(13) CALLER(14) CALLER(15) CALLER(16) CALLER(17) CALLER(18) CALLER(19)
-static void (*const callers[])(int) = {caller_0,  caller_1,  caller_2,  caller_3,  caller_4,  caller_5,  caller_6,
-                                       caller_7,  caller_8,  caller_9,  caller_10, caller_11, caller_12, caller_13,
-                                       caller_14, caller_15, caller_16, caller_17, caller_18, caller_19};
-enum { NCALLERS = sizeof callers / sizeof callers[0] };
+/* One site reached from many callers at the same depth (many_callers.h): twelve take turns
+ * (unwind.c keeps 16 chains a starting frame, PROBES), then twenty once (more than it keeps). */
+#define MANY_CALLERS_LEAF() pair_here(768)
+#include "many_callers.h"
 static void many_callers(void) {
   for (int round = 0; round < 6; round++) /* twelve in turn, at two depths */
     for (int i = 0; i < 12; i++) callers[(i * 5 + round) % 12](round < 3 ? 10 : 2);
