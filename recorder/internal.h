@@ -609,8 +609,8 @@ void msi_unwind_counts(unsigned long long *walked, unsigned long long *fell_back
 #ifdef MSI_PHASE_TIMING
 /* The diagnostic build's: cached chains whose first frame matched and whose words were compared,
  * those whose words held, frames stepped by walks, walks that joined the previous capture's, and
- * the words those comparisons had to compare (a chain's from where they began; the four at a
- * time stop at the first difference). */
+ * the words of the chains compared, each from where its comparison began to the chain's end (an
+ * upper bound on the words read: a comparison stops at the first difference). */
 #define MSI_UNWIND_DIAG 5
 void msi_unwind_diag(unsigned long long *out);
 #endif

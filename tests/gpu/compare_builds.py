@@ -38,7 +38,7 @@ def main(argv):
     reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 3
     budget = float(argv[argv.index("--budget") + 1]) if "--budget" in argv else 480.0
     cases = argv[argv.index("--cases") + 1].split(",") if "--cases" in argv else ["ab", "gpt2pairs", "phase"]
-    shapes = argv[argv.index("--gpt2-shapes") + 1].split(",") if "--gpt2-shapes" in argv else ["4x256"]
+    shapes = argv[argv.index("--gpt2-shapes") + 1].split(",") if "--gpt2-shapes" in argv else [stack_cost.GPT2_SHAPE]
     builds = [a.split("=", 1) for a in argv[1:] if "=" in a]
     if not builds:
         sys.exit(__doc__)
@@ -72,7 +72,7 @@ def main(argv):
         for name, d in order:
             env = {"MEMSNAP_LIB": os.path.abspath(os.path.join(d, "libmemsnap.so"))}
             for case, shape in runs:
-                r = stack_cost.run(case, "memsnap", None, dict(env, STACK_COST_GPT2_SHAPE=shape or "4x256"))
+                r = stack_cost.run(case, "memsnap", None, dict(env, STACK_COST_GPT2_SHAPE=shape) if shape else env)
                 if shape:
                     r["shape"] = shape
                 results[name][case].append(r)
@@ -101,16 +101,27 @@ def main(argv):
     def med(v):
         return statistics.median(v) if v else float("nan")
 
+    modes = ("none", "python", "native", "all", "all-alloc")
     print("\nmedians over processes (ab: each process's ratio to not recording; gpt2pairs: the median round's)")
-    print("%-8s %-10s %8s %8s %8s   %-7s %-10s %8s %8s %8s %s" % (
-        "build", "ab mode", "D=5", "D=30", "D=100", "shape", "gpt2 mode", "ratio", "ms", "caps", "(processes)"))
+    if "gpt2pairs" not in cases:
+        print("%-8s %-10s %8s %8s %8s (processes)" % ("build", "ab mode", "D=5", "D=30", "D=100"))
+    else:
+        print("%-8s %-10s %8s %8s %8s   %-7s %-10s %8s %8s %8s %s" % (
+            "build", "ab mode", "D=5", "D=30", "D=100", "shape", "gpt2 mode", "ratio", "ms", "caps", "(processes)"))
     for name, _ in builds:
         ab = [x for x in results[name]["ab"] if "error" not in x]
+
+        def ab_row(mode):
+            return [med([x["us"][mode][str(d)] / x["us"]["None"][str(d)] for x in ab]) for d in stack_cost.DEPTHS]
+
+        if "gpt2pairs" not in cases:
+            for mode in modes:
+                print("%-8s %-10s %7.3fx %7.3fx %7.3fx (%d)" % (name, mode, *ab_row(mode), len(ab)))
+            continue
         for i, shape in enumerate(shapes):
             g = [x for x in results[name]["gpt2pairs"] if "error" not in x and x.get("shape") == shape]
-            for mode in ("none", "python", "native", "all", "all-alloc"):
-                row = [med([x["us"][mode][str(d)] / x["us"]["None"][str(d)] for x in ab]) if not i else float("nan")
-                       for d in stack_cost.DEPTHS]
+            for mode in modes:
+                row = ab_row(mode) if not i else [float("nan")] * len(stack_cost.DEPTHS)
                 gr = med([x["ratio_quartiles"][mode][1] for x in g if mode in x["ratio_quartiles"]])
                 gms = med([x["ms_by_mode"][mode] for x in g if mode in x["ms_by_mode"]])
                 gc = med([x["captures_per_step"][mode] for x in g if mode in x["captures_per_step"]])

@@ -58,7 +58,7 @@ def gpt2_child():
     stack_cost.set_recording("memsnap", torch, None)
     d = counts_between(c0, c1)
     tpu = c1.get("ticks_per_us") or 0
-    per = {"step_ms": wall / steps * 1000, "captures": d.get("captures", 0) / steps,
+    per = {"steps": steps, "step_ms": wall / steps * 1000, "captures": d.get("captures", 0) / steps,
            "python_records": d.get("python_records", 0) / steps,
            "ms": {p: (d.get(p, 0) / steps / tpu / 1000 if tpu else None) for p in PARTS}}
     print("RESULT " + json.dumps({"mode": "gpt2", "per_step": per, "counters": d}), flush=True)
@@ -144,7 +144,7 @@ def main(argv):
                   " Python frames); ms a step in the captures: whole %s, native %s, present %s, read %s, nodes %s, pair %s"
                   % (v["step_ms"], v["captures"], v["python_records"], *("%.3f" % ms[p] if ms[p] is not None else "?"
                                                                          for p in PARTS)))
-            print("  counters a step: %s" % {k: round(c / 10, 1) for k, c in r["counters"].items()
+            print("  counters a step: %s" % {k: round(c / v["steps"], 1) for k, c in r["counters"].items()
                                              if c and not k.startswith("ticks")})
     return 1 if failed else 0
 

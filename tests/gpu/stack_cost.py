@@ -210,10 +210,13 @@ def ab_work(torch, allocator):
             "facts": facts_delta(f0, process_facts())}
 
 
+GPT2_SHAPE = "4x256"  # the GPT-2 step's batch x sequence length unless STACK_COST_GPT2_SHAPE says
+
+
 def gpt2_shape():
     """The GPT-2 step's batch and sequence length: STACK_COST_GPT2_SHAPE, "BxT" (default 4x256, a
     step bound by the CPU's dispatch; 8x512 is the parity table's, bound by the GPU)."""
-    text = os.environ.get("STACK_COST_GPT2_SHAPE", "4x256")
+    text = os.environ.get("STACK_COST_GPT2_SHAPE", GPT2_SHAPE)
     m = re.fullmatch(r"([1-9][0-9]{0,2})x([1-9][0-9]{0,3})", text)
     if not m or int(m.group(2)) > 1024:
         sys.exit("stack_cost: STACK_COST_GPT2_SHAPE must be BxT with T at most 1024, not %r" % text)
