@@ -1,0 +1,169 @@
+"""run_test_cuda.py: PyTorch's own allocator tests natively and under `memsnap run`, and the tests
+whose results differ (issue 36; docs/BENCHMARKS.md, "PyTorch's allocator tests").
+
+PyTorch's test/test_cuda.py is the specification of its allocator's behaviour. This script
+fetches nothing and edits nothing: it takes the path of a test_cuda.py (a checkout's, or the copy
+a session was given), runs the allocator-related selection (SELECTION) once natively and once
+under `memsnap run` in its default mode, for each allocator setting asked (default, expandable
+segments, the cudaMallocAsync backend), and prints, per setting, how many passed on each side and
+every test whose result differs.
+
+The file may be newer than the installed PyTorch. Two things it needs are provided beside it,
+never by editing it: `expecttest` (absent on the GPU machine: a stand-in module with the
+TestCase that common_utils imports), and common_utils.TEST_CUDAMALLOCASYNC where the installed
+common_utils lacks it (defined as newer PyTorch defines it: the backend is cudaMallocAsync, here
+read from PYTORCH_CUDA_ALLOC_CONF so that both sides see the same value).
+
+usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
+  python3 tests/gpu/pytorch_suite/run_test_cuda.py PATH/test_cuda.py [--settings default,expandable,async]
+          [--sides native,memsnap] [--timeout SECONDS] [--memsnap build/memsnap] [-k PATTERN ...]
+Writes $OUT/test_cuda-SETTING-SIDE.log (the test output) and $OUT/test_cuda.json (every test's
+result on each side); exit status 1 when a test that passes natively does not under memsnap.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+
+# The issue's selection: unittest's -k patterns (a test runs when its name matches any).
+SELECTION = ["memory", "alloc", "snapshot", "oom", "cach", "mempool", "mem_pool", "expandable", "fraction",
+             "record_stream", "empty_cache", "graph_memory", "graph_rng", "cuda_graph_", "graph_capture", "stats"]
+SETTINGS = {"default": "", "expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
+
+EXPECTTEST = '''"""A stand-in for the expecttest package (absent here): what common_utils imports."""
+import unittest
+
+
+class TestCase(unittest.TestCase):
+    longMessage = True
+
+    def assertExpectedInline(self, actual, expect, skip=0):
+        self.assertEqual(str(actual).strip(), str(expect).strip())
+
+    def assertExpectedRaisesInline(self, exc_type, callable, expect, *args, **kwargs):
+        with self.assertRaises(exc_type) as cm:
+            callable(*args, **kwargs)
+        self.assertExpectedInline(str(cm.exception), expect)
+'''
+
+RUNNER = '''"""Runs a test_cuda.py as __main__ with what a newer file needs of common_utils."""
+import os
+import runpy
+import sys
+
+import torch.testing._internal.common_utils as common_utils
+
+if not hasattr(common_utils, "TEST_CUDAMALLOCASYNC"):
+    common_utils.TEST_CUDAMALLOCASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+path = sys.argv[1]
+sys.argv = [path] + sys.argv[2:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+runpy.run_path(path, run_name="__main__")
+'''
+
+START = re.compile(r"^(test\w*) \(([\w.]+)\)")
+STATUS = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
+LINE_STATUS = re.compile(r"^(ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
+
+
+def parse(text):
+    """unittest -v output into {"Class.test": status}; a test that started and never finished is
+    'did not finish' (a crash or the time limit)."""
+    results, current = {}, None
+    for line in text.splitlines():
+        m = START.match(line)
+        if m:
+            current = "%s.%s" % (m.group(2).split(".")[-1], m.group(1))
+            results[current] = "did not finish"
+            s = STATUS.search(line)
+            if s:
+                results[current], current = s.group(1), None
+            continue
+        if current:
+            s = STATUS.search(line) or LINE_STATUS.match(line)
+            if s:
+                results[current], current = s.group(1), None
+    return results
+
+
+def run_side(args, setting, side, helpers):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = helpers + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    if SETTINGS[setting]:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = SETTINGS[setting]
+    else:
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    cmd = [sys.executable, os.path.join(helpers, "run_test_file.py"), args.test_file, "-v"]
+    for k in args.k or SELECTION:
+        cmd += ["-k", k]
+    if side == "memsnap":
+        db = os.path.join(tempfile.mkdtemp(prefix="test_cuda-"), "test_cuda-%p.db")
+        cmd = [args.memsnap, "run", "-q", "-o", db, "--"] + cmd
+    t = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+        text, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        text = ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace") if isinstance(e.stdout, bytes) else \
+            (e.stdout or "") + (e.stderr or "")
+        rc = 124
+    with open(os.path.join(args.out, "test_cuda-%s-%s.log" % (setting, side)), "w") as f:
+        f.write("$ %s\n%s\n[exit %d, %.0f s]\n" % (" ".join(cmd), text, rc, time.time() - t))
+    return parse(text), rc, time.time() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("test_file")
+    ap.add_argument("--settings", default="default,expandable,async")
+    ap.add_argument("--sides", default="native,memsnap")
+    ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--memsnap", default=os.path.join(ROOT, "build", "memsnap"))
+    ap.add_argument("-k", action="append")
+    args = ap.parse_args()
+    args.out = os.environ.get("OUT") or tempfile.mkdtemp(prefix="test_cuda-")
+    os.makedirs(args.out, exist_ok=True)
+    if not os.path.isfile(args.test_file):
+        sys.exit("error: no test file at '%s'" % args.test_file)
+    helpers = tempfile.mkdtemp(prefix="test_cuda-helpers-")
+    with open(os.path.join(helpers, "expecttest.py"), "w") as f:
+        f.write(EXPECTTEST)
+    with open(os.path.join(helpers, "run_test_file.py"), "w") as f:
+        f.write(RUNNER)
+    report, worse = {}, 0
+    lines = []
+    for setting in args.settings.split(","):
+        res = {}
+        for side in args.sides.split(","):
+            results, rc, secs = run_side(args, setting, side, helpers)
+            res[side] = {"results": results, "exit": rc, "seconds": round(secs)}
+        report[setting] = res
+        sides = list(res)
+        passed = {s: {t for t, r in res[s]["results"].items() if r in ("ok", "expected failure")} for s in sides}
+        lines.append("%s: %s" % (setting, ", ".join("%s %d passed of %d ran (%d s, exit %d)" % (
+            s, len(passed[s]), len(res[s]["results"]), res[s]["seconds"], res[s]["exit"]) for s in sides)))
+        if len(sides) == 2:
+            a, b = sides
+            tests = sorted(set(res[a]["results"]) | set(res[b]["results"]))
+            for t in tests:
+                ra, rb = res[a]["results"].get(t, "not run"), res[b]["results"].get(t, "not run")
+                if ra != rb:
+                    lines.append("  %-70s %s: %-14s %s: %s" % (t, a, ra, b, rb))
+            worse += len(passed[a] - passed[b])
+    with open(os.path.join(args.out, "test_cuda.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    print("\n".join(lines))
+    print("%d tests pass natively and not under memsnap" % worse)
+    sys.exit(1 if worse else 0)
+
+
+if __name__ == "__main__":
+    main()

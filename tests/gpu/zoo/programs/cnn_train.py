@@ -1,0 +1,40 @@
+"""cnn_train.py: an image classifier trained on random images: torchvision's resnet50 (or a timm
+model with --timm NAME), batch 32 at 224x224, SGD with momentum, 6 steps.
+
+  python3 cnn_train.py [--timm NAME] [--steps 6] [--batch 32] [--leak]
+
+--leak keeps every step's logits with their graph (`kept.append(out)`): the graph's saved
+activations stay alive with them.
+"""
+import argparse
+
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--timm", default="")
+p.add_argument("--steps", type=int, default=6)
+p.add_argument("--batch", type=int, default=32)
+p.add_argument("--leak", action="store_true")
+args = p.parse_args()
+
+torch.manual_seed(0)
+if args.timm:
+    import timm
+    model = timm.create_model(args.timm, num_classes=1000).cuda()
+else:
+    import torchvision
+    model = torchvision.models.resnet50().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+loss_fn = torch.nn.CrossEntropyLoss()
+kept = []
+for step in range(args.steps):
+    x = torch.randn(args.batch, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (args.batch,), device="cuda")
+    out = model(x)
+    loss = loss_fn(out, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    if args.leak:
+        kept.append(out.detach().clone())  # zoo: leak
+print("loss %.4f" % loss.item(), flush=True)
