@@ -523,6 +523,34 @@ const Model = {
   // timeline coloured by category; and back.
   stateKeys: ["t0", "t1", "leak", "cur", "pin", "ev", "all", "src", "cat"],
 
+  // The iteration table: one row per iteration (at most `max`: the first and the last halves, with
+  // `omitted` saying how many are not shown), each with its peaks and its categories at its peak,
+  // largest first, as [name, bytes] with bytes > 0.
+  iterationRows(d, max) {
+    const its = d.iterations || [], n = its.length, keep = max && n > max ? max : n;
+    const pick = keep === n ? its : its.slice(0, Math.ceil(keep / 2)).concat(its.slice(n - Math.floor(keep / 2)));
+    const rows = pick.map((it) => ({
+      index: it.index, start: it.start_ns, end: it.end_ns, peakAt: it.peak_allocated_ns, peakAllocated: it.peak_allocated_bytes,
+      peakReserved: it.peak_reserved_bytes, endAllocated: it.end_allocated_bytes,
+      categories: it.categories ? Object.keys(it.categories).filter((k) => it.categories[k] > 0)
+        .map((k) => [k, it.categories[k]]).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)) : null,
+    }));
+    return { rows, omitted: n - keep, split: keep === n ? -1 : Math.ceil(keep / 2) };
+  },
+
+  // What the categories rest on, for the legend: each category's meaning, the categories without
+  // evidence in this snapshot (with why), and the parameters at the peak by kind when FSDP's are
+  // there. Everything from the analysis's JSON (categories.c).
+  categoryNotes(d) {
+    const meanings = d.category_meanings || {}, missing = d.categories_without_evidence || {}, p = d.parameters_at_peak || {};
+    const fsdp = (p.fsdp_sharded || 0) + (p.fsdp_gathered || 0) > 0;
+    return {
+      meaning: (name) => (Object.prototype.hasOwnProperty.call(meanings, name) ? meanings[name] : ""),
+      missing: Object.keys(missing).map((k) => [k, missing[k]]),
+      parameters: fsdp ? Object.keys(p).map((k) => [k, p[k]]) : [],
+    };
+  },
+
   // The colour of category `name` (categories.c's built-in ones fixed, the user's by their order).
   categoryColors: { parameter: "#3949ab", gradient: "#8e24aa", optimizer_state: "#6d4c41", activation: "#fb8c00",
     temporary: "#c0ca33", autograd: "#00897b", other: "#90a4ae", external: "#546e7a" },

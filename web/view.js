@@ -403,15 +403,57 @@ function showDocument(d, signal, src) {
     box.hidden = !cats;
     if (!cats) return;
     box.textContent = "";
+    const notes = Model.categoryNotes(d);
     add(box, "span", "allocated by category (at the peak):");
     d.bands.categories.names.forEach((name, k) => {
       const key = add(box, "span", undefined, "key");
       key.style.background = Model.categoryColor(name, k);
       key.style.marginLeft = "10px";
       const at = d.categories_at_peak && Object.prototype.hasOwnProperty.call(d.categories_at_peak, name) ? d.categories_at_peak[name] : 0;
-      add(box, "span", name + " " + Model.formatBytes(at));
+      add(box, "span", name + " " + Model.formatBytes(at)).title = notes.meaning(name);
     });
     add(box, "span", "; reserved, iteration peaks and out of memory as by site", "muted");
+    // what each category means, and what this snapshot cannot tell
+    const list = add(box, "dl", undefined, "category-meanings");
+    d.bands.categories.names.forEach((name) => {
+      if (!notes.meaning(name)) return;
+      add(list, "dt", name);
+      add(list, "dd", notes.meaning(name));
+    });
+    if (notes.parameters.length)
+      add(box, "div", "the parameters at the peak: " + notes.parameters.map(([k, v]) => Model.formatBytes(v) + " " + k).join(", "));
+    for (const [name, why] of notes.missing) add(box, "div", "no " + name + " told: " + why, "muted");
+  }
+
+  // The iterations (the training steps, or the outermost repeated unit of the program): each one's
+  // peaks and what was live at its peak by category.
+  function fillIterations() {
+    const body = document.querySelector("#iteration-table tbody"), it = Model.iterationRows(d, 200);
+    body.textContent = "";
+    it.rows.forEach((r, i) => {
+      if (i === it.split) add(add(body, "tr"), "td", "... " + it.omitted + " iterations not shown", "muted").colSpan = 6;
+      const tr = add(body, "tr");
+      add(tr, "td", String(r.index), "num");
+      add(tr, "td", rel(r.start), "num");
+      add(tr, "td", Model.formatBytes(r.peakAllocated), "num");
+      add(tr, "td", Model.formatBytes(r.peakReserved), "num");
+      add(tr, "td", Model.formatBytes(r.endAllocated), "num");
+      const cats = add(tr, "td");
+      if (!r.categories) text(cats, "-");
+      else r.categories.forEach(([name, bytes], k) => {
+        const key = add(cats, "span", undefined, "key");
+        key.style.background = Model.categoryColor(name, d.bands.categories ? d.bands.categories.names.indexOf(name) : k);
+        add(cats, "span", name + " " + Model.formatBytes(bytes) + " ").title = Model.categoryNotes(d).meaning(name);
+      });
+      on(tr, "click", () => { // the cursor to its peak: the allocator's state there
+        st.cur = r.peakAt;
+        st.step = stepper ? Model.stepAt(d, st.cur) : null;
+        if (st.cur < st.t0 || st.cur > st.t1) { const span = st.t1 - st.t0; st.t0 = Math.max(full.t0, st.cur - span / 2); st.t1 = Math.min(full.t1, st.t0 + span); }
+        redraw();
+      });
+    });
+    text($("iterations-title"), d.iterations.length ? d.iterations.length + " (" + d.summary.iteration_source + ": " +
+      d.summary.iteration_label + "); growth: " + d.summary.growth : "none found");
   }
 
   function redraw() {
@@ -467,6 +509,10 @@ function showDocument(d, signal, src) {
   }
 
   const leakList = $("leaks"), oomList = $("ooms"), results = $("results");
+  // the verdict over the list: nothing grows (what is listed is held, not leaking), or too few
+  // iterations to tell
+  text($("growth-verdict"), d.summary.growth === "none" ? "no growth across " + d.iterations.length + " iterations: what is listed is held, not growing"
+    : d.summary.growth === "unknown" && d.leaks.length ? "growth cannot be told: " + (d.iterations.length ? "one iteration" : "no iterations") + " (two are needed)" : "");
   function fillLists(filter) {
     leakList.textContent = "";
     oomList.textContent = "";
@@ -475,7 +521,8 @@ function showDocument(d, signal, src) {
     d.leaks.forEach((l, i) => {
       if (only && !only.has("leak" + i)) return;
       const frames = Model.stackFrames(d, l.stack), top = frames[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
-      const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : l.kind + ", ";
+      const held = l.held_category ? l.kind + " " + l.held_category + ", " : l.kind + ", ";
+      const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : held;
       const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + Model.siteLabel(frames),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
@@ -746,6 +793,7 @@ function showDocument(d, signal, src) {
   on($("temporal"), "change", (ev) => { st.temporal = ev.target.checked; showCheckpoint.force = true; redraw(); });
   fillLists("");
   fillTable();
+  fillIterations();
   if (st.pin !== null) showAllocation(st.pin, true);
   else if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
   else if (d.leaks.length) showStack("Leak candidate 1", d.leaks[0].stack);

@@ -14,11 +14,25 @@
 
 /* ---- replaying the history into live blocks (livemap.c) --------------------------------- */
 
-/* A live block: address (0: empty slot), its allocation site, a word the pass attaches. */
+/* What the analysis knows of a block from its allocation, for its category by lifetime
+ * (categories.c): when it was made, in which phase of the program, and how many phases had
+ * begun then, so that its death tells what it lived through. */
+typedef struct ms_birth {
+  int64_t event;   /* its allocation's event id (0: from before the history) */
+  int64_t ordinal; /* its allocation's ordinal among the history's allocations (-1: before it) */
+  uint32_t backward_begins, optimizer_begins, optimizer_ends; /* phases begun (ended) by then */
+  int32_t iteration; /* the iteration it was made in (-1: before the first) */
+  uint8_t phase;     /* MS_PHASE_* of its allocation */
+  uint8_t category;  /* its category, once known (the timeline's pass reads it from the analysis) */
+} ms_birth;
+
+/* A live block: address (0: empty slot), its allocation site, a word the pass attaches, and its
+ * birth (passes that need none leave it zero). */
 typedef struct ms_live_slot {
   uint64_t key;
   uint32_t site, aux;
   int64_t size;
+  ms_birth birth;
 } ms_live_slot;
 
 typedef struct ms_live_map {
@@ -32,12 +46,14 @@ int ms_live_put(ms_live_map *m, ms_live_slot slot);
 bool ms_live_take(ms_live_map *m, uint64_t key, ms_live_slot *out);
 void ms_live_free(ms_live_map *m);
 /* Replays an event into the live map: an allocation (of site `alloc_site`, which the caller
- * resolved, with `aux` attached) adds its block, a free_requested removes it. Returns the bytes
- * live memory changed by (negative for a free; 0 for other events and for frees of blocks from
- * before the kept history) and sets *taken to the block added or removed; sets *failed when out
- * of memory. Every pass replays through this. */
-int64_t ms_replay(ms_live_map *m, const ms_event *e, int64_t alloc_site, uint32_t aux, ms_live_slot *taken,
-                  bool *failed);
+ * resolved, with `aux` and `birth` attached; birth NULL: none) adds its block, a free_requested
+ * removes it. Returns the bytes live memory changed by (negative for a free; 0 for other events
+ * and for frees of blocks from before the kept history) and sets *taken to the block added or
+ * removed; an allocation at the address of a block still live (a damaged history) puts that
+ * block into *replaced (replaced NULL: forgotten; its key 0 when none). Sets *failed when out of
+ * memory. Every pass replays through this. */
+int64_t ms_replay(ms_live_map *m, const ms_event *e, int64_t alloc_site, uint32_t aux, const ms_birth *birth,
+                  ms_live_slot *taken, ms_live_slot *replaced, bool *failed);
 
 /* A total over time in at most MS_BUCKETS time buckets, each with the lowest and highest value
  * it took: drawn at any zoom, a peak is never lost. */
@@ -73,6 +89,7 @@ typedef struct ms_prior_block {
                         free's, its allocation's being unknown; 0: none */
   uint32_t site;     /* the analysis's site for it (set by ms_analyze) */
   bool alive_at_end;
+  uint8_t category;  /* its category by lifetime (set by ms_analyze) */
 } ms_prior_block;
 
 typedef struct ms_prior_segment {
@@ -108,7 +125,8 @@ typedef enum {
  * events, and the snapshot's blocks and segments) into h. Returns 0; -1 when the snapshot cannot
  * be read, or -2 out of memory, each with s->error set and h empty. */
 int ms_prehistory_build(ms_snapshot *s, ms_prehistory_view view, ms_prehistory *h);
-/* Puts the blocks into a replay's live map (their sites as set); sets *failed out of memory. */
+/* Puts the blocks into a replay's live map (their sites and categories as set; block i's birth
+ * has ordinal -(i + 1)); sets *failed out of memory. */
 void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed);
 void ms_prehistory_free(ms_prehistory *h);
 /* What device `device` held reserved when the history began, given what it held at the snapshot:
@@ -124,7 +142,14 @@ enum {
   MS_CODE_BACKWARD = 1 << 3,        /* autograd's backward pass */
   MS_CODE_GRADIENT = 1 << 4,        /* a parameter's gradient accumulated (AccumulateGrad) */
   MS_CODE_PARAMETER = 1 << 5,       /* a module's parameters made on the device or moved there */
+  MS_CODE_SHARDED = 1 << 6,         /* FSDP's sharded parameters, made when a module is sharded */
+  MS_CODE_GATHERED = 1 << 7,        /* FSDP's unsharded parameters, gathered for forward or backward */
+  MS_CODE_WORKSPACE = 1 << 8,       /* a library's workspace (cuBLAS, cuDNN handles): kept for reuse */
 };
+
+/* The phase of the program an event's stack belongs to (code_kinds.c): autograd's backward pass,
+ * an optimizer's step, or any other code (forward, data, set-up); NONE without a stack. */
+enum { MS_PHASE_NONE, MS_PHASE_FORWARD, MS_PHASE_BACKWARD, MS_PHASE_OPTIMIZER };
 #define MS_CHAIN 8           /* the program's frames kept per stack, outermost first */
 #define MS_CATEGORY_RULES 16 /* --category rules */
 
@@ -147,6 +172,9 @@ typedef struct ms_code_kinds {
   unsigned *frame_kind; /* by frame id: MS_CODE_* */
   unsigned *kind;     /* by stack id: MS_CODE_* of its frames */
   uint8_t *rule;      /* the first user rule one of its frames matches, + 1 (0: none) */
+  uint8_t *phase;     /* MS_PHASE_*: backward when a frame is autograd's; optimizer when its innermost
+                         Python frame that matters is an optimizer's (code an optimizer calls back,
+                         as a closure's forward pass, is not); else forward */
   uint32_t *op;       /* the frame of the operation: its innermost Python frame that is no machinery (the line
                          that called the operator), else its first frame that matters (the operator) */
   uint32_t *chain;    /* [id * MS_CHAIN + k]: the program's frames, outermost first */
@@ -279,10 +307,9 @@ typedef struct ms_site {
   bool before_history;                /* the site of blocks alive at the snapshot that no kept event
                                          allocated: from before recording (or the kept history) */
   bool external;                      /* its blocks are memory outside memsnap's allocator */
-  uint8_t category;                   /* MS_CAT_*, or a user category (categories.c) */
-  /* what became of its blocks (categories.c), in bytes: freed by the operation that made them
-     (code_kinds.c's op), by a backward pass, by an optimizer's step */
-  int64_t freed_same_op, freed_in_backward, freed_in_optimizer;
+  uint8_t category;                   /* MS_CAT_*, or a user category: what most of the bytes it
+                                         made were (categories.c) */
+  uint8_t held_category;              /* the same of its blocks alive at the history's end */
   ms_leak_kind kind;
   double score, bytes_per_iteration;
 } ms_site;
@@ -300,7 +327,11 @@ enum {
   MS_CAT_BUILTIN
 };
 #define MS_CATEGORIES (MS_CAT_BUILTIN + MS_CATEGORY_RULES)
-#define MS_ITER_SITE_BYTES (1u << 20) /* sites' bytes kept at iterations' peaks, for their categories */
+#define MS_ITER_CATEGORIES_MAX (1u << 20) /* iterations past which their categories are not kept */
+
+/* The parameters at the peak by where they come from: a module's (made or moved to the device),
+ * FSDP's sharded ones, the unsharded ones it gathered. */
+enum { MS_PARAM_MODULE, MS_PARAM_SHARDED, MS_PARAM_GATHERED, MS_PARAM_KINDS };
 
 typedef struct ms_iteration {
   int index;
@@ -310,9 +341,8 @@ typedef struct ms_iteration {
   int64_t peak_ns;
   int64_t end_unallocated; /* reserved but unallocated at the iteration's end: fragmentation */
   int64_t end_allocated;   /* allocated at the iteration's end: what a leak adds to, iteration by iteration */
-  /* what was live at its peak by site (a->iter_site_bytes[first_site_bytes..+nsite_bytes)) and by
-     category; categories_known false past MS_ITER_SITE_BYTES entries */
-  size_t first_site_bytes, nsite_bytes;
+  /* what was live at its peak by category (categories.c); categories_known false past
+     MS_ITER_CATEGORIES_MAX iterations */
   bool categories_known;
   int64_t category_bytes[MS_CATEGORIES];
 } ms_iteration;
@@ -321,12 +351,6 @@ typedef struct ms_site_bytes {
   uint32_t site; /* index into sites */
   int64_t bytes, count;
 } ms_site_bytes;
-
-/* A site's live bytes at an iteration's peak. */
-typedef struct ms_site_live {
-  uint32_t site;
-  int64_t bytes;
-} ms_site_live;
 
 typedef struct ms_oom {
   int64_t time_ns, requested, device_free, cached_unallocated, live_bytes;
@@ -382,8 +406,13 @@ typedef struct ms_analysis {
   ms_prehistory before; /* the state when the history starts: counted from its first instant */
   ms_code_kinds kinds;  /* what kind of code each stack is */
   ms_category_rules categories; /* the user's categories (--category), besides the built-in ones */
-  ms_site_live *iter_site_bytes; /* each iteration's live sites at its peak (ms_iteration's range) */
-  size_t niter_site_bytes;
+  /* by category (categories.c): what was live at the allocated peak, its parameters by kind, what
+     each allocation of the history was (by ordinal; 0xff: unknown), the phases seen */
+  int64_t category_at_peak[MS_CATEGORIES];
+  int64_t parameter_at_peak[MS_PARAM_KINDS];
+  uint8_t *alloc_category;
+  size_t nalloc_category;
+  int64_t stacked_events, backward_passes, optimizer_steps, parameter_blocks;
   ms_external external[MS_EXTERNAL_MAX]; /* the largest groups, largest first */
   size_t nexternal;
   int64_t external_bytes;                 /* all of it */
@@ -426,15 +455,17 @@ typedef struct ms_boundary {
 
 /* Normalises a label for grouping: digits and the separators before them dropped. */
 void ms_label_key(const char *label, char *out, size_t len);
-/* The iterations from marks, else ranges: the label `forced` (NULL: the one that repeats most),
- * its boundaries into *out (malloc'd, the caller frees it) and their number; sets
- * a->iteration_label and iteration_source. 0 (*out untouched) when no label repeats (or
- * `forced` is not there); what was read when out of memory or the snapshot is unreadable. */
+/* The iterations from marks, else ranges: the label `forced` (NULL: an optimizer's step ranges
+ * when they repeat, else the label that repeats most), its boundaries into *out (malloc'd, the
+ * caller frees it) and their number; sets a->iteration_label and iteration_source. 0 (*out
+ * untouched) when no label repeats (or `forced` is not there); what was read when out of memory
+ * or the snapshot is unreadable. */
 size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary **out);
-/* With no repeated mark or range, from one pass over the allocations, the first of: the period
- * of their stacks and sizes (source "inferred"), an optimizer's steps (a->kinds: "optimizer"),
- * the loop of the program's own code ("loop"), the period of their stacks alone ("inferred").
- * As ms_iterations_from_labels; boundaries by allocation ordinal; 0 when none is found. */
+/* With no repeated mark or range, from one pass over the allocations, the first of: an
+ * optimizer's steps (a->kinds: "optimizer"), the loop of the program's own code at its outermost
+ * level that has one ("loop"), the period of their stacks and sizes, the period of their stacks
+ * alone ("inferred"; a period whose iterations miss the backward passes the program has is none). As
+ * ms_iterations_from_labels; boundaries by allocation ordinal; 0 when none is found. */
 size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out);
 
 /* ---- memory by category (categories.c) -------------------------------------------------- */
@@ -442,8 +473,57 @@ size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out);
 /* The number of categories of a (built-in and the user's) and one's name (JSON's key). */
 int ms_category_count(const ms_analysis *a);
 const char *ms_category_name(const ms_analysis *a, int category);
-/* After the pass: each site's category, and each iteration's bytes by category at its peak. */
-void ms_categories_decide(ms_analysis *a);
+/* What a built-in category means, in a sentence (the page's legend, docs); "" for the user's. */
+const char *ms_category_meaning(const ms_analysis *a, int category);
+/* Why a built-in category cannot be told in this snapshot ("no backward pass recorded: ..."), or
+ * NULL when its rule has evidence. */
+const char *ms_category_missing_evidence(const ms_analysis *a, int category);
+/* The name of a kind of parameter (MS_PARAM_*): module, fsdp_sharded, fsdp_gathered. */
+const char *ms_parameter_kind_name(int kind);
+
+/* The analysis pass's state for categories by lifetime (analyze.c holds it, categories.c owns
+ * it). A block's category is decided when it dies (its free, or the history's end), from its
+ * birth and the phases the program went through meanwhile; what was live at the allocated peak
+ * and at each iteration's peak is summed from the blocks' deaths: a block counts at a peak when
+ * it was made at or before the peak's event and died after it. */
+typedef struct ms_lifetimes {
+  int ncat;                     /* categories in use (ms_category_count) */
+  uint8_t phase;                /* the program's phase now (its last event with a stack) */
+  uint32_t backward_begins, optimizer_begins, optimizer_ends;
+  int64_t peak_event;           /* the allocated peak so far: its event (0: the first instant) */
+  int64_t at_peak[MS_CATEGORIES], param_at_peak[MS_PARAM_KINDS]; /* live there, counted at death */
+  int cur;                      /* the current iteration (-1: before the first; niters: all closed) */
+  size_t niters;
+  int64_t iter_peak_event;      /* the current iteration's peak: as peak_event */
+  int64_t iter_at_peak[MS_CATEGORIES];
+  int64_t *iter_peak_events;    /* [iteration]: each closed iteration's peak event */
+  int64_t *diff;                /* [iteration * ncat + category]: blocks live at closed iterations'
+                                   peaks, as differences over iterations (their sums at the end) */
+  int64_t *site_bytes;          /* [site * ncat * 2 + category]: the bytes each site made, by
+                                   category; then [+ ncat]: those alive at the history's end */
+  size_t site_cap, alloc_cap;
+  bool failed;                  /* out of memory: what was counted stays, the rest is unknown */
+} ms_lifetimes;
+
+/* Starts the state for `niters` iterations; 0, or -1 when out of memory. */
+int ms_lifetimes_begin(ms_analysis *a, ms_lifetimes *l, size_t niters);
+/* An event in order, before the pass replays it: the phase it is in (events with a stack). */
+void ms_lifetimes_event(ms_analysis *a, ms_lifetimes *l, const ms_event *e);
+/* The birth of a block that event e (an allocation, the history's `ordinal`-th from 0) makes. */
+ms_birth ms_lifetimes_birth(const ms_analysis *a, const ms_lifetimes *l, const ms_event *e, int64_t ordinal);
+/* A block died: freed by e (NULL: alive at the history's end). */
+void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, const ms_event *e);
+/* A new allocated peak, at event `event`. */
+void ms_lifetimes_peak(ms_lifetimes *l, int64_t event);
+/* Iteration k opens just before event `event` (its first instant is its first peak); a new peak
+ * of the current iteration at event `event`; the current iteration closes. */
+void ms_lifetimes_iteration_open(ms_lifetimes *l, int k, int64_t event);
+void ms_lifetimes_iteration_peak(ms_lifetimes *l, int64_t event);
+void ms_lifetimes_iteration_close(ms_lifetimes *l);
+/* After every block died: the categories at the peaks into a (category_at_peak, each
+ * iteration's category_bytes, each site's category, parameter_at_peak); frees l's memory. */
+void ms_lifetimes_end(ms_analysis *a, ms_lifetimes *l);
+void ms_lifetimes_free(ms_lifetimes *l);
 /* What was live at the allocated peak, by category (summing to a->peak_allocated). */
 void ms_categories_at_peak(const ms_analysis *a, int64_t bytes[MS_CATEGORIES]);
 
@@ -453,6 +533,17 @@ void ms_categories_at_peak(const ms_analysis *a, int64_t bytes[MS_CATEGORIES]);
  * a->leaks (best first) and a->top (most bytes allocated first); on out of memory they stay
  * empty. */
 void ms_leaks_classify(ms_analysis *a);
+
+/* What the iterations say of growth, the verdict reports open with: a site grows (the first
+ * candidate is growing), grew and was released, nothing grows across two iterations or more, or
+ * there are too few iterations to tell. */
+typedef enum { MS_GROWTH_UNKNOWN, MS_GROWTH_NONE, MS_GROWTH_RELEASED, MS_GROWTH_GROWING } ms_growth;
+ms_growth ms_analysis_growth(const ms_analysis *a);
+/* The verdict's name in JSON: unknown, none, released, growing. */
+const char *ms_growth_name(ms_growth g);
+/* What the sites that do not grow hold at the snapshot (retained and alive candidates): bytes,
+ * how many sites, and the largest one's index (-1: none). */
+int64_t ms_held_at_snapshot(const ms_analysis *a, size_t *sites, ptrdiff_t *largest);
 
 /* ---- invalid frees (misuse.c) ------------------------------------------------------------ */
 

@@ -42,10 +42,7 @@ typedef struct pass {
      counts the peaks; saved_at is the version of a site's saved value). */
   int64_t *peak_bytes, *peak_count;
   uint64_t *saved_at, peak_version;
-  /* The same for the current iteration's peak (its sites' bytes there give its categories). */
-  int64_t *iter_peak_bytes;
-  uint64_t *iter_saved_at, iter_version;
-  size_t site_bytes_cap;
+  ms_lifetimes life; /* categories by lifetime (categories.c) */
   uint64_t external_at; /* the address of an external segment just made: its block is external */
   ms_release_pass *releases; /* the allocator's own releases (retries.c): apart, the pass stays small */
   bool failed;
@@ -54,10 +51,6 @@ typedef struct pass {
 /* Before a change of site i's live memory: keeps its value at the latest peak if this is its
  * first change since. */
 static inline void before_change(pass *p, uint32_t i) {
-  if (p->iter_saved_at[i] != p->iter_version) {
-    p->iter_saved_at[i] = p->iter_version;
-    p->iter_peak_bytes[i] = p->a->sites[i].live_bytes;
-  }
   if (p->saved_at[i] == p->peak_version) return;
   p->saved_at[i] = p->peak_version;
   p->peak_bytes[i] = p->a->sites[i].live_bytes;
@@ -76,17 +69,11 @@ static int64_t add_site(pass *p, uint32_t stack_id) {
     if (c) p->peak_count = c;
     uint64_t *v = c ? realloc(p->saved_at, sizeof *v * cap) : NULL;
     if (v) p->saved_at = v;
-    int64_t *ib = v ? realloc(p->iter_peak_bytes, sizeof *ib * cap) : NULL;
-    if (ib) p->iter_peak_bytes = ib;
-    uint64_t *iv = ib ? realloc(p->iter_saved_at, sizeof *iv * cap) : NULL;
-    if (iv) p->iter_saved_at = iv;
-    if (!g || !iv) return -1;
+    if (!g || !v) return -1;
     p->sites_cap = cap;
   }
   p->saved_at[a->nsites] = 0; /* live 0 until now: its value at any earlier peak */
   p->peak_bytes[a->nsites] = p->peak_count[a->nsites] = 0;
-  p->iter_saved_at[a->nsites] = 0;
-  p->iter_peak_bytes[a->nsites] = 0;
   ms_site *s = &a->sites[a->nsites];
   memset(s, 0, sizeof *s);
   s->stack_id = stack_id;
@@ -128,30 +115,11 @@ static int end_block(const ms_block_row *r, void *arg) {
   return 0;
 }
 
-/* Keeps every site's live bytes at the current iteration's peak (for its categories), while
- * fewer than MS_ITER_SITE_BYTES are kept. */
-static void keep_iteration_sites(pass *p, ms_iteration *it) {
-  ms_analysis *a = p->a;
-  it->first_site_bytes = a->niter_site_bytes;
-  for (size_t i = 0; i < a->nsites; i++) {
-    int64_t v = p->iter_saved_at[i] == p->iter_version ? p->iter_peak_bytes[i] : a->sites[i].live_bytes;
-    if (v == 0) continue;
-    if (a->niter_site_bytes == MS_ITER_SITE_BYTES ||
-        !ms_grow(&a->iter_site_bytes, &p->site_bytes_cap, a->niter_site_bytes + 1, sizeof *a->iter_site_bytes)) {
-      a->niter_site_bytes = it->first_site_bytes;
-      return;
-    }
-    a->iter_site_bytes[a->niter_site_bytes++] = (ms_site_live){(uint32_t)i, v};
-  }
-  it->nsite_bytes = a->niter_site_bytes - it->first_site_bytes;
-  it->categories_known = true;
-}
-
 /* Closes the current iteration: records every site's live bytes at the boundary. */
 static void close_iteration(pass *p, int64_t end_ns) {
   ms_analysis *a = p->a;
   if (p->cur_iter >= 0) {
-    keep_iteration_sites(p, &a->iters[p->cur_iter]);
+    ms_lifetimes_iteration_close(&p->life);
     a->iters[p->cur_iter].end_ns = end_ns;
     a->iters[p->cur_iter].end_unallocated = p->reserved - p->allocated;
     a->iters[p->cur_iter].end_allocated = p->allocated;
@@ -170,6 +138,9 @@ static void close_iteration(pass *p, int64_t end_ns) {
           s->released_ns = -1;
         }
       }
+      /* a release counts when it still holds at the boundary (not a dip inside an iteration) */
+      if (s->released_ns >= 0 && s->live_bytes >= s->first_iter_live + (s->peak_iter_live - s->first_iter_live) / 2)
+        s->released_ns = -1;
       s->prev_iter_live = s->live_bytes;
       s->last_iter_live = s->live_bytes;
     }
@@ -187,7 +158,7 @@ static void open_iteration(pass *p, int64_t start_ns, int64_t event_id) {
   it->peak_allocated = p->allocated;
   it->peak_reserved = p->reserved;
   it->peak_ns = start_ns;
-  p->iter_version++; /* its first instant is its first peak */
+  ms_lifetimes_iteration_open(&p->life, p->cur_iter, event_id); /* its first instant is its first peak */
 }
 
 static int compare_live(const void *x, const void *y) {
@@ -246,19 +217,17 @@ static bool seed_prehistory(pass *p) {
     a->sites[b->site].live_count++;
   }
   ms_prehistory_seed(&a->before, &p->live, &p->failed);
+  const ms_code_kinds *k = &a->kinds; /* their phase, from their stacks (those still allocated) */
+  for (size_t i = 0; i < a->before.nblocks && !p->failed && k->phase; i++) {
+    const ms_prior_block *b = &a->before.blocks[i];
+    ms_live_slot slot;
+    if (!b->alive_at_end || !b->stack_id || b->stack_id >= k->nstacks || !ms_live_take(&p->live, b->address, &slot)) continue;
+    slot.birth.phase = k->phase[b->stack_id];
+    if (ms_live_put(&p->live, slot) != 0) p->failed = true;
+  }
   p->allocated = a->before.allocated;
   p->reserved = a->before.reserved;
   return !p->failed;
-}
-
-/* What became of a block of site s that event e freed (`bytes`), for its category. */
-static void note_free(const ms_analysis *a, ms_site *s, const ms_event *e, int64_t bytes) {
-  const ms_code_kinds *k = &a->kinds;
-  uint32_t made = s->stack_id < k->nstacks ? s->stack_id : 0, freed = e->stack_id < k->nstacks ? e->stack_id : 0;
-  if (!freed || !k->kind) return;
-  if (made && k->op[made] && k->op[made] == k->op[freed]) s->freed_same_op += bytes;
-  if (k->kind[freed] & MS_CODE_BACKWARD) s->freed_in_backward += bytes;
-  if (k->kind[freed] & MS_CODE_OPTIMIZER) s->freed_in_optimizer += bytes;
 }
 
 static int pass1_event(const ms_event *e, void *arg) {
@@ -273,11 +242,15 @@ static int pass1_event(const ms_event *e, void *arg) {
     open_iteration(p, e->time_ns, e->id);
     p->next_bound++;
   }
-  ms_live_slot block = {0}; /* aux: the allocation's iteration + 1 (0: before the first) */
+  ms_lifetimes_event(a, &p->life, e);
+  ms_live_slot block = {0}, replaced; /* aux: the allocation's iteration + 1 (0: before the first) */
+  ms_birth birth;
+  if (e->kind == MS_ALLOC) birth = ms_lifetimes_birth(a, &p->life, e, p->allocs);
   int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1,
-                            (uint32_t)(p->cur_iter + 1), &block, &p->failed);
+                            (uint32_t)(p->cur_iter + 1), e->kind == MS_ALLOC ? &birth : NULL, &block, &replaced, &p->failed);
   uint32_t site = block.site;
   if (p->failed) return 1;
+  if (e->kind == MS_ALLOC && replaced.key) ms_lifetimes_death(a, &p->life, &replaced, e); /* a damaged history */
   if (__builtin_expect(ms_releases_pending(p->releases, e), 0) && e->kind != MS_SEGMENT_ALLOC && e->kind != MS_SEGMENT_MAP &&
       e->kind != MS_SEGMENT_FREE && e->kind != MS_SEGMENT_UNMAP && ms_releases_event(a, p->releases, e) != 0) {
     p->failed = true; /* a device with a release open: its other events too (segment events below) */
@@ -308,11 +281,12 @@ static int pass1_event(const ms_event *e, void *arg) {
         a->peak_allocated_ns = e->time_ns;
         a->peak_event_id = e->id;
         p->peak_version++;
+        ms_lifetimes_peak(&p->life, e->id);
       }
       if (p->cur_iter >= 0 && p->allocated > a->iters[p->cur_iter].peak_allocated) {
         a->iters[p->cur_iter].peak_allocated = p->allocated;
         a->iters[p->cur_iter].peak_ns = e->time_ns;
-        p->iter_version++;
+        ms_lifetimes_iteration_peak(&p->life, e->id);
       }
       if (e->address == p->external_at) s->external = true;
       p->external_at = 0;
@@ -322,11 +296,12 @@ static int pass1_event(const ms_event *e, void *arg) {
       if (delta) {
         ms_site *s = &a->sites[site];
         before_change(p, site);
-        note_free(a, s, e, -delta);
+        ms_lifetimes_death(a, &p->life, &block, e);
         s->live_bytes += delta;
         s->live_count--;
         p->allocated += delta;
-        /* fallen below halfway from the first boundary's level to the highest since: released */
+        /* fallen below halfway from the first boundary's level to the highest since: released, if
+           it still is at the next boundary (close_iteration) */
         if (s->released_ns < 0 && s->peak_iter_live > s->first_iter_live &&
             s->live_bytes < s->first_iter_live + (s->peak_iter_live - s->first_iter_live) / 2)
           s->released_ns = e->time_ns;
@@ -386,6 +361,25 @@ static int pass1_event(const ms_event *e, void *arg) {
   return 0;
 }
 
+static int compare_birth(const void *x, const void *y) {
+  int64_t a = ((const ms_live_slot *)x)->birth.event, b = ((const ms_live_slot *)y)->birth.event;
+  return (a > b) - (a < b);
+}
+
+/* What is alive at the history's end dies there, oldest first (a site's older blocks tell what its
+ * newest are: categories.c). False when out of memory. */
+static bool end_of_history(pass *p) {
+  ms_live_slot *v = malloc(sizeof *v * (p->live.count + 1));
+  if (!v) return false;
+  size_t n = 0;
+  for (size_t i = 0; p->live.slots && i <= p->live.mask; i++)
+    if (p->live.slots[i].key) v[n++] = p->live.slots[i];
+  qsort(v, n, sizeof *v, compare_birth);
+  for (size_t i = 0; i < n; i++) ms_lifetimes_death(p->a, &p->life, &v[i], NULL);
+  free(v);
+  return true;
+}
+
 int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   const char *label = o ? o->label : NULL;
   memset(a, 0, sizeof *a);
@@ -426,7 +420,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
     goto fail;
   }
   if (ms_releases_begin(a, p.releases) != 0) goto fail;
-  if (!seed_prehistory(&p)) {
+  if (ms_lifetimes_begin(a, &p.life, a->niters) != 0 || !seed_prehistory(&p)) {
     snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     goto fail;
   }
@@ -445,8 +439,13 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   ms_releases_end(a, p.releases);
   for (size_t i = 0; p.live.slots && i <= p.live.mask; i++) { /* when what is still live was allocated */
     const ms_live_slot *b = &p.live.slots[i];
+    if (!b->key) continue;
     int iteration = (int)b->aux - 1;
-    if (b->key && iteration > a->sites[b->site].newest_live_iteration) a->sites[b->site].newest_live_iteration = iteration;
+    if (iteration > a->sites[b->site].newest_live_iteration) a->sites[b->site].newest_live_iteration = iteration;
+  }
+  if (!end_of_history(&p)) {
+    snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
+    goto fail;
   }
   /* What is alive at the snapshot, by site (blocks the reader cannot read count as none). */
   if (ms_blocks_each(s, end_block, &p) != 0 && p.failed) {
@@ -462,7 +461,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   a->end_reserved = end.reserved;
   ms_external_each(s, add_external, a); /* unreadable: the groups read */
   ms_leaks_classify(a);
-  ms_categories_decide(a);
+  ms_lifetimes_end(a, &p.life);
   ms_misuse_finish(a);
   /* What was live at the allocated peak, as the pass kept it (the history's first instant when
      peak_event_id is 0: what predates it). */
@@ -481,8 +480,6 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   free(p.peak_bytes);
   free(p.peak_count);
   free(p.saved_at);
-  free(p.iter_peak_bytes);
-  free(p.iter_saved_at);
   free(p.releases);
   return 0;
 fail:
@@ -493,9 +490,8 @@ fail:
   free(p.peak_bytes);
   free(p.peak_count);
   free(p.saved_at);
-  free(p.iter_peak_bytes);
-  free(p.iter_saved_at);
   free(p.releases);
+  ms_lifetimes_free(&p.life);
   ms_analysis_free(a);
   a->snap = s;
   return -1;
@@ -520,7 +516,7 @@ void ms_analysis_free(ms_analysis *a) {
   free(a->sites);
   free(a->at_peak);
   free(a->iters);
-  free(a->iter_site_bytes);
+  free(a->alloc_category);
   free(a->ooms);
   free(a->releases.retries);
   free(a->invalid_frees);

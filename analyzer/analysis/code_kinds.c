@@ -1,9 +1,10 @@
 /* code_kinds.c: what kind of code each frame and each stack of a snapshot is, from one table of
  * patterns (docs/categories.md lists it): the program's own code, an optimizer's step and the
  * making of its state, autograd's backward pass, a parameter's gradient accumulated, a module's
- * parameters made or moved to the device; and the user's own categories (--category
- * NAME=PATTERN). Where iterations start (iterations.c) and memory by category (categories.c)
- * read it.
+ * parameters made or moved to the device, FSDP's sharded and gathered parameters, a library's
+ * workspace; and the user's own categories (--category NAME=PATTERN). From them, the phase of the
+ * program each stack belongs to (forward, backward, an optimizer's step). Where iterations start
+ * (iterations.c) and memory by category (categories.c) read it.
  *
  * Patterns are --fold's: NAME or NAME@FILE, globs over a frame's short name (without "()") and
  * its source file or module (ms_frame_matches), so one pattern serves PyTorch's native frames
@@ -44,6 +45,27 @@ static const struct {
     {"*@*/torch/nn/init.py", MS_CODE_PARAMETER},
     {"*set_module_tensor_to_device@*/accelerate/*", MS_CODE_PARAMETER},
     {"*_load_state_dict_into_meta_model@*/transformers/*", MS_CODE_PARAMETER},
+    /* FSDP2 (fully_shard): the sharded parameters it keeps, and the unsharded ones it gathers for
+       forward and backward (its reduce-scatter's output is a gradient, by lifetime) */
+    {"*_init_sharded_param@*/fsdp/_fully_shard/*", MS_CODE_SHARDED},
+    {"*reset_sharded_param@*/fsdp/_fully_shard/*", MS_CODE_SHARDED},
+    {"*foreach_all_gather*@*/fsdp/_fully_shard/*", MS_CODE_GATHERED},
+    {"*all_gather_copy_in*@*/fsdp/_fully_shard/*", MS_CODE_GATHERED},
+    {"*alloc_all_gather_outputs@*/fsdp/_fully_shard/*", MS_CODE_GATHERED},
+    {"*init_all_gather_outputs@*/fsdp/_fully_shard/*", MS_CODE_GATHERED},
+    {"*all_gather_inputs@*/fsdp/_fully_shard/*", MS_CODE_GATHERED},
+    {"*init_unsharded_param@*/fsdp/_fully_shard/*", MS_CODE_GATHERED},
+    /* FSDP1: its flat parameters, sharded and gathered */
+    {"*_init_flat_param*@*/torch/distributed/fsdp/_flat_param.py", MS_CODE_SHARDED},
+    {"*_all_gather_flat_param@*/torch/distributed/fsdp/_flat_param.py", MS_CODE_GATHERED},
+    {"*_alloc_padded_unsharded_flat_param@*/torch/distributed/fsdp/_flat_param.py", MS_CODE_GATHERED},
+    /* libraries' workspaces, made once and kept for reuse whatever the phase */
+    {"at::cuda::getCUDABlasLtWorkspace", MS_CODE_WORKSPACE},
+    {"at::cuda::setWorkspaceForHandle", MS_CODE_WORKSPACE},
+    {"at::cuda::getNewWorkspace", MS_CODE_WORKSPACE},
+    {"cublasCreate*", MS_CODE_WORKSPACE},
+    {"cublasLtCreate*", MS_CODE_WORKSPACE},
+    {"cudnnCreate*", MS_CODE_WORKSPACE},
 };
 
 /* Files of torch/optim that are no optimizer's step. */
@@ -106,9 +128,10 @@ int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms
   k->kind = calloc(ns, sizeof *k->kind);
   k->rule = calloc(ns, 1);
   k->op = calloc(ns, sizeof *k->op);
+  k->phase = calloc(ns, 1);
   k->chain = calloc(ns * MS_CHAIN, sizeof *k->chain);
   k->chain_len = calloc(ns, 1);
-  if (!frame_kind || !frame_rule || !same || !k->kind || !k->rule || !k->op || !k->chain || !k->chain_len ||
+  if (!frame_kind || !frame_rule || !same || !k->kind || !k->rule || !k->op || !k->phase || !k->chain || !k->chain_len ||
       canonical_frames(s, same) != 0) {
     free(frame_rule);
     free(same);
@@ -130,13 +153,23 @@ int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms
   for (size_t id = 1; id < s->nstacks; id++) {
     const ms_stack *st = &s->stacks[id];
     uint32_t python_op = 0, len = 0;
+    unsigned python_side = 0; /* the first of an optimizer's frame and the program's, innermost first */
     for (uint32_t j = 0; j < st->depth; j++) { /* innermost first */
       uint32_t f = st->frames[j];
       if (f >= nf) continue;
       k->kind[id] |= frame_kind[f];
       if (!k->rule[id] && frame_rule[f]) k->rule[id] = frame_rule[f];
       if (!python_op && s->frames[f].python && !s->frames[f].machinery) python_op = f;
+      if (!python_side && s->frames[f].python) python_side = frame_kind[f] & (MS_CODE_OPTIMIZER | MS_CODE_PROGRAM);
     }
+    /* The phase: autograd's wherever its frames are (a closure's backward inside an optimizer's
+       step too); an optimizer's when its frame comes before the program's, innermost first (a
+       closure's forward pass runs the program's code under the step); native frames alone: a
+       fused optimizer's kernel */
+    if (k->kind[id] & MS_CODE_BACKWARD) k->phase[id] = MS_PHASE_BACKWARD;
+    else if (python_side ? (python_side & MS_CODE_OPTIMIZER) : (k->kind[id] & MS_CODE_OPTIMIZER) != 0)
+      k->phase[id] = MS_PHASE_OPTIMIZER;
+    else if (st->depth) k->phase[id] = MS_PHASE_FORWARD;
     /* the op: the innermost Python frame that matters, else the first frame that matters */
     if (python_op) k->op[id] = python_op;
     else ms_stack_frames_that_matter(s, (uint32_t)id, &k->op[id], 1);
@@ -158,6 +191,7 @@ void ms_code_kinds_free(ms_code_kinds *k) {
   free(k->kind);
   free(k->rule);
   free(k->op);
+  free(k->phase);
   free(k->chain);
   free(k->chain_len);
   memset(k, 0, sizeof *k);

@@ -1,8 +1,12 @@
 /* iterations.c: where the iterations of a program start, for the analysis (analyze.c) to measure
- * peaks and growth per iteration: from marks, else from ranges, the label that repeats most
- * (outermost ranges first), labels that differ only by numbers ("step 1", "step 2") counting as
- * one; with neither, from the period of the allocation pattern, and the analysis says which
- * (iteration_source).
+ * peaks and growth per iteration: the training steps. From marks, else from ranges: an
+ * optimizer's step ranges when there are (PyTorch's "Optimizer.step#AdamW.step": whatever else
+ * repeats, FSDP's, DDP's or a module's ranges, and one per optimizer step under gradient
+ * accumulation), else the label that repeats most (outermost ranges first), labels that differ
+ * only by numbers ("step 1", "step 2") counting as one. With neither, from the allocations: an
+ * optimizer's steps, else the outermost repeated line of the program's own code (inference: a
+ * generate() call, whatever repeats inside it), else the period of the allocation pattern; the
+ * analysis says which (iteration_source).
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -114,6 +118,10 @@ static int add_ms_boundary(const ms_label_row *r, void *arg) {
   return 0;
 }
 
+/* Whether a label key is an optimizer's step as PyTorch's optimizers label it
+ * ("Optimizer.step#AdamW.step"). */
+static bool is_optimizer_step(const char *key) { return strncmp(key, "Optimizer.step#", 15) == 0; }
+
 /* Chooses the iteration label and fills the boundaries; returns how many (0: none). */
 size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary **out) {
   ms_snapshot *s = a->snap;
@@ -128,10 +136,13 @@ size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary
     tallies c = {0};
     source[src](s, count_label, &c); /* unreadable: what was counted (none) */
     ms_str_index_free(&c.index);
+    bool steps = false; /* an optimizer's step ranges are the training steps, whatever else repeats */
+    for (size_t i = 0; !forced && src == 1 && i < c.n; i++) steps |= c.t[i].n >= 2 && is_optimizer_step(c.t[i].key);
     for (size_t i = 0; i < c.n; i++) {
       const tally *t = &c.t[i];
       bool better = forced ? strcmp(t->key, forced_key) == 0
-                           : t->n >= 2 && (t->depth < best_depth || (t->depth == best_depth && t->n > best_count));
+                    : steps ? t->n >= 2 && is_optimizer_step(t->key) && (best_source < 0 || t->n > best_count)
+                            : t->n >= 2 && (t->depth < best_depth || (t->depth == best_depth && t->n > best_count));
       if (better) {
         snprintf(best, sizeof best, "%s", t->key);
         best_count = t->n;
@@ -185,6 +196,9 @@ typedef struct scan {
   size_t nsteps, cap;
   bool in_step;
   uint32_t step_stack; /* the first step's first allocation's */
+  /* the allocations of backward passes, by ordinal (iterations must hold one each) */
+  int64_t *backward;
+  size_t nbackward, backward_cap;
   /* the loop's line */
   level lv[LOOP_LEVELS];
   int nlevels;
@@ -199,7 +213,11 @@ static int scan_allocation(int64_t stack_id, int64_t size, void *arg) {
     c->stack_tok[c->n++] = (uint64_t)stack_id;
   }
   if (id && c->k->kind) {
-    if (c->k->kind[id] & MS_CODE_OPTIMIZER) {
+    if (c->k->phase[id] == MS_PHASE_BACKWARD) {
+      if (!ms_grow(&c->backward, &c->backward_cap, c->nbackward + 1, sizeof *c->backward)) c->failed = true;
+      else c->backward[c->nbackward++] = c->total;
+    }
+    if (c->k->phase[id] == MS_PHASE_OPTIMIZER) { /* not a closure's forward pass inside the step */
       if (!c->in_step && !ms_grow(&c->end, &c->cap, c->nsteps + 1, sizeof *c->end)) c->failed = true;
       else if (!c->in_step && c->nsteps++ == 0) c->step_stack = id;
       c->in_step = !c->failed;
@@ -418,6 +436,20 @@ static size_t period_of(const uint64_t *tok, size_t n, int64_t total, size_t per
   return count;
 }
 
+/* Whether iterations starting at boundaries b[0..n) (by allocation ordinal) miss the backward
+ * passes a program that has them runs in every training step: more than one without any
+ * allocation of a backward pass (a period found in the layers of one forward pass, say). */
+static bool without_backward(const scan *c, const ms_boundary *b, size_t n) {
+  if (c->nbackward == 0) return false;
+  size_t missing = 0, j = 0;
+  for (size_t k = 0; k < n; k++) {
+    int64_t from = b[k].alloc, to = k + 1 < n ? b[k + 1].alloc : c->total;
+    while (j < c->nbackward && c->backward[j] < from) j++;
+    missing += !(j < c->nbackward && c->backward[j] < to);
+  }
+  return missing > 1;
+}
+
 /* A frame as the report names it: "function (file:line)". */
 static void frame_text(const ms_snapshot *s, uint32_t id, char *out, size_t len) {
   const ms_frame *f = &s->frames[id];
@@ -439,13 +471,9 @@ size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out) {
   if (c.tok && c.stack_tok && (!a->kinds.kind || scan_levels(&c) == 0)) {
     ms_allocations_each(a->snap, scan_allocation, &c); /* unreadable: what was read */
     char what[200];
-    /* 1. the exact period: every allocation's stack and size repeat */
-    if ((n_out = period_of(c.tok, c.n, c.total, 900, &period, out))) {
-      snprintf(what, sizeof what, "%zu", period);
-      set_source(a, "inferred", "a period of %s allocations", what);
-    }
-    /* 2. an optimizer's steps: the iterations end where they end (the first from the start) */
-    if (!n_out && c.nsteps >= 3) {
+    /* 1. an optimizer's steps, the training steps whatever else repeats inside them: the
+       iterations end where they end (the first from the start) */
+    if (c.nsteps >= 3) {
       int64_t *starts = malloc(sizeof *starts * c.nsteps);
       if (starts) {
         starts[0] = 0;
@@ -460,7 +488,9 @@ size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out) {
         if (n_out) set_source(a, "optimizer", "the optimizer's steps: %s", what);
       }
     }
-    /* 3. the loop: the outermost level of the program's frames with a line that repeats */
+    /* 2. the loop: the outermost level of the program's frames with a line that repeats (without an
+       optimizer, the outermost repeated unit of the program's own code: a generate() call, say,
+       whatever repeats inside it) */
     for (int d = 0; !n_out && d < c.nlevels; d++) {
       uint32_t anchor = 0;
       int64_t *starts = NULL;
@@ -472,15 +502,26 @@ size_t ms_iterations_inferred(ms_analysis *a, ms_boundary **out) {
         set_source(a, "loop", "the loop at %s", what);
       }
     }
-    /* 4. a tolerant period: the stacks alone, 70% of them repeating */
-    if (!n_out && (n_out = period_of(c.stack_tok, c.n, c.total, 700, &period, out))) {
-      snprintf(what, sizeof what, "%zu", period);
-      set_source(a, "inferred", "a period of about %s allocations", what);
+    /* 3. the exact period: every allocation's stack and size repeat; 4. a tolerant period: the
+       stacks alone, 70% of them repeating. Neither when its iterations miss the program's backward
+       passes (the layers of one forward pass are no iterations) */
+    for (int tolerant = 0; !n_out && tolerant < 2; tolerant++) {
+      n_out = period_of(tolerant ? c.stack_tok : c.tok, c.n, c.total, tolerant ? 700 : 900, &period, out);
+      if (n_out && without_backward(&c, *out, n_out)) {
+        free(*out);
+        *out = NULL;
+        n_out = 0;
+      }
+      if (n_out) {
+        snprintf(what, sizeof what, "%zu", period);
+        set_source(a, "inferred", tolerant ? "a period of about %s allocations" : "a period of %s allocations", what);
+      }
     }
   }
   free(c.tok);
   free(c.stack_tok);
   free(c.end);
+  free(c.backward);
   for (int d = 0; d < LOOP_LEVELS; d++) {
     free(c.lv[d].token);
     free(c.lv[d].runs);

@@ -76,3 +76,28 @@ void ms_leaks_classify(ms_analysis *a) {
   qsort(a->leaks, a->nleaks, sizeof *a->leaks, compare_leaks);
   qsort(a->top, a->ntop, sizeof *a->top, compare_top);
 }
+
+ms_growth ms_analysis_growth(const ms_analysis *a) {
+  if (a->nleaks && a->sites[a->leaks[0]].kind == MS_LEAK_GROWING) return MS_GROWTH_GROWING;
+  if (a->nleaks && a->sites[a->leaks[0]].kind == MS_LEAK_GROWING_RELEASED) return MS_GROWTH_RELEASED;
+  return a->niters >= 2 ? MS_GROWTH_NONE : MS_GROWTH_UNKNOWN;
+}
+
+const char *ms_growth_name(ms_growth g) {
+  static const char *const names[] = {"unknown", "none", "released", "growing"};
+  return g >= 0 && g <= MS_GROWTH_GROWING ? names[g] : "unknown";
+}
+
+int64_t ms_held_at_snapshot(const ms_analysis *a, size_t *sites, ptrdiff_t *largest) {
+  int64_t bytes = 0, most = 0;
+  *sites = 0;
+  *largest = -1;
+  for (size_t i = 0; i < a->nleaks; i++) {
+    const ms_site *s = &a->sites[a->leaks[i]];
+    if (s->kind != MS_LEAK_RETAINED && s->kind != MS_LEAK_ALIVE) continue;
+    bytes += s->end_bytes;
+    ++*sites;
+    if (s->end_bytes > most) most = s->end_bytes, *largest = (ptrdiff_t)a->leaks[i];
+  }
+  return bytes;
+}

@@ -57,14 +57,19 @@ void ms_live_free(ms_live_map *m) {
   m->mask = m->count = 0;
 }
 
-int64_t ms_replay(ms_live_map *m, const ms_event *e, int64_t alloc_site, uint32_t aux, ms_live_slot *taken,
-                  bool *failed) {
+int64_t ms_replay(ms_live_map *m, const ms_event *e, int64_t alloc_site, uint32_t aux, const ms_birth *birth,
+                  ms_live_slot *taken, ms_live_slot *replaced, bool *failed) {
   if (e->kind == MS_ALLOC) {
-    if (alloc_site < 0 || ms_live_put(m, (ms_live_slot){e->address, (uint32_t)alloc_site, aux, e->size}) != 0) {
+    ms_live_slot slot = {e->address, (uint32_t)alloc_site, aux, e->size, birth ? *birth : (ms_birth){0}};
+    if (replaced) {
+      replaced->key = 0;
+      ms_live_take(m, e->address, replaced);
+    }
+    if (alloc_site < 0 || ms_live_put(m, slot) != 0) {
       *failed = true;
       return 0;
     }
-    *taken = (ms_live_slot){e->address, (uint32_t)alloc_site, aux, e->size};
+    *taken = slot;
     return e->size;
   }
   if (e->kind == MS_FREE_REQUESTED && ms_live_take(m, e->address, taken)) return -taken->size;

@@ -220,7 +220,7 @@ int ms_releases_event(ms_analysis *a, ms_release_pass *p, const ms_event *e) {
       break;
     case MS_SEGMENT_ALLOC:
     case MS_SEGMENT_MAP:
-      if (ms_event_external_segment(e) && ms_live_put(&p->external, (ms_live_slot){e->address, 0, 0, e->size}) != 0)
+      if (ms_event_external_segment(e) && ms_live_put(&p->external, (ms_live_slot){.key = e->address, .site = 0, .aux = 0, .size = e->size}) != 0)
         return -1;
       if (r->run_open) close_run(a, p, d, e);
       r->call_reason = 0;

@@ -46,6 +46,7 @@ typedef struct timeline_pass {
   int64_t band_live[MS_BANDS + 1];
   int64_t category_live[MS_CATEGORIES];
   int64_t allocated, reserved, pending_bytes, width, best; /* best: highest total in the bucket */
+  int64_t allocs; /* allocations seen: the ordinal of the next (a->alloc_category's index) */
   seg *segs;                                                /* live segments, by address */
   size_t nsegs, capsegs;
   size_t *open;        /* spans not ended yet, by address (indices into t->spans) */
@@ -484,7 +485,7 @@ static bool seed_prehistory(timeline_pass *p) {
   ms_prehistory_seed(h, &p->live, &p->failed);
   for (size_t i = 0; i < h->nblocks; i++) {
     p->band_live[p->band_of_site[h->blocks[i].site]] += h->blocks[i].size;
-    p->category_live[p->a->sites[h->blocks[i].site].category] += h->blocks[i].size;
+    p->category_live[h->blocks[i].category] += h->blocks[i].size;
     p->site_now[h->blocks[i].site] += h->blocks[i].size;
   }
   if (h->layout_known && h->nsegments) {
@@ -524,23 +525,27 @@ static int timeline_event(const ms_event *e, void *arg) {
   }
   ms_live_slot block = {0};
   uint32_t aux = 0, site = 0;
+  ms_birth birth = {0};
   if (e->kind == MS_ALLOC) {
     site = (uint32_t)(p->a->site_of_stack[e->stack_id] - 1);
     add_detail(p, e, site, &aux);
     if (ms_live_take(&p->pending, e->address, &block)) p->pending_bytes -= block.size; /* reused */
+    /* its category by lifetime, as the analysis's pass decided it at its death */
+    size_t n = (size_t)p->allocs++;
+    birth.category = n < a->nalloc_category && a->alloc_category[n] < MS_CATEGORIES ? a->alloc_category[n] : MS_CAT_OTHER;
   }
   add_step(p, e, site);
-  int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? (int64_t)site : -1, aux, &block, &p->failed);
+  int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? (int64_t)site : -1, aux, &birth, &block, NULL, &p->failed);
   ms_live_slot r;
   if (delta > 0 && e->requested > 0 && e->requested < e->size) { /* rounded up: counted until freed */
-    if (ms_live_put(&p->rounded, (ms_live_slot){e->address, 0, 0, e->size - e->requested}) != 0) p->failed = true;
+    if (ms_live_put(&p->rounded, (ms_live_slot){.key = e->address, .site = 0, .aux = 0, .size = e->size - e->requested}) != 0) p->failed = true;
     p->rounding += e->size - e->requested;
   } else if (delta < 0 && ms_live_take(&p->rounded, block.key, &r)) {
     p->rounding -= r.size;
   }
   if (delta) {
     p->band_live[p->band_of_site[block.site]] += delta;
-    p->category_live[a->sites[block.site].category] += delta;
+    p->category_live[block.birth.category] += delta;
     p->site_now[block.site] += delta;
     p->allocated += delta;
     if (delta < 0) {

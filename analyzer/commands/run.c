@@ -187,6 +187,10 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
     rc |= set_env("MEMSNAP_RUN_TORCH_BLOCKS", blocks);
   }
   if (o->cache) rc |= set_env("MEMSNAP_INTERCEPT_CACHE", "1");
+  if ((mode == MODE_ALLOCATOR || mode == MODE_BOTH) && !o->keep_arena) {
+    /* CuPy: its arrays from memsnap's allocator, each seen with its stack (the sitecustomize) */
+    rc |= set_env("MEMSNAP_RUN_CUPY", "1");
+  }
   if (interposed(mode) && !o->keep_arena && !getenv("XLA_PYTHON_CLIENT_ALLOCATOR")) {
     /* JAX: each array its own cuMemAlloc, which the interposer sees (the sitecustomize notes it) */
     rc |= set_env("XLA_PYTHON_CLIENT_ALLOCATOR", "platform") | set_env("MEMSNAP_RUN_XLA_ALLOCATOR", "platform");
@@ -310,6 +314,8 @@ typedef struct found {
     bool ours; /* memsnap run chose it */
   } xla[64];
   size_t nxla;
+  long cupy[64]; /* the processes whose CuPy allocates from memsnap's allocator ("cupy" lines) */
+  size_t ncupy;
 } found;
 
 static void add_found(found *f, const char *path) {
@@ -353,6 +359,8 @@ static void read_manifest(const char *manifest, found *f) {
       add_found(f, a);
     } else if (!strcmp(kind, "xla")) {
       add_xla(f, a);
+    } else if (!strcmp(kind, "cupy")) {
+      if (f->ncupy < sizeof f->cupy / sizeof *f->cupy) f->cupy[f->ncupy++] = strtol(a, NULL, 10);
     } else if (!strcmp(kind, "pickle") && (b = strchr(a, '\t')) != NULL) {
       *b++ = '\0';
       if (!strstr(a, ".torch-") || strlen(a) < 7 || strcmp(a + strlen(a) - 7, ".pickle")) continue; /* not ours */
@@ -406,6 +414,10 @@ static void print_paths(const ms_analysis *a, const found *f, bool imported, con
     printf("%sthe interposer's at the snapshot: %s, most from %s in %s\n", indent, b, a->external[0].source,
            a->external[0].library);
   }
+  for (size_t i = 0; i < f->ncupy; i++)
+    if (f->cupy[i] == (long)a->snap->pid)
+      printf("%sCuPy: its arrays from memsnap's allocator, one by one (memsnap.cupy; --keep-arena keeps CuPy's own "
+             "pool, whose segments alone are seen)\n", indent);
   for (size_t i = 0; i < f->nxla; i++) {
     if (f->xla[i].pid != (long)a->snap->pid) continue;
     if (!strcmp(f->xla[i].allocator, "platform"))
@@ -442,27 +454,47 @@ static void print_summary(const char *path, bool html, bool brief, const found *
   ms_format_bytes(a.peak_reserved, b2, sizeof b2);
   ms_format_bytes(a.end_allocated, b3, sizeof b3);
   const ms_site *leak = a.nleaks ? &a.sites[a.leaks[0]] : NULL;
+  ms_growth growth = ms_analysis_growth(&a);
+  bool growing = growth == MS_GROWTH_GROWING || growth == MS_GROWTH_RELEASED;
   char per[32] = "";
   if (leak) ms_format_bytes((int64_t)leak->bytes_per_iteration, per, sizeof per);
   ms_report_options o = {.max_frames = brief ? 1 : 3};
   if (brief) {
-    if (leak)
+    if (growing)
       printf("%s: peak %s allocated, %s at the snapshot; leak: %s, %s per iteration\n", shown, b1, b3,
              ms_leak_kind_name(leak->kind), per);
+    else if (growth == MS_GROWTH_NONE)
+      printf("%s: peak %s allocated, %s at the snapshot; no growth across %zu iterations\n", shown, b1, b3, a.niters);
     else
       printf("%s: peak %s allocated, %s at the snapshot; no leak candidate\n", shown, b1, b3);
-    if (leak) ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "    ", stdout);
+    if (growing) ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "    ", stdout);
     ms_print_best_suggestion(&a, "    ", stdout);
   } else {
     printf("\nsnapshot %s\n", shown);
     printf("  peak %s allocated, %s reserved; %s allocated at the snapshot\n", b1, b2, b3);
     print_paths(&a, f, s.import_source[0] != '\0', "  ");
-    if (leak) {
+    if (growing) {
       printf("  first leak candidate: %s, %s per iteration, %lld blocks live at the snapshot\n",
              ms_leak_kind_name(leak->kind), per, (long long)leak->end_count);
       ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "      ", stdout);
     } else {
-      printf("  no leak candidate\n");
+      /* nothing grows: say so, then what is held, without calling it a leak */
+      if (growth == MS_GROWTH_NONE) printf("  no growth across %zu iterations\n", a.niters);
+      else if (leak) printf("  growth cannot be told: %s (two are needed)\n", a.niters ? "one iteration" : "no iterations");
+      size_t held_sites;
+      ptrdiff_t largest;
+      int64_t held = ms_held_at_snapshot(&a, &held_sites, &largest);
+      if (largest >= 0) {
+        const ms_site *big = &a.sites[largest];
+        char h[32], hb[32];
+        ms_format_bytes(held, h, sizeof h);
+        ms_format_bytes(big->end_bytes, hb, sizeof hb);
+        printf("  held at the snapshot: %s in %zu sites; the largest, %s (%s):\n", h, held_sites, hb,
+               ms_category_name(&a, big->held_category));
+        ms_print_stack(&s, big->stack_id, ms_site_note(&a, big), &o, "      ", stdout);
+      } else if (!leak) {
+        printf("  nothing held at the snapshot\n");
+      }
     }
     if (a.nooms) printf("  %zu out-of-memory errors recorded\n", a.nooms);
     ms_print_best_suggestion(&a, "  ", stdout);
@@ -642,7 +674,9 @@ const ms_command ms_run_command = {"run", cmd_run,
      "  --no-torch-blocks   intercept in a PyTorch process: segments only, no PATH.torch.db (PyTorch's\n"
      "                      recorder costs some 8% of a training step)\n"
      "  --keep-arena        JAX: keep XLA's arena (by default, where the interposer records, XLA allocates\n"
-     "                      each array from the driver: XLA_PYTHON_CLIENT_ALLOCATOR=platform, slower)\n"
+     "                      each array from the driver: XLA_PYTHON_CLIENT_ALLOCATOR=platform, slower);\n"
+     "                      CuPy: keep its memory pool (by default, in the allocator modes, CuPy\n"
+     "                      allocates from memsnap's allocator: memsnap.cupy)\n"
      "  --html              write each snapshot's page too (PATH with .html for .db)\n"
      "  --no-suggest        no suggestion of allocator settings in the summary (the replay's sweep,\n"
      "                      as memsnap analyze runs it: docs/replay.md)\n"

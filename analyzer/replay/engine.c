@@ -433,7 +433,7 @@ static void update_peak(run_state *st, int device) {
 /* An external block (of the segment allocated just before it): held beside the allocator. */
 static void external_alloc(run_state *st, const ms_event *e) {
   st->external_next[e->device] = 0;
-  if (ms_live_put(&st->external, (ms_live_slot){e->address, 0, (uint32_t)e->device, e->size}) != 0) {
+  if (ms_live_put(&st->external, (ms_live_slot){.key = e->address, .site = 0, .aux = (uint32_t)e->device, .size = e->size}) != 0) {
     st->host_oom = true;
     return;
   }
@@ -525,7 +525,7 @@ static void replay_alloc(run_state *st, const ms_event *e, int64_t request, uint
     return;
   }
   uint32_t h = held_new(st, (uint64_t)(uintptr_t)ptr, e->device);
-  if (h == UINT32_MAX || ms_live_put(&st->live, (ms_live_slot){address, stack, h, e->size}) != 0) {
+  if (h == UINT32_MAX || ms_live_put(&st->live, (ms_live_slot){.key = address, .site = stack, .aux = h, .size = e->size}) != 0) {
     st->host_oom = true;
     return;
   }
@@ -552,7 +552,7 @@ static void replay_free(run_state *st, const ms_event *e, bool deferred) {
     if (st->npseudo_free) ps = st->pseudo_free[--st->npseudo_free];
     else ps = (uint32_t)st->npseudo++;
     memsnap_record_stream(ptr, (memsnap_stream_t)(uintptr_t)(PSEUDO_STREAM_BASE + ps));
-    if (ms_live_put(&st->deferred, (ms_live_slot){e->address, 0, ps, 0}) != 0) st->host_oom = true;
+    if (ms_live_put(&st->deferred, (ms_live_slot){.key = e->address, .site = 0, .aux = ps, .size = 0}) != 0) st->host_oom = true;
     r->deferred_frees++;
   }
   memsnap_free(ptr, 0, h.device, (memsnap_stream_t)(uintptr_t)e->stream);

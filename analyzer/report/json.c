@@ -137,6 +137,28 @@ static void add_summary(cJSON *root, const ms_analysis *a) {
   cJSON_AddStringToObject(summary, "iteration_source", a->iteration_source);
   cJSON_AddStringToObject(summary, "iteration_edges", a->iterations_from_range_ends ? "range ends" : "starts");
   cJSON_AddStringToObject(summary, "iteration_label", a->iteration_label);
+  cJSON_AddStringToObject(summary, "growth", ms_growth_name(ms_analysis_growth(a)));
+  cJSON_AddNumberToObject(summary, "backward_passes", (double)a->backward_passes);
+  cJSON_AddNumberToObject(summary, "optimizer_steps", (double)a->optimizer_steps);
+}
+
+/* What the categories rest on: the parameters at the peak by kind, each category's meaning, and
+ * the categories whose rule has no evidence in this snapshot, with why. */
+static void add_category_notes(cJSON *root, const ms_analysis *a) {
+  cJSON *params = cJSON_AddObjectToObject(root, "parameters_at_peak");
+  for (int k = 0; params && k < MS_PARAM_KINDS; k++)
+    cJSON_AddNumberToObject(params, ms_parameter_kind_name(k), (double)a->parameter_at_peak[k]);
+  cJSON *meanings = cJSON_AddObjectToObject(root, "category_meanings");
+  for (int c = 0; meanings && c < ms_category_count(a); c++) {
+    char rule[1100];
+    if (c >= MS_CAT_BUILTIN) snprintf(rule, sizeof rule, "--category: a frame matches %s", a->categories.rule[c - MS_CAT_BUILTIN].patterns);
+    cJSON_AddStringToObject(meanings, ms_category_name(a, c), c < MS_CAT_BUILTIN ? ms_category_meaning(a, c) : rule);
+  }
+  cJSON *missing = cJSON_AddObjectToObject(root, "categories_without_evidence");
+  for (int c = 0; missing && c < MS_CAT_BUILTIN; c++) {
+    const char *why = ms_category_missing_evidence(a, c);
+    if (why) cJSON_AddStringToObject(missing, ms_category_name(a, c), why);
+  }
 }
 
 static void add_iterations(cJSON *root, const ms_analysis *a) {
@@ -178,6 +200,7 @@ static void add_leaks(cJSON *root, const doc *d) {
     cJSON_AddNumberToObject(o, "peak_iteration_live_bytes", released ? (double)st->peak_iter_live : -1);
     cJSON_AddNumberToObject(o, "first_seen_ns", (double)st->first_ns);
     cJSON_AddNumberToObject(o, "last_seen_ns", (double)st->last_ns);
+    cJSON_AddStringToObject(o, "held_category", ms_category_name(a, st->held_category));
     site_keys(d, o, a->leaks[i]);
     cJSON_AddItemToArray(leaks, o);
   }
@@ -361,6 +384,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   int64_t by_category[MS_CATEGORIES];
   ms_categories_at_peak(a, by_category);
   cJSON_AddItemToObject(root, "categories_at_peak", categories_object(a, by_category));
+  add_category_notes(root, a);
   add_iterations(root, a);
   add_leaks(root, &d);
   add_ooms(root, &d);
@@ -378,10 +402,12 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   add_releases(root, &d);
   add_suggestions(root, a);
   /* every section is there, or memory ran out on the way */
-  static const char *const sections[] = {"summary",       "live_at_peak", "categories_at_peak", "iterations",
-                                         "leaks",         "oom",          "invalid_frees",      "top_sites",
-                                         "fragmentation", "external",     "retries",            "releases",
-                                         "suggestions",   "suggestions_sweep"};
+  static const char *const sections[] = {"summary",          "live_at_peak",        "categories_at_peak",
+                                         "parameters_at_peak", "category_meanings", "categories_without_evidence",
+                                         "iterations",       "leaks",               "oom",
+                                         "invalid_frees",    "top_sites",           "fragmentation",
+                                         "external",         "retries",             "releases",
+                                         "suggestions",      "suggestions_sweep"};
   for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
     if (!cJSON_GetObjectItemCaseSensitive(root, sections[i])) return -1;
   return 0;

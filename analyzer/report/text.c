@@ -166,6 +166,29 @@ static void print_categories(const ms_analysis *a, FILE *out) {
     col += fprintf(out, " %s", item);
   }
   fprintf(out, "\n");
+  if (a->parameter_at_peak[MS_PARAM_SHARDED] || a->parameter_at_peak[MS_PARAM_GATHERED]) {
+    fprintf(out, "  the parameters:");
+    for (int k = 0; k < MS_PARAM_KINDS; k++) {
+      char b[32];
+      ms_format_bytes(a->parameter_at_peak[k], b, sizeof b);
+      fprintf(out, "%s %s %s", k ? "," : "", b, ms_parameter_kind_name(k));
+    }
+    fprintf(out, "\n");
+  }
+  /* a rule without evidence says so rather than guess: one line per reason, its categories named */
+  bool said[MS_CAT_BUILTIN] = {false};
+  for (int c = 0; c < MS_CAT_BUILTIN; c++) {
+    const char *why = ms_category_missing_evidence(a, c);
+    if (!why || said[c]) continue;
+    int same[MS_CAT_BUILTIN], nsame = 0;
+    for (int k = c; k < MS_CAT_BUILTIN; k++) {
+      const char *w = ms_category_missing_evidence(a, k);
+      if (w && strcmp(w, why) == 0) same[nsame++] = k, said[k] = true;
+    }
+    fprintf(out, "  no");
+    for (int i = 0; i < nsame; i++) fprintf(out, "%s %s", i == 0 ? "" : i == nsame - 1 ? " or" : ",", ms_category_name(a, same[i]));
+    fprintf(out, " told: %s\n", why);
+  }
 }
 
 /* The invalid frees (analysis/misuse.c) as a section of their own, when there are any. */
@@ -365,6 +388,17 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   }
 
   fprintf(out, "\nleak candidates (best first)\n");
+  ms_growth growth = ms_analysis_growth(a);
+  if (growth == MS_GROWTH_NONE) { /* the verdict first: what is listed below is held, not growing */
+    size_t held_sites;
+    ptrdiff_t largest;
+    ms_format_bytes(ms_held_at_snapshot(a, &held_sites, &largest), b1, sizeof b1);
+    fprintf(out, "  no growth across %zu iterations: no site's memory grew from one iteration to the next\n", a->niters);
+    if (held_sites) fprintf(out, "  held at the snapshot, not growing: %s in %zu sites, the largest first\n", b1, held_sites);
+  } else if (growth == MS_GROWTH_UNKNOWN && a->nleaks) {
+    fprintf(out, "  growth cannot be told: %s (two are needed); what is alive at the snapshot, the largest first\n",
+            a->niters ? "one iteration" : "no iterations");
+  }
   if (a->nleaks == 0) fprintf(out, "  none: nothing is alive at the snapshot\n");
   for (size_t i = 0; i < a->nleaks && i < 10; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
@@ -388,8 +422,9 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
       if (st->end_count) fprintf(out, " live in %lld blocks at the snapshot", (long long)st->end_count);
       else fprintf(out, " live at the snapshot");
     } else {
-      fprintf(out, "%s: %s live in %lld blocks%s", ms_leak_kind_name(st->kind), b1, (long long)st->end_count,
-              st->kind == MS_LEAK_RETAINED && !st->before_history ? ", held since the first iterations" : "");
+      fprintf(out, "%s %s: %s in %lld blocks%s", ms_leak_kind_name(st->kind), ms_category_name(a, st->held_category), b1,
+              (long long)st->end_count,
+              st->kind == MS_LEAK_RETAINED && !st->before_history ? ", held since the start" : "");
     }
     fprintf(out, "%s; score %.2f\n", when, st->score);
     print_site(a, a->leaks[i], o, "       ", out);

@@ -174,6 +174,8 @@ int main(int argc, char **argv) {
   rc |= devices(argv[1]);
   int unmarked(const char *dir);
   rc |= unmarked(argv[1]);
+  int unframed(const char *dir);
+  rc |= unframed(argv[1]);
   return rc;
 }
 
@@ -269,5 +271,29 @@ int unmarked(const char *dir) {
     rc |= dump(dir, optimizer ? "optimizer.db" : "loop.db");
     memsnap_shutdown();
   }
+  return rc;
+}
+
+/* nomarks-nostacks.db, repeats-nostacks.db: nomarks.db's and repeats.db's programs recorded
+ * without stacks: no program frames tell the loop, so the iterations come from the period of the
+ * allocations (their sizes). */
+int unframed(const char *dir) {
+  int rc = 0;
+  setenv("MEMSNAP_STACKS", "none", 1);
+  memsnap_record_start(0, NULL);
+  with_marks = 0;
+  nkept = 0;
+  train(6);
+  rc |= dump(dir, "nomarks-nostacks.db");
+  memsnap_shutdown();
+  memsnap_record_start(0, NULL);
+  for (int it = 0; it < 30; it++) {
+    for (int k = 0; k < 50; k++) memsnap_free(activation(4096), 0, 0, NULL);
+    keep_history(1 * MiB);
+  }
+  rc |= dump(dir, "repeats-nostacks.db");
+  memsnap_shutdown();
+  setenv("MEMSNAP_STACKS", "native", 1);
+  with_marks = 1;
   return rc;
 }

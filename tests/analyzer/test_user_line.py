@@ -57,8 +57,9 @@ def leak_stack(*args):
     """The lines of the first leak candidate's stack in the text report."""
     out = subprocess.run([cli, "analyze", *args, db], capture_output=True, text=True).stdout
     lines = out.split("leak candidates (best first)\n", 1)[-1].splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("  1. ")), len(lines))  # after the verdict
     stack = []
-    for line in lines[1:]:
+    for line in lines[first + 1:]:
         if not line.startswith("       "):
             break
         stack.append(line.strip())

@@ -394,6 +394,23 @@ else
   echo "skip: the Python program without torch needs $steps_lib (the toolkit's libcudart.so)"
 fi
 
+# CuPy: in the allocator modes its arrays come from memsnap's allocator, each with its stack, unless
+# --keep-arena keeps CuPy's own pool (whose segments alone the interposer would see).
+cupy_env=(env PYTHONPATH="$here/../data/fake_cupy${PYTHONPATH:+:$PYTHONPATH}")
+cupy_prog=$here/../data/run/cupy_steps.py
+"${cupy_env[@]}" bash -c "cd '$work' && '$cli' run -o '$work/cupy.db' -- python3 '$cupy_prog' 6" >"$work/cupy.out" 2>&1
+check "run cupy: exit 0, the program's output, the summary says CuPy allocates from memsnap's allocator" \
+  bash -c "grep -q 'cupy_steps: 6 arrays kept' '$work/cupy.out' && grep -q \"CuPy: its arrays from memsnap's allocator\" '$work/cupy.out'"
+check "run cupy: every array is an allocation of the snapshot, at the program's lines" \
+  test "$(sql "$work/cupy.db" "select count(*) from events e where e.kind = 1 and exists (select 1 from stack_frames k
+    join frames f on f.id = k.frame_id where k.stack_id = e.stack_id and f.file like '%cupy_steps.py')")" = 12
+leak_is cupy "$work/cupy.db" "<module> (cupy_steps.py:11)"
+check "run cupy: the first candidate grows by the array kept a step" \
+  bash -c "grep -A1 '^leak candidates' '$work/cupy.analysis' | grep -q '1. growing: +1.00 MiB per iteration'"
+"${cupy_env[@]}" bash -c "cd '$work' && '$cli' run --keep-arena -o '$work/cupy_pool.db' -- python3 '$cupy_prog' 6" >"$work/cupy_pool.out" 2>&1
+check "run cupy --keep-arena: CuPy keeps its pool, no CuPy line" \
+  bash -c "grep -q 'cupy_steps: 6 arrays kept' '$work/cupy_pool.out' && ! grep -q 'CuPy:' '$work/cupy_pool.out'"
+
 run py_raise 1 -o "$work/py_raise.db" -- python3 "$train" 8 raise
 check "run py raise: an uncaught exception still leaves the snapshot" test -s "$work/py_raise.db"
 run py_exit 9 -o "$work/py_exit.db" -- python3 "$train" 8 _exit 9

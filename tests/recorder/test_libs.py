@@ -18,28 +18,6 @@ import textwrap
 os.environ["MEMSNAP_BACKEND"] = "sim"
 os.environ["MEMSNAP_SIM_CAPACITY"] = "64M"
 
-FAKE_CUPY = textwrap.dedent('''
-    import types
-    installed = []
-    def set_allocator(fn):
-        installed.append(fn)
-    class Device:
-        id = 0
-    class _Stream:
-        ptr = 0
-    class OutOfMemoryError(MemoryError):
-        def __init__(self, size, total, limit=0):
-            super().__init__("Out of memory allocating %d bytes (allocated so far: %d bytes)" % (size, total))
-    class UnownedMemory:
-        def __init__(self, ptr, size, owner, device_id=None):
-            self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
-    class MemoryPointer:
-        def __init__(self, mem, offset):
-            self.mem, self.ptr = mem, mem.ptr + offset
-    cuda = types.SimpleNamespace(set_allocator=set_allocator, Device=Device, get_current_stream=lambda: _Stream(),
-                                 UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer,
-                                 memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
-''')
 FAKE_NUMBA_CUDA = textwrap.dedent('''
     import collections
     MemoryInfo = collections.namedtuple("MemoryInfo", "free total")
@@ -64,6 +42,8 @@ FAKE_NUMBA_DRIVER = textwrap.dedent('''
 ''')
 
 tmp = tempfile.mkdtemp()
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "fake_cupy", "cupy", "__init__.py")) as f:
+    FAKE_CUPY = f.read()  # the stand-in `memsnap run`'s tests use too
 files = {"cupy/__init__.py": FAKE_CUPY, "numba/__init__.py": "", "numba/core/__init__.py": "",
          "numba/core/config.py": "CUDA_USE_NVIDIA_BINDING = False\n", "numba/cuda/__init__.py": FAKE_NUMBA_CUDA,
          "numba/cuda/cudadrv/__init__.py": "", "numba/cuda/cudadrv/driver.py": FAKE_NUMBA_DRIVER}

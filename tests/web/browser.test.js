@@ -132,7 +132,7 @@ test("growth released before the snapshot is listed first, with when it was rele
 test("blocks allocated before recording started say so in the leak list", async () => {
   const { page } = await open("late");
   const items = await page.locator("#leaks li").allTextContents();
-  assert.ok(items.some((t) => /^retained, 96\.00 MiB in 1 \u2014 \(allocated before recording started\)$/.test(t)), items.join("\n"));
+  assert.ok(items.some((t) => /^retained other, 96\.00 MiB in 1 \u2014 \(allocated before recording started\)$/.test(t)), items.join("\n"));
   assert.ok(!items.some((t) => /\u2014 \?$/.test(t)), items.join("\n"));
   await page.close();
 });
@@ -478,6 +478,25 @@ test("real resnet50: icicle click-to-zoom, temporal mode, hovered allocation out
   await page.close();
 });
 
+test("real resnet50: the iteration table, one row per optimizer step with its categories; a click moves the cursor to its peak", async () => {
+  const { page, seen } = await open("resnet");
+  const rows = page.locator("#iteration-table tbody tr");
+  assert.strictEqual(await rows.count(), 5);
+  assert.match(await page.locator("#iterations-title").textContent(), /^5 \(ranges: Optimizer\.step#SGD\.step\); growth: none$/);
+  assert.strictEqual(await page.locator("#growth-verdict").textContent(), "no growth across 5 iterations: what is listed is held, not growing");
+  assert.match(await page.locator("#leaks li").nth(2).textContent(), /^retained gradient, 95\.04 MiB in 53/);
+  const last = await rows.nth(4).textContent();
+  assert.match(last, /activation [0-9.]+ [GM]iB/);
+  assert.match(last, /gradient [0-9.]+ MiB/);
+  const before = await page.locator("#state-title").textContent();
+  await rows.nth(2).click();
+  await page.waitForFunction((b) => document.querySelector("#state-title").textContent !== b, before);
+  assert.match(await page.locator("#state-title").textContent(), /peak of iteration 2|at /);
+  await shot(page, "iterations");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
 test("real resnet50: the table of sites sorts by any column and follows the search", async () => {
   const { page, seen } = await open("resnet");
   const rows = page.locator("#site-table tbody tr");
@@ -663,11 +682,18 @@ test("the timeline coloured by category: a legend with each category's bytes at 
   await page.locator("#colour-by").selectOption("categories");
   assert.strictEqual(await page.locator("#legend").isHidden(), true);
   const legend = await page.locator("#legend-categories").textContent();
-  assert.match(legend, /other 22\.00 MiB/);
+  // the two 8 MiB activations made and freed inside each step (no backward pass: temporaries), the
+  // kept history (other), and the user's categories
+  assert.match(legend, /temporary 16\.00 MiB/);
+  assert.match(legend, /other 6\.00 MiB/);
   assert.match(legend, /weights 96\.00 MiB/);
   assert.match(legend, /state 64\.00 MiB/);
+  // what each category means, and what this snapshot cannot tell
+  assert.match(legend, /temporaryfreed by the operation that made it/);
+  assert.match(legend, /weights--category: a frame matches load_weights/);
+  assert.match(legend, /no gradient told: no backward pass recorded/);
   assert.strictEqual((await hashState(page)).cat, 1);
-  // at the end, the weights' band lies above the 22 MiB of other memory, below the state's
+  // at the end, the weights' band lies above the 6 MiB of other memory, below the state's
   await overTimeline(page, 0.985, 0.62);
   assert.match(await page.locator("#readout").textContent(), /\nweights: 96\.00 MiB at /);
   await shot(page, "categories");

@@ -300,3 +300,33 @@ test("the view state keeps the frames toggle and the document shown", () => {
   assert.deepStrictEqual(Model.decodeState(Model.encodeState(st)), st);
   assert.strictEqual(Model.encodeState({ src: null, all: null }), "#");
 });
+
+test("the iteration table: peaks and categories at each iteration's peak, largest first; the middle left out past the limit", () => {
+  const its = Array.from({ length: 5 }, (_, k) => ({
+    index: k, start_ns: 10 * k, end_ns: 10 * k + 9, peak_allocated_ns: 10 * k + 5, peak_allocated_bytes: 100 + k,
+    peak_reserved_bytes: 200, end_allocated_bytes: 50, categories: { parameter: 60, gradient: 0, activation: 40 + k },
+  }));
+  const all = Model.iterationRows({ iterations: its }, 0);
+  assert.strictEqual(all.rows.length, 5);
+  assert.strictEqual(all.omitted, 0);
+  assert.deepStrictEqual(all.rows[4].categories, [["parameter", 60], ["activation", 44]]);
+  assert.strictEqual(all.rows[2].peakAt, 25);
+  const some = Model.iterationRows({ iterations: its }, 3);
+  assert.deepStrictEqual(some.rows.map((r) => r.index), [0, 1, 4]);
+  assert.strictEqual(some.omitted, 2);
+  assert.strictEqual(some.split, 2);
+  assert.strictEqual(Model.iterationRows({ iterations: [{ ...its[0], categories: null }] }).rows[0].categories, null);
+});
+
+test("category notes: meanings, what cannot be told, the parameters by kind only with FSDP's", () => {
+  const d = { category_meanings: { gradient: "made by a backward pass..." }, categories_without_evidence: { activation: "no backward pass recorded" },
+    parameters_at_peak: { module: 10, fsdp_sharded: 0, fsdp_gathered: 0 } };
+  const n = Model.categoryNotes(d);
+  assert.strictEqual(n.meaning("gradient"), "made by a backward pass...");
+  assert.strictEqual(n.meaning("toString"), "");
+  assert.deepStrictEqual(n.missing, [["activation", "no backward pass recorded"]]);
+  assert.deepStrictEqual(n.parameters, []);
+  const fsdp = Model.categoryNotes({ parameters_at_peak: { module: 0, fsdp_sharded: 5, fsdp_gathered: 7 } });
+  assert.deepStrictEqual(fsdp.parameters, [["module", 0], ["fsdp_sharded", 5], ["fsdp_gathered", 7]]);
+  assert.deepStrictEqual(Model.categoryNotes({}).missing, []);
+});

@@ -6,9 +6,10 @@ MEMSNAP_RUN_MODE says what to do (``allocator+intercept``, the default for Pytho
 ``audit`` is ``intercept`` with the library loaded through LD_AUDIT):
 
 * ``allocator``: when the program imports torch, memsnap becomes PyTorch's allocator
-  (memsnap.enable()) before anything can touch CUDA; recording is on from the first allocation
-  (MEMSNAP_RECORD=1, which `memsnap run` sets) and the snapshot is written from Python's exit
-  (MEMSNAP_DUMP).
+  (memsnap.enable()) before anything can touch CUDA; when it imports CuPy, CuPy's allocator too
+  (memsnap.cupy.enable(); MEMSNAP_RUN_CUPY, unset by --keep-arena); recording is on from the
+  first allocation (MEMSNAP_RECORD=1, which `memsnap run` sets) and the snapshot is written from
+  Python's exit (MEMSNAP_DUMP).
 * ``intercept`` (the LD_PRELOAD library records): the snapshot is written from Python's exit,
   while tensors are alive and Python frames can be named, not from the C library's exit. The
   library sees PyTorch's segments, not the tensors inside them: when the program imports torch,
@@ -125,6 +126,19 @@ def _allocator_mode():
             print("memsnap: warning: %s; this process is not recorded by memsnap's allocator%s" % (e, also),
                   file=sys.stderr)
     _after_import("torch", enable)
+
+    def enable_cupy(cupy):
+        """CuPy's arrays from memsnap's allocator, each with its stack (memsnap.cupy): without it
+        only CuPy's pool growing is seen. MEMSNAP_RUN_CUPY is unset with --keep-arena."""
+        import memsnap.cupy
+        try:
+            memsnap.cupy.enable()
+            _tell("cupy", str(os.getpid()))
+        except Exception as e:  # noqa: BLE001 - never the program's failure
+            print("memsnap: warning: CuPy keeps its own pool (%s); its arrays are seen as its pool's segments" % e,
+                  file=sys.stderr)
+    if os.environ.get("MEMSNAP_RUN_CUPY") == "1":
+        _after_import("cupy", enable_cupy)
 
     def dump():
         import memsnap

@@ -19,12 +19,12 @@ w = rng.standard_normal((4096, 4096), dtype=cp.float32) * 0.01
 kept = []
 for step in range(args.steps):
     x = rng.standard_normal((4096, 4096), dtype=cp.float32)
-    h = cp.maximum(x @ w, 0)
+    h = cp.maximum(x @ w, 0)  # zoo: leak
     grad_h = (h > 0).astype(cp.float32) * (2 * h / h.size)
     grad_w = x.T @ grad_h
     w -= 0.01 * grad_w
     if args.leak:
-        kept.append(h)  # zoo: leak
+        kept.append(h)
     del x, h, grad_h, grad_w
 cp.cuda.Stream.null.synchronize()
 print("norm %.4f" % float(cp.linalg.norm(w)), flush=True)

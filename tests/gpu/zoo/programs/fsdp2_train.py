@@ -35,12 +35,12 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 kept = []
 for step in range(args.steps):
     x = torch.randint(0, config.vocab_size, (args.batch, args.seq), device="cuda")
-    out = model(input_ids=x, labels=x)
+    out = model(input_ids=x, labels=x)  # zoo: leak
     out.loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
     if args.leak:
-        kept.append(out.logits[:, -1])  # zoo: leak
+        kept.append(out.logits[:, -1])
 loss = out.loss.detach()
 dist.all_reduce(loss)
 if rank == 0:

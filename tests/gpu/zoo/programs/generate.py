@@ -1,8 +1,8 @@
-"""generate.py: inference with Hugging Face generate(): GPT-2 (12 layers) in eval mode writes 128
-new tokens for a batch of 8 prompts, 6 times (a KV cache that grows token by token inside each
+"""generate.py: inference with Hugging Face generate(): GPT-2 (12 layers) in eval mode writes
+32 new tokens for a batch of 8 prompts, 6 times (a KV cache that grows token by token inside each
 call and is released at its end). No optimizer.
 
-  python3 generate.py [--calls 6] [--new-tokens 128] [--leak]
+  python3 generate.py [--calls 6] [--new-tokens 32] [--leak]
 
 --leak keeps every call's output logits (output_scores).
 """
@@ -13,7 +13,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 p = argparse.ArgumentParser()
 p.add_argument("--calls", type=int, default=6)
-p.add_argument("--new-tokens", type=int, default=128)
+p.add_argument("--new-tokens", type=int, default=32)
 p.add_argument("--leak", action="store_true")
 args = p.parse_args()
 
@@ -24,8 +24,8 @@ kept = []
 with torch.no_grad():
     for call in range(args.calls):
         prompts = torch.randint(0, config.vocab_size, (8, 64), device="cuda")
-        out = model.generate(prompts, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+        out = model.generate(prompts, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,  # zoo: leak
                              pad_token_id=0, return_dict_in_generate=True, output_scores=args.leak)
         if args.leak:
-            kept.append(out.scores)  # zoo: leak
+            kept.append(out.scores)
 print("tokens", out.sequences.shape[1], flush=True)

@@ -39,10 +39,10 @@ for step in range(args.steps):
     for micro in range(args.accum):
         x = torch.randint(0, config.vocab_size, (args.batch, args.seq), device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.autocast):
-            out = step_fn(input_ids=x, labels=x)
+            out = step_fn(input_ids=x, labels=x)  # zoo: leak
         (out.loss / args.accum).backward()
     opt.step()
     opt.zero_grad(set_to_none=bool(args.set_to_none))
     if args.leak:
-        kept.append(out.logits[:, -1])  # zoo: leak
+        kept.append(out.logits[:, -1])
 print("loss %.4f" % out.loss.item(), flush=True)

@@ -34,11 +34,11 @@ torch.manual_seed(0)
 model = GPT2LMHeadModel(GPT2Config(n_layer=6))
 kept = []
 if args.leak:
-    model.register_forward_hook(lambda mod, inp, out: kept.append(out.logits[:, -1]))  # zoo: leak
+    model.register_forward_hook(lambda mod, inp, out: kept.append(out.logits[:, -1]))
 with tempfile.TemporaryDirectory() as tmp:
     targs = TrainingArguments(output_dir=tmp, max_steps=args.steps, per_device_train_batch_size=8,
                               learning_rate=1e-4, report_to=[], save_strategy="no", logging_strategy="no",
                               disable_tqdm=True, dataloader_num_workers=0)
     trainer = Trainer(model=model, args=targs, train_dataset=Tokens(8 * args.steps, 512))
-    result = trainer.train()
+    result = trainer.train()  # zoo: leak
 print("steps", result.global_step, flush=True)

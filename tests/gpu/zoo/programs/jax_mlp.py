@@ -34,7 +34,7 @@ def step(params, x):
 kept = []
 for i in range(args.steps):
     x = jax.random.normal(jax.random.fold_in(key, i), (4096, 4096))
-    params, loss, h = step(params, x)
+    params, loss, h = step(params, x)  # zoo: leak
     if args.leak:
-        kept.append(h)  # zoo: leak
+        kept.append(h)
 print("loss %.6f" % float(loss), flush=True)

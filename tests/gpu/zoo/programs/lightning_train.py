@@ -27,9 +27,9 @@ class LM(L.LightningModule):
         self.kept = []
 
     def training_step(self, batch, batch_idx):
-        out = self.model(input_ids=batch, labels=batch)
+        out = self.model(input_ids=batch, labels=batch)  # zoo: leak
         if args.leak:
-            self.kept.append(out.logits[:, -1])  # zoo: leak
+            self.kept.append(out.logits[:, -1])
         return out.loss
 
     def configure_optimizers(self):

@@ -26,10 +26,10 @@ opt = torch.optim.AdamW(trainable, lr=1e-4)
 kept = []
 for step in range(args.steps):
     x = torch.randint(0, 50257, (args.batch, args.seq), device="cuda")
-    out = model(input_ids=x, labels=x)
+    out = model(input_ids=x, labels=x)  # zoo: leak
     out.loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
     if args.leak:
-        kept.append(out.logits[:, -1])  # zoo: leak
+        kept.append(out.logits[:, -1])
 print("loss %.4f" % out.loss.item(), flush=True)

@@ -27,11 +27,11 @@ else:
 kept = []
 for step in range(args.steps):
     x = torch.randn(1024, 8192, device="cuda")
-    out = model(x)
+    out = model(x)  # zoo: leak
     loss = out.square().mean()
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=bool(args.set_to_none))
     if args.leak:
-        kept.append(out.detach())  # zoo: leak
+        kept.append(out.detach())
 print("loss %.6f" % loss.item())
