@@ -53,15 +53,18 @@ class Program:
                 program, the profiler's categories)
     extra:      [(name, function(analysis, text, ctx) -> (ok, detail))] further checks
     torch:      whether it is a PyTorch program (its peaks are PyTorch's counters)
-    profile:    run it under torch.profiler natively for its categories
+    profile:    run it under torch.profiler natively for its categories (with profile_args
+                added: torch.profiler's analysis of a long trace takes minutes, and the peak
+                comes in the first steps)
     leak_kind:  what the injected leak must be reported as (the first candidate)
     """
 
     def __init__(self, name, script, args=(), gpus=1, steps=None, exit=0, categories=(), extra=(), torch=True,
-                 profile=False, leak=True, timeout=900):
+                 profile=False, profile_args=(), leak=True, timeout=900):
         self.name, self.script, self.args, self.gpus = name, script, list(args), gpus
         self.steps, self.exit, self.categories, self.extra = steps, exit, list(categories), list(extra)
         self.torch, self.profile, self.leak, self.timeout = torch, profile, leak, timeout
+        self.profile_args = list(profile_args)
 
 
 def params_bytes(per_param):
@@ -108,7 +111,7 @@ ZOO = [
     Program("two_linear_sgd_keep_grads", "two_linear.py", ["--optimizer", "sgd", "--set-to-none", "0"], steps=6,
             profile=True, categories=[("parameter", GiB512, 0.02), ("gradient", GiB512, 0.02),
                                       ("optimizer_state", GiB512, 0.02)]),
-    Program("gpt2_eager", "gpt2_train.py", steps=6, profile=True,
+    Program("gpt2_eager", "gpt2_train.py", steps=6, profile=True, profile_args=["--steps", "2"],
             categories=[("parameter", params_bytes(4), 0.10), ("optimizer_state", params_bytes(8), 0.10),
                         ("gradient", profiler("gradient"), 0.10), ("activation", profiler("activation"), 0.10)]),
     Program("gpt2_eager_keep_grads", "gpt2_train.py", ["--set-to-none", "0"], steps=6,
@@ -152,8 +155,8 @@ def run(args, cmd, env, timeout):
     return rc, out, err, time.time() - t
 
 
-def command(prog, leak):
-    script = [os.path.join(PROGRAMS, prog.script)] + prog.args + (["--leak"] if leak else [])
+def command(prog, leak, extra=()):
+    script = [os.path.join(PROGRAMS, prog.script)] + prog.args + list(extra) + (["--leak"] if leak else [])
     if prog.gpus > 1:
         return ["torchrun", "--standalone", "--nproc-per-node", str(prog.gpus)] + script
     return [sys.executable] + script
@@ -161,6 +164,10 @@ def command(prog, leak):
 
 def environment(report_dir, extra=None):
     env = dict(os.environ)
+    # torch.compile's caches start empty for every run: a run that finds another's compiled
+    # kernels skips their autotuning and its allocations, and its peaks differ
+    env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-", dir=report_dir)
+    env["TRITON_CACHE_DIR"] = os.path.join(env["TORCHINDUCTOR_CACHE_DIR"], "triton")
     env["PYTHONPATH"] = SITE + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["ZOO_REPORT"] = report_dir
     env["PYTHONUNBUFFERED"] = "1"
@@ -183,11 +190,14 @@ def reports(report_dir):
 
 
 NUMBER = re.compile(r"-?\d+\.\d+(e-?\d+)?")
+TIMING = re.compile(r"'(\w*(?:runtime|per_second)\w*)': '?[\d.]+'?")  # the HF Trainer's speed figures
 
 
 def same_output(a, b):
     """Whether two outputs say the same: the same lines, decimals equal to 1e-3 relative (a loss
-    after a few steps differs in its last digits between runs: atomics in backward)."""
+    after a few steps differs in its last digits between runs: atomics in backward), timings
+    (the HF Trainer's train_runtime, samples per second) left out."""
+    a, b = TIMING.sub(r"'\1': #", a), TIMING.sub(r"'\1': #", b)
     la, lb = a.strip().splitlines(), b.strip().splitlines()
     if len(la) != len(lb):
         return False
@@ -292,7 +302,7 @@ def one_side(args, prog, leak, side, work):
         cmd = [args.memsnap, "run", "-q", "-o", db, "--"] + command(prog, leak)
         env = environment(report_dir)
     else:
-        cmd = command(prog, leak)
+        cmd = command(prog, leak, prog.profile_args if side == "profiler" else ())
         env = environment(report_dir, {"ZOO_PROFILE": "1"} if side == "profiler" else None)
     rc, out, err, secs = run(args, cmd, env, min(prog.timeout, 300) if side == "profiler" else prog.timeout)
     res = {"rc": rc, "out": out, "seconds": secs, "reports": reports(report_dir), "dbs": {}}

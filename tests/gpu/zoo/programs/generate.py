@@ -1,8 +1,8 @@
 """generate.py: inference with Hugging Face generate(): GPT-2 (12 layers) in eval mode writes
-32 new tokens for a batch of 8 prompts, 6 times (a KV cache that grows token by token inside each
+16 new tokens for a batch of 8 prompts, 6 times (a KV cache that grows token by token inside each
 call and is released at its end). No optimizer.
 
-  python3 generate.py [--calls 6] [--new-tokens 32] [--leak]
+  python3 generate.py [--calls 6] [--new-tokens 16] [--leak]
 
 --leak keeps every call's output logits (output_scores).
 """
@@ -13,7 +13,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 p = argparse.ArgumentParser()
 p.add_argument("--calls", type=int, default=6)
-p.add_argument("--new-tokens", type=int, default=32)
+p.add_argument("--new-tokens", type=int, default=16)
 p.add_argument("--leak", action="store_true")
 args = p.parse_args()
 

@@ -84,7 +84,7 @@ def _start_profiler(torch):
     global _profiler
     from torch.profiler import ProfilerActivity, profile
     _profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True,
-                        record_shapes=True, with_stack=True)
+                        record_shapes=True)
     _profiler.start()
 
 
