@@ -322,6 +322,10 @@ static cJSON *json_prediction(const ms_replay_result *r, bool recorded) {
   cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)pk);
   cJSON_AddNumberToObject(j, "fragmentation_bytes", (double)(pk - at_peak));
   cJSON_AddNumberToObject(j, "device_allocs", (double)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)));
+  int64_t external = 0;
+  for (int i = 0; i < r->ndevices; i++)
+    if (r->dev[i].external_peak > external) external = r->dev[i].external_peak;
+  cJSON_AddNumberToObject(j, "external_bytes", (double)external);
   cJSON_AddBoolToObject(j, "fits", fits(r));
   cJSON *devs = cJSON_AddArrayToObject(j, "devices");
   for (int i = 0; i < r->ndevices; i++) {

@@ -50,6 +50,7 @@ typedef struct read_state {
   uint64_t *frame_hash; /* by frame id, 0: not yet */
   uint64_t *stack_hash; /* by stack id, 0: not yet */
   ms_live_map live;     /* address -> the allocation's token (aux), its block size */
+  int64_t live_bytes;   /* the live blocks' sizes */
   bool host_oom;
 } read_state;
 
@@ -101,7 +102,7 @@ static int read_event(const ms_event *e, void *arg) {
       return 0;
     }
     ms_live_slot old;
-    ms_live_take(&st->live, e->address, &old); /* a block still held at that address: its free is missing */
+    if (ms_live_take(&st->live, e->address, &old)) st->live_bytes -= old.size; /* still held: its free is missing */
     uint64_t tok = mix64(site_hash(st, e->stack_id) ^ ((uint64_t)(e->device + 1) << 40) ^ 0xa110c);
     if (h->ntok >= UINT32_MAX - 1 || !ms_grow(&h->size, &h->size_cap, h->nalloc + 1, sizeof *h->size)) {
       st->host_oom = true;
@@ -114,6 +115,7 @@ static int read_event(const ms_event *e, void *arg) {
     }
     h->size[h->nalloc++] = size;
     h->bytes += size;
+    if ((st->live_bytes += e->size) > h->live_peak) h->live_peak = st->live_bytes;
     h->with_stacks += e->stack_id != 0;
     h->devices |= 1ull << e->device;
     return 0;
@@ -124,6 +126,7 @@ static int read_event(const ms_event *e, void *arg) {
     return 0;
   }
   h->frees++;
+  st->live_bytes -= slot.size;
   uint64_t alloc_tok = h->tok[slot.aux];
   if (slot.site) /* no stack: the allocation is known by its lifetime too, in tokens */
     h->tok[slot.aux] = mix64(alloc_tok ^ ((uint64_t)(h->ntok - slot.aux) << 8) ^ 0x11fe);

@@ -455,6 +455,8 @@ static void external_alloc(run_state *st, const ms_event *e) {
     return;
   }
   st->external_bytes[e->device] += e->size;
+  if (st->external_bytes[e->device] > st->r->dev[e->device].external_peak)
+    st->r->dev[e->device].external_peak = st->external_bytes[e->device];
   st->external_seen[e->device] = true;
   st->r->external_blocks++;
   update_peak(st, e->device);

@@ -20,8 +20,9 @@
  * (fits: no allocation failed, and no device's peak reserved, external memory included, passed
  * its capacity), which takes about 2 log2(N) replays.
  *
- * Refused, with the reason: a run whose history starts late (a ring that dropped events, blocks
- * live before recording started), frees of blocks no allocation made, runs whose histories do not
+ * Refused, with the reason: a run whose history starts late (a ring that dropped events; blocks
+ * live before recording started or frees of blocks no allocation made, past MS_PREDICT_MAX_BEFORE
+ * of its bytes or frees: fewer are said in a note), runs whose histories do not
  * align (less than MS_PREDICT_MIN_ALIGNED of a run's allocations or bytes aligned: another program,
  * other control flow, other steps), a run without allocations.
  */
@@ -207,15 +208,20 @@ static int read_run(ms_predict *m, int r, ms_snapshot *s, ms_history *h, char *s
   run->bytes = h->bytes;
   run->ooms = h->ooms;
   run->devices = __builtin_popcountll(h->devices);
-  if (h->before_blocks || h->unknown_frees) {
-    snprintf(err, errlen, "cannot predict from '%s': its history does not start at the program's start (%lld blocks "
-             "live at the snapshot were allocated before it, %lld frees are of blocks it did not allocate); record "
-             "the whole run (memsnap run records from the first allocation)", s->shown_path,
-             (long long)h->before_blocks, (long long)h->unknown_frees);
-    return -1;
-  }
+  run->before_blocks = h->before_blocks;
+  run->before_bytes = h->before_bytes;
+  run->unknown_frees = h->unknown_frees;
   if (h->nalloc == 0) {
     snprintf(err, errlen, "cannot predict from '%s': its history has no allocation", s->shown_path);
+    return -1;
+  }
+  /* a few blocks from before the history are said in a note; more make the prediction wrong */
+  if ((double)h->before_bytes > MS_PREDICT_MAX_BEFORE * (double)h->live_peak ||
+      (double)h->unknown_frees > MS_PREDICT_MAX_BEFORE * (double)(h->frees + h->unknown_frees)) {
+    snprintf(err, errlen, "cannot predict from '%s': its history does not start at the program's start (%lld blocks "
+             "of %lld bytes live at the snapshot were allocated before it, %lld frees are of blocks it did not "
+             "allocate); record the whole run (memsnap run records from the first allocation)", s->shown_path,
+             (long long)h->before_blocks, (long long)h->before_bytes, (long long)h->unknown_frees);
     return -1;
   }
   return 0;
@@ -338,6 +344,12 @@ ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, bool progress,
                 "prediction from a run that ran out of memory is only as good as that run's history", in->run[r].shown,
                 (long long)in->run[r].ooms);
   for (int r = 0; r < n; r++)
+    if (in->run[r].before_blocks || in->run[r].unknown_frees)
+      INFO_NOTE(in, "the history of '%s' does not quite start at the program's start: %lld blocks (%lld bytes) live at "
+                "the snapshot were allocated before it and %lld frees are of blocks it did not allocate; they are not "
+                "in the prediction", in->run[r].shown, (long long)in->run[r].before_blocks,
+                (long long)in->run[r].before_bytes, (long long)in->run[r].unknown_frees);
+  for (int r = 0; r < n; r++)
     if (h[r].with_stacks == 0) {
       INFO_NOTE(in, "'%s' was recorded without stacks: the runs were aligned by the order of their allocations and "
                 "frees alone; record with stacks (memsnap run's default) for an alignment by site", in->run[r].shown);
@@ -389,6 +401,16 @@ static int replay_at(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_
   int rc = ms_replay_run(s, p, c, r);
   int64_t dropped = m->dropped;
   r->at = at;
+  const ms_predict_info *in = &m->info;
+  int64_t lo = in->run[0].at, hi = in->run[0].at;
+  for (int i = 1; i < in->nruns; i++) {
+    if (in->run[i].at < lo) lo = in->run[i].at;
+    if (in->run[i].at > hi) hi = in->run[i].at;
+  }
+  if (at > MS_PREDICT_FAR * hi || at * MS_PREDICT_FAR < lo)
+    ms_replay_note(r, "%lld is far from the recorded sizes (%lld to %lld): a law that is not exactly a polynomial of "
+                   "the size errs the more, the farther it is taken; record nearer sizes for a surer answer",
+                   (long long)at, (long long)lo, (long long)hi);
   if (dropped)
     ms_replay_note(r, "at %lld, %lld allocations would be of 0 bytes or less (their laws cross 0 below the recorded "
                 "sizes): they were left out, with their frees", (long long)at, (long long)dropped);

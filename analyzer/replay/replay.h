@@ -40,6 +40,7 @@ typedef struct ms_replay_device {
   bool used;
   /* the replay */
   int64_t peak_allocated, peak_reserved, allocated_at_peak; /* allocated when reserved peaked */
+  int64_t external_peak; /* the most external memory held at once (in both peaks) */
   int64_t device_allocs, device_frees, retries, ooms, failed_allocs, segments_end;
   /* the first out of memory in the replay */
   bool oom;
@@ -197,6 +198,7 @@ typedef struct ms_history {
   int64_t *size; /* by allocation: the request (requested bytes, else the size) */
   size_t nalloc, size_cap;
   int64_t events, bytes, frees, skipped, ooms;
+  int64_t live_peak;                   /* the most bytes (block sizes) its allocations held at once */
   int64_t with_stacks;                 /* allocations with a stack */
   int64_t unknown_frees;               /* frees of blocks the history did not allocate */
   int64_t before_blocks, before_bytes; /* blocks allocated at the snapshot that no allocation of the history made */
@@ -228,6 +230,8 @@ void ms_alignment_free(ms_alignment *a);
 #define MS_PREDICT_MAX_BYTES ((int64_t)1 << 50) /* a law's request is held to +-1 PiB */
 #define MS_PREDICT_UNLIMITED ((uint64_t)8 << 40) /* the device a prediction that does not fit is replayed on again */
 #define MS_PREDICT_NOTES 8
+#define MS_PREDICT_MAX_BEFORE 0.01 /* of a run's peak live bytes before its history, or of its frees of blocks it did not allocate */
+#define MS_PREDICT_FAR 4           /* a size past 4 times the largest recorded, or under a quarter of the smallest, gets a note */
 
 typedef struct ms_predict_input {
   const char *path;
@@ -240,6 +244,7 @@ typedef struct ms_predict_run {
   int64_t events, allocations, frees, bytes, ooms;
   int devices;
   int64_t aligned_allocs, aligned_frees, aligned_bytes; /* with the base; the base's: with every other run */
+  int64_t before_blocks, before_bytes, unknown_frees;   /* from before its history (align.c's ms_history) */
 } ms_predict_run;
 
 /* What the runs are, and the model made of them. */

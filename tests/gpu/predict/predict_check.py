@@ -263,13 +263,18 @@ def main():
             ma = m["peak_allocated"] if m and not m["oom"] else None
             mr = m["peak_reserved"] if m and not m["oom"] else None
             ea, er = pct(pa, ma), pct(pr, mr)
-            rows.append({"kind": "compare", "batch": n, "conf": conf, "predicted_allocated": pa, "native_allocated": ma,
+            rows.append({"kind": "compare", "batch": n, "conf": conf, "predicted_external": p.get("external_bytes") if p else None,
+                         "predicted_allocated": pa, "native_allocated": ma,
                          "err_allocated_pct": ea, "predicted_reserved": pr, "native_reserved": mr, "err_reserved_pct": er})
             f = lambda v: "%.2f GiB" % (v / GiB) if v is not None else "-"
             e = lambda v: "%+.2f" % v if v is not None else "-"
             print("%5d  %-26s  %14s %14s %7s  %14s %14s %7s" % (n, label, f(pa), f(ma), e(ea), f(pr), f(mr), e(er)))
     for r in rows:
         record(r)
+    ext = [r["predicted_external"] for r in rows if r["predicted_external"]]
+    if ext:
+        print("(the predictions hold %.0f to %.0f MiB of external memory, outside the allocator: memsnap run's interposer "
+              "saw it; torch.cuda.max_memory_* count it only when PyTorch's allocator made it)" % (min(ext) / 2**20, max(ext) / 2**20))
     print("\nlargest batch under a %.0f GiB cap" % (cap / GiB))
     print("%-26s  %9s  %6s  %s" % ("setting", "predicted", "native", "within one"))
     for label, conf in SETTINGS:
