@@ -240,12 +240,20 @@ static void print_capacity(const ms_sweep *sw, uint64_t capacity) {
   printf("\n");
 }
 
-/* Every note once: the model's, then the replays'. */
-static void collect_notes(const ms_predict_info *in, const ms_sweep *const *sweeps, int n, void (*put)(const char *note, void *arg),
+/* Every note once: the model's, the sizes far from the recorded ones, then the replays'. */
+static void collect_notes(const ms_predict *m, const ms_sweep *const *sweeps, int n, void (*put)(const char *note, void *arg),
                           void *arg) {
+  const ms_predict_info *in = ms_predict_info_of(m);
   const char *seen[64];
   int nseen = 0;
   for (int i = 0; i < in->nnotes; i++) put(in->notes[i], arg);
+  int64_t sizes[256];
+  int nsizes = 0;
+  for (int w = 0; w < n; w++)
+    for (int i = 0; sweeps[w] && i < sweeps[w]->nrows && nsizes < 256; i++) sizes[nsizes++] = sweeps[w]->results[i].at;
+  char far[1024];
+  ms_predict_far_note(m, sizes, nsizes, far, sizeof far);
+  if (far[0]) put(far, arg);
   for (int w = 0; w < n; w++)
     for (int i = 0; sweeps[w] && i < sweeps[w]->nrows; i++)
       for (int k = 0; k < sweeps[w]->results[i].nnotes; k++) {
@@ -454,7 +462,7 @@ static int cmd_predict(int argc, char **argv) {
       }
     }
     cJSON *notes = cJSON_AddArrayToObject(o_json, "notes");
-    collect_notes(in, sweeps, 2, json_note, notes);
+    collect_notes(m, sweeps, 2, json_note, notes);
     char *text = cJSON_PrintUnformatted(o_json);
     cJSON_Delete(o_json);
     if (!text) {
@@ -468,7 +476,7 @@ static int cmd_predict(int argc, char **argv) {
     print_model(in, card, a.base.capacity != 0, rec);
     if (have_pred) print_predictions(&pred, a.at, a.nat, nconf);
     if (have_fit) print_capacity(&fit, a.base.capacity);
-    collect_notes(in, sweeps, 2, print_note, NULL);
+    collect_notes(m, sweeps, 2, print_note, NULL);
   }
   rc = row_errors(have_pred ? &pred : NULL) | row_errors(have_fit ? &fit : NULL);
   if (rc == 0) rc = ms_output_status();

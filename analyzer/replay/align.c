@@ -268,7 +268,7 @@ int ms_histories_align(const ms_history *x, const ms_history *y, ms_alignment *o
     }
     size_t da = 0, db = 0;
     if (!out->differences++) out->first_x = x->event_id[i], out->first_y = y->event_id[j];
-    if (!resync(x, y, i, j, w, &da, &db)) {
+    if (!resync(x, y, i, j, w, &da, &db) || (i + da == x->ntok && j + db == y->ntok)) { /* no agreement but the end */
       out->parted = true;
       out->part_x = x->event_id[i];
       out->part_y = y->event_id[j];

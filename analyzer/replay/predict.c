@@ -381,6 +381,34 @@ void ms_predict_free(ms_predict *m) {
 }
 
 const ms_predict_info *ms_predict_info_of(const ms_predict *m) { return &m->info; }
+
+void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len) {
+  const ms_predict_info *in = &m->info;
+  int64_t lo = in->run[0].at, hi = in->run[0].at;
+  for (int i = 1; i < in->nruns; i++) {
+    if (in->run[i].at < lo) lo = in->run[i].at;
+    if (in->run[i].at > hi) hi = in->run[i].at;
+  }
+  int64_t pick[64];
+  int far = 0;
+  for (int i = 0; i < n && far < 64; i++) { /* the far ones, distinct, in order */
+    if (!sizes[i] || (sizes[i] <= MS_PREDICT_FAR * hi && sizes[i] * MS_PREDICT_FAR >= lo)) continue;
+    int k = far;
+    while (k > 0 && pick[k - 1] > sizes[i]) k--;
+    if (k > 0 && pick[k - 1] == sizes[i]) continue;
+    memmove(pick + k + 1, pick + k, sizeof *pick * (size_t)(far - k));
+    pick[k] = sizes[i], far++;
+  }
+  char list[512] = "";
+  for (size_t o = 0, i = 0; i < (size_t)far && o < sizeof list - 32; i++)
+    o += (size_t)snprintf(list + o, sizeof list - o, "%s%lld", i ? ", " : "", (long long)pick[i]);
+  out[0] = '\0';
+  if (far)
+    snprintf(out, len, "%s %s far from the recorded sizes (%lld to %lld: more than %d times the largest or under "
+             "1/%d of the smallest): a law that is not exactly a polynomial of the size errs the more, the farther it "
+             "is taken; record nearer sizes for a surer answer", list, far == 1 ? "is" : "are", (long long)lo,
+             (long long)hi, MS_PREDICT_FAR, MS_PREDICT_FAR);
+}
 ms_replay_plan *ms_predict_plan(ms_predict *m) { return m->plan; }
 
 /* ---- replaying at a size ------------------------------------------------------------------ */
@@ -393,24 +421,29 @@ static bool fits(const ms_replay_result *r) {
   return true;
 }
 
-/* Replays the history synthesised at `at` under c into r. */
+/* Replays the history synthesised at `at` under c into r. A card smaller than the recorded one
+ * (c's capacity) is the recorded card capped at it, as PyTorch's memory fraction caps it: the
+ * allocator's limit, without the simulated device's first-fit placement of segments in its
+ * address range (which can refuse a segment that fits in total, as a real card's cudaMalloc,
+ * mapping pages anywhere, does not). r's config and capacity are then c's. */
 static int replay_at(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int64_t at,
                      ms_replay_result *r) {
+  ms_replay_config run = *c;
+  uint64_t card = ms_replay_recorded_capacity(p);
+  if (c->capacity && c->capacity < card) {
+    const char *f = ms_replay_config_get(c, "memory_fraction");
+    char v[64];
+    snprintf(v, sizeof v, "%.17g", (f ? strtod(f, NULL) : 1.0) * ((double)c->capacity / (double)card));
+    ms_replay_config_set(&run, "memory_fraction", v, NULL, 0);
+    run.capacity = 0;
+  }
   m->at = at;
   m->dropped = 0;
-  int rc = ms_replay_run(s, p, c, r);
+  int rc = ms_replay_run(s, p, &run, r);
   int64_t dropped = m->dropped;
   r->at = at;
-  const ms_predict_info *in = &m->info;
-  int64_t lo = in->run[0].at, hi = in->run[0].at;
-  for (int i = 1; i < in->nruns; i++) {
-    if (in->run[i].at < lo) lo = in->run[i].at;
-    if (in->run[i].at > hi) hi = in->run[i].at;
-  }
-  if (at > MS_PREDICT_FAR * hi || at * MS_PREDICT_FAR < lo)
-    ms_replay_note(r, "%lld is far from the recorded sizes (%lld to %lld): a law that is not exactly a polynomial of "
-                   "the size errs the more, the farther it is taken; record nearer sizes for a surer answer",
-                   (long long)at, (long long)lo, (long long)hi);
+  r->config = *c;
+  for (int i = 0; c->capacity && i < r->ndevices; i++) r->dev[i].capacity = (int64_t)c->capacity;
   if (dropped)
     ms_replay_note(r, "at %lld, %lld allocations would be of 0 bytes or less (their laws cross 0 below the recorded "
                 "sizes): they were left out, with their frees", (long long)at, (long long)dropped);

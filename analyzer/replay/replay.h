@@ -274,6 +274,9 @@ int64_t ms_predict_law(const int64_t *xs, const int64_t *ys, int n, int64_t at);
 ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, bool progress, char *err, size_t errlen);
 void ms_predict_free(ms_predict *m);
 const ms_predict_info *ms_predict_info_of(const ms_predict *m);
+/* A note for the sizes of sizes[0..n) (0s left out) far from the recorded ones (MS_PREDICT_FAR)
+ * into out[len]; "" when none is. */
+void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len);
 /* The base's replay plan: its recorded settings and card (ms_replay_grid, ms_replay_check_config). */
 ms_replay_plan *ms_predict_plan(ms_predict *m);
 /* Replays the history synthesised at each of ats[0..nat) under each of configs[0..nconf) (the
