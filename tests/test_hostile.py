@@ -121,6 +121,27 @@ except (UnicodeDecodeError, ValueError) as e:
 check("replay json: strict UTF-8 that parses, the markup as data in the live sites' stacks",
       rjs.returncode == 0 and rdoc is not None and HOSTILE["markup"] in json.dumps(rdoc["devices"][0]["oom"]["live"]))
 
+# memsnap predict from two copies of the snapshot under hostile file names (markup with its "/"
+# made "_", control bytes; the same history at "sizes" 1 and 2: nothing changes with the size, and
+# a note says so): the names as text
+import shutil  # noqa: E402
+copies = []
+for i, key in enumerate(("markup", "control")):
+    copies.append(os.path.join(dirpath, HOSTILE[key].replace("/", "_") + "%d.db" % i))
+    shutil.copyfile(snap, copies[-1])
+pred = run("predict", copies[0] + "=1", copies[1] + "=2", "--at", "3")
+check("predict: hostile file names, no control byte, the markup printed as text",
+      pred.returncode == 0 and b"<script>alert(1)<_script>0.db" in pred.stdout and b"no allocation changes with the size" in pred.stdout
+      and not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", pred.stdout + pred.stderr), pred.stderr.decode(errors="replace"))
+pjs = run("predict", "--json", copies[0] + "=1", copies[1] + "=2", "--at", "3")
+try:
+    pdoc = json.loads(pjs.stdout.decode("utf-8", errors="strict"))
+except (UnicodeDecodeError, ValueError) as e:
+    pdoc = None
+    print("  predict json:", e)
+check("predict json: strict UTF-8 that parses, the markup as data in the runs' paths",
+      pjs.returncode == 0 and pdoc is not None and "<script>alert(1)<_script>0.db" in pdoc["runs"][0]["path"])
+
 info = run("info", snap)
 check("info: succeeds with no control byte", info.returncode == 0 and not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", info.stdout))
 

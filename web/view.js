@@ -548,6 +548,7 @@ function showDocument(d, signal, src) {
       });
     });
     $("no-ooms").hidden = d.oom.length > 0;
+    $("oom-predict").hidden = d.oom.length === 0; // memsnap predict: what would fit (docs/predict.md)
     $("retries").textContent = "";
     retries.forEach((r, i) => {
       if (only && !only.has("retry" + i)) return;

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* A command: its name, what runs it (argv[0] is the command name; it returns the exit code: 0 ok,
  * 1 error, 2 usage), its usage line and the help on its arguments (`memsnap help COMMAND`), one a
@@ -21,7 +22,7 @@ typedef struct ms_command {
 } ms_command;
 
 extern const ms_command ms_analyze_command, ms_diff_command, ms_info_command, ms_import_command, ms_export_command,
-    ms_run_command, ms_replay_command, ms_options_command;
+    ms_run_command, ms_replay_command, ms_predict_command, ms_options_command;
 
 /* The help of the options that ms_stack_option reads. */
 #define MS_STACK_OPTIONS_HELP                                                                                       \
@@ -46,6 +47,12 @@ int ms_unknown_option(const ms_command *command, const char *arg, bool last);
 /* The options of every command that prints stacks: --full-stacks, --full-names, --frames N,
  * --fold PATTERNS. Returns 1 when argv[*i] is one of them (*i then past its value), 0 when it is
  * none, 2 after a usage error (printed). */
+/* --capacity SIZE or --device CARD (`option`, its `value`) into *capacity, in bytes; *given is
+ * the one given before (NULL at first: both, or one twice, is a usage error). 0, or 2 after a
+ * usage error (printed). */
+int ms_capacity_option(const ms_command *command, const char *option, const char *value, uint64_t *capacity,
+                       const char **given);
+
 struct ms_report_options;
 struct ms_fold;
 int ms_stack_option(const ms_command *command, int argc, char **argv, int *i, struct ms_report_options *o, struct ms_fold *fold);

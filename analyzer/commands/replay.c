@@ -1,4 +1,4 @@
-/* replay.c: `memsnap replay SNAPSHOT [--set KEY=VALUE]... [--capacity SIZE] [--json]
+/* replay.c: `memsnap replay SNAPSHOT [--set KEY=VALUE]... [--capacity SIZE | --device CARD] [--json]
  * [--sweep [--jobs N]]`: what memsnap's allocator (PyTorch's decisions) would do with a recorded
  * trace under other settings or on another card (replay/engine.c does the replaying), as text or
  * JSON; --sweep tries a documented grid of settings in parallel (replay/sweep.c: one worker
@@ -8,9 +8,6 @@
  * workers): no GPU, no CUDA driver is touched.
  */
 #include <cjson/cJSON.h>
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,34 +18,6 @@
 #include "replay/replay.h"
 #include "report/report.h"
 
-
-/* Parses "40G", "512M", "1.5T", "80GB", "80GiB" or bytes. 0 or -1. */
-static int parse_capacity(const char *text, uint64_t *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(text, &end);
-  if (end == text || errno || !(v > 0) || !isfinite(v)) return -1;
-  double mult = 1;
-  switch (toupper((unsigned char)*end)) {
-    case 'K': mult = 1024.0; end++; break;
-    case 'M': mult = 1048576.0; end++; break;
-    case 'G': mult = 1073741824.0; end++; break;
-    case 'T': mult = 1099511627776.0; end++; break;
-    default: break;
-  }
-  if (mult > 1 && (!strcmp(end, "B") || !strcmp(end, "iB") || !strcmp(end, "b"))) end += strlen(end);
-  if (*end || v * mult < (2 << 20) || v * mult > 1125899906842624.0) return -1; /* 2 MiB .. 1 PiB */
-  *out = (uint64_t)(v * mult);
-  return 0;
-}
-
-static void describe_config(const ms_replay_config *c, char *out, size_t len) {
-  char line[1024];
-  ms_replay_conf_line(c, line, sizeof line);
-  const char *fraction = ms_replay_config_get(c, "memory_fraction");
-  if (fraction) snprintf(out, len, "%s%s(memory fraction %s)", line, line[0] ? " " : "", fraction);
-  else snprintf(out, len, "%s", line[0] ? line : "(defaults)");
-}
 
 /* ---- the answer, as text ------------------------------------------------------------------ */
 
@@ -98,8 +67,8 @@ static void print_oom(const ms_snapshot *s, const ms_replay_device *d) {
 
 static void print_text(const ms_snapshot *s, const ms_replay_result *r, const ms_replay_config *recorded) {
   char conf[1200], rec[1200], cap[32];
-  describe_config(&r->config, conf, sizeof conf);
-  describe_config(recorded, rec, sizeof rec);
+  ms_replay_describe_config(&r->config, conf, sizeof conf);
+  ms_replay_describe_config(recorded, rec, sizeof rec);
   ms_format_bytes(r->dev[0].capacity, cap, sizeof cap);
   printf("replay of %s\n", s->shown_path);
   printf("  settings   %s\n", conf);
@@ -265,7 +234,7 @@ static int run_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *
         if (r->dev[i].peak_reserved == pk) alloc_at = r->dev[i].allocated_at_peak;
       ms_format_bytes(pk, peak, sizeof peak);
       fragmentation_cell(pk, alloc_at, frag, sizeof frag);
-      describe_config(&r->config, conf, sizeof conf);
+      ms_replay_describe_config(&r->config, conf, sizeof conf);
       int64_t rp = ms_replay_worst_peak(rec);
       if (rp > 0) snprintf(delta, sizeof delta, "%+.1f%%", 100.0 * (double)(pk - rp) / (double)rp);
       else snprintf(delta, sizeof delta, "-");
@@ -293,7 +262,7 @@ static int run_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *
   for (int i = 0; i < nrows; i++)
     if (res[i].failed) {
       char conf[1200];
-      describe_config(&res[i].config, conf, sizeof conf);
+      ms_replay_describe_config(&res[i].config, conf, sizeof conf);
       fprintf(stderr, "error: replay under %s: %s\n", conf, res[i].error);
       rc = 1;
     }
@@ -304,7 +273,7 @@ static int run_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *
 static int cmd_replay(int argc, char **argv) {
   ms_replay_config base = {0};
   bool json = false, sweep = false;
-  const char *path = NULL;
+  const char *path = NULL, *card = NULL;
   int jobs = 0;
   char err[512];
   for (int i = 1; i < argc; i++) {
@@ -313,9 +282,8 @@ static int cmd_replay(int argc, char **argv) {
     else if (!strcmp(a, "--sweep")) sweep = true;
     else if (!strcmp(a, "--set") && i + 1 < argc) {
       if (ms_replay_config_apply(&base, argv[++i], true, err, sizeof err) != 0) return ms_usage_error(&ms_replay_command, "--set: %s", err);
-    } else if (!strcmp(a, "--capacity") && i + 1 < argc) {
-      if (parse_capacity(argv[++i], &base.capacity) != 0)
-        return ms_usage_error(&ms_replay_command, "--capacity: '%s' is not a size from 2M to 1024T (such as 40G)", argv[i]);
+    } else if ((!strcmp(a, "--capacity") || !strcmp(a, "--device")) && i + 1 < argc) {
+      if (ms_capacity_option(&ms_replay_command, a, argv[++i], &base.capacity, &card) != 0) return 2;
     } else if (!strcmp(a, "--jobs") && i + 1 < argc) {
       jobs = atoi(argv[++i]);
       if (jobs < 1 || jobs > 256) return ms_usage_error(&ms_replay_command, "--jobs takes 1 to 256");
@@ -380,7 +348,8 @@ static int cmd_replay(int argc, char **argv) {
 }
 
 const ms_command ms_replay_command = {"replay", cmd_replay,
-     "memsnap replay [--set KEY=VALUE]... [--capacity SIZE] [--json] [--sweep [--jobs N]] SNAPSHOT.db\n"
+     "memsnap replay [--set KEY=VALUE]... [--capacity SIZE | --device CARD] [--json] [--sweep [--jobs N]]\n"
+     "               SNAPSHOT.db\n"
      "                            the recorded allocations replayed through memsnap's allocator under\n"
      "                            other settings: peak reserved, fragmentation, OOM (docs/replay.md)",
      "  SNAPSHOT.db         a memsnap snapshot, or a PyTorch snapshot made one by `memsnap import`\n"
@@ -391,6 +360,8 @@ const ms_command ms_replay_command = {"replay", cmd_replay,
      "                      backend (native or cudaMallocAsync): PYTORCH_CUDA_ALLOC_CONF's keys;\n"
      "                      memory_fraction (set_per_process_memory_fraction)\n"
      "  --capacity SIZE     memory of each device (40G, 80GiB, 24000M; default: the recorded card's)\n"
+     "  --device CARD       the same, a card by name: H100, H200, A100-80GB, A100-40GB, A10G,\n"
+     "                      V100-32GB, V100-16GB, T4, RTX-4090, RTX-3090 (docs/predict.md#cards)\n"
      "  --json              the answer as JSON (docs/replay.md)\n"
      "  --sweep             try the grid of docs/replay.md (19 settings and the recorded ones) on all\n"
      "                      cores; a table ranked by peak reserved, the best first, and the\n"

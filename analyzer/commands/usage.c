@@ -1,6 +1,7 @@
 /* usage.c: what every command shares when it reads its arguments and ends: usage errors that
  * name the command and print its usage line (each command's ms_command, defined in its file),
- * the options of the commands that print stacks, and the exit status for what went to stdout. */
+ * the options of the commands that print stacks, the card's memory of the commands that replay
+ * (--capacity, --device), and the exit status for what went to stdout. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "replay/replay.h"
 #include "report/report.h"
 
 int ms_output_status(void) {
@@ -50,4 +52,18 @@ int ms_stack_option(const ms_command *c, int argc, char **argv, int *i, ms_repor
     return ms_usage_error(c, "at most %d --fold options", MS_FOLD_LISTS);
   }
   return 1;
+}
+
+int ms_capacity_option(const ms_command *c, const char *option, const char *value, uint64_t *capacity, const char **given) {
+  if (*given)
+    return ms_usage_error(c, "%s and %s both give the card's memory: one of them, once", *given, option);
+  *given = !strcmp(option, "--device") ? "--device" : "--capacity";
+  if (!strcmp(option, "--device")) {
+    if (ms_replay_card(value, capacity, NULL) == 0) return 0;
+    char names[512];
+    ms_replay_card_names(names, sizeof names);
+    return ms_usage_error(c, "--device: unknown card '%.64s' (known: %s; or --capacity SIZE)", value, names);
+  }
+  if (ms_replay_parse_size(value, capacity) == 0) return 0;
+  return ms_usage_error(c, "--capacity: '%.64s' is not a size from 2M to 1024T (such as 40G)", value);
 }

@@ -30,6 +30,8 @@
  *     the alloc of its block) is not the allocator's: it is not replayed through it, but held
  *     beside it, in the replay's figures as in the recorded ones, until the program frees it.
  *   - Blocks live before the history began are allocated first, in address order.
+ * A plan may take its events from a source instead of the snapshot's history (predict.c's
+ * history synthesised at another size): the same rules apply to them.
  * Hostile or inconsistent traces (frees of unknown addresses, an allocation at a live address,
  * devices out of range, too many streams) are counted and skipped, with a note; nothing here
  * trusts a value from the file.
@@ -73,6 +75,8 @@ struct ms_replay_plan {
   bool inconsistent; /* the events do not add up to the snapshot's state, and nothing was held before */
   bool imported, private_pools, stacks_recorded;
   char import_source[128];
+  ms_replay_source source; /* events in place of the snapshot's history (predict.c); NULL: the history */
+  void *source_arg;
 };
 
 /* ---- settings ---------------------------------------------------------------------------- */
@@ -137,6 +141,14 @@ void ms_replay_conf_line(const ms_replay_config *c, char *out, size_t len) {
     if (!v || !strcmp(keys[k].key, "memory_fraction") || o >= len) continue;
     o += (size_t)snprintf(out + o, len - o, "%s%s:%s", o ? "," : "", keys[k].key, v);
   }
+}
+
+void ms_replay_describe_config(const ms_replay_config *c, char *out, size_t len) {
+  char line[1024];
+  ms_replay_conf_line(c, line, sizeof line);
+  const char *fraction = ms_replay_config_get(c, "memory_fraction");
+  if (fraction) snprintf(out, len, "%s%s(memory fraction %s)", line, line[0] ? " " : "", fraction);
+  else snprintf(out, len, "%s", line[0] ? line : "(defaults)");
 }
 
 /* A recorded option value as a setting, or nothing when it is the default. */
@@ -322,6 +334,12 @@ ms_replay_plan *ms_replay_plan_new(ms_snapshot *s) {
   return p;
 }
 
+void ms_replay_plan_set_source(ms_replay_plan *p, ms_replay_source source, void *arg) {
+  p->source = source;
+  p->source_arg = arg;
+  p->checked = source != NULL; /* a synthesised history starts at the program's start */
+}
+
 void ms_replay_plan_free(ms_replay_plan *p) {
   if (!p) return;
   ms_prehistory_free(&p->before);
@@ -368,8 +386,7 @@ typedef struct run_state {
   int64_t allocator_peak_seen[MS_REPLAY_DEVICES]; /* the allocator's reserved peak at the last look */
 } run_state;
 
-static void note(ms_replay_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note(ms_replay_result *r, const char *fmt, ...) {
+void ms_replay_note(ms_replay_result *r, const char *fmt, ...) {
   if (r->nnotes >= MS_REPLAY_NOTES) return;
   va_list ap;
   va_start(ap, fmt);
@@ -438,6 +455,8 @@ static void external_alloc(run_state *st, const ms_event *e) {
     return;
   }
   st->external_bytes[e->device] += e->size;
+  if (st->external_bytes[e->device] > st->r->dev[e->device].external_peak)
+    st->r->dev[e->device].external_peak = st->external_bytes[e->device];
   st->external_seen[e->device] = true;
   st->r->external_blocks++;
   update_peak(st, e->device);
@@ -510,7 +529,7 @@ static void replay_alloc(run_state *st, const ms_event *e, int64_t request, uint
   ms_live_slot old;
   if (ms_live_take(&st->live, address, &old)) { /* two live blocks at one address */
     if (r->duplicate_allocs++ == 0)
-      note(r, "event %lld allocates at 0x%llx, which a block still held (its free is missing): that block was "
+      ms_replay_note(r, "event %lld allocates at 0x%llx, which a block still held (its free is missing): that block was "
            "freed first", (long long)e->id, (unsigned long long)address);
     if (st->held[old.aux].ptr) memsnap_release((void *)(uintptr_t)st->held[old.aux].ptr);
     held_release(st, old.aux);
@@ -539,7 +558,7 @@ static void replay_free(run_state *st, const ms_event *e, bool deferred) {
   ms_live_slot slot;
   if (!ms_live_take(&st->live, e->address, &slot)) {
     if (r->unknown_frees++ == 0)
-      note(r, "event %lld frees 0x%llx, which no allocation of the history or of the snapshot's state holds: "
+      ms_replay_note(r, "event %lld frees 0x%llx, which no allocation of the history or of the snapshot's state holds: "
            "skipped", (long long)e->id, (unsigned long long)e->address);
     return;
   }
@@ -689,7 +708,7 @@ static int run_event(const ms_event *e, void *arg) {
       if (rc == MEMSNAP_OK && ptr) {
         update_peak(st, e->device);
         memsnap_release(ptr);
-        note(r, "device %d: the recorded out of memory at event %lld (%lld bytes) does not happen in this replay; "
+        ms_replay_note(r, "device %d: the recorded out of memory at event %lld (%lld bytes) does not happen in this replay; "
              "what the program did after it is replayed as recorded", e->device, (long long)e->id, (long long)request);
       }
       break;
@@ -878,7 +897,7 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
     base_allocs[i] = stats.num_device_alloc;
     base_frees[i] = stats.num_device_free;
   }
-  int rc = st.host_oom ? 1 : ms_events_each(s, run_event, &st);
+  int rc = st.host_oom ? 1 : p->source ? p->source(s, p->source_arg, run_event, &st) : ms_events_each(s, run_event, &st);
   for (int i = 0; i < r->ndevices && rc == 0; i++) {
     if (st.has_pending_free[i]) replay_free(&st, &st.pending_free[i], true); /* pending at the snapshot */
     explain_segment_frees(&st, i, NULL);
@@ -925,31 +944,31 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   p->checked = true;
   recorded_numbers(p, st.rec, r);
   if (r->bad_events)
-    note(r, "%lld events with an unknown kind, no size or address, or a device outside 0 to %d were skipped",
+    ms_replay_note(r, "%lld events with an unknown kind, no size or address, or a device outside 0 to %d were skipped",
          (long long)r->bad_events, r->ndevices - 1);
   if (p->late)
-    note(r, "the history starts late (%s): what was held when it began was rebuilt from the snapshot's state "
+    ms_replay_note(r, "the history starts late (%s): what was held when it began was rebuilt from the snapshot's state "
          "rewound through the history (%zu segments, %lld live blocks of %lld bytes), laid out as recorded "
          "under every setting; how the program got there, and what the settings would have changed before it, "
          "could not be known",
          s->dropped ? "the ring dropped its oldest events" : "recording started after the first allocations",
          p->before.nsegments, (long long)r->preloaded_blocks, (long long)r->preloaded_bytes);
   if (!p->capacity_known && !c->capacity)
-    note(r, "the snapshot does not say how much memory the device has: %llu GiB assumed (the default, 16, or the "
+    ms_replay_note(r, "the snapshot does not say how much memory the device has: %llu GiB assumed (the default, 16, or the "
          "most the program held reserved, %.2f GiB, in whole GiB when more; --capacity sets it)",
          (unsigned long long)(p->capacity >> 30), (double)p->held_most / (double)(1 << 30));
   if (p->inconsistent)
-    note(r, "the events do not add up to the snapshot's segments and blocks, and no block or segment was held "
+    ms_replay_note(r, "the events do not add up to the snapshot's segments and blocks, and no block or segment was held "
          "before them: the trace is inconsistent, and the recorded figures are those of its events");
   if (r->external_blocks)
-    note(r, "%lld blocks of external memory (outside the allocator: memsnap run's interposer) were held beside "
+    ms_replay_note(r, "%lld blocks of external memory (outside the allocator: memsnap run's interposer) were held beside "
          "the replayed allocator as the program held them, and count in both columns' peaks",
          (long long)r->external_blocks);
   if (p->private_pools)
-    note(r, "the snapshot holds private pools (CUDA graphs, MemPool); the history does not say which allocations "
+    ms_replay_note(r, "the snapshot holds private pools (CUDA graphs, MemPool); the history does not say which allocations "
          "went to them, so all are replayed in the default pools");
   if (p->imported)
-    note(r, "imported from PyTorch (%s): record_stream uses are known only through frees completed later; "
+    ms_replay_note(r, "imported from PyTorch (%s): record_stream uses are known only through frees completed later; "
          "the replay keeps the recorded order of events, not the GPU's timing", p->import_source);
   ms_live_free(&st.live);
   ms_live_free(&st.deferred);

@@ -1,8 +1,9 @@
 /* replay.h: a snapshot's trace replayed through memsnap's own allocator (prefix ms_replay_):
  * engine.c replays one configuration on the simulated device in this process, sweep.c a grid of
- * them on every core and ranks them, suggest.c picks the analysis's suggestions from a sweep. It
- * calls down into analysis/ (the live blocks and the state before the history), read/ and
- * libmemsnap.
+ * them on every core and ranks them, suggest.c picks the analysis's suggestions from a sweep,
+ * cards.c says how much memory a card has; align.c and predict.c (prefixes ms_history_,
+ * ms_predict_) replay a history synthesised at another size from runs at two or three. It calls
+ * down into analysis/ (the live blocks and the state before the history), read/ and libmemsnap.
  */
 #ifndef MEMSNAP_REPLAY_H
 #define MEMSNAP_REPLAY_H
@@ -39,6 +40,7 @@ typedef struct ms_replay_device {
   bool used;
   /* the replay */
   int64_t peak_allocated, peak_reserved, allocated_at_peak; /* allocated when reserved peaked */
+  int64_t external_peak; /* the most external memory held at once (in both peaks) */
   int64_t device_allocs, device_frees, retries, ooms, failed_allocs, segments_end;
   /* the first out of memory in the replay */
   bool oom;
@@ -64,6 +66,9 @@ typedef struct ms_replay_result {
   int64_t unknown_frees, duplicate_allocs, bad_events, preloaded_blocks, preloaded_bytes, empty_caches;
   int64_t external_blocks; /* blocks outside the allocator (memsnap run's interposer), held beside it */
   int64_t deferred_frees;            /* frees completed later (record_stream uses) */
+  int64_t at;                        /* the size its history was synthesised at (predict.c); 0: as recorded */
+  bool over_capacity;                /* predict.c: out of memory on config.capacity, so the figures are those of
+                                        a replay on a device without a limit (what it needs) */
   bool failed;                       /* the replay stopped early: error says why */
   bool invalid_setting;              /* failed because a setting's value is invalid */
   char error[512];
@@ -80,6 +85,13 @@ typedef struct ms_replay_plan ms_replay_plan;
  * (out of memory, unreadable events). */
 ms_replay_plan *ms_replay_plan_new(ms_snapshot *s);
 void ms_replay_plan_free(ms_replay_plan *p);
+/* Where a replay's events come from when not from the snapshot's history: calls fn with every
+ * event in order, as ms_events_each does (s: the snapshot the replay runs on, opened in this
+ * process), and returns what ms_events_each would (fn's non-zero, or -1 with s->error set). */
+typedef int (*ms_replay_source)(ms_snapshot *s, void *arg, int (*fn)(const ms_event *e, void *fnarg), void *fnarg);
+/* Makes p's replays take their events from source(s, arg, ...) (NULL: the snapshot's history
+ * again); such a history is taken to start at the program's start (no late start is looked for). */
+void ms_replay_plan_set_source(ms_replay_plan *p, ms_replay_source source, void *arg);
 /* The recorded settings (from the snapshot's options table) as a config. */
 void ms_replay_recorded_config(const ms_replay_plan *p, ms_replay_config *out);
 /* The recorded capacity of the largest device, in bytes. */
@@ -93,6 +105,11 @@ const char *ms_replay_config_get(const ms_replay_config *c, const char *key);
 /* c as PYTORCH_CUDA_ALLOC_CONF's line ("max_split_size_mb:64,roundup_power2_divisions:4"; ""
  * for the defaults); memory_fraction is left out (set_per_process_memory_fraction). */
 void ms_replay_conf_line(const ms_replay_config *c, char *out, size_t len);
+/* c as the reports name it: its PYTORCH_CUDA_ALLOC_CONF line, with "(memory fraction F)" when it
+ * sets one; "(defaults)" when it sets nothing. */
+void ms_replay_describe_config(const ms_replay_config *c, char *out, size_t len);
+/* Adds a note (printf-style) to r's notes, unless MS_REPLAY_NOTES are there already. */
+void ms_replay_note(ms_replay_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether libmemsnap accepts c's values: 0, or -1 with its message in err. */
 int ms_replay_check_config(const ms_replay_plan *p, const ms_replay_config *c, char *err, size_t errlen);
 /* Replays the snapshot under config c, in this process: it sets the MEMSNAP_ environment
@@ -102,6 +119,18 @@ int ms_replay_check_config(const ms_replay_plan *p, const ms_replay_config *c, c
  * *r; returns 0, or -1 when the replay could not run or stopped early (r->error, with what was
  * replayed until then). */
 int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, ms_replay_result *r);
+/* ---- the simulated device's memory as users give it (cards.c) ---------------------------- */
+
+/* Parses a size as the command line gives it: "40G", "512M", "1.5T", "80GB", "80GiB" or bytes,
+ * 2 MiB to 1 PiB, into *out. 0, or -1 (*out unchanged). */
+int ms_replay_parse_size(const char *text, uint64_t *out);
+/* The memory CUDA gives PyTorch on the card called `name` ("H100", "a100-40gb", "RTX 4090";
+ * case, spaces, dashes and an "NVIDIA" or "Tesla" prefix do not matter) into *bytes, and the
+ * name as listed into *listed (NULL: not wanted). 0, or -1 for a card not in the list. */
+int ms_replay_card(const char *name, uint64_t *bytes, const char **listed);
+/* The listed cards' names, ", "-separated, into out[len]. */
+void ms_replay_card_names(char *out, size_t len);
+
 /* ---- the sweep (sweep.c) ---------------------------------------------------------------- */
 
 /* Applies "k=v,k=v" (a grid row) or, with `one`, one "k=v" (a bracketed value may hold commas)
@@ -112,16 +141,41 @@ int ms_replay_config_apply(ms_replay_config *c, const char *list, bool one, char
 int64_t ms_replay_worst_peak(const ms_replay_result *r);
 int64_t ms_replay_sum(const ms_replay_result *r, size_t offset);
 
-#define MS_SWEEP_MAX_ROWS 32
+#define MS_SWEEP_GRID_ROWS 20 /* the recorded settings and the grid of docs/replay.md */
 typedef struct ms_sweep {
   int nrows;
-  ms_replay_result *results; /* [0]: the recorded settings (with the base's over them); then the grid's rows */
-  int order[MS_SWEEP_MAX_ROWS]; /* ranked: failed last, then out of memory, then by worst peak reserved, then by
-                                   device allocations */
-  int workers;                  /* processes that replayed at once */
-  bool timed_out;               /* rows not done by the time limit are failed ("not run") */
+  ms_replay_result *results; /* by row; for the sweep: [0] the recorded settings (with the base's over them), then the grid's rows */
+  int *order;                /* ranked: failed last, then out of memory, then by worst peak reserved, then by
+                                device allocations (nrows entries) */
+  int workers;               /* processes that replayed at once */
+  bool timed_out;            /* rows not done by the time limit are failed ("not run") */
   void *shared;
+  size_t shared_size;
 } ms_sweep;
+
+/* The sweep's rows into rows[MS_SWEEP_GRID_ROWS]: the recorded settings with base's over them,
+ * then each row of the grid over base; each with base's capacity. Returns how many, or -1 with
+ * err set. */
+int ms_replay_grid(const ms_replay_plan *p, const ms_replay_config *base, ms_replay_config *rows, char *err, size_t errlen);
+/* Ranks results[0..n) into order[n] (indices), best first, as the sweep ranks its rows. */
+void ms_replay_rank(const ms_replay_result *results, int n, int *order);
+
+/* A row's replay in place of ms_replay_run (in a worker: s opened there, p the worker's copy of
+ * the plan); it fills *r and returns what ms_replay_run returns. */
+typedef int (*ms_replay_row_fn)(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row,
+                                ms_replay_result *r, void *arg);
+typedef struct ms_rows_options {
+  int jobs;             /* worker processes (0: one per core, at most 64) */
+  double time_limit_s;  /* rows still running after it are stopped and failed (0: none) */
+  const char *progress; /* "WHAT: N of M replayed" on stderr as rows end (NULL: nothing) */
+} ms_rows_options;
+/* Replays rows[0..nrows) (fn(s, p, &rows[i], i, &result, arg) for each, or ms_replay_run when fn
+ * is NULL) on worker processes forked from this one (o NULL: one per core, no time limit, no
+ * progress), and fills *out with the results by row, ranked. s is opened with its stacks loaded
+ * (its device filter applies to the workers too). 0, or -1 with err set (nothing to free). Rows
+ * that fail, or that no worker finished, are in out as failed, with their error. */
+int ms_replay_rows(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *rows, int nrows, ms_replay_row_fn fn,
+                   void *arg, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
 /* Replays the recorded settings and every row of the grid (docs/replay.md), each on top of
  * `base`, on `jobs` worker processes (0: one per core, at most 64), stopping those still running after time_limit_s seconds
  * (0: none), with progress on stderr if `progress`; fills *out, ranked. s is opened with its
@@ -130,6 +184,115 @@ typedef struct ms_sweep {
 int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *base, int jobs, double time_limit_s,
                     bool progress, ms_sweep *out, char *err, size_t errlen);
 void ms_sweep_free(ms_sweep *sw);
+
+/* ---- predicting another size from runs at two or three (align.c, predict.c) -------------- */
+
+/* One run's history as predict reads it (align.c): a token per allocation and per free requested,
+ * in order (kind, device and allocation site hashed: the same in every process of the program),
+ * each allocation's number (UINT32_MAX for a free) and event id; each allocation's request. */
+typedef struct ms_history {
+  uint64_t *tok;
+  uint32_t *alloc;
+  int64_t *event_id;
+  size_t ntok, tok_cap, alloc_cap, id_cap;
+  int64_t *size; /* by allocation: the request (requested bytes, else the size) */
+  size_t nalloc, size_cap;
+  int64_t events, bytes, frees, skipped, ooms;
+  int64_t live_peak;                   /* the most bytes (block sizes) its allocations held at once */
+  int64_t with_stacks;                 /* allocations with a stack */
+  int64_t unknown_frees;               /* frees of blocks the history did not allocate */
+  int64_t before_blocks, before_bytes; /* blocks allocated at the snapshot that no allocation of the history made */
+  uint64_t devices;                    /* a bit per device with an allocation */
+} ms_history;
+/* Reads s's history (opened, stacks loaded) into *h in one streamed pass, and checks the
+ * snapshot's live blocks against it. 0, or -1 with s->error set (unreadable, out of memory), h
+ * then empty. */
+int ms_history_read(ms_snapshot *s, ms_history *h);
+void ms_history_free(ms_history *h);
+
+/* Two histories aligned (x's allocations with their counterparts in y). */
+typedef struct ms_alignment {
+  int64_t *size_in_y;               /* by allocation of x: its counterpart's request in y, -1 none */
+  int64_t allocs, frees;            /* pairs aligned */
+  int64_t x_bytes, y_bytes;         /* the aligned allocations' requests, in each */
+  int64_t differences;              /* places where they differ */
+  int64_t first_x, first_y;         /* the event ids of the first difference */
+  bool parted;                      /* they did not agree again after a difference: the rest is unaligned */
+  int64_t part_x, part_y;           /* where (event ids) */
+} ms_alignment;
+/* Aligns x with y into *out (align.c says how). 0, or -1 when out of memory (out empty). */
+int ms_histories_align(const ms_history *x, const ms_history *y, ms_alignment *out);
+void ms_alignment_free(ms_alignment *a);
+
+#define MS_PREDICT_MAX_RUNS 3
+#define MS_PREDICT_MAX_SIZE 16777216           /* sizes of runs and predictions: 1 to 2^24 */
+#define MS_PREDICT_MIN_ALIGNED 0.9             /* of each run's allocations, and of its bytes, aligned */
+#define MS_PREDICT_MAX_BYTES ((int64_t)1 << 50) /* a law's request is held to +-1 PiB */
+#define MS_PREDICT_UNLIMITED ((uint64_t)8 << 40) /* the device a prediction that does not fit is replayed on again */
+#define MS_PREDICT_NOTES 8
+#define MS_PREDICT_MAX_BEFORE 0.01 /* of a run's peak live bytes before its history, or of its frees of blocks it did not allocate */
+#define MS_PREDICT_FAR 4           /* a size past 4 times the largest recorded, or under a quarter of the smallest, gets a note */
+
+typedef struct ms_predict_input {
+  const char *path;
+  int64_t at; /* the size it was recorded at, 1 to MS_PREDICT_MAX_SIZE, distinct */
+} ms_predict_input;
+
+typedef struct ms_predict_run {
+  char path[4096], shown[512]; /* as given; neutralised, to print */
+  int64_t at;
+  int64_t events, allocations, frees, bytes, ooms;
+  int devices;
+  int64_t aligned_allocs, aligned_frees, aligned_bytes; /* with the base; the base's: with every other run */
+  int64_t before_blocks, before_bytes, unknown_frees;   /* from before its history (align.c's ms_history) */
+} ms_predict_run;
+
+/* What the runs are, and the model made of them. */
+typedef struct ms_predict_info {
+  int nruns, base; /* base: the run at the largest size, whose history is synthesised */
+  ms_predict_run run[MS_PREDICT_MAX_RUNS];
+  bool quadratic_fit;                          /* three runs: laws through three points */
+  double aligned_share, aligned_frees_share;   /* of every run's bytes allocated, and of its frees, aligned */
+  int64_t differences;                         /* places where a run differs from the base */
+  /* the base's allocations by law, with their bytes (its requests) */
+  int64_t constant, linear, quadratic, unaligned, shrinking;
+  int64_t constant_bytes, linear_bytes, quadratic_bytes, unaligned_bytes;
+  char notes[MS_PREDICT_NOTES][1024];
+  int nnotes;
+} ms_predict_info;
+
+typedef struct ms_predict ms_predict;
+
+/* The request at size `at` of an allocation whose requests were ys[i] at sizes xs[i] (n of 1 to
+ * 3 points, distinct sizes): the polynomial through them, rounded to the nearest byte, held to
+ * +-MS_PREDICT_MAX_BYTES. */
+int64_t ms_predict_law(const int64_t *xs, const int64_t *ys, int n, int64_t at);
+/* Reads the runs inputs[0..n) (two or three, distinct sizes), aligns them with the one at the
+ * largest size and makes the model (predict.c says which runs are refused and why). progress:
+ * what it reads on stderr. Returns the model (the base's snapshot held open), or NULL with err set
+ * to a message for the user. */
+ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, bool progress, char *err, size_t errlen);
+void ms_predict_free(ms_predict *m);
+const ms_predict_info *ms_predict_info_of(const ms_predict *m);
+/* A note for the sizes of sizes[0..n) (0s left out) far from the recorded ones (MS_PREDICT_FAR)
+ * into out[len]; "" when none is. */
+void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len);
+/* The base's replay plan: its recorded settings and card (ms_replay_grid, ms_replay_check_config). */
+ms_replay_plan *ms_predict_plan(ms_predict *m);
+/* Replays the history synthesised at each of ats[0..nat) under each of configs[0..nconf) (the
+ * row of size a and config c is a * nconf + c; each result's `at` says its size) on the sweep's
+ * workers, into *out (ranked as the sweep ranks: within one size, ms_replay_rank again). A
+ * replay that does not fit its card (configs' capacity, else the recorded one) is replayed again
+ * on a device without a limit: over_capacity, and the figures are what it needs. 0, or -1 with
+ * err set (nothing to free). */
+int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
+                  const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
+/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history fits the card under each
+ * of configs[0..nconf) (their capacity), into out's results by config (`at`: that size, 0 when
+ * none fits; the figures: its replay), ranked by that size (the largest first), then by peak
+ * reserved. 0, or -1 with err set (nothing to free). */
+int ms_predict_capacity(ms_predict *m, const ms_replay_config *configs, int nconf, const ms_rows_options *o,
+                        ms_sweep *out, char *err, size_t errlen);
 
 /* ---- suggestions for the analysis (suggest.c) ------------------------------------------- */
 

@@ -6,7 +6,9 @@
  * again): the replay re-initialises libmemsnap in its process, so settings cannot share one.
  * Results come back through shared memory (ms_replay_result holds no pointers). A worker that
  * dies leaves its settings marked failed; a worker that cannot be started is replaced by the
- * calling process.
+ * calling process. The same runner (ms_replay_rows) takes any list of rows and any replay of a
+ * row: predict.c's histories synthesised at several sizes, and its searches for the largest
+ * size that fits, run on it.
  */
 #include <errno.h>
 #include <signal.h>
@@ -45,7 +47,7 @@ static const char *const grid[] = {
     "backend=cudaMallocAsync",
 };
 #define NGRID (sizeof grid / sizeof grid[0])
-_Static_assert(NGRID + 1 <= MS_SWEEP_MAX_ROWS, "the grid and the recorded settings fit a sweep");
+_Static_assert(NGRID + 1 == MS_SWEEP_GRID_ROWS, "the grid and the recorded settings are the sweep's rows");
 
 
 /* Applies "k=v,k=v" (a grid row) or one "k=v" to c. 0, or -1 with err set. */
@@ -85,8 +87,9 @@ int64_t ms_replay_sum(const ms_replay_result *r, size_t offset) {
 static const ms_replay_result *rank_base; /* qsort has no context argument */
 static int cmp_rank(const void *a, const void *b) {
   const ms_replay_result *x = &rank_base[*(const int *)a], *y = &rank_base[*(const int *)b];
-  int64_t ox = ms_replay_sum(x, offsetof(ms_replay_device, failed_allocs)) != 0,
-          oy = ms_replay_sum(y, offsetof(ms_replay_device, failed_allocs)) != 0; /* ooms stays 0 in the async mode */
+  /* ooms stays 0 in the async mode; a prediction over capacity was replayed again without a limit */
+  int64_t ox = ms_replay_sum(x, offsetof(ms_replay_device, failed_allocs)) != 0 || x->over_capacity,
+          oy = ms_replay_sum(y, offsetof(ms_replay_device, failed_allocs)) != 0 || y->over_capacity;
   if (x->failed != y->failed) return x->failed - y->failed;
   if (ox != oy) return ox < oy ? -1 : 1;
   int64_t px = ms_replay_worst_peak(x), py = ms_replay_worst_peak(y);
@@ -96,26 +99,44 @@ static int cmp_rank(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 
-/* What the workers share with the caller: how many rows are done, which, and their results. */
-typedef struct shared_area {
+/* What the workers share with the caller: how many rows are done, which, and their results
+ * (nrows of each, after the header). */
+typedef struct shared_head {
   int done;
-  char finished[MS_SWEEP_MAX_ROWS]; /* a row's result is whole (a worker killed mid-row leaves 0) */
-  ms_replay_result results[MS_SWEEP_MAX_ROWS];
-} shared_area;
+  int nrows;
+} shared_head;
 
-static void run_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *row, int i, shared_area *sh) {
-  ms_replay_run(s, p, row, &sh->results[i]);
-  __atomic_store_n(&sh->finished[i], 1, __ATOMIC_SEQ_CST);
+static size_t shared_size(int nrows) {
+  size_t head = (sizeof(shared_head) + (size_t)nrows + 63) / 64 * 64; /* the header, then finished[nrows] */
+  return head + sizeof(ms_replay_result) * (size_t)nrows;
+}
+static char *finished_of(shared_head *sh) { return (char *)(sh + 1); } /* a row's result is whole (a worker killed mid-row leaves 0) */
+static ms_replay_result *results_of(shared_head *sh) {
+  return (ms_replay_result *)((char *)sh + (sizeof(shared_head) + (size_t)sh->nrows + 63) / 64 * 64);
+}
+
+/* The replay of one row: ms_replay_run, or the caller's function. */
+typedef struct row_runner {
+  ms_replay_row_fn fn;
+  void *arg;
+} row_runner;
+
+static void run_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *row, int i, shared_head *sh,
+                    const row_runner *rr) {
+  ms_replay_result *r = &results_of(sh)[i];
+  if (rr->fn) rr->fn(s, p, row, i, r, rr->arg);
+  else ms_replay_run(s, p, row, r);
+  __atomic_store_n(&finished_of(sh)[i], 1, __ATOMIC_SEQ_CST);
   __atomic_add_fetch(&sh->done, 1, __ATOMIC_SEQ_CST);
 }
 
 /* Runs rows [w, w + jobs, ...] in a worker process; results land in shared memory. */
 static void sweep_worker(const char *path, int only_device, ms_replay_plan *p, const ms_replay_config *rows, int nrows,
-                         int w, int jobs, shared_area *sh) {
+                         int w, int jobs, shared_head *sh, const row_runner *rr) {
   ms_snapshot s;
   if (ms_open(&s, path) != 0 || ms_load_stacks(&s) != 0) _exit(3);
   ms_only_device(&s, only_device);
-  for (int i = w; i < nrows; i += jobs) run_row(&s, p, &rows[i], i, sh);
+  for (int i = w; i < nrows; i += jobs) run_row(&s, p, &rows[i], i, sh, rr);
   ms_close(&s);
   fflush(NULL);
   _exit(0);
@@ -127,11 +148,13 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *base, int jobs, double time_limit_s,
-                    bool progress, ms_sweep *out, char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
-  int nrows = (int)NGRID + 1;
-  ms_replay_config rows[NGRID + 1];
+void ms_replay_rank(const ms_replay_result *results, int n, int *order) {
+  for (int i = 0; i < n; i++) order[i] = i;
+  rank_base = results;
+  qsort(order, (size_t)n, sizeof *order, cmp_rank);
+}
+
+int ms_replay_grid(const ms_replay_plan *p, const ms_replay_config *base, ms_replay_config *rows, char *err, size_t errlen) {
   ms_replay_recorded_config(p, &rows[0]);
   for (int i = 0; i < base->n; i++) ms_replay_config_set(&rows[0], base->set[i].key, base->set[i].value, NULL, 0);
   rows[0].capacity = base->capacity;
@@ -143,33 +166,55 @@ int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *b
       return -1;
     }
   }
-  shared_area *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (sh == MAP_FAILED) {
-    snprintf(err, errlen, "cannot map shared memory: %s", strerror(errno));
+  return (int)NGRID + 1;
+}
+
+int ms_replay_rows(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *rows, int nrows, ms_replay_row_fn fn,
+                   void *arg, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  int jobs = o ? o->jobs : 0;
+  double time_limit_s = o ? o->time_limit_s : 0;
+  const char *progress = o ? o->progress : NULL;
+  row_runner rr = {fn, arg};
+  if (nrows < 1) {
+    snprintf(err, errlen, "nothing to replay");
     return -1;
   }
+  out->order = malloc(sizeof *out->order * (size_t)nrows);
+  size_t size = shared_size(nrows);
+  shared_head *sh = out->order ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+  if (sh == MAP_FAILED) {
+    snprintf(err, errlen, "cannot map shared memory: %s", out->order ? strerror(errno) : "out of memory");
+    free(out->order);
+    out->order = NULL;
+    return -1;
+  }
+  sh->nrows = nrows;
   if (jobs <= 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     jobs = n < 1 ? 1 : n > 64 ? 64 : (int)n;
   }
   if (jobs > nrows) jobs = nrows;
-  pid_t pids[MS_SWEEP_MAX_ROWS];
+  pid_t *pids = calloc((size_t)jobs, sizeof *pids);
   int started = 0;
   double deadline = time_limit_s > 0 ? now_s() + time_limit_s : 0;
   fflush(NULL);
-  for (int w = 0; w < jobs; w++) {
+  for (int w = 0; pids && w < jobs; w++) {
     pid_t pid = fork();
-    if (pid == 0) sweep_worker(s->path, s->only_device, p, rows, nrows, w, jobs, sh);
+    if (pid == 0) sweep_worker(s->path, s->only_device, p, rows, nrows, w, jobs, sh, &rr);
     if (pid < 0) break;
     pids[started++] = pid;
   }
   if (started == 0) {
-    snprintf(err, errlen, "cannot start workers: %s", strerror(errno));
-    munmap(sh, sizeof *sh);
+    snprintf(err, errlen, "cannot start workers: %s", pids ? strerror(errno) : "out of memory");
+    free(pids);
+    free(out->order);
+    out->order = NULL;
+    munmap(sh, size);
     return -1;
   }
   for (int w = started; w < jobs; w++) /* run what the missing workers had, here, serially */
-    for (int i = w; i < nrows && !(deadline && now_s() > deadline); i += jobs) run_row(s, p, &rows[i], i, sh);
+    for (int i = w; i < nrows && !(deadline && now_s() > deadline); i += jobs) run_row(s, p, &rows[i], i, sh, &rr);
   int alive = started, shown = -1;
   bool out_of_time = false;
   while (alive > 0) {
@@ -190,31 +235,43 @@ int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *b
     int done = __atomic_load_n(&sh->done, __ATOMIC_SEQ_CST);
     if (progress && done != shown) {
       shown = done;
-      fprintf(stderr, "\rsweep: %d of %d settings replayed", shown, nrows);
+      fprintf(stderr, "\r%s: %d of %d replayed", progress, shown, nrows);
     }
     if (alive > 0) usleep(20000);
   }
-  if (progress) fprintf(stderr, "\r%40s\r", "");
+  if (progress) fprintf(stderr, "\r%60s\r", "");
+  free(pids);
+  ms_replay_result *results = results_of(sh);
   for (int i = 0; i < nrows; i++)
-    if (!sh->finished[i]) {
-      memset(&sh->results[i], 0, sizeof sh->results[i]);
-      sh->results[i].config = rows[i];
-      sh->results[i].failed = true;
-      snprintf(sh->results[i].error, sizeof sh->results[i].error, "%s",
+    if (!finished_of(sh)[i]) {
+      memset(&results[i], 0, sizeof results[i]);
+      results[i].config = rows[i];
+      results[i].failed = true;
+      snprintf(results[i].error, sizeof results[i].error, "%s",
                out_of_time ? "not run: the sweep's time limit came first" : "not run: its worker failed");
     }
   out->nrows = nrows;
   out->workers = started;
-  out->results = sh->results;
+  out->results = results;
   out->timed_out = out_of_time;
   out->shared = sh;
-  for (int i = 0; i < nrows; i++) out->order[i] = i;
-  rank_base = sh->results;
-  qsort(out->order, (size_t)nrows, sizeof out->order[0], cmp_rank);
+  out->shared_size = size;
+  ms_replay_rank(results, nrows, out->order);
   return 0;
 }
 
+int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *base, int jobs, double time_limit_s,
+                    bool progress, ms_sweep *out, char *err, size_t errlen) {
+  ms_replay_config rows[NGRID + 1];
+  memset(out, 0, sizeof *out);
+  int nrows = ms_replay_grid(p, base, rows, err, errlen);
+  if (nrows < 0) return -1;
+  ms_rows_options o = {jobs, time_limit_s, progress ? "sweep: settings" : NULL};
+  return ms_replay_rows(s, p, rows, nrows, NULL, NULL, &o, out, err, errlen);
+}
+
 void ms_sweep_free(ms_sweep *sw) {
-  if (sw->shared) munmap(sw->shared, sizeof(shared_area));
+  if (sw->shared) munmap(sw->shared, sw->shared_size);
+  free(sw->order);
   memset(sw, 0, sizeof *sw);
 }

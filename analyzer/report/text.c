@@ -462,6 +462,9 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
         break;
       }
   }
+  if (a->nooms) /* what would fit: memsnap predict (docs/predict.md) */
+    fprintf(out, "  what fits on this card: record the program at two sizes that fit (batch, sequence length) and run\n"
+                 "    memsnap predict small.db=SIZE large.db=SIZE --capacity CARD_MEMORY --sweep\n");
 
   print_releases(a, o, out);
   print_suggestions(a, out);

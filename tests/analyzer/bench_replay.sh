@@ -9,22 +9,11 @@ events=${2:-1000000}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$build/tests/gen_snapshots" "$dir" "$events"
-python3 - "$build/memsnap" "$dir/big.db" <<'PY'
-import os, resource, subprocess, sys, time, sqlite3
-cli, db = sys.argv[1], sys.argv[2]
-n = sqlite3.connect(db).execute("select count(*) from events").fetchone()[0]
-print("snapshot: %d events, %.1f MiB; %d cores; load average %.1f" % (n, os.path.getsize(db) / 2**20, os.cpu_count(), os.getloadavg()[0]))
-for args in (["replay"], ["replay", "--set", "max_split_size_mb=64"], ["replay", "--sweep"]):
-    best, cpu = None, None
-    for _ in range(3):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t = time.perf_counter()
-        subprocess.run([cli] + args + [db], stdout=subprocess.DEVNULL, check=True)
-        dt = time.perf_counter() - t
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        c = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-        if best is None or dt < best:
-            best, cpu = dt, c
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print("memsnap %-36s best of 3: %.2f s wall, %.2f s CPU, peak RSS so far %.1f MiB" % (" ".join(args), best, cpu, rss))
-PY
+python3 -c 'import os, sqlite3, sys
+db = sys.argv[1]
+print("snapshot: %d events, %.1f MiB" % (sqlite3.connect(db).execute("select count(*) from events").fetchone()[0], os.path.getsize(db) / 2**20))' "$dir/big.db"
+cli=$build/memsnap
+python3 "$(dirname "$0")/bench_time.py" \
+  "memsnap replay" -- "$cli" replay "$dir/big.db" --- \
+  "memsnap replay --set max_split_size_mb=64" -- "$cli" replay --set max_split_size_mb=64 "$dir/big.db" --- \
+  "memsnap replay --sweep" -- "$cli" replay --sweep "$dir/big.db"

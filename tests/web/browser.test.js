@@ -110,6 +110,7 @@ test("the page loads offline: no request but itself, no console output, no error
   assert.deepStrictEqual(seen.console, []);
   assert.deepStrictEqual(seen.errors, []);
   assert.match(await page.locator("#summary").textContent(), /6 iterations \(marks\)/);
+  assert.ok(await page.locator("#oom-predict").isHidden()); // named under an out of memory only
   await shot(page, "leak");
   await page.close();
 });
@@ -269,6 +270,8 @@ test("out of memory: listed with its report; selecting it moves the cursor to it
   assert.match(await li.first().textContent(), /40\.00 MiB requested/);
   await li.first().click();
   assert.match(await page.locator("#state-title").textContent(), /out of memory 1/);
+  assert.match(await page.locator("#oom-predict").textContent(), /memsnap predict small\.db=SIZE large\.db=SIZE --capacity/);
+  assert.ok(await page.locator("#oom-predict").isVisible());
   assert.deepStrictEqual(seen.errors, []);
   await shot(page, "oom");
   await page.close();
