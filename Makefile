@@ -11,7 +11,7 @@
 #   make install    install the library, header, pkg-config file, tool, man page and docs (PREFIX,
 #                   DESTDIR); make uninstall removes them; `pip install .` installs the Python package
 #   make phase-timing  a diagnostic library that times each part of a stack capture (TSC ticks in
-#                   memsnap.stack_counters()), into build/timing/ (tests/gpu/phase_timing.py)
+#                   memsnap.stack_counters()), into build/timing/ (tests/gpu/bench/phase_timing.py)
 #
 # Dependencies come from the distribution by package name through pkg-config: libunwind,
 # sqlite3, libcjson, zlib; and the CUDA toolkit's headers (CUDA_HOME, default /usr/local/cuda).
@@ -212,7 +212,7 @@ demo: deps
 deps:
 	@scripts/install-deps.sh
 
-# tests/gpu/run_modes.py's CUDA C++ program, built by nvcc with its default static cudart (when
+# tests/gpu/parity/run_modes.py's CUDA C++ program, built by nvcc with its default static cudart (when
 # the toolkit has nvcc; for the H100 and H200: sm_90, with PTX for newer GPUs).
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 RUN_STATIC := $(if $(wildcard $(NVCC)),$(BUILD)/run_static)
@@ -225,11 +225,11 @@ phase-timing:
 	@mkdir -p $(BUILD)/timing && cp build-timing/libmemsnap.so $(BUILD)/timing/libmemsnap.so
 
 gpu-bench: all $(BUILD)/bench_alloc $(BUILD)/host_costs $(RUN_STATIC)
-$(BUILD)/run_static: tests/gpu/run_static.cu
+$(BUILD)/run_static: tests/gpu/parity/run_static.cu
 	$(NVCC) -O2 -gencode arch=compute_90,code=[sm_90,compute_90] -o $@ $<
-$(BUILD)/bench_alloc: tests/gpu/bench_alloc.c tests/gpu/bench_workload.h $(BUILD)/libmemsnap.so
+$(BUILD)/bench_alloc: tests/gpu/bench/bench_alloc.c tests/gpu/bench/bench_workload.h $(BUILD)/libmemsnap.so
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN' -lpthread -lm
-$(BUILD)/host_costs: tests/gpu/host_costs.c
+$(BUILD)/host_costs: tests/gpu/bench/host_costs.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $<
 

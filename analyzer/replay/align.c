@@ -109,7 +109,7 @@ static int read_event(const ms_event *e, void *arg) {
       return 1;
     }
     if (!push_token(st, tok, (uint32_t)h->nalloc, e->id)) return 1;
-    if (ms_live_put(&st->live, (ms_live_slot){e->address, e->stack_id == 0, (uint32_t)(h->ntok - 1), e->size}) != 0) {
+    if (ms_live_put(&st->live, (ms_live_slot){.key = e->address, .site = e->stack_id == 0, .aux = (uint32_t)(h->ntok - 1), .size = e->size}) != 0) {
       st->host_oom = true;
       return 1;
     }

@@ -145,7 +145,7 @@ static int synth_event(const ms_event *e, void *arg) {
     int64_t want = ms_predict_law(xs, ys, n, st->m->at);
     if (want <= 0) {
       st->m->dropped++;
-      if (ms_live_put(&st->dropped, (ms_live_slot){e->address, 0, 0, 0}) != 0) st->host_oom = true;
+      if (ms_live_put(&st->dropped, (ms_live_slot){.key = e->address, .site = 0, .aux = 0, .size = 0}) != 0) st->host_oom = true;
       return st->host_oom ? 1 : 0;
     }
     ms_event c = *e;

@@ -16,7 +16,7 @@ if ldd build/libmemsnap.so | grep 'not found'; then echo "error: libmemsnap.so m
 TORCH=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 ABI=$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')
 CUDA=${CUDA_HOME:-/usr/local/cuda}
-if ! g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$ABI" -Itests/gpu tests/gpu/bench_native.cc -o build/bench_native \
+if ! g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$ABI" -Itests/gpu/bench tests/gpu/bench/bench_native.cc -o build/bench_native \
   -I"$TORCH/include" -I"$CUDA/include" -L"$TORCH/lib" -lc10_cuda -lc10 -L"$CUDA/lib64" -lcudart \
   -Wl,-rpath,"$TORCH/lib" -Wl,-rpath,"$CUDA/lib64" -lm 2>"$OUT/bench_native_build.log"; then
   echo "bench_native did not build:"; tail -5 "$OUT/bench_native_build.log"
@@ -29,5 +29,5 @@ for i in 1 2 3; do
   [ -x build/bench_native ] && $pin build/bench_native "${ITERS:-1000000}" >>"$OUT/bench.txt"
 done
 cat "$OUT/bench.txt"
-PYTHONUNBUFFERED=1 MEMSNAP_LIB="$PWD/build/libmemsnap.so" python3 tests/gpu/torch_compare.py --bench "$OUT/bench.txt" \
+PYTHONUNBUFFERED=1 MEMSNAP_LIB="$PWD/build/libmemsnap.so" python3 tests/gpu/parity/torch_compare.py --bench "$OUT/bench.txt" \
   2>&1 | tee "$OUT/torch_compare.txt"

@@ -3,7 +3,7 @@ for PyTorch (tests/data/fake_torch, which mirrors PyTorch 2.11's layering: publi
 torch._C binding -> the current allocator, whose pluggable form refuses what PyTorch's refuses)
 on the simulated device (issue 24).
 
-First tests/gpu/parity_memory_api.py runs here as it runs on the GPU: each function under the
+First tests/gpu/parity/parity_memory_api.py runs here as it runs on the GPU: each function under the
 stand-in's native allocator, under memsnap.enable() and under a bare pluggable allocator, for
 backend native and backend:cudaMallocAsync; its answers are checked one by one. Then what the
 answers are built from: memsnap's options read back, the memory fraction, the pool's use count,
@@ -28,7 +28,7 @@ env = dict(os.environ, MEMSNAP_BACKEND="sim", MEMSNAP_SIM_CAPACITY="4G", FAKE_TO
            # out of memory returns NULL, and the stand-in raises (PyTorch catches memsnap's throw)
            MEMSNAP_OOM="null")
 out = tempfile.mktemp(suffix=".json")
-p = subprocess.run([sys.executable, os.path.join(tests, "gpu", "parity_memory_api.py"), "--json", out], env=env,
+p = subprocess.run([sys.executable, os.path.join(tests, "gpu", "parity", "parity_memory_api.py"), "--json", out], env=env,
                    capture_output=True, text=True, timeout=300)
 check("parity script: runs against the stand-in and prints its table last",
       p.returncode == 0 and "answers the same under memsnap as native" in p.stdout.splitlines()[-1], p.stderr[-2000:])

@@ -134,7 +134,7 @@ def _traces(db, stacks, ndevices, start_unix_ns):
     traces = [[] for _ in range(ndevices)]
     used = {d for (d,) in db.execute("SELECT DISTINCT device FROM events WHERE typeof(device) = 'integer'")}
     # memsnap's dumps mark their instant in the history (kind 7); PyTorch 2.11's trace has no such
-    # entry (measured on the GPU: tests/gpu/parity_memory_api.py), so they are left out
+    # entry (measured on the GPU: tests/gpu/parity/parity_memory_api.py), so they are left out
     kinds = ",".join(str(k) for k in _ACTIONS if _ACTIONS[k] != "snapshot")
     for time_ns, kind, device, stream, addr, size, req, stack in db.execute(
             "SELECT time_ns, kind, device, coalesce(stream, 0), coalesce(address, 0), coalesce(size, 0), "

@@ -1,5 +1,5 @@
 """A stand-in for PyTorch, for the tests that need torch on a machine without it (tests/test_run.sh,
-tests/recorder/test_torch_memory.py, which runs tests/gpu/parity_memory_api.py against it).
+tests/recorder/test_torch_memory.py, which runs tests/gpu/parity/parity_memory_api.py against it).
 
 It mirrors PyTorch 2.11's layering, written from its sources, for what memsnap touches:
 

@@ -15,7 +15,7 @@ Optimizer.step range around it). Prints one JSON line per run to $OUT/torch_rang
 a short table with the ratios to native last.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
-  python3 tests/gpu/torch_ranges_cost.py [--reps N] [--blocks N]
+  python3 tests/gpu/bench/torch_ranges_cost.py [--reps N] [--blocks N]
 """
 import argparse
 import json
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-ranges-cost-")
 
 CHILD = r'''

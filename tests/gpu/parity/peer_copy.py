@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 CASES = [("classic", ""), ("expandable", "expandable_segments:True"),
          ("async", "backend:cudaMallocAsync")]
 

@@ -26,7 +26,7 @@ which are written to $OUT; $OUT also gets unedited_train.jsonl (one line per
 program) and unedited_train.log (every command's output). A short table is printed last.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
-  python3 tests/gpu/unedited_train.py [--only gpt2,retry,varying,growing]
+  python3 tests/gpu/parity/unedited_train.py [--only gpt2,retry,varying,growing]
 """
 import argparse
 import json
@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 MEMSNAP = os.path.join(ROOT, "build", "memsnap")
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-unedited-")
 WORK = tempfile.mkdtemp(prefix="memsnap-unedited-work-")

@@ -4,9 +4,9 @@
 # `make test` (which writes build/exported/) and carry build/.
 #   1. python -m torch.cuda._memory_viz stats|trace|trace_plot|segment_plot on files that
 #      `memsnap export` wrote (build/exported/: the two real snapshots and a sim-recorded one);
-#   2. a live PyTorch run recorded by PyTorch (tests/gpu/torch_snapshot.py), imported, analyzed,
+#   2. a live PyTorch run recorded by PyTorch (tests/gpu/parity/torch_snapshot.py), imported, analyzed,
 #      exported back and read again by _memory_viz.
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp/memsnap-interop}
 mkdir -p "$OUT"
 ok=0 bad=0
@@ -24,7 +24,7 @@ for f in resnet50_leak cycle_oom leak; do
   step "memory_viz segment_plot $f" python3 -m torch.cuda._memory_viz segment_plot "build/exported/$f.pickle" -o "$OUT/$f-segments.html"
 done
 head -12 "$OUT/memory_viz_stats_resnet50_leak.log"
-step "live: PyTorch records and dumps" python3 tests/gpu/torch_snapshot.py "$OUT/live.pickle"
+step "live: PyTorch records and dumps" python3 tests/gpu/parity/torch_snapshot.py "$OUT/live.pickle"
 step "live: memsnap import" build/memsnap import "$OUT/live.pickle" -o "$OUT/live.db"
 step "live: memsnap analyze" build/memsnap analyze "$OUT/live.db"
 sed -n 1,60p "$OUT/live__memsnap_analyze.log"

@@ -18,12 +18,12 @@ it), it predicts each setting's peak reserved from both snapshots with `memsnap 
 line in $OUT/replay_check.jsonl; the snapshots stay in $OUT, so predictions can be computed again
 on another machine:
 
-    python3 tests/gpu/replay_check.py --predict-only DIR    # DIR: the $OUT of a GPU run
+    python3 tests/gpu/parity/replay_check.py --predict-only DIR    # DIR: the $OUT of a GPU run
 
 The children run the same seeded, deterministic steps, so they make the same requests in the same
 order; a table of predicted against measured peak reserved comes last.
 
-usage: python3 tests/gpu/replay_check.py [--steps N] [--models resnet50,gpt2] [--predict-only DIR]
+usage: python3 tests/gpu/parity/replay_check.py [--steps N] [--models resnet50,gpt2] [--predict-only DIR]
 """
 import gzip
 import json
@@ -34,7 +34,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 CLI = os.path.join(ROOT, "build", "memsnap")
 MiB = 1 << 20
 

@@ -14,8 +14,8 @@ the table gives the medians. memsnap's file is checked after each write: it open
 snapshot, holds the events, and no temporary file is left beside it (the write is atomic: a
 temporary file renamed into place). Raw results: $OUT/dump_speed.jsonl, one JSON object a run.
 
-  python3 tests/gpu/dump_speed.py [--reps N] [--gpt2-steps N]
-  python3 tests/gpu/dump_speed.py --sim        # no GPU, no torch: memsnap's side of 100k on the
+  python3 tests/gpu/bench/dump_speed.py [--reps N] [--gpt2-steps N]
+  python3 tests/gpu/bench/dump_speed.py --sim        # no GPU, no torch: memsnap's side of 100k on the
                                                # simulated device, to try the script
 """
 import json
@@ -26,7 +26,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 OUT = os.environ.get("OUT", "/tmp")
 GOAL = 10.0  # memsnap at least this many times faster (issue 15)
 

@@ -14,7 +14,7 @@ library's ratio is not the product's (stack_cost.py measures that).
 With --gpt2, also GPT-2 small training steps (stack_cost.py's) with all stacks: the captures a
 step makes, and the ms a step spends in each part of them.
 
-usage: LD_LIBRARY_PATH=build python3 tests/gpu/phase_timing.py [--gpt2] [OPS]   (make phase-timing first;
+usage: LD_LIBRARY_PATH=build python3 tests/gpu/bench/phase_timing.py [--gpt2] [OPS]   (make phase-timing first;
        tests/gpu/prepare.sh copies the libraries into build/). PHASE_LIB names another
        diagnostic library (another build's, to compare two in one run).
 """

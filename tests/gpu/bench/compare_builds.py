@@ -10,7 +10,7 @@ then, where the build has a diagnostic
 library beside it (DIR/timing/libmemsnap.so, `make phase-timing`), phase_timing.py --gpt2 with it.
 Prints one table, the medians over the processes, last; raw results to $OUT/compare_builds.json.
 
-usage: python3 tests/gpu/compare_builds.py [--reps N] [--budget SECONDS] [--cases ab,gpt2pairs,phase]
+usage: python3 tests/gpu/bench/compare_builds.py [--reps N] [--budget SECONDS] [--cases ab,gpt2pairs,phase]
                                           [--gpt2-shapes BxT[,BxT...]] [--with-pytorch] NAME=DIR [NAME=DIR...]
        --with-pytorch: also a gpt2pairs process on PyTorch's allocator, its recorder
        (_record_memory_history, stacks="all") turned on and off, for each size in turn.

@@ -1,4 +1,4 @@
-// run_static.cu: a plain CUDA C++ program for tests/gpu/run_modes.py, built by nvcc with its
+// run_static.cu: a plain CUDA C++ program for tests/gpu/parity/run_modes.py, built by nvcc with its
 // default static cudart (no libcudart.so at run time: `memsnap run` must reach it through
 // cuGetProcAddress). It does two things and prints one JSON line:
 //   - STEPS steps that allocate a 4 MiB buffer, fill it with a kernel, free it, and keep a

@@ -8,7 +8,7 @@ Each rank reports max_memory_allocated, max_memory_reserved, its losses and, und
 writes a snapshot (ddp-rank<R>.db in $OUT) so that a difference can be traced to its stack.
 
 usage: python3 ddp_parity.py [--backend nccl|gloo] [--nproc N] [--same-gpu] [--reps R]
-  nccl with one GPU per rank is the real case (a two-GPU machine: tests/gpu/two_gpus.sh). --same-gpu puts every
+  nccl with one GPU per rank is the real case (a two-GPU machine: tests/gpu/parity/two_gpus.sh). --same-gpu puts every
   rank on cuda:0 and needs gloo (NCCL refuses two ranks on one GPU): it checks the DDP machinery
   (reducer buckets, broadcasts, record_stream) under memsnap on a one-GPU machine, not NCCL's
   streams.
@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 MiB = 1 << 20
 LAYERS, WIDTH = 8, 4096
 GRADIENT_BYTES = LAYERS * (WIDTH * WIDTH + WIDTH) * 4  # the model's float32 gradients: 512.125 MiB

@@ -6,7 +6,7 @@
 # Prepare on the development machine with tests/gpu/prepare.sh and carry build/. Logs and the
 # ranks' snapshots go to $OUT (emptied of an earlier run's first). Exit status 1 when a check failed.
 set -u -o pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 export OUT=${OUT:-/tmp/memsnap-gpu}
 mkdir -p "$OUT"
 rm -f "$OUT"/ddp.jsonl "$OUT"/ddp-rank*.db
@@ -16,8 +16,8 @@ export MEMSNAP_LIB="$PWD/build/libmemsnap.so" PYTHONUNBUFFERED=1
 nvidia-smi -L
 nvidia-smi topo -m 2>/dev/null | head -4
 rc=0
-python3 tests/gpu/ddp_parity.py --backend nccl --nproc 2 --reps 2 2>&1 | tail -14 | tee "$OUT/ddp.txt" || rc=1
-python3 tests/gpu/peer_copy.py 2>&1 | tail -8 | tee "$OUT/peer.txt" || rc=1
+python3 tests/gpu/parity/ddp_parity.py --backend nccl --nproc 2 --reps 2 2>&1 | tail -14 | tee "$OUT/ddp.txt" || rc=1
+python3 tests/gpu/parity/peer_copy.py 2>&1 | tail -8 | tee "$OUT/peer.txt" || rc=1
 if ls "$OUT"/ddp-rank*.db >/dev/null 2>&1; then
   build/memsnap analyze "$OUT"/ddp-rank*.db >"$OUT/ranks.txt" 2>&1 || rc=1
   head -30 "$OUT/ranks.txt"

@@ -1,8 +1,8 @@
 """profile_empty.py: the `torch.empty(1024) + del` loop of stack_cost.py alone, for a profiler
-(perf record -g python3 tests/gpu/profile_empty.py all 5): where an op's time goes under memsnap
+(perf record -g python3 tests/gpu/bench/profile_empty.py all 5): where an op's time goes under memsnap
 with a recording mode, or under PyTorch's own allocator.
 
-usage: python3 tests/gpu/profile_empty.py MODE DEPTH [SECONDS]
+usage: python3 tests/gpu/bench/profile_empty.py MODE DEPTH [SECONDS]
        MODE: off, none, native, python, all, all-alloc (memsnap), torch (PyTorch's allocator,
        not recording) or torch-all (its recorder, stacks="all"); the loop runs about SECONDS
        (default 10) after a warm-up, D Python frames deep, and prints us per op.

@@ -10,9 +10,9 @@ answered as "error: Type: message"). The parent compares memsnap's answer with n
 each check and prints a table last.
 
 On the GPU machine (after tests/gpu/prepare.sh, build/ carried):
-    python3 tests/gpu/parity_memory_api.py --json parity.json
+    python3 tests/gpu/parity/parity_memory_api.py --json parity.json
 Here, against the stand-in on the simulated device (tests/recorder/test_torch_memory.py does):
-    PYTHONPATH=tests/data/fake_torch MEMSNAP_BACKEND=sim python3 tests/gpu/parity_memory_api.py
+    PYTHONPATH=tests/data/fake_torch MEMSNAP_BACKEND=sim python3 tests/gpu/parity/parity_memory_api.py
 
 usage: parity_memory_api.py [--backends native,cudaMallocAsync] [--json FILE] [--no-compile]
 """
@@ -26,7 +26,7 @@ import tempfile
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 MB = 1 << 20
 
 

@@ -39,7 +39,7 @@ printed: the Python frames' cost (bench), then the short table of runs, last, al
 $OUT/run_any_table.txt.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
-  python3 tests/gpu/run_any.py [--steps N] [--budget SECONDS] [--only cupy,jax,numba,torch,ctypes,static,bench]
+  python3 tests/gpu/parity/run_any.py [--steps N] [--budget SECONDS] [--only cupy,jax,numba,torch,ctypes,static,bench]
 """
 import argparse
 import json
@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUILD = os.path.join(ROOT, "build")
 MEMSNAP = os.path.join(BUILD, "memsnap")
 STEPS_LIB = os.path.join(BUILD, "tests", "librun_steps.so")

@@ -1,6 +1,6 @@
 """torch_snapshot.py OUT.pickle: a small PyTorch training loop on the GPU, recorded with PyTorch's
 own recorder (native caching allocator) and dumped with torch.cuda.memory._dump_snapshot, for
-`memsnap import` (tests/gpu/run_interop.sh). It keeps every step's loss tensor (with its graph)
+`memsnap import` (tests/gpu/parity/run_interop.sh). It keeps every step's loss tensor (with its graph)
 in a list: a growing leak at the line marked LEAK, 5 iterations marked by record_function."""
 import sys
 

@@ -41,7 +41,7 @@ context switches and threads, to tell a slow process's cause.
 Goals (issue 26): the loop with all stacks at most 1.3x the loop without recording, and below
 half of PyTorch's recorder; the GPT-2 step with all stacks within 1% of native.
 
-usage: python3 tests/gpu/stack_cost.py [--reps N] [--skip-gpt2] [--cases empty,ab,gpt2] [--budget SECONDS]
+usage: python3 tests/gpu/bench/stack_cost.py [--reps N] [--skip-gpt2] [--cases empty,ab,gpt2] [--budget SECONDS]
        Run from anywhere: the library is build/libmemsnap.so of this repository (build it here
        with tests/gpu/prepare.sh, which also copies libunwind, SQLite and cJSON beside it, then
        carry build/); MEMSNAP_LIB overrides it. Needs torch and transformers, no network.
@@ -57,7 +57,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 OUT = os.environ.get("OUT") or "/tmp"
 DEPTHS = (5, 30, 100)
 

@@ -11,7 +11,7 @@ recording costs against the same program run without memsnap:
   cupy       a CuPy program that keeps one array per step in keep_for_later(): plain, intercept
   jax        a JAX program (XLA_PYTHON_CLIENT_ALLOCATOR=platform, so each buffer is its own
              cuMemAlloc) that keeps one array per step: plain, intercept
-  static     build/run_static (tests/gpu/run_static.cu, nvcc's default static cudart): keeps
+  static     build/run_static (tests/gpu/parity/run_static.cu, nvcc's default static cudart): keeps
              256 KiB per step, then times 1 MiB cudaMalloc + cudaFree pairs: plain, intercept with
              stacks, intercept without stacks (the interposer's cost per pair), and intercept
              --cache (the pairs served by memsnap's caching allocator)
@@ -33,7 +33,7 @@ output to $OUT/run_modes.log; programs and snapshots to a temporary directory); 
 is printed last. A program that is not installed (CuPy, JAX) is reported as skipped.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
-  python3 tests/gpu/run_modes.py [--steps N] [--reps N] [--only resnet50,cupy,jax,static,torchrun,cudart,forked]
+  python3 tests/gpu/parity/run_modes.py [--steps N] [--reps N] [--only resnet50,cupy,jax,static,torchrun,cudart,forked]
 """
 import argparse
 import json
@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 MEMSNAP = os.path.join(ROOT, "build", "memsnap")
 STATIC = os.path.join(ROOT, "build", "run_static")
 # tests/intercept/run_cudart.c, linked against libcudart.so (the toolkit's shared runtime; prepare.sh puts
