@@ -18,8 +18,8 @@
  * (categories.c): when it was made, in which phase of the program, and how many phases had
  * begun then, so that its death tells what it lived through. */
 typedef struct ms_birth {
-  int64_t event;   /* its allocation's event id (0: from before the history) */
-  int64_t ordinal; /* its allocation's ordinal among the history's allocations (-1: before it) */
+  int64_t ordinal; /* its allocation's ordinal among the history's allocations, from 1 (0: none;
+                      -(i + 1): the prehistory's block i) */
   uint32_t backward_begins, optimizer_begins, optimizer_ends; /* phases begun (ended) by then */
   int32_t iteration; /* the iteration it was made in (-1: before the first) */
   uint8_t phase;     /* MS_PHASE_* of its allocation */
@@ -485,18 +485,20 @@ const char *ms_parameter_kind_name(int kind);
  * it). A block's category is decided when it dies (its free, or the history's end), from its
  * birth and the phases the program went through meanwhile; what was live at the allocated peak
  * and at each iteration's peak is summed from the blocks' deaths: a block counts at a peak when
- * it was made at or before the peak's event and died after it. */
+ * it was made by then (its ordinal at most the peak's mark) and died after it. */
 typedef struct ms_lifetimes {
   int ncat;                     /* categories in use (ms_category_count) */
   uint8_t phase;                /* the program's phase now (its last event with a stack) */
   uint32_t backward_begins, optimizer_begins, optimizer_ends;
-  int64_t peak_event;           /* the allocated peak so far: its event (0: the first instant) */
+  int64_t peak_mark;            /* the allocated peak so far: the allocations made by then (a block
+                                   whose birth ordinal is at most this was born by then; 0: the first
+                                   instant) */
   int64_t at_peak[MS_CATEGORIES], param_at_peak[MS_PARAM_KINDS]; /* live there, counted at death */
   int cur;                      /* the current iteration (-1: before the first; niters: all closed) */
   size_t niters;
-  int64_t iter_peak_event;      /* the current iteration's peak: as peak_event */
+  int64_t iter_peak_mark;       /* the current iteration's peak: as peak_mark */
   int64_t iter_at_peak[MS_CATEGORIES];
-  int64_t *iter_peak_events;    /* [iteration]: each closed iteration's peak event */
+  int64_t *iter_peak_marks;     /* [iteration]: each closed iteration's peak mark */
   int64_t *diff;                /* [iteration * ncat + category]: blocks live at closed iterations'
                                    peaks, as differences over iterations (their sums at the end) */
   int64_t *site_bytes;          /* [site * ncat * 2 + category]: the bytes each site made, by
@@ -507,18 +509,33 @@ typedef struct ms_lifetimes {
 
 /* Starts the state for `niters` iterations; 0, or -1 when out of memory. */
 int ms_lifetimes_begin(ms_analysis *a, ms_lifetimes *l, size_t niters);
-/* An event in order, before the pass replays it: the phase it is in (events with a stack). */
-void ms_lifetimes_event(ms_analysis *a, ms_lifetimes *l, const ms_event *e);
+/* An event in order, before the pass replays it: the phase it is in (events with a stack).
+ * Inline: the pass calls it for every event. */
+static inline void ms_lifetimes_event(int64_t *stacked_events, const ms_code_kinds *k, ms_lifetimes *l, const ms_event *e) {
+  if (!e->stack_id || e->stack_id >= k->nstacks || !k->phase) return;
+  uint8_t phase = k->phase[e->stack_id];
+  if (phase == MS_PHASE_NONE) return;
+  ++*stacked_events;
+  if (phase == l->phase) return;
+  if (phase == MS_PHASE_BACKWARD) l->backward_begins++;
+  if (phase == MS_PHASE_OPTIMIZER) l->optimizer_begins++;
+  if (l->phase == MS_PHASE_OPTIMIZER) l->optimizer_ends++;
+  l->phase = phase;
+}
 /* The birth of a block that event e (an allocation, the history's `ordinal`-th from 0) makes. */
-ms_birth ms_lifetimes_birth(const ms_analysis *a, const ms_lifetimes *l, const ms_event *e, int64_t ordinal);
+static inline ms_birth ms_lifetimes_birth(const ms_code_kinds *k, const ms_lifetimes *l, const ms_event *e, int64_t ordinal) {
+  uint8_t phase = e->stack_id && e->stack_id < k->nstacks && k->phase ? k->phase[e->stack_id] : MS_PHASE_NONE;
+  return (ms_birth){ordinal + 1, l->backward_begins, l->optimizer_begins, l->optimizer_ends,
+                    l->cur < (int)l->niters ? l->cur : (int)l->niters - 1, phase, 0};
+}
 /* A block died: freed by e (NULL: alive at the history's end). */
 void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, const ms_event *e);
-/* A new allocated peak, at event `event`. */
-void ms_lifetimes_peak(ms_lifetimes *l, int64_t event);
-/* Iteration k opens just before event `event` (its first instant is its first peak); a new peak
- * of the current iteration at event `event`; the current iteration closes. */
-void ms_lifetimes_iteration_open(ms_lifetimes *l, int k, int64_t event);
-void ms_lifetimes_iteration_peak(ms_lifetimes *l, int64_t event);
+/* A new allocated peak, right after the history's `allocations`-th allocation. */
+void ms_lifetimes_peak(ms_lifetimes *l, int64_t allocations);
+/* Iteration k opens after `allocations` allocations (its first instant is its first peak); a new
+ * peak of the current iteration right after the `allocations`-th; the current iteration closes. */
+void ms_lifetimes_iteration_open(ms_lifetimes *l, int k, int64_t allocations);
+void ms_lifetimes_iteration_peak(ms_lifetimes *l, int64_t allocations);
 void ms_lifetimes_iteration_close(ms_lifetimes *l);
 /* After every block died: the categories at the peaks into a (category_at_peak, each
  * iteration's category_bytes, each site's category, parameter_at_peak); frees l's memory. */

@@ -158,7 +158,7 @@ static void open_iteration(pass *p, int64_t start_ns, int64_t event_id) {
   it->peak_allocated = p->allocated;
   it->peak_reserved = p->reserved;
   it->peak_ns = start_ns;
-  ms_lifetimes_iteration_open(&p->life, p->cur_iter, event_id); /* its first instant is its first peak */
+  ms_lifetimes_iteration_open(&p->life, p->cur_iter, p->allocs); /* its first instant is its first peak */
 }
 
 static int compare_live(const void *x, const void *y) {
@@ -242,10 +242,10 @@ static int pass1_event(const ms_event *e, void *arg) {
     open_iteration(p, e->time_ns, e->id);
     p->next_bound++;
   }
-  ms_lifetimes_event(a, &p->life, e);
+  ms_lifetimes_event(&a->stacked_events, &a->kinds, &p->life, e);
   ms_live_slot block = {0}, replaced; /* aux: the allocation's iteration + 1 (0: before the first) */
   ms_birth birth;
-  if (e->kind == MS_ALLOC) birth = ms_lifetimes_birth(a, &p->life, e, p->allocs);
+  if (e->kind == MS_ALLOC) birth = ms_lifetimes_birth(&a->kinds, &p->life, e, p->allocs);
   int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1,
                             (uint32_t)(p->cur_iter + 1), e->kind == MS_ALLOC ? &birth : NULL, &block, &replaced, &p->failed);
   uint32_t site = block.site;
@@ -281,12 +281,12 @@ static int pass1_event(const ms_event *e, void *arg) {
         a->peak_allocated_ns = e->time_ns;
         a->peak_event_id = e->id;
         p->peak_version++;
-        ms_lifetimes_peak(&p->life, e->id);
+        ms_lifetimes_peak(&p->life, p->allocs);
       }
       if (p->cur_iter >= 0 && p->allocated > a->iters[p->cur_iter].peak_allocated) {
         a->iters[p->cur_iter].peak_allocated = p->allocated;
         a->iters[p->cur_iter].peak_ns = e->time_ns;
-        ms_lifetimes_iteration_peak(&p->life, e->id);
+        ms_lifetimes_iteration_peak(&p->life, p->allocs);
       }
       if (e->address == p->external_at) s->external = true;
       p->external_at = 0;
@@ -362,7 +362,7 @@ static int pass1_event(const ms_event *e, void *arg) {
 }
 
 static int compare_birth(const void *x, const void *y) {
-  int64_t a = ((const ms_live_slot *)x)->birth.event, b = ((const ms_live_slot *)y)->birth.event;
+  int64_t a = ((const ms_live_slot *)x)->birth.ordinal, b = ((const ms_live_slot *)y)->birth.ordinal;
   return (a > b) - (a < b);
 }
 

@@ -3,7 +3,8 @@
  * backward, an optimizer's step) and what it lived through (a backward pass beginning, an
  * optimizer's step beginning or ending, the iterations), with the stack rules of code_kinds.c as
  * a help. What was live at the allocated peak and at each iteration's peak is summed from the
- * blocks as they die, in the analysis's one pass (analyze.c drives it): memory follows the live
+ * blocks as they die, in the analysis's one pass (analyze.c drives it; a block counts at a peak
+ * when it was made by then and died after it): memory follows the live
  * blocks and the iterations, never the history's length. docs/categories.md has the rules with
  * examples.
  *
@@ -105,35 +106,15 @@ int ms_lifetimes_begin(ms_analysis *a, ms_lifetimes *l, size_t niters) {
   l->cur = -1;
   l->niters = niters;
   if (niters == 0 || niters > MS_ITER_CATEGORIES_MAX) return 0; /* no iterations' categories */
-  l->iter_peak_events = malloc(sizeof *l->iter_peak_events * niters);
+  l->iter_peak_marks = malloc(sizeof *l->iter_peak_marks * niters);
   l->diff = calloc((niters + 1) * (size_t)l->ncat, sizeof *l->diff);
-  if (!l->iter_peak_events || !l->diff) {
-    free(l->iter_peak_events);
+  if (!l->iter_peak_marks || !l->diff) {
+    free(l->iter_peak_marks);
     free(l->diff);
-    l->iter_peak_events = NULL, l->diff = NULL;
+    l->iter_peak_marks = NULL, l->diff = NULL;
     return -1;
   }
   return 0;
-}
-
-void ms_lifetimes_event(ms_analysis *a, ms_lifetimes *l, const ms_event *e) {
-  const ms_code_kinds *k = &a->kinds;
-  if (!e->stack_id || e->stack_id >= k->nstacks || !k->phase) return;
-  uint8_t phase = k->phase[e->stack_id];
-  if (phase == MS_PHASE_NONE) return;
-  a->stacked_events++;
-  if (phase == l->phase) return;
-  if (phase == MS_PHASE_BACKWARD) l->backward_begins++;
-  if (phase == MS_PHASE_OPTIMIZER) l->optimizer_begins++;
-  if (l->phase == MS_PHASE_OPTIMIZER) l->optimizer_ends++;
-  l->phase = phase;
-}
-
-ms_birth ms_lifetimes_birth(const ms_analysis *a, const ms_lifetimes *l, const ms_event *e, int64_t ordinal) {
-  const ms_code_kinds *k = &a->kinds;
-  uint8_t phase = e->stack_id && e->stack_id < k->nstacks && k->phase ? k->phase[e->stack_id] : MS_PHASE_NONE;
-  return (ms_birth){e->id, ordinal + 1, l->backward_begins, l->optimizer_begins, l->optimizer_ends,
-                    l->cur < (int)l->niters ? l->cur : (int)l->niters - 1, phase, 0};
 }
 
 /* Site i's bytes by category (then those alive at the end, from [ncat]); NULL when none yet. */
@@ -195,24 +176,19 @@ static int decide(const ms_analysis *a, const ms_lifetimes *l, const ms_live_slo
 static void note_category(ms_analysis *a, ms_lifetimes *l, int64_t ordinal, int c) {
   if (ordinal > 0) {
     size_t i = (size_t)(ordinal - 1);
-    if (i >= a->nalloc_category) {
+    if (i >= a->nalloc_category) { /* grown by doubling, the new part unknown (0xff) until its deaths */
       size_t n = a->nalloc_category;
       if (!ms_grow(&a->alloc_category, &l->alloc_cap, i + 1, 1)) {
         l->failed = true;
         return;
       }
-      memset(a->alloc_category + n, 0xff, i + 1 - n);
-      a->nalloc_category = i + 1;
+      memset(a->alloc_category + n, 0xff, l->alloc_cap - n);
+      a->nalloc_category = l->alloc_cap;
     }
     a->alloc_category[i] = (uint8_t)c;
   } else if (ordinal < 0 && (size_t)(-ordinal - 1) < a->before.nblocks) {
     a->before.blocks[-ordinal - 1].category = (uint8_t)c;
   }
-}
-
-static int compare_event(const void *key, const void *x) {
-  int64_t k = *(const int64_t *)key, v = *(const int64_t *)x;
-  return (k > v) - (k < v);
 }
 
 void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, const ms_event *e) {
@@ -238,50 +214,52 @@ void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, 
     if (!e) v[l->ncat + c] += bytes;
   }
   /* the allocated peak: live there when made at or before its event */
-  if (born->event <= l->peak_event) {
+  if (born->ordinal <= l->peak_mark) {
     l->at_peak[c] += bytes;
     if (c == MS_CAT_PARAMETER) l->param_at_peak[param] += bytes;
   }
   /* the closed iterations whose peaks it lived through: those from the first whose peak came at
      or after its birth (their peaks are in order) to the current one */
-  int closed = l->cur < 0 ? 0 : l->cur;
-  if (l->diff && closed > 0) {
-    const int64_t *lo = l->iter_peak_events, *hi = lo + closed;
-    while (lo < hi) { /* the first peak event >= its birth */
-      const int64_t *mid = lo + (hi - lo) / 2;
-      if (compare_event(&born->event, mid) > 0) lo = mid + 1;
+  size_t closed = l->cur < 0 ? 0 : (size_t)l->cur;
+  const int64_t *marks = l->iter_peak_marks;
+  if (l->diff && closed > 0 && born->ordinal <= marks[closed - 1]) { /* most die before a peak passes */
+    /* the first mark >= its birth: galloping back from the last (blocks live a few iterations),
+       then halving */
+    size_t hi = closed - 1, step = 1, lo;
+    while (hi >= step && marks[hi - step] >= born->ordinal) hi -= step, step *= 2;
+    lo = hi >= step ? hi - step + 1 : 0;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (born->ordinal > marks[mid]) lo = mid + 1;
       else hi = mid;
     }
-    size_t j0 = (size_t)(lo - l->iter_peak_events);
-    if (j0 < (size_t)closed) {
-      l->diff[j0 * (size_t)l->ncat + (size_t)c] += bytes;
-      l->diff[(size_t)closed * (size_t)l->ncat + (size_t)c] -= bytes;
-    }
+    l->diff[lo * (size_t)l->ncat + (size_t)c] += bytes;
+    l->diff[closed * (size_t)l->ncat + (size_t)c] -= bytes;
   }
-  if (l->cur >= 0 && l->cur < (int)l->niters && born->event <= l->iter_peak_event) l->iter_at_peak[c] += bytes;
+  if (l->cur >= 0 && l->cur < (int)l->niters && born->ordinal <= l->iter_peak_mark) l->iter_at_peak[c] += bytes;
 }
 
-void ms_lifetimes_peak(ms_lifetimes *l, int64_t event) {
-  l->peak_event = event;
-  memset(l->at_peak, 0, sizeof l->at_peak);
+void ms_lifetimes_peak(ms_lifetimes *l, int64_t allocations) {
+  l->peak_mark = allocations;
+  memset(l->at_peak, 0, sizeof *l->at_peak * (size_t)l->ncat);
   memset(l->param_at_peak, 0, sizeof l->param_at_peak);
 }
 
-void ms_lifetimes_iteration_open(ms_lifetimes *l, int k, int64_t event) {
+void ms_lifetimes_iteration_open(ms_lifetimes *l, int k, int64_t allocations) {
   l->cur = k;
-  l->iter_peak_event = event - 1; /* its first instant: before its first event */
-  memset(l->iter_at_peak, 0, sizeof l->iter_at_peak);
+  l->iter_peak_mark = allocations; /* its first instant */
+  memset(l->iter_at_peak, 0, sizeof *l->iter_at_peak * (size_t)l->ncat);
 }
 
-void ms_lifetimes_iteration_peak(ms_lifetimes *l, int64_t event) {
-  l->iter_peak_event = event;
-  memset(l->iter_at_peak, 0, sizeof l->iter_at_peak);
+void ms_lifetimes_iteration_peak(ms_lifetimes *l, int64_t allocations) {
+  l->iter_peak_mark = allocations;
+  memset(l->iter_at_peak, 0, sizeof *l->iter_at_peak * (size_t)l->ncat);
 }
 
 void ms_lifetimes_iteration_close(ms_lifetimes *l) {
   if (l->cur < 0 || l->cur >= (int)l->niters) return;
   if (l->diff) {
-    l->iter_peak_events[l->cur] = l->iter_peak_event;
+    l->iter_peak_marks[l->cur] = l->iter_peak_mark;
     /* what died after its peak, within it: a difference of one iteration */
     for (int c = 0; c < l->ncat; c++) {
       l->diff[(size_t)l->cur * (size_t)l->ncat + (size_t)c] += l->iter_at_peak[c];
@@ -318,10 +296,10 @@ void ms_lifetimes_end(ms_analysis *a, ms_lifetimes *l) {
 }
 
 void ms_lifetimes_free(ms_lifetimes *l) {
-  free(l->iter_peak_events);
+  free(l->iter_peak_marks);
   free(l->diff);
   free(l->site_bytes);
-  l->iter_peak_events = NULL, l->diff = NULL, l->site_bytes = NULL;
+  l->iter_peak_marks = NULL, l->diff = NULL, l->site_bytes = NULL;
   l->site_cap = 0;
 }
 

@@ -8,7 +8,9 @@
 
 static size_t live_hash(uint64_t a, size_t mask) { return (size_t)((a >> 9) * 0x9E3779B97F4A7C15ull >> 20) & mask; }
 
-int ms_live_put(ms_live_map *m, ms_live_slot slot) {
+/* Puts slot; a slot of the same key already there goes into *old (NULL: dropped). 1 when one was
+ * replaced, 0 when added, -1 when out of memory. */
+static int put(ms_live_map *m, ms_live_slot slot, ms_live_slot *old) {
   if ((m->count + 1) * 2 > m->mask + 1) {
     size_t cap = m->mask ? (m->mask + 1) * 2 : 64;
     ms_live_slot *s = calloc(cap, sizeof *s);
@@ -25,10 +27,14 @@ int ms_live_put(ms_live_map *m, ms_live_slot slot) {
   }
   size_t i = live_hash(slot.key, m->mask);
   while (m->slots[i].key && m->slots[i].key != slot.key) i = (i + 1) & m->mask;
-  if (!m->slots[i].key) m->count++;
+  int replaced = m->slots[i].key != 0;
+  if (replaced && old) *old = m->slots[i];
+  if (!replaced) m->count++;
   m->slots[i] = slot;
-  return 0;
+  return replaced;
 }
+
+int ms_live_put(ms_live_map *m, ms_live_slot slot) { return put(m, slot, NULL) < 0 ? -1 : 0; }
 
 bool ms_live_take(ms_live_map *m, uint64_t key, ms_live_slot *out) {
   if (!m->slots || !key) return false;
@@ -61,14 +67,12 @@ int64_t ms_replay(ms_live_map *m, const ms_event *e, int64_t alloc_site, uint32_
                   ms_live_slot *taken, ms_live_slot *replaced, bool *failed) {
   if (e->kind == MS_ALLOC) {
     ms_live_slot slot = {e->address, (uint32_t)alloc_site, aux, e->size, birth ? *birth : (ms_birth){0}};
-    if (replaced) {
-      replaced->key = 0;
-      ms_live_take(m, e->address, replaced);
-    }
-    if (alloc_site < 0 || ms_live_put(m, slot) != 0) {
+    int rc = alloc_site < 0 ? -1 : put(m, slot, replaced);
+    if (rc < 0) {
       *failed = true;
       return 0;
     }
+    if (replaced && rc == 0) replaced->key = 0;
     *taken = slot;
     return e->size;
   }
