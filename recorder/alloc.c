@@ -317,6 +317,39 @@ static void synchronize_and_free_events(msi_device *d) {
   }
 }
 
+/* ---- free-memory callbacks ------------------------------------------------------------- */
+
+#define MAX_FREE_MEMORY_CALLBACKS 16
+static struct {
+  memsnap_free_memory_fn fn;
+  void *arg;
+} free_memory_callbacks[MAX_FREE_MEMORY_CALLBACKS];
+static atomic_int n_free_memory_callbacks; /* published after the slot is written */
+static pthread_mutex_t free_memory_callbacks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int msi_add_free_memory_callback(memsnap_free_memory_fn fn, void *arg) {
+  pthread_mutex_lock(&free_memory_callbacks_lock);
+  int n = atomic_load(&n_free_memory_callbacks);
+  if (n == MAX_FREE_MEMORY_CALLBACKS) {
+    pthread_mutex_unlock(&free_memory_callbacks_lock);
+    msi_error("memsnap_add_free_memory_callback: %d callbacks are registered already", MAX_FREE_MEMORY_CALLBACKS);
+    return MEMSNAP_ENOMEM;
+  }
+  free_memory_callbacks[n].fn = fn;
+  free_memory_callbacks[n].arg = arg;
+  atomic_store(&n_free_memory_callbacks, n + 1);
+  pthread_mutex_unlock(&free_memory_callbacks_lock);
+  return MEMSNAP_OK;
+}
+
+/* Calls every callback (no lock held); whether any freed something. */
+static bool run_free_memory_callbacks(void) {
+  bool freed = false;
+  int n = atomic_load(&n_free_memory_callbacks);
+  for (int i = 0; i < n; i++) freed |= free_memory_callbacks[i].fn(free_memory_callbacks[i].arg) != 0;
+  return freed;
+}
+
 /* ---- finding memory -------------------------------------------------------------------- */
 
 /* What a free block of an expandable segment can grow to: itself and the unmapped range after it. */
@@ -453,11 +486,11 @@ static void release_cached_blocks(msi_device *d, uint8_t reason) {
 }
 
 /* Turns the block found for `r` into an allocated block of r->size bytes, splitting off the
- * remainder when worth it. */
-static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_t orig_size) {
+ * remainder when `split` (should_split: when worth it). */
+static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_t orig_size, bool split) {
   int k = r->pool->stat_kind;
   bool already_split = is_split(b);
-  if (should_split(d, b, r->size)) {
+  if (split) {
     msi_block *rest = b;
     b = msi_block_new(d, rest->ptr, r->size, r->stream, r->pool);
     b->set_index = rest->set_index;
@@ -552,6 +585,23 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
   r.set_index = (uint16_t)set_index;
   r.set = &r.pool->sets[set_index];
   b = get_free_block(d, &r);
+  if (!b && MSI_UNLIKELY(atomic_load_explicit(&n_free_memory_callbacks, memory_order_relaxed) > 0)) {
+    /* PyTorch's free-memory callbacks (other processes' released IPC blocks, collected), which
+     * free through the allocator: called without the lock, then the cache is searched again. */
+    pthread_mutex_unlock(&d->lock);
+    bool freed = run_free_memory_callbacks();
+    pthread_mutex_lock(&d->lock);
+    d->event_stack = stack;
+    if (freed) {
+      if (MSI_UNLIKELY(msi_reserve_blocks(d) != 0)) {
+        msi_error("device %d: out of host memory", d->index);
+        rc = MEMSNAP_ENOMEM;
+        goto cleanup;
+      }
+      r.set = &r.pool->sets[set_index]; /* the sets may have grown meanwhile */
+      b = get_free_block(d, &r);
+    }
+  }
   if (!b) {
     if (MSI_UNLIKELY(d->set_fraction && msi_opt.gc_threshold > 0)) garbage_collect(d);
     int be = alloc_segment(d, &r, false, &b);
@@ -571,7 +621,7 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
       goto cleanup;
     }
   }
-  b = use_block(d, &r, b, orig_size);
+  b = use_block(d, &r, b, orig_size, should_split(d, b, r.size));
   if (MSI_UNLIKELY(msi_ptrmap_put(&d->live, b) != 0)) {
     /* Cannot track it: give it back rather than hand out memory that cannot be freed. */
     msi_error("device %d: out of host memory", d->index);
@@ -589,14 +639,8 @@ cleanup:
   return rc;
 }
 
-int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
-  pthread_mutex_lock(&d->lock);
-  d->event_stack = stack;
-  msi_block *b = msi_ptrmap_take(&d->live, (uintptr_t)ptr);
-  if (MSI_UNLIKELY(!b)) {
-    pthread_mutex_unlock(&d->lock);
-    return MEMSNAP_EINVAL;
-  }
+/* Frees allocated block b, taken out of the pointer map already. Lock held. */
+static void free_taken(msi_device *d, msi_block *b) {
   int k = b->pool->stat_kind;
   b->allocated = false;
   bool at_once = !b->nuses; /* no other stream used it: completed now */
@@ -609,8 +653,50 @@ int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
   if (MSI_LIKELY(at_once)) free_block_recorded(d, b, false); /* its free_completed is added */
   else if (MSI_UNLIKELY(d->ncaptures) && msi_defer_block(d, b)) { /* events after the capture */
   } else insert_events(d, b);
+}
+
+int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
+  pthread_mutex_lock(&d->lock);
+  d->event_stack = stack;
+  msi_block *b = msi_ptrmap_take(&d->live, (uintptr_t)ptr);
+  if (MSI_UNLIKELY(!b)) {
+    pthread_mutex_unlock(&d->lock);
+    return MEMSNAP_EINVAL;
+  }
+  free_taken(d, b);
   pthread_mutex_unlock(&d->lock);
   return MEMSNAP_OK;
+}
+
+void msi_device_free_locked(msi_device *d, msi_block *b) {
+  msi_ptrmap_take(&d->live, b->ptr);
+  free_taken(d, b);
+}
+
+msi_block *msi_device_claim_locked(msi_device *d, msi_block *b, size_t size) {
+  if (msi_reserve_blocks(d) != 0) {
+    msi_error("device %d: out of host memory", d->index);
+    return NULL;
+  }
+  request r;
+  r.size = size;
+  r.alloc_size = 0;
+  r.stream = b->stream;
+  r.pool = b->pool;
+  r.set_index = b->set_index;
+  r.set = &b->pool->sets[b->set_index];
+  msi_pool_erase(b);
+  msi_block *a = use_block(d, &r, b, size, b->size > size);
+  if (msi_ptrmap_put(&d->live, a) != 0) {
+    msi_error("device %d: out of host memory", d->index);
+    a->allocated = false; /* as msi_device_malloc gives a block back it cannot track */
+    MSI_STAT_DEC(d->stats.allocation, r.pool->stat_kind, 1);
+    MSI_STAT_DEC(d->stats.allocated_bytes, r.pool->stat_kind, (int64_t)a->size);
+    if (a->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
+    free_block(d, a);
+    return NULL;
+  }
+  return a;
 }
 
 int msi_device_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream) {
@@ -667,6 +753,14 @@ int msi_device_empty_pool(msi_device *d, const uint64_t id[2], uint32_t stack) {
   }
   pthread_mutex_unlock(&d->lock);
   return rc;
+}
+
+void msi_device_apply_settings(msi_device *d) {
+  pthread_mutex_lock(&d->lock);
+  d->stats.max_split_size = msi_opt.max_split_size == SIZE_MAX ? -1 : (int64_t)msi_opt.max_split_size;
+  if (!d->async && d->expandable != msi_opt.expandable_segments)
+    d->expandable = msi_opt.expandable_segments && msi_expandable_usable(d);
+  pthread_mutex_unlock(&d->lock);
 }
 
 int msi_device_set_fraction(msi_device *d, double fraction) {

@@ -187,6 +187,7 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
     rc |= set_env("MEMSNAP_RUN_TORCH_BLOCKS", blocks);
   }
   if (o->cache) rc |= set_env("MEMSNAP_INTERCEPT_CACHE", "1");
+  if (o->quiet) rc |= set_env("MEMSNAP_RUN_QUIET", "1"); /* the Python package's notes too */
   if (interposed(mode) && !o->keep_arena && !getenv("XLA_PYTHON_CLIENT_ALLOCATOR")) {
     /* JAX: each array its own cuMemAlloc, which the interposer sees (the sitecustomize notes it) */
     rc |= set_env("XLA_PYTHON_CLIENT_ALLOCATOR", "platform") | set_env("MEMSNAP_RUN_XLA_ALLOCATOR", "platform");
