@@ -79,6 +79,7 @@ static inline bool is_split(const msi_block *b) { return b->prev || b->next; }
 
 static bool should_split(const msi_device *d, const msi_block *b, size_t size) {
   size_t remaining = b->size - size;
+  if (MSI_UNLIKELY(b->pool->owner != NULL) && b->pool->owner->no_split) return false; /* MemPool(no_split=True) */
   if (b->pool->is_small || d->expandable) return remaining >= MSI_MIN_BLOCK_SIZE;
   return size < msi_opt.max_split_size && remaining > MSI_SMALL_SIZE;
 }
@@ -138,9 +139,20 @@ static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_blo
   int k = r->pool->stat_kind;
   if (is_retry) d->stats.num_alloc_retries++;
   if (d->set_fraction && d->total_allocated_memory + size > d->allowed_memory_maximum) return MSI_BE_OOM;
-  if (d->expandable) return msi_expandable_alloc(d, r->pool, r->set_index, r->size, out);
+  msi_private_pool *owner = r->pool->owner;
+  bool provided = MSI_UNLIKELY(owner != NULL) && owner->provider_alloc; /* another allocator's segments */
+  if (d->expandable && !provided) return msi_expandable_alloc(d, r->pool, r->set_index, r->size, out);
   uintptr_t ptr;
-  int rc = msi_be->mem_alloc(d->index, size, &ptr);
+  int rc;
+  if (provided) {
+    void *p = NULL;
+    int got = owner->provider_alloc(owner->provider_ctx, size, d->index, r->stream, &p);
+    rc = got == MEMSNAP_OK && p ? MSI_BE_OK : got == MEMSNAP_OK || got == MEMSNAP_ENOMEM ? MSI_BE_OOM : MSI_BE_ERR;
+    if (rc == MSI_BE_ERR) msi_error("device %d: the pool's allocator failed to allocate %zu bytes", d->index, size);
+    ptr = (uintptr_t)p;
+  } else {
+    rc = msi_be->mem_alloc(d->index, size, &ptr);
+  }
   if (rc != MSI_BE_OK) return rc;
   d->total_allocated_memory += size;
   *out = msi_block_new(d, ptr, size, r->stream, r->pool);
@@ -162,7 +174,10 @@ static void release_segment(msi_device *d, msi_block *b) {
   if (msi_is_recording())
     msi_history_add(MSI_EV_SEGMENT_FREE, d->index, b->stream, b->ptr, b->size, b->size, d->release_reason,
                     d->event_stack);
-  if (msi_be->mem_free(d->index, b->ptr, b->size) != MSI_BE_OK)
+  msi_private_pool *owner = b->pool->owner;
+  if (MSI_UNLIKELY(owner != NULL) && owner->provider_free)
+    owner->provider_free(owner->provider_ctx, (void *)b->ptr, b->size, d->index, b->stream);
+  else if (msi_be->mem_free(d->index, b->ptr, b->size) != MSI_BE_OK)
     msi_error("device %d: freeing segment %#lx failed", d->index, (unsigned long)b->ptr);
   d->total_allocated_memory -= b->size;
   MSI_STAT_DEC(d->stats.segment, k, 1);
@@ -485,6 +500,27 @@ static void release_cached_blocks(msi_device *d, uint8_t reason) {
   if (MSI_UNLIKELY(d->private_pools != NULL)) msi_private_pools_release_freeable(d, NULL, release_pool_blocks);
 }
 
+/* A cached block for `r` in a private pool that lends itself when the device is out of memory
+ * (MemPool(use_on_oom=True)), the pools tried in turn: *out_r is the request in that pool. */
+static bool free_block_of_lending_pool(msi_device *d, const request *r, request *out_r, msi_block **out) {
+  for (msi_private_pool *pp = d->private_pools; pp; pp = pp->next) {
+    if (!pp->use_on_oom) continue;
+    request q = *r;
+    q.pool = r->size <= MSI_SMALL_SIZE ? &pp->small : &pp->large;
+    int set_index = stream_set(q.pool, r->stream);
+    if (set_index < 0) continue;
+    q.set_index = (uint16_t)set_index;
+    q.set = &q.pool->sets[set_index];
+    msi_block *b = get_free_block(d, &q);
+    if (b) {
+      *out_r = q;
+      *out = b;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Turns the block found for `r` into an allocated block of r->size bytes, splitting off the
  * remainder when `split` (should_split: when worth it). */
 static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_t orig_size, bool split) {
@@ -609,6 +645,14 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
     if (be == MSI_BE_OOM && MSI_LIKELY(d->ncaptures == 0)) { /* a capture must not synchronize */
       release_cached_blocks(d, MEMSNAP_RELEASE_RETRY);
       be = alloc_segment(d, &r, true, &b);
+    }
+    if (be == MSI_BE_OOM && MSI_UNLIKELY(d->private_pools != NULL) && !r.pool->owner) {
+      /* the last resort, as PyTorch: a cached block of a pool that lends itself (use_on_oom) */
+      request lent;
+      if (free_block_of_lending_pool(d, &r, &lent, &b)) {
+        r = lent;
+        be = MSI_BE_OK;
+      }
     }
     if (be == MSI_BE_OOM) {
       d->stats.num_ooms++;

@@ -531,6 +531,19 @@ int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, 
   POOL_CALL(msi_pool_live_match(d, id, ptrs, n));
 }
 int memsnap_pool_use_count(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_use_count(d, id)); }
+int memsnap_pool_set_flags(int device, uint64_t id0, uint64_t id1, int use_on_oom, int no_split) {
+  POOL_CALL(msi_pool_set_flags(d, id, use_on_oom, no_split));
+}
+int memsnap_pool_set_provider(int device, uint64_t id0, uint64_t id1, memsnap_segment_alloc_fn alloc,
+                              memsnap_segment_free_fn free_fn, void *ctx, void (*release)(void *ctx)) {
+  msi_device *d = pool_device(device, id0, id1);
+  if (!d) {
+    if (release) release(ctx);
+    return MEMSNAP_EINVAL;
+  }
+  uint64_t id[2] = {id0, id1};
+  return msi_pool_set_provider(d, id, alloc, free_fn, ctx, release);
+}
 
 /* ---- what a host allocator needs (torch_allocator/) ------------------------------------- */
 

@@ -368,6 +368,13 @@ struct msi_private_pool {
   uint64_t id[2];           /* PyTorch's MempoolId_t */
   int use_count;            /* captures and pools referring to it; 0: freeable by empty_cache */
   int64_t malloc_count;     /* segments (and mapped pages) it holds */
+  /* another allocator's segments (memsnap_pool_set_provider), or NULLs: the device's */
+  memsnap_segment_alloc_fn provider_alloc;
+  memsnap_segment_free_fn provider_free;
+  void *provider_ctx;
+  void (*provider_release)(void *ctx);
+  bool use_on_oom;          /* lends its cached blocks when the device is out of memory (memsnap_pool_set_flags) */
+  bool no_split;            /* its blocks are never split */
   msi_pool small, large;
   msi_private_pool *next;
 };
@@ -890,6 +897,11 @@ int msi_pool_live_match(msi_device *d, const uint64_t id[2], const uint64_t *ptr
 /* The pool's use count (captures, MemPools and use_mem_pool blocks holding it), or
  * MEMSNAP_EINVAL for an unknown pool. */
 int msi_pool_use_count(msi_device *d, const uint64_t id[2]);
+/* memsnap_pool_set_flags. */
+int msi_pool_set_flags(msi_device *d, const uint64_t id[2], int use_on_oom, int no_split);
+/* memsnap_pool_set_provider: takes ownership of ctx (release called on failure too). */
+int msi_pool_set_provider(msi_device *d, const uint64_t id[2], memsnap_segment_alloc_fn alloc,
+                          memsnap_segment_free_fn free_fn, void *ctx, void (*release)(void *));
 
 /* async_alloc.c: the stream-ordered mode. Each returns what its msi_device_* counterpart does. */
 int msi_async_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32_t stack, void **out);

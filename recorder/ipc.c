@@ -174,6 +174,12 @@ static int open_expandable(opened *o, const char *payload, size_t len) {
   if (hd.page_size == 0 || hd.npages == 0 || hd.npages > (len - sizeof hd) / sizeof(int32_t) ||
       hd.page_size > ((uint64_t)1 << 40))
     goto malformed;
+  if (len - sizeof hd == hd.npages * 64) { /* a newer PyTorch's fabric handles (CUmemFabricHandle), not descriptors */
+    msi_error("the IPC handle carries fabric handles (PyTorch's expandable segments on a system with IMEX), which "
+              "memsnap does not import: send it from memory allocated with expandable_segments:False, or record "
+              "the receiver with memsnap run --mode torch-native");
+    return MEMSNAP_EINVAL;
+  }
   if (msi_be->vmm_supported(o->device) != 1) return MEMSNAP_EBACKEND;
   o->expandable = true;
   o->page_size = hd.page_size;

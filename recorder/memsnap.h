@@ -255,6 +255,27 @@ int memsnap_release_pool(int device, uint64_t id0, uint64_t id1);
  * unknown pool or while a capture is underway. */
 int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1);
 
+/* A pool whose segments another allocator provides (PyTorch's MemPool(allocator=...): NCCL's
+ * ncclMemAlloc, a custom CUDA allocator): while the pool exists, each new segment of the pool is
+ * alloc(ctx, size, device, stream, &ptr) (MEMSNAP_OK, or MEMSNAP_ENOMEM: out of memory, the usual
+ * retries follow) instead of the device's, and each segment the pool gives back is free(ctx, ptr,
+ * size, device, stream); both are called with the device's lock held (they must not call
+ * memsnap). The pool's segments are classic ones (no expandable segments). release(ctx) is called
+ * once the pool is gone (released and holding no segment), or at once when this fails. Set it
+ * right after the pool is made, before anything is allocated in it. MEMSNAP_OK, or MEMSNAP_EINVAL
+ * for an unknown pool or one that holds segments or has a provider already (message set). */
+/* Options of pool (id0, id1), each unchanged when negative: use_on_oom 1, the pool lends its cached
+ * blocks to requests outside any pool when the device is out of memory (as a last resort, after
+ * the cache was released and the device asked again; PyTorch's MemPool(use_on_oom=True));
+ * no_split 1, its blocks are never split (MemPool(no_split=True)). MEMSNAP_OK, or MEMSNAP_EINVAL
+ * for an unknown pool. */
+int memsnap_pool_set_flags(int device, uint64_t id0, uint64_t id1, int use_on_oom, int no_split);
+
+typedef int (*memsnap_segment_alloc_fn)(void *ctx, size_t size, int device, memsnap_stream_t stream, void **out);
+typedef void (*memsnap_segment_free_fn)(void *ctx, void *ptr, size_t size, int device, memsnap_stream_t stream);
+int memsnap_pool_set_provider(int device, uint64_t id0, uint64_t id1, memsnap_segment_alloc_fn alloc,
+                              memsnap_segment_free_fn free_fn, void *ctx, void (*release)(void *ctx));
+
 /* Whether the allocated blocks of pool (id0, id1) are exactly ptrs[0..n), sorted ascending
  * (PyTorch's checkPoolLiveAllocations, which torch.compile's CUDA graph trees ask): 1 yes, 0 no,
  * MEMSNAP_EINVAL for an unknown pool. */

@@ -10,7 +10,7 @@
 // API (recorder/memsnap.h) and back. It holds no policy of its own: every decision is the
 // library's. What it keeps is what only PyTorch's types can hold: the GatheredContexts that
 // PyTorch's recorder (recordHistory) asks for, with the TraceEntry ring they go in, and the
-// filters of the captures underway.
+// filters of the captures underway, and the allocators that serve pools (MemPool(allocator=...)).
 //
 // Built once per PyTorch version by memsnap's Python package (recorder/python/memsnap/torch_cxx.py)
 // with the user's compiler, linked against libc10, libc10_cuda, libtorch_cuda and libmemsnap, and
@@ -78,13 +78,6 @@ bool is_async() {
 [[noreturn]] void refuse_async(const char* what) {
   TORCH_CHECK(false, "cudaMallocAsync does not yet support ", what,
               ". If you need it, please file an issue describing your use case.");
-}
-
-// A feature memsnap's allocator does not serve: said before the program fails, with the way out.
-[[noreturn]] void refuse_unserved(const char* what) {
-  TORCH_CHECK(false, "memsnap: ", what,
-              " is not supported by memsnap's allocator. Record this program with `memsnap run --mode torch-native` "
-              "(PyTorch's own allocator, with its recorder on) instead.");
 }
 
 // An exception an out-of-memory observer threw (a Python observer's error), kept to be raised in
@@ -252,6 +245,30 @@ struct PoolState : AllocatorState {
   explicit PoolState(memsnap_pool_state* s) : state(s) {}
   ~PoolState() override { memsnap_pool_checkpoint_free(state); }
 };
+
+// ---- MemPool(allocator=...): a pool whose segments another CUDAAllocator provides ---------------
+
+using AllocatorRef = std::shared_ptr<CUDAAllocator>;  // kept by the pool until it is gone
+
+int provide_segment(void* ctx, size_t size, int device, memsnap_stream_t stream, void** out) {
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    *out = (*static_cast<AllocatorRef*>(ctx))->raw_alloc_with_stream(size, stream);
+  } catch (...) {  // its failure is an out of memory of the pool's
+    *out = nullptr;
+  }
+  return *out ? MEMSNAP_OK : MEMSNAP_ENOMEM;
+}
+
+void give_back_segment(void* ctx, void* ptr, size_t, int device, memsnap_stream_t) {
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    (*static_cast<AllocatorRef*>(ctx))->raw_delete(ptr);
+  } catch (...) {  // nothing to do about it here: the segment is the other allocator's
+  }
+}
+
+void release_provider(void* ctx) { delete static_cast<AllocatorRef*>(ctx); }
 
 // ---- free-memory callbacks: PyTorch's registry (the CUDA IPC blocks others released, collected) --
 
@@ -553,21 +570,27 @@ class MemsnapAllocator : public CUDAAllocator {
                           std::shared_ptr<CUDAAllocator> allocator) override {
     check_device(device);
     if (is_async()) refuse_async("createOrIncrefPool");
-    if (allocator) refuse_unserved("MemPool(allocator=...) (a pool served by another allocator)");
     TORCH_CHECK(memsnap_create_pool(device, mempool_id.first, mempool_id.second) == MEMSNAP_OK, "createOrIncrefPool: ",
                 last_error());
+    if (allocator && memsnap_pool_use_count(device, mempool_id.first, mempool_id.second) == 1) {
+      // a new pool served by another allocator (MemPool(allocator=...)): its segments come from it
+      int rc = memsnap_pool_set_provider(device, mempool_id.first, mempool_id.second, &provide_segment,
+                                         &give_back_segment, new AllocatorRef(std::move(allocator)), &release_provider);
+      TORCH_CHECK(rc == MEMSNAP_OK, "createOrIncrefPool: ", last_error());
+    }
   }
 
   void setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id, bool use_on_oom) override {
     check_device(device);
-    (void)mempool_id;
-    if (use_on_oom) refuse_unserved("MemPool(use_on_oom=True)");
+    TORCH_CHECK(memsnap_pool_set_flags(device, mempool_id.first, mempool_id.second, use_on_oom ? 1 : 0, -1) ==
+                    MEMSNAP_OK,
+                "setUseOnOOM: ", last_error());
   }
 
   void setNoSplit(c10::DeviceIndex device, MempoolId_t mempool_id) override {
     check_device(device);
-    (void)mempool_id;
-    refuse_unserved("MemPool(no_split=True)");
+    TORCH_CHECK(memsnap_pool_set_flags(device, mempool_id.first, mempool_id.second, -1, 1) == MEMSNAP_OK,
+                "setNoSplit: ", last_error());
   }
 
   bool checkPoolLiveAllocations(c10::DeviceIndex device, MempoolId_t mempool_id,

@@ -293,6 +293,105 @@ static void test_checkpoint(void) {
   CHECK("checkpoint: invariants at the end, nothing left", check_ok() && stats().reserved_bytes[MEMSNAP_POOL_ALL].current == 0);
 }
 
+/* ---- a pool served by another allocator ---------------------------------------------------- */
+
+#define PROVIDED_BASE ((uintptr_t)0x700000000000)
+static int provided, given_back, released, refuse_provider;
+static uintptr_t provider_next = PROVIDED_BASE;
+
+static int provide(void *ctx, size_t size, int device, memsnap_stream_t stream, void **out) {
+  (void)ctx;
+  (void)device;
+  (void)stream;
+  if (refuse_provider) return MEMSNAP_ENOMEM;
+  provided++;
+  *out = (void *)provider_next;
+  provider_next += size;
+  return MEMSNAP_OK;
+}
+
+static void take_back(void *ctx, void *ptr, size_t size, int device, memsnap_stream_t stream) {
+  (void)ctx;
+  (void)ptr;
+  (void)size;
+  (void)device;
+  (void)stream;
+  given_back++;
+}
+
+static void release_provider(void *ctx) { released += ctx == &provided; }
+
+static void test_pool_provider(void) {
+  fresh("MEMSNAP_EXPANDABLE_SEGMENTS=1");
+  CHECK("provider: set on a new pool", memsnap_create_pool(0, 0, 9) == MEMSNAP_OK &&
+                                           memsnap_pool_set_provider(0, 0, 9, provide, take_back, &provided,
+                                                                     release_provider) == MEMSNAP_OK);
+  int other = 0;
+  CHECK("provider: a second one is refused, its context released at once",
+        memsnap_pool_set_provider(0, 0, 9, provide, take_back, &other, release_provider) == MEMSNAP_EINVAL &&
+            released == 0 && strstr(memsnap_last_error(), "provider already"));
+  memsnap_begin_allocate_thread_to_pool(0, 0, 9);
+  void *a = alloc(3 * MiB), *b = alloc(1000);
+  memsnap_end_allocate_to_pool(0, 0, 9);
+  memsnap_release_pool(0, 0, 9);
+  void *c = alloc(3 * MiB);
+  memsnap_stats_t s = stats();
+  CHECK("provider: the pool's segments come from it (classic ones, also with expandable segments on)",
+        provided == 2 && addr(a) >= PROVIDED_BASE && addr(b) >= PROVIDED_BASE &&
+            !(addr(c) >= PROVIDED_BASE && addr(c) < provider_next) &&
+            s.segment[MEMSNAP_POOL_ALL].current == 2 && s.reserved_bytes[MEMSNAP_POOL_ALL].current ==
+            (int64_t)(22 * MiB + 20 * MiB));
+  CHECK("provider: invariants", check_ok());
+  memsnap_release_pool(0, 0, 9); /* the MemPool goes; its blocks still live */
+  memsnap_empty_cache();
+  CHECK("provider: a released pool keeps what its live blocks hold", given_back == 0 && released == 0);
+  release(a);
+  release(b);
+  release(c);
+  memsnap_empty_cache();
+  CHECK("provider: once free, its segments go back to it, then its context", given_back == 2 && released == 1);
+  memsnap_create_pool(0, 0, 10);
+  memsnap_pool_set_provider(0, 0, 10, provide, take_back, &provided, release_provider);
+  refuse_provider = 1;
+  memsnap_begin_allocate_thread_to_pool(0, 0, 10);
+  void *p = (void *)1;
+  CHECK("provider: its out of memory is the allocation's",
+        memsnap_alloc(&p, 3 * MiB, 0, S1) == MEMSNAP_ENOMEM && !p && stats().num_ooms == 1);
+  memsnap_end_allocate_to_pool(0, 0, 10);
+  refuse_provider = 0;
+  CHECK("provider: invariants at the end", check_ok());
+}
+
+static void test_pool_flags(void) {
+  fresh("MEMSNAP_SIM_CAPACITY=64M");
+  memsnap_create_pool(0, 0, 11);
+  CHECK("flags: set on a pool, refused for an unknown one", memsnap_pool_set_flags(0, 0, 11, 1, -1) == MEMSNAP_OK &&
+                                                             memsnap_pool_set_flags(0, 0, 12, 1, -1) == MEMSNAP_EINVAL);
+  memsnap_begin_allocate_thread_to_pool(0, 0, 11);
+  void *in_pool = alloc(40 * MiB);
+  memsnap_end_allocate_to_pool(0, 0, 11);
+  memsnap_release_pool(0, 0, 11);
+  release(in_pool); /* cached in the pool, which is still used (its MemPool lives) */
+  void *lent = alloc(40 * MiB);
+  CHECK("use_on_oom: out of memory, a request outside any pool takes the pool's cached block",
+        lent == in_pool && stats().num_ooms == 0 && stats().num_alloc_retries == 1);
+  release(lent);
+  memsnap_pool_set_flags(0, 0, 11, 0, -1);
+  void *p = (void *)1;
+  CHECK("use_on_oom off: the same request is out of memory", memsnap_alloc(&p, 40 * MiB, 0, S1) == MEMSNAP_ENOMEM);
+  CHECK("use_on_oom: invariants", check_ok());
+  memsnap_create_pool(0, 0, 13);
+  memsnap_pool_set_flags(0, 0, 13, -1, 1);
+  memsnap_begin_allocate_thread_to_pool(0, 0, 13);
+  int64_t before = stats().allocated_bytes[MEMSNAP_POOL_ALL].current;
+  void *whole = alloc(1000);
+  memsnap_end_allocate_to_pool(0, 0, 13);
+  CHECK("no_split: a small request takes its whole 2 MiB segment",
+        stats().allocated_bytes[MEMSNAP_POOL_ALL].current - before == (int64_t)(2 * MiB));
+  release(whole);
+  CHECK("no_split: invariants", check_ok());
+}
+
 /* ---- the segments as structs ------------------------------------------------------------------ */
 
 static void test_copy_segments(void) {
@@ -393,6 +492,8 @@ int main(int argc, char **argv) {
   test_ipc_async();
   test_free_memory_callbacks();
   test_checkpoint();
+  test_pool_provider();
+  test_pool_flags();
   test_copy_segments();
   test_trace_observer();
   test_settings();

@@ -109,6 +109,7 @@ def _declare(lib):
         "memsnap_pool_live_allocations_match": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64, c.POINTER(c.c_uint64),
                                                           c.c_size_t]),
         "memsnap_pool_use_count": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
+        "memsnap_pool_set_flags": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64, c.c_int, c.c_int]),
         "memsnap_get_option": (c.c_int, [c.c_char_p, c.c_char_p, c.c_size_t]),
         "memsnap_get_memory_fraction": (c.c_double, [c.c_int]),
         "memsnap_record_clear": (c.c_int, []),
@@ -444,7 +445,8 @@ class MemPool:
     ``use_mem_pool(pool)`` by the calling thread come from the pool's own blocks, which nothing
     else gets; when the pool is deleted its cached memory goes back to the device, and what its
     live tensors hold follows at ``torch.cuda.empty_cache()`` once they are freed. ``allocator=`` (a pool served by a
-    second allocator), ``use_on_oom`` and ``symmetric`` have no memsnap equivalent and raise."""
+    second allocator) and ``symmetric`` have no memsnap equivalent here and raise (memsnap's C++
+    allocator serves ``allocator=``: there PyTorch's own MemPool is used)."""
 
     _ids = itertools.count(1)
 
@@ -453,9 +455,8 @@ class MemPool:
             raise NotImplementedError("memsnap: MemPool(allocator=...) would route allocations to a second "
                                       "allocator, which PyTorch's pluggable allocator interface cannot carry; "
                                       "use MemPool() (memsnap serves the pool itself)")
-        if use_on_oom or symmetric or no_split:
-            raise NotImplementedError("memsnap: MemPool's use_on_oom, symmetric and no_split options are not "
-                                      "supported under memsnap's allocator")
+        if symmetric:
+            raise NotImplementedError("memsnap: MemPool's symmetric option is not supported under memsnap's allocator")
         from . import torch_memory
         if torch_memory.is_async():  # as PyTorch's cudaMallocAsync backend answers createOrIncrefPool
             raise RuntimeError(torch_memory.async_refusal("createOrIncrefPool"))
@@ -465,6 +466,9 @@ class MemPool:
         self._id = (0, (1 << 48) + next(MemPool._ids))
         _check(load().memsnap_create_pool(self._device, *self._id))
         self._live = True
+        if use_on_oom or no_split:  # lend its blocks when the device is out of memory; never split them
+            _check(load().memsnap_pool_set_flags(self._device, *self._id, 1 if use_on_oom else -1,
+                                                 1 if no_split else -1))
 
     @property
     def id(self):
@@ -631,9 +635,14 @@ def _wrap_allocator_settings(torch, lib):
 
     def set_allocator_settings(env):
         result = original(env)
+        import warnings
         if lib.memsnap_set_allocator_settings(str(env).encode()) != 0:
-            import warnings
             warnings.warn("memsnap: allocator settings %r: %s" % (env, last_error()), RuntimeWarning, stacklevel=2)
+        if "graph_capture_record_stream_reuse:True" in str(env).replace(" ", ""):
+            warnings.warn("memsnap: graph_capture_record_stream_reuse is not served by memsnap's allocator: a block "
+                          "freed during a CUDA graph capture while other streams use it waits for the capture's end "
+                          "(more memory, same results); PyTorch's own allocator serves it: memsnap run --mode "
+                          "torch-native", RuntimeWarning, stacklevel=2)
         return result
     set_allocator_settings._memsnap = True
     torch._C._accelerator_setAllocatorSettings = set_allocator_settings
@@ -722,8 +731,9 @@ def enable(path=None):
             why = str(e) if isinstance(e, torch_cxx.BuildError) else "the C++ allocator could not be built (%s: %s)" % (
                 type(e).__name__, e)
             print("memsnap: warning: %s; using PyTorch's pluggable allocator interface instead, through which "
-                  "PyTorch does not reach memsnap for %s (docs/pytorch.md; MEMSNAP_TORCH_ALLOCATOR=pluggable "
-                  "silences this)" % (why, PLUGGABLE_LIMITS), file=sys.stderr)
+                  "PyTorch does not reach memsnap for %s (a program that needs them: memsnap run --mode "
+                  "torch-native; docs/pytorch.md; MEMSNAP_TORCH_ALLOCATOR=pluggable silences this)"
+                  % (why, PLUGGABLE_LIMITS), file=sys.stderr)
     if allocator is None:
         allocator = _enable_pluggable(torch, lib, so)
         _kind = "pluggable"
