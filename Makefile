@@ -10,6 +10,9 @@
 #   make gpu-bench  build what the GPU benchmark needs into build/ (run it with tests/gpu/run.sh)
 #   make install    install the library, header, pkg-config file, tool, man page and docs (PREFIX,
 #                   DESTDIR); make uninstall removes them; `pip install .` installs the Python package
+#   make torch-allocator  compiles the C++ allocator for PyTorch (torch_allocator/) against the PyTorch
+#                   headers in TORCH_INCLUDE, to check it without PyTorch (memsnap builds it itself at
+#                   first use, with the installed PyTorch: recorder/python/memsnap/torch_cxx.py)
 #   make phase-timing  a diagnostic library that times each part of a stack capture (TSC ticks in
 #                   memsnap.stack_counters()), into build/timing/ (tests/gpu/bench/phase_timing.py)
 #
@@ -36,9 +39,9 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocks.c recorder/blocktree.c recorder/check.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/ehframe.c recorder/misuse.c \
-  recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
-  recorder/symbolize.c recorder/symbols.c recorder/unwind.c
+  recorder/blocks.c recorder/blocktree.c recorder/check.c recorder/checkpoint.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/ehframe.c \
+  recorder/ipc.c recorder/misuse.c recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/segments.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
+  recorder/symbolize.c recorder/symbols.c recorder/uncached.c recorder/unwind.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
 # folder and the folders before it.
@@ -47,13 +50,13 @@ stage_srcs = $(sort $(wildcard $(addprefix analyzer/,$(addsuffix /*.c,$(1)))))
 CLI_SRCS := analyzer/main.c $(call stage_srcs,$(ANALYZER_STAGES))
 ANALYZER_HEADERS := $(wildcard analyzer/*/*.h)
 WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
-TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
+TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload \
   $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
   $(BUILD)/tests/libbench_stacks.so
 SAMPLES := $(BUILD)/samples/train_loop
 
-.PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall
+.PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall torch-allocator
 all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/libmemsnap_intercept.so $(BUILD)/memsnap
 
 check-deps:
@@ -99,8 +102,8 @@ $(BUILD)/memsnap: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/web_assets.o $(BUILD)/li
 $(BUILD)/tests/test_options: $(BUILD)/tests/test_options.o $(BUILD)/recorder/options.o $(BUILD)/recorder/error.o
 	$(CC) -o $@ $^ -lm $(EXTRA_LDFLAGS)
 
-# test_record, test_modes and test_stacks read snapshots back with SQLite.
-$(BUILD)/tests/test_record $(BUILD)/tests/test_modes $(BUILD)/tests/test_stacks: $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
+# test_record, test_modes, test_host_api and test_stacks read snapshots back with SQLite.
+$(BUILD)/tests/test_record $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_stacks: $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmemsnap.so
 	$(CC) -o $@ $< -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $$(pkg-config --libs sqlite3) -lpthread -ldl $(EXTRA_LDFLAGS)
 
 # test_pickle runs the importer in process: it links the CLI's pickle and import objects.
@@ -121,7 +124,7 @@ $(BUILD)/samples/%: $(BUILD)/samples/%.o $(BUILD)/libmemsnap.so
 
 # The tests' sources mirror the code's folders (tests/recorder/, tests/analyzer/, tests/intercept/);
 # their programs are all built into $(BUILD)/tests/.
-TEST_HEADERS := tests/testhelper.h tests/recorder/allochelper.h tests/recorder/many_callers.h tests/analyzer/sites.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS)
+TEST_HEADERS := tests/testhelper.h tests/recorder/allochelper.h tests/recorder/dbhelper.h tests/recorder/many_callers.h tests/analyzer/sites.h recorder/memsnap.h recorder/internal.h $(ANALYZER_HEADERS)
 $(BUILD)/tests/%.o: tests/recorder/%.c $(TEST_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -Itests $(EXTRA_CFLAGS) -c $< -o $@
@@ -223,6 +226,21 @@ RUN_STATIC := $(if $(wildcard $(NVCC)),$(BUILD)/run_static)
 phase-timing:
 	@$(MAKE) --no-print-directory BUILD=build-timing EXTRA_CFLAGS=-DMSI_PHASE_TIMING build-timing/libmemsnap.so
 	@mkdir -p $(BUILD)/timing && cp build-timing/libmemsnap.so $(BUILD)/timing/libmemsnap.so
+
+# The C++ allocator for PyTorch is its own room (torch_allocator/README.md): compiled against a
+# PyTorch's headers, never part of libmemsnap. This target only checks that it compiles (no
+# PyTorch library to link here); TORCH_INCLUDE unset: skipped, saying so.
+TORCH_INCLUDE ?=
+torch-allocator: $(BUILD)/libmemsnap.so
+	@if [ -z "$(TORCH_INCLUDE)" ]; then \
+	  echo "torch-allocator: skipped: set TORCH_INCLUDE to a PyTorch include directory (site-packages/torch/include)"; \
+	else \
+	  mkdir -p $(BUILD)/torch_allocator && \
+	  echo "$(CXX) ... -c torch_allocator/allocator.cpp (against $(TORCH_INCLUDE))" && \
+	  $(CXX) -std=c++17 $(OPT) -fPIC -Wall -Wextra -Werror -D_GLIBCXX_USE_CXX11_ABI=1 -isystem $(TORCH_INCLUDE) \
+	    -isystem $(TORCH_INCLUDE)/torch/csrc/api/include -isystem $(CUDA_HOME)/include -Irecorder \
+	    -c torch_allocator/allocator.cpp -o $(BUILD)/torch_allocator/allocator.o; \
+	fi
 
 gpu-bench: all $(BUILD)/bench_alloc $(BUILD)/host_costs $(RUN_STATIC)
 $(BUILD)/run_static: tests/gpu/parity/run_static.cu

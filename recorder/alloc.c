@@ -79,6 +79,7 @@ static inline bool is_split(const msi_block *b) { return b->prev || b->next; }
 
 static bool should_split(const msi_device *d, const msi_block *b, size_t size) {
   size_t remaining = b->size - size;
+  if (MSI_UNLIKELY(b->pool->owner != NULL) && b->pool->owner->no_split) return false; /* MemPool(no_split=True) */
   if (b->pool->is_small || d->expandable) return remaining >= MSI_MIN_BLOCK_SIZE;
   return size < msi_opt.max_split_size && remaining > MSI_SMALL_SIZE;
 }
@@ -138,9 +139,20 @@ static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_blo
   int k = r->pool->stat_kind;
   if (is_retry) d->stats.num_alloc_retries++;
   if (d->set_fraction && d->total_allocated_memory + size > d->allowed_memory_maximum) return MSI_BE_OOM;
-  if (d->expandable) return msi_expandable_alloc(d, r->pool, r->set_index, r->size, out);
+  msi_private_pool *owner = r->pool->owner;
+  bool provided = MSI_UNLIKELY(owner != NULL) && owner->provider_alloc; /* another allocator's segments */
+  if (d->expandable && !provided) return msi_expandable_alloc(d, r->pool, r->set_index, r->size, out);
   uintptr_t ptr;
-  int rc = msi_be->mem_alloc(d->index, size, &ptr);
+  int rc;
+  if (provided) {
+    void *p = NULL;
+    int got = owner->provider_alloc(owner->provider_ctx, size, d->index, r->stream, &p);
+    rc = got == MEMSNAP_OK && p ? MSI_BE_OK : got == MEMSNAP_OK || got == MEMSNAP_ENOMEM ? MSI_BE_OOM : MSI_BE_ERR;
+    if (rc == MSI_BE_ERR) msi_error("device %d: the pool's allocator failed to allocate %zu bytes", d->index, size);
+    ptr = (uintptr_t)p;
+  } else {
+    rc = msi_be->mem_alloc(d->index, size, &ptr);
+  }
   if (rc != MSI_BE_OK) return rc;
   d->total_allocated_memory += size;
   *out = msi_block_new(d, ptr, size, r->stream, r->pool);
@@ -162,7 +174,10 @@ static void release_segment(msi_device *d, msi_block *b) {
   if (msi_is_recording())
     msi_history_add(MSI_EV_SEGMENT_FREE, d->index, b->stream, b->ptr, b->size, b->size, d->release_reason,
                     d->event_stack);
-  if (msi_be->mem_free(d->index, b->ptr, b->size) != MSI_BE_OK)
+  msi_private_pool *owner = b->pool->owner;
+  if (MSI_UNLIKELY(owner != NULL) && owner->provider_free)
+    owner->provider_free(owner->provider_ctx, (void *)b->ptr, b->size, d->index, b->stream);
+  else if (msi_be->mem_free(d->index, b->ptr, b->size) != MSI_BE_OK)
     msi_error("device %d: freeing segment %#lx failed", d->index, (unsigned long)b->ptr);
   d->total_allocated_memory -= b->size;
   MSI_STAT_DEC(d->stats.segment, k, 1);
@@ -317,6 +332,39 @@ static void synchronize_and_free_events(msi_device *d) {
   }
 }
 
+/* ---- free-memory callbacks ------------------------------------------------------------- */
+
+#define MAX_FREE_MEMORY_CALLBACKS 16
+static struct {
+  memsnap_free_memory_fn fn;
+  void *arg;
+} free_memory_callbacks[MAX_FREE_MEMORY_CALLBACKS];
+static atomic_int n_free_memory_callbacks; /* published after the slot is written */
+static pthread_mutex_t free_memory_callbacks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int msi_add_free_memory_callback(memsnap_free_memory_fn fn, void *arg) {
+  pthread_mutex_lock(&free_memory_callbacks_lock);
+  int n = atomic_load(&n_free_memory_callbacks);
+  if (n == MAX_FREE_MEMORY_CALLBACKS) {
+    pthread_mutex_unlock(&free_memory_callbacks_lock);
+    msi_error("memsnap_add_free_memory_callback: %d callbacks are registered already", MAX_FREE_MEMORY_CALLBACKS);
+    return MEMSNAP_ENOMEM;
+  }
+  free_memory_callbacks[n].fn = fn;
+  free_memory_callbacks[n].arg = arg;
+  atomic_store(&n_free_memory_callbacks, n + 1);
+  pthread_mutex_unlock(&free_memory_callbacks_lock);
+  return MEMSNAP_OK;
+}
+
+/* Calls every callback (no lock held); whether any freed something. */
+static bool run_free_memory_callbacks(void) {
+  bool freed = false;
+  int n = atomic_load(&n_free_memory_callbacks);
+  for (int i = 0; i < n; i++) freed |= free_memory_callbacks[i].fn(free_memory_callbacks[i].arg) != 0;
+  return freed;
+}
+
 /* ---- finding memory -------------------------------------------------------------------- */
 
 /* What a free block of an expandable segment can grow to: itself and the unmapped range after it. */
@@ -452,12 +500,33 @@ static void release_cached_blocks(msi_device *d, uint8_t reason) {
   if (MSI_UNLIKELY(d->private_pools != NULL)) msi_private_pools_release_freeable(d, NULL, release_pool_blocks);
 }
 
+/* A cached block for `r` in a private pool that lends itself when the device is out of memory
+ * (MemPool(use_on_oom=True)), the pools tried in turn: *out_r is the request in that pool. */
+static bool free_block_of_lending_pool(msi_device *d, const request *r, request *out_r, msi_block **out) {
+  for (msi_private_pool *pp = d->private_pools; pp; pp = pp->next) {
+    if (!pp->use_on_oom) continue;
+    request q = *r;
+    q.pool = r->size <= MSI_SMALL_SIZE ? &pp->small : &pp->large;
+    int set_index = stream_set(q.pool, r->stream);
+    if (set_index < 0) continue;
+    q.set_index = (uint16_t)set_index;
+    q.set = &q.pool->sets[set_index];
+    msi_block *b = get_free_block(d, &q);
+    if (b) {
+      *out_r = q;
+      *out = b;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Turns the block found for `r` into an allocated block of r->size bytes, splitting off the
- * remainder when worth it. */
-static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_t orig_size) {
+ * remainder when `split` (should_split: when worth it). */
+static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_t orig_size, bool split) {
   int k = r->pool->stat_kind;
   bool already_split = is_split(b);
-  if (should_split(d, b, r->size)) {
+  if (split) {
     msi_block *rest = b;
     b = msi_block_new(d, rest->ptr, r->size, r->stream, r->pool);
     b->set_index = rest->set_index;
@@ -552,6 +621,23 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
   r.set_index = (uint16_t)set_index;
   r.set = &r.pool->sets[set_index];
   b = get_free_block(d, &r);
+  if (!b && MSI_UNLIKELY(atomic_load_explicit(&n_free_memory_callbacks, memory_order_relaxed) > 0)) {
+    /* PyTorch's free-memory callbacks (other processes' released IPC blocks, collected), which
+     * free through the allocator: called without the lock, then the cache is searched again. */
+    pthread_mutex_unlock(&d->lock);
+    bool freed = run_free_memory_callbacks();
+    pthread_mutex_lock(&d->lock);
+    d->event_stack = stack;
+    if (freed) {
+      if (MSI_UNLIKELY(msi_reserve_blocks(d) != 0)) {
+        msi_error("device %d: out of host memory", d->index);
+        rc = MEMSNAP_ENOMEM;
+        goto cleanup;
+      }
+      r.set = &r.pool->sets[set_index]; /* the sets may have grown meanwhile */
+      b = get_free_block(d, &r);
+    }
+  }
   if (!b) {
     if (MSI_UNLIKELY(d->set_fraction && msi_opt.gc_threshold > 0)) garbage_collect(d);
     int be = alloc_segment(d, &r, false, &b);
@@ -559,6 +645,14 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
     if (be == MSI_BE_OOM && MSI_LIKELY(d->ncaptures == 0)) { /* a capture must not synchronize */
       release_cached_blocks(d, MEMSNAP_RELEASE_RETRY);
       be = alloc_segment(d, &r, true, &b);
+    }
+    if (be == MSI_BE_OOM && MSI_UNLIKELY(d->private_pools != NULL) && !r.pool->owner) {
+      /* the last resort, as PyTorch: a cached block of a pool that lends itself (use_on_oom) */
+      request lent;
+      if (free_block_of_lending_pool(d, &r, &lent, &b)) {
+        r = lent;
+        be = MSI_BE_OK;
+      }
     }
     if (be == MSI_BE_OOM) {
       d->stats.num_ooms++;
@@ -571,7 +665,7 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
       goto cleanup;
     }
   }
-  b = use_block(d, &r, b, orig_size);
+  b = use_block(d, &r, b, orig_size, should_split(d, b, r.size));
   if (MSI_UNLIKELY(msi_ptrmap_put(&d->live, b) != 0)) {
     /* Cannot track it: give it back rather than hand out memory that cannot be freed. */
     msi_error("device %d: out of host memory", d->index);
@@ -589,14 +683,8 @@ cleanup:
   return rc;
 }
 
-int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
-  pthread_mutex_lock(&d->lock);
-  d->event_stack = stack;
-  msi_block *b = msi_ptrmap_take(&d->live, (uintptr_t)ptr);
-  if (MSI_UNLIKELY(!b)) {
-    pthread_mutex_unlock(&d->lock);
-    return MEMSNAP_EINVAL;
-  }
+/* Frees allocated block b, taken out of the pointer map already. Lock held. */
+static void free_taken(msi_device *d, msi_block *b) {
   int k = b->pool->stat_kind;
   b->allocated = false;
   bool at_once = !b->nuses; /* no other stream used it: completed now */
@@ -609,8 +697,50 @@ int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
   if (MSI_LIKELY(at_once)) free_block_recorded(d, b, false); /* its free_completed is added */
   else if (MSI_UNLIKELY(d->ncaptures) && msi_defer_block(d, b)) { /* events after the capture */
   } else insert_events(d, b);
+}
+
+int msi_device_free(msi_device *d, void *ptr, uint32_t stack) {
+  pthread_mutex_lock(&d->lock);
+  d->event_stack = stack;
+  msi_block *b = msi_ptrmap_take(&d->live, (uintptr_t)ptr);
+  if (MSI_UNLIKELY(!b)) {
+    pthread_mutex_unlock(&d->lock);
+    return MEMSNAP_EINVAL;
+  }
+  free_taken(d, b);
   pthread_mutex_unlock(&d->lock);
   return MEMSNAP_OK;
+}
+
+void msi_device_free_locked(msi_device *d, msi_block *b) {
+  msi_ptrmap_take(&d->live, b->ptr);
+  free_taken(d, b);
+}
+
+msi_block *msi_device_claim_locked(msi_device *d, msi_block *b, size_t size) {
+  if (msi_reserve_blocks(d) != 0) {
+    msi_error("device %d: out of host memory", d->index);
+    return NULL;
+  }
+  request r;
+  r.size = size;
+  r.alloc_size = 0;
+  r.stream = b->stream;
+  r.pool = b->pool;
+  r.set_index = b->set_index;
+  r.set = &b->pool->sets[b->set_index];
+  msi_pool_erase(b);
+  msi_block *a = use_block(d, &r, b, size, b->size > size);
+  if (msi_ptrmap_put(&d->live, a) != 0) {
+    msi_error("device %d: out of host memory", d->index);
+    a->allocated = false; /* as msi_device_malloc gives a block back it cannot track */
+    MSI_STAT_DEC(d->stats.allocation, r.pool->stat_kind, 1);
+    MSI_STAT_DEC(d->stats.allocated_bytes, r.pool->stat_kind, (int64_t)a->size);
+    if (a->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
+    free_block(d, a);
+    return NULL;
+  }
+  return a;
 }
 
 int msi_device_record_stream(msi_device *d, void *ptr, memsnap_stream_t stream) {
@@ -667,6 +797,14 @@ int msi_device_empty_pool(msi_device *d, const uint64_t id[2], uint32_t stack) {
   }
   pthread_mutex_unlock(&d->lock);
   return rc;
+}
+
+void msi_device_apply_settings(msi_device *d) {
+  pthread_mutex_lock(&d->lock);
+  d->stats.max_split_size = msi_opt.max_split_size == SIZE_MAX ? -1 : (int64_t)msi_opt.max_split_size;
+  if (!d->async && d->expandable != msi_opt.expandable_segments)
+    d->expandable = msi_opt.expandable_segments && msi_expandable_usable(d);
+  pthread_mutex_unlock(&d->lock);
 }
 
 int msi_device_set_fraction(msi_device *d, double fraction) {

@@ -32,7 +32,7 @@ static inline int device_free(msi_device *d, void *ptr, uint32_t stack) {
 /* The stack of a free, a release or an empty_cache while recording (0 otherwise, and with
  * MEMSNAP_CONTEXT=alloc): captured before any lock is taken. */
 static inline uint32_t free_stack(void) {
-  return MSI_UNLIKELY(msi_is_recording()) ? msi_stack_capture_for_free(0, true) : 0;
+  return MSI_UNLIKELY(msi_ring_recording()) ? msi_stack_capture_for_free(0, true) : 0;
 }
 
 static atomic_int exit_dumped; /* MEMSNAP_DUMP written (or inherited by a fork child): not at exit */
@@ -206,9 +206,15 @@ static void notify_oom(void) {
 static int alloc_on(void **out, size_t size, int device, memsnap_stream_t stream, bool foreign, void *caller) {
   *out = NULL;
   if (size == 0) return MEMSNAP_OK;
+  if (MSI_UNLIKELY(size >= ((size_t)1 << 60))) { /* as PyTorch's allocate() refuses it, before anything */
+    msi_error("CUDA out of memory. Tried to allocate more than 1EB memory.");
+    return MEMSNAP_ENOMEM;
+  }
   msi_device *d = msi_device_get(device);
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
-  uint32_t stack = !MSI_UNLIKELY(msi_is_recording()) ? 0
+  if (MSI_UNLIKELY(msi_opt.no_caching | msi_opt.caching_off)) /* the cache turned off: a device allocation of its own */
+    return msi_uncached_alloc(device, size, stream, out, caller ? caller : __builtin_return_address(0));
+  uint32_t stack = !MSI_UNLIKELY(msi_ring_recording()) ? 0
                    : foreign ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : msi_stack_capture();
   int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, stack, out)
                                          : msi_device_malloc(d, size, stream, stack, out);
@@ -261,6 +267,7 @@ static int release_on(void *ptr, int hint, uint32_t stack, uint64_t size_arg, me
     msi_device *d = msi_device_peek(i);
     if (i != hint && d && device_free(d, ptr, stack) == MEMSNAP_OK) return MEMSNAP_OK;
   }
+  if (MSI_UNLIKELY(msi_uncached_any()) && msi_uncached_free(ptr) != MEMSNAP_EINVAL) return MEMSNAP_OK;
   if (msi_invalid_free(ptr, hint, size_arg, stream, stack, (uint64_t)(uintptr_t)site, loud)) { /* MEMSNAP_INVALID_FREE=abort: as PyTorch's allocator ends on an invalid pointer */
     char message[512];
     snprintf(message, sizeof message, "%s", memsnap_last_error());
@@ -286,7 +293,7 @@ int memsnap_release(void *ptr) {
 
 int memsnap_release_for(void *ptr) {
   if (!ptr) return MEMSNAP_OK;
-  return release_on(ptr, -1, msi_is_recording() ? msi_stack_capture_for_free(0, false) : 0, 0, 0, false,
+  return release_on(ptr, -1, msi_ring_recording() ? msi_stack_capture_for_free(0, false) : 0, 0, 0, false,
                     __builtin_return_address(0));
 }
 
@@ -362,10 +369,10 @@ void memsnap_read_options(void) { msi_devices_read_options(); }
  * the intercepted blocks; this entry point sits here, above the snapshot writer). */
 int memsnap_external_oom(size_t size, int device, memsnap_stream_t stream, void *caller) {
   if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
-  if (msi_is_recording()) {
+  if (msi_ring_recording()) {
     size_t free_bytes = 0, total = 0;
     if (device >= 0 && device < msi_device_count_ready()) msi_be->device_info(device, &free_bytes, &total, NULL, 0);
-    msi_history_add(MSI_EV_OOM, device, stream, free_bytes, size, size, 0,
+    msi_history_add_unobserved(MSI_EV_OOM, device, stream, free_bytes, size, size, 0,
                     msi_stack_capture_from((uint64_t)(uintptr_t)caller, false));
   }
   msi_error("out of memory: an intercepted allocation of %zu bytes on device %d failed", size, device);
@@ -375,9 +382,33 @@ int memsnap_external_oom(size_t size, int device, memsnap_stream_t stream, void 
 
 int memsnap_device_count(void) { return ensure_ready() == 0 ? msi_device_count_ready() : MEMSNAP_EBACKEND; }
 
+/* A device's state for a call that reads it or acts on what it holds: NULL with *rc MEMSNAP_OK for
+ * a valid device never used, which is not brought up for it (on the GPU that would create its CUDA
+ * context, as PyTorch's allocator does not), NULL with *rc an error for an invalid one. */
+static msi_device *used_device(int device, int *rc) {
+  *rc = MEMSNAP_OK;
+  if (ensure_ready() != 0) {
+    *rc = MEMSNAP_EBACKEND;
+    return NULL;
+  }
+  if (device < 0 || device >= msi_device_count_ready()) {
+    msi_error("invalid device %d: the %s backend has %d device(s)", device, msi_be->name, msi_device_count_ready());
+    *rc = MEMSNAP_EINVAL;
+    return NULL;
+  }
+  return msi_device_peek(device);
+}
+
 int memsnap_get_stats(int device, memsnap_stats_t *out) {
-  msi_device *d = msi_device_get(device);
-  if (!d) return MEMSNAP_EINVAL;
+  int rc;
+  msi_device *d = used_device(device, &rc);
+  if (!d) { /* never used: zeros, and the option PyTorch reports */
+    if (rc == MEMSNAP_OK) {
+      memset(out, 0, sizeof *out);
+      out->max_split_size = msi_opt.max_split_size == SIZE_MAX ? -1 : (int64_t)msi_opt.max_split_size;
+    }
+    return rc;
+  }
   pthread_mutex_lock(&d->lock);
   if (d->async) {
     msi_async_stats(d, out);
@@ -412,8 +443,9 @@ int memsnap_range_pop(void) {
 }
 
 static int reset_stats(int device, void (*reset)(memsnap_stats_t *)) {
-  msi_device *d = msi_device_get(device);
-  if (!d) return MEMSNAP_EINVAL;
+  int rc;
+  msi_device *d = used_device(device, &rc);
+  if (!d) return rc; /* never used: nothing to reset */
   pthread_mutex_lock(&d->lock);
   reset(&d->stats);
   pthread_mutex_unlock(&d->lock);
@@ -421,7 +453,8 @@ static int reset_stats(int device, void (*reset)(memsnap_stats_t *)) {
 }
 
 int memsnap_reset_peak_stats(int device) {
-  msi_device *d = msi_device_get(device);
+  int rc;
+  msi_device *d = used_device(device, &rc);
   if (d && d->async) { /* the pool keeps the peaks: reset its marks, as PyTorch does */
     pthread_mutex_lock(&d->lock);
     msi_async_reset_peak(d);
@@ -470,21 +503,142 @@ int msi_begin_allocate_owned(int device, uint64_t id0, uint64_t id1, msi_pool_fi
   return msi_pool_begin(d, id, filter, ctx, release_ctx);
 }
 
+/* A call on a pool of the device: one never used has none (and is not brought up for it). */
+static msi_device *pool_device(int device, uint64_t id0, uint64_t id1) {
+  int rc;
+  msi_device *d = used_device(device, &rc);
+  if (!d && rc == MEMSNAP_OK)
+    msi_error("device %d: no pool (%llu, %llu)", device, (unsigned long long)id0, (unsigned long long)id1);
+  return d;
+}
+
 #define POOL_CALL(fn)                            \
-  msi_device *d = msi_device_get(device);        \
+  msi_device *d = pool_device(device, id0, id1); \
   if (!d) return MEMSNAP_EINVAL;                 \
   uint64_t id[2] = {id0, id1};                   \
   return fn
 
 int memsnap_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_end(d, id)); }
-int memsnap_create_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_create(d, id)); }
+int memsnap_create_pool(int device, uint64_t id0, uint64_t id1) {
+  msi_device *d = msi_device_get(device); /* a pool is made on its device: it comes up */
+  if (!d) return MEMSNAP_EINVAL;
+  uint64_t id[2] = {id0, id1};
+  return msi_pool_create(d, id);
+}
 int memsnap_release_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_release(d, id)); }
 int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_device_empty_pool(d, id, free_stack())); }
 int memsnap_pool_live_allocations_match(int device, uint64_t id0, uint64_t id1, const uint64_t *ptrs, size_t n) {
   POOL_CALL(msi_pool_live_match(d, id, ptrs, n));
 }
 int memsnap_pool_use_count(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_use_count(d, id)); }
+int memsnap_pool_set_flags(int device, uint64_t id0, uint64_t id1, int use_on_oom, int no_split) {
+  POOL_CALL(msi_pool_set_flags(d, id, use_on_oom, no_split));
+}
+int memsnap_pool_set_provider(int device, uint64_t id0, uint64_t id1, memsnap_segment_alloc_fn alloc,
+                              memsnap_segment_free_fn free_fn, void *ctx, void (*release)(void *ctx)) {
+  msi_device *d = pool_device(device, id0, id1);
+  if (!d) {
+    if (release) release(ctx);
+    return MEMSNAP_EINVAL;
+  }
+  uint64_t id[2] = {id0, id1};
+  return msi_pool_set_provider(d, id, alloc, free_fn, ctx, release);
+}
+
+/* ---- what a host allocator needs (torch_allocator/) ------------------------------------- */
+
+void memsnap_set_caching(int enabled) {
+  msi_devices_read_options(); /* the environment first, as memsnap_set_option */
+  msi_opt.caching_off = !enabled;
+}
+
+int memsnap_caching(void) {
+  msi_devices_read_options();
+  return !(msi_opt.no_caching | msi_opt.caching_off);
+}
+
+/* Calls fn on each device that has state until one answers other than MEMSNAP_EINVAL without an
+ * error (the pointer is not that device's); names the pointer when none holds it. */
+#define ON_OWNING_DEVICE(ptr, call)                                                                     \
+  do {                                                                                                  \
+    if (ensure_ready() != 0) return MEMSNAP_EBACKEND;                                                   \
+    for (int i = 0; i < msi_device_count_ready(); i++) {                                                \
+      msi_device *d = msi_device_peek(i);                                                               \
+      if (!d) continue;                                                                                 \
+      msi_clear_error();                                                                                \
+      int rc_ = (call);                                                                                 \
+      if (rc_ != MEMSNAP_EINVAL || memsnap_last_error()[0]) return rc_;                                 \
+    }                                                                                                   \
+    msi_error("invalid device pointer: %p (memsnap did not allocate it)", (ptr));                        \
+    return MEMSNAP_EINVAL;                                                                              \
+  } while (0)
+
+int memsnap_block_base(void *ptr, void **base, size_t *size) { ON_OWNING_DEVICE(ptr, msi_block_base(d, ptr, base, size)); }
+
+int memsnap_block_size(void *ptr, size_t *size, int *device) { ON_OWNING_DEVICE(ptr, msi_block_size(d, ptr, size, device)); }
+
+int memsnap_ipc_share(void *ptr, char **handle, size_t *len, size_t *offset) {
+  ON_OWNING_DEVICE(ptr, msi_ipc_share(d, ptr, handle, len, offset));
+}
+
+int memsnap_ipc_open(const char *handle, size_t len, int device, void **base) {
+  *base = NULL;
+  if (!handle) return MEMSNAP_EINVAL;
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (device < 0 || device >= msi_device_count_ready()) {
+    msi_error("invalid device %d", device);
+    return MEMSNAP_EINVAL;
+  }
+  return msi_ipc_open(handle, len, device, base, __builtin_return_address(0));
+}
+
+int memsnap_ipc_close(void *base) { return msi_ipc_close(base); }
+
+int memsnap_add_free_memory_callback(memsnap_free_memory_fn fn, void *arg) {
+  if (!fn) return MEMSNAP_EINVAL;
+  return msi_add_free_memory_callback(fn, arg);
+}
+
+memsnap_pool_state *memsnap_pool_checkpoint(int device, uint64_t id0, uint64_t id1) {
+  msi_device *d = pool_device(device, id0, id1);
+  uint64_t id[2] = {id0, id1};
+  return d ? msi_pool_checkpoint(d, id) : NULL;
+}
+
+int memsnap_pool_restore(int device, const memsnap_pool_state *state, void ***freed, size_t *n_freed, void ***allocated,
+                         size_t *n_allocated) {
+  *freed = *allocated = NULL;
+  *n_freed = *n_allocated = 0;
+  if (!state) return MEMSNAP_EINVAL;
+  msi_device *d = pool_device(device, 0, 0);
+  if (!d) return MEMSNAP_EINVAL;
+  return msi_pool_restore(d, state, freed, n_freed, allocated, n_allocated);
+}
 #undef POOL_CALL
+
+int memsnap_copy_segments(int device, uint64_t id0, uint64_t id1, memsnap_segment_info **segments, size_t *n_segments,
+                          memsnap_block_info **blocks, size_t *n_blocks) {
+  *segments = NULL;
+  *blocks = NULL;
+  *n_segments = *n_blocks = 0;
+  int rc;
+  msi_device *d = used_device(device, &rc);
+  if (!d) return rc; /* never used: no segments */
+  uint64_t id[2] = {id0, id1};
+  return msi_copy_segments(d, id, segments, n_segments, blocks, n_blocks);
+}
+
+int memsnap_set_allocator_settings(const char *settings) {
+  if (!settings) return MEMSNAP_EINVAL;
+  msi_devices_read_options();
+  int rc = msi_options_apply_settings(settings);
+  if (rc != MEMSNAP_OK || !msi_is_ready()) return rc;
+  for (int i = 0; i < msi_device_count_ready(); i++) {
+    msi_device *d = msi_device_peek(i);
+    if (d) msi_device_apply_settings(d);
+  }
+  return MEMSNAP_OK;
+}
 
 int memsnap_sim_synchronize(memsnap_stream_t stream) {
   if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
@@ -544,6 +698,10 @@ int memsnap_sim_peer_access(int device, const void *ptr) {
 void memsnap_shutdown(void) {
   dump_at_exit();
   pthread_mutex_lock(&dump_lock);
+  if (msi_is_ready()) { /* while the backend still runs */
+    msi_ipc_reset();
+    msi_uncached_reset();
+  }
   if (msi_devices_shutdown()) atomic_store(&exit_dumped, 0);
   msi_external_reset();
   msi_invalid_free_reset();

@@ -21,6 +21,12 @@
  * and the default pool opened, for every device that cuDeviceCanAccessPeer says can reach them,
  * from the start; PyTorch's own allocator does the same for a peer once it copies between the two.
  *
+ * CUDA IPC (ipc.c): classic segments are shared with cuIpcGetMemHandle and opened with
+ * cuIpcOpenMemHandle; the pages of expandable segments are created exportable as POSIX file
+ * descriptors (as PyTorch creates its own; plainly when the driver refuses that) and exported
+ * with cuMemExportToShareableHandle, and a received page is imported from its descriptor and
+ * mapped into a reservation of the receiver's.
+ *
  * CUDA graph capture: a capture in the default (global) mode forbids cuMemAlloc and cuMemFree
  * in every thread ("operation not permitted when stream is capturing"). PyTorch's allocator
  * switches the calling thread to the relaxed mode around cudaMalloc (cudaMallocMaybeCapturing);
@@ -28,6 +34,7 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -75,7 +82,13 @@
   X(cuMemPoolTrimTo, CUresult, (CUmemoryPool, size_t))                                         \
   X(cuCtxSynchronize, CUresult, (void))                                                         \
   X(cuDeviceCanAccessPeer, CUresult, (int *, CUdevice, CUdevice))                              \
-  X(cuMemPoolSetAccess, CUresult, (CUmemoryPool, const CUmemAccessDesc *, size_t))
+  X(cuMemPoolSetAccess, CUresult, (CUmemoryPool, const CUmemAccessDesc *, size_t))             \
+  X(cuIpcGetMemHandle, CUresult, (CUipcMemHandle *, CUdeviceptr))                              \
+  X(cuIpcOpenMemHandle_v2, CUresult, (CUdeviceptr *, CUipcMemHandle, unsigned int))            \
+  X(cuIpcCloseMemHandle, CUresult, (CUdeviceptr))                                              \
+  X(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr *, size_t *, CUdeviceptr))                 \
+  X(cuMemExportToShareableHandle, CUresult, (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long)) \
+  X(cuMemImportFromShareableHandle, CUresult, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))
 
 #define DECLARE(name, ret, args) static ret(*p_##name) args;
 DRIVER_FUNCS(DECLARE)
@@ -265,6 +278,15 @@ static int cuda_stream_synchronize(int dev, memsnap_stream_t stream) {
   return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuStreamSynchronize", r);
 }
 
+static int cuda_device_synchronize(int dev) {
+  if (!p_cuCtxSynchronize) return cuda_stream_synchronize(dev, NULL);
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUresult r = p_cuCtxSynchronize();
+  leave(pushed);
+  return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuCtxSynchronize", r);
+}
+
 static int cuda_stream_wait(int dev, memsnap_stream_t waiter, memsnap_stream_t stream) {
   bool pushed;
   if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
@@ -348,6 +370,39 @@ static int access_list(int dev, CUmemAccessDesc *descs) {
   return n;
 }
 
+/* Maps physical page h at ptr, readable and writable by dev and its peers. Context entered. */
+static int map_and_set_access(int dev, uintptr_t ptr, size_t page_size, CUmemGenericAllocationHandle h) {
+  CUmemAccessDesc descs[MSI_MAX_DEVICES];
+  int ndescs = access_list(dev, descs);
+  CUresult r = p_cuMemMap((CUdeviceptr)ptr, page_size, 0, h, 0);
+  if (r != CUDA_SUCCESS) return fail("cuMemMap", r);
+  if ((r = p_cuMemSetAccess((CUdeviceptr)ptr, page_size, descs, (size_t)ndescs)) != CUDA_SUCCESS) {
+    p_cuMemUnmap((CUdeviceptr)ptr, page_size);
+    return fail("cuMemSetAccess", r);
+  }
+  return MSI_BE_OK;
+}
+
+/* Whether dev supports GPUDirect RDMA on cuMemCreate's memory (asked once). */
+static int rdma_capable(int dev) {
+  static atomic_int known[MSI_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
+  int k = atomic_load_explicit(&known[dev], memory_order_relaxed);
+  if (!k) {
+    CUdevice d;
+    int v = 0;
+    if (p_cuDeviceGet(&d, dev) != CUDA_SUCCESS ||
+        p_cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, d) != CUDA_SUCCESS)
+      v = 0;
+    k = v ? 2 : 1;
+    atomic_store_explicit(&known[dev], k, memory_order_relaxed);
+  }
+  return k == 2;
+}
+
+/* Pages are made exportable as POSIX file descriptors (for CUDA IPC, as PyTorch makes its own)
+ * unless the driver refuses that once: then plainly, from then on. */
+static atomic_int pages_exportable = 1;
+
 static int cuda_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle) {
   bool pushed;
   if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
@@ -356,30 +411,114 @@ static int cuda_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
+  if (rdma_capable(dev)) prop.allocFlags.gpuDirectRDMACapable = 1; /* as PyTorch asks where the device can */
   CUmemGenericAllocationHandle h = 0;
   CUstreamCaptureMode mode = relax_capture();
-  CUresult r = p_cuMemCreate(&h, page_size, &prop, 0);
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (atomic_load(&pages_exportable) && p_cuMemExportToShareableHandle) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    r = p_cuMemCreate(&h, page_size, &prop, 0);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY) atomic_store(&pages_exportable, 0);
+  }
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    r = p_cuMemCreate(&h, page_size, &prop, 0);
+  }
   int rc = MSI_BE_OK;
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     rc = MSI_BE_OOM;
   } else if (r != CUDA_SUCCESS) {
     rc = fail("cuMemCreate", r);
-  } else {
-    CUmemAccessDesc descs[MSI_MAX_DEVICES];
-    int ndescs = access_list(dev, descs);
-    r = p_cuMemMap((CUdeviceptr)ptr, page_size, 0, h, 0);
-    if (r != CUDA_SUCCESS) {
-      rc = fail("cuMemMap", r);
-    } else if ((r = p_cuMemSetAccess((CUdeviceptr)ptr, page_size, descs, (size_t)ndescs)) != CUDA_SUCCESS) {
-      rc = fail("cuMemSetAccess", r);
-      p_cuMemUnmap((CUdeviceptr)ptr, page_size);
-    }
-    if (rc != MSI_BE_OK) p_cuMemRelease(h);
+  } else if ((rc = map_and_set_access(dev, ptr, page_size, h)) != MSI_BE_OK) {
+    p_cuMemRelease(h);
   }
   restore_capture(mode);
   leave(pushed);
   if (rc == MSI_BE_OK) *handle = (void *)(uintptr_t)h;
   return rc;
+}
+
+static int cuda_page_export(int dev, void *handle, int *fd) {
+  if (!p_cuMemExportToShareableHandle) {
+    msi_error("the driver (libcuda.so.1) lacks cuMemExportToShareableHandle");
+    return MSI_BE_ERR;
+  }
+  if (!atomic_load(&pages_exportable)) {
+    msi_error("cuda backend: the driver refused exportable pages (cuMemCreate with POSIX file descriptors), so "
+              "this expandable segment cannot be shared with another process");
+    return MSI_BE_ERR;
+  }
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  int out = -1;
+  CUresult r = p_cuMemExportToShareableHandle(&out, (CUmemGenericAllocationHandle)(uintptr_t)handle,
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  leave(pushed);
+  if (r != CUDA_SUCCESS) return fail("cuMemExportToShareableHandle", r);
+  *fd = out;
+  return MSI_BE_OK;
+}
+
+static int cuda_page_map_fd(int dev, uintptr_t ptr, size_t page_size, int fd, void **handle) {
+  if (!p_cuMemImportFromShareableHandle) {
+    msi_error("the driver (libcuda.so.1) lacks cuMemImportFromShareableHandle");
+    return MSI_BE_ERR;
+  }
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = p_cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  int rc = r == CUDA_SUCCESS ? map_and_set_access(dev, ptr, page_size, h) : fail("cuMemImportFromShareableHandle", r);
+  if (rc != MSI_BE_OK && r == CUDA_SUCCESS) p_cuMemRelease(h);
+  leave(pushed);
+  if (rc == MSI_BE_OK) *handle = (void *)(uintptr_t)h;
+  return rc;
+}
+
+/* ---- CUDA IPC of classic segments -------------------------------------------------------------- */
+
+static int cuda_ipc_get_handle(int dev, uintptr_t ptr, size_t size, unsigned char out[64]) {
+  (void)size;
+  if (!p_cuIpcGetMemHandle) {
+    msi_error("the driver (libcuda.so.1) lacks cuIpcGetMemHandle");
+    return MSI_BE_ERR;
+  }
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUipcMemHandle h;
+  CUresult r = p_cuIpcGetMemHandle(&h, (CUdeviceptr)ptr);
+  leave(pushed);
+  if (r != CUDA_SUCCESS) return fail("cuIpcGetMemHandle", r);
+  memcpy(out, h.reserved, sizeof h.reserved);
+  return MSI_BE_OK;
+}
+
+static int cuda_ipc_open(int dev, const unsigned char handle[64], uintptr_t *ptr, size_t *size) {
+  if (!p_cuIpcOpenMemHandle_v2 || !p_cuIpcCloseMemHandle || !p_cuMemGetAddressRange_v2) {
+    msi_error("the driver (libcuda.so.1) lacks cuIpcOpenMemHandle");
+    return MSI_BE_ERR;
+  }
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUipcMemHandle h;
+  memcpy(h.reserved, handle, sizeof h.reserved);
+  CUdeviceptr p = 0, base = 0;
+  size_t bytes = 0;
+  CUresult r = p_cuIpcOpenMemHandle_v2(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  if (r == CUDA_SUCCESS && p_cuMemGetAddressRange_v2(&base, &bytes, p) != CUDA_SUCCESS) bytes = 0;
+  leave(pushed);
+  if (r != CUDA_SUCCESS) return fail("cuIpcOpenMemHandle", r);
+  *ptr = (uintptr_t)p;
+  *size = bytes;
+  return MSI_BE_OK;
+}
+
+static int cuda_ipc_close(int dev, uintptr_t ptr) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUresult r = p_cuIpcCloseMemHandle((CUdeviceptr)ptr);
+  leave(pushed);
+  return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuIpcCloseMemHandle", r);
 }
 
 static int cuda_page_unmap(int dev, uintptr_t ptr, size_t page_size, void *handle) {
@@ -504,6 +643,7 @@ const msi_backend msi_backend_cuda = {
     .event_synchronize = cuda_event_synchronize,
     .event_destroy = cuda_event_destroy,
     .stream_synchronize = cuda_stream_synchronize,
+    .device_synchronize = cuda_device_synchronize,
     .vmm_supported = cuda_vmm_supported,
     .va_reserve = cuda_va_reserve,
     .va_free = cuda_va_free,
@@ -516,5 +656,10 @@ const msi_backend msi_backend_cuda = {
     .async_usage = cuda_async_usage,
     .async_reset_peak = cuda_async_reset_peak,
     .stream_wait = cuda_stream_wait,
+    .ipc_get_handle = cuda_ipc_get_handle,
+    .ipc_open = cuda_ipc_open,
+    .ipc_close = cuda_ipc_close,
+    .page_export = cuda_page_export,
+    .page_map_fd = cuda_page_map_fd,
     .shutdown = cuda_shutdown,
 };

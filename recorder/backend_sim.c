@@ -26,6 +26,13 @@
  * allocation that finds no room trims once and retries, as the driver may. Cross-stream waits
  * (stream_wait) are not modelled: a test completes streams itself.
  *
+ * CUDA IPC: a classic segment's handle is the simulated cudaIpcMemHandle_t (a magic, the pid, the
+ * device, the address and the size); opening one takes an address range of that size in a window
+ * of its own, [IPC_BASE + device * VA_WINDOW, ...). A page of an expandable segment is exported
+ * as a memfd of its size (a real descriptor, which another process can fetch with pidfd_getfd),
+ * and a page received that way maps like any page but takes none of the capacity. The memory is
+ * not shared (nothing is): the tests check the handles, the mappings and what is recorded.
+ *
  * MEMSNAP_SIM_OLD_DRIVER=1 simulates a driver with neither (for the fallback tests).
  *
  * Peer access: every simulated device can access every other one (as GPUs on NVLink can), and
@@ -35,9 +42,13 @@
  * mapped for, as with the driver's cuMemSetAccess and cuMemPoolSetAccess: their own, and every
  * other device with MEMSNAP_PEER_ACCESS=1.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -46,6 +57,7 @@
 typedef struct range {
   uintptr_t start;
   size_t size;
+  bool imported; /* a mapped page another process exported (no capacity of this device's) */
 } range;
 
 typedef struct apool_range { /* a piece of an async pool chunk */
@@ -66,6 +78,9 @@ typedef struct sim_device {
   int nreserved, reserved_cap;
   range *mapped;      /* mapped pages, sorted by start */
   int nmapped, mapped_cap;
+  range *opened;      /* classic segments of other processes opened (CUDA IPC), in their window */
+  int nopened, opened_cap;
+  uintptr_t ipc_next; /* next opened segment's address */
   range *chunks;      /* async pool chunks (size 0: released) */
   int nchunks;
   apool_range *pieces; /* async pool ranges, by address */
@@ -75,6 +90,8 @@ typedef struct sim_device {
 
 #define VA_BASE 0x8000000000000ull
 #define VA_WINDOW 0x100000000000ull
+#define IPC_BASE 0xC000000000000ull /* opened IPC handles: a window of VA_WINDOW per device */
+#define SIM_IPC_MAGIC "MSIMIPC1"     /* a simulated cudaIpcMemHandle_t: magic, pid, device, address, size */
 
 typedef struct sim_stream {
   memsnap_stream_t stream;
@@ -104,6 +121,7 @@ static int sim_init(void) {
     devs[i].free[0].start = (uintptr_t)(SIM_BASE * (uint64_t)(i + 1));
     devs[i].free[0].size = msi_opt.sim_capacity;
     devs[i].va_next = (uintptr_t)(VA_BASE + VA_WINDOW * (uint64_t)i);
+    devs[i].ipc_next = (uintptr_t)(IPC_BASE + VA_WINDOW * (uint64_t)i);
   }
   return MSI_BE_OK;
 oom:
@@ -116,6 +134,7 @@ static void sim_shutdown(void) {
     free(devs[i].free);
     free(devs[i].reserved);
     free(devs[i].mapped);
+    free(devs[i].opened);
     free(devs[i].chunks);
     free(devs[i].pieces);
   }
@@ -287,6 +306,14 @@ static int sim_stream_synchronize(int dev, memsnap_stream_t stream) {
   return msi_sim_synchronize(stream) == MEMSNAP_OK ? MSI_BE_OK : MSI_BE_ERR;
 }
 
+static int sim_device_synchronize(int dev) {
+  (void)dev;
+  pthread_mutex_lock(&sim_lock);
+  for (int i = 0; i < nstreams; i++) streams[i].completed = streams[i].submitted;
+  pthread_mutex_unlock(&sim_lock);
+  return MSI_BE_OK;
+}
+
 static int sim_stream_wait(int dev, memsnap_stream_t waiter, memsnap_stream_t stream) {
   (void)dev, (void)waiter, (void)stream; /* not modelled (see the top of this file) */
   return MSI_BE_OK;
@@ -326,7 +353,7 @@ static int sim_va_reserve(int dev, size_t size, uintptr_t *out) {
   if (size > window_end - d->va_next) {
     msi_error("sim backend: device %d is out of address space for reservations", dev);
     rc = MSI_BE_ERR;
-  } else if (!push_range(&d->reserved, &d->nreserved, &d->reserved_cap, (range){d->va_next, size})) {
+  } else if (!push_range(&d->reserved, &d->nreserved, &d->reserved_cap, (range){d->va_next, size, false})) {
     msi_error("sim backend: out of host memory");
     rc = MSI_BE_ERR;
   } else {
@@ -368,7 +395,9 @@ static int sim_va_free(int dev, uintptr_t ptr, size_t size) {
   return rc;
 }
 
-static int sim_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle) {
+/* Maps a page at ptr: a new one (taking page_size of the capacity), or one another process
+ * exported (`imported`: its memory is the other device's). */
+static int map_page(int dev, uintptr_t ptr, size_t page_size, bool imported, void **handle) {
   sim_device *d = &devs[dev];
   int rc = MSI_BE_OK;
   pthread_mutex_lock(&sim_lock);
@@ -380,17 +409,115 @@ static int sim_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle)
       (i > 0 && d->mapped[i - 1].start + d->mapped[i - 1].size > ptr)) {
     msi_error("sim backend: mapping %#lx: not in a reservation, or already mapped", (unsigned long)ptr);
     rc = MSI_BE_ERR;
-  } else if (msi_opt.sim_capacity - d->used < page_size) {
+  } else if (!imported && msi_opt.sim_capacity - d->used < page_size) {
     rc = MSI_BE_OOM;
-  } else if (!push_range(&d->mapped, &d->nmapped, &d->mapped_cap, (range){0, 0})) {
+  } else if (!push_range(&d->mapped, &d->nmapped, &d->mapped_cap, (range){0, 0, false})) {
     msi_error("sim backend: out of host memory");
     rc = MSI_BE_ERR;
   } else {
     memmove(&d->mapped[i + 1], &d->mapped[i], sizeof(range) * (size_t)(d->nmapped - 1 - i));
-    d->mapped[i] = (range){ptr, page_size};
-    d->used += page_size;
+    d->mapped[i] = (range){ptr, page_size, imported};
+    if (!imported) d->used += page_size;
     *handle = (void *)ptr; /* the page's handle: its address is enough to check the unmap */
   }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_page_map(int dev, uintptr_t ptr, size_t page_size, void **handle) {
+  return map_page(dev, ptr, page_size, false, handle);
+}
+
+/* A page's descriptor: a memfd of the page's size, which another process can fetch with
+ * pidfd_getfd as it would the driver's (the simulated memory itself is not shared). */
+static int sim_page_export(int dev, void *handle, int *fd) {
+  (void)dev;
+  (void)handle;
+  int f = memfd_create("memsnap-sim-page", MFD_CLOEXEC);
+  if (f < 0) {
+    msi_error("sim backend: memfd_create: %s", strerror(errno));
+    return MSI_BE_ERR;
+  }
+  *fd = f;
+  return MSI_BE_OK;
+}
+
+static int sim_page_map_fd(int dev, uintptr_t ptr, size_t page_size, int fd, void **handle) {
+  if (fcntl(fd, F_GETFD) < 0) {
+    msi_error("sim backend: importing a page from descriptor %d: %s", fd, strerror(errno));
+    return MSI_BE_ERR;
+  }
+  return map_page(dev, ptr, page_size, true, handle);
+}
+
+/* ---- CUDA IPC of classic segments --------------------------------------------------------- */
+
+/* Whether [ptr, ptr + size) is wholly handed out by device d (in its range, none of it free). */
+static bool allocated_range(const sim_device *d, int dev, uintptr_t ptr, size_t size) {
+  uintptr_t base = (uintptr_t)(SIM_BASE * (uint64_t)(dev + 1));
+  if (ptr < base || ptr + size > base + msi_opt.sim_capacity || size == 0) return false;
+  for (int f = 0; f < d->nfree; f++)
+    if (d->free[f].start < ptr + size && ptr < d->free[f].start + d->free[f].size) return false;
+  return true;
+}
+
+static int sim_ipc_get_handle(int dev, uintptr_t ptr, size_t size, unsigned char out[64]) {
+  int rc = MSI_BE_OK;
+  pthread_mutex_lock(&sim_lock);
+  if (!allocated_range(&devs[dev], dev, ptr, size)) {
+    msi_error("sim backend: %#lx is not a device allocation of %zu bytes", (unsigned long)ptr, size);
+    rc = MSI_BE_ERR;
+  } else {
+    uint32_t pid = (uint32_t)getpid(), d = (uint32_t)dev;
+    uint64_t p = ptr, n = size;
+    memset(out, 0, 64);
+    memcpy(out, SIM_IPC_MAGIC, 8);
+    memcpy(out + 8, &pid, 4);
+    memcpy(out + 12, &d, 4);
+    memcpy(out + 16, &p, 8);
+    memcpy(out + 24, &n, 8);
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_ipc_open(int dev, const unsigned char handle[64], uintptr_t *ptr, size_t *size) {
+  sim_device *d = &devs[dev];
+  uint64_t n;
+  if (memcmp(handle, SIM_IPC_MAGIC, 8) != 0) {
+    msi_error("sim backend: not a handle of the simulated device (cuIpcOpenMemHandle: invalid argument)");
+    return MSI_BE_ERR;
+  }
+  memcpy(&n, handle + 24, 8);
+  int rc = MSI_BE_OK;
+  pthread_mutex_lock(&sim_lock);
+  uintptr_t window_end = (uintptr_t)(IPC_BASE + VA_WINDOW * (uint64_t)(dev + 1));
+  if (n == 0 || n > window_end - d->ipc_next) {
+    msi_error("sim backend: device %d cannot open an IPC handle of %llu bytes", dev, (unsigned long long)n);
+    rc = MSI_BE_ERR;
+  } else if (!push_range(&d->opened, &d->nopened, &d->opened_cap, (range){d->ipc_next, (size_t)n, true})) {
+    msi_error("sim backend: out of host memory");
+    rc = MSI_BE_ERR;
+  } else {
+    *ptr = d->ipc_next;
+    *size = (size_t)n;
+    d->ipc_next += ((size_t)n + MSI_SMALL_BUFFER - 1) / MSI_SMALL_BUFFER * MSI_SMALL_BUFFER;
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_ipc_close(int dev, uintptr_t ptr) {
+  sim_device *d = &devs[dev];
+  int rc = MSI_BE_ERR;
+  pthread_mutex_lock(&sim_lock);
+  for (int i = 0; i < d->nopened; i++)
+    if (d->opened[i].start == ptr) {
+      d->opened[i] = d->opened[--d->nopened];
+      rc = MSI_BE_OK;
+      break;
+    }
+  if (rc != MSI_BE_OK) msi_error("sim backend: closing %#lx, which no IPC handle opened", (unsigned long)ptr);
   pthread_mutex_unlock(&sim_lock);
   return rc;
 }
@@ -404,9 +531,9 @@ static int sim_page_unmap(int dev, uintptr_t ptr, size_t page_size, void *handle
     msi_error("sim backend: unmapping %#lx, which is not a mapped page of %zu bytes", (unsigned long)ptr, page_size);
     rc = MSI_BE_ERR;
   } else {
+    if (!d->mapped[i].imported) d->used -= page_size;
     memmove(&d->mapped[i], &d->mapped[i + 1], sizeof(range) * (size_t)(d->nmapped - i - 1));
     d->nmapped--;
-    d->used -= page_size;
   }
   pthread_mutex_unlock(&sim_lock);
   return rc;
@@ -515,7 +642,7 @@ static int add_chunk(sim_device *d, size_t size) {
     return -1;
   }
   d->chunks = g;
-  d->chunks[d->nchunks] = (range){start, bytes};
+  d->chunks[d->nchunks] = (range){start, bytes, false};
   int at = 0;
   while (at < d->npieces && d->pieces[at].start < start) at++;
   if (!insert_piece(d, at, (apool_range){start, bytes, d->nchunks, true, NULL, 0})) {
@@ -661,6 +788,7 @@ const msi_backend msi_backend_sim = {
     .event_synchronize = sim_event_synchronize,
     .event_destroy = sim_event_destroy,
     .stream_synchronize = sim_stream_synchronize,
+    .device_synchronize = sim_device_synchronize,
     .vmm_supported = sim_vmm_supported,
     .va_reserve = sim_va_reserve,
     .va_free = sim_va_free,
@@ -673,5 +801,10 @@ const msi_backend msi_backend_sim = {
     .async_usage = sim_async_usage,
     .async_reset_peak = sim_async_reset_peak,
     .stream_wait = sim_stream_wait,
+    .ipc_get_handle = sim_ipc_get_handle,
+    .ipc_open = sim_ipc_open,
+    .ipc_close = sim_ipc_close,
+    .page_export = sim_page_export,
+    .page_map_fd = sim_page_map_fd,
     .shutdown = sim_shutdown,
 };

@@ -19,12 +19,16 @@
  * Statistics follow PyTorch: a mapped page adds to reserved_bytes and num_device_alloc, an
  * unmapped one to num_device_free; the segment count and inactive_split leave expandable
  * segments out. Events: segment_map and segment_unmap (PyTorch's names) with the range.
+ * IPC: the pages under a block are exported as POSIX file descriptors when another process is
+ * sent the block (msi_expandable_export, for ipc.c), once per page; the descriptors are closed
+ * when their page is unmapped (a receiver holds its own reference to the memory).
  * Every function runs with the device lock held. Blocks are made, filed and merged by blocks.c,
  * below; alloc.c, above, asks here for memory and for unmapping, and nothing here calls up.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "history.h"
 #include "internal.h"
@@ -64,6 +68,10 @@ static int map_pages(msi_device *d, msi_expseg *seg, size_t first, size_t last) 
 static void unmap_pages(msi_device *d, msi_expseg *seg, size_t first, size_t last) {
   for (size_t i = first; i < last; i++) {
     if (!seg->handles[i]) continue;
+    if (seg->fds && seg->fds[i] >= 0) { /* exported for IPC: a receiver keeps its own reference */
+      close(seg->fds[i]);
+      seg->fds[i] = -1;
+    }
     if (msi_be->page_unmap(d->index, seg->base + i * seg->page_size, seg->page_size, seg->handles[i]) != MSI_BE_OK)
       msi_error("device %d: unmapping page %#lx failed", d->index, (unsigned long)(seg->base + i * seg->page_size));
     seg->handles[i] = NULL;
@@ -122,6 +130,7 @@ static void release_segment(msi_device *d, msi_block *b) {
       break;
     }
   free(seg->handles);
+  free(seg->fds);
   free(seg);
   msi_block_put(d, b);
 }
@@ -264,6 +273,44 @@ void msi_expandable_destroy_all(msi_device *d) {
     unmap_pages(d, seg, 0, seg->nhandles);
     msi_be->va_free(d->index, seg->base, seg->size);
     free(seg->handles);
+    free(seg->fds);
     free(seg);
   }
+}
+
+int msi_expandable_export(msi_device *d, const msi_block *b, int **fds, size_t *n, uintptr_t *first, size_t *page_size) {
+  msi_expseg *seg = b->seg;
+  size_t page = seg->page_size;
+  size_t lo = (b->ptr - seg->base) / page, hi = (b->ptr + b->size - seg->base + page - 1) / page;
+  if (!seg->fds) {
+    seg->fds = malloc(sizeof *seg->fds * seg->max_pages);
+    if (!seg->fds) {
+      msi_error("device %d: out of host memory exporting pages", d->index);
+      return MSI_BE_ERR;
+    }
+    for (size_t i = 0; i < seg->max_pages; i++) seg->fds[i] = -1;
+  }
+  int *out = malloc(sizeof *out * (hi - lo));
+  if (!out) {
+    msi_error("device %d: out of host memory exporting pages", d->index);
+    return MSI_BE_ERR;
+  }
+  for (size_t i = lo; i < hi; i++) {
+    if (!seg->handles[i]) { /* a mapped block lies on mapped pages only */
+      msi_error("device %d: page %#lx under a block is not mapped", d->index, (unsigned long)(seg->base + i * page));
+      free(out);
+      return MSI_BE_ERR;
+    }
+    if (seg->fds[i] < 0 && msi_be->page_export(d->index, seg->handles[i], &seg->fds[i]) != MSI_BE_OK) {
+      seg->fds[i] = -1;
+      free(out);
+      return MSI_BE_ERR;
+    }
+    out[i - lo] = seg->fds[i];
+  }
+  *fds = out;
+  *n = hi - lo;
+  *first = seg->base + lo * page;
+  *page_size = page;
+  return MSI_BE_OK;
 }

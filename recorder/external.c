@@ -50,21 +50,13 @@ static uint32_t source_id(const char *name) {
 }
 
 /* Index of the first record with ptr >= p. ext_lock held. */
-static size_t lower_bound(uintptr_t p) {
-  size_t lo = 0, hi = nrecords;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (records[mid].ptr < p) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
+static size_t lower_bound(uintptr_t p) { return msi_lower_bound_addr(records, nrecords, sizeof *records, p); }
 
 static void record_free_events(const msi_external_block *r, memsnap_stream_t stream, uint32_t stack) {
-  if (!msi_is_recording()) return;
-  msi_history_add_free(true, r->device, stream, r->ptr, r->size, r->size, stack);
+  if (!msi_ring_recording()) return;
+  msi_history_add_free_unobserved(r->device, stream, r->ptr, r->size, stack);
   /* the segment's event carries the reason of its release, which the free's events do not have */
-  msi_history_add(MSI_EV_SEGMENT_FREE, r->device, stream, r->ptr, r->size, r->size, MEMSNAP_RELEASE_EXTERNAL, stack);
+  msi_history_add_unobserved(MSI_EV_SEGMENT_FREE, r->device, stream, r->ptr, r->size, r->size, MEMSNAP_RELEASE_EXTERNAL, stack);
 }
 
 int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t stream, const char *source,
@@ -74,7 +66,7 @@ int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t 
     return MEMSNAP_EINVAL;
   }
   if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
-  uint32_t stack = msi_is_recording() ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : 0;
+  uint32_t stack = msi_ring_recording() ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : 0;
   int rc = MEMSNAP_OK;
   pthread_mutex_lock(&ext_lock);
   uint32_t src = source_id(source ? source : "external");
@@ -100,9 +92,9 @@ int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t 
   memmove(&records[at + 1], &records[at], sizeof *records * (nrecords - at));
   records[at] = (msi_external_block){(uintptr_t)ptr, size, stream, (uintptr_t)caller, stack, src, device};
   nrecords++;
-  if (msi_is_recording()) {
-    msi_history_add(MSI_EV_SEGMENT_ALLOC, device, stream, (uintptr_t)ptr, size, size, src, stack);
-    msi_history_add(MSI_EV_ALLOC, device, stream, (uintptr_t)ptr, size, size, 0, stack);
+  if (msi_ring_recording()) {
+    msi_history_add_unobserved(MSI_EV_SEGMENT_ALLOC, device, stream, (uintptr_t)ptr, size, size, src, stack);
+    msi_history_add_unobserved(MSI_EV_ALLOC, device, stream, (uintptr_t)ptr, size, size, 0, stack);
   }
 out:
   pthread_mutex_unlock(&ext_lock);
@@ -113,7 +105,7 @@ int memsnap_external_free(void *ptr, size_t size, memsnap_stream_t stream, size_
   if (freed_bytes) *freed_bytes = 0;
   if (!ptr) return MEMSNAP_OK;
   if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
-  uint32_t stack = msi_is_recording() ? msi_stack_capture_for_free(0, false) : 0;
+  uint32_t stack = msi_ring_recording() ? msi_stack_capture_for_free(0, false) : 0;
   int found = 0;
   pthread_mutex_lock(&ext_lock);
   uintptr_t lo = (uintptr_t)ptr, hi = size ? lo + size : lo + 1;

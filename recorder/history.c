@@ -31,8 +31,14 @@
  * added together, at one time: a free completed at once records its two events with one read of
  * the clock and one claim.
  *
+ * A trace observer (memsnap_set_trace_observer: PyTorch's recorder in torch_allocator/) sees the
+ * allocator's events as they are added, whether the ring records or not: msi_recording says which
+ * of the two wants them, and the allocator adds events while either does. Allocations memsnap did
+ * not make (external.c) go to the ring only (msi_history_add_unobserved).
+ *
  * Entry points: msi_history_start/stop (memsnap_record_start/stop), msi_history_add (the
- * allocator), memsnap_mark / memsnap_range_push / memsnap_range_pop, msi_history_copy.
+ * allocator), memsnap_mark / memsnap_range_push / memsnap_range_pop, msi_history_copy,
+ * memsnap_set_trace_observer.
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -45,7 +51,55 @@
 #include "history.h"
 #include "internal.h"
 
-atomic_int msi_recording; /* read on the hot path: 0 off, 1 on */
+atomic_int msi_recording; /* read on the hot path: MSI_REC_RING | MSI_REC_OBSERVER */
+
+/* The trace observer (memsnap_set_trace_observer) with its argument, swapped as one pointer; a
+ * replaced one is never freed (a writer may still be calling it), and observers are set rarely. */
+typedef struct observer {
+  memsnap_trace_observer_t fn;
+  void *arg;
+} observer;
+static _Atomic(observer *) cur_observer;
+
+/* The snapshot format's ids are the public trace kinds. */
+_Static_assert((int)MEMSNAP_TRACE_ALLOC == (int)MSI_EV_ALLOC &&
+                   (int)MEMSNAP_TRACE_FREE_REQUESTED == (int)MSI_EV_FREE_REQUESTED &&
+                   (int)MEMSNAP_TRACE_FREE_COMPLETED == (int)MSI_EV_FREE_COMPLETED &&
+                   (int)MEMSNAP_TRACE_SEGMENT_ALLOC == (int)MSI_EV_SEGMENT_ALLOC &&
+                   (int)MEMSNAP_TRACE_SEGMENT_FREE == (int)MSI_EV_SEGMENT_FREE &&
+                   (int)MEMSNAP_TRACE_OOM == (int)MSI_EV_OOM &&
+                   (int)MEMSNAP_TRACE_SNAPSHOT == (int)MSI_EV_SNAPSHOT &&
+                   (int)MEMSNAP_TRACE_SEGMENT_MAP == (int)MSI_EV_SEGMENT_MAP &&
+                   (int)MEMSNAP_TRACE_SEGMENT_UNMAP == (int)MSI_EV_SEGMENT_UNMAP,
+               "memsnap.h's MEMSNAP_TRACE_* are the snapshot format's event ids");
+
+int memsnap_set_trace_observer(memsnap_trace_observer_t fn, void *arg) {
+  observer *o = NULL;
+  if (fn) {
+    o = malloc(sizeof *o);
+    if (!o) {
+      msi_error("memsnap_set_trace_observer: out of host memory");
+      return MEMSNAP_ENOMEM;
+    }
+    o->fn = fn;
+    o->arg = arg;
+  }
+  atomic_store_explicit(&cur_observer, o, memory_order_release);
+  if (o) atomic_fetch_or(&msi_recording, MSI_REC_OBSERVER);
+  else atomic_fetch_and(&msi_recording, ~MSI_REC_OBSERVER);
+  return MEMSNAP_OK;
+}
+
+static void notify(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                   uint64_t requested) {
+  observer *o = atomic_load_explicit(&cur_observer, memory_order_acquire);
+  if (!o) return;
+  memsnap_trace_event ev = {0, device, addr, size, requested, stream};
+  for (int i = 0; i < n; i++) {
+    ev.kind = kinds[i];
+    o->fn(&ev, o->arg);
+  }
+}
 
 /* One ring. Slot i % cap holds event i; base is the first event of the recording (a clear moves
  * it), so the recording holds events [max(base, total - cap), total). */
@@ -172,13 +226,13 @@ int msi_history_start(uint64_t max_entries) {
   } else if (atomic_load(&r->total) == atomic_load(&r->base)) {
     atomic_store_explicit(&r->start_ns, msi_now_ns(), memory_order_relaxed); /* nothing recorded yet */
   }
-  atomic_store(&msi_recording, 1);
+  atomic_fetch_or(&msi_recording, MSI_REC_RING);
 out:
   pthread_mutex_unlock(&admin_lock);
   return rc;
 }
 
-void msi_history_stop(void) { atomic_store(&msi_recording, 0); }
+void msi_history_stop(void) { atomic_fetch_and(&msi_recording, ~MSI_REC_RING); }
 
 void msi_history_clear(void) {
   pthread_mutex_lock(&admin_lock);
@@ -192,6 +246,7 @@ void msi_history_clear(void) {
 
 void msi_history_reset(void) {
   atomic_store(&msi_recording, 0);
+  atomic_store(&cur_observer, NULL);
   pthread_mutex_lock(&admin_lock);
   ring_t *r = atomic_exchange(&cur, NULL);
   while (r) {
@@ -211,8 +266,12 @@ void msi_history_reset(void) {
   pthread_mutex_unlock(&label_lock);
 }
 
-void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
-                       uint64_t requested, uint64_t aux, uint32_t stack_id) {
+/* Adds the events to the ring while it records, and shows them to the observer when `observed`. */
+static void add_events(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr,
+                       uint64_t size, uint64_t requested, uint64_t aux, uint32_t stack_id, bool observed) {
+  int flags = atomic_load_explicit(&msi_recording, memory_order_relaxed);
+  if (MSI_UNLIKELY(flags & MSI_REC_OBSERVER) && observed) notify(kinds, n, device, stream, addr, size, requested);
+  if (!(flags & MSI_REC_RING)) return;
   ring_t *r = atomic_load_explicit(&cur, memory_order_acquire);
   if (!r) return;
   thread_history *th = &tls;
@@ -242,16 +301,33 @@ void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t
   }
 }
 
+void msi_history_add_n(const uint8_t *kinds, int n, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                       uint64_t requested, uint64_t aux, uint32_t stack_id) {
+  add_events(kinds, n, device, stream, addr, size, requested, aux, stack_id, true);
+}
+
 void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                      uint64_t requested, uint64_t aux, uint32_t stack_id) {
   uint8_t k = (uint8_t)kind;
-  msi_history_add_n(&k, 1, device, stream, addr, size, requested, aux, stack_id);
+  add_events(&k, 1, device, stream, addr, size, requested, aux, stack_id, true);
 }
+
+void msi_history_add_unobserved(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr,
+                                uint64_t size, uint64_t requested, uint64_t aux, uint32_t stack_id) {
+  uint8_t k = (uint8_t)kind;
+  add_events(&k, 1, device, stream, addr, size, requested, aux, stack_id, false);
+}
+
+static const uint8_t free_kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
 
 void msi_history_add_free(bool completed, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                           uint64_t requested, uint32_t stack_id) {
-  static const uint8_t kinds[] = {MSI_EV_FREE_REQUESTED, MSI_EV_FREE_COMPLETED};
-  msi_history_add_n(kinds, completed ? 2 : 1, device, stream, addr, size, requested, 0, stack_id);
+  add_events(free_kinds, completed ? 2 : 1, device, stream, addr, size, requested, 0, stack_id, true);
+}
+
+void msi_history_add_free_unobserved(int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                                     uint32_t stack_id) {
+  add_events(free_kinds, 2, device, stream, addr, size, size, 0, stack_id, false);
 }
 
 uint64_t msi_history_total(void) {
@@ -384,13 +460,13 @@ const char *msi_label(uint32_t id) {
 }
 
 static int add_label_event(msi_event_kind kind, const char *label) {
-  if (!atomic_load_explicit(&msi_recording, memory_order_relaxed)) return MEMSNAP_OK;
+  if (!msi_ring_recording()) return MEMSNAP_OK;
   uint32_t id = msi_label_id(label);
   if (id == UINT32_MAX) {
     msi_error("mark: out of host memory");
     return MEMSNAP_ENOMEM;
   }
-  msi_history_add(kind, -1, NULL, 0, 0, tls.range_depth, id, msi_stack_capture());
+  msi_history_add_unobserved(kind, -1, NULL, 0, 0, tls.range_depth, id, msi_stack_capture());
   return MEMSNAP_OK;
 }
 
@@ -419,7 +495,7 @@ void msi_history_fork(int phase) {
   }
   if (phase == MSI_FORK_CHILD) {
     /* The child is not the recorded process: its history starts empty (memsnap_record_start). */
-    atomic_store(&msi_recording, 0);
+    atomic_fetch_and(&msi_recording, ~MSI_REC_RING);
     ring_t *r = atomic_load(&cur);
     if (r) atomic_store(&r->base, atomic_load(&r->total));
     tls.tid = 0;

@@ -7,8 +7,19 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-extern atomic_int msi_recording; /* history.c: 1 while recording */
+/* history.c: MSI_REC_RING while the ring records, MSI_REC_OBSERVER while a trace observer is
+ * attached (memsnap_set_trace_observer). */
+extern atomic_int msi_recording;
+enum { MSI_REC_RING = 1, MSI_REC_OBSERVER = 2 };
 
-static inline bool msi_is_recording(void) { return atomic_load_explicit(&msi_recording, memory_order_relaxed); }
+/* Whether the allocator's decisions are wanted as events (the ring or an observer): the
+ * allocation paths test it before adding one. */
+static inline bool msi_is_recording(void) { return atomic_load_explicit(&msi_recording, memory_order_relaxed) != 0; }
+
+/* Whether the ring records: stacks are captured, and what only the ring keeps (marks, external
+ * allocations) is added, only then. */
+static inline bool msi_ring_recording(void) {
+  return (atomic_load_explicit(&msi_recording, memory_order_relaxed) & MSI_REC_RING) != 0;
+}
 
 #endif

@@ -62,6 +62,19 @@
 #define MSI_ROUND_LARGE ((size_t)2 << 20)           /* ... rounded up to 2 MiB */
 #define MSI_POWER2_INTERVALS 16                     /* roundup_power2_divisions: 1 MiB .. 64 GiB */
 
+/* Index of the first element at or above address p in an array of n elements of `stride` bytes,
+ * sorted by address, each starting with its address (a uintptr_t): external.c's and uncached.c's
+ * tables of live allocations. */
+static inline size_t msi_lower_bound_addr(const void *array, size_t n, size_t stride, uintptr_t p) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (*(const uintptr_t *)((const char *)array + mid * stride) < p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /* ---- errors (error.c) ------------------------------------------------------------------ */
 
 /* Formats a message into this thread's last-error buffer (memsnap_last_error). */
@@ -114,7 +127,10 @@ typedef struct msi_options {
   bool sim_old_driver;         /* sim: no virtual memory management, no stream-ordered pools */
   bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
   bool torch_ranges;           /* read by the Python package (memsnap.enable()); kept here likewise */
+  int torch_allocator;         /* likewise: 0 the C++ allocator (torch_allocator/), 1 the pluggable interface */
   uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
+  bool no_caching;             /* uncached.c serves every request: MEMSNAP_NO_CACHING, PYTORCH_NO_CUDA_MEMORY_CACHING=1 */
+  bool caching_off;            /* likewise, until turned on again (memsnap_set_caching: PyTorch's caching_allocator_enable); not an option */
 } msi_options;
 
 extern msi_options msi_opt;
@@ -127,6 +143,11 @@ void msi_options_load(void);
 /* Sets one option by name ("oom" or "MEMSNAP_OOM") at run time. MEMSNAP_OK, or MEMSNAP_EINVAL
  * (error set) for unknown names, invalid values and options read only at initialisation. */
 int msi_option_set(const char *name, const char *value);
+
+/* Applies PyTorch's allocator settings given at run time (memsnap_set_allocator_settings): the
+ * tuning keys back to their defaults, then what `settings` names; MEMSNAP_OK, or MEMSNAP_EINVAL
+ * (error set, nothing changed). */
+int msi_options_apply_settings(const char *settings);
 
 /* Copies MEMSNAP_DUMP (or MEMSNAP_DUMP_ON_OOM) into out, consistently while another thread may
  * set it; returns whether one is set. */
@@ -175,6 +196,7 @@ typedef struct msi_backend {
   int (*event_synchronize)(int dev, void *ev);
   void (*event_destroy)(int dev, void *ev);
   int (*stream_synchronize)(int dev, memsnap_stream_t stream); /* MSI_BE_OK or MSI_BE_ERR */
+  int (*device_synchronize)(int dev);                          /* every stream's work: MSI_BE_OK or MSI_BE_ERR */
   /* Virtual memory (expandable segments). vmm_supported: 1, or 0 with msi_error saying why.
    * va_reserve/va_free: address space only. page_map creates one physical page of page_size
    * bytes and maps it read-write at ptr (MSI_BE_OK / _OOM / _ERR, *handle set); page_unmap
@@ -197,6 +219,18 @@ typedef struct msi_backend {
   int (*async_reset_peak)(int dev);
   /* Makes `waiter` wait for the work queued on `stream` so far (an event, then a wait). */
   int (*stream_wait)(int dev, memsnap_stream_t waiter, memsnap_stream_t stream);
+  /* CUDA IPC (ipc.c). ipc_get_handle: the 64-byte cudaIpcMemHandle_t of the device allocation
+   * [ptr, ptr + size) (a classic segment); ipc_open maps the allocation another process shared
+   * (*ptr and *size set) and ipc_close unmaps it. page_export: a POSIX file descriptor for a page
+   * page_map made (its handle), which the caller owns; page_map_fd: maps at ptr, inside a
+   * reservation, the page another process exported as fd (now a descriptor of this process's),
+   * readable and writable by dev and its peers, *handle set for page_unmap. Each returns MSI_BE_OK
+   * or MSI_BE_ERR (msi_error says why). */
+  int (*ipc_get_handle)(int dev, uintptr_t ptr, size_t size, unsigned char out[64]);
+  int (*ipc_open)(int dev, const unsigned char handle[64], uintptr_t *ptr, size_t *size);
+  int (*ipc_close)(int dev, uintptr_t ptr);
+  int (*page_export)(int dev, void *handle, int *fd);
+  int (*page_map_fd)(int dev, uintptr_t ptr, size_t page_size, int fd, void **handle);
   void (*shutdown)(void);
 } msi_backend;
 
@@ -320,6 +354,7 @@ struct msi_expseg {
   size_t page_size;         /* 2 MiB for the small pool, 20 MiB for the large one, as PyTorch */
   size_t max_pages;
   void **handles;           /* physical page by index, NULL where unmapped */
+  int *fds;                 /* a page's exported descriptor (IPC), -1 none; NULL until one is exported */
   size_t nhandles;          /* handles[] entries in use (pages up to the highest mapped one) */
   size_t handles_cap;
   memsnap_stream_t stream;
@@ -333,6 +368,13 @@ struct msi_private_pool {
   uint64_t id[2];           /* PyTorch's MempoolId_t */
   int use_count;            /* captures and pools referring to it; 0: freeable by empty_cache */
   int64_t malloc_count;     /* segments (and mapped pages) it holds */
+  /* another allocator's segments (memsnap_pool_set_provider), or NULLs: the device's */
+  memsnap_segment_alloc_fn provider_alloc;
+  memsnap_segment_free_fn provider_free;
+  void *provider_ctx;
+  void (*provider_release)(void *ctx);
+  bool use_on_oom;          /* lends its cached blocks when the device is out of memory (memsnap_pool_set_flags) */
+  bool no_split;            /* its blocks are never split */
   msi_pool small, large;
   msi_private_pool *next;
 };
@@ -499,6 +541,12 @@ void msi_history_add(msi_event_kind kind, int device, memsnap_stream_t stream, u
  * free_completed too, at one time (msi_history_add_n). */
 void msi_history_add_free(bool completed, int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
                           uint64_t requested, uint32_t stack_id);
+/* msi_history_add and a free's two events (completed at once, requested = size), for the ring
+ * only: allocations memsnap's allocator did not make, which a trace observer must not see. */
+void msi_history_add_unobserved(msi_event_kind kind, int device, memsnap_stream_t stream, uintptr_t addr,
+                                uint64_t size, uint64_t requested, uint64_t aux, uint32_t stack_id);
+void msi_history_add_free_unobserved(int device, memsnap_stream_t stream, uintptr_t addr, uint64_t size,
+                                     uint32_t stack_id);
 /* Events recorded since recording started (dropped ones included). */
 uint64_t msi_history_total(void);
 /* Copies the ring, oldest first, into a new array (*out, caller frees): event k of the recording
@@ -797,6 +845,14 @@ size_t msi_allocation_size(size_t size);
 /* Frees blocks whose cross-stream events completed, and records the events of blocks freed
  * during a capture once none is underway. Lock held. */
 void msi_process_events(msi_device *d);
+/* Registers a free-memory callback (memsnap_add_free_memory_callback), which msi_device_malloc
+ * calls without the lock when no cached block fits: MEMSNAP_OK or MEMSNAP_ENOMEM (16 at most). */
+int msi_add_free_memory_callback(memsnap_free_memory_fn fn, void *arg);
+/* For checkpoint.c, lock held: frees allocated block b as msi_device_free does; allocates exactly
+ * `size` bytes at the start of cached block b (size at most b's), splitting off any remainder,
+ * and returns the allocated block (NULL when out of host memory, error set). */
+void msi_device_free_locked(msi_device *d, msi_block *b);
+msi_block *msi_device_claim_locked(msi_device *d, msi_block *b, size_t size);
 
 /* expandable.c: expandable segments. Lock held for each. */
 /* Whether the device can have them; on failure warns once (a clear message, then classic
@@ -811,6 +867,11 @@ int msi_expandable_alloc(msi_device *d, msi_pool *pool, int set_index, size_t si
 void msi_expandable_unmap(msi_device *d, msi_block *b);
 /* Releases every expandable segment (shutdown: all are unmapped by then). */
 void msi_expandable_destroy_all(msi_device *d);
+/* Exports the pages under the mapped block b for IPC: their POSIX file descriptors (kept while
+ * the page stays mapped, so the numbers stay valid for a receiver's pidfd_getfd) into *fds (n
+ * entries, a new array the caller frees), the first page's address into *first and the page size
+ * into *page_size. MSI_BE_OK, or MSI_BE_ERR (error set). */
+int msi_expandable_export(msi_device *d, const msi_block *b, int **fds, size_t *n, uintptr_t *first, size_t *page_size);
 
 /* pools.c: private pools. Lock held for each. */
 msi_private_pool *msi_private_pool_find(msi_device *d, const uint64_t id[2]);
@@ -836,6 +897,11 @@ int msi_pool_live_match(msi_device *d, const uint64_t id[2], const uint64_t *ptr
 /* The pool's use count (captures, MemPools and use_mem_pool blocks holding it), or
  * MEMSNAP_EINVAL for an unknown pool. */
 int msi_pool_use_count(msi_device *d, const uint64_t id[2]);
+/* memsnap_pool_set_flags. */
+int msi_pool_set_flags(msi_device *d, const uint64_t id[2], int use_on_oom, int no_split);
+/* memsnap_pool_set_provider: takes ownership of ctx (release called on failure too). */
+int msi_pool_set_provider(msi_device *d, const uint64_t id[2], memsnap_segment_alloc_fn alloc,
+                          memsnap_segment_free_fn free_fn, void *ctx, void (*release)(void *));
 
 /* async_alloc.c: the stream-ordered mode. Each returns what its msi_device_* counterpart does. */
 int msi_async_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32_t stack, void **out);
@@ -856,6 +922,42 @@ typedef struct msi_async_block {
 size_t msi_async_blocks(msi_device *d, msi_async_block **out);
 int msi_async_init(msi_device *d);
 void msi_async_destroy(msi_device *d);
+
+/* ipc.c: CUDA IPC in PyTorch's handle format (memsnap_ipc_*). msi_ipc_share returns
+ * MEMSNAP_EINVAL without an error for a pointer `d` does not hold (api.c tries the others);
+ * `caller` is the return address recorded with what is received. msi_ipc_reset unmaps every open
+ * handle (memsnap_shutdown, before the backend stops). */
+int msi_ipc_share(msi_device *d, void *ptr, char **handle, size_t *len, size_t *offset);
+int msi_ipc_open(const char *handle, size_t len, int device, void **base, void *caller);
+int msi_ipc_close(void *base);
+void msi_ipc_reset(void);
+
+/* uncached.c: the cache turned off (memsnap_set_caching). alloc: a device allocation of its own,
+ * recorded as external; free: MEMSNAP_EINVAL for an address it did not make. reset frees every
+ * live one (memsnap_shutdown). */
+int msi_uncached_alloc(int device, size_t size, memsnap_stream_t stream, void **out, void *caller);
+int msi_uncached_free(void *ptr);
+bool msi_uncached_any(void);
+void msi_uncached_reset(void);
+
+/* checkpoint.c: a private pool's layout saved and restored (memsnap_pool_checkpoint, _restore). */
+memsnap_pool_state *msi_pool_checkpoint(msi_device *d, const uint64_t id[2]);
+int msi_pool_restore(msi_device *d, const memsnap_pool_state *s, void ***freed, size_t *n_freed, void ***allocated,
+                     size_t *n_allocated);
+
+/* segments.c: the segments of `d` (all, or private pool id's) as public structs (memsnap_copy_segments). */
+int msi_copy_segments(msi_device *d, const uint64_t id[2], memsnap_segment_info **segments, size_t *n_segments,
+                      memsnap_block_info **blocks, size_t *n_blocks);
+
+/* segments.c: the segment holding allocated block ptr (memsnap_block_base); MEMSNAP_EINVAL
+ * without an error when `d` does not hold it, with one for a block of an expandable segment. */
+int msi_block_base(msi_device *d, void *ptr, void **base, size_t *size);
+/* The size and device of allocated block ptr (memsnap_block_size); MEMSNAP_EINVAL without an
+ * error when `d` does not hold it. */
+int msi_block_size(msi_device *d, void *ptr, size_t *size, int *device);
+/* alloc.c: makes a device follow settings changed at run time (the statistics' max_split_size,
+ * expandable segments for new segments). Takes the lock. */
+void msi_device_apply_settings(msi_device *d);
 
 /* stats.c */
 static inline void msi_stat_inc(memsnap_stat_t *s, int64_t n) {

@@ -255,6 +255,27 @@ int memsnap_release_pool(int device, uint64_t id0, uint64_t id1);
  * unknown pool or while a capture is underway. */
 int memsnap_empty_pool_cache(int device, uint64_t id0, uint64_t id1);
 
+/* A pool whose segments another allocator provides (PyTorch's MemPool(allocator=...): NCCL's
+ * ncclMemAlloc, a custom CUDA allocator): while the pool exists, each new segment of the pool is
+ * alloc(ctx, size, device, stream, &ptr) (MEMSNAP_OK, or MEMSNAP_ENOMEM: out of memory, the usual
+ * retries follow) instead of the device's, and each segment the pool gives back is free(ctx, ptr,
+ * size, device, stream); both are called with the device's lock held (they must not call
+ * memsnap). The pool's segments are classic ones (no expandable segments). release(ctx) is called
+ * once the pool is gone (released and holding no segment), or at once when this fails. Set it
+ * right after the pool is made, before anything is allocated in it. MEMSNAP_OK, or MEMSNAP_EINVAL
+ * for an unknown pool or one that holds segments or has a provider already (message set). */
+/* Options of pool (id0, id1), each unchanged when negative: use_on_oom 1, the pool lends its cached
+ * blocks to requests outside any pool when the device is out of memory (as a last resort, after
+ * the cache was released and the device asked again; PyTorch's MemPool(use_on_oom=True));
+ * no_split 1, its blocks are never split (MemPool(no_split=True)). MEMSNAP_OK, or MEMSNAP_EINVAL
+ * for an unknown pool. */
+int memsnap_pool_set_flags(int device, uint64_t id0, uint64_t id1, int use_on_oom, int no_split);
+
+typedef int (*memsnap_segment_alloc_fn)(void *ctx, size_t size, int device, memsnap_stream_t stream, void **out);
+typedef void (*memsnap_segment_free_fn)(void *ctx, void *ptr, size_t size, int device, memsnap_stream_t stream);
+int memsnap_pool_set_provider(int device, uint64_t id0, uint64_t id1, memsnap_segment_alloc_fn alloc,
+                              memsnap_segment_free_fn free_fn, void *ctx, void (*release)(void *ctx));
+
 /* Whether the allocated blocks of pool (id0, id1) are exactly ptrs[0..n), sorted ascending
  * (PyTorch's checkPoolLiveAllocations, which torch.compile's CUDA graph trees ask): 1 yes, 0 no,
  * MEMSNAP_EINVAL for an unknown pool. */
@@ -305,6 +326,146 @@ typedef void (*memsnap_oom_observer_t)(int device, size_t size, size_t total, si
 /* Adds an observer (at most 64, called in the order added, never removed). Returns MEMSNAP_OK,
  * MEMSNAP_EINVAL when `fn` is NULL, or MEMSNAP_ENOMEM when 64 are already attached. */
 int memsnap_add_oom_observer(memsnap_oom_observer_t fn, void *arg);
+
+/* ---- What a host allocator needs: PyTorch's C++ allocator (torch_allocator/) ------------- */
+
+/* These serve a program that installs memsnap as its allocator through a C++ class of its own
+ * (torch_allocator/allocator.cpp: PyTorch's CUDAAllocator), which answers PyTorch in PyTorch's
+ * types and leaves every decision to the functions below. */
+
+/* The cache turned on (1, the default) or off (0): off, every request is served by a device
+ * allocation of its own and freed at once by memsnap_free/memsnap_release, as PyTorch's
+ * caching_allocator_enable(False) does. MEMSNAP_NO_CACHING=1 (or PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+ * keeps it off whatever this says, as PyTorch's variable does. Such allocations stay out of the
+ * statistics (PyTorch's do too) but are recorded: a snapshot shows each as a segment of pool
+ * "external" whose source is "uncached". Blocks allocated before a switch are freed as they were
+ * made. memsnap_caching() returns whether the cache is on now. */
+void memsnap_set_caching(int enabled);
+int memsnap_caching(void);
+
+/* The segment that holds the block at `ptr` (an allocated block of memsnap's): its first address
+ * and total size (PyTorch's getBaseAllocation). MEMSNAP_OK; MEMSNAP_EINVAL (message set) for a
+ * pointer memsnap did not hand out, or a block of an expandable segment (whose reservation is
+ * not one device allocation, so PyTorch refuses it too) or of the async mode. */
+int memsnap_block_base(void *ptr, void **base, size_t *size);
+
+/* The rounded size and the device of the allocated block at `ptr` (what PyTorch's memory profiler
+ * is told when it is freed). MEMSNAP_OK, or MEMSNAP_EINVAL (message set) for a pointer memsnap did
+ * not hand out. */
+int memsnap_block_size(void *ptr, size_t *size, int *device);
+
+/* Sharing a block with another process (CUDA IPC), in PyTorch's own handle format, so that a
+ * receiver running PyTorch's allocator opens what memsnap sends and memsnap opens what PyTorch
+ * sends (version byte 2, then 'c' and the cudaIpcMemHandle_t of the block's segment, or 'e', a
+ * header {pid, page size, page count} and one POSIX file descriptor per page of an expandable
+ * segment, exported with cuMemExportToShareableHandle; docs/allocator.md, "IPC").
+ *
+ * memsnap_ipc_share: the handle of the allocated block at `ptr` into *handle (malloc'd, *len
+ * bytes, the caller frees it with free()) and the block's offset from the start of what the
+ * handle maps into *offset. The block is recorded as sent (an ipc_share event while recording).
+ * MEMSNAP_OK; MEMSNAP_EINVAL for a pointer memsnap did not hand out, and in the async mode (its
+ * pool's memory cannot be shared this way; PyTorch's cudaMallocAsync backend refuses too);
+ * MEMSNAP_EBACKEND when the driver refuses; MEMSNAP_ENOMEM.
+ *
+ * memsnap_ipc_open: maps what `handle` (len bytes, from memsnap_ipc_share or PyTorch's
+ * shareIpcHandle) shares into this process on `device` and returns its first address in *base.
+ * Opening the same handle again returns the same address and counts one more user; each open is
+ * matched by one memsnap_ipc_close(base), and the last unmaps it. The mapping is recorded as
+ * received (a segment of pool "external" whose source is "cuda_ipc"). MEMSNAP_OK, or
+ * MEMSNAP_EINVAL (a malformed handle), MEMSNAP_EBACKEND (the driver or the kernel refused: the
+ * message says which, e.g. pidfd_getfd without the right to the sender's descriptors),
+ * MEMSNAP_ENOMEM. memsnap_ipc_close returns MEMSNAP_EINVAL for an address no open returned. */
+int memsnap_ipc_share(void *ptr, char **handle, size_t *len, size_t *offset);
+int memsnap_ipc_open(const char *handle, size_t len, int device, void **base);
+int memsnap_ipc_close(void *base);
+
+/* A callback that may free device memory held elsewhere (PyTorch's FreeCudaMemoryCallbacks:
+ * the collection of CUDA IPC blocks other processes released), called when a request finds no
+ * cached block, before memsnap asks the device for more: with no lock of memsnap's held, so it
+ * may free through memsnap. It returns non-zero when it freed something (the request then looks
+ * in the cache again). At most 16; MEMSNAP_OK, MEMSNAP_EINVAL (NULL fn) or MEMSNAP_ENOMEM. */
+typedef int (*memsnap_free_memory_fn)(void *arg);
+int memsnap_add_free_memory_callback(memsnap_free_memory_fn fn, void *arg);
+
+/* Checkpoints of a private pool (torch.compile's CUDA graph trees restore one before recording a
+ * new graph after replaying part of a path; PyTorch's getCheckpointState/setCheckpointPoolState).
+ *
+ * memsnap_pool_checkpoint: the layout of pool (id0, id1) now: every segment with its blocks and
+ * which are allocated. NULL (message set) for an unknown pool, a released one, or out of host
+ * memory. memsnap_pool_checkpoint_free frees it.
+ *
+ * memsnap_pool_restore: frees every block of the pool that is allocated now, then allocates the
+ * checkpoint's allocated blocks again, at their addresses and sizes, splitting the segments as
+ * they were. *freed (n_freed) gets the addresses freed, *allocated (n_allocated) those allocated,
+ * in new arrays the caller frees with free() (an address may be in both). The allocator's
+ * statistics and recording see frees and allocations as usual. MEMSNAP_OK; MEMSNAP_EINVAL
+ * (message set) when a segment of the checkpoint is gone or a block is still used by another
+ * stream; MEMSNAP_ENOMEM. */
+typedef struct memsnap_pool_state memsnap_pool_state;
+memsnap_pool_state *memsnap_pool_checkpoint(int device, uint64_t id0, uint64_t id1);
+int memsnap_pool_restore(int device, const memsnap_pool_state *state, void ***freed, size_t *n_freed, void ***allocated,
+                         size_t *n_allocated);
+void memsnap_pool_checkpoint_free(memsnap_pool_state *state);
+
+/* The allocator's state as plain structs, for a host that builds its own snapshot (PyTorch's
+ * SnapshotInfo): memsnap_copy_segments fills *segments (n_segments, by address) and *blocks
+ * (n_blocks; segment i owns blocks [first_block, first_block + n_blocks) of it, by address) with
+ * the segments of `device` (every pool when id0 == id1 == 0, else private pool (id0, id1) only),
+ * in new arrays the caller frees with free(). An expandable segment is listed as one segment per
+ * run of mapped pages, as PyTorch lists it; the async mode lists each live block as a segment.
+ * MEMSNAP_OK, MEMSNAP_EINVAL (a bad device) or MEMSNAP_ENOMEM. */
+typedef struct memsnap_block_info {
+  uint64_t address, size, requested_size;
+  int allocated; /* handed out and not freed */
+  int active;    /* allocated, or freed and still used by another stream */
+} memsnap_block_info;
+typedef struct memsnap_segment_info {
+  int device;
+  int is_large;      /* large pool (blocks over 1 MiB) */
+  int is_expandable;
+  memsnap_stream_t stream;
+  uint64_t address, total_size;
+  uint64_t pool_id[2]; /* (0, 0): the default pools */
+  size_t first_block, n_blocks;
+} memsnap_segment_info;
+int memsnap_copy_segments(int device, uint64_t id0, uint64_t id1, memsnap_segment_info **segments, size_t *n_segments,
+                          memsnap_block_info **blocks, size_t *n_blocks);
+
+/* A trace observer sees every decision of the allocator as it happens (PyTorch's trace
+ * trackers, which its own recorder builds on): called on the thread that made it, with the
+ * device's lock held, so it must not call memsnap or take a lock that a caller of memsnap may
+ * hold (Python's GIL). Its kinds are the snapshot format's event ids; for alloc and the frees
+ * `size` is the block's rounded size and requested_size the size asked for; for oom `address` is
+ * the device's free bytes. Allocations memsnap did not make (external, uncached, received) are
+ * not shown. One observer at a time: memsnap_set_trace_observer replaces it (NULL removes it).
+ * Returns MEMSNAP_OK. */
+enum {
+  MEMSNAP_TRACE_ALLOC = 1,
+  MEMSNAP_TRACE_FREE_REQUESTED = 2,
+  MEMSNAP_TRACE_FREE_COMPLETED = 3,
+  MEMSNAP_TRACE_SEGMENT_ALLOC = 4,
+  MEMSNAP_TRACE_SEGMENT_FREE = 5,
+  MEMSNAP_TRACE_OOM = 6,
+  MEMSNAP_TRACE_SNAPSHOT = 7,
+  MEMSNAP_TRACE_SEGMENT_MAP = 11,
+  MEMSNAP_TRACE_SEGMENT_UNMAP = 12,
+};
+typedef struct memsnap_trace_event {
+  int kind;
+  int device;
+  uint64_t address, size, requested_size;
+  memsnap_stream_t stream;
+} memsnap_trace_event;
+typedef void (*memsnap_trace_observer_t)(const memsnap_trace_event *event, void *arg);
+int memsnap_set_trace_observer(memsnap_trace_observer_t fn, void *arg);
+
+/* Applies PyTorch's allocator settings given at run time (torch.cuda.memory._set_allocator_settings,
+ * the PYTORCH_CUDA_ALLOC_CONF syntax): max_split_size_mb, max_non_split_rounding_mb,
+ * roundup_power2_divisions and garbage_collection_threshold go back to their defaults unless the
+ * string sets them (as PyTorch's parser does), expandable_segments changes where the string sets
+ * it (new segments only); other keys are left to PyTorch. MEMSNAP_OK, or MEMSNAP_EINVAL with the
+ * first invalid item named (nothing is changed then). */
+int memsnap_set_allocator_settings(const char *settings);
 
 /* ---- Simulated device (MEMSNAP_BACKEND=sim) ----------------------------------------------- */
 

@@ -96,8 +96,8 @@ bool msi_invalid_free(void *ptr, int hint, uint64_t size_arg, memsnap_stream_t s
     d->stats.num_invalid_frees++;
     pthread_mutex_unlock(&d->lock);
   }
-  if (msi_is_recording())
-    msi_history_add(MSI_EV_INVALID_FREE, device >= 0 ? device : hint, stream, p, kind == MSI_FREE_FOREIGN ? 0 : p - block.ptr,
+  if (msi_ring_recording())
+    msi_history_add_unobserved(MSI_EV_INVALID_FREE, device >= 0 ? device : hint, stream, p, kind == MSI_FREE_FOREIGN ? 0 : p - block.ptr,
                     size_arg, (uint64_t)kind, stack);
   char what[160];
   describe(what, sizeof what, kind, p, &block);
@@ -118,7 +118,7 @@ bool msi_invalid_free(void *ptr, int hint, uint64_t size_arg, memsnap_stream_t s
               "memsnap: %llu invalid free(s) so far; further ones from this site are not printed. "
               "num_invalid_frees in the statistics counts them; %s; MEMSNAP_INVALID_FREE=abort stops at the first\n",
               (unsigned long long)total_invalid,
-              msi_is_recording() ? "`memsnap analyze` of a snapshot lists each with its stack"
+              msi_ring_recording() ? "`memsnap analyze` of a snapshot lists each with its stack"
                                  : "record (MEMSNAP_RECORD=1) and `memsnap analyze` the snapshot to see each one's stack");
     if (!fatal && nwarnings == WARN_MAX)
       fprintf(stderr, "memsnap: %d invalid-free warnings printed: no more will be\n", WARN_MAX);

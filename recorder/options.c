@@ -87,7 +87,9 @@ static const option table[] = {
      K_FRACTION, FIELD(gc_threshold), .lo = 0, .hi = 1, .open = 3, .pytorch_key = "garbage_collection_threshold",
      .runtime = true},
     {{"memory_fraction", "1.0", "cap each device at this share of its memory (0..1; 1 is no cap), like set_per_process_memory_fraction"},
-     K_FRACTION, FIELD(memory_fraction), .lo = 0, .hi = 1},
+     K_FRACTION, FIELD(memory_fraction), .lo = 0, .hi = 1, .pytorch_key = "per_process_memory_fraction"},
+    {{"no_caching", "0", "1: no cache, each request a device allocation of its own, freed at once (recorded, outside the statistics), as PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (which sets it too)"},
+     K_BOOL, FIELD(no_caching), .runtime = false},
     {{"oom", "null", "on out of memory in memsnap_malloc: null (return NULL), throw (raise torch.OutOfMemoryError; set by memsnap.enable), abort"},
      K_CHOICE, FIELD(oom), .choices = {{"null", MSI_OOM_NULL}, {"throw", MSI_OOM_THROW}, {"abort", MSI_OOM_ABORT}},
      .runtime = true},
@@ -115,6 +117,8 @@ static const option table[] = {
      K_BOOL, FIELD(intercept_cache), .runtime = false},
     {{"torch_ranges", "1", "0: memsnap.enable() leaves PyTorch's record_function scopes (Optimizer.step...) unrecorded as ranges"},
      K_BOOL, FIELD(torch_ranges), .runtime = false},
+    {{"torch_allocator", "cxx", "how memsnap.enable() becomes PyTorch's allocator: cxx (a C++ allocator built for the installed PyTorch at first use and cached; the pluggable interface where it cannot be built) or pluggable"},
+     K_CHOICE, FIELD(torch_allocator), .choices = {{"cxx", 0}, {"pluggable", 1}}, .runtime = false},
     {{"gil_wait_ms", "100", "how long an intercepted allocation from a Python thread that released the GIL waits for its Python frames (ms; past it, and with 0, native frames only)"},
      K_UINT, FIELD(gil_wait_ms), .lo = 0, .hi = 60000, .runtime = true},
 };
@@ -252,9 +256,9 @@ static const choice *find_choice(const option *o, const char *value) {
 /* Parses `value` into option o's field. Returns 0, or -1 (the field untouched) if invalid.
  * `bounded` false skips the range checks: a default may be the "off" value that a user cannot
  * write (garbage_collection_threshold 0). */
-static int parse_into(const option *o, const char *value, bool bounded) {
+static int parse_into_of(msi_options *opts, const option *o, const char *value, bool bounded) {
   double lo = bounded ? o->lo : 0, hi = bounded ? o->hi : INFINITY;
-  char *field = (char *)&msi_opt + o->offset;
+  char *field = (char *)opts + o->offset;
   unsigned long n;
   size_t sz;
   double d;
@@ -307,6 +311,10 @@ static int parse_into(const option *o, const char *value, bool bounded) {
       return msi_parse_power2_divisions(value, (uint32_t *)field);
   }
   return -1;
+}
+
+static int parse_into(const option *o, const char *value, bool bounded) {
+  return parse_into_of(&msi_opt, o, value, bounded);
 }
 
 /* Applies one option value. Returns 0, or -1 with an error naming `source` (also printed as a
@@ -452,6 +460,9 @@ void msi_options_load(void) {
   set_defaults();
   apply_pytorch_conf("PYTORCH_ALLOC_CONF");
   apply_pytorch_conf("PYTORCH_CUDA_ALLOC_CONF");
+  /* PyTorch's allocator turns its cache off when this is 1 (c10::utils::check_env) */
+  const char *nocache = getenv("PYTORCH_NO_CUDA_MEMORY_CACHING");
+  if (nocache && strcmp(nocache, "1") == 0) msi_opt.no_caching = true;
   for (int i = 0; i < OPT_COUNT; i++) {
     char var[48];
     env_name(table[i].info.name, var, sizeof var);
@@ -461,4 +472,58 @@ void msi_options_load(void) {
   msi_opt.any_power2_divisions = false;
   for (int i = 0; i < MSI_POWER2_INTERVALS; i++)
     if (msi_opt.power2_divisions[i] > 1) msi_opt.any_power2_divisions = true;
+}
+
+/* The keys PyTorch's parser puts back to their defaults whenever it parses settings
+ * (c10/core/AllocatorConfig.cpp's parseArgs), and the one more memsnap changes when named. */
+static const char *const reset_keys[] = {"max_split_size_mb", "max_non_split_rounding_mb", "roundup_power2_divisions",
+                                         "garbage_collection_threshold"};
+
+int msi_options_apply_settings(const char *settings) {
+  msi_options next = msi_opt;
+  for (int i = 0; i < OPT_COUNT; i++)
+    for (size_t k = 0; k < sizeof reset_keys / sizeof reset_keys[0]; k++)
+      if (table[i].pytorch_key && !strcmp(table[i].pytorch_key, reset_keys[k]))
+        parse_into_of(&next, &table[i], table[i].info.default_str, false);
+  char buf[1024];
+  if (snprintf(buf, sizeof buf, "%s", settings) >= (int)sizeof buf) {
+    msi_error("allocator settings longer than %zu bytes", sizeof buf - 1);
+    return MEMSNAP_EINVAL;
+  }
+  for (char *p = buf; *p;) {
+    char *q = p; /* an item ends at a comma outside [] */
+    int depth = 0;
+    while (*q && (depth || *q != ',')) {
+      depth += (*q == '[') - (*q == ']');
+      q++;
+    }
+    char *next_item = *q ? q + 1 : q;
+    *q = '\0';
+    while (*p == ' ') p++;
+    char *colon = strchr(p, ':');
+    if (colon) {
+      *colon = '\0';
+      for (int i = 0; i < OPT_COUNT; i++) {
+        const char *key = table[i].pytorch_key;
+        bool changes = key && (!strcmp(key, "expandable_segments") || !strcmp(key, "roundup_power2_divisions") ||
+                               !strcmp(key, "max_split_size_mb") || !strcmp(key, "max_non_split_rounding_mb") ||
+                               !strcmp(key, "garbage_collection_threshold"));
+        if (changes && !strcmp(p, key) && parse_into_of(&next, &table[i], colon + 1, true) != 0) {
+          msi_error("invalid allocator setting %s:%s (%s)", p, colon + 1, table[i].info.comment);
+          return MEMSNAP_EINVAL;
+        }
+      }
+    }
+    p = next_item;
+  }
+  msi_opt.max_split_size = next.max_split_size;
+  msi_opt.max_non_split_rounding = next.max_non_split_rounding;
+  memcpy(msi_opt.power2_divisions, next.power2_divisions, sizeof msi_opt.power2_divisions);
+  msi_opt.gc_threshold = next.gc_threshold;
+  msi_opt.expandable_segments = next.expandable_segments;
+  bool any = false;
+  for (int i = 0; i < MSI_POWER2_INTERVALS; i++)
+    if (msi_opt.power2_divisions[i] > 1) any = true;
+  msi_opt.any_power2_divisions = any;
+  return MEMSNAP_OK;
 }

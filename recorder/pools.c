@@ -14,7 +14,10 @@
  *     segments (alloc.c, the caching policy, says how: it hands its release function down)
  *     and forgets it once it holds none;
  *   - while any capture is underway, cross-stream events are not queried or recorded (illegal
- *     during capture: alloc.c defers them) and nothing synchronizes.
+ *     during capture: alloc.c defers them) and nothing synchronizes;
+ *   - a pool may have a provider (MemPool(allocator=...)): another allocator whose functions give
+ *     and take back its segments (alloc.c calls them instead of the device); its context goes
+ *     when the pool does.
  * Every function here runs with the device lock held; the public wrappers are in api.c. alloc.c
  * asks here which pool serves a request (msi_pool_for), and nothing here calls up into it.
  */
@@ -67,6 +70,14 @@ static void pool_free_sets(msi_pool *p) {
   p->nsets = p->sets_cap = 0;
 }
 
+/* Forgets a pool that holds nothing: its sets, and the context of its provider. */
+static void pool_forget(msi_private_pool *pp) {
+  pool_free_sets(&pp->small);
+  pool_free_sets(&pp->large);
+  if (pp->provider_release) pp->provider_release(pp->provider_ctx);
+  free(pp);
+}
+
 void msi_private_pools_release_freeable(msi_device *d, const uint64_t *only, msi_pool_release_fn release) {
   msi_private_pool **link = &d->private_pools;
   while (*link) {
@@ -76,9 +87,7 @@ void msi_private_pools_release_freeable(msi_device *d, const uint64_t *only, msi
       release(d, &pp->large);
       if (pp->malloc_count == 0) {
         *link = pp->next;
-        pool_free_sets(&pp->small);
-        pool_free_sets(&pp->large);
-        free(pp);
+        pool_forget(pp);
         continue;
       }
     }
@@ -90,9 +99,7 @@ void msi_private_pools_destroy(msi_device *d) {
   while (d->private_pools) {
     msi_private_pool *pp = d->private_pools;
     d->private_pools = pp->next;
-    pool_free_sets(&pp->small);
-    pool_free_sets(&pp->large);
-    free(pp);
+    pool_forget(pp);
   }
 }
 
@@ -169,6 +176,43 @@ int msi_pool_release(msi_device *d, const uint64_t id[2]) {
   }
   pthread_mutex_unlock(&d->lock);
   return rc;
+}
+
+int msi_pool_set_provider(msi_device *d, const uint64_t id[2], memsnap_segment_alloc_fn alloc,
+                          memsnap_segment_free_fn free_fn, void *ctx, void (*release)(void *)) {
+  int rc = MEMSNAP_EINVAL;
+  pthread_mutex_lock(&d->lock);
+  msi_private_pool *pp = msi_private_pool_find(d, id);
+  if (!pp)
+    msi_error("device %d: no pool (%llu, %llu)", d->index, (unsigned long long)id[0], (unsigned long long)id[1]);
+  else if (pp->malloc_count || pp->provider_alloc)
+    msi_error("device %d: pool (%llu, %llu) %s", d->index, (unsigned long long)id[0], (unsigned long long)id[1],
+              pp->provider_alloc ? "has a provider already" : "holds segments already");
+  else if (!alloc || !free_fn)
+    msi_error("memsnap_pool_set_provider: both functions are needed");
+  else {
+    pp->provider_alloc = alloc;
+    pp->provider_free = free_fn;
+    pp->provider_ctx = ctx;
+    pp->provider_release = release;
+    rc = MEMSNAP_OK;
+  }
+  pthread_mutex_unlock(&d->lock);
+  if (rc != MEMSNAP_OK && release) release(ctx);
+  return rc;
+}
+
+int msi_pool_set_flags(msi_device *d, const uint64_t id[2], int use_on_oom, int no_split) {
+  pthread_mutex_lock(&d->lock);
+  msi_private_pool *pp = msi_private_pool_find(d, id);
+  if (pp) {
+    if (use_on_oom >= 0) pp->use_on_oom = use_on_oom != 0;
+    if (no_split >= 0) pp->no_split = no_split != 0;
+  } else {
+    msi_error("device %d: no pool (%llu, %llu)", d->index, (unsigned long long)id[0], (unsigned long long)id[1]);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return pp ? MEMSNAP_OK : MEMSNAP_EINVAL;
 }
 
 int msi_pool_use_count(msi_device *d, const uint64_t id[2]) {

@@ -206,7 +206,7 @@ static void gather(msi_device **devs, int n, void *arg) {
   gather_external(s);
   /* Still under every device lock: the snapshot event and the ring copy see the same instant
    * as the blocks (lock order: device locks, then the ring's). */
-  if (msi_is_recording()) msi_history_add(MSI_EV_SNAPSHOT, -1, NULL, 0, 0, 0, 0, 0);
+  if (msi_ring_recording()) msi_history_add_unobserved(MSI_EV_SNAPSHOT, -1, NULL, 0, 0, 0, 0, 0);
   s->nev = msi_history_copy(&s->ev, &s->dropped, &s->before, &s->max_entries, &s->start_ns);
 }
 
@@ -359,7 +359,7 @@ static void write_meta(writer *w, const snapshot *s) {
   insert_kv(w, st, "command_line", cmd, 0, true);
   insert_kv(w, st, "backend", msi_be->name, 0, true);
   insert_kv(w, st, "device_count", NULL, msi_be->device_count(), false);
-  insert_kv(w, st, "recording", NULL, msi_is_recording(), false);
+  insert_kv(w, st, "recording", NULL, msi_ring_recording(), false);
   insert_kv(w, st, "stacks", stack_modes[msi_opt.stacks & 3], 0, true);
   insert_kv(w, st, "max_entries", NULL, (int64_t)s->max_entries, false);
   insert_kv(w, st, "recorded_events", NULL, (int64_t)(s->nev + s->dropped), false);

@@ -42,12 +42,15 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
  * pages of expandable segments (and, in async mode, the stream-ordered pool's growth);
  * invalid_free a free of a pointer the allocator did not own (extra: 1 double free, 2 foreign
  * pointer, 3 interior pointer; size the offset into the block that holds the address, 0 none;
- * requested the caller's size). A new kind goes at the end: ids are part of the format. */
+ * requested the caller's size); ipc_share a block sent to another process (CUDA IPC: address the
+ * block, size its size, requested its requested size, extra its offset in what the handle maps).
+ * A new kind goes at the end: ids are part of the format. */
 #define MEMSNAP_EVENT_KIND_LIST(X)                                                              \
   X(ALLOC, "alloc") X(FREE_REQUESTED, "free_requested") X(FREE_COMPLETED, "free_completed")      \
   X(SEGMENT_ALLOC, "segment_alloc") X(SEGMENT_FREE, "segment_free") X(OOM, "oom")                 \
   X(SNAPSHOT, "snapshot") X(MARK, "mark") X(RANGE_PUSH, "range_push") X(RANGE_POP, "range_pop") \
-  X(SEGMENT_MAP, "segment_map") X(SEGMENT_UNMAP, "segment_unmap") X(INVALID_FREE, "invalid_free")
+  X(SEGMENT_MAP, "segment_map") X(SEGMENT_UNMAP, "segment_unmap") X(INVALID_FREE, "invalid_free")   \
+  X(IPC_SHARE, "ipc_share")
 
 /* Why a segment_free or segment_unmap happened: its `extra` (NULL, read as 0: not recorded, as
  * in imported snapshots and files written before these codes). The recorder knows the reason

@@ -48,6 +48,7 @@ run() {
 
 want alloc && run test_alloc "$build/tests/test_alloc"
 want alloc && run test_modes "$build/tests/test_modes" "$build/tests"
+want alloc && run test_host_api "$build/tests/test_host_api" "$build/tests"
 want alloc && run test_modes_cli "$here/recorder/test_modes_cli.sh" "$build"
 want alloc && run test_layers python3 "$here/test_layers.py" "$build"
 want options && run test_options "$build/tests/test_options"
@@ -79,6 +80,7 @@ want python && run test_pystacks "${py_env[@]}" python3 "$here/recorder/test_pys
 want python && run test_oom_throw "${py_env[@]}" python3 "$here/recorder/test_oom_throw.py"
 want python && run test_enable "${py_env[@]}" python3 "$here/recorder/test_enable.py"
 want python && run test_torch_memory "${py_env[@]}" python3 "$here/recorder/test_torch_memory.py"
+want python && run test_torch_cxx "${py_env[@]}" python3 "$here/recorder/test_torch_cxx.py"
 want python && run test_libs "${py_env[@]}" python3 "$here/recorder/test_libs.py"
 want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "$build/memsnap"
 want run && run test_run env PY_PRELOAD="${PY_PRELOAD:-}" "$here/intercept/test_run.sh" "$build"

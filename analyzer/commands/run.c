@@ -191,6 +191,7 @@ static int prepare_env(const run_options *o, run_mode mode, const char *bin, con
     /* CuPy: its arrays from memsnap's allocator, each seen with its stack (the sitecustomize) */
     rc |= set_env("MEMSNAP_RUN_CUPY", "1");
   }
+  if (o->quiet) rc |= set_env("MEMSNAP_RUN_QUIET", "1"); /* the Python package's notes too */
   if (interposed(mode) && !o->keep_arena && !getenv("XLA_PYTHON_CLIENT_ALLOCATOR")) {
     /* JAX: each array its own cuMemAlloc, which the interposer sees (the sitecustomize notes it) */
     rc |= set_env("XLA_PYTHON_CLIENT_ALLOCATOR", "platform") | set_env("MEMSNAP_RUN_XLA_ALLOCATOR", "platform");

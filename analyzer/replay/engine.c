@@ -639,7 +639,9 @@ static int run_event(const ms_event *e, void *arg) {
   run_state *st = arg;
   ms_replay_result *r = st->r;
   r->events++;
-  if (e->kind == MS_SNAPSHOT || e->kind == MS_MARK || e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP) return 0;
+  if (e->kind == MS_SNAPSHOT || e->kind == MS_MARK || e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP ||
+      e->kind == MS_IPC_SHARE)
+    return 0;
   if (e->kind < MS_ALLOC || e->kind > MS_SEGMENT_UNMAP) {
     r->bad_events++;
     return 0;

@@ -28,6 +28,9 @@
 # own before LD_PRELOAD's libraries, where a sanitizer's runtime cannot come first (AddressSanitizer
 # stops the program: "ASan runtime does not come first in initial library list").
 set -u
+# the stand-in for torch has no C++ headers: memsnap.enable() uses the pluggable interface, asked
+# for here rather than falling back with a line per process (test_torch_cxx.py tests the fallback)
+export MEMSNAP_TORCH_ALLOCATOR=pluggable
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 cli=$build/memsnap

@@ -1,14 +1,18 @@
-"""memsnap: Python bindings (ctypes, no compiled extension) for libmemsnap.
+"""memsnap: Python bindings (ctypes) for libmemsnap.
 
 Two uses:
 
 * With PyTorch: ``memsnap.enable()`` before the first CUDA call makes memsnap PyTorch's CUDA
-  allocator (``CUDAPluggableAllocator``), hooks ``torch.cuda.empty_cache()``,
-  ``set_per_process_memory_fraction()``, ``Tensor.record_stream()`` and CUDA graph capture
-  (private pools: ``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``), serves
-  ``torch.cuda.memory_stats()`` and the functions built on it, provides ``torch.cuda.MemPool``
-  and ``use_mem_pool``, and turns an out-of-memory into ``torch.OutOfMemoryError`` instead of a
-  tensor with a null data pointer.
+  allocator. By default through memsnap's C++ allocator (torch_cxx.py builds
+  torch_allocator/allocator.cpp for the installed PyTorch at first use, and caches it), which
+  PyTorch reaches as its own from everywhere: statistics, snapshots and its recorder, MemPool,
+  CUDA graphs and torch.compile's graph trees, CUDA IPC, the cache turned off. Where it cannot
+  be built, through PyTorch's pluggable interface (``CUDAPluggableAllocator``), whose hooks
+  reach ``torch.cuda.empty_cache()``, ``set_per_process_memory_fraction()``,
+  ``Tensor.record_stream()`` and CUDA graph capture, with memsnap's answers (torch_memory.py)
+  for ``torch.cuda.memory_stats()`` and the rest, ``torch.cuda.MemPool`` and ``use_mem_pool``,
+  and an out-of-memory raised as ``torch.OutOfMemoryError`` instead of a tensor with a null
+  data pointer.
 * Without PyTorch: allocate, free and read statistics directly (``malloc``, ``free``,
   ``memory_stats``...), for example on the simulated device (``MEMSNAP_BACKEND=sim``).
 
@@ -32,7 +36,7 @@ __all__ = [
     "reset_accumulated_stats", "check", "backend", "device_count", "last_error", "options",
     "set_option", "sim_synchronize", "shutdown", "MemsnapError", "record", "stop_recording", "dump",
     "mark", "range", "range_push", "range_pop", "add_oom_observer", "MemPool", "use_mem_pool", "get_option", "get_memory_fraction",
-    "clear_recording", "sim_peer_access", "stack_counters",
+    "clear_recording", "sim_peer_access", "stack_counters", "allocator_kind", "set_caching", "caching",
 ]
 
 __version__ = "0.1.0"  # memsnap.h's MEMSNAP_VERSION (tests/test_install.sh checks they agree)
@@ -105,12 +109,16 @@ def _declare(lib):
         "memsnap_pool_live_allocations_match": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64, c.POINTER(c.c_uint64),
                                                           c.c_size_t]),
         "memsnap_pool_use_count": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64]),
+        "memsnap_pool_set_flags": (c.c_int, [c.c_int, c.c_uint64, c.c_uint64, c.c_int, c.c_int]),
         "memsnap_get_option": (c.c_int, [c.c_char_p, c.c_char_p, c.c_size_t]),
         "memsnap_get_memory_fraction": (c.c_double, [c.c_int]),
         "memsnap_record_clear": (c.c_int, []),
         "memsnap_sim_peer_access": (c.c_int, [c.c_int, c.c_void_p]),
         "memsnap_add_oom_observer": (c.c_int, [OOM_OBSERVER, c.c_void_p]),
         "memsnap_stack_counters": (c.c_int, [c.POINTER(c.c_char_p), c.POINTER(c.c_uint64), c.c_int]),
+        "memsnap_set_allocator_settings": (c.c_int, [c.c_char_p]),
+        "memsnap_set_caching": (None, [c.c_int]),
+        "memsnap_caching": (c.c_int, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)
@@ -250,6 +258,17 @@ def get_option(name):
     buf = ctypes.create_string_buffer(1100)
     _check(load().memsnap_get_option(str(name).encode(), buf, len(buf)))
     return buf.value.decode()
+
+
+def set_caching(enabled):
+    """Turns the cache on or off (PyTorch's caching_allocator_enable): off, each request is a device
+    allocation of its own, freed at once, recorded but left out of the statistics."""
+    load().memsnap_set_caching(1 if enabled else 0)
+
+
+def caching():
+    """Whether the cache is on."""
+    return bool(load().memsnap_caching())
 
 
 def get_memory_fraction(device=0):
@@ -426,7 +445,8 @@ class MemPool:
     ``use_mem_pool(pool)`` by the calling thread come from the pool's own blocks, which nothing
     else gets; when the pool is deleted its cached memory goes back to the device, and what its
     live tensors hold follows at ``torch.cuda.empty_cache()`` once they are freed. ``allocator=`` (a pool served by a
-    second allocator), ``use_on_oom`` and ``symmetric`` have no memsnap equivalent and raise."""
+    second allocator) and ``symmetric`` have no memsnap equivalent here and raise (memsnap's C++
+    allocator serves ``allocator=``: there PyTorch's own MemPool is used)."""
 
     _ids = itertools.count(1)
 
@@ -435,9 +455,8 @@ class MemPool:
             raise NotImplementedError("memsnap: MemPool(allocator=...) would route allocations to a second "
                                       "allocator, which PyTorch's pluggable allocator interface cannot carry; "
                                       "use MemPool() (memsnap serves the pool itself)")
-        if use_on_oom or symmetric or no_split:
-            raise NotImplementedError("memsnap: MemPool's use_on_oom, symmetric and no_split options are not "
-                                      "supported under memsnap's allocator")
+        if symmetric:
+            raise NotImplementedError("memsnap: MemPool's symmetric option is not supported under memsnap's allocator")
         from . import torch_memory
         if torch_memory.is_async():  # as PyTorch's cudaMallocAsync backend answers createOrIncrefPool
             raise RuntimeError(torch_memory.async_refusal("createOrIncrefPool"))
@@ -447,6 +466,9 @@ class MemPool:
         self._id = (0, (1 << 48) + next(MemPool._ids))
         _check(load().memsnap_create_pool(self._device, *self._id))
         self._live = True
+        if use_on_oom or no_split:  # lend its blocks when the device is out of memory; never split them
+            _check(load().memsnap_pool_set_flags(self._device, *self._id, 1 if use_on_oom else -1,
+                                                 1 if no_split else -1))
 
     @property
     def id(self):
@@ -602,12 +624,84 @@ def _record_torch_ranges(torch, lib):
     return True
 
 
+def _wrap_allocator_settings(torch, lib):
+    """PyTorch's settings changed at run time (torch.cuda.memory._set_allocator_settings, which calls
+    torch._C._accelerator_setAllocatorSettings at call time) reach memsnap too: PyTorch parses them
+    first (and raises ValueError for a bad one, as natively), then memsnap applies the keys it
+    decides with (memsnap_set_allocator_settings)."""
+    original = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if original is None or getattr(original, "_memsnap", False):
+        return
+
+    def set_allocator_settings(env):
+        result = original(env)
+        import warnings
+        if lib.memsnap_set_allocator_settings(str(env).encode()) != 0:
+            warnings.warn("memsnap: allocator settings %r: %s" % (env, last_error()), RuntimeWarning, stacklevel=2)
+        if "graph_capture_record_stream_reuse:True" in str(env).replace(" ", ""):
+            warnings.warn("memsnap: graph_capture_record_stream_reuse is not served by memsnap's allocator: a block "
+                          "freed during a CUDA graph capture while other streams use it waits for the capture's end "
+                          "(more memory, same results); PyTorch's own allocator serves it: memsnap run --mode "
+                          "torch-native", RuntimeWarning, stacklevel=2)
+        return result
+    set_allocator_settings._memsnap = True
+    torch._C._accelerator_setAllocatorSettings = set_allocator_settings
+
+
+# What PyTorch cannot reach through the pluggable interface (docs/pytorch.md), said when memsnap
+# has to fall back to it.
+PLUGGABLE_LIMITS = ("CUDA IPC (torch.multiprocessing), graph trees' checkpoint restore, torch.accelerator's "
+                    "statistics and PyTorch's C++ recorder")
+
+_kind = None  # "cxx" or "pluggable", once enabled
+
+
+def allocator_kind():
+    """How memsnap is PyTorch's allocator: "cxx" (the C++ allocator built for the installed
+    PyTorch), "pluggable" (PyTorch's pluggable interface), or None before enable()."""
+    return _kind
+
+
+def _enable_pluggable(torch, lib, so):
+    """Installs memsnap through torch.cuda.memory.CUDAPluggableAllocator, with memsnap's answers for
+    what that interface does not forward (torch_memory.py)."""
+    _hide_backend_key()
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(so, "memsnap_malloc", "memsnap_free")
+    hooks = allocator.allocator()
+    hooks.set_init_fn(_fn_addr(lib, "memsnap_init"))
+    hooks.set_reset_fn(_fn_addr(lib, "memsnap_empty_cache"))
+    hooks.set_memory_fraction_fn(_fn_addr(lib, "memsnap_set_memory_fraction"))
+    hooks.set_record_stream_fn(_fn_addr(lib, "memsnap_record_stream"))
+    _install_pools(torch, lib, hooks)
+    torch.cuda.memory.change_current_allocator(allocator)
+
+    # Out of memory raises torch.OutOfMemoryError (see docs/pytorch.md for how).
+    global _oom_type
+    _oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    lib.memsnap_set_python_oom_error(id(_oom_type))  # borrowed: _oom_type keeps it alive
+    if not os.environ.get("MEMSNAP_OOM"):
+        set_option("oom", "throw")
+
+    # torch.cuda.memory's functions read their torch._C bindings at call time: memory_stats()
+    # and the rest, the backend's name, the memory fraction, snapshots, the history.
+    from . import torch_memory
+    torch_memory.install(torch)
+    return allocator
+
+
 def enable(path=None):
     """Makes memsnap PyTorch's CUDA allocator. Call it before anything touches CUDA.
 
-    Returns the torch.cuda.memory.CUDAPluggableAllocator. Raises ImportError without torch and
-    RuntimeError when CUDA is already initialised (PyTorch cannot swap its allocator then)."""
-    global _enabled
+    By default (MEMSNAP_TORCH_ALLOCATOR=cxx) through memsnap's C++ allocator, built for the
+    installed PyTorch at first use and cached (memsnap.torch_cxx), which PyTorch reaches from
+    everywhere as its own; where it cannot be built (no compiler, no headers), through PyTorch's
+    pluggable interface, with one line saying what that loses. MEMSNAP_TORCH_ALLOCATOR=pluggable
+    asks for the latter.
+
+    Returns PyTorch's allocator object (torch.cuda.memory's _CUDAAllocator wrapper, or the
+    CUDAPluggableAllocator). Raises ImportError without torch and RuntimeError when CUDA is
+    already initialised (PyTorch cannot swap its allocator then)."""
+    global _enabled, _kind
     if _enabled is not None:
         return _enabled
     try:
@@ -623,30 +717,27 @@ def enable(path=None):
     # is not touched (PyTorch initialises it at the first tensor), so a parent that never uses it
     # can still fork children that do
     lib.memsnap_read_options()
-    if "PYTORCH_NO_CUDA_MEMORY_CACHING" in os.environ:  # PyTorch's allocator asks only whether it is set
-        from . import torch_memory
-        torch_memory.warn_cache_kept("PYTORCH_NO_CUDA_MEMORY_CACHING", 2)
-    _hide_backend_key()
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(so, "memsnap_malloc", "memsnap_free")
-    hooks = allocator.allocator()
-    hooks.set_init_fn(_fn_addr(lib, "memsnap_init"))
-    hooks.set_reset_fn(_fn_addr(lib, "memsnap_empty_cache"))
-    hooks.set_memory_fraction_fn(_fn_addr(lib, "memsnap_set_memory_fraction"))
-    hooks.set_record_stream_fn(_fn_addr(lib, "memsnap_record_stream"))
-    _install_pools(torch, lib, hooks)
+    allocator = None
+    if get_option("torch_allocator") == "cxx":
+        from . import torch_cxx
+        try:
+            torch_cxx.install(torch, lib._name)
+            allocator = torch.cuda.memory._get_current_allocator()
+            _kind = "cxx"
+        except Exception as e:  # noqa: BLE001 - whatever stops the build, memsnap goes in another way
+            if isinstance(e, RuntimeError) and not isinstance(e, torch_cxx.BuildError):
+                raise  # PyTorch refused the swap itself: the pluggable interface would be refused too
+            import sys
+            why = str(e) if isinstance(e, torch_cxx.BuildError) else "the C++ allocator could not be built (%s: %s)" % (
+                type(e).__name__, e)
+            print("memsnap: warning: %s; using PyTorch's pluggable allocator interface instead, through which "
+                  "PyTorch does not reach memsnap for %s (a program that needs them: memsnap run --mode "
+                  "torch-native; docs/pytorch.md; MEMSNAP_TORCH_ALLOCATOR=pluggable silences this)"
+                  % (why, PLUGGABLE_LIMITS), file=sys.stderr)
+    if allocator is None:
+        allocator = _enable_pluggable(torch, lib, so)
+        _kind = "pluggable"
     _record_torch_ranges(torch, lib)
-    torch.cuda.memory.change_current_allocator(allocator)
-
-    # Out of memory raises torch.OutOfMemoryError (see docs/pytorch.md for how).
-    global _oom_type
-    _oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    lib.memsnap_set_python_oom_error(id(_oom_type))  # borrowed: _oom_type keeps it alive
-    if not os.environ.get("MEMSNAP_OOM"):
-        set_option("oom", "throw")
-
-    # torch.cuda.memory's functions read their torch._C bindings at call time: memory_stats()
-    # and the rest, the backend's name, the memory fraction, snapshots, the history.
-    from . import torch_memory
-    torch_memory.install(torch)
+    _wrap_allocator_settings(torch, lib)
     _enabled = allocator
     return allocator

@@ -25,7 +25,6 @@ import os
 import sqlite3
 import sys
 import tempfile
-import warnings
 
 import memsnap
 
@@ -285,21 +284,12 @@ def attach_out_of_memory_observer(observer):
     memsnap.add_oom_observer(observer)
 
 
-def warn_cache_kept(what, stacklevel):
-    """Says that `what`, which turns PyTorch's own cache off, does nothing under memsnap: PyTorch
-    tells a pluggable allocator neither the call nor PYTORCH_NO_CUDA_MEMORY_CACHING, and memsnap
-    keeps caching and recording (docs/pytorch.md). stacklevel as warnings.warn's, from the caller."""
-    warnings.warn("memsnap: %s has no effect under memsnap's allocator: memory stays cached, counted and "
-                  "recorded (PyTorch does not pass it to a pluggable allocator); see memsnap's docs/pytorch.md"
-                  % what, RuntimeWarning, stacklevel=stacklevel + 1)
-
-
 def caching_allocator_enable(value):
-    """torch._C._cuda_cudaCachingAllocator_enable. PyTorch's own allocator, turned off, gives each
-    tensor a cudaMalloc of its own, outside its statistics and its recorder; memsnap warns instead
-    of doing nothing silently."""
-    if not value:
-        warn_cache_kept("caching_allocator_enable(False)", 3)
+    """torch._C._cuda_cudaCachingAllocator_enable: the cache on or off (memsnap.set_caching), as
+    PyTorch's own allocator turns its cache off: each tensor a device allocation of its own, freed
+    at once, outside the statistics; memsnap still records them (a segment of pool external whose
+    source is "uncached")."""
+    memsnap.set_caching(bool(value))
 
 
 def install(torch):

@@ -1,8 +1,11 @@
 """parity_memory_api.py: every public function of torch.cuda.memory under memsnap against native
-PyTorch, for backend native and backend:cudaMallocAsync (issue 24).
+PyTorch, for backend native and backend:cudaMallocAsync (issues 24 and 34).
 
 Each (backend, allocator) pair runs in a child process of its own (PyTorch cannot swap its
-allocator once CUDA is up): "native" is PyTorch's own allocator, "memsnap" is memsnap.enable(),
+allocator once CUDA is up): "native" is PyTorch's own allocator, "memsnap" is memsnap.enable()
+(its C++ allocator, built for this PyTorch; the pluggable interface where it cannot be built: the
+row "memsnap allocator" says which), "memsnap-pluggable" is memsnap.enable() with
+MEMSNAP_TORCH_ALLOCATOR=pluggable (the pluggable interface with memsnap's Python answers), and
 "pluggable" (backend native only) is libmemsnap installed as a bare CUDAPluggableAllocator
 without memsnap's answers, to show what PyTorch's pluggable interface refuses by itself. A child
 runs the same checks in the same order and prints one JSON line of answers (an exception is
@@ -14,7 +17,7 @@ On the GPU machine (after tests/gpu/prepare.sh, build/ carried):
 Here, against the stand-in on the simulated device (tests/recorder/test_torch_memory.py does):
     PYTHONPATH=tests/data/fake_torch MEMSNAP_BACKEND=sim python3 tests/gpu/parity/parity_memory_api.py
 
-usage: parity_memory_api.py [--backends native,cudaMallocAsync] [--json FILE] [--no-compile]
+usage: parity_memory_api.py [--backends native,cudaMallocAsync] [--json FILE] [--no-compile] [--no-memsnap-pluggable]
 """
 import hashlib
 import json
@@ -175,6 +178,41 @@ def run_checks(torch, compile_checks):
     if hasattr(mem, "caching_allocator_enable"):
         out["caching_allocator_enable"] = answer(lambda: mem.caching_allocator_enable(True) or "ok")
 
+        def uncached():
+            """The cache off: a tensor of its own device allocation, outside the statistics."""
+            before = mem.memory_allocated()
+            mem.caching_allocator_enable(False)
+            try:
+                t = torch.full((3 * MB,), 7, device="cuda", dtype=torch.uint8)
+                grown = mem.memory_allocated() - before
+                right = int(t[-1]) == 7
+                del t
+            finally:
+                mem.caching_allocator_enable(True)
+            return [grown, right]
+
+        out["caching_allocator_enable(False): a tensor outside the statistics"] = answer(uncached)
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "memory_stats"):
+        out["torch.accelerator.memory_stats (device-generic)"] = answer(
+            lambda: [len(accelerator.memory_stats()), accelerator.memory_stats().get("active_bytes.all.current", 0) ==
+                     mem.memory_stats().get("active_bytes.all.current", -1)])
+    if hasattr(mem, "_set_allocator_settings"):
+        def settings():
+            """roundup_power2_divisions:4 set at run time: 84 MiB is then allocated as 96 MiB."""
+            mem.empty_cache()
+            start = mem.memory_allocated()
+            mem._set_allocator_settings("roundup_power2_divisions:4")
+            try:
+                x = empty(torch, 84 * MB)
+                grown = mem.memory_allocated() - start
+                del x
+            finally:
+                mem._set_allocator_settings("")
+            return grown
+
+        out["_set_allocator_settings at run time"] = answer(settings)
+
     def release():
         live.clear()
         mem.empty_cache()
@@ -211,10 +249,14 @@ def graph_trees(torch):
 
 def child(alloc, compile_checks):
     import torch
-    if alloc == "memsnap":
+    kind = None
+    if alloc in ("memsnap", "memsnap-pluggable"):
+        if alloc == "memsnap-pluggable":
+            os.environ["MEMSNAP_TORCH_ALLOCATOR"] = "pluggable"
         sys.path.insert(0, os.path.join(ROOT, "recorder", "python"))
         import memsnap
         memsnap.enable()
+        kind = memsnap.allocator_kind()
     elif alloc == "pluggable":
         sys.path.insert(0, os.path.join(ROOT, "recorder", "python"))
         import memsnap
@@ -222,6 +264,8 @@ def child(alloc, compile_checks):
         mem = torch.cuda.memory
         mem.change_current_allocator(mem.CUDAPluggableAllocator(so, "memsnap_malloc", "memsnap_free"))
     out = run_checks(torch, compile_checks)
+    if kind:
+        out["memsnap allocator"] = kind
     print("PARITY " + json.dumps(out, default=repr))
 
 
@@ -281,26 +325,31 @@ def main():
     backends = args[args.index("--backends") + 1].split(",") if "--backends" in args else ["native", "cudaMallocAsync"]
     results = {}
     for backend in backends:
-        allocs = ["native", "memsnap"] + (["pluggable"] if backend == "native" else [])
+        allocs = ["native", "memsnap"] + ([] if "--no-memsnap-pluggable" in args else ["memsnap-pluggable"])
+        allocs += ["pluggable"] if backend == "native" else []
         results[backend] = {a: run_child(a, backend, compile_checks) for a in allocs}
     if "--json" in args:
         with open(args[args.index("--json") + 1], "w") as f:
             json.dump(results, f, indent=1, default=repr)
     rows = []
     for backend, r in results.items():
-        checks = list(dict.fromkeys(list(r["native"]) + list(r["memsnap"])))
+        checks = [c for c in dict.fromkeys(list(r["native"]) + list(r["memsnap"])) if c != "memsnap allocator"]
         for c in checks:
             n, m = r["native"].get(c, "(absent)"), r["memsnap"].get(c, "(absent)")
-            row = [c, backend, short(n), short(m), compare(n, m)]
-            if "pluggable" in r:
-                row.append(short(r["pluggable"].get(c, "(absent)")))
+            mp = r.get("memsnap-pluggable", {}).get(c, "(absent)")
+            row = [c, backend, short(n), short(m), compare(n, m), short(mp), compare(n, mp) if "memsnap-pluggable" in r
+                   else "", short(r["pluggable"].get(c, "(absent)")) if "pluggable" in r else ""]
             rows.append(row)
-    print("\n| check | backend | native | memsnap | memsnap vs native | bare pluggable (no memsnap answers) |")
-    print("|---|---|---|---|---|---|")
+    print("\n| check | backend | native | memsnap | memsnap vs native | memsnap, pluggable | pluggable vs native | "
+          "bare pluggable (no memsnap answers) |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
-        print("| " + " | ".join(row + [""] * (6 - len(row))) + " |")
+        print("| " + " | ".join(row) + " |")
+    kinds = sorted({r["memsnap"].get("memsnap allocator", "?") for r in results.values()})
     same = sum(1 for r in rows if r[4] in ("same", "same error"))
-    print("\n%d of %d answers the same under memsnap as native" % (same, len(rows)))
+    plug = sum(1 for r in rows if r[6] in ("same", "same error"))
+    print("\nmemsnap's pluggable interface: %d of %d answers the same as native" % (plug, len(rows)))
+    print("%d of %d answers the same under memsnap as native (memsnap allocator: %s)" % (same, len(rows), ",".join(kinds)))
 
 
 if __name__ == "__main__":
