@@ -2,8 +2,9 @@
  * gathered at iteration boundaries (analyze.c), and the sites ranked by bytes allocated.
  *
  * Leak kinds: `growing` (live bytes rose at most iteration boundaries and end above where they
- * started), `growing, released` (the same up to the boundary where they were highest, then freed
- * before the snapshot: what made the peak climb), `retained` (what it holds at the end was
+ * started), `growing, released` (the same up to the boundary where they were highest, the third
+ * or later and halfway through at least, then freed before the snapshot: what made the peak
+ * climb), `retained` (what it holds at the end was
  * allocated before or in the first two iterations, and held since: weights, optimizer state,
  * gradients, caches), `alive` (alive at the snapshot, neither: e.g. the last batch of a site that
  * allocates every iteration). Growing sites rank first whatever their size (that is the evidence
@@ -48,8 +49,11 @@ void ms_leaks_classify(ms_analysis *a) {
     ms_site *s = &a->sites[i];
     a->top[a->ntop++] = (uint32_t)i;
     bool growing = grew(transitions, s->increases, s->decreases) && s->observed > 0 && s->last_iter_live > s->first_iter_live;
-    /* the same evidence up to the boundary where it peaked, then freed (before the snapshot) */
-    bool released = !growing && grew(s->peak_boundary, s->increases_at_peak, s->decreases_at_peak) &&
+    /* the same evidence up to the boundary where it peaked, then freed (before the snapshot); the
+       growth over three boundaries at least and half of them (two boundaries' worth of a compiled
+       graph's buffers caught in flight is no climb of the peak) */
+    bool released = !growing && s->peak_boundary >= 3 && s->peak_boundary * 2 >= transitions &&
+                    grew(s->peak_boundary, s->increases_at_peak, s->decreases_at_peak) &&
                     s->peak_iter_live > s->first_iter_live && s->released_ns >= 0;
     if (growing) {
       s->kind = MS_LEAK_GROWING;

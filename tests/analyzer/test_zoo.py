@@ -29,6 +29,7 @@ GPT2_6 = 81912576       # parameters of GPT2Config(n_layer=6), as the programs p
 PEFT_ALL, PEFT_TRAINED = 126799104, 2359296  # peft_lora.py: all parameters, the LoRA adapters
 LINEAR = 536870912      # two 8192x8192 fp32 weights
 LOGITS = 8 * 512 * 50257 * 4  # one step's logits at batch 8, sequence 512, fp32
+GPT2_1024 = 203668480   # GPT2Config(n_layer=12, n_embd=1024, n_head=16): fsdp2_train.py's model
 
 
 def analyze(name, *args):
@@ -101,6 +102,7 @@ categories("gpt2_accum_ckpt_bf16", j, parameter=(4 * GPT2_6, 0.10), gradient=(4 
 check("gpt2_accum_ckpt_bf16: four backward passes an optimizer step",
       j["summary"]["backward_passes"] == 4 * j["summary"]["optimizer_steps"], str(j["summary"]))
 
+# torch.compile: a compiled graph's buffer caught in flight at two boundaries is no growth
 j, _ = training("gpt2_compile", 6)
 categories("gpt2_compile", j, parameter=(4 * GPT2_6, 0.10), optimizer_state=(8 * GPT2_6, 0.10))
 
@@ -119,6 +121,31 @@ categories("peft_lora", j, parameter=(4 * PEFT_ALL, 0.10), optimizer_state=(8 * 
 # gradient 109047808 at its peak
 j, _ = training("resnet50", 6, "Optimizer.step#SGD.step")
 categories("resnet50", j, parameter=(102448128, 0.10), gradient=(109047808, 0.10))
+
+# FSDP2 on two GPUs (rank 0): the optimizer's steps, not FSDP's ranges (104 of them per rank), and
+# its parameters: each rank's shard of the fp32 model (half of it) and the unsharded bf16 copies
+# it gathers
+j, text = training("fsdp2-r0", 8)
+p = j.get("parameters_at_peak", {})
+check("fsdp2-r0: the sharded parameters are half the fp32 model (within 2%), the gathered ones above 0",
+      near(p.get("fsdp_sharded", 0), 4 * GPT2_1024 / 2, 0.02) and p.get("fsdp_gathered", 0) > 0 and p.get("module", 1) == 0 and
+      sum(p.values()) == j["categories_at_peak"]["parameter"], str(p))
+check("fsdp2-r0: the text report says the parameters' kinds", "fsdp_sharded" in text and "fsdp_gathered" in text)
+check("fsdp2-r0: a backward pass and a step an iteration", j["summary"]["backward_passes"] == 8 and
+      j["summary"]["optimizer_steps"] == 8, str(j["summary"]))
+# DDP on two GPUs (rank 0): the module's parameters, its buckets held apart from them
+j, _ = training("ddp-r0", 6)
+categories("ddp-r0", j, parameter=(4 * GPT2_6, 0.10), optimizer_state=(8 * GPT2_6, 0.10))
+
+# generate(): inference, no optimizer: the iterations are the calls (the program's loop), the KV
+# cache that grows inside each is no growth across them; no backward pass: said
+j, text = analyze("generate")
+check("generate: 6 iterations, the program's loop, no growth",
+      len(j.get("iterations", [])) == 6 and j["summary"]["iteration_source"] == "loop" and
+      j["summary"]["growth"] == "none" and "no growth across 6 iterations" in text, str(j.get("summary")))
+check("generate: no backward pass or optimizer step: the categories that need them say so",
+      {"gradient", "activation", "autograd", "optimizer_state"} <= set(j.get("categories_without_evidence", {})),
+      str(j.get("categories_without_evidence")))
 
 # GPT-2 (12 layers) that runs out of memory in its first backward pass: what forward made and
 # backward had not yet freed is activation, `other` is small; no optimizer step: said so

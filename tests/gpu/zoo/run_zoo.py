@@ -56,15 +56,18 @@ class Program:
     profile:    run it under torch.profiler natively for its categories (with profile_args
                 added: torch.profiler's analysis of a long trace takes minutes, and the peak
                 comes in the first steps)
-    leak_kind:  what the injected leak must be reported as (the first candidate)
+    peaks:      "exact": every rank's peaks equal native's; "ddp": or above them by one copy of the
+                model's gradients at most (DDP's buckets fill in an order the timing decides:
+                native runs differ so among themselves, docs/BENCHMARKS.md, multi-GPU parity)
     """
 
     def __init__(self, name, script, args=(), gpus=1, steps=None, exit=0, categories=(), extra=(), torch=True,
-                 profile=False, profile_args=(), leak=True, timeout=900):
+                 profile=False, profile_args=(), leak=True, peaks="exact", timeout=900):
         self.name, self.script, self.args, self.gpus = name, script, list(args), gpus
         self.steps, self.exit, self.categories, self.extra = steps, exit, list(categories), list(extra)
         self.torch, self.profile, self.leak, self.timeout = torch, profile, leak, timeout
         self.profile_args = list(profile_args)
+        self.peaks = peaks
 
 
 def params_bytes(per_param):
@@ -124,7 +127,7 @@ ZOO = [
     Program("gpt2_oom_backward", "gpt2_oom.py", exit=1, leak=False, extra=[other_below(0.10), ("oom_recorded", has_oom),
                                                                               above_zero("activation")]),
     Program("fsdp2", "fsdp2_train.py", gpus=2, steps=8, extra=[above_zero("parameter")]),
-    Program("ddp", "ddp_train.py", gpus=2, steps=6, categories=[("parameter", params_bytes(4), 0.10)]),
+    Program("ddp", "ddp_train.py", gpus=2, steps=6, peaks="ddp", categories=[("parameter", params_bytes(4), 0.10)]),
     Program("hf_trainer", "hf_trainer.py", steps=6, extra=[above_zero("parameter"), above_zero("optimizer_state")]),
     Program("lightning", "lightning_train.py", steps=6, extra=[above_zero("parameter"), above_zero("optimizer_state")]),
     Program("peft_lora", "peft_lora.py", steps=6, extra=[above_zero("parameter")]),
@@ -248,6 +251,9 @@ def check_run(prog, leak, native, recorded, ctx, args):
             for d in sorted(set(a) | set(b)):
                 x, y = a.get(d, {}), b.get(d, {})
                 same = x == y
+                if not same and prog.peaks == "ddp" and x and y:  # one gradients' copy of slack, upward
+                    slack = 4 * ctx.get("parameters", 0)
+                    same = all(0 <= y[k] - x[k] <= slack for k in ("peak_allocated", "peak_reserved"))
                 ok &= same
                 if not same:
                     detail.append("rank %s cuda:%s native %s memsnap %s" % (rank, d, x, y))
@@ -285,6 +291,10 @@ def check_run(prog, leak, native, recorded, ctx, args):
         for name, expected, tol in prog.categories:
             e = expected(ctx) if callable(expected) else expected
             v = cat.get(name, 0)
+            if e is None and getattr(expected, "slack", None) is not None:  # torch.profiler gave nothing
+                res.append(("cat:" + name, None, "skipped: torch.profiler's memory timeline gave nothing (%s)" %
+                            ctx.get("profiler_error", "no report")))
+                continue
             slack = getattr(expected, "slack", 0) * j["summary"]["peak_allocated_bytes"]
             ok = e is not None and (e > 0 or slack > 0) and abs(v - e) <= tol * e + slack
             res.append(("cat:" + name, ok, "%.1f MiB, expected %s" % (v / MiB, "%.1f MiB" % (e / MiB) if e else e)))
@@ -330,6 +340,7 @@ def run_program(args, prog, work):
         if prog.profile and not leak and not args.no_profiler:
             prof = one_side(args, prog, leak, "profiler", work)
             ctx["profiler"] = (prof["reports"].get(0) or {}).get("profiler")
+            ctx["profiler_error"] = (prof["reports"].get(0) or {}).get("profiler_error") or "exit %d" % prof["rc"]
         recorded = one_side(args, prog, leak, "memsnap", work)
         try:
             checks = check_run(prog, leak, native, recorded, ctx, args)
@@ -343,7 +354,8 @@ def run_program(args, prog, work):
         with LOG_LOCK, open(os.path.join(args.out, "zoo.jsonl"), "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
         print("%-28s %s" % (prog.name + ("-leak" if leak else ""),
-                            " ".join("%s=%s" % (c, "ok" if ok else "FAIL") for c, ok, _ in checks)), flush=True)
+                            " ".join("%s=%s" % (c, "ok" if ok else "skip" if ok is None else "FAIL") for c, ok, _ in checks)),
+              flush=True)
     return rows
 
 
@@ -377,12 +389,15 @@ def main():
     failed = 0
     print("\n%-28s %s" % ("program", "checks (the failed ones with what they found)"))
     for r in rows:
-        bad = [c for c in r["checks"] if not c["ok"]]
+        bad = [c for c in r["checks"] if c["ok"] is False]
+        skipped = [c for c in r["checks"] if c["ok"] is None]
         failed += len(bad)
-        print("%-28s %d of %d ok%s" % (r["program"] + ("-leak" if r["leak"] else ""), len(r["checks"]) - len(bad),
-                                       len(r["checks"]), "" if bad else ": " + " ".join(c["check"] for c in r["checks"])))
-        for c in bad:
-            print("    FAIL %-24s %s" % (c["check"], c["detail"][:160]))
+        print("%-28s %d of %d ok%s%s" % (r["program"] + ("-leak" if r["leak"] else ""),
+                                         len(r["checks"]) - len(bad) - len(skipped), len(r["checks"]),
+                                         ", %d skipped" % len(skipped) if skipped else "",
+                                         "" if bad else ": " + " ".join(c["check"] for c in r["checks"] if c["ok"])))
+        for c in bad + skipped:
+            print("    %s %-24s %s" % ("FAIL" if c["ok"] is False else "skip", c["check"], c["detail"][:160]))
     print("\n%d checks, %d failed" % (sum(len(r["checks"]) for r in rows), failed))
     sys.exit(1 if failed else 0)
 

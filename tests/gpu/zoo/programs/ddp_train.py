@@ -28,6 +28,8 @@ torch.manual_seed(0)
 config = GPT2Config(n_layer=6)
 model = DDP(GPT2LMHeadModel(config).cuda(), device_ids=[local])
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+if rank == 0:
+    print("parameters", sum(p.numel() for p in model.parameters()), flush=True)
 kept = []
 for step in range(args.steps):
     x = torch.randint(0, config.vocab_size, (args.batch, args.seq), device="cuda")

@@ -56,12 +56,15 @@ def _report():
                 a, r = torch.cuda.max_memory_allocated(d), torch.cuda.max_memory_reserved(d)
                 if a or r:
                     rep["devices"][str(d)] = {"peak_allocated": a, "peak_reserved": r}
-        if _profiler is not None:
-            _profiler.stop()
-            dev = "cuda:%d" % torch.cuda.current_device()
-            rep["profiler"] = _profile_categories(_profiler, dev)
     except Exception as e:  # noqa: BLE001 - a report, never the program's failure
         rep["error"] = repr(e)
+    if _profiler is not None:
+        try:
+            _profiler.stop()
+            rep["profiler"] = _profile_categories(_profiler, "cuda:%d" % torch.cuda.current_device())
+        except Exception as e:  # noqa: BLE001 - torch.profiler's own failure: said, not hidden
+            import traceback
+            rep["profiler_error"] = "".join(traceback.format_exception_only(type(e), e)).strip()[-500:]
     cupy = sys.modules.get("cupy")
     if cupy is not None:
         try:
