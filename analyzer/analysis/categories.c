@@ -171,8 +171,8 @@ static int decide(const ms_analysis *a, const ms_lifetimes *l, const ms_live_slo
   }
 }
 
-/* Keeps `bytes` of category c for the allocation of ordinal+1 `ordinal` (a block of the
- * history) or the block from before it (ordinal < 0). */
+/* Keeps category c for the block of birth ordinal `ordinal`: the history's allocation ordinal - 1
+ * (a->alloc_category, the timeline's), or the prehistory's block -ordinal - 1. */
 static void note_category(ms_analysis *a, ms_lifetimes *l, int64_t ordinal, int c) {
   if (ordinal > 0) {
     size_t i = (size_t)(ordinal - 1);
@@ -213,7 +213,8 @@ void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, 
     v[c] += bytes;
     if (!e) v[l->ncat + c] += bytes;
   }
-  /* the allocated peak: live there when made at or before its event */
+  /* the allocated peak: live there when made by then (it dies after it: the sums restart at each
+     new peak) */
   if (born->ordinal <= l->peak_mark) {
     l->at_peak[c] += bytes;
     if (c == MS_CAT_PARAMETER) l->param_at_peak[param] += bytes;
