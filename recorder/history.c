@@ -54,12 +54,15 @@
 atomic_int msi_recording; /* read on the hot path: MSI_REC_RING | MSI_REC_OBSERVER */
 
 /* The trace observer (memsnap_set_trace_observer) with its argument, swapped as one pointer; a
- * replaced one is never freed (a writer may still be calling it), and observers are set rarely. */
+ * replaced one is never freed (a writer may still be calling it), and observers are set rarely:
+ * it joins the list of retired ones, which keeps it reachable (no leak to LeakSanitizer). */
 typedef struct observer {
   memsnap_trace_observer_t fn;
   void *arg;
+  struct observer *retired_next;
 } observer;
 static _Atomic(observer *) cur_observer;
+static _Atomic(observer *) retired_observers;
 
 /* The snapshot format's ids are the public trace kinds. */
 _Static_assert((int)MEMSNAP_TRACE_ALLOC == (int)MSI_EV_ALLOC &&
@@ -83,8 +86,13 @@ int memsnap_set_trace_observer(memsnap_trace_observer_t fn, void *arg) {
     }
     o->fn = fn;
     o->arg = arg;
+    o->retired_next = NULL;
   }
-  atomic_store_explicit(&cur_observer, o, memory_order_release);
+  observer *old = atomic_exchange_explicit(&cur_observer, o, memory_order_acq_rel);
+  if (old) { /* kept for a caller still inside it */
+    old->retired_next = atomic_load_explicit(&retired_observers, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak(&retired_observers, &old->retired_next, old)) {}
+  }
   if (o) atomic_fetch_or(&msi_recording, MSI_REC_OBSERVER);
   else atomic_fetch_and(&msi_recording, ~MSI_REC_OBSERVER);
   return MEMSNAP_OK;
