@@ -20,12 +20,13 @@
  *   - with expandable segments, a new segment is one growing virtual reservation per stream and
  *     pool (expandable.c), every block may split, and empty_cache unmaps free pages;
  *   - while a CUDA graph capture (or a MemPool) allocates to a private pool, requests its filter
- *     accepts come from that pool (pools.c), cross-stream events wait for the capture to end,
- *     and nothing synchronizes.
+ *     accepts come from that pool (pools.c), cross-stream events wait for the capture to end
+ *     (with graph_capture_record_stream_reuse, a block freed so is reused before the end once
+ *     the capture's graph orders its uses first: capture.c), and nothing synchronizes.
  * The data structures differ (see blocktree.c, ptrmap.c): decisions are the same.
  *
  * Layers: this file is the policy and the dispatch to the modes (expandable.c, pools.c,
- * async_alloc.c); it and the modes call down into the block primitives (blocks.c: block structs,
+ * async_alloc.c, capture.c); it and the modes call down into the block primitives (blocks.c: block structs,
  * the pools' free sets, merging, deferring), and nothing below calls up into this file. Where a
  * mode needs the policy (pools.c releasing a private pool's cached blocks), the policy hands its
  * function down as an argument.
@@ -226,6 +227,10 @@ static void free_block_recorded(msi_device *d, msi_block *b, bool record) {
 
 static void free_block(msi_device *d, msi_block *b) { free_block_recorded(d, b, true); }
 
+/* A block freed during a capture that capture.c found safe to reuse before the capture's end:
+ * into its pool (its free_completed recorded now). */
+static void reuse_deferred(msi_device *d, msi_block *b) { free_block(d, b); }
+
 /* ---- cross-stream events --------------------------------------------------------------- */
 
 static void *event_get(msi_device *d) {
@@ -301,6 +306,7 @@ static void event_done(msi_device *d, msi_event_queue *q) {
 /* Records the events of blocks freed while a capture was underway (querying or recording an
  * event during a capture is illegal, so PyTorch defers them until none is). */
 static void insert_deferred_events(msi_device *d) {
+  msi_capture_reset(d); /* no capture underway: the deferred blocks' markers are of no use */
   for (size_t i = 0; i < d->ndeferred; i++) insert_events(d, d->deferred[i]);
   d->ndeferred = 0;
 }
@@ -308,7 +314,7 @@ static void insert_deferred_events(msi_device *d) {
 /* Frees the blocks whose events completed. A stream's events complete in order, so each
  * queue is read from its head until the first pending one. */
 void msi_process_events(msi_device *d) {
-  if (MSI_UNLIKELY(d->ndeferred)) insert_deferred_events(d);
+  if (MSI_UNLIKELY(d->ndeferred != 0 || d->capture_reuse != NULL)) insert_deferred_events(d);
   for (int i = 0; i < d->nqueues; i++) {
     msi_event_queue *q = &d->queues[i];
     while (q->head) {
@@ -605,7 +611,10 @@ int msi_device_malloc(msi_device *d, size_t orig_size, memsnap_stream_t stream, 
   msi_block *b = NULL;
   pthread_mutex_lock(&d->lock);
   d->event_stack = stack;
-  if (MSI_UNLIKELY(d->pending_events | d->ndeferred) && MSI_LIKELY(d->ncaptures == 0)) msi_process_events(d);
+  if (MSI_UNLIKELY((d->pending_events | d->ndeferred) != 0 || d->capture_reuse != NULL)) {
+    if (MSI_LIKELY(d->ncaptures == 0)) msi_process_events(d);
+    else msi_capture_reclaim(d, stream, reuse_deferred); /* graph_capture_record_stream_reuse */
+  }
   request r;
   r.size = msi_round_size(orig_size);
   r.pool = MSI_LIKELY(d->ncaptures == 0) ? (r.size <= MSI_SMALL_SIZE ? &d->small : &d->large)
@@ -695,7 +704,8 @@ static void free_taken(msi_device *d, msi_block *b) {
   MSI_STAT_DEC(d->stats.allocated_bytes, k, (int64_t)b->size);
   if (b->size >= msi_opt.max_split_size) msi_stat_dec(&d->stats.oversize_allocations, 1);
   if (MSI_LIKELY(at_once)) free_block_recorded(d, b, false); /* its free_completed is added */
-  else if (MSI_UNLIKELY(d->ncaptures) && msi_defer_block(d, b)) { /* events after the capture */
+  else if (MSI_UNLIKELY(d->ncaptures) && msi_defer_block(d, b)) { /* events after the capture... */
+    if (msi_opt.capture_stream_reuse) msi_capture_mark(d, b);      /* ...or reused before its end */
   } else insert_events(d, b);
 }
 
@@ -923,6 +933,7 @@ void msi_device_destroy(msi_device *d) {
     if (d->captures[i].release_ctx) d->captures[i].release_ctx(d->captures[i].ctx);
   d->ncaptures = 0;
   for (msi_private_pool *pp = d->private_pools; pp; pp = pp->next) pp->use_count = 0;
+  msi_capture_reset(d);
   for (size_t i = 0; i < d->ndeferred; i++) {
     d->deferred[i]->nuses = 0;
     free_block(d, d->deferred[i]);

@@ -212,7 +212,9 @@ static int alloc_on(void **out, size_t size, int device, memsnap_stream_t stream
   }
   msi_device *d = msi_device_get(device);
   if (MSI_UNLIKELY(!d)) return MEMSNAP_EINVAL;
-  if (MSI_UNLIKELY(msi_opt.no_caching | msi_opt.caching_off)) /* the cache turned off: a device allocation of its own */
+  /* the cache turned off: a device allocation of its own (not in the async mode, whose pool is
+   * the driver's: PyTorch's cudaMallocAsync backend ignores both switches too) */
+  if (MSI_UNLIKELY(msi_opt.no_caching | msi_opt.caching_off) && !d->async)
     return msi_uncached_alloc(device, size, stream, out, caller ? caller : __builtin_return_address(0));
   uint32_t stack = !MSI_UNLIKELY(msi_ring_recording()) ? 0
                    : foreign ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : msi_stack_capture();
@@ -554,7 +556,7 @@ void memsnap_set_caching(int enabled) {
 
 int memsnap_caching(void) {
   msi_devices_read_options();
-  return !(msi_opt.no_caching | msi_opt.caching_off);
+  return msi_opt.async_mode || !(msi_opt.no_caching | msi_opt.caching_off);
 }
 
 /* Calls fn on each device that has state until one answers other than MEMSNAP_EINVAL without an
@@ -647,6 +649,26 @@ int memsnap_sim_synchronize(memsnap_stream_t stream) {
     return MEMSNAP_EINVAL;
   }
   return msi_sim_synchronize(stream);
+}
+
+static int sim_capture(const char *fn, memsnap_stream_t stream, int what, memsnap_stream_t other) {
+  if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
+  if (msi_be != &msi_backend_sim) {
+    msi_error("%s needs MEMSNAP_BACKEND=sim (the backend is %s)", fn, msi_be->name);
+    return MEMSNAP_EINVAL;
+  }
+  return msi_sim_capture(stream, what, other);
+}
+
+int memsnap_sim_capture_begin(memsnap_stream_t stream) {
+  return sim_capture("memsnap_sim_capture_begin", stream, MSI_SIM_BEGIN, NULL);
+}
+int memsnap_sim_launch(memsnap_stream_t stream) { return sim_capture("memsnap_sim_launch", stream, MSI_SIM_LAUNCH, NULL); }
+int memsnap_sim_stream_wait(memsnap_stream_t waiter, memsnap_stream_t stream) {
+  return sim_capture("memsnap_sim_stream_wait", waiter, MSI_SIM_WAIT, stream);
+}
+int memsnap_sim_capture_end(memsnap_stream_t stream) {
+  return sim_capture("memsnap_sim_capture_end", stream, MSI_SIM_END, NULL);
 }
 
 /* The simulated device hands out 512-byte multiples, so its addresses stay aligned as the

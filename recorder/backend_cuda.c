@@ -30,7 +30,9 @@
  * CUDA graph capture: a capture in the default (global) mode forbids cuMemAlloc and cuMemFree
  * in every thread ("operation not permitted when stream is capturing"). PyTorch's allocator
  * switches the calling thread to the relaxed mode around cudaMalloc (cudaMallocMaybeCapturing);
- * this backend does the same around every call that allocates or frees device memory.
+ * this backend does the same around every call that allocates or frees device memory. The graph
+ * a capture builds is read (capture_info, node_parents) for graph_capture_record_stream_reuse
+ * (capture.c), with cuStreamGetCaptureInfo and cuGraphNodeGetDependencies as PyTorch reads it.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -88,7 +90,11 @@
   X(cuIpcCloseMemHandle, CUresult, (CUdeviceptr))                                              \
   X(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr *, size_t *, CUdeviceptr))                 \
   X(cuMemExportToShareableHandle, CUresult, (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long)) \
-  X(cuMemImportFromShareableHandle, CUresult, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))
+  X(cuMemImportFromShareableHandle, CUresult, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType)) \
+  X(cuStreamGetCaptureInfo_v3, CUresult, (CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **, const void **, size_t *)) \
+  X(cuStreamGetCaptureInfo_v2, CUresult, (CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **, size_t *)) \
+  X(cuGraphNodeGetDependencies_v2, CUresult, (CUgraphNode, CUgraphNode *, void *, size_t *))                     \
+  X(cuGraphNodeGetDependencies, CUresult, (CUgraphNode, CUgraphNode *, size_t *))
 
 #define DECLARE(name, ret, args) static ret(*p_##name) args;
 DRIVER_FUNCS(DECLARE)
@@ -630,6 +636,57 @@ static int cuda_async_reset_peak(int dev) {
   return r == CUDA_SUCCESS ? MSI_BE_OK : fail("resetting the pool's high-water marks", r);
 }
 
+/* ---- CUDA graph capture, read (capture.c) ---------------------------------------------------- */
+
+/* The symbols are the driver's versioned entry points, which keep their signatures whatever the
+ * toolkit's headers map the plain names to: the edge-data versions (CUDA 12.3 and later) first,
+ * asked for no edge data (a graph with special edges then answers CUDA_ERROR_LOSSY_QUERY, an
+ * error here: the block waits for the capture's end), else the older ones. */
+_Static_assert(sizeof(CUgraphNode) == sizeof(uintptr_t), "graph nodes are handed out as uintptr_t");
+
+static int cuda_capture_info(int dev, memsnap_stream_t stream, uint64_t *id, uintptr_t *nodes, size_t cap, size_t *n) {
+  (void)dev; /* a stream's capture needs no current context */
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t cid = 0;
+  CUgraph graph = NULL;
+  const CUgraphNode *deps = NULL;
+  size_t ndeps = 0;
+  CUresult r;
+  if (p_cuStreamGetCaptureInfo_v3) r = p_cuStreamGetCaptureInfo_v3((CUstream)stream, &status, &cid, &graph, &deps, NULL, &ndeps);
+  else if (p_cuStreamGetCaptureInfo_v2) r = p_cuStreamGetCaptureInfo_v2((CUstream)stream, &status, &cid, &graph, &deps, &ndeps);
+  else {
+    msi_error("cuda backend: the driver cannot describe a capture (no cuStreamGetCaptureInfo_v2)");
+    return MSI_BE_ERR;
+  }
+  if (r != CUDA_SUCCESS) return fail("cuStreamGetCaptureInfo", r);
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return 0;
+  *id = (uint64_t)cid;
+  *n = ndeps;
+  for (size_t i = 0; i < ndeps && i < cap; i++) nodes[i] = (uintptr_t)deps[i];
+  return 1;
+}
+
+static int cuda_node_parents(int dev, uintptr_t node, uintptr_t *out, size_t cap, size_t *n) {
+  (void)dev;
+  size_t count = 0;
+  CUresult r;
+  bool v2 = p_cuGraphNodeGetDependencies_v2 != NULL;
+  if (!v2 && !p_cuGraphNodeGetDependencies) {
+    msi_error("cuda backend: the driver cannot read a graph (no cuGraphNodeGetDependencies)");
+    return MSI_BE_ERR;
+  }
+  r = v2 ? p_cuGraphNodeGetDependencies_v2((CUgraphNode)node, NULL, NULL, &count)
+         : p_cuGraphNodeGetDependencies((CUgraphNode)node, NULL, &count);
+  if (r != CUDA_SUCCESS) return fail("cuGraphNodeGetDependencies", r);
+  *n = count;
+  if (count == 0 || count > cap) return MSI_BE_OK;
+  r = v2 ? p_cuGraphNodeGetDependencies_v2((CUgraphNode)node, (CUgraphNode *)out, NULL, &count)
+         : p_cuGraphNodeGetDependencies((CUgraphNode)node, (CUgraphNode *)out, &count);
+  if (r != CUDA_SUCCESS) return fail("cuGraphNodeGetDependencies", r);
+  *n = count;
+  return MSI_BE_OK;
+}
+
 const msi_backend msi_backend_cuda = {
     .name = "cuda",
     .init = cuda_init,
@@ -661,5 +718,7 @@ const msi_backend msi_backend_cuda = {
     .ipc_close = cuda_ipc_close,
     .page_export = cuda_page_export,
     .page_map_fd = cuda_page_map_fd,
+    .capture_info = cuda_capture_info,
+    .node_parents = cuda_node_parents,
     .shutdown = cuda_shutdown,
 };

@@ -35,6 +35,14 @@
  *
  * MEMSNAP_SIM_OLD_DRIVER=1 simulates a driver with neither (for the fallback tests).
  *
+ * CUDA graph capture: a test begins a capture on a stream (memsnap_sim_capture_begin), puts work
+ * on streams (memsnap_sim_launch: a node of the capture's graph, after the stream's terminal
+ * nodes, which it then replaces), makes a stream wait for another (memsnap_sim_stream_wait: it
+ * joins the other's capture, after the other's terminal nodes, as an event record and wait do)
+ * and ends it (memsnap_sim_capture_end: every stream of the capture). The graph is what
+ * capture_info and node_parents read (graph_capture_record_stream_reuse, capture.c). Nodes are
+ * numbered from 1 and kept until shutdown.
+ *
  * Peer access: every simulated device can access every other one (as GPUs on NVLink can), and
  * memsnap_sim_peer_access says whether one may access a given address. Classic segments are
  * accessible from every device (PyTorch enables peer access for the whole context, which covers
@@ -96,7 +104,15 @@ typedef struct sim_device {
 typedef struct sim_stream {
   memsnap_stream_t stream;
   uint64_t submitted, completed;
+  uint64_t capture;  /* the capture it takes part in (0: none) */
+  uintptr_t *deps;   /* while capturing: the nodes its next work depends on (its terminal nodes) */
+  size_t ndeps, deps_cap;
 } sim_stream;
+
+typedef struct sim_node { /* a node of a simulated capture graph: node k is the value k + 1 */
+  uintptr_t *parents;
+  size_t nparents;
+} sim_node;
 
 typedef struct sim_event {
   memsnap_stream_t stream;
@@ -107,6 +123,9 @@ static sim_device *devs;
 static int ndevs;
 static sim_stream *streams;
 static int nstreams, streams_cap;
+static sim_node *nodes; /* every capture's graph nodes, kept until shutdown */
+static size_t nnodes, nodes_cap;
+static uint64_t last_capture;
 static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int sim_init(void) {
@@ -139,10 +158,16 @@ static void sim_shutdown(void) {
     free(devs[i].pieces);
   }
   free(devs);
+  for (int i = 0; i < nstreams; i++) free(streams[i].deps);
   free(streams);
+  for (size_t i = 0; i < nnodes; i++) free(nodes[i].parents);
+  free(nodes);
   devs = NULL;
   streams = NULL;
+  nodes = NULL;
   ndevs = nstreams = streams_cap = 0;
+  nnodes = nodes_cap = 0;
+  last_capture = 0;
 }
 
 static int sim_device_count(void) { return ndevs; }
@@ -241,7 +266,7 @@ static sim_stream *stream_of(memsnap_stream_t s) {
     streams = grown;
     streams_cap = cap;
   }
-  streams[nstreams] = (sim_stream){s, 0, 0};
+  streams[nstreams] = (sim_stream){.stream = s};
   return &streams[nstreams++];
 }
 
@@ -749,6 +774,132 @@ static int sim_async_reset_peak(int dev) {
   return MSI_BE_OK;
 }
 
+/* ---- capture graphs ------------------------------------------------------------------------ */
+
+/* Replaces (or, with `add`, extends) the terminal nodes of s. sim_lock held. */
+static bool set_deps(sim_stream *s, const uintptr_t *v, size_t n, bool add) {
+  size_t keep = add ? s->ndeps : 0;
+  if (keep + n > s->deps_cap) {
+    size_t cap = s->deps_cap ? s->deps_cap : 4;
+    while (cap < keep + n) cap *= 2;
+    uintptr_t *grown = realloc(s->deps, cap * sizeof *grown);
+    if (!grown) return false;
+    s->deps = grown;
+    s->deps_cap = cap;
+  }
+  for (size_t i = 0; i < n; i++) {
+    bool seen = false;
+    for (size_t k = 0; k < keep && !seen; k++) seen = s->deps[k] == v[i];
+    if (!seen) s->deps[keep++] = v[i];
+  }
+  s->ndeps = keep;
+  return true;
+}
+
+int msi_sim_capture(memsnap_stream_t stream, int what, memsnap_stream_t other) {
+  int rc = MEMSNAP_OK;
+  pthread_mutex_lock(&sim_lock);
+  sim_stream *s = stream_of(stream), *o = what == MSI_SIM_WAIT ? stream_of(other) : NULL;
+  if (!s || (what == MSI_SIM_WAIT && !o)) {
+    rc = MEMSNAP_ENOMEM;
+    goto out;
+  }
+  switch (what) {
+    case MSI_SIM_BEGIN:
+      if (s->capture) {
+        msi_error("sim backend: stream %p is capturing already", stream);
+        rc = MEMSNAP_EINVAL;
+        break;
+      }
+      s->capture = ++last_capture;
+      s->ndeps = 0;
+      break;
+    case MSI_SIM_LAUNCH:
+      s->submitted++;
+      if (!s->capture) break;
+      if (nnodes == nodes_cap) {
+        size_t cap = nodes_cap ? nodes_cap * 2 : 64;
+        sim_node *grown = realloc(nodes, cap * sizeof *grown);
+        if (!grown) {
+          rc = MEMSNAP_ENOMEM;
+          break;
+        }
+        nodes = grown;
+        nodes_cap = cap;
+      }
+      nodes[nnodes].parents = s->ndeps ? malloc(s->ndeps * sizeof(uintptr_t)) : NULL;
+      if (s->ndeps && !nodes[nnodes].parents) {
+        rc = MEMSNAP_ENOMEM;
+        break;
+      }
+      if (s->ndeps) memcpy(nodes[nnodes].parents, s->deps, s->ndeps * sizeof(uintptr_t));
+      nodes[nnodes].nparents = s->ndeps;
+      uintptr_t node = (uintptr_t)++nnodes;
+      if (!set_deps(s, &node, 1, false)) rc = MEMSNAP_ENOMEM;
+      break;
+    case MSI_SIM_WAIT:
+      if (!o->capture) break; /* outside a capture the simulated streams need no ordering */
+      if (s->capture && s->capture != o->capture) {
+        msi_error("sim backend: streams of two captures cannot wait for each other");
+        rc = MEMSNAP_EINVAL;
+        break;
+      }
+      s->capture = o->capture; /* it joins the capture, after what the other stream did so far */
+      if (!set_deps(s, o->deps, o->ndeps, true)) rc = MEMSNAP_ENOMEM;
+      break;
+    case MSI_SIM_END: {
+      uint64_t c = s->capture;
+      if (!c) {
+        msi_error("sim backend: stream %p is not capturing", stream);
+        rc = MEMSNAP_EINVAL;
+        break;
+      }
+      for (int i = 0; i < nstreams; i++)
+        if (streams[i].capture == c) {
+          streams[i].capture = 0;
+          streams[i].ndeps = 0;
+        }
+      break;
+    }
+    default:
+      rc = MEMSNAP_EINVAL;
+  }
+out:
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_capture_info(int dev, memsnap_stream_t stream, uint64_t *id, uintptr_t *out, size_t cap, size_t *n) {
+  (void)dev;
+  int rc = 0;
+  pthread_mutex_lock(&sim_lock);
+  sim_stream *s = stream_of(stream);
+  if (s && s->capture) {
+    *id = s->capture;
+    *n = s->ndeps;
+    for (size_t i = 0; i < s->ndeps && i < cap; i++) out[i] = s->deps[i];
+    rc = 1;
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
+static int sim_node_parents(int dev, uintptr_t node, uintptr_t *out, size_t cap, size_t *n) {
+  (void)dev;
+  int rc = MSI_BE_OK;
+  pthread_mutex_lock(&sim_lock);
+  if (node == 0 || node > nnodes) {
+    msi_error("sim backend: no graph node %#lx", (unsigned long)node);
+    rc = MSI_BE_ERR;
+  } else {
+    const sim_node *v = &nodes[node - 1];
+    *n = v->nparents;
+    for (size_t i = 0; i < v->nparents && i < cap; i++) out[i] = v->parents[i];
+  }
+  pthread_mutex_unlock(&sim_lock);
+  return rc;
+}
+
 /* ---- peer access ------------------------------------------------------------------------ */
 
 int msi_sim_peer_access(int device, uintptr_t ptr) {
@@ -806,5 +957,7 @@ const msi_backend msi_backend_sim = {
     .ipc_close = sim_ipc_close,
     .page_export = sim_page_export,
     .page_map_fd = sim_page_map_fd,
+    .capture_info = sim_capture_info,
+    .node_parents = sim_node_parents,
     .shutdown = sim_shutdown,
 };

@@ -15,6 +15,8 @@
  *   expandable.c   expandable segments: one virtual reservation per stream and pool, mapped in
  *                  pages (PyTorch's expandable_segments:True)
  *   pools.c        private pools (CUDA graph capture, torch.cuda.MemPool) and captures underway
+ *   capture.c      blocks freed during a capture, reused before its end once its graph orders
+ *                  their uses before new work (PyTorch's graph_capture_record_stream_reuse)
  *   async_alloc.c  the stream-ordered mode (MEMSNAP_ALLOCATOR=async, PyTorch's cudaMallocAsync)
  *   backend.c      the active backend (msi_be), chosen and started when the library comes up
  *   backend_sim.c  the simulated device
@@ -28,7 +30,7 @@
  * (tests/test_layers.py checks that no files of the recorder call each other in a loop):
  *   backend.c (the active backend), ptrmap.c, blocktree.c
  *   blocks.c                              block and pool primitives
- *   expandable.c, pools.c, async_alloc.c  the modes
+ *   expandable.c, pools.c, async_alloc.c, capture.c  the modes
  *   alloc.c                               the caching policy and the dispatch to the modes
  *   devices.c                             the device table: makes and destroys each device's state
  *   api.c                                 the entry points
@@ -131,6 +133,7 @@ typedef struct msi_options {
   uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
   bool no_caching;             /* uncached.c serves every request: MEMSNAP_NO_CACHING, PYTORCH_NO_CUDA_MEMORY_CACHING=1 */
   bool caching_off;            /* likewise, until turned on again (memsnap_set_caching: PyTorch's caching_allocator_enable); not an option */
+  bool capture_stream_reuse;   /* graph_capture_record_stream_reuse: capture.c reuses blocks freed during a capture */
 } msi_options;
 
 extern msi_options msi_opt;
@@ -231,6 +234,13 @@ typedef struct msi_backend {
   int (*ipc_close)(int dev, uintptr_t ptr);
   int (*page_export)(int dev, void *handle, int *fd);
   int (*page_map_fd)(int dev, uintptr_t ptr, size_t page_size, int fd, void **handle);
+  /* CUDA graph capture, read (capture.c). capture_info: 1 when `stream` is capturing, with the
+   * capture's id and the graph's nodes that new work on the stream would depend on (its
+   * terminal nodes: *n of them, the first `cap` copied into nodes); 0 when it is not capturing;
+   * MSI_BE_ERR. node_parents: the nodes `node` depends on (*n of them, the first `cap` copied);
+   * MSI_BE_OK or MSI_BE_ERR. Nodes are opaque non-zero values. */
+  int (*capture_info)(int dev, memsnap_stream_t stream, uint64_t *id, uintptr_t *nodes, size_t cap, size_t *n);
+  int (*node_parents)(int dev, uintptr_t node, uintptr_t *out, size_t cap, size_t *n);
   void (*shutdown)(void);
 } msi_backend;
 
@@ -242,6 +252,10 @@ extern const msi_backend *msi_be;
 int msi_backend_start(void);
 
 int msi_sim_synchronize(memsnap_stream_t stream); /* backend_sim.c */
+/* backend_sim.c: the simulated capture graphs (memsnap_sim_capture_begin and the rest): `what`
+ * is one of these; `other` is the stream waited for (MSI_SIM_WAIT). */
+enum { MSI_SIM_BEGIN, MSI_SIM_LAUNCH, MSI_SIM_WAIT, MSI_SIM_END };
+int msi_sim_capture(memsnap_stream_t stream, int what, memsnap_stream_t other);
 /* backend_sim.c: whether `device` may access the simulated memory at `ptr` (memory of another
  * device only through peer access): 1 yes, 0 no, -1 when no device holds ptr. */
 int msi_sim_peer_access(int device, uintptr_t ptr);
@@ -416,6 +430,7 @@ typedef struct msi_device {
   int ncaptures, captures_cap;
   msi_block **deferred;            /* freed during a capture with stream uses: events wait for its end */
   size_t ndeferred, deferred_cap;
+  struct msi_capture_reuse *capture_reuse; /* capture.c: free markers of deferred blocks, graph walks; NULL: none */
   struct msi_async_state *async;   /* async mode's per-device state (async_alloc.c), else NULL */
 } msi_device;
 
@@ -902,6 +917,18 @@ int msi_pool_set_flags(msi_device *d, const uint64_t id[2], int use_on_oom, int 
 /* memsnap_pool_set_provider: takes ownership of ctx (release called on failure too). */
 int msi_pool_set_provider(msi_device *d, const uint64_t id[2], memsnap_segment_alloc_fn alloc,
                           memsnap_segment_free_fn free_fn, void *ctx, void (*release)(void *));
+
+/* capture.c: reusing blocks freed during a capture (graph_capture_record_stream_reuse). Lock
+ * held for each. mark: block b, just deferred (d->deferred), keeps the capture graph's terminal
+ * nodes of its stream and of every stream it was used on as its free markers (none when one of
+ * them is not capturing: it then waits for the capture's end). reclaim: takes out of d->deferred
+ * each marked block of `stream` whose markers all precede the stream's terminal nodes, and hands
+ * it to `reuse` (the caching policy frees it into its pool). reset: forgets every marker and walk
+ * (no capture underway any more, or shutdown). Out of host memory or a backend error, a block
+ * simply waits for the capture's end. */
+void msi_capture_mark(msi_device *d, msi_block *b);
+void msi_capture_reclaim(msi_device *d, memsnap_stream_t stream, void (*reuse)(msi_device *d, msi_block *b));
+void msi_capture_reset(msi_device *d);
 
 /* async_alloc.c: the stream-ordered mode. Each returns what its msi_device_* counterpart does. */
 int msi_async_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32_t stack, void **out);

@@ -339,7 +339,9 @@ int memsnap_add_oom_observer(memsnap_oom_observer_t fn, void *arg);
  * keeps it off whatever this says, as PyTorch's variable does. Such allocations stay out of the
  * statistics (PyTorch's do too) but are recorded: a snapshot shows each as a segment of pool
  * "external" whose source is "uncached". Blocks allocated before a switch are freed as they were
- * made. memsnap_caching() returns whether the cache is on now. */
+ * made. memsnap_caching() returns whether the cache is on now. In the async mode (allocator=async)
+ * neither the switch nor the variable does anything and the cache is always on, as with
+ * PyTorch's cudaMallocAsync backend. */
 void memsnap_set_caching(int enabled);
 int memsnap_caching(void);
 
@@ -484,6 +486,18 @@ int memsnap_sim_mem_free(int device, void *ptr, size_t size);
  * segment's page or the async pool of another device with MEMSNAP_PEER_ACCESS=0), MEMSNAP_EINVAL
  * when ptr is in no device's memory or the backend is not sim. */
 int memsnap_sim_peer_access(int device, const void *ptr);
+
+/* CUDA graph capture on the simulated device, for tests of what depends on the capture's graph
+ * (graph_capture_record_stream_reuse): begin starts a capture on `stream`; launch puts work on
+ * it (while capturing, a node of the graph after the stream's last ones); stream_wait makes
+ * `waiter` wait for the work queued on `stream` so far, as PyTorch's Stream.wait_stream does (while
+ * `stream` captures, waiter joins its capture); end ends the capture `stream` takes part in, for
+ * every stream of it. Return MEMSNAP_OK, MEMSNAP_EINVAL (not the sim backend, begin on a stream
+ * capturing already, end on one that is not) or MEMSNAP_ENOMEM. */
+int memsnap_sim_capture_begin(memsnap_stream_t stream);
+int memsnap_sim_launch(memsnap_stream_t stream);
+int memsnap_sim_stream_wait(memsnap_stream_t waiter, memsnap_stream_t stream);
+int memsnap_sim_capture_end(memsnap_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -88,6 +88,8 @@ static const option table[] = {
      .runtime = true},
     {{"memory_fraction", "1.0", "cap each device at this share of its memory (0..1; 1 is no cap), like set_per_process_memory_fraction"},
      K_FRACTION, FIELD(memory_fraction), .lo = 0, .hi = 1, .pytorch_key = "per_process_memory_fraction"},
+    {{"graph_capture_record_stream_reuse", "0", "1: during a CUDA graph capture, a block freed while other captured streams used it is reused once the capture's graph orders those uses before new work (PyTorch's setting); 0: it waits for the capture's end"},
+     K_BOOL, FIELD(capture_stream_reuse), .pytorch_key = "graph_capture_record_stream_reuse", .runtime = true},
     {{"no_caching", "0", "1: no cache, each request a device allocation of its own, freed at once (recorded, outside the statistics), as PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (which sets it too)"},
      K_BOOL, FIELD(no_caching), .runtime = false},
     {{"oom", "null", "on out of memory in memsnap_malloc: null (return NULL), throw (raise torch.OutOfMemoryError; set by memsnap.enable), abort"},
@@ -507,7 +509,8 @@ int msi_options_apply_settings(const char *settings) {
         const char *key = table[i].pytorch_key;
         bool changes = key && (!strcmp(key, "expandable_segments") || !strcmp(key, "roundup_power2_divisions") ||
                                !strcmp(key, "max_split_size_mb") || !strcmp(key, "max_non_split_rounding_mb") ||
-                               !strcmp(key, "garbage_collection_threshold"));
+                               !strcmp(key, "garbage_collection_threshold") ||
+                               !strcmp(key, "graph_capture_record_stream_reuse"));
         if (changes && !strcmp(p, key) && parse_into_of(&next, &table[i], colon + 1, true) != 0) {
           msi_error("invalid allocator setting %s:%s (%s)", p, colon + 1, table[i].info.comment);
           return MEMSNAP_EINVAL;
@@ -521,6 +524,7 @@ int msi_options_apply_settings(const char *settings) {
   memcpy(msi_opt.power2_divisions, next.power2_divisions, sizeof msi_opt.power2_divisions);
   msi_opt.gc_threshold = next.gc_threshold;
   msi_opt.expandable_segments = next.expandable_segments;
+  msi_opt.capture_stream_reuse = next.capture_stream_reuse;
   bool any = false;
   for (int i = 0; i < MSI_POWER2_INTERVALS; i++)
     if (msi_opt.power2_divisions[i] > 1) any = true;

@@ -14,8 +14,8 @@
 //
 // Built once per PyTorch version by memsnap's Python package (recorder/python/memsnap/torch_cxx.py)
 // with the user's compiler, linked against libc10, libc10_cuda, libtorch_cuda and libmemsnap, and
-// installed by memsnap_torch_install() (torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator,
-// before CUDA is initialised). Written against PyTorch 2.11's interface
+// installed by memsnap_torch_install() (torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator
+// and c10::SetAllocator(kCUDA), before CUDA is initialised). Written against PyTorch 2.11's interface
 // (c10/cuda/CUDACachingAllocator.h); a PyTorch whose interface differs fails to compile it, and
 // memsnap then falls back to the pluggable allocator.
 //
@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -144,12 +145,20 @@ Recorder& recorder() {
   return *r;
 }
 
+// What PyTorch's recorder keeps (RecordContext), copied out of the Recorder so that the tensors'
+// hot path reads one global and nothing else when it keeps nothing (no static guard, no
+// thread-local, no shared_ptr: issue 34's torch.empty + del).
+std::atomic<int> recorded_when{static_cast<int>(RecordContext::NEVER)};
+
+inline bool gathers(RecordContext level) {
+  return C10_UNLIKELY(recorded_when.load(std::memory_order_relaxed) >= static_cast<int>(level));
+}
+
 // The context of a call about to reach memsnap, gathered outside memsnap's locks (PyTorch's
 // maybeGatherContext): for allocations when the recorder keeps at least `level`.
 std::shared_ptr<c10::GatheredContext> gather_context(RecordContext level) {
-  Recorder& r = recorder();
-  if (r.when.load(std::memory_order_relaxed) < static_cast<int>(level)) return nullptr;
-  CreateContextFn fn = r.gather.load();
+  if (!gathers(level)) return nullptr;
+  CreateContextFn fn = recorder().gather.load();
   return fn ? fn() : nullptr;
 }
 
@@ -194,12 +203,16 @@ void observe(const memsnap_trace_event* e, void*) {
       if (when >= static_cast<int>(RecordContext::STATE)) r.block_contexts[e->address] = ctx;
       break;
     case TraceEntry::FREE_REQUESTED:
-    case TraceEntry::FREE_COMPLETED:
-      if (!ctx) {  // PyTorch's: the free's context, else the allocation's
-        auto it = r.block_contexts.find(e->address);
-        if (it != r.block_contexts.end()) ctx = it->second;
+    case TraceEntry::FREE_COMPLETED: {
+      auto it = r.block_contexts.find(e->address);
+      if (it != r.block_contexts.end()) {
+        if (!ctx) ctx = it->second;  // PyTorch's: the free's context, else the allocation's
+        // and, as PyTorch's free_block, a block back in the cache keeps no context: a snapshot
+        // shows the allocation's stack only while the block is allocated
+        if (action == TraceEntry::FREE_COMPLETED) r.block_contexts.erase(it);
       }
       break;
+    }
     case TraceEntry::SEGMENT_ALLOC:
       if (when >= static_cast<int>(RecordContext::STATE)) r.segment_contexts[e->address] = ctx;
       break;
@@ -396,8 +409,11 @@ class MemsnapAllocator : public CUDAAllocator {
 
   void init(int device_count) override {
     // PyTorch's own settings parser reads PYTORCH_CUDA_ALLOC_CONF here too, so that a value it
-    // refuses (per_process_memory_fraction:1.1) fails as with its own allocator
-    (void)c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::per_process_memory_fraction();
+    // refuses (per_process_memory_fraction:1.1) fails as with its own allocator, whose devices
+    // read it when they start; its cudaMallocAsync backend never does, so neither does memsnap's
+    // async mode (a value only the native backend reads, release_lock_on_cudamalloc:none, is
+    // no error there)
+    if (!is_async()) (void)c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::per_process_memory_fraction();
     memsnap_init(device_count);
     devices_.store(device_count);
     initialized_.store(true);
@@ -431,7 +447,7 @@ class MemsnapAllocator : public CUDAAllocator {
     return out;
   }
 
-  void enable(bool value) override { memsnap_set_caching(value ? 1 : 0); }
+  void enable(bool value) override { memsnap_set_caching(value ? 1 : 0); }  // the async mode ignores it, as PyTorch's backend
 
   bool isEnabled() const override { return memsnap_caching() != 0; }
 
@@ -607,6 +623,7 @@ class MemsnapAllocator : public CUDAAllocator {
   }
 
   ShareableHandle shareIpcHandle(void* ptr) override {
+    if (is_async()) refuse_async("shareIpcHandle");
     char* handle = nullptr;
     size_t len = 0, offset = 0;
     int rc = memsnap_ipc_share(ptr, &handle, &len, &offset);
@@ -637,6 +654,7 @@ class MemsnapAllocator : public CUDAAllocator {
       r.recording.store(enabled);
       r.gather.store(enabled ? context_recorder : nullptr);
       r.when.store(static_cast<int>(enabled ? when : RecordContext::NEVER));
+      recorded_when.store(r.when.load());
       r.traces.resize(static_cast<size_t>(std::max(device_count(), 1)));
       for (auto& t : r.traces) {
         t.set_max(alloc_trace_max_entries);
@@ -666,14 +684,15 @@ class MemsnapAllocator : public CUDAAllocator {
     r.annotations.insert(ae);
   }
 
+  // As PyTorch's: pushed and popped whether the recorder records or not (PyTorch's recorder adds
+  // the callbacks that call these only while it records with compile_context=True), so that a
+  // region entered before recording stops and left after pops what it pushed.
   void pushCompileContext(std::string& md) override {
-    if (!recorder().recording.load()) return;
     if (!compile_contexts) compile_contexts = new std::stack<std::string>();
     compile_contexts->push(md);
   }
 
   void popCompileContext() override {
-    if (!recorder().recording.load()) return;
     if (compile_contexts && !compile_contexts->empty()) compile_contexts->pop();
   }
 
@@ -778,9 +797,14 @@ class MemsnapAllocator : public CUDAAllocator {
 
   // An allocation of memsnap's, its failure turned into PyTorch's exception.
   void* malloc_on(c10::DeviceIndex device, size_t size, cudaStream_t stream) {
-    CallContext call(gather_context(RecordContext::STATE));
     void* ptr = nullptr;
-    int rc = memsnap_alloc(&ptr, size, device, stream);
+    int rc;
+    if (C10_LIKELY(!gathers(RecordContext::STATE))) {
+      rc = memsnap_alloc(&ptr, size, device, stream);
+    } else {
+      CallContext call(gather_context(RecordContext::STATE));
+      rc = memsnap_alloc(&ptr, size, device, stream);
+    }
     if (C10_LIKELY(rc == MEMSNAP_OK)) {
       const c10::impl::PyInterpreter* interp = c10::impl::GPUTrace::get_trace();
       if (C10_UNLIKELY(interp))
@@ -853,20 +877,28 @@ class MemsnapAllocator : public CUDAAllocator {
   }
 };
 
-void delete_block(void* ptr) {
-  if (!ptr) return;
+// What delete_block does beyond the free itself: the recorder's context, PyTorch's GPU trace
+// and its memory profiler, each while asked for.
+void delete_block_observed(void* ptr) {
   CallContext call(gather_context(RecordContext::ALL));
   const c10::impl::PyInterpreter* interp = c10::impl::GPUTrace::get_trace();
   if (C10_UNLIKELY(interp)) (*interp)->trace_gpu_memory_deallocation(c10::kCUDA, reinterpret_cast<uintptr_t>(ptr));
   size_t size = 0;
   int device = -1;
-  bool profiling = C10_UNLIKELY(c10::memoryProfilingEnabled()) && memsnap_block_size(ptr, &size, &device) == MEMSNAP_OK;
+  bool profiling = c10::memoryProfilingEnabled() && memsnap_block_size(ptr, &size, &device) == MEMSNAP_OK;
   memsnap_free(ptr, 0, device, nullptr);  // an invalid free is reported by the library, never thrown here
   memsnap_stats_t s;
   if (profiling && memsnap_get_stats(device, &s) == MEMSNAP_OK)  // as PyTorch tells its profiler, after the free
     c10::reportMemoryUsageToProfiler(ptr, -static_cast<int64_t>(size), s.allocated_bytes[MEMSNAP_POOL_ALL].current,
                                      s.reserved_bytes[MEMSNAP_POOL_ALL].current,
                                      c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+}
+
+void delete_block(void* ptr) {
+  if (!ptr) return;
+  if (C10_UNLIKELY(gathers(RecordContext::ALL) || c10::impl::GPUTrace::get_trace() || c10::memoryProfilingEnabled()))
+    return delete_block_observed(ptr);
+  memsnap_free(ptr, 0, -1, nullptr);  // an invalid free is reported by the library, never thrown here
 }
 
 std::shared_ptr<MemsnapAllocator>& installed() {
@@ -881,13 +913,21 @@ extern "C" {
 // The interface version of this file (memsnap's Python package refuses another).
 __attribute__((visibility("default"))) int memsnap_torch_abi(void) { return 1; }
 
-// Makes memsnap PyTorch's CUDA allocator. 0, or -1 with the reason in *error (valid until the
-// next call): PyTorch refuses to swap an initialised allocator.
+// Makes memsnap PyTorch's CUDA allocator, the device-generic one (c10::GetAllocator(kCUDA)) too.
+// 0, or -1 with the reason in *error (valid until the next call): PyTorch refuses to swap an
+// initialised allocator.
 __attribute__((visibility("default"))) int memsnap_torch_install(const char** error) {
   static std::string message;
   try {
     if (!installed()) installed() = std::make_shared<MemsnapAllocator>();
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(installed());
+    // changeCurrentAllocator swaps c10::cuda::CUDACachingAllocator's allocator only; the
+    // device-generic registry (c10::GetAllocator(kCUDA), behind c10::getDeviceAllocator and so
+    // torch.accelerator's memory functions) still names PyTorch's own, which its static
+    // initializer set at priority 0. Same priority wins; a higher one if something outranked it.
+    c10::SetAllocator(c10::kCUDA, installed().get(), 0);
+    if (c10::GetAllocator(c10::kCUDA) != installed().get())
+      c10::SetAllocator(c10::kCUDA, installed().get(), std::numeric_limits<uint8_t>::max());
     memsnap_add_free_memory_callback(&collect_freed_memory, nullptr);
     return 0;
   } catch (const std::exception& e) {
@@ -901,7 +941,8 @@ __attribute__((visibility("default"))) int memsnap_torch_install(const char** er
 
 // Whether memsnap's C++ allocator is PyTorch's current CUDA allocator.
 __attribute__((visibility("default"))) int memsnap_torch_is_current(void) {
-  return installed() && c10::cuda::CUDACachingAllocator::get() == installed().get();
+  return installed() && c10::cuda::CUDACachingAllocator::get() == installed().get() &&
+         c10::GetAllocator(c10::kCUDA) == installed().get();
 }
 
 }  // extern "C"

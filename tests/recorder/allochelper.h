@@ -13,6 +13,7 @@
 #define MiB ((size_t)1 << 20)
 #define S1 ((memsnap_stream_t)(uintptr_t)0x1000)
 #define S2 ((memsnap_stream_t)(uintptr_t)0x2000)
+#define S3 ((memsnap_stream_t)(uintptr_t)0x3000)
 
 /* Every variable a test may set: unset before each configuration. */
 static const char *const ah_vars[] = {
@@ -20,7 +21,7 @@ static const char *const ah_vars[] = {
     "MEMSNAP_GARBAGE_COLLECTION_THRESHOLD", "MEMSNAP_MEMORY_FRACTION", "MEMSNAP_OOM", "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF", "MEMSNAP_MAX_NON_SPLIT_ROUNDING_MB", "MEMSNAP_EXPANDABLE_SEGMENTS", "MEMSNAP_ALLOCATOR",
     "MEMSNAP_SIM_OLD_DRIVER", "MEMSNAP_RECORD", "MEMSNAP_INVALID_FREE", "MEMSNAP_STACKS", "MEMSNAP_NO_CACHING",
-    "PYTORCH_NO_CUDA_MEMORY_CACHING", NULL};
+    "PYTORCH_NO_CUDA_MEMORY_CACHING", "MEMSNAP_GRAPH_CAPTURE_RECORD_STREAM_REUSE", NULL};
 
 /* Shuts the library down and sets "NAME=value;..." on the simulated device. */
 static inline void fresh(const char *settings) {

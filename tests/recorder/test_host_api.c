@@ -54,6 +54,23 @@ static void test_uncached(void) {
   CHECK("uncached: PYTORCH_NO_CUDA_MEMORY_CACHING=1 keeps the cache off, as PyTorch's variable", memsnap_caching() == 0);
   fresh("PYTORCH_NO_CUDA_MEMORY_CACHING=0");
   CHECK("uncached: PYTORCH_NO_CUDA_MEMORY_CACHING=0 leaves it on (PyTorch's check_env)", memsnap_caching() == 1);
+
+  /* PyTorch's cudaMallocAsync backend has no cache to turn off: enable(false) and the variable
+   * do nothing there, and its tensors stay in the statistics. */
+  fresh("MEMSNAP_ALLOCATOR=async");
+  memsnap_set_caching(0);
+  int64_t allocated = stats().allocated_bytes[MEMSNAP_POOL_ALL].current;
+  void *c = alloc(3 * MiB);
+  CHECK("uncached, async mode: the switch does nothing, as with PyTorch's cudaMallocAsync backend",
+        memsnap_caching() == 1 && stats().allocated_bytes[MEMSNAP_POOL_ALL].current == allocated + (int64_t)(3 * MiB));
+  release(c);
+  memsnap_set_caching(1);
+  fresh("MEMSNAP_ALLOCATOR=async;PYTORCH_NO_CUDA_MEMORY_CACHING=1");
+  c = alloc(1000);
+  CHECK("uncached, async mode: so does PYTORCH_NO_CUDA_MEMORY_CACHING=1",
+        memsnap_caching() == 1 && stats().allocated_bytes[MEMSNAP_POOL_ALL].current > 0);
+  release(c);
+  CHECK("uncached, async mode: invariants", check_ok());
 }
 
 static void test_exabyte(void) {

@@ -230,6 +230,90 @@ static void test_pool_shared_and_held(void) {
   CHECK("pool: invariants at the end", check_ok());
 }
 
+/* graph_capture_record_stream_reuse: PyTorch's test_graph_capture_reclaim_2_streams on the
+ * simulated device's capture graph. S1 captures; S2 joins the capture, reads data1 and is
+ * recorded on it; data1 is freed. Before S1 waits for S2 the block must not serve S1 again (S2's
+ * read may still be running in a replay), after it and one more node on S1 it must. */
+static int s1_or_s2(void *ctx, memsnap_stream_t s) {
+  (void)ctx;
+  return s == S1 || s == S2;
+}
+
+/* One capture as PyTorch's test makes it; `join` makes S1 wait for S2 before data3. Returns
+ * whether data3 took data1's block; *before says whether data2 did. */
+static bool reclaim_after_join(bool join, bool *before) {
+  memsnap_begin_allocate_to_pool(0, 11, 0, s1_or_s2, NULL);
+  memsnap_sim_capture_begin(S1);
+  void *sink = alloc_on(32, S1), *data1 = alloc_on(32, S1);
+  memsnap_sim_launch(S1);          /* data1 written on S1 */
+  memsnap_sim_stream_wait(S2, S1); /* S2 forks from S1 ... */
+  void *buf2 = alloc_on(32, S2);
+  memsnap_sim_launch(S2);          /* ... and reads data1 */
+  memsnap_record_stream(data1, S2);
+  memsnap_free(data1, 0, 0, S1);
+  void *data2 = alloc_on(32, S1);
+  *before = data2 == data1;
+  if (join) memsnap_sim_stream_wait(S1, S2);
+  memsnap_sim_launch(S1); /* sink.fill_() on S1 */
+  void *data3 = alloc_on(32, S1);
+  CHECK("capture reuse: invariants during the capture", check_ok());
+  memsnap_sim_capture_end(S1);
+  memsnap_end_allocate_to_pool(0, 11, 0);
+  memsnap_free(data3, 0, 0, S1);
+  memsnap_free(data2, 0, 0, S1);
+  memsnap_free(buf2, 0, 0, S2);
+  memsnap_free(sink, 0, 0, S1);
+  memsnap_release_pool(0, 11, 0);
+  memsnap_sim_synchronize(S2);
+  memsnap_empty_cache();
+  CHECK("capture reuse: invariants after the capture", check_ok());
+  return data3 == data1;
+}
+
+static void test_capture_stream_reuse(void) {
+  bool before;
+  fresh("");
+  CHECK("capture reuse off (the default): the block waits for the capture's end",
+        !reclaim_after_join(true, &before) && !before);
+  CHECK("capture reuse off: every segment back at the end", stats().segment[MEMSNAP_POOL_ALL].current == 0);
+
+  fresh("MEMSNAP_GRAPH_CAPTURE_RECORD_STREAM_REUSE=1");
+  CHECK("capture reuse on: once S1 joined S2, data3 takes data1's block", reclaim_after_join(true, &before));
+  CHECK("capture reuse on: before the join, data2 does not", !before);
+  CHECK("capture reuse on: without the join, never during the capture", !reclaim_after_join(false, &before) && !before);
+  CHECK("capture reuse on: every segment back at the end", stats().segment[MEMSNAP_POOL_ALL].current == 0);
+
+  fresh("");
+  CHECK("capture reuse: PyTorch's setting turns it on at run time",
+        memsnap_set_allocator_settings("graph_capture_record_stream_reuse:True") == MEMSNAP_OK &&
+            reclaim_after_join(true, &before));
+  CHECK("capture reuse: and off", memsnap_set_allocator_settings("graph_capture_record_stream_reuse:False") == MEMSNAP_OK &&
+                                      !reclaim_after_join(true, &before));
+
+  /* A block used on a stream outside the capture has no markers: it waits for the end. */
+  fresh("MEMSNAP_GRAPH_CAPTURE_RECORD_STREAM_REUSE=1");
+  memsnap_begin_allocate_to_pool(0, 12, 0, s1_or_s2, NULL);
+  memsnap_sim_capture_begin(S1);
+  void *x = alloc_on(32, S1);
+  memsnap_sim_launch(S1);
+  memsnap_record_stream(x, S3);
+  memsnap_free(x, 0, 0, S1);
+  memsnap_sim_stream_wait(S1, S3);
+  memsnap_sim_launch(S1);
+  void *y = alloc_on(32, S1);
+  CHECK("capture reuse: a block used on a stream that is not capturing waits for the end", y != x);
+  memsnap_sim_capture_end(S1);
+  memsnap_end_allocate_to_pool(0, 12, 0);
+  memsnap_free(y, 0, 0, S1);
+  memsnap_sim_synchronize(S3);
+  void *z = alloc_on(32, S1); /* the deferred events recorded and complete: back in its pool */
+  memsnap_free(z, 0, 0, S1);
+  memsnap_release_pool(0, 12, 0);
+  memsnap_empty_cache();
+  CHECK("capture reuse: after the capture, the deferred block goes back", check_ok() &&
+                                                                          stats().segment[MEMSNAP_POOL_ALL].current == 0);
+}
+
 static void *other_thread_alloc(void *arg) {
   *(void **)arg = alloc(3 * MiB);
   return NULL;
@@ -403,6 +487,7 @@ int main(int argc, char **argv) {
   test_private_pools();
   test_pool_shared_and_held();
   test_thread_pool_and_expandable();
+  test_capture_stream_reuse();
   test_async();
   test_async_recorded(dir);
   random_trace("classic with a private pool", "MEMSNAP_SIM_CAPACITY=4G", true);

@@ -638,11 +638,6 @@ def _wrap_allocator_settings(torch, lib):
         import warnings
         if lib.memsnap_set_allocator_settings(str(env).encode()) != 0:
             warnings.warn("memsnap: allocator settings %r: %s" % (env, last_error()), RuntimeWarning, stacklevel=2)
-        if "graph_capture_record_stream_reuse:True" in str(env).replace(" ", ""):
-            warnings.warn("memsnap: graph_capture_record_stream_reuse is not served by memsnap's allocator: a block "
-                          "freed during a CUDA graph capture while other streams use it waits for the capture's end "
-                          "(more memory, same results); PyTorch's own allocator serves it: memsnap run --mode "
-                          "torch-native", RuntimeWarning, stacklevel=2)
         return result
     set_allocator_settings._memsnap = True
     torch._C._accelerator_setAllocatorSettings = set_allocator_settings

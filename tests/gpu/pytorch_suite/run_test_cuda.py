@@ -16,11 +16,12 @@ read from PYTORCH_CUDA_ALLOC_CONF so that both sides see the same value).
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
   python3 tests/gpu/pytorch_suite/run_test_cuda.py PATH/test_cuda.py [--settings default,expandable,async]
-          [--sides native,memsnap] [--timeout SECONDS] [--memsnap build/memsnap] [-k PATTERN ...]
+          [--sides native,memsnap] [--timeout SECONDS] [--memsnap build/memsnap] [--jobs N] [-k PATTERN ...]
 Writes $OUT/test_cuda-SETTING-SIDE.log (the test output) and $OUT/test_cuda.json (every test's
 result on each side); exit status 1 when a test that passes natively does not under memsnap.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -80,7 +81,10 @@ def parse(text):
     for line in text.splitlines():
         m = START.match(line)
         if m:
-            current = "%s.%s" % (m.group(2).split(".")[-1], m.group(1))
+            # "(__main__.TestCuda.test_x)" (Python 3.11+) or "(__main__.TestCuda)": the class
+            parts = m.group(2).split(".")
+            cls = parts[-2] if len(parts) > 1 and parts[-1] == m.group(1) else parts[-1]
+            current = "%s.%s" % (cls, m.group(1))
             results[current] = "did not finish"
             s = STATUS.search(line)
             if s:
@@ -128,6 +132,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=1200)
     ap.add_argument("--memsnap", default=os.path.join(ROOT, "build", "memsnap"))
     ap.add_argument("-k", action="append")
+    ap.add_argument("--jobs", type=int, default=1, help="runs of (setting, side) at once (the GPU is shared)")
     args = ap.parse_args()
     args.out = os.environ.get("OUT") or tempfile.mkdtemp(prefix="test_cuda-")
     os.makedirs(args.out, exist_ok=True)
@@ -140,10 +145,13 @@ def main():
         f.write(RUNNER)
     report, worse = {}, 0
     lines = []
+    pairs = [(setting, side) for setting in args.settings.split(",") for side in args.sides.split(",")]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        runs = dict(zip(pairs, pool.map(lambda pair: run_side(args, pair[0], pair[1], helpers), pairs)))
     for setting in args.settings.split(","):
         res = {}
         for side in args.sides.split(","):
-            results, rc, secs = run_side(args, setting, side, helpers)
+            results, rc, secs = runs[(setting, side)]
             res[side] = {"results": results, "exit": rc, "seconds": round(secs)}
         report[setting] = res
         sides = list(res)
