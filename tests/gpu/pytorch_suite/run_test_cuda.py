@@ -14,9 +14,18 @@ TestCase that common_utils imports), and common_utils.TEST_CUDAMALLOCASYNC where
 common_utils lacks it (defined as newer PyTorch defines it: the backend is cudaMallocAsync, here
 read from PYTORCH_CUDA_ALLOC_CONF so that both sides see the same value).
 
+A test that kills its process (an abort, a segfault: natively, the async backend does on this
+machine) would leave the tests after it unrun. Then the side goes on in a new process with the
+selected tests that have no result yet, named one by one (the selection is listed first, by
+loading the file as unittest.main would: COLLECTOR); the test that killed it is reported as
+`crashed (signal N)`. Both sides are handled alike.
+
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
   python3 tests/gpu/pytorch_suite/run_test_cuda.py PATH/test_cuda.py [--settings default,expandable,async]
-          [--sides native,memsnap] [--timeout SECONDS] [--memsnap build/memsnap] [--jobs N] [-k PATTERN ...]
+          [--sides native,memsnap] [--timeout SECONDS] [--memsnap build/memsnap] [--jobs N]
+          [--gpus 0,1] [-k PATTERN ...]
+--gpus spreads the runs over GPUs (run i on the i-th GPU listed, round robin; with --jobs 2 the
+two sides of a setting run at once, each alone on its GPU).
 Writes $OUT/test_cuda-SETTING-SIDE.log (the test output) and $OUT/test_cuda.json (every test's
 result on each side); exit status 1 when a test that passes natively does not under memsnap.
 """
@@ -69,6 +78,39 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
 runpy.run_path(path, run_name="__main__")
 '''
 
+COLLECTOR = '''"""Prints the tests a test_cuda.py run with these -k patterns would run, in unittest.main's order."""
+import os
+import runpy
+import sys
+import unittest
+
+import torch.testing._internal.common_utils as common_utils
+
+if not hasattr(common_utils, "TEST_CUDAMALLOCASYNC"):
+    common_utils.TEST_CUDAMALLOCASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+path, patterns = sys.argv[1], sys.argv[2:]
+sys.argv = [path]
+sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+module = type(sys)("test_file")
+module.__dict__.update(runpy.run_path(path, run_name="test_file"))
+loader = unittest.TestLoader()
+loader.testNamePatterns = [p if "*" in p else "*%s*" % p for p in patterns]
+
+
+def walk(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from walk(t)
+        else:
+            yield t
+
+
+for t in walk(loader.loadTestsFromModule(module)):
+    parts = t.id().split(".")
+    if len(parts) >= 2:
+        print("TEST %s.%s" % (parts[-2], parts[-1]))
+'''
+
 START = re.compile(r"^(test\w*) \(([\w.]+)\)")
 STATUS = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
 LINE_STATUS = re.compile(r"^(ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
@@ -97,7 +139,7 @@ def parse(text):
     return results
 
 
-def run_side(args, setting, side, helpers):
+def side_env(args, setting, helpers, gpu):
     env = dict(os.environ)
     env["PYTHONPATH"] = helpers + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
@@ -105,23 +147,62 @@ def run_side(args, setting, side, helpers):
         env["PYTORCH_CUDA_ALLOC_CONF"] = SETTINGS[setting]
     else:
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    cmd = [sys.executable, os.path.join(helpers, "run_test_file.py"), args.test_file, "-v"]
-    for k in args.k or SELECTION:
-        cmd += ["-k", k]
-    if side == "memsnap":
-        db = os.path.join(tempfile.mkdtemp(prefix="test_cuda-"), "test_cuda-%p.db")
-        cmd = [args.memsnap, "run", "-q", "-o", db, "--"] + cmd
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+def collect(args, env, helpers):
+    """The selected tests in unittest.main's order, listed natively; [] when the listing fails."""
+    p = subprocess.run([sys.executable, os.path.join(helpers, "collect_tests.py"), args.test_file] +
+                       (args.k or SELECTION), capture_output=True, text=True, env=env, timeout=600)
+    return [line[5:] for line in p.stdout.splitlines() if line.startswith("TEST ")]
+
+
+def run_side(args, setting, side, helpers, gpu=None):
+    """One side of one setting: the test file run over the selection, and after a test that kills
+    the process, again over the selected tests not yet run. Returns ({test: status}, exit status
+    of the first process, seconds)."""
+    env = side_env(args, setting, helpers, gpu)
     t = time.time()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
-        text, rc = p.stdout + p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        text = ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace") if isinstance(e.stdout, bytes) else \
-            (e.stdout or "") + (e.stderr or "")
-        rc = 124
+    results, first_rc, names, log = {}, None, None, []
+    while True:
+        cmd = [sys.executable, os.path.join(helpers, "run_test_file.py"), args.test_file, "-v"]
+        if names is None:
+            for k in args.k or SELECTION:
+                cmd += ["-k", k]
+        else:
+            cmd += names
+        if side == "memsnap":
+            db = os.path.join(tempfile.mkdtemp(prefix="test_cuda-"), "test_cuda-%p.db")
+            cmd = [args.memsnap, "run", "-q", "-o", db, "--"] + cmd
+        left = args.timeout - (time.time() - t)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=max(1, left))
+            text, rc = p.stdout + p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            text = ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace") if isinstance(e.stdout, bytes) else \
+                (e.stdout or "") + (e.stderr or "")
+            rc = 124
+        log.append("$ %s\n%s\n[exit %d]\n" % (" ".join(cmd), text, rc))
+        first_rc = rc if first_rc is None else first_rc
+        got = parse(text)
+        crashed = [n for n, r in got.items() if r == "did not finish"]
+        if rc != 124:
+            for n in crashed:
+                got[n] = "crashed (signal %d)" % -rc if rc < 0 else "crashed (exit %d)" % rc
+        results.update(got)
+        if rc == 124 or not crashed:
+            break
+        # the process died inside a test: go on with the selected tests that have no result yet
+        everything = collect(args, env, helpers)
+        names = [n for n in everything if n not in results]
+        if not names:
+            break
+        log.append("[%s crashed the process; %d selected tests left, run by name]\n" % (", ".join(crashed), len(names)))
     with open(os.path.join(args.out, "test_cuda-%s-%s.log" % (setting, side)), "w") as f:
-        f.write("$ %s\n%s\n[exit %d, %.0f s]\n" % (" ".join(cmd), text, rc, time.time() - t))
-    return parse(text), rc, time.time() - t
+        f.write("".join(log) + "[%.0f s]\n" % (time.time() - t))
+    return results, first_rc, time.time() - t
 
 
 def main():
@@ -132,7 +213,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=1200)
     ap.add_argument("--memsnap", default=os.path.join(ROOT, "build", "memsnap"))
     ap.add_argument("-k", action="append")
-    ap.add_argument("--jobs", type=int, default=1, help="runs of (setting, side) at once (the GPU is shared)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs of (setting, side) at once")
+    ap.add_argument("--gpus", default="", help="GPUs to spread the runs over (CUDA_VISIBLE_DEVICES values, comma-separated)")
     args = ap.parse_args()
     args.out = os.environ.get("OUT") or tempfile.mkdtemp(prefix="test_cuda-")
     os.makedirs(args.out, exist_ok=True)
@@ -143,11 +225,16 @@ def main():
         f.write(EXPECTTEST)
     with open(os.path.join(helpers, "run_test_file.py"), "w") as f:
         f.write(RUNNER)
+    with open(os.path.join(helpers, "collect_tests.py"), "w") as f:
+        f.write(COLLECTOR)
     report, worse = {}, 0
     lines = []
     pairs = [(setting, side) for setting in args.settings.split(",") for side in args.sides.split(",")]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        runs = dict(zip(pairs, pool.map(lambda pair: run_side(args, pair[0], pair[1], helpers), pairs)))
+        gpus = [g for g in args.gpus.split(",") if g]
+        runs = dict(zip(pairs, pool.map(
+            lambda ip: run_side(args, ip[1][0], ip[1][1], helpers, gpus[ip[0] % len(gpus)] if gpus else None),
+            enumerate(pairs))))
     for setting in args.settings.split(","):
         res = {}
         for side in args.sides.split(","):
