@@ -15,10 +15,12 @@ common_utils lacks it (defined as newer PyTorch defines it: the backend is cudaM
 read from PYTORCH_CUDA_ALLOC_CONF so that both sides see the same value).
 
 A test that kills its process (an abort, a segfault: natively, the async backend does on this
-machine) would leave the tests after it unrun. Then the side goes on in a new process with the
-selected tests that have no result yet, named one by one (the selection is listed first, by
-loading the file as unittest.main would: COLLECTOR); the test that killed it is reported as
-`crashed (signal N)`. Both sides are handled alike.
+machine), or one that leaves CUDA in an error state (common_utils then stops the suite), would
+leave the tests after it unrun. Then the side goes on in a new process with the selected tests
+that have no result yet, named one by one (the selection is listed by the file itself run with
+the same arguments, unittest's runTests replaced by a listing: COLLECTOR), as PyTorch's CI goes on
+after such a test; a test that killed the process is reported as `crashed (signal N)`. Both sides
+are handled alike.
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
   python3 tests/gpu/pytorch_suite/run_test_cuda.py PATH/test_cuda.py [--settings default,expandable,async]
@@ -78,7 +80,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
 runpy.run_path(path, run_name="__main__")
 '''
 
-COLLECTOR = '''"""Prints the tests a test_cuda.py run with these -k patterns would run, in unittest.main's order."""
+COLLECTOR = '''"""Prints the tests a test_cuda.py run with these arguments would run, in its order: the file
+runs as __main__ as RUNNER runs it, with unittest.TestProgram.runTests replaced by a listing."""
 import os
 import runpy
 import sys
@@ -88,13 +91,6 @@ import torch.testing._internal.common_utils as common_utils
 
 if not hasattr(common_utils, "TEST_CUDAMALLOCASYNC"):
     common_utils.TEST_CUDAMALLOCASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-path, patterns = sys.argv[1], sys.argv[2:]
-sys.argv = [path]
-sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-module = type(sys)("test_file")
-module.__dict__.update(runpy.run_path(path, run_name="test_file"))
-loader = unittest.TestLoader()
-loader.testNamePatterns = [p if "*" in p else "*%s*" % p for p in patterns]
 
 
 def walk(suite):
@@ -105,10 +101,20 @@ def walk(suite):
             yield t
 
 
-for t in walk(loader.loadTestsFromModule(module)):
-    parts = t.id().split(".")
-    if len(parts) >= 2:
-        print("TEST %s.%s" % (parts[-2], parts[-1]))
+def listing(self):
+    for t in walk(self.test):
+        parts = t.id().split(".")
+        if len(parts) >= 2:
+            print("TEST %s.%s" % (parts[-2], parts[-1]))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+unittest.TestProgram.runTests = listing
+path = sys.argv[1]
+sys.argv = [path] + sys.argv[2:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+runpy.run_path(path, run_name="__main__")
 '''
 
 START = re.compile(r"^(test\w*) \(([\w.]+)\)")
@@ -154,8 +160,10 @@ def side_env(args, setting, helpers, gpu):
 
 def collect(args, env, helpers):
     """The selected tests in unittest.main's order, listed natively; [] when the listing fails."""
-    p = subprocess.run([sys.executable, os.path.join(helpers, "collect_tests.py"), args.test_file] +
-                       (args.k or SELECTION), capture_output=True, text=True, env=env, timeout=600)
+    cmd = [sys.executable, os.path.join(helpers, "collect_tests.py"), args.test_file, "-v"]
+    for k in args.k or SELECTION:
+        cmd += ["-k", k]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     return [line[5:] for line in p.stdout.splitlines() if line.startswith("TEST ")]
 
 
@@ -165,7 +173,7 @@ def run_side(args, setting, side, helpers, gpu=None):
     of the first process, seconds)."""
     env = side_env(args, setting, helpers, gpu)
     t = time.time()
-    results, first_rc, names, log = {}, None, None, []
+    results, first_rc, names, log, everything = {}, None, None, [], None
     while True:
         cmd = [sys.executable, os.path.join(helpers, "run_test_file.py"), args.test_file, "-v"]
         if names is None:
@@ -191,15 +199,19 @@ def run_side(args, setting, side, helpers, gpu=None):
         if rc != 124:
             for n in crashed:
                 got[n] = "crashed (signal %d)" % -rc if rc < 0 else "crashed (exit %d)" % rc
+        new = [n for n in got if n not in results]
         results.update(got)
-        if rc == 124 or not crashed:
+        if rc == 124 or not new:
             break
-        # the process died inside a test: go on with the selected tests that have no result yet
-        everything = collect(args, env, helpers)
+        # the process died inside a test, or the suite stopped itself (common_utils stops it when
+        # CUDA is left in an error state): go on with the selected tests that have no result yet
+        if everything is None:
+            everything = collect(args, env, helpers)
         names = [n for n in everything if n not in results]
         if not names:
             break
-        log.append("[%s crashed the process; %d selected tests left, run by name]\n" % (", ".join(crashed), len(names)))
+        log.append("[%s; %d selected tests left, run by name]\n" % (
+            ", ".join(crashed) + " crashed the process" if crashed else "the run stopped early", len(names)))
     with open(os.path.join(args.out, "test_cuda-%s-%s.log" % (setting, side)), "w") as f:
         f.write("".join(log) + "[%.0f s]\n" % (time.time() - t))
     return results, first_rc, time.time() - t
