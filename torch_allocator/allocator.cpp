@@ -542,11 +542,15 @@ class MemsnapAllocator : public CUDAAllocator {
     if (r.recording.load()) {
       result.external_annotations = r.annotations.read();
       for (auto& ae : result.external_annotations) ae.time_.t_ = to_us(ae.time_.approx_t_) / 1000;
-      // as PyTorch, the snapshot is an entry of the traces read next time
+      // as PyTorch, the snapshot is an entry of the traces read next time, with the compile
+      // region and user metadata every entry carries ("N/A" outside a region, which
+      // test_memory_compile_regions leaves out of the regions it compares)
+      std::string compile = compile_contexts && !compile_contexts->empty() ? compile_contexts->top() : "N/A";
       for (size_t d = 0; d < r.traces.size(); d++)
         if (!r.skip.count(static_cast<int>(TraceEntry::SNAPSHOT)))
           r.traces[d].insert(TraceEntry(TraceEntry::SNAPSHOT, static_cast<c10::DeviceIndex>(d), 0, total_active,
-                                        nullptr, MempoolId_t{0, 0}, c10::getApproximateTime()));
+                                        nullptr, MempoolId_t{0, 0}, c10::getApproximateTime(), nullptr, compile,
+                                        user_metadata ? *user_metadata : std::string()));
     }
     fill_settings(result.config_metadata);
     return result;

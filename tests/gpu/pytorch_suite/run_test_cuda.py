@@ -188,11 +188,12 @@ def run_side(args, setting, side, helpers, gpu=None):
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=max(1, left))
             text, rc = p.stdout + p.stderr, p.returncode
-        except subprocess.TimeoutExpired as e:
-            text = ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace") if isinstance(e.stdout, bytes) else \
-                (e.stdout or "") + (e.stderr or "")
+        except subprocess.TimeoutExpired as e:  # what it wrote so far (bytes or str, whichever)
+            text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (e.stdout, e.stderr) if x)
             rc = 124
         log.append("$ %s\n%s\n[exit %d]\n" % (" ".join(cmd), text, rc))
+        with open(os.path.join(args.out, "test_cuda-%s-%s.log" % (setting, side)), "w") as f:
+            f.write("".join(log))  # so far: a run stopped from outside still leaves it
         first_rc = rc if first_rc is None else first_rc
         got = parse(text)
         crashed = [n for n, r in got.items() if r == "did not finish"]
