@@ -7,7 +7,10 @@
  * block freed on a stream is reused at once by that stream, by others once the free is known to
  * be complete. memsnap keeps what PyTorch's backend keeps:
  *   - each live allocation's size, stream and the streams it was used on (record_stream); a
- *     block used on other streams is freed on its own stream after that stream waited for them;
+ *     block used on other streams is freed, as PyTorch's backend frees it, on a stream of
+ *     memsnap's own (the "unifying free stream", made at init) after that stream waited for the
+ *     block's stream and every stream that used it: freed on its own stream, the block would be
+ *     reused at once by the next allocation there while the other streams still use it;
  *   - the bytes allocated through it, against the memory-fraction cap (no retry: an allocation
  *     past the cap, or one the pool refuses, is out of memory at once, as in PyTorch);
  *   - statistics: the pool's reserved and used bytes, current and peak, as allocated_bytes,
@@ -16,7 +19,9 @@
  * Recording: alloc, free_requested and free_completed of each block (the free is complete in
  * stream order), and the pool's growth and shrinkage as segment_map / segment_unmap events, read
  * from the pool after each call while recording (the pool's internal layout is the driver's:
- * the events carry the size of the change and the address of the allocation that caused it).
+ * the events carry the size of the change and the address of the allocation that caused it);
+ * never while a capture is underway (reading the pool there invalidates the capture: PyTorch's
+ * test_graph_capture_simple failed so), where the next call after it records the change.
  * CUDA graphs: the driver captures cuMemAllocAsync and cuMemFreeAsync as graph memory nodes, so
  * a capture needs no private pool here. As PyTorch does, a block allocated before a capture and
  * freed during one is freed only once no capture is underway (its free must not enter the
@@ -35,6 +40,8 @@
 typedef struct msi_async_state {
   uint64_t used;          /* bytes allocated through memsnap, for the fraction cap */
   uint64_t reserved_seen; /* the pool's reserved bytes when last looked at (recording) */
+  memsnap_stream_t free_stream; /* where blocks used on other streams are freed */
+  bool has_free_stream;
 } msi_async_state;
 
 int msi_async_init(msi_device *d) {
@@ -50,6 +57,10 @@ int msi_async_init(msi_device *d) {
     msi_warn("device %d: out of host memory; using the caching allocator", d->index);
     return -1;
   }
+  d->async->has_free_stream = msi_be->side_stream(d->index, &d->async->free_stream) == MSI_BE_OK;
+  if (!d->async->has_free_stream)
+    msi_warn("device %d: no stream of memsnap's own (%s): a block used on other streams is freed on its own "
+             "stream, after it waited for them", d->index, memsnap_last_error());
   return 0;
 }
 
@@ -76,6 +87,7 @@ void msi_async_destroy(msi_device *d) {
 /* While recording: the pool's reserved bytes changed since last seen become a map or unmap;
  * an unmap's extra is `reason` (MEMSNAP_RELEASE_EMPTY_CACHE for a trim, else the driver's own). */
 static void record_pool_change(msi_device *d, uintptr_t at, memsnap_stream_t stream, uint8_t reason) {
+  if (MSI_UNLIKELY(d->ncaptures)) return; /* see the top of this file */
   uint64_t reserved = 0, reserved_high, used, used_high;
   if (msi_be->async_usage(d->index, &reserved, &reserved_high, &used, &used_high) != MSI_BE_OK) return;
   uint64_t seen = d->async->reserved_seen;
@@ -180,12 +192,22 @@ int msi_async_free(msi_device *d, void *ptr, uint32_t stack) {
 
 /* Gives b back to the pool in stream order and forgets it. Lock held. */
 static void free_block(msi_device *d, msi_block *b, uint32_t stack) {
-  /* Used on other streams: the allocation stream waits for them, then frees in its order. */
+  /* Used on other streams: freed on the unifying stream once it waited for the block's stream and
+   * every user; on the block's stream after it waited for the users where there is none, or
+   * while a capture is underway (a wait on a capturing stream would pull the unifying stream into
+   * the capture). */
+  memsnap_stream_t on = b->stream;
+  if (b->nuses && d->async->has_free_stream && !d->ncaptures) {
+    on = d->async->free_stream;
+    if (msi_be->stream_wait(d->index, on, b->stream) != MSI_BE_OK)
+      msi_error("device %d: cannot order the free of %#lx after stream %p", d->index, (unsigned long)b->ptr,
+                (void *)b->stream);
+  }
   for (uint32_t i = 0; i < b->nuses; i++)
-    if (msi_be->stream_wait(d->index, b->stream, b->uses[i]) != MSI_BE_OK)
+    if (msi_be->stream_wait(d->index, on, b->uses[i]) != MSI_BE_OK)
       msi_error("device %d: cannot order the free of %#lx after stream %p", d->index, (unsigned long)b->ptr,
                 (void *)b->uses[i]);
-  if (msi_be->async_free(d->index, b->ptr, b->stream) != MSI_BE_OK)
+  if (msi_be->async_free(d->index, b->ptr, on) != MSI_BE_OK)
     msi_error("device %d: freeing %#lx failed", d->index, (unsigned long)b->ptr);
   d->async->used -= b->size;
   if (msi_is_recording()) {

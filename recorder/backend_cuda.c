@@ -64,6 +64,7 @@
   X(cuGetErrorString, CUresult, (CUresult, const char **))                       \
   X(cuStreamSynchronize, CUresult, (CUstream))                                   \
   X(cuStreamWaitEvent, CUresult, (CUstream, CUevent, unsigned int))              \
+  X(cuStreamCreate, CUresult, (CUstream *, unsigned int))                        \
   X(cuDeviceGetAttribute, CUresult, (int *, CUdevice_attribute, CUdevice))
 
 /* Optional: NULL when the driver lacks them. */
@@ -600,6 +601,17 @@ static int cuda_async_free(int dev, uintptr_t ptr, memsnap_stream_t stream) {
   return r == CUDA_SUCCESS ? MSI_BE_OK : fail("cuMemFreeAsync", r);
 }
 
+static int cuda_side_stream(int dev, memsnap_stream_t *out) {
+  bool pushed;
+  if (enter(dev, &pushed) != MSI_BE_OK) return MSI_BE_ERR;
+  CUstream s = NULL;
+  CUresult r = p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+  leave(pushed);
+  if (r != CUDA_SUCCESS) return fail("creating a stream", r);
+  *out = (memsnap_stream_t)s;
+  return MSI_BE_OK;
+}
+
 static int cuda_async_trim(int dev) {
   CUmemoryPool pool;
   bool pushed;
@@ -713,6 +725,7 @@ const msi_backend msi_backend_cuda = {
     .async_usage = cuda_async_usage,
     .async_reset_peak = cuda_async_reset_peak,
     .stream_wait = cuda_stream_wait,
+    .side_stream = cuda_side_stream,
     .ipc_get_handle = cuda_ipc_get_handle,
     .ipc_open = cuda_ipc_open,
     .ipc_close = cuda_ipc_close,

@@ -339,6 +339,12 @@ static int sim_device_synchronize(int dev) {
   return MSI_BE_OK;
 }
 
+/* A handle no caller's stream has: the top of the address space, one per device. */
+static int sim_side_stream(int dev, memsnap_stream_t *out) {
+  *out = (memsnap_stream_t)(UINTPTR_MAX - 4095 + (uintptr_t)dev);
+  return MSI_BE_OK;
+}
+
 static int sim_stream_wait(int dev, memsnap_stream_t waiter, memsnap_stream_t stream) {
   (void)dev, (void)waiter, (void)stream; /* not modelled (see the top of this file) */
   return MSI_BE_OK;
@@ -952,6 +958,7 @@ const msi_backend msi_backend_sim = {
     .async_usage = sim_async_usage,
     .async_reset_peak = sim_async_reset_peak,
     .stream_wait = sim_stream_wait,
+    .side_stream = sim_side_stream,
     .ipc_get_handle = sim_ipc_get_handle,
     .ipc_open = sim_ipc_open,
     .ipc_close = sim_ipc_close,

@@ -220,6 +220,11 @@ typedef struct msi_backend {
   int (*async_trim)(int dev);
   int (*async_usage)(int dev, uint64_t *reserved, uint64_t *reserved_high, uint64_t *used, uint64_t *used_high);
   int (*async_reset_peak)(int dev);
+  /* A stream of the device's own, made once (at msi_async_init): the async mode frees a block
+   * used on other streams there, after it waited for all of them, as PyTorch's backend does on
+   * its "unifying free stream", so that no stream reuses the block before every user is done.
+   * MSI_BE_OK with *out set, or MSI_BE_ERR. */
+  int (*side_stream)(int dev, memsnap_stream_t *out);
   /* Makes `waiter` wait for the work queued on `stream` so far (an event, then a wait). */
   int (*stream_wait)(int dev, memsnap_stream_t waiter, memsnap_stream_t stream);
   /* CUDA IPC (ipc.c). ipc_get_handle: the 64-byte cudaIpcMemHandle_t of the device allocation

@@ -380,6 +380,20 @@ static void test_async(void) {
                                                               s.allocated_bytes[MEMSNAP_POOL_ALL].peak == (int64_t)(20 * MiB));
   memsnap_reset_peak_stats(0);
   CHECK("async: reset_peak resets the pool's marks", stats().allocated_bytes[MEMSNAP_POOL_ALL].peak == 0);
+  /* PyTorch's test_record_stream: a block used on another stream and freed must not go to the
+   * next allocation on its own stream while that stream's user may still run */
+  void *used = alloc_on(10 * MiB, S1);
+  memsnap_record_stream(used, S2);
+  memsnap_free(used, 0, 0, S1);
+  void *next = alloc_on(10 * MiB, S1);
+  CHECK("async: a block used on another stream is not reused at once by its own (freed on the unifying stream)",
+        used && next && next != used);
+  memsnap_free(next, 0, 0, S1);
+  void *plain = alloc_on(10 * MiB, S1);
+  memsnap_free(plain, 0, 0, S1);
+  void *again = alloc_on(10 * MiB, S1);
+  CHECK("async: one never used elsewhere still is", plain && again == plain);
+  memsnap_free(again, 0, 0, S1);
   memsnap_empty_cache();
   CHECK("async: empty_cache trims the pool", reserved() == 0 && check_ok());
   memsnap_set_memory_fraction(0.1, 0);
