@@ -190,14 +190,26 @@ int msi_async_free(msi_device *d, void *ptr, uint32_t stack) {
   return MEMSNAP_OK;
 }
 
+/* Whether the block's stream or a stream that used it is capturing (or cannot say): its free then
+ * stays off the unifying stream. Asked only while memsnap counts a capture underway, which may
+ * outlive it: PyTorch never ends the pool of a capture whose end failed. */
+static bool touches_capture(msi_device *d, const msi_block *b) {
+  uint64_t id;
+  size_t n;
+  if (msi_be->capture_info(d->index, b->stream, &id, NULL, 0, &n) != 0) return true;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (msi_be->capture_info(d->index, b->uses[i], &id, NULL, 0, &n) != 0) return true;
+  return false;
+}
+
 /* Gives b back to the pool in stream order and forgets it. Lock held. */
 static void free_block(msi_device *d, msi_block *b, uint32_t stack) {
   /* Used on other streams: freed on the unifying stream once it waited for the block's stream and
    * every user; on the block's stream after it waited for the users where there is none, or
-   * while a capture is underway (a wait on a capturing stream would pull the unifying stream into
-   * the capture). */
+   * where one of those streams is capturing (a wait on a capturing stream would pull the
+   * unifying stream into the capture). */
   memsnap_stream_t on = b->stream;
-  if (b->nuses && d->async->has_free_stream && !d->ncaptures) {
+  if (b->nuses && d->async->has_free_stream && (!d->ncaptures || !touches_capture(d, b))) {
     on = d->async->free_stream;
     if (msi_be->stream_wait(d->index, on, b->stream) != MSI_BE_OK)
       msi_error("device %d: cannot order the free of %#lx after stream %p", d->index, (unsigned long)b->ptr,

@@ -823,8 +823,11 @@ class MemsnapAllocator : public CUDAAllocator {
     }
     std::string message = last_error();
     if (rc == MEMSNAP_ENOMEM) {
+      // as PyTorch's backends: the caching one tells the profiler, the cudaMallocAsync one does
+      // not (its statistics read the driver's pool, which would invalidate a capture underway:
+      // test_graph_capture_oom)
       memsnap_stats_t s;
-      if (memsnap_get_stats(device, &s) == MEMSNAP_OK)
+      if (!is_async() && memsnap_get_stats(device, &s) == MEMSNAP_OK)
         c10::reportOutOfMemoryToProfiler(static_cast<int64_t>(size), s.allocated_bytes[MEMSNAP_POOL_ALL].current,
                                          s.reserved_bytes[MEMSNAP_POOL_ALL].current,
                                          c10::Device(c10::DeviceType::CUDA, device));
