@@ -24,7 +24,9 @@
  * count completed (memsnap_sim_synchronize). Nothing goes back to the device until trim
  * (empty_cache), which completes every stream and returns the chunks left wholly free; an
  * allocation that finds no room trims once and retries, as the driver may. Cross-stream waits
- * (stream_wait) are not modelled: a test completes streams itself.
+ * (stream_wait) are not modelled: a test completes streams itself. Reading the pool's counters
+ * (async_usage) while a capture is underway invalidates it, as the driver does: its
+ * memsnap_sim_capture_end then fails.
  *
  * CUDA IPC: a classic segment's handle is the simulated cudaIpcMemHandle_t (a magic, the pid, the
  * device, the address and the size); opening one takes an address range of that size in a window
@@ -105,6 +107,7 @@ typedef struct sim_stream {
   memsnap_stream_t stream;
   uint64_t submitted, completed;
   uint64_t capture;  /* the capture it takes part in (0: none) */
+  bool invalidated;  /* its capture broken by a call a capture forbids (the pool read) */
   uintptr_t *deps;   /* while capturing: the nodes its next work depends on (its terminal nodes) */
   size_t ndeps, deps_cap;
 } sim_stream;
@@ -763,6 +766,10 @@ static int sim_async_trim(int dev) {
 static int sim_async_usage(int dev, uint64_t *reserved, uint64_t *reserved_high, uint64_t *used, uint64_t *used_high) {
   sim_device *d = &devs[dev];
   pthread_mutex_lock(&sim_lock);
+  /* as on an H100 (PyTorch's test_graph_capture_simple under the async mode, run 44): reading the
+   * pool while a capture is underway invalidates the capture */
+  for (int i = 0; i < nstreams; i++)
+    if (streams[i].capture) streams[i].invalidated = true;
   *reserved = d->pool_reserved;
   *reserved_high = d->pool_reserved_high;
   *used = d->pool_used;
@@ -860,10 +867,16 @@ int msi_sim_capture(memsnap_stream_t stream, int what, memsnap_stream_t other) {
         rc = MEMSNAP_EINVAL;
         break;
       }
+      if (s->invalidated) {
+        msi_error("sim backend: the capture was invalidated (cudaErrorStreamCaptureInvalidated: the stream-ordered "
+                  "pool was read during it)");
+        rc = MEMSNAP_EINVAL;
+      }
       for (int i = 0; i < nstreams; i++)
         if (streams[i].capture == c) {
           streams[i].capture = 0;
           streams[i].ndeps = 0;
+          streams[i].invalidated = false;
         }
       break;
     }

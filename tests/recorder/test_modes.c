@@ -434,6 +434,28 @@ static void test_async(void) {
   release(k);
 }
 
+/* PyTorch's test_graph_capture_simple under the async mode: allocations inside a capture while
+ * recording must not read the pool (on the GPU that invalidated the capture). */
+static void test_async_capture_recorded(void) {
+  fresh("MEMSNAP_ALLOCATOR=async;MEMSNAP_RECORD=1");
+  void *before = alloc_on(1 * MiB, S1);
+  memsnap_begin_allocate_thread_to_pool(0, 11, 0);
+  CHECK("async capture: begins", memsnap_sim_capture_begin(S1) == MEMSNAP_OK);
+  void *in1 = alloc_on(4 * MiB, S1), *in2 = alloc_on(8 * MiB, S1);
+  memsnap_free(in1, 0, 0, S1);
+  memsnap_free(before, 0, 0, S1); /* allocated before the capture: freed after it */
+  CHECK("async capture: allocations and frees inside it leave it valid while recording",
+        in1 && in2 && memsnap_sim_capture_end(S1) == MEMSNAP_OK);
+  memsnap_end_allocate_to_pool(0, 11, 0);
+  memsnap_release_pool(0, 11, 0);
+  memsnap_free(in2, 0, 0, S1);
+  memsnap_stats_t s = stats(); /* outside a capture the pool is read again */
+  CHECK("async capture: afterwards, statistics and the pool as before", s.allocated_bytes[MEMSNAP_POOL_ALL].current == 0 &&
+                                                                          check_ok());
+  CHECK("async capture: the simulated driver does refuse a pool read inside one",
+        memsnap_sim_capture_begin(S2) == MEMSNAP_OK && (stats(), memsnap_sim_capture_end(S2) != MEMSNAP_OK));
+}
+
 static void test_async_recorded(const char *dir) {
   char path[4096];
   snprintf(path, sizeof path, "%s/async.db", dir);
@@ -514,6 +536,7 @@ int main(int argc, char **argv) {
   test_thread_pool_and_expandable();
   test_capture_stream_reuse();
   test_async();
+  test_async_capture_recorded();
   test_async_recorded(dir);
   random_trace("classic with a private pool", "MEMSNAP_SIM_CAPACITY=4G", true);
   random_trace("expandable", "MEMSNAP_EXPANDABLE_SEGMENTS=1;MEMSNAP_SIM_CAPACITY=4G", false);

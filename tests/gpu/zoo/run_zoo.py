@@ -13,11 +13,13 @@ recorded. The checks (CHECKS below) compare the recorded answers with the known 
 
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
   python3 tests/gpu/zoo/run_zoo.py [--only NAME,...] [--gpus N] [--no-leak] [--no-profiler]
-                                   [--keep DIR] [--memsnap PATH]
+                                   [--native-again] [--keep DIR] [--memsnap PATH]
 --gpus N runs the programs that need at most N GPUs (default: as many as the machine has).
 --jobs N runs N one-GPU programs at once (each process's own peaks do not depend on what else
 runs; the programs that use every GPU run alone, after them).
 --keep DIR copies every snapshot recorded there (NAME[-leak][-rRANK].db), for fixtures.
+--native-again runs each program natively a second time and reports that run's peaks beside a
+peaks failure: native's own run-to-run spread (the check itself stays exact).
 Writes $OUT/zoo.jsonl (one line per program and variant) and $OUT/zoo.log (every command and its
 output); prints the table last. Exit status 1 when a check failed.
 """
@@ -256,7 +258,9 @@ def check_run(prog, leak, native, recorded, ctx, args):
                     same = all(0 <= y[k] - x[k] <= slack for k in ("peak_allocated", "peak_reserved"))
                 ok &= same
                 if not same:
-                    detail.append("rank %s cuda:%s native %s memsnap %s" % (rank, d, x, y))
+                    again = ctx.get("native_again", {}).get(rank, {}).get("devices", {}).get(d)
+                    detail.append("rank %s cuda:%s native %s memsnap %s%s" % (
+                        rank, d, x, y, "" if again is None else " (native again %s)" % again))
         res.append(("peaks", ok, "; ".join(detail) or "%d ranks equal" % len(nr)))
     dbs = recorded["dbs"]
     res.append(("snapshot", len(dbs) >= prog.gpus, "%d snapshots" % len(dbs)))
@@ -334,6 +338,8 @@ def run_program(args, prog, work):
     for leak in variants:
         t = time.time()
         native = one_side(args, prog, leak, "native", work)
+        if args.native_again:  # native's own spread, beside memsnap's difference (never a tolerance)
+            ctx["native_again"] = one_side(args, prog, leak, "native", work)["reports"]
         m = re.search(r"^parameters (\d+)", native["out"], re.M)
         if m:
             ctx["parameters"] = int(m.group(1))
@@ -349,7 +355,7 @@ def run_program(args, prog, work):
         row = {"program": prog.name, "leak": leak, "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
                "native_seconds": round(native["seconds"], 1), "memsnap_seconds": round(recorded["seconds"], 1),
                "native_reports": native["reports"], "memsnap_reports": recorded["reports"],
-               "profiler": ctx.get("profiler"), "parameters": ctx.get("parameters"), "minutes": round((time.time() - t) / 60, 1)}
+               "native_again_reports": ctx.get("native_again"), "profiler": ctx.get("profiler"), "parameters": ctx.get("parameters"), "minutes": round((time.time() - t) / 60, 1)}
         rows.append(row)
         with LOG_LOCK, open(os.path.join(args.out, "zoo.jsonl"), "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
@@ -366,6 +372,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--no-leak", action="store_true")
     ap.add_argument("--no-profiler", action="store_true")
+    ap.add_argument("--native-again", action="store_true",
+                    help="run each program natively twice: the second run's peaks are reported beside a peaks failure")
     ap.add_argument("--keep", default="")
     ap.add_argument("--memsnap", default=os.path.join(ROOT, "build", "memsnap"))
     args = ap.parse_args()

@@ -86,8 +86,10 @@ def _report():
 def _start_profiler(torch):
     global _profiler
     from torch.profiler import ProfilerActivity, profile
+    # the memory timeline needs all three (PyTorch 2.11: "with_stack=True required for memory
+    # profiling", run 40's gpt2_eager and resnet50 comparisons got nothing without it)
     _profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True,
-                        record_shapes=True)
+                        record_shapes=True, with_stack=True)
     _profiler.start()
 
 
