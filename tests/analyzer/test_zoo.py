@@ -80,8 +80,9 @@ def categories(name, j, **want):
 # The issue's programs: two Linear layers, AdamW and set_to_none=True; SGD with momentum and
 # set_to_none=False (torch.profiler on the same programs: parameter 536870912, gradient
 # 536870912, optimizer state 1073741824 and 536870912 B)
-j, _ = training("two_linear_adamw", 6)
-categories("two_linear_adamw", j, parameter=(LINEAR, 0.02), gradient=(LINEAR, 0.02), optimizer_state=(2 * LINEAR, 0.02))
+for name in ("two_linear_adamw", "two_linear_adamw-cxx"):  # -cxx: recorded through the C++ allocator (run 40)
+    j, _ = training(name, 6)
+    categories(name, j, parameter=(LINEAR, 0.02), gradient=(LINEAR, 0.02), optimizer_state=(2 * LINEAR, 0.02))
 j, _ = training("two_linear_sgd_keep_grads", 6, "Optimizer.step#SGD.step")
 categories("two_linear_sgd_keep_grads", j, parameter=(LINEAR, 0.02), gradient=(LINEAR, 0.02), optimizer_state=(LINEAR, 0.02))
 
@@ -125,14 +126,16 @@ categories("resnet50", j, parameter=(102448128, 0.10), gradient=(109047808, 0.10
 # FSDP2 on two GPUs (rank 0): the optimizer's steps, not FSDP's ranges (104 of them per rank), and
 # its parameters: each rank's shard of the fp32 model (half of it) and the unsharded bf16 copies
 # it gathers
-j, text = training("fsdp2-r0", 8)
-p = j.get("parameters_at_peak", {})
-check("fsdp2-r0: the sharded parameters are half the fp32 model (within 2%), the gathered ones above 0",
-      near(p.get("fsdp_sharded", 0), 4 * GPT2_1024 / 2, 0.02) and p.get("fsdp_gathered", 0) > 0 and p.get("module", 1) == 0 and
-      sum(p.values()) == j["categories_at_peak"]["parameter"], str(p))
-check("fsdp2-r0: the text report says the parameters' kinds", "fsdp_sharded" in text and "fsdp_gathered" in text)
-check("fsdp2-r0: a backward pass and a step an iteration", j["summary"]["backward_passes"] == 8 and
-      j["summary"]["optimizer_steps"] == 8, str(j["summary"]))
+# (fsdp2-cxx-r1: rank 1 of run 40, recorded through the C++ allocator, memsnap run's default)
+for name in ("fsdp2-r0", "fsdp2-cxx-r1"):
+    j, text = training(name, 8)
+    p = j.get("parameters_at_peak", {})
+    check("%s: the sharded parameters are half the fp32 model (within 2%%), the gathered ones above 0" % name,
+          near(p.get("fsdp_sharded", 0), 4 * GPT2_1024 / 2, 0.02) and p.get("fsdp_gathered", 0) > 0 and
+          p.get("module", 1) == 0 and sum(p.values()) == j["categories_at_peak"]["parameter"], str(p))
+    check("%s: the text report says the parameters' kinds" % name, "fsdp_sharded" in text and "fsdp_gathered" in text)
+    check("%s: a backward pass and a step an iteration" % name, j["summary"]["backward_passes"] == 8 and
+          j["summary"]["optimizer_steps"] == 8, str(j["summary"]))
 # DDP on two GPUs (rank 0): the module's parameters, its buckets held apart from them
 j, _ = training("ddp-r0", 6)
 categories("ddp-r0", j, parameter=(4 * GPT2_6, 0.10), optimizer_state=(8 * GPT2_6, 0.10))
