@@ -26,7 +26,10 @@
  * allocation that finds no room trims once and retries, as the driver may. Cross-stream waits
  * (stream_wait) are not modelled: a test completes streams itself. Reading the pool's counters
  * (async_usage) while a capture is underway invalidates it, as the driver does: its
- * memsnap_sim_capture_end then fails.
+ * memsnap_sim_capture_end then fails. The one exception to "a test completes streams": the
+ * side stream (side_stream, the async mode's unifying free stream) does nothing but wait and
+ * free, so its work completes by itself once the streams it waited for reached what they had
+ * submitted at the wait (stream_wait is modelled for it alone).
  *
  * CUDA IPC: a classic segment's handle is the simulated cudaIpcMemHandle_t (a magic, the pid, the
  * device, the address and the size); opening one takes an address range of that size in a window
@@ -103,8 +106,15 @@ typedef struct sim_device {
 #define IPC_BASE 0xC000000000000ull /* opened IPC handles: a window of VA_WINDOW per device */
 #define SIM_IPC_MAGIC "MSIMIPC1"     /* a simulated cudaIpcMemHandle_t: magic, pid, device, address, size */
 
+typedef struct sim_wait { /* a side stream's wait: for stream idx to reach ticket, made at `at` */
+  int idx;
+  uint64_t ticket, at;
+} sim_wait;
+
 typedef struct sim_stream {
   memsnap_stream_t stream;
+  sim_wait *waits; /* side streams only (side_stream): the waits not yet satisfied, in order */
+  size_t nwaits, waits_cap;
   uint64_t submitted, completed;
   uint64_t capture;  /* the capture it takes part in (0: none) */
   bool invalidated;  /* its capture broken by a call a capture forbids (the pool read) */
@@ -161,7 +171,10 @@ static void sim_shutdown(void) {
     free(devs[i].pieces);
   }
   free(devs);
-  for (int i = 0; i < nstreams; i++) free(streams[i].deps);
+  for (int i = 0; i < nstreams; i++) {
+    free(streams[i].deps);
+    free(streams[i].waits);
+  }
   free(streams);
   for (size_t i = 0; i < nnodes; i++) free(nodes[i].parents);
   free(nodes);
@@ -343,14 +356,50 @@ static int sim_device_synchronize(int dev) {
 }
 
 /* A handle no caller's stream has: the top of the address space, one per device. */
+#define SIDE_STREAM_BASE (UINTPTR_MAX - 4095)
 static int sim_side_stream(int dev, memsnap_stream_t *out) {
-  *out = (memsnap_stream_t)(UINTPTR_MAX - 4095 + (uintptr_t)dev);
+  *out = (memsnap_stream_t)(SIDE_STREAM_BASE + (uintptr_t)dev);
   return MSI_BE_OK;
 }
 
+static bool is_side(const sim_stream *s) { return (uintptr_t)s->stream >= SIDE_STREAM_BASE; }
+
+/* A side stream's completion: everything submitted before its first unsatisfied wait. Caller
+ * holds sim_lock. */
+static void settle(sim_stream *s) {
+  size_t done = 0;
+  while (done < s->nwaits && streams[s->waits[done].idx].completed >= s->waits[done].ticket) done++;
+  memmove(s->waits, s->waits + done, sizeof *s->waits * (s->nwaits - done));
+  s->nwaits -= done;
+  s->completed = s->nwaits ? s->waits[0].at : s->submitted;
+}
+
+/* Modelled for side streams only (see the top of this file); other waiters: nothing. */
 static int sim_stream_wait(int dev, memsnap_stream_t waiter, memsnap_stream_t stream) {
-  (void)dev, (void)waiter, (void)stream; /* not modelled (see the top of this file) */
-  return MSI_BE_OK;
+  (void)dev;
+  if ((uintptr_t)waiter < SIDE_STREAM_BASE) return MSI_BE_OK;
+  int rc = MSI_BE_OK;
+  pthread_mutex_lock(&sim_lock);
+  if (!stream_of(waiter) || !stream_of(stream)) { /* both registered first: stream_of may move the array */
+    rc = MSI_BE_ERR;
+    goto out;
+  }
+  sim_stream *w = stream_of(waiter), *s = stream_of(stream);
+  if (w->nwaits == w->waits_cap) {
+    size_t cap = w->waits_cap ? w->waits_cap * 2 : 8;
+    sim_wait *g = realloc(w->waits, sizeof *g * cap);
+    if (!g) {
+      rc = MSI_BE_ERR;
+      goto out;
+    }
+    w->waits = g;
+    w->waits_cap = cap;
+  }
+  w->waits[w->nwaits++] = (sim_wait){(int)(s - streams), s->submitted, w->submitted};
+out:
+  pthread_mutex_unlock(&sim_lock);
+  if (rc != MSI_BE_OK) msi_error("sim backend: out of host memory");
+  return rc;
 }
 
 /* ---- virtual memory ------------------------------------------------------------------------- */
@@ -584,6 +633,7 @@ static int sim_async_supported(int dev) {
 static bool piece_ready(const apool_range *p, memsnap_stream_t stream) {
   if (p->stream == stream) return true;
   sim_stream *s = stream_of(p->stream);
+  if (s && is_side(s) && s->completed < p->ticket) settle(s);
   return s && s->completed >= p->ticket;
 }
 
@@ -628,7 +678,10 @@ static void merge_pieces(sim_device *d, int i) {
 
 /* Completes every stream and returns the chunks left wholly free. Caller holds sim_lock. */
 static void trim_pool(sim_device *d) {
-  for (int i = 0; i < nstreams; i++) streams[i].completed = streams[i].submitted;
+  for (int i = 0; i < nstreams; i++) {
+    streams[i].completed = streams[i].submitted;
+    streams[i].nwaits = 0;
+  }
   for (int i = 0; i + 1 < d->npieces;) { /* every free is complete now: merge free neighbours */
     apool_range *a = &d->pieces[i], *b = &d->pieces[i + 1];
     if (a->free && b->free && a->chunk == b->chunk) {
