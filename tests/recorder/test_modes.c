@@ -382,12 +382,18 @@ static void test_async(void) {
   CHECK("async: reset_peak resets the pool's marks", stats().allocated_bytes[MEMSNAP_POOL_ALL].peak == 0);
   /* PyTorch's test_record_stream: a block used on another stream and freed must not go to the
    * next allocation on its own stream while that stream's user may still run */
-  void *used = alloc_on(10 * MiB, S1);
+  void *used = alloc_on(12 * MiB, S1);
   memsnap_record_stream(used, S2);
   memsnap_free(used, 0, 0, S1);
-  void *next = alloc_on(10 * MiB, S1);
+  void *next = alloc_on(12 * MiB, S1);
   CHECK("async: a block used on another stream is not reused at once by its own (freed on the unifying stream)",
         used && next && next != used);
+  memsnap_sim_synchronize(S1);
+  memsnap_sim_synchronize(S2);
+  void *third = alloc_on(12 * MiB, S3);
+  CHECK("async: once its stream and its user completed, any stream reuses it (the unifying stream's free completed)",
+        third == used);
+  memsnap_free(third, 0, 0, S3);
   memsnap_free(next, 0, 0, S1);
   void *plain = alloc_on(10 * MiB, S1);
   memsnap_free(plain, 0, 0, S1);
