@@ -202,6 +202,13 @@ static bool touches_capture(msi_device *d, const msi_block *b) {
   return false;
 }
 
+/* Makes stream `on` wait for `after` before b's free; a failure is said (the free goes on). */
+static void order_free_after(msi_device *d, const msi_block *b, memsnap_stream_t on, memsnap_stream_t after) {
+  if (msi_be->stream_wait(d->index, on, after) != MSI_BE_OK)
+    msi_error("device %d: cannot order the free of %#lx after stream %p", d->index, (unsigned long)b->ptr,
+              (void *)after);
+}
+
 /* Gives b back to the pool in stream order and forgets it. Lock held. */
 static void free_block(msi_device *d, msi_block *b, uint32_t stack) {
   /* Used on other streams: freed on the unifying stream once it waited for the block's stream and
@@ -211,14 +218,9 @@ static void free_block(msi_device *d, msi_block *b, uint32_t stack) {
   memsnap_stream_t on = b->stream;
   if (b->nuses && d->async->has_free_stream && (!d->ncaptures || !touches_capture(d, b))) {
     on = d->async->free_stream;
-    if (msi_be->stream_wait(d->index, on, b->stream) != MSI_BE_OK)
-      msi_error("device %d: cannot order the free of %#lx after stream %p", d->index, (unsigned long)b->ptr,
-                (void *)b->stream);
+    order_free_after(d, b, on, b->stream);
   }
-  for (uint32_t i = 0; i < b->nuses; i++)
-    if (msi_be->stream_wait(d->index, on, b->uses[i]) != MSI_BE_OK)
-      msi_error("device %d: cannot order the free of %#lx after stream %p", d->index, (unsigned long)b->ptr,
-                (void *)b->uses[i]);
+  for (uint32_t i = 0; i < b->nuses; i++) order_free_after(d, b, on, b->uses[i]);
   if (msi_be->async_free(d->index, b->ptr, on) != MSI_BE_OK)
     msi_error("device %d: freeing %#lx failed", d->index, (unsigned long)b->ptr);
   d->async->used -= b->size;

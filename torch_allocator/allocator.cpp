@@ -91,6 +91,13 @@ thread_local std::shared_ptr<c10::GatheredContext>* call_context = nullptr;
 thread_local std::stack<std::string>* compile_contexts = nullptr;
 thread_local std::string* user_metadata = nullptr;
 
+// What every trace entry carries of them, as PyTorch's record_trace: the innermost compile region
+// ("N/A" outside one) and the user's metadata ("" when none was set).
+std::string current_compile_context() {
+  return compile_contexts && !compile_contexts->empty() ? compile_contexts->top() : "N/A";
+}
+std::string current_user_metadata() { return user_metadata ? *user_metadata : std::string(); }
+
 // The DataPtr deleter of every tensor: frees through memsnap, never throws.
 void delete_block(void* ptr);
 
@@ -229,10 +236,9 @@ void observe(const memsnap_trace_event* e, void*) {
   bool blockwise = action == TraceEntry::ALLOC || action == TraceEntry::FREE_REQUESTED ||
                    action == TraceEntry::FREE_COMPLETED;
   size_t size = blockwise && e->requested_size ? e->requested_size : e->size;
-  std::string compile = compile_contexts && !compile_contexts->empty() ? compile_contexts->top() : "N/A";
   TraceEntry te(action, static_cast<c10::DeviceIndex>(e->device), e->address, size, e->stream, MempoolId_t{0, 0},
                 c10::getApproximateTime(), when >= static_cast<int>(RecordContext::ALLOC) ? ctx : nullptr,
-                compile, user_metadata ? *user_metadata : std::string());
+                current_compile_context(), current_user_metadata());
   for (const auto& tracker : r.trackers) tracker(te);
   if (recording && !r.skip.count(static_cast<int>(action)) && e->device >= 0 &&
       static_cast<size_t>(e->device) < r.traces.size())
@@ -543,14 +549,13 @@ class MemsnapAllocator : public CUDAAllocator {
       result.external_annotations = r.annotations.read();
       for (auto& ae : result.external_annotations) ae.time_.t_ = to_us(ae.time_.approx_t_) / 1000;
       // as PyTorch, the snapshot is an entry of the traces read next time, with the compile
-      // region and user metadata every entry carries ("N/A" outside a region, which
+      // region and user metadata every entry carries (its "N/A" outside a region is what
       // test_memory_compile_regions leaves out of the regions it compares)
-      std::string compile = compile_contexts && !compile_contexts->empty() ? compile_contexts->top() : "N/A";
       for (size_t d = 0; d < r.traces.size(); d++)
         if (!r.skip.count(static_cast<int>(TraceEntry::SNAPSHOT)))
           r.traces[d].insert(TraceEntry(TraceEntry::SNAPSHOT, static_cast<c10::DeviceIndex>(d), 0, total_active,
-                                        nullptr, MempoolId_t{0, 0}, c10::getApproximateTime(), nullptr, compile,
-                                        user_metadata ? *user_metadata : std::string()));
+                                        nullptr, MempoolId_t{0, 0}, c10::getApproximateTime(), nullptr,
+                                        current_compile_context(), current_user_metadata()));
     }
     fill_settings(result.config_metadata);
     return result;
@@ -705,7 +710,7 @@ class MemsnapAllocator : public CUDAAllocator {
     *user_metadata = metadata;
   }
 
-  std::string getUserMetadata() override { return user_metadata ? *user_metadata : std::string(); }
+  std::string getUserMetadata() override { return current_user_metadata(); }
 
   void attachOutOfMemoryObserver(OutOfMemoryObserver observer) override {
     if (is_async()) refuse_async("attachOutOfMemoryObserver");

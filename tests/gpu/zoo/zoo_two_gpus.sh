@@ -27,5 +27,6 @@ wait
 tests/gpu/pack_out.sh "$W" zoo2gpus >/dev/null
 for p in half1 half2 two; do
   [ -f "$W/$p/out.txt" ] || continue
-  echo "== $p"; sed -n '/^program /,$p' "$W/$p/out.txt"; tail -n 1 "$W/$p/out.txt"
+  echo "== $p"  # the table and the exit line, or, where no table came, what the part printed last
+  if grep -q '^program ' "$W/$p/out.txt"; then sed -n '/^program /,$p' "$W/$p/out.txt"; else tail -n 8 "$W/$p/out.txt"; fi
 done
