@@ -521,6 +521,9 @@ static msi_device *pool_device(int device, uint64_t id0, uint64_t id1) {
   return fn
 
 int memsnap_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1) { POOL_CALL(msi_pool_end(d, id)); }
+int memsnap_pool_capture_stream(int device, uint64_t id0, uint64_t id1, memsnap_stream_t stream) {
+  POOL_CALL(msi_pool_capture_stream(d, id, stream));
+}
 int memsnap_create_pool(int device, uint64_t id0, uint64_t id1) {
   msi_device *d = msi_device_get(device); /* a pool is made on its device: it comes up */
   if (!d) return MEMSNAP_EINVAL;

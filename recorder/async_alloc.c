@@ -25,7 +25,11 @@
  * CUDA graphs: the driver captures cuMemAllocAsync and cuMemFreeAsync as graph memory nodes, so
  * a capture needs no private pool here. As PyTorch does, a block allocated before a capture and
  * freed during one is freed only once no capture is underway (its free must not enter the
- * graph).
+ * graph). A capture that ended without its end call (PyTorch ends the pool only after the driver
+ * ended the capture, so not when that failed) would count as underway for good; where its stream
+ * is known (memsnap_pool_capture_stream; the C++ allocator names it) each call during a capture
+ * asks the driver and drops one whose stream, seen capturing, no longer captures it
+ * (msi_captures_drop_ended), and the frees that waited for it go ahead.
  * Every function takes the device lock, except msi_async_stats (lock held). Its block structs
  * and deferred frees come from blocks.c, below; alloc.c starts and ends the mode (msi_async_init,
  * msi_async_destroy) and api.c routes the calls here: nothing here calls up into either.
@@ -116,6 +120,7 @@ int msi_async_malloc(msi_device *d, size_t size, memsnap_stream_t stream, uint32
   int rc = MEMSNAP_OK;
   pthread_mutex_lock(&d->lock);
   d->event_stack = stack;
+  if (MSI_UNLIKELY(d->ncaptures)) msi_captures_drop_ended(d);
   if (MSI_UNLIKELY(d->ndeferred) && d->ncaptures == 0) free_deferred(d);
   msi_async_state *st = d->async;
   uintptr_t ptr = 0;
@@ -180,6 +185,7 @@ int msi_async_free(msi_device *d, void *ptr, uint32_t stack) {
     pthread_mutex_unlock(&d->lock);
     return MEMSNAP_EINVAL;
   }
+  if (MSI_UNLIKELY(d->ncaptures)) msi_captures_drop_ended(d);
   if (MSI_UNLIKELY(d->ncaptures) && !b->captured && msi_defer_block(d, b)) { /* allocated outside the capture */
     pthread_mutex_unlock(&d->lock);
     return MEMSNAP_OK;

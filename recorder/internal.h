@@ -405,7 +405,12 @@ typedef struct msi_capture {
   msi_pool_filter filter;
   void *ctx;
   void (*release_ctx)(void *ctx);
+  memsnap_stream_t stream; /* the capture's stream (memsnap_pool_capture_stream), else NULL */
+  uint64_t capture_id;     /* the driver's id of its capture, once seen (seen) */
+  bool seen;               /* `stream` was seen capturing */
 } msi_capture;
+
+#define MSI_ENDED_CAPTURES 8 /* captures memsnap found ended without their end call, remembered */
 
 typedef struct msi_device {
   pthread_mutex_t lock;
@@ -433,6 +438,8 @@ typedef struct msi_device {
   msi_private_pool *private_pools; /* graph and MemPool pools, live or freeable */
   msi_capture *captures;           /* allocations to a private pool in progress */
   int ncaptures, captures_cap;
+  uint64_t ended[MSI_ENDED_CAPTURES][2]; /* ids of captures dropped by msi_captures_drop_ended: their */
+  unsigned nended;                       /* late end call still succeeds (a ring, the oldest overwritten) */
   msi_block **deferred;            /* freed during a capture with stream uses: events wait for its end */
   size_t ndeferred, deferred_cap;
   struct msi_capture_reuse *capture_reuse; /* capture.c: free markers of deferred blocks, graph walks; NULL: none */
@@ -910,6 +917,14 @@ void msi_private_pools_destroy(msi_device *d);
  * takes ownership of ctx (release_ctx frees it, also on failure). */
 int msi_pool_begin(msi_device *d, const uint64_t id[2], msi_pool_filter filter, void *ctx, void (*release_ctx)(void *));
 int msi_pool_end(msi_device *d, const uint64_t id[2]);
+/* Names the stream whose capture the allocation to pool `id` belongs to. MEMSNAP_OK, or
+ * MEMSNAP_EINVAL when no allocation to it is in progress. */
+int msi_pool_capture_stream(msi_device *d, const uint64_t id[2], memsnap_stream_t stream);
+/* The stream-ordered mode's check for captures that ended without their end call (PyTorch ends
+ * the pool only after the driver ended the capture, so a failed end leaves it): a capture whose
+ * stream was seen capturing and no longer captures it is dropped, as its end call would. Only
+ * captures with a stream and no owned context are checked. Lock held. */
+void msi_captures_drop_ended(msi_device *d);
 int msi_pool_create(msi_device *d, const uint64_t id[2]);
 int msi_pool_release(msi_device *d, const uint64_t id[2]);
 /* Whether the pool's allocated blocks are exactly ptrs[0..n) (sorted): 1, 0, or MEMSNAP_EINVAL. */

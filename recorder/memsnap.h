@@ -247,6 +247,14 @@ typedef int (*memsnap_pool_filter_t)(void *ctx, memsnap_stream_t stream);
 int memsnap_begin_allocate_to_pool(int device, uint64_t id0, uint64_t id1, memsnap_pool_filter_t filter, void *ctx);
 int memsnap_begin_allocate_thread_to_pool(int device, uint64_t id0, uint64_t id1);
 int memsnap_end_allocate_to_pool(int device, uint64_t id0, uint64_t id1);
+/* Names the stream whose CUDA graph capture the allocation to pool (id0, id1) serves (PyTorch's
+ * capture stream, current when it begins the pool). In the stream-ordered mode memsnap then
+ * notices a capture that ended without memsnap_end_allocate_to_pool (PyTorch skips it when
+ * ending the capture failed): once the stream was seen capturing and no longer captures it, the
+ * allocation to the pool ends as if called, and a late end call still succeeds. Without it such a
+ * capture counts as underway for the rest of the process, and frees of blocks allocated before
+ * it wait for its end. MEMSNAP_OK, or MEMSNAP_EINVAL (no allocation to that pool in progress). */
+int memsnap_pool_capture_stream(int device, uint64_t id0, uint64_t id1, memsnap_stream_t stream);
 int memsnap_create_pool(int device, uint64_t id0, uint64_t id1);
 int memsnap_release_pool(int device, uint64_t id0, uint64_t id1);
 /* Waits for outstanding stream events, then returns the cached blocks of pool (id0, id1) to the

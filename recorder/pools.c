@@ -123,7 +123,8 @@ int msi_pool_begin(msi_device *d, const uint64_t id[2], msi_pool_filter filter, 
     d->captures_cap = cap;
   }
   if (!msi_private_pool_incref(d, id)) goto oom;
-  d->captures[d->ncaptures++] = (msi_capture){{id[0], id[1]}, filter, ctx, release_ctx};
+  d->captures[d->ncaptures++] =
+      (msi_capture){.id = {id[0], id[1]}, .filter = filter, .ctx = ctx, .release_ctx = release_ctx};
   ctx = NULL; /* the capture owns it now */
   goto out;
 oom:
@@ -135,6 +136,22 @@ out:
   return rc;
 }
 
+static void capture_remove(msi_device *d, int i) {
+  memmove(&d->captures[i], &d->captures[i + 1], sizeof *d->captures * (size_t)(d->ncaptures - i - 1));
+  d->ncaptures--;
+}
+
+/* Whether `id` is a capture msi_captures_drop_ended dropped; forgets it. */
+static bool take_ended(msi_device *d, const uint64_t id[2]) {
+  int n = d->nended < MSI_ENDED_CAPTURES ? (int)d->nended : MSI_ENDED_CAPTURES;
+  for (int i = 0; i < n; i++)
+    if (d->ended[i][0] == id[0] && d->ended[i][1] == id[1]) {
+      d->ended[i][0] = d->ended[i][1] = UINT64_MAX;
+      return true;
+    }
+  return false;
+}
+
 int msi_pool_end(msi_device *d, const uint64_t id[2]) {
   msi_capture gone = {0};
   int rc = MEMSNAP_EINVAL;
@@ -142,8 +159,26 @@ int msi_pool_end(msi_device *d, const uint64_t id[2]) {
   for (int i = 0; i < d->ncaptures; i++)
     if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) {
       gone = d->captures[i];
-      memmove(&d->captures[i], &d->captures[i + 1], sizeof *d->captures * (size_t)(d->ncaptures - i - 1));
-      d->ncaptures--;
+      capture_remove(d, i);
+      rc = MEMSNAP_OK;
+      break;
+    }
+  if (rc != MEMSNAP_OK && take_ended(d, id)) rc = MEMSNAP_OK; /* dropped already: its end was late */
+  if (rc != MEMSNAP_OK)
+    msi_error("device %d: not allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
+              (unsigned long long)id[1]);
+  pthread_mutex_unlock(&d->lock);
+  if (gone.release_ctx) gone.release_ctx(gone.ctx); /* outside the lock: it may be PyTorch's */
+  return rc;
+}
+
+int msi_pool_capture_stream(msi_device *d, const uint64_t id[2], memsnap_stream_t stream) {
+  int rc = MEMSNAP_EINVAL;
+  pthread_mutex_lock(&d->lock);
+  for (int i = 0; i < d->ncaptures; i++)
+    if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) {
+      d->captures[i].stream = stream;
+      d->captures[i].seen = false;
       rc = MEMSNAP_OK;
       break;
     }
@@ -151,8 +186,24 @@ int msi_pool_end(msi_device *d, const uint64_t id[2]) {
     msi_error("device %d: not allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
               (unsigned long long)id[1]);
   pthread_mutex_unlock(&d->lock);
-  if (gone.release_ctx) gone.release_ctx(gone.ctx); /* outside the lock: it may be PyTorch's */
   return rc;
+}
+
+void msi_captures_drop_ended(msi_device *d) {
+  for (int i = d->ncaptures - 1; i >= 0; i--) {
+    msi_capture *c = &d->captures[i];
+    if (!c->stream || c->release_ctx) continue;
+    uint64_t cid = 0;
+    size_t n = 0;
+    int on = msi_be->capture_info(d->index, c->stream, &cid, NULL, 0, &n);
+    if (on == 1 && !c->seen) {
+      c->seen = true;
+      c->capture_id = cid;
+    } else if (c->seen && (on == 0 || (on == 1 && cid != c->capture_id))) {
+      memcpy(d->ended[d->nended++ % MSI_ENDED_CAPTURES], c->id, sizeof c->id);
+      capture_remove(d, i);
+    }
+  }
 }
 
 int msi_pool_create(msi_device *d, const uint64_t id[2]) {

@@ -569,6 +569,10 @@ class MemsnapAllocator : public CUDAAllocator {
     int rc = memsnap_begin_allocate_to_pool(device, mempool_id.first, mempool_id.second, &call_filter, owned.get());
     TORCH_CHECK(rc == MEMSNAP_OK, "beginAllocateToPool: ", last_error());
     filters_[key(device, mempool_id)] = std::move(owned);  // kept until the matching end
+    // PyTorch begins a graph's pool on its capture stream: named, the async mode notices a
+    // capture whose end failed (PyTorch then never ends the pool)
+    memsnap_pool_capture_stream(device, mempool_id.first, mempool_id.second,
+                                c10::cuda::getCurrentCUDAStream(device).stream());
   }
 
   void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) override {

@@ -60,7 +60,12 @@ class Program:
                 comes in the first steps)
     peaks:      "exact": every rank's peaks equal native's; "ddp": or above them by one copy of the
                 model's gradients at most (DDP's buckets fill in an order the timing decides:
-                native runs differ so among themselves, docs/BENCHMARKS.md, multi-GPU parity)
+                native runs differ so among themselves, docs/BENCHMARKS.md, multi-GPU parity);
+                "layout": or apart from them by at most 2 MiB allocated and one 20 MiB segment
+                reserved (equal-size free blocks are chosen by address, so the peaks of one
+                request sequence depend on where the driver put the segments: native runs of
+                generate() differ by one segment reserved, and replays of one recorded sequence
+                on three layouts by 1.6 MiB allocated; docs/BENCHMARKS.md, the zoo)
     """
 
     def __init__(self, name, script, args=(), gpus=1, steps=None, exit=0, categories=(), extra=(), torch=True,
@@ -110,6 +115,10 @@ def has_oom(j, text, ctx):
 
 
 GiB512 = 536870912
+LAYOUT_ALLOCATED, LAYOUT_RESERVED = 2 * MiB, 20 * MiB  # Program(peaks="layout")
+# torch.profiler's run: with_stack=True (which PyTorch 2.11's memory timeline requires) over HF
+# GPT-2 takes over 5 minutes for 2 steps (docs/BENCHMARKS.md, runs 48 and 50)
+PROFILER_TIMEOUT = int(os.environ.get("ZOO_PROFILER_TIMEOUT", "300"))
 ZOO = [
     Program("two_linear_adamw", "two_linear.py", steps=6, profile=True,
             categories=[("parameter", GiB512, 0.02), ("gradient", GiB512, 0.02), ("optimizer_state", 2 * GiB512, 0.02)]),
@@ -135,7 +144,7 @@ ZOO = [
     Program("peft_lora", "peft_lora.py", steps=6, extra=[above_zero("parameter")]),
     Program("resnet50", "cnn_train.py", steps=6, profile=True, categories=[("gradient", profiler("gradient"), 0.10),
                                                                             ("parameter", profiler("parameter"), 0.10)]),
-    Program("generate", "generate.py", steps=6),
+    Program("generate", "generate.py", steps=6, peaks="layout"),
     Program("cupy", "cupy_steps.py", steps=6, torch=False),
     Program("jax", "jax_mlp.py", steps=6, torch=False),
 ]
@@ -247,7 +256,7 @@ def check_run(prog, leak, native, recorded, ctx, args):
                 else "native %r, memsnap %r" % (native["out"][-200:], recorded["out"][-200:])))
     nr, rr = native["reports"], recorded["reports"]
     if prog.torch:
-        ok, detail = bool(nr) and set(nr) == set(rr), []
+        ok, detail, layout = bool(nr) and set(nr) == set(rr), [], []
         for rank in sorted(nr):
             a, b = nr[rank].get("devices", {}), rr.get(rank, {}).get("devices", {})
             for d in sorted(set(a) | set(b)):
@@ -256,12 +265,18 @@ def check_run(prog, leak, native, recorded, ctx, args):
                 if not same and prog.peaks == "ddp" and x and y:  # one gradients' copy of slack, upward
                     slack = 4 * ctx.get("parameters", 0)
                     same = all(0 <= y[k] - x[k] <= slack for k in ("peak_allocated", "peak_reserved"))
+                if not same and prog.peaks == "layout" and x and y:  # the address layout's own spread
+                    same = (abs(y["peak_allocated"] - x["peak_allocated"]) <= LAYOUT_ALLOCATED and
+                            abs(y["peak_reserved"] - x["peak_reserved"]) <= LAYOUT_RESERVED)
+                    if same:
+                        layout.append("rank %s cuda:%s apart by %+d B allocated, %+d B reserved" % (
+                            rank, d, y["peak_allocated"] - x["peak_allocated"], y["peak_reserved"] - x["peak_reserved"]))
                 ok &= same
                 if not same:
                     again = ctx.get("native_again", {}).get(rank, {}).get("devices", {}).get(d)
                     detail.append("rank %s cuda:%s native %s memsnap %s%s" % (
                         rank, d, x, y, "" if again is None else " (native again %s)" % again))
-        res.append(("peaks", ok, "; ".join(detail) or "%d ranks equal" % len(nr)))
+        res.append(("peaks", ok, "; ".join(detail + layout) or "%d ranks equal" % len(nr)))
     dbs = recorded["dbs"]
     res.append(("snapshot", len(dbs) >= prog.gpus, "%d snapshots" % len(dbs)))
     if not dbs:
@@ -318,7 +333,7 @@ def one_side(args, prog, leak, side, work):
     else:
         cmd = command(prog, leak, prog.profile_args if side == "profiler" else ())
         env = environment(report_dir, {"ZOO_PROFILE": "1"} if side == "profiler" else None)
-    rc, out, err, secs = run(args, cmd, env, min(prog.timeout, 300) if side == "profiler" else prog.timeout)
+    rc, out, err, secs = run(args, cmd, env, PROFILER_TIMEOUT if side == "profiler" else prog.timeout)
     res = {"rc": rc, "out": out, "seconds": secs, "reports": reports(report_dir), "dbs": {}}
     if side == "memsnap":
         for path in glob.glob(os.path.join(work, tag + "-r*.db")):
@@ -346,7 +361,9 @@ def run_program(args, prog, work):
         if prog.profile and not leak and not args.no_profiler:
             prof = one_side(args, prog, leak, "profiler", work)
             ctx["profiler"] = (prof["reports"].get(0) or {}).get("profiler")
-            ctx["profiler_error"] = (prof["reports"].get(0) or {}).get("profiler_error") or "exit %d" % prof["rc"]
+            ctx["profiler_error"] = ((prof["reports"].get(0) or {}).get("profiler_error") or
+                                     ("still running at its %s s limit (ZOO_PROFILER_TIMEOUT)" % PROFILER_TIMEOUT
+                                      if prof["rc"] == 124 else "exit %d" % prof["rc"]))
         recorded = one_side(args, prog, leak, "memsnap", work)
         try:
             checks = check_run(prog, leak, native, recorded, ctx, args)
