@@ -57,7 +57,8 @@ class Program:
     torch:      whether it is a PyTorch program (its peaks are PyTorch's counters)
     profile:    run it under torch.profiler natively for its categories (with profile_args
                 added: torch.profiler's analysis of a long trace takes minutes, and the peak
-                comes in the first steps)
+                comes in the first steps) and profile_env set (ZOO_PROFILE_FROM=optimizer:
+                from the first optimizer on, site/sitecustomize.py)
     peaks:      "exact": every rank's peaks equal native's; "ddp": or above them by one copy of the
                 model's gradients at most (DDP's buckets fill in an order the timing decides:
                 native runs differ so among themselves, docs/BENCHMARKS.md, multi-GPU parity);
@@ -69,11 +70,11 @@ class Program:
     """
 
     def __init__(self, name, script, args=(), gpus=1, steps=None, exit=0, categories=(), extra=(), torch=True,
-                 profile=False, profile_args=(), leak=True, peaks="exact", timeout=900):
+                 profile=False, profile_args=(), profile_env=None, leak=True, peaks="exact", timeout=900):
         self.name, self.script, self.args, self.gpus = name, script, list(args), gpus
         self.steps, self.exit, self.categories, self.extra = steps, exit, list(categories), list(extra)
         self.torch, self.profile, self.leak, self.timeout = torch, profile, leak, timeout
-        self.profile_args = list(profile_args)
+        self.profile_args, self.profile_env = list(profile_args), dict(profile_env or {})
         self.peaks = peaks
 
 
@@ -126,6 +127,7 @@ ZOO = [
             profile=True, categories=[("parameter", GiB512, 0.02), ("gradient", GiB512, 0.02),
                                       ("optimizer_state", GiB512, 0.02)]),
     Program("gpt2_eager", "gpt2_train.py", steps=6, profile=True, profile_args=["--steps", "2"],
+            profile_env={"ZOO_PROFILE_FROM": "optimizer"},
             categories=[("parameter", params_bytes(4), 0.10), ("optimizer_state", params_bytes(8), 0.10),
                         ("gradient", profiler("gradient"), 0.10), ("activation", profiler("activation"), 0.10)]),
     Program("gpt2_eager_keep_grads", "gpt2_train.py", ["--set-to-none", "0"], steps=6,
@@ -332,7 +334,7 @@ def one_side(args, prog, leak, side, work):
         env = environment(report_dir)
     else:
         cmd = command(prog, leak, prog.profile_args if side == "profiler" else ())
-        env = environment(report_dir, {"ZOO_PROFILE": "1"} if side == "profiler" else None)
+        env = environment(report_dir, dict({"ZOO_PROFILE": "1"}, **prog.profile_env) if side == "profiler" else None)
     rc, out, err, secs = run(args, cmd, env, PROFILER_TIMEOUT if side == "profiler" else prog.timeout)
     res = {"rc": rc, "out": out, "seconds": secs, "reports": reports(report_dir), "dbs": {}}
     if side == "memsnap":

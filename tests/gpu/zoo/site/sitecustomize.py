@@ -10,7 +10,12 @@ memsnap's under `memsnap run`), and, for CuPy and JAX programs, their own peaks.
 
 With ZOO_PROFILE=1 as well (native runs only), the process runs under torch.profiler with memory
 profiling from the moment it imports torch, and the report adds `profiler`: torch.profiler's
-memory timeline by category at its own peak (the categories memsnap's are checked against).
+memory timeline by category at its own peak (the categories memsnap's are checked against). With
+ZOO_PROFILE_FROM=optimizer the profile begins when the program makes its first optimizer, after
+its imports and its model: the stacks PyTorch 2.11's memory timeline requires make a profile of
+everything HF's imports and model construction run last minutes; tensors made before (the
+parameters) are then outside the timeline, whose gradients, activations and optimizer state
+are all made after.
 """
 import atexit
 import json
@@ -93,8 +98,20 @@ def _start_profiler(torch):
     _profiler.start()
 
 
+def _at_first_optimizer(torch):
+    """Starts the profiler when the program's first optimizer has been made."""
+    init = torch.optim.Optimizer.__init__
+
+    def init_then_start(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if _profiler is None:
+            _start_profiler(torch)
+    torch.optim.Optimizer.__init__ = init_then_start
+
+
 def _after_torch_import():
-    """Starts the profiler once the program has imported torch (a meta path hook, as memsnap's)."""
+    """Starts the profiler once the program has imported torch (a meta path hook, as memsnap's),
+    or arranges for it to start at the first optimizer (ZOO_PROFILE_FROM=optimizer)."""
     import importlib.abc
     import importlib.util
 
@@ -110,7 +127,10 @@ def _after_torch_import():
 
             def exec_then_start(module):
                 exec_module(module)
-                _start_profiler(module)
+                if os.environ.get("ZOO_PROFILE_FROM") == "optimizer":
+                    _at_first_optimizer(module)
+                else:
+                    _start_profiler(module)
             spec.loader.exec_module = exec_then_start
             return spec
     sys.meta_path.insert(0, Hook())
