@@ -8,11 +8,12 @@
  * first row the page reader finds anomalous (a value that is not an integer, a damaged page, ids
  * out of order), the rest is read through SQLite, which has an answer for every file.
  *
- * A long history is cut into chunks (a few leaf pages, or CHUNK ids through range queries on the
- * primary key), which the reader threads decode into NSLOTS buffers, each SQLite reader through
- * its own read-only connection; the calling thread hands the buffers' events to the pass in id
- * order. Memory is NSLOTS chunks, whatever the history's length (and the leaves' page numbers,
- * 4 bytes per leaf page). A short history is read on the calling thread. However a row is read,
+ * A long history is cut into chunks (leaf pages of about SLOT_EVENTS rows, or CHUNK ids through
+ * range queries on the primary key), which the reader threads decode into NSLOTS buffers, each
+ * SQLite reader through its own read-only connection; the calling thread hands the buffers'
+ * events to the pass in id order. Memory is NSLOTS chunks (a buffer grows, at most 8x, for a
+ * chunk of rows smaller than ROW_BYTES), whatever the history's length (and the leaves' page
+ * numbers, 4 bytes per leaf page). A short history is read on the calling thread. However a row is read,
  * it is checked the same way (fill_event) and malformed ones are skipped.
  *
  * The history's extent (how many events, the first and last time) is counted by the first pass
@@ -32,7 +33,9 @@
 #include "tablescan.h"
 
 #define CHUNK 8192             /* ids per chunk, read through SQLite */
-#define SLOT_EVENTS 16384      /* events a buffer holds */
+#define SLOT_EVENTS 16384      /* events a buffer holds (grown for a chunk of pages with more rows) */
+#define ROW_BYTES 32           /* a row of memsnap's events table in its leaf page, about: how many
+                                  leaves a chunk of the page reader spans (SLOT_EVENTS rows) */
 #define NSLOTS 6               /* chunks buffered (read ahead of the pass): 6 MiB */
 #define MAX_READERS 4
 #define PARALLEL_MIN 200000    /* histories shorter than this are read on the calling thread */
@@ -215,13 +218,14 @@ typedef struct slot {
   int64_t units; /* progress: rows read (malformed ones included) or leaf pages */
   tally extent;  /* of the events it holds */
   ms_event *events;
+  size_t cap;    /* events the buffer holds: SLOT_EVENTS, more once a chunk needed it */
 } __attribute__((aligned(64))) slot;
 
 typedef struct readers {
   ms_snapshot *s;
   const ms_tablescan *scan; /* the pages, or NULL: SQLite range queries */
   int64_t first_id, last_id; /* SQLite: the ids */
-  size_t leaves_per_chunk;   /* pages: at most SLOT_EVENTS rows however small they are */
+  size_t leaves_per_chunk;   /* pages: about SLOT_EVENTS rows of ROW_BYTES */
   int64_t nchunks;
   int nreaders;
   pthread_mutex_t lock;
@@ -240,6 +244,7 @@ typedef struct reader_arg {
  * slot once the chunk is read. */
 typedef struct slot_fill {
   const ms_snapshot *s;
+  slot *sl; /* whose buffer grows when the page reader's chunk has more rows */
   ms_event *events;
   size_t n;
   tally extent;
@@ -247,10 +252,19 @@ typedef struct slot_fill {
   bool any;
 } slot_fill;
 
-/* The page reader's row: -1 (an anomaly) for ids out of order or more rows than fit. */
+/* Doubles the slot's buffer (its reader's alone while it fills it); false when out of memory. */
+static bool slot_grow(slot_fill *f) {
+  ms_event *g = realloc(f->sl->events, sizeof *g * f->sl->cap * 2);
+  if (!g) return false;
+  f->sl->events = f->events = g;
+  f->sl->cap *= 2;
+  return true;
+}
+
+/* The page reader's row: -1 (an anomaly) for ids out of order, or rows past what memory holds. */
 static int slot_page_row(const ms_tablescan_row *row, void *arg) {
   slot_fill *f = arg;
-  if ((f->any && row->rowid <= f->last) || f->n == SLOT_EVENTS) return -1;
+  if ((f->any && row->rowid <= f->last) || (f->n == f->sl->cap && !slot_grow(f))) return -1;
   f->last = row->rowid;
   f->any = true;
   if (page_row(f->s, row, &f->events[f->n], &f->extent)) f->n++;
@@ -259,7 +273,7 @@ static int slot_page_row(const ms_tablescan_row *row, void *arg) {
 
 /* Reads chunk c into sl; a message when reading through SQLite failed. */
 static const char *read_chunk(readers *r, int64_t c, slot *sl, sqlite3_stmt *st, uint8_t *page) {
-  slot_fill f = {r->s, sl->events, 0, {0, 0, 0}, 0, false};
+  slot_fill f = {r->s, sl, sl->events, 0, {0, 0, 0}, 0, false};
   if (r->scan) {
     size_t from = (size_t)c * r->leaves_per_chunk, to = from + r->leaves_per_chunk;
     sl->anomaly = ms_tablescan_rows(r->scan, from, to, page, slot_page_row, &f) != 0;
@@ -344,6 +358,7 @@ static bool run_readers(readers *r, delivery *d, progress *pg, int *rc, bool *an
   bool ok = true;
   for (int k = 0; k < NSLOTS; k++) {
     r->slots[k].chunk = k;
+    r->slots[k].cap = SLOT_EVENTS;
     ok &= (r->slots[k].events = malloc(sizeof(ms_event) * SLOT_EVENTS)) != NULL;
   }
   pthread_t threads[MAX_READERS];
@@ -449,8 +464,10 @@ static int each_pages(ms_snapshot *s, const ms_tablescan *scan, delivery *d, boo
   readers *r = aligned_alloc(64, sizeof *r); /* its slots on cache lines of their own */
   if (r) memset(r, 0, sizeof *r);
   if (!r) return each_serial_pages(s, scan, d, anomaly);
-  /* a cell is at least 4 bytes with its pointer: no chunk holds more rows than a slot */
-  size_t per_page = ms_tablescan_page_size(scan) / 4;
+  /* about SLOT_EVENTS rows a chunk: a chunk is handed from a reader to the pass under the lock,
+   * so one leaf a chunk (1,700 rows of 64 KiB pages) spent a tenth of the time in wake-ups; a
+   * chunk of smaller rows grows its slot (at most 8x: a cell is at least 4 bytes with its pointer) */
+  size_t per_page = ms_tablescan_page_size(scan) / ROW_BYTES;
   r->s = s;
   r->scan = scan;
   r->leaves_per_chunk = per_page >= SLOT_EVENTS ? 1 : SLOT_EVENTS / per_page;

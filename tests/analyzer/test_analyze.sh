@@ -365,6 +365,28 @@ check "page reader: 300k events (several reader threads) from the pages alone" \
 check "page reader: 300k events, --json the same as through SQLite" "same_readers big analyze --json '$dir/big.db'"
 check "page reader: 300k events, the page the same as through SQLite" \
   "MEMSNAP_READER=sqlite '$cli' analyze --suggest-time 600 --html '$dir/big-sqlite.html' '$dir/big.db' >/dev/null && '$cli' analyze --suggest-time 600 --html '$dir/big-pages.html' '$dir/big.db' >/dev/null && cmp -s '$dir/big-sqlite.html' '$dir/big-pages.html'"
+# Rows smaller than the reader's chunks expect (ROW_BYTES): a chunk of leaves then holds more rows
+# than a buffer, which grows for it (more than 2,048 rows a 64 KiB leaf makes every chunk of 8
+# leaves overflow the 16,384 a buffer starts with).
+python3 - "$dir/big.db" "$dir/small-rows.db" <<'PY' >"$dir/small-rows.out" 2>&1
+import os, shutil, sqlite3, sys
+shutil.copy(sys.argv[1], sys.argv[2])
+c = sqlite3.connect(sys.argv[2])
+cols = "kind, device, stream, address, size, requested_size, extra, thread, stack_id"
+c.execute("insert into events(%s) select %s from events order by id" % (cols, cols))  # twice the rows
+c.execute("update events set time_ns = id, stream = 0, address = 0, size = 0, requested_size = 0, extra = 0, "
+          "thread = 0, stack_id = 0, device = 0")
+c.commit()
+c.execute("vacuum")
+rows = c.execute("select count(*) from events").fetchone()[0]
+page = c.execute("pragma page_size").fetchone()[0]
+size = os.path.getsize(sys.argv[2])
+print("rows per page %.0f, events %d, file bytes %d" % (rows / (size / page), rows, size))
+PY
+check "page reader: rows smaller than a chunk expects (over 2,048 a page; 600k rows: several threads)" \
+  "awk '/rows per page/ {exit !(\$4 > 2048 && \$6 > 600000)}' '$dir/small-rows.out'"
+check "page reader: such rows read from the pages alone, --json the same as through SQLite" \
+  "MEMSNAP_READER=pages '$cli' analyze --json '$dir/small-rows.db' >/dev/null && same_readers small analyze --json '$dir/small-rows.db'"
 # Values the page reader leaves to SQLite (text, a real), early, in the middle of a long history
 # and in its last row; a column added with a default; a file in WAL mode.
 anomalies=$(PYTHONPATH="$here" python3 - "$dir" <<'PY'
