@@ -25,9 +25,14 @@ are handled alike.
 usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
   python3 tests/gpu/pytorch_suite/run_test_cuda.py PATH/test_cuda.py [--settings default,expandable,async]
           [--sides native,memsnap] [--timeout SECONDS] [--memsnap build/memsnap] [--jobs N]
-          [--gpus 0,1] [-k PATTERN ...]
+          [--gpus 0,1] [-k PATTERN ...] [--against EARLIER/test_cuda.json] [--analyze]
 --gpus spreads the runs over GPUs (run i on the i-th GPU listed, round robin; with --jobs 2 the
-two sides of a setting run at once, each alone on its GPU).
+two sides of a setting run at once, each alone on its GPU). --against takes the sides this run
+lacks from an earlier run's test_cuda.json (a side may take a GPU call of its own: SIDES in
+suite.sh), so that a run of one side still names the tests that differ; without it a run of one
+side compares nothing and says so. --analyze keeps what `memsnap analyze` says of each snapshot
+the memsnap side wrote ($OUT/test_cuda-SETTING-memsnap-PID.txt: its out-of-memory errors, what was
+live then and at the peak), and deletes the snapshots.
 Writes $OUT/test_cuda-SETTING-SIDE.log (the test output) and $OUT/test_cuda.json (every test's
 result on each side); exit status 1 when a test that passes natively does not under memsnap.
 """
@@ -182,8 +187,8 @@ def run_side(args, setting, side, helpers, gpu=None):
         else:
             cmd += names
         if side == "memsnap":
-            db = os.path.join(tempfile.mkdtemp(prefix="test_cuda-"), "test_cuda-%p.db")
-            cmd = [args.memsnap, "run", "-q", "-o", db, "--"] + cmd
+            dbdir = tempfile.mkdtemp(prefix="test_cuda-")
+            cmd = [args.memsnap, "run", "-q", "-o", os.path.join(dbdir, "test_cuda-%p.db"), "--"] + cmd
         left = args.timeout - (time.time() - t)
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=max(1, left))
@@ -192,6 +197,8 @@ def run_side(args, setting, side, helpers, gpu=None):
             text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (e.stdout, e.stderr) if x)
             rc = 124
         log.append("$ %s\n%s\n[exit %d]\n" % (" ".join(cmd), text, rc))
+        if side == "memsnap" and args.analyze:
+            analyze_snapshots(args, setting, dbdir)
         with open(os.path.join(args.out, "test_cuda-%s-%s.log" % (setting, side)), "w") as f:
             f.write("".join(log))  # so far: a run stopped from outside still leaves it
         first_rc = rc if first_rc is None else first_rc
@@ -218,6 +225,20 @@ def run_side(args, setting, side, helpers, gpu=None):
     return results, first_rc, time.time() - t
 
 
+def analyze_snapshots(args, setting, dbdir):
+    """`memsnap analyze` of each snapshot in dbdir into $OUT (the text report), then deletes them."""
+    for name in sorted(os.listdir(dbdir)):
+        path = os.path.join(dbdir, name)
+        if name.endswith(".db"):
+            with open(os.path.join(args.out, "test_cuda-%s-memsnap-%s.txt" % (setting, name[len("test_cuda-"):-3])), "w") as f:
+                try:
+                    subprocess.run([args.memsnap, "analyze", "--suggest-time", "0", path], stdout=f,
+                                   stderr=subprocess.STDOUT, timeout=120)
+                except subprocess.TimeoutExpired:
+                    f.write("\n[memsnap analyze stopped after 120 s]\n")
+        os.remove(path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("test_file")
@@ -228,7 +249,16 @@ def main():
     ap.add_argument("-k", action="append")
     ap.add_argument("--jobs", type=int, default=1, help="runs of (setting, side) at once")
     ap.add_argument("--gpus", default="", help="GPUs to spread the runs over (CUDA_VISIBLE_DEVICES values, comma-separated)")
+    ap.add_argument("--against", default="", help="an earlier run's test_cuda.json: the sides this run lacks")
+    ap.add_argument("--analyze", action="store_true", help="memsnap analyze's report of each snapshot of the memsnap side")
     args = ap.parse_args()
+    earlier = {}
+    if args.against:
+        try:
+            with open(args.against) as f:
+                earlier = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit("error: cannot read --against '%s': %s" % (args.against, e))
     args.out = os.environ.get("OUT") or tempfile.mkdtemp(prefix="test_cuda-")
     os.makedirs(args.out, exist_ok=True)
     if not os.path.isfile(args.test_file):
@@ -240,7 +270,7 @@ def main():
         f.write(RUNNER)
     with open(os.path.join(helpers, "collect_tests.py"), "w") as f:
         f.write(COLLECTOR)
-    report, worse = {}, 0
+    report, worse, compared = {}, 0, True
     lines = []
     pairs = [(setting, side) for setting in args.settings.split(",") for side in args.sides.split(",")]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -254,10 +284,14 @@ def main():
             results, rc, secs = runs[(setting, side)]
             res[side] = {"results": results, "exit": rc, "seconds": round(secs)}
         report[setting] = res
-        sides = list(res)
+        taken = {side: dict(v, earlier=args.against) for side, v in earlier.get(setting, {}).items()
+                 if side in ("native", "memsnap") and side not in res}
+        res = dict(taken, **res)  # the earlier run's side first: native before memsnap
+        sides = sorted(res, key=lambda x: x != "native")
         passed = {s: {t for t, r in res[s]["results"].items() if r in ("ok", "expected failure")} for s in sides}
-        lines.append("%s: %s" % (setting, ", ".join("%s %d passed of %d ran (%d s, exit %d)" % (
-            s, len(passed[s]), len(res[s]["results"]), res[s]["seconds"], res[s]["exit"]) for s in sides)))
+        lines.append("%s: %s" % (setting, ", ".join("%s %d passed of %d ran (%d s, exit %d%s)" % (
+            s, len(passed[s]), len(res[s]["results"]), res[s]["seconds"], res[s]["exit"],
+            ", from %s" % res[s]["earlier"] if "earlier" in res[s] else "") for s in sides)))
         if len(sides) == 2:
             a, b = sides
             tests = sorted(set(res[a]["results"]) | set(res[b]["results"]))
@@ -266,10 +300,14 @@ def main():
                 if ra != rb:
                     lines.append("  %-70s %s: %-14s %s: %s" % (t, a, ra, b, rb))
             worse += len(passed[a] - passed[b])
+        else:
+            lines.append("  one side only: nothing compared (--against an earlier run's test_cuda.json compares)")
+            compared = False
     with open(os.path.join(args.out, "test_cuda.json"), "w") as f:
         json.dump(report, f, indent=1)
     print("\n".join(lines))
-    print("%d tests pass natively and not under memsnap" % worse)
+    if compared:
+        print("%d tests pass natively and not under memsnap" % worse)
     sys.exit(1 if worse else 0)
 
 

@@ -2,7 +2,9 @@
 # suite.sh [SETTINGS]: PyTorch's test_cuda.py selection in one GPU call (issue 36): for each setting
 # (default: expandable,async) the native side, then the memsnap side, each alone on the GPU; on a
 # machine with two GPUs, GPUS=0,1 runs the two sides at once, each on a card of its own (SIDES=native
-# or SIDES=memsnap runs one side only, for a call each where a side takes long). Then,
+# or SIDES=memsnap runs one side only, for a call each where a side takes long; AGAINST=an earlier
+# run's test_cuda.json then supplies the other side, e.g. tests/gpu/results/run46-test_cuda-async.json;
+# ANALYZE=1 keeps memsnap analyze's report of each snapshot of the memsnap side). Then,
 # with DIAG set, the compile-regions diagnostic (compile_regions_in_order.py): TestCudaMallocAsync's
 # tests before test_memory_compile_regions, natively and under memsnap, and, when that prefix did
 # not make it fail under memsnap, the whole selection's prefix under memsnap. The test file is
@@ -15,9 +17,12 @@ F=${TEST_CUDA:-.carry/test_cuda.py}
 nvidia-smi -L
 export PYTHONUNBUFFERED=1
 if [ -n "${GPUS:-}" ]; then par=(--jobs 2 --gpus "$GPUS"); g0=${GPUS%%,*} g1=${GPUS##*,}; else par=(); g0=0 g1=0; fi
+more=()
+[ -n "${AGAINST:-}" ] && more+=(--against "$AGAINST")
+[ -n "${ANALYZE:-}" ] && more+=(--analyze)
 OUT=$W/suite timeout "${SUITE_TIMEOUT:-560}" python3 tests/gpu/pytorch_suite/run_test_cuda.py "$F" \
-  --settings "${1:-expandable,async}" --sides "${SIDES:-native,memsnap}" "${par[@]}" --timeout "${SIDE_TIMEOUT:-290}" \
-  >"$W/suite.txt" 2>&1
+  --settings "${1:-expandable,async}" --sides "${SIDES:-native,memsnap}" "${par[@]}" "${more[@]}" \
+  --timeout "${SIDE_TIMEOUT:-290}" >"$W/suite.txt" 2>&1
 echo "[run_test_cuda exit $?]" >>"$W/suite.txt"
 if [ -n "${DIAG:-}" ]; then
   d=tests/gpu/pytorch_suite/compile_regions_in_order.py
