@@ -671,8 +671,12 @@ static int cuda_capture_info(int dev, memsnap_stream_t stream, uint64_t *id, uin
     return MSI_BE_ERR;
   }
   if (r != CUDA_SUCCESS) return fail("cuStreamGetCaptureInfo", r);
-  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return 0;
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) return 0;
   *id = (uint64_t)cid;
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) { /* invalidated: still capturing until its end, no graph */
+    *n = 0;
+    return 1;
+  }
   *n = ndeps;
   for (size_t i = 0; i < ndeps && i < cap; i++) nodes[i] = (uintptr_t)deps[i];
   return 1;

@@ -946,10 +946,10 @@ static int sim_capture_info(int dev, memsnap_stream_t stream, uint64_t *id, uint
   int rc = 0;
   pthread_mutex_lock(&sim_lock);
   sim_stream *s = stream_of(stream);
-  if (s && s->capture) {
+  if (s && s->capture) { /* an invalidated capture: capturing until its end, no graph (as the driver) */
     *id = s->capture;
-    *n = s->ndeps;
-    for (size_t i = 0; i < s->ndeps && i < cap; i++) out[i] = s->deps[i];
+    *n = s->invalidated ? 0 : s->ndeps;
+    for (size_t i = 0; i < *n && i < cap; i++) out[i] = s->deps[i];
     rc = 1;
   }
   pthread_mutex_unlock(&sim_lock);

@@ -241,8 +241,8 @@ typedef struct msi_backend {
   int (*page_map_fd)(int dev, uintptr_t ptr, size_t page_size, int fd, void **handle);
   /* CUDA graph capture, read (capture.c). capture_info: 1 when `stream` is capturing, with the
    * capture's id and the graph's nodes that new work on the stream would depend on (its
-   * terminal nodes: *n of them, the first `cap` copied into nodes); 0 when it is not capturing;
-   * MSI_BE_ERR. node_parents: the nodes `node` depends on (*n of them, the first `cap` copied);
+   * terminal nodes: *n of them, the first `cap` copied into nodes; none when the capture was
+   * invalidated: the stream stays in it until its end); 0 when it is not capturing; MSI_BE_ERR. node_parents: the nodes `node` depends on (*n of them, the first `cap` copied);
    * MSI_BE_OK or MSI_BE_ERR. Nodes are opaque non-zero values. */
   int (*capture_info)(int dev, memsnap_stream_t stream, uint64_t *id, uintptr_t *nodes, size_t cap, size_t *n);
   int (*node_parents)(int dev, uintptr_t node, uintptr_t *out, size_t cap, size_t *n);
@@ -438,8 +438,11 @@ typedef struct msi_device {
   msi_private_pool *private_pools; /* graph and MemPool pools, live or freeable */
   msi_capture *captures;           /* allocations to a private pool in progress */
   int ncaptures, captures_cap;
-  uint64_t ended[MSI_ENDED_CAPTURES][2]; /* ids of captures dropped by msi_captures_drop_ended: their */
-  unsigned nended;                       /* late end call still succeeds (a ring, the oldest overwritten) */
+  struct {
+    uint64_t id[2];
+    bool valid;
+  } ended[MSI_ENDED_CAPTURES]; /* captures msi_captures_drop_ended dropped: their late end call */
+  uint64_t nended;             /* still succeeds (a ring, the oldest overwritten) */
   msi_block **deferred;            /* freed during a capture with stream uses: events wait for its end */
   size_t ndeferred, deferred_cap;
   struct msi_capture_reuse *capture_reuse; /* capture.c: free markers of deferred blocks, graph walks; NULL: none */
@@ -922,8 +925,10 @@ int msi_pool_end(msi_device *d, const uint64_t id[2]);
 int msi_pool_capture_stream(msi_device *d, const uint64_t id[2], memsnap_stream_t stream);
 /* The stream-ordered mode's check for captures that ended without their end call (PyTorch ends
  * the pool only after the driver ended the capture, so a failed end leaves it): a capture whose
- * stream was seen capturing and no longer captures it is dropped, as its end call would. Only
- * captures with a stream and no owned context are checked. Lock held. */
+ * stream was seen capturing (an invalidated capture counts as capturing until its end) and no
+ * longer captures it, or captures another, is dropped, as its end call would. Captures without
+ * a named stream are never dropped, nor those whose filter context memsnap owns (PyTorch's
+ * pluggable hooks begin those, and name no stream). Lock held. */
 void msi_captures_drop_ended(msi_device *d);
 int msi_pool_create(msi_device *d, const uint64_t id[2]);
 int msi_pool_release(msi_device *d, const uint64_t id[2]);

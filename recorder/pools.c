@@ -105,9 +105,26 @@ void msi_private_pools_destroy(msi_device *d) {
 
 /* ---- entry points (api.c calls these with the device found) ------------------------------ */
 
+static void capture_remove(msi_device *d, int i) {
+  memmove(&d->captures[i], &d->captures[i + 1], sizeof *d->captures * (size_t)(d->ncaptures - i - 1));
+  d->ncaptures--;
+}
+
+/* Whether `id` is a capture msi_captures_drop_ended dropped; forgets it. */
+static bool take_ended(msi_device *d, const uint64_t id[2]) {
+  for (int i = 0; i < MSI_ENDED_CAPTURES; i++)
+    if (d->ended[i].valid && d->ended[i].id[0] == id[0] && d->ended[i].id[1] == id[1]) {
+      d->ended[i].valid = false;
+      return true;
+    }
+  return false;
+}
+
 int msi_pool_begin(msi_device *d, const uint64_t id[2], msi_pool_filter filter, void *ctx, void (*release_ctx)(void *)) {
   int rc = MEMSNAP_OK;
   pthread_mutex_lock(&d->lock);
+  if (d->async && d->ncaptures) msi_captures_drop_ended(d); /* a retry after a failed end: not "already" */
+  take_ended(d, id); /* a new capture of a dropped one's pool: a late end is this one's */
   for (int i = 0; i < d->ncaptures; i++)
     if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) {
       msi_error("device %d: already allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
@@ -134,22 +151,6 @@ out:
   pthread_mutex_unlock(&d->lock);
   if (ctx && release_ctx) release_ctx(ctx);
   return rc;
-}
-
-static void capture_remove(msi_device *d, int i) {
-  memmove(&d->captures[i], &d->captures[i + 1], sizeof *d->captures * (size_t)(d->ncaptures - i - 1));
-  d->ncaptures--;
-}
-
-/* Whether `id` is a capture msi_captures_drop_ended dropped; forgets it. */
-static bool take_ended(msi_device *d, const uint64_t id[2]) {
-  int n = d->nended < MSI_ENDED_CAPTURES ? (int)d->nended : MSI_ENDED_CAPTURES;
-  for (int i = 0; i < n; i++)
-    if (d->ended[i][0] == id[0] && d->ended[i][1] == id[1]) {
-      d->ended[i][0] = d->ended[i][1] = UINT64_MAX;
-      return true;
-    }
-  return false;
 }
 
 int msi_pool_end(msi_device *d, const uint64_t id[2]) {
@@ -200,7 +201,9 @@ void msi_captures_drop_ended(msi_device *d) {
       c->seen = true;
       c->capture_id = cid;
     } else if (c->seen && (on == 0 || (on == 1 && cid != c->capture_id))) {
-      memcpy(d->ended[d->nended++ % MSI_ENDED_CAPTURES], c->id, sizeof c->id);
+      int k = (int)(d->nended++ % MSI_ENDED_CAPTURES);
+      memcpy(d->ended[k].id, c->id, sizeof c->id);
+      d->ended[k].valid = true;
       capture_remove(d, i);
     }
   }

@@ -11,8 +11,8 @@
  * A long history is cut into chunks (leaf pages of about SLOT_EVENTS rows, or CHUNK ids through
  * range queries on the primary key), which the reader threads decode into NSLOTS buffers, each
  * SQLite reader through its own read-only connection; the calling thread hands the buffers'
- * events to the pass in id order. Memory is NSLOTS chunks (a buffer grows, at most 8x, for a
- * chunk of rows smaller than ROW_BYTES), whatever the history's length (and the leaves' page
+ * events to the pass in id order. Memory is NSLOTS chunks (a buffer grows, at most SLOT_GROWTH
+ * times, for a chunk of rows smaller than ROW_BYTES), whatever the history's length (and the leaves' page
  * numbers, 4 bytes per leaf page). A short history is read on the calling thread. However a row is read,
  * it is checked the same way (fill_event) and malformed ones are skipped.
  *
@@ -36,7 +36,9 @@
 #define SLOT_EVENTS 16384      /* events a buffer holds (grown for a chunk of pages with more rows) */
 #define ROW_BYTES 32           /* a row of memsnap's events table in its leaf page, about: how many
                                   leaves a chunk of the page reader spans (SLOT_EVENTS rows) */
-#define NSLOTS 6               /* chunks buffered (read ahead of the pass): 6 MiB */
+#define NSLOTS 6               /* chunks buffered (read ahead of the pass): 7.5 MiB */
+#define SLOT_GROWTH 8          /* a buffer grows to at most SLOT_GROWTH * SLOT_EVENTS events (rows of 4
+                                  bytes; more in a chunk is an anomaly: SQLite reads the rest) */
 #define MAX_READERS 4
 #define PARALLEL_MIN 200000    /* histories shorter than this are read on the calling thread */
 #define PARALLEL_MIN_BYTES (6 << 20) /* ... as many in leaf pages (memsnap's rows: some 32 bytes) */
@@ -252,8 +254,10 @@ typedef struct slot_fill {
   bool any;
 } slot_fill;
 
-/* Doubles the slot's buffer (its reader's alone while it fills it); false when out of memory. */
+/* Doubles the slot's buffer (its reader's alone while it fills it); false when out of memory or
+ * at its bound. */
 static bool slot_grow(slot_fill *f) {
+  if (f->sl->cap >= (size_t)SLOT_GROWTH * SLOT_EVENTS) return false;
   ms_event *g = realloc(f->sl->events, sizeof *g * f->sl->cap * 2);
   if (!g) return false;
   f->sl->events = f->events = g;
@@ -466,7 +470,7 @@ static int each_pages(ms_snapshot *s, const ms_tablescan *scan, delivery *d, boo
   if (!r) return each_serial_pages(s, scan, d, anomaly);
   /* about SLOT_EVENTS rows a chunk: a chunk is handed from a reader to the pass under the lock,
    * so one leaf a chunk (1,700 rows of 64 KiB pages) spent a tenth of the time in wake-ups; a
-   * chunk of smaller rows grows its slot (at most 8x: a cell is at least 4 bytes with its pointer) */
+   * chunk of smaller rows grows its slot (SLOT_GROWTH) */
   size_t per_page = ms_tablescan_page_size(scan) / ROW_BYTES;
   r->s = s;
   r->scan = scan;

@@ -385,6 +385,27 @@ static void test_async_capture_end_failed(void) {
     CHECK("async: a second end call is refused", memsnap_end_allocate_to_pool(0, 13, 0) == MEMSNAP_EINVAL);
     memsnap_release_pool(0, 13, 0);
   }
+  /* the capture invalidated (here by a read of the pool, as the driver does) counts as underway
+   * until its end fails (the CUDA backend answers so since; the simulated one always did); the
+   * same graph's pool begun again right after is no "already" */
+  void *before = alloc_on(6 * MiB, S1);
+  memsnap_begin_allocate_thread_to_pool(0, 14, 0);
+  memsnap_pool_capture_stream(0, 14, 0, S1);
+  memsnap_sim_capture_begin(S1);
+  void *in = alloc_on(2 * MiB, S1);
+  stats(); /* invalidates the capture */
+  memsnap_free(before, 0, 0, S1);
+  void *in2 = alloc_on(1 * MiB, S1);
+  CHECK("async: an invalidated capture still counts as underway (the free before it waits)",
+        in && in2 && stats().allocated_bytes[MEMSNAP_POOL_ALL].current == (int64_t)(9 * MiB));
+  CHECK("async: its end fails", memsnap_sim_capture_end(S1) != MEMSNAP_OK);
+  CHECK("async: its pool begun again at once: the ended capture dropped, no 'already allocating'",
+        memsnap_begin_allocate_thread_to_pool(0, 14, 0) == MEMSNAP_OK);
+  CHECK("async: that begin's end", memsnap_end_allocate_to_pool(0, 14, 0) == MEMSNAP_OK);
+  memsnap_free(in, 0, 0, S1);
+  memsnap_free(in2, 0, 0, S1);
+  CHECK("async: what waited was freed", stats().allocated_bytes[MEMSNAP_POOL_ALL].current == 0);
+  memsnap_release_pool(0, 14, 0);
 }
 
 static void test_async(void) {
