@@ -33,10 +33,10 @@
 #include "tablescan.h"
 
 #define CHUNK 8192             /* ids per chunk, read through SQLite */
-#define SLOT_EVENTS 16384      /* events a buffer holds (grown for a chunk of pages with more rows) */
+#define SLOT_EVENTS 8192       /* events a buffer holds (grown for a chunk of pages with more rows) */
 #define ROW_BYTES 32           /* a row of memsnap's events table in its leaf page, about: how many
                                   leaves a chunk of the page reader spans (SLOT_EVENTS rows) */
-#define NSLOTS 6               /* chunks buffered (read ahead of the pass): 7.5 MiB */
+#define NSLOTS 4               /* chunks buffered (read ahead of the pass): 2.5 MiB */
 #define SLOT_GROWTH 8          /* a buffer grows to at most SLOT_GROWTH * SLOT_EVENTS events (rows of 4
                                   bytes; more in a chunk is an anomaly: SQLite reads the rest) */
 #define MAX_READERS 4

@@ -366,8 +366,8 @@ check "page reader: 300k events, --json the same as through SQLite" "same_reader
 check "page reader: 300k events, the page the same as through SQLite" \
   "MEMSNAP_READER=sqlite '$cli' analyze --suggest-time 600 --html '$dir/big-sqlite.html' '$dir/big.db' >/dev/null && '$cli' analyze --suggest-time 600 --html '$dir/big-pages.html' '$dir/big.db' >/dev/null && cmp -s '$dir/big-sqlite.html' '$dir/big-pages.html'"
 # Rows smaller than the reader's chunks expect (ROW_BYTES): a chunk of leaves then holds more rows
-# than a buffer, which grows for it (more than 2,048 rows a 64 KiB leaf makes every chunk of 8
-# leaves overflow the 16,384 a buffer starts with).
+# than a buffer, which grows for it (more than 2,048 rows a 64 KiB leaf makes every chunk of 4
+# leaves overflow the 8,192 a buffer starts with).
 python3 - "$dir/big.db" "$dir/small-rows.db" <<'PY' >"$dir/small-rows.out" 2>&1
 import os, shutil, sqlite3, sys
 shutil.copy(sys.argv[1], sys.argv[2])
