@@ -242,8 +242,9 @@ typedef struct msi_backend {
   /* CUDA graph capture, read (capture.c). capture_info: 1 when `stream` is capturing, with the
    * capture's id and the graph's nodes that new work on the stream would depend on (its
    * terminal nodes: *n of them, the first `cap` copied into nodes; none when the capture was
-   * invalidated: the stream stays in it until its end); 0 when it is not capturing; MSI_BE_ERR. node_parents: the nodes `node` depends on (*n of them, the first `cap` copied);
-   * MSI_BE_OK or MSI_BE_ERR. Nodes are opaque non-zero values. */
+   * invalidated: the stream stays in it until its end); 0 when it is not capturing; MSI_BE_ERR.
+   * node_parents: the nodes `node` depends on (*n of them, the first `cap` copied); MSI_BE_OK or
+   * MSI_BE_ERR. Nodes are opaque non-zero values. */
   int (*capture_info)(int dev, memsnap_stream_t stream, uint64_t *id, uintptr_t *nodes, size_t cap, size_t *n);
   int (*node_parents)(int dev, uintptr_t node, uintptr_t *out, size_t cap, size_t *n);
   void (*shutdown)(void);

@@ -105,6 +105,18 @@ void msi_private_pools_destroy(msi_device *d) {
 
 /* ---- entry points (api.c calls these with the device found) ------------------------------ */
 
+/* The index of the allocation to pool `id` in progress, or -1. */
+static int capture_find(const msi_device *d, const uint64_t id[2]) {
+  for (int i = 0; i < d->ncaptures; i++)
+    if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) return i;
+  return -1;
+}
+
+static void not_allocating(const msi_device *d, const uint64_t id[2]) {
+  msi_error("device %d: not allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
+            (unsigned long long)id[1]);
+}
+
 static void capture_remove(msi_device *d, int i) {
   memmove(&d->captures[i], &d->captures[i + 1], sizeof *d->captures * (size_t)(d->ncaptures - i - 1));
   d->ncaptures--;
@@ -125,13 +137,12 @@ int msi_pool_begin(msi_device *d, const uint64_t id[2], msi_pool_filter filter, 
   pthread_mutex_lock(&d->lock);
   if (d->async && d->ncaptures) msi_captures_drop_ended(d); /* a retry after a failed end: not "already" */
   take_ended(d, id); /* a new capture of a dropped one's pool: a late end is this one's */
-  for (int i = 0; i < d->ncaptures; i++)
-    if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) {
-      msi_error("device %d: already allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
-                (unsigned long long)id[1]);
-      rc = MEMSNAP_EINVAL;
-      goto out;
-    }
+  if (capture_find(d, id) >= 0) {
+    msi_error("device %d: already allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
+              (unsigned long long)id[1]);
+    rc = MEMSNAP_EINVAL;
+    goto out;
+  }
   if (d->ncaptures == d->captures_cap) {
     int cap = d->captures_cap ? d->captures_cap * 2 : 4;
     msi_capture *g = realloc(d->captures, sizeof *g * (size_t)cap);
@@ -157,37 +168,32 @@ int msi_pool_end(msi_device *d, const uint64_t id[2]) {
   msi_capture gone = {0};
   int rc = MEMSNAP_EINVAL;
   pthread_mutex_lock(&d->lock);
-  for (int i = 0; i < d->ncaptures; i++)
-    if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) {
-      gone = d->captures[i];
-      capture_remove(d, i);
-      rc = MEMSNAP_OK;
-      break;
-    }
-  if (rc != MEMSNAP_OK && take_ended(d, id)) rc = MEMSNAP_OK; /* dropped already: its end was late */
-  if (rc != MEMSNAP_OK)
-    msi_error("device %d: not allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
-              (unsigned long long)id[1]);
+  int i = capture_find(d, id);
+  if (i >= 0) {
+    gone = d->captures[i];
+    capture_remove(d, i);
+    rc = MEMSNAP_OK;
+  } else if (take_ended(d, id)) {
+    rc = MEMSNAP_OK; /* dropped already: its end was late */
+  } else {
+    not_allocating(d, id);
+  }
   pthread_mutex_unlock(&d->lock);
   if (gone.release_ctx) gone.release_ctx(gone.ctx); /* outside the lock: it may be PyTorch's */
   return rc;
 }
 
 int msi_pool_capture_stream(msi_device *d, const uint64_t id[2], memsnap_stream_t stream) {
-  int rc = MEMSNAP_EINVAL;
   pthread_mutex_lock(&d->lock);
-  for (int i = 0; i < d->ncaptures; i++)
-    if (d->captures[i].id[0] == id[0] && d->captures[i].id[1] == id[1]) {
-      d->captures[i].stream = stream;
-      d->captures[i].seen = false;
-      rc = MEMSNAP_OK;
-      break;
-    }
-  if (rc != MEMSNAP_OK)
-    msi_error("device %d: not allocating to pool (%llu, %llu)", d->index, (unsigned long long)id[0],
-              (unsigned long long)id[1]);
+  int i = capture_find(d, id);
+  if (i >= 0) {
+    d->captures[i].stream = stream;
+    d->captures[i].seen = false;
+  } else {
+    not_allocating(d, id);
+  }
   pthread_mutex_unlock(&d->lock);
-  return rc;
+  return i >= 0 ? MEMSNAP_OK : MEMSNAP_EINVAL;
 }
 
 void msi_captures_drop_ended(msi_device *d) {

@@ -12,9 +12,9 @@
  * range queries on the primary key), which the reader threads decode into NSLOTS buffers, each
  * SQLite reader through its own read-only connection; the calling thread hands the buffers'
  * events to the pass in id order. Memory is NSLOTS chunks (a buffer grows, at most SLOT_GROWTH
- * times, for a chunk of rows smaller than ROW_BYTES), whatever the history's length (and the leaves' page
- * numbers, 4 bytes per leaf page). A short history is read on the calling thread. However a row is read,
- * it is checked the same way (fill_event) and malformed ones are skipped.
+ * times, for a chunk of rows smaller than ROW_BYTES), whatever the history's length (and the
+ * leaves' page numbers, 4 bytes per leaf page). A short history is read on the calling thread.
+ * However a row is read, it is checked the same way (fill_event) and malformed ones are skipped.
  *
  * The history's extent (how many events, the first and last time) is counted by the first pass
  * that reads every row, so that no pass is spent on it; ms_events_extent runs a pass for it

@@ -355,7 +355,7 @@ static void test_thread_pool_and_expandable(void) {
 
 /* A capture PyTorch never ended in memsnap (its end failed in the driver): a block allocated
  * before it and freed during it waits for its end. With the capture's stream named, memsnap sees
- * the stream stop capturing and frees it; without, it stays held (the likely cause of PyTorch's
+ * the stream stop capturing and frees it; without, it stays held (a candidate cause of PyTorch's
  * test_max_split_expandable failing in run 46: 129 MiB counted against the memory fraction). */
 static void test_async_capture_end_failed(void) {
   for (int named = 0; named <= 1; named++) {

@@ -19,7 +19,7 @@ usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
 runs; the programs that use every GPU run alone, after them).
 --keep DIR copies every snapshot recorded there (NAME[-leak][-rRANK].db), for fixtures.
 --native-again runs each program natively a second time and reports that run's peaks beside a
-peaks failure: native's own run-to-run spread (the check itself stays exact).
+peaks failure: native's own run-to-run spread, shown, never used by the check.
 Writes $OUT/zoo.jsonl (one line per program and variant) and $OUT/zoo.log (every command and its
 output); prints the table last. Exit status 1 when a check failed.
 """
