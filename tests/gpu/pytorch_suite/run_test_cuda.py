@@ -232,7 +232,7 @@ def analyze_snapshots(args, setting, dbdir):
         if name.endswith(".db"):
             with open(os.path.join(args.out, "test_cuda-%s-memsnap-%s.txt" % (setting, name[len("test_cuda-"):-3])), "w") as f:
                 try:
-                    subprocess.run([args.memsnap, "analyze", "--suggest-time", "0", path], stdout=f,
+                    subprocess.run([args.memsnap, "analyze", "--no-suggest", path], stdout=f,
                                    stderr=subprocess.STDOUT, timeout=120)
                 except subprocess.TimeoutExpired:
                     f.write("\n[memsnap analyze stopped after 120 s]\n")

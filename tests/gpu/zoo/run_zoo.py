@@ -59,14 +59,17 @@ class Program:
                 added: torch.profiler's analysis of a long trace takes minutes, and the peak
                 comes in the first steps) and profile_env set (ZOO_PROFILE_FROM=optimizer:
                 from the first optimizer on, site/sitecustomize.py)
-    peaks:      "exact": every rank's peaks equal native's; "ddp": or above them by one copy of the
-                model's gradients at most (DDP's buckets fill in an order the timing decides:
-                native runs differ so among themselves, docs/BENCHMARKS.md, multi-GPU parity);
+    peaks:      "exact": every rank's peaks equal native's; "ddp": or apart from them by one copy
+                of the model's gradients at most, either way (DDP's buckets fill in an order the
+                timing decides: native runs gave 7018359808 B (run 36; both ranks in run 58) and
+                7345210368 B (run 40; both runs of 57), the two ranks of run 56 one each, and
+                memsnap each of the two; docs/BENCHMARKS.md, the zoo);
                 "layout": or apart from them by at most 2 MiB allocated and one 20 MiB segment
                 reserved (equal-size free blocks are chosen by address, so the peaks of one
                 request sequence depend on where the driver put the segments: native runs of
                 generate() differ by one segment reserved, and replays of one recorded sequence
-                on three layouts by 1.6 MiB allocated; docs/BENCHMARKS.md, the zoo)
+                on three layouts by 1.6 MiB allocated; torch.compile's native runs differ by
+                13 KiB allocated, run 57; docs/BENCHMARKS.md, the zoo)
     """
 
     def __init__(self, name, script, args=(), gpus=1, steps=None, exit=0, categories=(), extra=(), torch=True,
@@ -85,14 +88,41 @@ def params_bytes(per_param):
 
 def profiler(category):
     """Expected bytes: torch.profiler's memory timeline's value for `category` at its peak (its
-    INPUT counts as memsnap's activation: both are what the step holds when backward begins)."""
+    INPUT counts as memsnap's activation: both are what the step holds when backward begins).
+
+    For activations the timeline often does not know: it names a tensor an activation only where
+    it followed the tensor from forward into backward, and leaves the rest 'unknown' (on HF GPT-2,
+    3.7 GiB unknown against 144 MiB of activations and inputs: docs/BENCHMARKS.md, run 52). Where
+    its unknown bytes exceed UNKNOWN_SHARE of its total, the expectation is the range it allows,
+    (known, known + unknown): the check then says the profiler bounds the value, not that it
+    equals it. Gradients and parameters it recognises by their own records, so they stay exact."""
     def expected(ctx):
-        at = (ctx.get("profiler") or {}).get("at_peak")
+        p = ctx.get("profiler") or {}
+        at = p.get("at_peak")
         if not at:
             return None
-        return at.get(category, 0) + (at.get("input", 0) if category == "activation" else 0)
+        known = at.get(category, 0) + (at.get("input", 0) if category == "activation" else 0)
+        unknown = at.get("unknown", 0)
+        if category == "activation" and unknown > UNKNOWN_SHARE * p.get("total_at_peak", 0):
+            return (known, known + unknown)
+        return known
     expected.slack = 0.01  # of the peak: the profiler's peak moment is its own, a block or two apart
     return expected
+
+
+UNKNOWN_SHARE = 0.05  # profiler(): above this share of unknown bytes, torch.profiler bounds activations
+
+
+def category_check(v, e, tol, slack):
+    """(ok, detail) for a category's bytes v against e: bytes, or a (low, high) range that
+    torch.profiler's unknown bytes leave (profiler()); None when nothing is expected."""
+    if isinstance(e, tuple):
+        low, high = e
+        ok = low * (1 - tol) - slack <= v <= high * (1 + tol) + slack
+        return ok, "%.1f MiB, expected between %.1f and %.1f MiB (torch.profiler: %.1f MiB known, %.1f MiB unknown)" % (
+            v / MiB, low / MiB, high / MiB, low / MiB, (high - low) / MiB)
+    ok = e is not None and (e > 0 or slack > 0) and abs(v - e) <= tol * e + slack
+    return ok, "%.1f MiB, expected %s" % (v / MiB, "%.1f MiB" % (e / MiB) if e else e)
 
 
 def other_below(share):
@@ -129,13 +159,14 @@ ZOO = [
     Program("gpt2_eager", "gpt2_train.py", steps=6, profile=True, profile_args=["--steps", "2"],
             profile_env={"ZOO_PROFILE_FROM": "optimizer"},
             categories=[("parameter", params_bytes(4), 0.10), ("optimizer_state", params_bytes(8), 0.10),
-                        ("gradient", profiler("gradient"), 0.10), ("activation", profiler("activation"), 0.10)]),
+                        ("gradient", profiler("gradient"), 0.10), ("activation", profiler("activation"), 0.10),
+                        ("autograd", profiler("autograd_detail"), 0.10)]),
     Program("gpt2_eager_keep_grads", "gpt2_train.py", ["--set-to-none", "0"], steps=6,
             categories=[("parameter", params_bytes(4), 0.10), ("gradient", params_bytes(4), 0.10),
                         ("optimizer_state", params_bytes(8), 0.10)]),
     Program("gpt2_accum_ckpt_bf16", "gpt2_train.py", ["--accum", "4", "--checkpointing", "--autocast", "--batch", "4"],
             steps=6, categories=[("parameter", params_bytes(4), 0.10), ("gradient", params_bytes(4), 0.10)]),
-    Program("gpt2_compile", "gpt2_train.py", ["--compile"], steps=6,
+    Program("gpt2_compile", "gpt2_train.py", ["--compile"], steps=6, peaks="layout",
             categories=[("parameter", params_bytes(4), 0.10), ("optimizer_state", params_bytes(8), 0.10)]),
     Program("gpt2_oom_backward", "gpt2_oom.py", exit=1, leak=False, extra=[other_below(0.10), ("oom_recorded", has_oom),
                                                                               above_zero("activation")]),
@@ -264,9 +295,12 @@ def check_run(prog, leak, native, recorded, ctx, args):
             for d in sorted(set(a) | set(b)):
                 x, y = a.get(d, {}), b.get(d, {})
                 same = x == y
-                if not same and prog.peaks == "ddp" and x and y:  # one gradients' copy of slack, upward
+                if not same and prog.peaks == "ddp" and x and y:  # one gradients' copy of slack
                     slack = 4 * ctx.get("parameters", 0)
-                    same = all(0 <= y[k] - x[k] <= slack for k in ("peak_allocated", "peak_reserved"))
+                    same = all(abs(y[k] - x[k]) <= slack for k in ("peak_allocated", "peak_reserved"))
+                    if same:
+                        layout.append("rank %s cuda:%s apart by %+d B allocated (one gradients' copy: %d B)" % (
+                            rank, d, y["peak_allocated"] - x["peak_allocated"], slack))
                 if not same and prog.peaks == "layout" and x and y:  # the address layout's own spread
                     same = (abs(y["peak_allocated"] - x["peak_allocated"]) <= LAYOUT_ALLOCATED and
                             abs(y["peak_reserved"] - x["peak_reserved"]) <= LAYOUT_RESERVED)
@@ -317,8 +351,8 @@ def check_run(prog, leak, native, recorded, ctx, args):
                             ctx.get("profiler_error", "no report")))
                 continue
             slack = getattr(expected, "slack", 0) * j["summary"]["peak_allocated_bytes"]
-            ok = e is not None and (e > 0 or slack > 0) and abs(v - e) <= tol * e + slack
-            res.append(("cat:" + name, ok, "%.1f MiB, expected %s" % (v / MiB, "%.1f MiB" % (e / MiB) if e else e)))
+            ok, detail = category_check(v, e, tol, slack)
+            res.append(("cat:" + name, ok, detail))
         for name, fn in prog.extra:
             ok, detail = fn(j, text, ctx)
             res.append((name, ok, detail))
