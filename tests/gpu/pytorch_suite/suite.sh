@@ -4,7 +4,9 @@
 # machine with two GPUs, GPUS=0,1 runs the two sides at once, each on a card of its own (SIDES=native
 # or SIDES=memsnap runs one side only, for a call each where a side takes long; AGAINST=an earlier
 # run's test_cuda.json then supplies the other side, e.g. tests/gpu/results/run46-test_cuda-async.json;
-# ANALYZE=1 keeps memsnap analyze's report of each snapshot of the memsnap side). Then,
+# ANALYZE=1 keeps memsnap analyze's report of each snapshot of the memsnap side; SAME_HISTORY=1 runs
+# each test that passes natively and not under memsnap again on both sides after the tests memsnap's
+# process ran before it, and counts it apart when it then fails natively too). Then,
 # with DIAG set, the compile-regions diagnostic (compile_regions_in_order.py): TestCudaMallocAsync's
 # tests before test_memory_compile_regions, natively and under memsnap, and, when that prefix did
 # not make it fail under memsnap, the whole selection's prefix under memsnap. The test file is
@@ -20,6 +22,7 @@ if [ -n "${GPUS:-}" ]; then par=(--jobs 2 --gpus "$GPUS"); g0=${GPUS%%,*} g1=${G
 more=()
 [ -n "${AGAINST:-}" ] && more+=(--against "$AGAINST")
 [ -n "${ANALYZE:-}" ] && more+=(--analyze)
+[ -n "${SAME_HISTORY:-}" ] && more+=(--same-history)
 OUT=$W/suite timeout "${SUITE_TIMEOUT:-560}" python3 tests/gpu/pytorch_suite/run_test_cuda.py "$F" \
   --settings "${1:-expandable,async}" --sides "${SIDES:-native,memsnap}" "${par[@]}" "${more[@]}" \
   --timeout "${SIDE_TIMEOUT:-290}" >"$W/suite.txt" 2>&1
