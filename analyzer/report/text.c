@@ -96,6 +96,7 @@ static void format_column(const int64_t *v, size_t n, size_t stride, char (*out)
   int64_t max = 0;
   for (size_t i = 0; i < n; i++) {
     int64_t x = *(const int64_t *)((const char *)v + i * stride);
+    if (x < 0) x = x == INT64_MIN ? INT64_MAX : -x; /* the unit by magnitude: -16 MiB reads so */
     if (x > max) max = x;
   }
   int u = 0;
@@ -137,6 +138,12 @@ static void print_iterations(const ms_analysis *a, FILE *out) {
             cols[3 * a->niters + i]);
   }
   free(cols);
+  for (size_t i = 0; i < a->niters; i++)
+    if (it[i].end_unallocated < 0) { /* say once why a column reads below zero */
+      fprintf(out, "  (cached unused below zero: more allocated than reserved, memory that no segment counts, such as\n"
+                   "   the async mode's allocations inside CUDA graph captures: CUDA's graph memory holds them, not the pool)\n");
+      break;
+    }
 }
 
 /* What was live at the allocated peak by category, largest first: "at the peak: 36%

@@ -17,6 +17,8 @@ activations 4 MiB, autograd 1 MiB, kept logits 1 MiB (other) = 22 MiB.
 """
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -166,4 +168,19 @@ check("--category: a rule that is not NAME=PATTERN is a usage error", bad.return
 text = subprocess.run([cli, "analyze", db], capture_output=True, text=True).stdout
 check("text report: the peak by category, largest first",
       "at the peak: 36% optimizer_state (8.00 MiB), 18% parameter (4.00 MiB)" in text, text[:2000])
+NOTE = "cached unused below zero: more allocated than reserved"
+check("text report: no note on cached bytes below zero where segments hold every allocation", NOTE not in text)
+# memory that no segment counts (the async mode's allocations in a capture live in CUDA's graph
+# memory, outside the pool): the same snapshot without its segments' events
+unsegmented = os.path.join(work, "unsegmented.db")
+shutil.copy(db, unsegmented)
+c = sqlite3.connect(unsegmented)
+c.execute("DELETE FROM events WHERE kind IN (SELECT id FROM event_kinds WHERE name IN ('segment_map', 'segment_alloc'))")
+c.execute("DELETE FROM segments")  # else the segments and reserved bytes at the snapshot are taken
+c.execute("DELETE FROM stats WHERE key LIKE 'reserved_bytes%'")  # as made before the history
+c.commit()
+c.close()
+text = subprocess.run([cli, "analyze", unsegmented], capture_output=True, text=True).stdout
+check("text report: cached bytes below zero are explained once", text.count(NOTE) == 1, text[-1500:])
+check("text report: a column below zero takes its unit by magnitude", "-17.00 MiB" in text, text[-1500:])
 finish()
