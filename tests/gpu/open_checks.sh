@@ -19,7 +19,7 @@ W=$(mktemp -d)
 nvidia-smi -L
 want=${OPEN_CHECKS:-async}
 if [[ ",$want," == *,async,* ]]; then
-  (OUT=$W SIDES=memsnap SAME_HISTORY=1 AGAINST=tests/gpu/results/run46-test_cuda-async.json SIDE_TIMEOUT=240 \
+  (OUT=$W SIDES=memsnap SAME_HISTORY=1 HISTORY_BUDGET=550 AGAINST=tests/gpu/results/run46-test_cuda-async.json SIDE_TIMEOUT=240 \
     SUITE_TIMEOUT=580 tests/gpu/pytorch_suite/suite.sh async >"$W/async.txt" 2>&1)
 fi
 if [[ ",$want," == *,profile,* ]]; then

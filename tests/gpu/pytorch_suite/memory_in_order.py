@@ -63,22 +63,33 @@ def graph_memory(device):
     return out[0], out[1]
 
 
+EXCEPTION = re.compile(r"^([\w.]*(?:Error|Exception|Interrupt))\b(?!\s+raised from)")
+
+
 def outcome(result):
-    """(result, why): why is the exception's line of a failed test's traceback."""
+    """(result, why, exceptions): why is the last exception line of a failed test's traceback,
+    exceptions the types of every exception in it, in order (an error in a `finally` hides the one
+    before it: "During handling of the above exception...")."""
     for kind, items in (("ERROR", result.errors), ("FAIL", result.failures), ("skipped", result.skipped),
                         ("expected failure", result.expectedFailures)):
         if items:
             text = items[0][1] if isinstance(items[0][1], str) else str(items[0][1])
             lines = [l for l in text.strip().splitlines() if l.strip()]
-            said = [l for l in lines if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", l)]
-            return kind, (said[-1] if said else (lines or [""])[0])[:300]
+            said = [l for l in lines if EXCEPTION.match(l)]
+            types = [EXCEPTION.match(l).group(1) for l in said]
+            return kind, (said[-1] if said else (lines or [""])[0])[:300], types
     if result.unexpectedSuccesses:
-        return "unexpected success", ""
-    return "ok", ""
+        return "unexpected success", "", []
+    return "ok", "", []
 
 
 def main():
     args = sys.argv[1:]
+    for flag in ("--skip", "--skip-crashed", "--only"):
+        if flag in args and args.index(flag) + 1 >= len(args):
+            sys.exit("usage: %s takes a value" % flag)
+    if not args:
+        sys.exit("usage: memory_in_order.py PATH/test_cuda.py [TARGET] [--skip A,B] [--skip-crashed RESULTS.json] [--only A,B]")
     path = args[0]
     target = args[1] if len(args) > 1 and not args[1].startswith("--") else "TestCudaMallocAsync.test_max_split_expandable"
     skip = set()
@@ -136,7 +147,7 @@ def main():
     for name, t in tests:
         result = unittest.TestResult()
         t.run(result)
-        status, why = outcome(result)
+        status, why, exceptions = outcome(result)
         gc.collect()
         try:
             torch.cuda.synchronize()
@@ -146,7 +157,7 @@ def main():
         row = {"test": name, "result": status, "allocated": torch.cuda.memory_allocated(),
                "reserved": torch.cuda.memory_reserved(), "graph_used": used, "graph_reserved": reserved}
         if status not in ("ok", "skipped"):
-            row["why"] = why
+            row["why"], row["exceptions"] = why, exceptions
             items = result.errors or result.failures
             if items:  # the whole traceback: an error in a `finally` hides the one before it
                 row["traceback"] = str(items[0][1])[-3000:]

@@ -185,8 +185,9 @@ def run_side(args, setting, side, helpers, gpu=None):
     of the first process, seconds)."""
     env = side_env(args, setting, helpers, gpu)
     t = time.time()
-    results, first_rc, names, log, everything, procs = {}, None, None, [], None, {}
+    results, first_rc, names, log, everything, procs, nproc = {}, None, None, [], None, {}, 0
     while True:
+        nproc += 1
         cmd = [sys.executable, os.path.join(helpers, "run_test_file.py"), args.test_file, "-v"]
         if names is None:
             for k in args.k or SELECTION:
@@ -217,7 +218,7 @@ def run_side(args, setting, side, helpers, gpu=None):
         new = [n for n in got if n not in results]
         results.update(got)
         for n in new:
-            procs[n] = len(log)  # the process (1, 2, ...) that ran it: its history (same_history)
+            procs[n] = nproc  # the process (1, 2, ...) that ran it: its history (same_history)
         if rc == 124 or not new:
             break
         # the process died inside a test, or the suite stopped itself (common_utils stops it when
@@ -240,31 +241,39 @@ HISTORY_ROUNDS = 6
 
 def in_order(args, setting, side, helpers, gpu, tests, target, tag):
     """memory_in_order.py's run of `tests` then `target` in one process on one side: its MEMORDER
-    record ({"rows": [{"test", "result", "why"...}]}), or None (its output is in $OUT)."""
+    record ({"rows": [{"test", "result", "why", "exceptions"...}]}); where the process died or ran
+    out of time, {"rows": [...], "incomplete": True} with the tests it finished (its MEM lines);
+    None when nothing came (the output is in $OUT either way)."""
     cmd = [sys.executable, os.path.join(HERE, "memory_in_order.py"), args.test_file, target, "--only", ",".join(tests) or ","]
     if side == "memsnap":
         dbdir = tempfile.mkdtemp(prefix="history-")
         cmd = [args.memsnap, "run", "-q", "-o", os.path.join(dbdir, "history-%p.db"), "--"] + cmd
+    limit = max(1, min(args.history_timeout, args.history_deadline - time.time()))
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=side_env(args, setting, helpers, gpu),
-                           timeout=args.history_timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=side_env(args, setting, helpers, gpu), timeout=limit)
         text = p.stdout + p.stderr
-    except subprocess.TimeoutExpired:
-        text = "[stopped after %d s]" % args.history_timeout
+    except subprocess.TimeoutExpired as e:  # what it wrote so far
+        text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (e.stdout, e.stderr) if x)
+        text += "\n[stopped after %.0f s]" % limit
     with open(os.path.join(args.out, "test_cuda-%s-history-%s-%s.txt" % (setting, tag, side)), "w") as f:
         f.write("$ %s\n%s" % (" ".join(cmd), text))
     if side == "memsnap":
         for name in os.listdir(dbdir):
             os.remove(os.path.join(dbdir, name))
+    rows = []
     for line in text.splitlines():
         if line.startswith("MEMORDER "):
             d = json.loads(line[9:])
             return d if d.get("rows") else None
-    return None
+        if line.startswith("MEM "):  # "MEM <test> <result> allocated=..."
+            parts = line.split()
+            rows.append({"test": parts[1], "result": parts[2].replace("_", " ")})
+    return {"rows": rows, "incomplete": True} if rows else None
 
 
-def exception_of(row):
-    return (row.get("why") or "").split(":")[0].strip()
+def failed_with(row, types):
+    """Whether row failed (FAIL or ERROR) with an exception of one of these types."""
+    return row.get("result") in ("FAIL", "ERROR") and bool(set(row.get("exceptions") or []) & set(types))
 
 
 def same_history(args, setting, test, res, helpers, gpu):
@@ -280,28 +289,48 @@ def same_history(args, setting, test, res, helpers, gpu):
     and the round repeated. When `test` fails natively, memsnap runs the same history: the verdict
     is "history" only if `test` fails there with the same exception."""
     nat, mem = res["native"]["results"], res["memsnap"]["results"]
-    procs = res["memsnap"].get("process") or {}
+    if test not in mem:
+        return "differs", "not run under memsnap"
+    procs = res["memsnap"].get("process")
     order = list(mem)
-    history = [t for t in order[:order.index(test)] if procs.get(t) == procs.get(test)
-               and mem[t] != "skipped" and not nat.get(t, "").startswith("crashed")]
-    left_out = []
+    before = order[:order.index(test)]
+    if procs:  # the tests of the process that ran it
+        before = [t for t in before if procs.get(t) == procs.get(test)]
+    else:  # an earlier run's JSON without processes: the tests since memsnap's last crash
+        ends = [i for i, t in enumerate(before) if mem[t].startswith(("crashed", "did not finish"))]
+        before = before[ends[-1] + 1:] if ends else before
+    history = [t for t in before if mem[t] != "skipped" and not mem[t].startswith(("crashed", "did not finish"))
+               and not nat.get(t, "").startswith("crashed")]
+    left_out, tag = [], test.split(".")[-1]
     for rnd in range(1, HISTORY_ROUNDS + 1):
-        n = in_order(args, setting, "native", helpers, gpu, history, test, "%s-%d" % (test.split(".")[-1], rnd))
+        if time.time() >= args.history_deadline:
+            return "differs", "not decided: --history-budget spent (round %d)" % rnd
+        n = in_order(args, setting, "native", helpers, gpu, history, test, "%s-%d" % (tag, rnd))
         if n is None:
-            return "differs", "the same-history run failed natively (round %d; its output in $OUT)" % rnd
+            return "differs", "the same-history run gave nothing natively (round %d; its output in $OUT)" % rnd
+        if n.get("incomplete"):  # a test of the history killed native's process: leave it out, go on
+            done = {r["test"] for r in n["rows"]}
+            dead = next((t for t in history if t not in done), None)
+            if dead is None:
+                return "differs", "the test itself did not finish natively after the same %d tests" % len(history)
+            history.remove(dead)
+            left_out.append(dead + " (killed native's process)")
+            continue
         rows = {r["test"]: r for r in n["rows"]}
         last = n["rows"][-1]
-        if last["result"] not in ("ok", "expected failure"):
-            m = in_order(args, setting, "memsnap", helpers, gpu, history, test, "%s-%d" % (test.split(".")[-1], rnd))
-            if m is None:
-                return "differs", "the same-history run failed under memsnap (round %d)" % rnd
-            mlast = m["rows"][-1]
-            if mlast["result"] not in ("ok", "expected failure") and exception_of(mlast) == exception_of(last):
+        if last["result"] in ("FAIL", "ERROR"):
+            m = in_order(args, setting, "memsnap", helpers, gpu, history, test, "%s-%d" % (tag, rnd))
+            mlast = (m or {}).get("rows", [{}])[-1] if m and not m.get("incomplete") else {}
+            # the same exception: memsnap's, found in native's chain (a `finally` may raise another after it)
+            if mlast.get("test") == test and mlast.get("exceptions") and failed_with(last, mlast["exceptions"][-1:]):
                 return "history", ("fails natively too (%s) after the same %d tests memsnap's process ran before it%s" % (
-                    exception_of(last), len(history), "; left out on both sides, as they failed natively only: " +
+                    mlast["exceptions"][-1], len(history), "; left out on both sides, as they failed natively only: " +
                     ", ".join(left_out) if left_out else ""))
             return "differs", "after the same %d tests: native %s (%s), memsnap %s (%s)" % (
-                len(history), last["result"], exception_of(last), mlast["result"], exception_of(mlast))
+                len(history), last["result"], ", ".join(last.get("exceptions") or []) or "-",
+                mlast.get("result", "no result"), ", ".join(mlast.get("exceptions") or []) or "-")
+        if last["result"] not in ("ok", "expected failure"):  # skipped natively: nothing to compare
+            return "differs", "%s natively after the same %d tests" % (last["result"], len(history))
         native_only = [t for t in history if rows.get(t, {}).get("result", "ok") not in OKISH and mem.get(t) in OKISH]
         if not native_only:
             return "differs", "passes natively after the same %d tests memsnap's process ran before it" % len(history)
@@ -339,7 +368,9 @@ def main():
     ap.add_argument("--same-history", action="store_true",
                     help="re-run each test that passes natively and not under memsnap after memsnap's history on both sides")
     ap.add_argument("--history-timeout", type=int, default=240, help="seconds for each run of --same-history")
+    ap.add_argument("--history-budget", type=int, default=900, help="seconds for all the runs of --same-history")
     args = ap.parse_args()
+    args.history_deadline = time.time() + args.history_budget  # from the start: the sides' time counts
     earlier = {}
     if args.against:
         try:
@@ -389,6 +420,10 @@ def main():
                     lines.append("  %-70s %s: %-14s %s: %s" % (t, a, ra, b, rb))
             lost = sorted(passed[a] - passed[b])
             if args.same_history and a == "native" and lost:
+                with open(os.path.join(args.out, "test_cuda.json"), "w") as f:  # kept should a re-check hang
+                    json.dump(report, f, indent=1)
+                print("\n".join(lines), flush=True)
+                lines = []
                 for t in list(lost):
                     verdict, detail = same_history(args, setting, t, res, helpers, gpus[0] if gpus else None)
                     lines.append("  %s: %s" % (t, detail))

@@ -22,7 +22,7 @@ if [ -n "${GPUS:-}" ]; then par=(--jobs 2 --gpus "$GPUS"); g0=${GPUS%%,*} g1=${G
 more=()
 [ -n "${AGAINST:-}" ] && more+=(--against "$AGAINST")
 [ -n "${ANALYZE:-}" ] && more+=(--analyze)
-[ -n "${SAME_HISTORY:-}" ] && more+=(--same-history)
+[ -n "${SAME_HISTORY:-}" ] && more+=(--same-history --history-budget "${HISTORY_BUDGET:-900}")
 OUT=$W/suite timeout "${SUITE_TIMEOUT:-560}" python3 tests/gpu/pytorch_suite/run_test_cuda.py "$F" \
   --settings "${1:-expandable,async}" --sides "${SIDES:-native,memsnap}" "${par[@]}" "${more[@]}" \
   --timeout "${SIDE_TIMEOUT:-290}" >"$W/suite.txt" 2>&1
