@@ -34,11 +34,13 @@ if [[ ",$want," == *,order,* ]]; then
   # leftovers: the three tests that left memory behind under memsnap in run 53; alone: the test only;
   # leftovers_fraction: the same with test_set_per_process_memory_fraction, after which natively the
   # test's `finally` can restore the fraction (natively it reads 1.2e8 when none was set: run 54)
+  two=TestCuda.test_matmul_memory_use,TestCuda.test_repeat_graph_capture_cublas_workspace_memory
+  third=TestCudaAutocast.test_autocast_cache_leak
   declare -A variant=(
     [prefix]="${crashed[*]} --skip TestCuda.test_cuda_graph_allocator_propagates_stream"
-    [leftovers]="--only TestCuda.test_matmul_memory_use,TestCuda.test_repeat_graph_capture_cublas_workspace_memory,TestCudaAutocast.test_autocast_cache_leak"
+    [leftovers]="--only $two,$third"
     [alone]="--only ,"
-    [leftovers_fraction]="--only TestCuda.test_matmul_memory_use,TestCuda.test_repeat_graph_capture_cublas_workspace_memory,TestCuda.test_set_per_process_memory_fraction,TestCudaAutocast.test_autocast_cache_leak")
+    [leftovers_fraction]="--only $two,TestCuda.test_set_per_process_memory_fraction,$third")
   for v in ${ORDER_VARIANTS:-alone leftovers prefix}; do
     # shellcheck disable=SC2086
     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout 240 python3 $m .carry/test_cuda.py ${variant[$v]} \

@@ -15,61 +15,25 @@ Prints one line "REGIONS {json}" last.
 """
 import json
 import os
-import runpy
 import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run_test_cuda import EXPECTTEST, SELECTION  # noqa: E402
+from run_test_cuda import load_selection  # noqa: E402
 
 TARGET = "TestCudaMallocAsync.test_memory_compile_regions"
-
-
-def walk(suite):
-    for t in suite:
-        if isinstance(t, unittest.TestSuite):
-            yield from walk(t)
-        else:
-            yield t
 
 
 def main():
     path = sys.argv[1]
     class_only = "--class-only" in sys.argv
 
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:  # absent on the GPU machine: the stand-in run_test_cuda.py gives it
-        import tempfile
-        helpers = tempfile.mkdtemp(prefix="expecttest-")
-        with open(os.path.join(helpers, "expecttest.py"), "w") as f:
-            f.write(EXPECTTEST)
-        sys.path.insert(0, helpers)
+    # what unittest.main would run, taken from the file and run here in two parts
+    selection = load_selection(path)
     import torch
-    import torch.testing._internal.common_utils as common_utils
-
-    if not hasattr(common_utils, "TEST_CUDAMALLOCASYNC"):
-        common_utils.TEST_CUDAMALLOCASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    # the file runs as __main__ with the suite's -k selection, as run_test_cuda.py runs it; what
-    # unittest.main would run is taken from it (runTests replaced) and run here in two parts
-    chosen = {}
-
-    def take(program):
-        chosen["suite"] = program.test
-
-    unittest.TestProgram.runTests = take
-    sys.argv = [path, "-v"] + [a for k in SELECTION for a in ("-k", k)]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        runpy.run_path(path, run_name="__main__")
-    except (Exception, SystemExit) as e:  # what run_tests does after unittest.main returns
-        if "suite" not in chosen:
-            raise
-        print("(after the listing: %r)" % (e,))
     tests = []
-    for t in walk(chosen["suite"]):
-        name = ".".join(t.id().split(".")[-2:])
+    for name, t in selection:
         if class_only and not name.startswith("TestCudaMallocAsync."):
             continue
         tests.append((name, t))

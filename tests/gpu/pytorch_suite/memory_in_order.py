@@ -1,5 +1,5 @@
 """memory_in_order.py: what the tests before a test of PyTorch's test_cuda.py leave on the GPU, test
-by test, in the selection's order and one process (issue 36; docs/BENCHMARKS.md, runs 53 and 54).
+by test, in the selection's order and one process (issue 36; docs/BENCHMARKS.md, runs 53 to 55).
 
 Written for TestCudaMallocAsync.test_max_split_expandable under the async backend: it caps the
 process at its reserved bytes plus 120 MiB and allocates 120 MiB, so it fails when more bytes are
@@ -25,23 +25,14 @@ import gc
 import json
 import os
 import re
-import runpy
 import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run_test_cuda import EXPECTTEST, SELECTION  # noqa: E402
+from run_test_cuda import load_selection  # noqa: E402
 
 MIB = 1024.0 * 1024.0
-
-
-def walk(suite):
-    for t in suite:
-        if isinstance(t, unittest.TestSuite):
-            yield from walk(t)
-        else:
-            yield t
 
 
 def graph_memory(device):
@@ -104,36 +95,10 @@ def main():
             native = setting.get("native", {}).get("results", {})
             skip |= {t for t, r in native.items() if r.startswith("crashed")}
 
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:  # absent on the GPU machine: the stand-in run_test_cuda.py gives it
-        import tempfile
-        helpers = tempfile.mkdtemp(prefix="expecttest-")
-        with open(os.path.join(helpers, "expecttest.py"), "w") as f:
-            f.write(EXPECTTEST)
-        sys.path.insert(0, helpers)
+    selection = load_selection(path)
     import torch
-    import torch.testing._internal.common_utils as common_utils
-
-    if not hasattr(common_utils, "TEST_CUDAMALLOCASYNC"):
-        common_utils.TEST_CUDAMALLOCASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    chosen = {}
-
-    def take(program):
-        chosen["suite"] = program.test
-
-    unittest.TestProgram.runTests = take
-    sys.argv = [path, "-v"] + [a for k in SELECTION for a in ("-k", k)]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        runpy.run_path(path, run_name="__main__")
-    except (Exception, SystemExit) as e:
-        if "suite" not in chosen:
-            raise
-        print("(after the listing: %r)" % (e,))
     tests = []
-    for t in walk(chosen["suite"]):
-        name = ".".join(t.id().split(".")[-2:])
+    for name, t in selection:
         if name == target:
             tests.append((name, t))
             break

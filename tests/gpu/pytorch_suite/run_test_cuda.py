@@ -48,10 +48,12 @@ import concurrent.futures
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -128,6 +130,50 @@ sys.argv = [path] + sys.argv[2:]
 sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
 runpy.run_path(path, run_name="__main__")
 '''
+
+def walk_suite(suite):
+    """The test cases of a unittest suite, nested suites flattened, in order."""
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from walk_suite(t)
+        else:
+            yield t
+
+
+def load_selection(path):
+    """The selection's tests of the test_cuda.py at path, loaded into this process to be run here
+    (the in-process diagnostics: compile_regions_in_order.py, memory_in_order.py), in
+    unittest.main's order: [("Class.test", TestCase)]. The file runs as __main__ with the
+    selection's -k patterns, as the runner runs it, with unittest's runTests replaced; expecttest's
+    stand-in and common_utils.TEST_CUDAMALLOCASYNC are given as for the runner. Imports torch.
+    Raises what the file raised when it gave no suite."""
+    try:
+        import expecttest  # noqa: F401
+    except ImportError:  # absent on the GPU machine
+        helpers = tempfile.mkdtemp(prefix="expecttest-")
+        with open(os.path.join(helpers, "expecttest.py"), "w") as f:
+            f.write(EXPECTTEST)
+        sys.path.insert(0, helpers)
+    import torch.testing._internal.common_utils as common_utils
+
+    if not hasattr(common_utils, "TEST_CUDAMALLOCASYNC"):
+        common_utils.TEST_CUDAMALLOCASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    chosen = {}
+
+    def take(program):
+        chosen["suite"] = program.test
+
+    unittest.TestProgram.runTests = take
+    sys.argv = [path, "-v"] + [a for k in SELECTION for a in ("-k", k)]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except (Exception, SystemExit) as e:  # what run_tests does after unittest.main returns
+        if "suite" not in chosen:
+            raise
+        print("(after the listing: %r)" % (e,))
+    return [(".".join(t.id().split(".")[-2:]), t) for t in walk_suite(chosen["suite"])]
+
 
 START = re.compile(r"^(test\w*) \(([\w.]+)\)")
 STATUS = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")

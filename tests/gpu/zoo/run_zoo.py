@@ -290,7 +290,7 @@ def check_run(prog, leak, native, recorded, ctx, args):
                 else "native %r, memsnap %r" % (native["out"][-200:], recorded["out"][-200:])))
     nr, rr = native["reports"], recorded["reports"]
     if prog.torch:
-        ok, detail, layout = bool(nr) and set(nr) == set(rr), [], []
+        ok, detail, within_rule = bool(nr) and set(nr) == set(rr), [], []
         for rank in sorted(nr):
             a, b = nr[rank].get("devices", {}), rr.get(rank, {}).get("devices", {})
             for d in sorted(set(a) | set(b)):
@@ -300,20 +300,20 @@ def check_run(prog, leak, native, recorded, ctx, args):
                     slack = 4 * ctx.get("parameters", 0)
                     same = all(abs(y[k] - x[k]) <= slack for k in ("peak_allocated", "peak_reserved"))
                     if same:
-                        layout.append("rank %s cuda:%s apart by %+d B allocated (one gradients' copy: %d B)" % (
+                        within_rule.append("rank %s cuda:%s apart by %+d B allocated (one gradients' copy: %d B)" % (
                             rank, d, y["peak_allocated"] - x["peak_allocated"], slack))
                 if not same and prog.peaks == "layout" and x and y:  # the address layout's own spread
                     same = (abs(y["peak_allocated"] - x["peak_allocated"]) <= LAYOUT_ALLOCATED and
                             abs(y["peak_reserved"] - x["peak_reserved"]) <= LAYOUT_RESERVED)
                     if same:
-                        layout.append("rank %s cuda:%s apart by %+d B allocated, %+d B reserved" % (
+                        within_rule.append("rank %s cuda:%s apart by %+d B allocated, %+d B reserved" % (
                             rank, d, y["peak_allocated"] - x["peak_allocated"], y["peak_reserved"] - x["peak_reserved"]))
                 ok &= same
                 if not same:
                     again = ctx.get("native_again", {}).get(rank, {}).get("devices", {}).get(d)
                     detail.append("rank %s cuda:%s native %s memsnap %s%s" % (
                         rank, d, x, y, "" if again is None else " (native again %s)" % again))
-        res.append(("peaks", ok, "; ".join(detail + layout) or "%d ranks equal" % len(nr)))
+        res.append(("peaks", ok, "; ".join(detail + within_rule) or "%d ranks equal" % len(nr)))
     dbs = recorded["dbs"]
     res.append(("snapshot", len(dbs) >= prog.gpus, "%d snapshots" % len(dbs)))
     if not dbs:
