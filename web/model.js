@@ -223,10 +223,17 @@ const Model = {
       addr: dt.addr[j], stream: dt.stream[j], stack: site[0], leak: site[1], band: site[2] };
   },
 
-  // The checkpoint nearest to time t: its index, or -1 when there is none.
+  // The checkpoint nearest to time t: its index, or -1 when there is none. Of checkpoints at one
+  // time (an out of memory on an evenly spaced time, or on a peak in microsecond-resolution
+  // PyTorch snapshots), the one that names what happened there: out of memory, then the peak,
+  // an iteration's peak, the end, and a plain time last.
   checkpointNear(d, t) {
+    const rank = { oom: 4, peak: 3, "iteration peak": 2, end: 1 };
     let best = -1, dist = Infinity;
-    d.checkpoints.forEach((c, i) => { const x = Math.abs(c.t - t); if (x < dist) { dist = x; best = i; } });
+    d.checkpoints.forEach((c, i) => {
+      const x = Math.abs(c.t - t);
+      if (x < dist || (x === dist && (rank[c.kind] || 0) > (rank[d.checkpoints[best].kind] || 0))) { dist = x; best = i; }
+    });
     return best;
   },
 

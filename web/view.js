@@ -719,7 +719,9 @@ function showDocument(d, signal, src) {
       st.step = Math.max(-1, Math.min(stepper.count - 1, (st.step === null ? Model.stepAt(d, st.cur) : st.step) + by));
       st.cur = st.step >= 0 ? d.steps.t[st.step] : full.t0;
     } else if (d.checkpoints.length) { // checkpoint by checkpoint
-      const i = Math.max(0, Math.min(d.checkpoints.length - 1, Model.checkpointNear(d, st.cur) + by));
+      const at = Model.checkpointNear(d, st.cur), last = d.checkpoints.length - 1;
+      let i = Math.max(0, Math.min(last, at + by));
+      while (i > 0 && i < last && d.checkpoints[i].t === d.checkpoints[at].t) i += Math.sign(by); // past those at the same time
       st.cur = d.checkpoints[i].t;
     }
     if (st.cur < st.t0 || st.cur > st.t1) { const span = st.t1 - st.t0; st.t0 = Math.max(full.t0, st.cur - span / 2); st.t1 = Math.min(full.t1, st.t0 + span); }

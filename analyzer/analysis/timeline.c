@@ -394,8 +394,13 @@ static void take_checkpoint(timeline_pass *p, const target *tg, int64_t now) {
 static int compare_targets(const void *x, const void *y) {
   const target *a = x, *b = y;
   if (a->time_ns != b->time_ns) return a->time_ns < b->time_ns ? -1 : 1;
-  /* At one time, the one after an event first: a by-time one waits for every event at its time. */
-  return (b->event_id > 0) - (a->event_id > 0);
+  /* At one time, the one after an event first: a by-time one waits for every event at its time.
+   * Then the named ones (iteration peaks, out of memory) before the evenly spaced, so that the
+   * order does not rest on qsort's. */
+  if ((a->event_id > 0) != (b->event_id > 0)) return (b->event_id > 0) - (a->event_id > 0);
+  if ((a->kind == MS_CP_EVEN) != (b->kind == MS_CP_EVEN)) return (a->kind == MS_CP_EVEN) - (b->kind == MS_CP_EVEN);
+  if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1;
+  return (a->index > b->index) - (a->index < b->index);
 }
 
 /* The times to take checkpoints at, in order. */
@@ -417,7 +422,10 @@ static bool choose_targets(timeline_pass *p) {
   }
   for (size_t i = 0; i < ooms; i++) tg[n++] = (target){a->ooms[i].time_ns, 0, MS_CP_OOM, (int)i};
   qsort(tg, n, sizeof *tg, compare_targets);
-  p->ntargets = n;
+  size_t kept = 0; /* an evenly spaced time that falls on another by-time checkpoint adds nothing */
+  for (size_t i = 0; i < n; i++)
+    if (!(tg[i].kind == MS_CP_EVEN && kept && tg[kept - 1].time_ns == tg[i].time_ns && !tg[kept - 1].event_id)) tg[kept++] = tg[i];
+  p->ntargets = kept;
   return true;
 }
 

@@ -80,6 +80,14 @@ check "oom: the request, the free memory and what was live" \
   "json $dir/oom.json \"len(j['oom']) == 1 and j['oom'][0]['requested_bytes'] == 40 * $MiB and j['oom'][0]['live_bytes'] == 40 * $MiB and j['oom'][0]['stack'][0]['name'] == 'activation' and j['oom'][0]['live_by_site'][0]['stack'][0]['name'] == 'keep_history' and j['oom'][0]['device_free_bytes'] == 24 * $MiB\""
 "$cli" analyze "$dir/oom.db" | grep -q "40.00 MiB requested; the device had 24.00 MiB free"
 check "oom: the text report says it" "[ $? -eq 0 ]"
+# An out of memory at one of the 48 evenly spaced times (events at 0, 10, 500 and 4900 ns: the
+# even times are 100 ns apart): one checkpoint there, the out of memory's, so that the page's
+# cursor on it names it (a tie once made the page's title depend on qsort's order).
+cp "$dir/oom.db" "$dir/oom-even.db"
+python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('update events set time_ns = case id when 1 then 0 when 2 then 10 when 3 then 500 else 4900 end'); c.commit()" "$dir/oom-even.db"
+"$cli" analyze --html "$dir/oom-even.html" "$dir/oom-even.db"
+check "oom at an evenly spaced time: one checkpoint there, the out of memory's" \
+  "python3 -c \"import json, re, sys; d = json.loads(re.search(r'id=.memsnap-data.>(.*?)</script>', open(sys.argv[1]).read(), re.S).group(1)); at = [c['kind'] for c in d['checkpoints'] if c['t'] == 500]; sys.exit(0 if at == ['oom'] and sum(c['kind'] == 'time' for c in d['checkpoints']) == 47 else 1)\" $dir/oom-even.html"
 
 "$cli" analyze --json "$dir/truncated.db" >"$dir/trunc.json"
 check "truncated history: flagged, analysis still runs" \

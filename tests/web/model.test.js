@@ -163,6 +163,12 @@ test("the checkpoint nearest a time", () => {
   assert.strictEqual(Model.checkpointNear(d, 69), 1);
   assert.strictEqual(Model.checkpointNear(d, 1e9), 2);
   assert.strictEqual(Model.checkpointNear({ checkpoints: [] }, 5), -1);
+  // At one time, the checkpoint that names the event wins over a plain time, whatever the order.
+  const tied = { checkpoints: [{ t: 10, kind: "time" }, { t: 20, kind: "time" }, { t: 20, kind: "peak" }, { t: 20, kind: "oom" }, { t: 20, kind: "time" }] };
+  assert.strictEqual(Model.checkpointNear(tied, 20), 3);
+  assert.strictEqual(Model.checkpointNear(tied, 19), 3);
+  tied.checkpoints.splice(3, 1);
+  assert.strictEqual(Model.checkpointNear(tied, 21), 2);
 });
 
 test("memory by stack: a tree from the outermost frame, with the rest summed", () => {
