@@ -12,11 +12,17 @@ they measured is plain logic, and a wrong conclusion there passes or fails a who
   - run_zoo.py's checks: torch.profiler's range for activations, DDP's peaks rule both ways,
     gpt2_compile's layout rule, on runs 52, 56 and 57's raw results.
 
+Also run_test_cuda.py's --list (the selection as the test file itself lists it), on a stand-in
+torch and test file.
+
 usage: python3 tests/gpu/test_judgements.py
 """
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -36,6 +42,34 @@ def load(name):
     with open(os.path.join(RESULTS, name)) as f:
         return json.load(f)
 
+
+# --- run_test_cuda.py --list: the selection, listed by the file itself ------------------------
+# A stand-in torch (common_utils.run_tests is unittest.main, as PyTorch's calls it) and a test file
+# of three classes: --list must give the tests the -k patterns select, in unittest.main's order.
+
+stand_in = tempfile.mkdtemp(prefix="judgements-")
+for name, text in {"torch/__init__.py": "", "torch/testing/__init__.py": "", "torch/testing/_internal/__init__.py": "",
+                   "torch/testing/_internal/common_utils.py": "import unittest\n\ndef run_tests():\n    unittest.main()\n",
+                   "test_cuda.py": "import unittest\nfrom torch.testing._internal.common_utils import run_tests\n\n\n"
+                   "class TestCuda(unittest.TestCase):\n    def test_memory_stats(self): pass\n"
+                   "    def test_matmul(self): pass\n    def test_caching_pinned(self): pass\n\n\n"
+                   "class TestCudaMallocAsync(unittest.TestCase):\n    def test_max_split_expandable(self): pass\n\n\n"
+                   "class TestOther(unittest.TestCase):\n    def test_nothing(self): pass\n\n\n"
+                   "if __name__ == '__main__':\n    run_tests()\n"}.items():
+    os.makedirs(os.path.dirname(os.path.join(stand_in, name)), exist_ok=True)
+    with open(os.path.join(stand_in, name), "w") as f:
+        f.write(text)
+listing = subprocess.run([sys.executable, run_test_cuda.__file__, os.path.join(stand_in, "test_cuda.py"), "--list"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=stand_in), timeout=60)
+listed = [line[5:] for line in listing.stdout.splitlines() if line.startswith("TEST ")]
+check("--list: the selection's tests, in unittest.main's order",
+      listed == ["TestCuda.test_caching_pinned", "TestCuda.test_memory_stats", "TestCudaMallocAsync.test_max_split_expandable"],
+      "%r (exit %d) %s" % (listed, listing.returncode, listing.stderr[-500:]))
+listing = subprocess.run([sys.executable, run_test_cuda.__file__, os.path.join(stand_in, "test_cuda.py"), "--list", "-k", "matmul"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=stand_in), timeout=60)
+check("--list -k: that pattern only", [line[5:] for line in listing.stdout.splitlines() if line.startswith("TEST ")] ==
+      ["TestCuda.test_matmul"], listing.stdout[-500:] + listing.stderr[-500:])
+shutil.rmtree(stand_in)
 
 # --- run_test_cuda.py --same-history ---------------------------------------------------------
 

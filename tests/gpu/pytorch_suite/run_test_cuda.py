@@ -18,7 +18,7 @@ A test that kills its process (an abort, a segfault: natively, the async backend
 machine), or one that leaves CUDA in an error state (common_utils then stops the suite), would
 leave the tests after it unrun. Then the side goes on in a new process with the selected tests
 that have no result yet, named one by one (the selection is listed by the file itself run with
-the same arguments, unittest's runTests replaced by a listing: COLLECTOR), as PyTorch's CI goes on
+the same arguments, unittest's runTests replaced: load_selection(), run by --list), as PyTorch's CI goes on
 after such a test; a test that killed the process is reported as `crashed (signal N)`. Both sides
 are handled alike.
 
@@ -26,6 +26,7 @@ usage (from the repository root, build/ prepared with tests/gpu/prepare.sh):
   python3 tests/gpu/pytorch_suite/run_test_cuda.py PATH/test_cuda.py [--settings default,expandable,async]
           [--sides native,memsnap] [--timeout SECONDS] [--memsnap build/memsnap] [--jobs N]
           [--gpus 0,1] [-k PATTERN ...] [--against EARLIER/test_cuda.json] [--analyze] [--same-history]
+  python3 tests/gpu/pytorch_suite/run_test_cuda.py PATH/test_cuda.py --list [-k PATTERN ...]
 --gpus spreads the runs over GPUs (run i on the i-th GPU listed, round robin; with --jobs 2 the
 two sides of a setting run at once, each alone on its GPU). --against takes the sides this run
 lacks from an earlier run's test_cuda.json (a side may take a GPU call of its own: SIDES in
@@ -94,42 +95,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
 runpy.run_path(path, run_name="__main__")
 '''
 
-COLLECTOR = '''"""Prints the tests a test_cuda.py run with these arguments would run, in its order: the file
-runs as __main__ as RUNNER runs it, with unittest.TestProgram.runTests replaced by a listing."""
-import os
-import runpy
-import sys
-import unittest
-
-import torch.testing._internal.common_utils as common_utils
-
-if not hasattr(common_utils, "TEST_CUDAMALLOCASYNC"):
-    common_utils.TEST_CUDAMALLOCASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-
-
-def walk(suite):
-    for t in suite:
-        if isinstance(t, unittest.TestSuite):
-            yield from walk(t)
-        else:
-            yield t
-
-
-def listing(self):
-    for t in walk(self.test):
-        parts = t.id().split(".")
-        if len(parts) >= 2:
-            print("TEST %s.%s" % (parts[-2], parts[-1]))
-    sys.stdout.flush()
-    os._exit(0)
-
-
-unittest.TestProgram.runTests = listing
-path = sys.argv[1]
-sys.argv = [path] + sys.argv[2:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-runpy.run_path(path, run_name="__main__")
-'''
 
 def walk_suite(suite):
     """The test cases of a unittest suite, nested suites flattened, in order."""
@@ -140,13 +105,14 @@ def walk_suite(suite):
             yield t
 
 
-def load_selection(path):
-    """The selection's tests of the test_cuda.py at path, loaded into this process to be run here
-    (the in-process diagnostics: compile_regions_in_order.py, memory_in_order.py), in
-    unittest.main's order: [("Class.test", TestCase)]. The file runs as __main__ with the
-    selection's -k patterns, as the runner runs it, with unittest's runTests replaced; expecttest's
-    stand-in and common_utils.TEST_CUDAMALLOCASYNC are given as for the runner. Imports torch.
-    Raises what the file raised when it gave no suite."""
+def load_selection(path, patterns=SELECTION):
+    """The tests of the test_cuda.py at path that the -k patterns select, loaded into this process
+    (to be run here by the in-process diagnostics, compile_regions_in_order.py and
+    memory_in_order.py, or listed by --list for the runner), in unittest.main's order:
+    [("Class.test", TestCase)]. The file runs as __main__ with those patterns, as the runner runs
+    it, with unittest's runTests replaced; expecttest's stand-in and
+    common_utils.TEST_CUDAMALLOCASYNC are given as for the runner. Imports torch. Raises what the
+    file raised when it gave no suite."""
     try:
         import expecttest  # noqa: F401
     except ImportError:  # absent on the GPU machine
@@ -164,7 +130,7 @@ def load_selection(path):
         chosen["suite"] = program.test
 
     unittest.TestProgram.runTests = take
-    sys.argv = [path, "-v"] + [a for k in SELECTION for a in ("-k", k)]
+    sys.argv = [path, "-v"] + [a for k in patterns for a in ("-k", k)]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
         runpy.run_path(path, run_name="__main__")
@@ -218,7 +184,7 @@ def side_env(args, setting, helpers, gpu):
 
 def collect(args, env, helpers):
     """The selected tests in unittest.main's order, listed natively; [] when the listing fails."""
-    cmd = [sys.executable, os.path.join(helpers, "collect_tests.py"), args.test_file, "-v"]
+    cmd = [sys.executable, os.path.abspath(__file__), args.test_file, "--list"]
     for k in args.k or SELECTION:
         cmd += ["-k", k]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -407,6 +373,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=1200)
     ap.add_argument("--memsnap", default=os.path.join(ROOT, "build", "memsnap"))
     ap.add_argument("-k", action="append")
+    ap.add_argument("--list", action="store_true",
+                    help="print the tests the -k patterns select, 'TEST Class.test' a line, in unittest.main's order, and stop")
     ap.add_argument("--jobs", type=int, default=1, help="runs of (setting, side) at once")
     ap.add_argument("--gpus", default="", help="GPUs to spread the runs over (CUDA_VISIBLE_DEVICES values, comma-separated)")
     ap.add_argument("--against", default="", help="an earlier run's test_cuda.json: the sides this run lacks")
@@ -416,6 +384,10 @@ def main():
     ap.add_argument("--history-timeout", type=int, default=240, help="seconds for each run of --same-history")
     ap.add_argument("--history-budget", type=int, default=900, help="seconds for all the runs of --same-history")
     args = ap.parse_args()
+    if args.list:  # in a process of its own (collect()): the file, loaded, leaves torch imported
+        for name, _ in load_selection(args.test_file, args.k or SELECTION):
+            print("TEST " + name)
+        return
     args.history_deadline = time.time() + args.history_budget  # from the start: the sides' time counts
     earlier = {}
     if args.against:
@@ -433,8 +405,6 @@ def main():
         f.write(EXPECTTEST)
     with open(os.path.join(helpers, "run_test_file.py"), "w") as f:
         f.write(RUNNER)
-    with open(os.path.join(helpers, "collect_tests.py"), "w") as f:
-        f.write(COLLECTOR)
     report, worse, compared, history_only = {}, 0, True, 0
     lines = []
     pairs = [(setting, side) for setting in args.settings.split(",") for side in args.sides.split(",")]
