@@ -226,6 +226,54 @@ int memsnap_mark(const char *label);
 int memsnap_range_push(const char *label);
 int memsnap_range_pop(void);
 
+/* ---- What a framework tells the history: its model's language ------------------------------
+ * PyTorch's layer of memsnap's Python package (recorder/python/memsnap/torch_model.py) tells the
+ * history which module runs forward or backward, which blocks hold parameters, gradients and
+ * optimizer state, where optimizer steps begin, end or are skipped, and when backward passes run
+ * (docs/snapshot-format.md: the module, tensor, step and backward events). Each call records its
+ * event on the calling thread while the ring records, and does nothing otherwise; none is on the
+ * allocation path. They return MEMSNAP_OK, or MEMSNAP_EINVAL for a bad argument (nothing is
+ * recorded). */
+
+/* The label id of `text` (interned once, as marks' and ranges' labels are): >= 1, or
+ * MEMSNAP_EINVAL for NULL, MEMSNAP_ENOMEM when it cannot be kept. Ids name the module (its path in
+ * the model, "GPT2LMHeadModel.transformer.h.3.mlp") or the optimizer ("AdamW") of the events. */
+int memsnap_label(const char *text);
+
+/* A module (label: its path) begins or ends its forward or its backward on the calling thread. */
+enum {
+  MEMSNAP_MODULE_FORWARD = 0,
+  MEMSNAP_MODULE_FORWARD_END = 1,
+  MEMSNAP_MODULE_BACKWARD = 2,
+  MEMSNAP_MODULE_BACKWARD_END = 3
+};
+int memsnap_module_event(int label, int what);
+
+/* n tensors seen by their role: storage[i] is the data pointer of tensor i's storage (the block
+ * that holds it), bytes[i] the tensor's own bytes, role[i] a MEMSNAP_TENSOR_*, label[i] the
+ * module it belongs to (0: none known), device[i] its device. */
+enum {
+  MEMSNAP_TENSOR_PARAMETER = 1,
+  MEMSNAP_TENSOR_GRADIENT = 2,
+  MEMSNAP_TENSOR_OPTIMIZER_STATE = 3,
+  MEMSNAP_TENSOR_BUFFER = 4
+};
+int memsnap_tensor_events(size_t n, const uint64_t *storage, const uint64_t *bytes, const uint8_t *role,
+                          const int32_t *label, const int16_t *device);
+
+/* An optimizer's step (label: the optimizer's class) begins, ends, or was skipped (GradScaler
+ * found infinite or NaN gradients and did not call it). */
+enum { MEMSNAP_STEP_BEGIN = 1, MEMSNAP_STEP_END = 2, MEMSNAP_STEP_SKIPPED = 3 };
+int memsnap_step_event(int label, int what);
+
+/* A backward pass begins on the calling thread (torch.autograd's engine is called) / ends. The
+ * begin captures the calling thread's Python frames: until the matching end, an allocation on a
+ * thread that has no Python frames of its own (autograd's device threads) carries them after its
+ * native frames, so that it reads as the backward() call that ran it. Nested begins stack (at most
+ * 16 deep); memsnap_backward_end returns MEMSNAP_EINVAL when none is open. */
+int memsnap_backward_begin(void);
+int memsnap_backward_end(void);
+
 /* ---- Private pools: CUDA graph capture, torch.cuda.MemPool --------------------------------- */
 
 /* A pool is named by two integers (PyTorch's MempoolId_t). While allocations go to a pool, every
