@@ -147,6 +147,7 @@ int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms
       if (ms_frame_matches(patterns[j].pattern, f)) frame_kind[i] |= patterns[j].kind;
     for (size_t j = 0; j < sizeof not_optimizer / sizeof *not_optimizer; j++)
       if (fnmatch(not_optimizer[j], f->file, 0) == 0) frame_kind[i] &= ~(unsigned)(MS_CODE_OPTIMIZER | MS_CODE_OPTIMIZER_STATE);
+    if (f->node) frame_kind[i] |= MS_CODE_BACKWARD; /* an autograd node's apply, shown by its name */
     if (ms_frame_is_program(f)) frame_kind[i] |= MS_CODE_PROGRAM;
     frame_rule[i] = user_rule(rules, f);
   }

@@ -124,10 +124,40 @@ static const char *base_name(const char *path) {
 
 static bool unnamed(const ms_frame *f) { return !f->python && (!f->name[0] || strncmp(f->name, "0x", 2) == 0); }
 
+/* The node's name when a short C++ name is an autograd node's apply: PyTorch's generated nodes
+ * ("torch::autograd::generated::MmBackward0::apply()", and the "..._apply_functional()" it calls)
+ * and AccumulateGrad's; NULL otherwise. The name is `short` from its returned start, *n bytes. */
+static const char *node_name(const char *short_name, size_t *n) {
+  static const char generated[] = "torch::autograd::generated::", accumulate[] = "torch::autograd::AccumulateGrad::apply()";
+  if (strcmp(short_name, accumulate) == 0) {
+    *n = strlen("AccumulateGrad");
+    return short_name + strlen("torch::autograd::");
+  }
+  if (strncmp(short_name, generated, sizeof generated - 1) != 0) return NULL;
+  const char *node = short_name + sizeof generated - 1, *end = strstr(node, "::apply()");
+  if (!end) end = strstr(node, "_apply_functional()");
+  if (!end || end == node || memchr(node, ':', (size_t)(end - node)) || !strstr(node, "Backward")) return NULL;
+  *n = (size_t)(end - node);
+  return node;
+}
+
 void ms_frame_short_name(const ms_frame *f, char *out, size_t len) {
   if (f->python) snprintf(out, len, "%s", f->name);
   else if (unnamed(f) && f->module[0]) snprintf(out, len, "0x%llx", (unsigned long long)f->offset); /* in its module */
-  else ms_short_name(f->name, out, len);
+  else {
+    ms_short_name(f->name, out, len);
+    size_t n;
+    const char *node = node_name(out, &n);
+    if (node) memmove(out, node, n), out[n] = '\0';
+  }
+}
+
+bool ms_frame_is_node(const ms_frame *f) {
+  if (f->python || unnamed(f)) return false;
+  char shown[MS_TEXT_MAX + 8];
+  size_t n;
+  ms_short_name(f->name, shown, sizeof shown);
+  return node_name(shown, &n) != NULL;
 }
 
 /* ---- machinery -------------------------------------------------------------------------- */
@@ -144,12 +174,15 @@ static const char *const builtin_native[] = {
     "torch::PythonArgParser*", "torch::utils::*", "memsnap_*", "_Py*", "Py*", "0x*", "ffi_*", "_ctypes*", "std::*",
     "pybind11::*", "cfunction_*", "method_vectorcall*", "__libc_start*", "_start", "start_thread", "__clone*",
     "clone*", "pthread_*", "__pthread*", "__GI_*", "__libc_*",
-    "libcudart_static_*" /* the internals of nvcc's static cudart, named by a hash */};
-/* Native frames of the interpreter and its foreign-function glue, named or not, by their module's
- * file name. */
-static const char *const builtin_modules[] = {"python*", "libpython*", "_ctypes*", "libffi*", "libmemsnap_intercept*"};
-/* Python frames, as NAME@FILE: memsnap's own module and PyTorch's module-call plumbing. */
-static const char *const builtin_python[] = {"*@*memsnap/__init__.py", "*_call_impl@*torch/nn/modules/module.py"};
+    "libcudart_static_*" /* the internals of nvcc's static cudart, named by a hash */,
+    "*MemsnapAllocator::*" /* memsnap's C++ allocator for PyTorch (torch_allocator/), wherever its module is not named */};
+/* Native frames of the interpreter and its foreign-function glue, and memsnap's own libraries
+ * (libmemsnap, its C++ allocator for PyTorch libmemsnap_torch, its interposer), named or not, by
+ * their module's file name. */
+static const char *const builtin_modules[] = {"python*", "libpython*", "_ctypes*", "libffi*", "libmemsnap*"};
+/* Python frames, as NAME@FILE: memsnap's own package and PyTorch's module-call plumbing. */
+static const char *const builtin_python[] = {"*@*/memsnap/*.py", "*@memsnap/*.py", "*_call_impl@*torch/nn/modules/module.py",
+                                             "*_wrapped_call_impl@*torch/nn/modules/module.py"};
 
 /* One list of patterns after a heading, wrapped at 100 columns. */
 static void print_list(FILE *out, const char *heading, const char *const *list, size_t n) {
@@ -220,12 +253,29 @@ size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint
   if (stack_id == 0 || stack_id >= s->nstacks) return 0;
   const ms_stack *k = &s->stacks[stack_id];
   bool has_python = false, seen_python = false, have_operator = false;
+  uint32_t first = 0; /* an autograd node's frame: the stack starts there, the node named once */
   for (uint32_t i = 0; i < k->depth; i++) has_python |= s->frames[k->frames[i]].python;
+  for (uint32_t i = 0; i < k->depth && !first; i++)
+    if (s->frames[k->frames[i]].node && !s->frames[k->frames[i]].machinery) first = i + 1;
   size_t n = 0;
-  for (uint32_t i = 0; i < k->depth && n < max; i++) {
+  /* inside the node: PyTorch's own operator is the node's work; another library's allocation
+     (cuBLAS making its workspace), or PyTorch's CUDA handles and workspaces (at::cuda::), name
+     what allocated before the node */
+  for (uint32_t i = 0; first && i + 1 < first && n < max; i++) {
+    const ms_frame *f = &s->frames[k->frames[i]];
+    const char *m = base_name(f->module);
+    bool library = m[0] && strncmp(m, "libtorch", 8) != 0 && strncmp(m, "libc10", 6) != 0;
+    if (!f->machinery && !f->python && (library || strncmp(f->short_name, "at::cuda::", 10) == 0)) {
+      ids[n++] = k->frames[i];
+      break;
+    }
+  }
+  for (uint32_t i = first ? first - 1 : 0; i < k->depth && n < max; i++) {
     const ms_frame *f = &s->frames[k->frames[i]];
     seen_python |= f->python;
     if (f->machinery) continue;
+    if (first && f->node && i + 1 != first) continue; /* the node's apply and what it calls: one name */
+    if (first && !f->python && !f->node && i + 1 > first && has_python) continue; /* then the backward() call */
     if (!f->python && has_python) { /* the operator that allocated, then only Python frames */
       if (seen_python || have_operator) continue;
       have_operator = true;

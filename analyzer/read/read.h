@@ -33,6 +33,8 @@ typedef struct ms_frame {
   bool python;
   bool inlined;   /* native: inlined by the compiler into the next frame of its stack */
   bool machinery; /* allocator, dispatcher, interpreter...: folded in reports (frames.c) */
+  bool node;      /* native: an autograd node's apply (NllLossBackward0, AccumulateGrad): a
+                     backward allocation reads as its node (frames.c) */
   char *name, *file, *module;
   char *short_name; /* the name as reports show it (frames.c: ms_short_name) */
   int64_t line;
@@ -237,9 +239,12 @@ int ms_events_each(ms_snapshot *s, int (*fn)(const ms_event *e, void *arg), void
  * collapsed to <> and (), qualifiers after the parameters and [clone ...] suffixes dropped;
  * other names unchanged. Writes at most len bytes (cut). */
 void ms_short_name(const char *name, char *out, size_t len);
-/* How a frame's name reads: a C++ name short, an unnamed native frame as its offset in its
- * module ("0x1b2d", shown with the module), a Python name as it is. */
+/* How a frame's name reads: a C++ name short, an autograd node's apply as the node's name
+ * ("NllLossBackward0", "AccumulateGrad"), an unnamed native frame as its offset in its module
+ * ("0x1b2d", shown with the module), a Python name as it is. */
 void ms_frame_short_name(const ms_frame *f, char *out, size_t len);
+/* Whether a native frame is an autograd node's apply (its short name is then the node's). */
+bool ms_frame_is_node(const ms_frame *f);
 /* Adds a list of comma-separated patterns to f (kept by reference); 0, or -1 when f holds
  * MS_FOLD_LISTS lists already. */
 int ms_fold_add(ms_fold *f, const char *list);
@@ -253,7 +258,9 @@ bool ms_frame_matches(const char *pattern, const ms_frame *f);
 bool ms_frame_is_machinery(const ms_fold *fold, const ms_frame *f);
 /* The frames of a stack that matter, innermost first, into ids[max]; returns how many. Machinery
  * is left out; a stack with Python frames keeps its first native frame that is not machinery
- * (the operator that allocated), then its Python frames. */
+ * (the operator that allocated), then its Python frames; a stack that runs an autograd node
+ * starts at the node (the operator inside it is the node's own work), then its Python frames
+ * (the backward() call that ran it, which memsnap gives autograd's threads). */
 size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint32_t *ids, size_t max);
 /* Whether a frame is the program's own code: a Python frame outside site-packages,
  * dist-packages, the standard library, PyTorch's and memsnap's packages (and not <frozen ...>);

@@ -293,6 +293,7 @@ int ms_load_stacks(ms_snapshot *s) {
     ms_frame_short_name(f, shown, sizeof shown);
     if (!(f->short_name = strdup(shown))) return fail(s, "out of memory loading stacks of '%s'", s->shown_path);
     f->machinery = ms_frame_is_machinery(s->fold, f);
+    f->node = ms_frame_is_node(f);
   }
   if (sqlite3_prepare_v2(s->db, "select stack_id, position, frame_id from stack_frames order by stack_id, position", -1,
                          &st, NULL) != SQLITE_OK)

@@ -183,6 +183,22 @@ check("cupy-leak: the first candidate grows by the 64 MiB kept a step, at cupy_s
       first.get("kind") == "growing" and near(first.get("bytes_per_iteration", 0), 64 * MiB, 0.01) and
       "cupy_steps.py:22" in frames(first), str((first.get("kind"), first.get("bytes_per_iteration"), frames(first)[:6])))
 
+# Recorded through the C++ allocator (memsnap run's default): no site, candidate or line of the
+# reports named by memsnap's own frames (libmemsnap_torch.so's MemsnapAllocator::malloc_on, the
+# library's); an autograd thread's allocation reads as its node
+for name in ("two_linear_adamw-cxx", "fsdp2-cxx-r1"):
+    j, text = analyze(name)
+    entries = j.get("leaks", []) + j.get("held", []) + j.get("top_sites", []) + j.get("live_at_peak", [])
+    named = [e["stack"][0] for e in entries if e.get("stack")]
+    ours = [f["short_name"] for f in named if "emsnap" in f["short_name"] or "libmemsnap" in f.get("module", "")]
+    check("%s: no site named by a memsnap frame (%d sites)" % (name, len(named)),
+          named and not ours and "Memsnap" not in text and "libmemsnap" not in text, str(ours[:3]))
+j, _ = analyze("two_linear_adamw-cxx")
+backward = [e for e in j.get("top_sites", []) if e.get("stack") and e["stack"][0]["short_name"] == "MmBackward0"]
+check("two_linear_adamw-cxx: the gradients' site reads as its autograd node (MmBackward0)",
+      backward and backward[0]["stack"][0]["name"].startswith("torch::autograd::generated::MmBackward0"),
+      str([e["stack"][0]["short_name"] for e in j.get("top_sites", []) if e.get("stack")][:6]))
+
 # JAX under memsnap run (XLA allocates each array from the driver): the loop, no growth
 j, text = analyze("jax")
 check("jax: 6 iterations from the program's loop, no growth", len(j.get("iterations", [])) == 6 and
