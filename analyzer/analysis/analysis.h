@@ -24,7 +24,14 @@ typedef struct ms_birth {
   int32_t iteration; /* the iteration it was made in (-1: before the first) */
   uint8_t phase;     /* MS_PHASE_* of its allocation */
   uint8_t category;  /* its category, once known (the timeline's pass reads it from the analysis) */
+  uint8_t role;      /* the role a tensor event gave it (MS_ROLE_*; 0: none): its category's evidence */
+  uint8_t in_backward; /* made while a module's backward (or a backward pass) ran */
+  uint32_t module;   /* the module whose forward or backward made it (index + 1; 0: none) */
+  uint32_t call;     /* that module call's serial (modules.c) */
 } ms_birth;
+
+/* The roles tensor events give blocks (the snapshot format's `tensor` event, requested_size). */
+enum { MS_ROLE_NONE, MS_ROLE_PARAMETER, MS_ROLE_GRADIENT, MS_ROLE_OPTIMIZER_STATE, MS_ROLE_BUFFER, MS_ROLES };
 
 /* A live block: address (0: empty slot), its allocation site, a word the pass attaches, and its
  * birth (passes that need none leave it zero). */
@@ -279,6 +286,75 @@ int ms_releases_event(struct ms_analysis *a, ms_release_pass *p, const ms_event 
 /* Ends the history (what is open is decided as at its end) and frees p's memory. */
 void ms_releases_end(struct ms_analysis *a, ms_release_pass *p);
 
+/* ---- memory by module (modules.c) ------------------------------------------------------ */
+
+/* A module of the model, from the module record (the module and tensor events of PyTorch's
+ * layer: docs/snapshot-format.md), by its path ("GPT2LMHeadModel.transformer.h.3.mlp"): its
+ * place in the tree, its calls and what they held. Bytes "with its submodules" sum its own and
+ * its submodules' as MemTracker's module.parameters() does. */
+typedef struct ms_module {
+  char *name;         /* its path (neutralised) */
+  int32_t parent;     /* index of the module whose path is this one's less its last part; -1: a root */
+  uint16_t depth;     /* 0 for a root */
+  bool called;        /* it ran (module events of its own), not only a path above modules that did */
+  int64_t forward_calls, backward_calls;
+  int64_t parameter_bytes, gradient_bytes, buffer_bytes; /* its tensors', with its submodules' (the
+                                                            latest tensor events of each) */
+  int64_t activation_bytes; /* the largest over its forward calls: made during it, still allocated at its end */
+  int64_t saved_bytes;      /* per forward call: made during its forward, freed by a backward pass */
+  int64_t forward_peak, backward_peak; /* the highest allocated total while its forward (backward) ran */
+  int64_t at_peak;          /* made in its forward or backward (its submodules' too), live at the allocated peak */
+  int64_t own_saved;        /* (pass) saved bytes of its own calls, all calls */
+  int64_t own_at_peak;      /* (pass) live at the allocated peak, made in its own calls */
+  int64_t own_role[MS_ROLES]; /* (pass) its own tensors' bytes by role, from their latest events */
+} ms_module;
+
+/* The pass's state for modules (analyze.c holds it, modules.c owns it). */
+typedef struct ms_module_call {
+  uint32_t module;    /* index */
+  uint32_t serial;
+  bool backward;
+  int64_t made, peak; /* bytes made in it (its subcalls' folded in at their end) still allocated; its peak */
+} ms_module_call;
+typedef struct ms_module_pass {
+  char **labels;        /* label text by id */
+  size_t nlabels;
+  int32_t *of_label;    /* label id -> module index + 1 */
+  size_t modules_cap;
+  ms_module_call *open; /* open calls, in order of entry */
+  size_t nopen, open_cap;
+  uint32_t serial;
+  int backward_open;    /* backward events begun and not ended */
+  int64_t batch;        /* runs of tensor events: the latest one of a module and role sets its bytes */
+  bool in_batch;
+  int64_t *role_batch;  /* [module * MS_ROLES + role] */
+  int64_t *peak_mark;   /* [module]: the peak its own_at_peak counts for */
+  bool failed;
+} ms_module_pass;
+
+struct ms_analysis;
+/* Starts the state (labels read); 0, or -1 (s->error set; out of memory: "out of memory"). */
+int ms_modules_begin(struct ms_analysis *a, ms_module_pass *p);
+/* A module, tensor or backward event, in order (`live` the pass's blocks, `allocated` the
+ * allocated total now). 0, or -1 when out of memory. */
+int ms_modules_event(struct ms_analysis *a, ms_module_pass *p, const ms_event *e, ms_live_map *live, int64_t allocated);
+/* An allocation of `size` bytes about to be made: its module, call and whether a backward runs,
+ * into b; `allocated` the total after it. */
+void ms_modules_alloc(struct ms_analysis *a, ms_module_pass *p, ms_birth *b, int64_t size, int64_t allocated);
+/* A block freed (before its death is counted). */
+void ms_modules_free(struct ms_analysis *a, ms_module_pass *p, const ms_live_slot *b);
+/* A block died (freed, or alive at the history's end) after the allocated peak of mark `peak_mark`
+ * (ms_lifetimes' peak_mark): counted there if made by then. */
+void ms_modules_death(struct ms_analysis *a, ms_module_pass *p, const ms_live_slot *b, int64_t peak_mark);
+/* Ends the history: open calls closed, sums over submodules, a->modules filled; frees p. */
+void ms_modules_end(struct ms_analysis *a, ms_module_pass *p, int64_t peak_mark);
+void ms_modules_free_pass(ms_module_pass *p);
+/* The index of the module two modules share (the deepest one above or at both); -1: none. */
+int32_t ms_module_common(const struct ms_analysis *a, int32_t x, int32_t y);
+/* A module's path as reports show it: without its root's class when it has one ("transformer.h.3"),
+ * a root as its class. */
+const char *ms_module_shown(const struct ms_analysis *a, int32_t m);
+
 /* ---- the analysis (analyze.c) ----------------------------------------------------------- */
 
 typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
@@ -309,6 +385,8 @@ typedef struct ms_site {
   bool external;                      /* its blocks are memory outside memsnap's allocator */
   uint8_t category;                   /* MS_CAT_*, or a user category: what most of the bytes it
                                          made were (categories.c) */
+  int32_t module;                     /* the module its allocations were made in (the one they share:
+                                         ms_module_common), index + 1; 0: none recorded */
   uint8_t held_category;              /* the same of its blocks alive at the history's end */
   ms_leak_kind kind;
   double score, bytes_per_iteration;
@@ -339,6 +417,7 @@ typedef struct ms_iteration {
   int64_t start_event_id; /* its first event */
   int64_t peak_allocated, peak_reserved;
   int64_t peak_ns;
+  bool skipped;            /* its optimizer step was skipped (GradScaler found inf or NaN gradients) */
   int64_t end_unallocated; /* reserved but unallocated at the iteration's end: fragmentation */
   int64_t end_allocated;   /* allocated at the iteration's end: what a leak adds to, iteration by iteration */
   /* what was live at its peak by category (categories.c); categories_known false past
@@ -413,6 +492,15 @@ typedef struct ms_analysis {
   uint8_t *alloc_category;
   size_t nalloc_category;
   int64_t stacked_events, backward_passes, optimizer_steps, parameter_blocks;
+  int64_t skipped_steps;       /* optimizer steps GradScaler skipped (recorded) */
+  bool steps_recorded;         /* optimizer_steps and skipped_steps are the recorded steps' */
+  bool backward_recorded;      /* backward_passes counts the recorded backward passes */
+  /* the evidence each category rests on, over the blocks it holds: bit 0 tensor events (their
+     roles), bit 1 the stacks and lifetimes */
+  uint8_t category_evidence[MS_CATEGORIES];
+  ms_module *modules;          /* memory by module (modules.c); NULL without a module record */
+  size_t nmodules;
+  int64_t module_events, tensor_events, tensors_unmatched; /* tensor events naming no live block */
   ms_external external[MS_EXTERNAL_MAX]; /* the largest groups, largest first */
   size_t nexternal;
   int64_t external_bytes;                 /* all of it */
@@ -447,10 +535,11 @@ int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_
 
 /* The start of an iteration, by its source. */
 typedef struct ms_boundary {
-  int64_t id;    /* mark: its event id; else 0 */
+  int64_t id;    /* mark, recorded step: its event id; else 0 */
   int64_t time;  /* range: start time */
   int64_t alloc; /* inferred: the ordinal of the allocation that starts it; else -1 */
   int64_t end;   /* range: its end */
+  bool skipped;  /* recorded steps: the iteration it starts ends in a skipped optimizer step */
 } ms_boundary;
 
 /* Normalises a label for grouping: digits and the separators before them dropped. */
@@ -526,7 +615,7 @@ static inline void ms_lifetimes_event(int64_t *stacked_events, const ms_code_kin
 static inline ms_birth ms_lifetimes_birth(const ms_code_kinds *k, const ms_lifetimes *l, const ms_event *e, int64_t ordinal) {
   uint8_t phase = e->stack_id && e->stack_id < k->nstacks && k->phase ? k->phase[e->stack_id] : MS_PHASE_NONE;
   return (ms_birth){ordinal + 1, l->backward_begins, l->optimizer_begins, l->optimizer_ends,
-                    l->cur < (int)l->niters ? l->cur : (int)l->niters - 1, phase, 0};
+                    l->cur < (int)l->niters ? l->cur : (int)l->niters - 1, phase, 0, 0, 0, 0, 0};
 }
 /* A block died: freed by e (NULL: alive at the history's end). */
 void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, const ms_event *e);

@@ -45,6 +45,7 @@ typedef struct pass {
   ms_lifetimes life; /* categories by lifetime (categories.c) */
   uint64_t external_at; /* the address of an external segment just made: its block is external */
   ms_release_pass *releases; /* the allocator's own releases (retries.c): apart, the pass stays small */
+  ms_module_pass modules;    /* memory by module (modules.c) */
   bool failed;
 } pass;
 
@@ -158,6 +159,7 @@ static void open_iteration(pass *p, int64_t start_ns, int64_t event_id) {
   it->peak_allocated = p->allocated;
   it->peak_reserved = p->reserved;
   it->peak_ns = start_ns;
+  it->skipped = p->bounds[p->next_bound].skipped;
   ms_lifetimes_iteration_open(&p->life, p->cur_iter, p->allocs); /* its first instant is its first peak */
 }
 
@@ -243,14 +245,25 @@ static int pass1_event(const ms_event *e, void *arg) {
     p->next_bound++;
   }
   ms_lifetimes_event(&a->stacked_events, &a->kinds, &p->life, e);
+  if ((e->kind == MS_MODULE || e->kind == MS_TENSOR || e->kind == MS_BACKWARD) &&
+      ms_modules_event(a, &p->modules, e, &p->live, p->allocated) != 0) {
+    p->failed = true;
+    return 1;
+  }
   ms_live_slot block = {0}, replaced; /* aux: the allocation's iteration + 1 (0: before the first) */
   ms_birth birth;
-  if (e->kind == MS_ALLOC) birth = ms_lifetimes_birth(&a->kinds, &p->life, e, p->allocs);
+  if (e->kind == MS_ALLOC) {
+    birth = ms_lifetimes_birth(&a->kinds, &p->life, e, p->allocs);
+    ms_modules_alloc(a, &p->modules, &birth, e->size, p->allocated + e->size);
+  }
   int64_t delta = ms_replay(&p->live, e, e->kind == MS_ALLOC ? site_index(p, e->stack_id) : -1,
                             (uint32_t)(p->cur_iter + 1), e->kind == MS_ALLOC ? &birth : NULL, &block, &replaced, &p->failed);
   uint32_t site = block.site;
   if (p->failed) return 1;
-  if (e->kind == MS_ALLOC && replaced.key) ms_lifetimes_death(a, &p->life, &replaced, e); /* a damaged history */
+  if (e->kind == MS_ALLOC && replaced.key) { /* a damaged history */
+    ms_lifetimes_death(a, &p->life, &replaced, e);
+    ms_modules_death(a, &p->modules, &replaced, p->life.peak_mark);
+  }
   if (__builtin_expect(ms_releases_pending(p->releases, e), 0) && e->kind != MS_SEGMENT_ALLOC && e->kind != MS_SEGMENT_MAP &&
       e->kind != MS_SEGMENT_FREE && e->kind != MS_SEGMENT_UNMAP && ms_releases_event(a, p->releases, e) != 0) {
     p->failed = true; /* a device with a release open: its other events too (segment events below) */
@@ -264,6 +277,10 @@ static int pass1_event(const ms_event *e, void *arg) {
         s->first_ns = e->time_ns;
         s->thread = e->thread;
         s->stream = e->stream;
+      }
+      if (birth.module) { /* the module its allocations share */
+        int32_t m = (int32_t)birth.module - 1;
+        s->module = s->allocs == 0 || !s->module ? m + 1 : ms_module_common(a, s->module - 1, m) + 1;
       }
       s->several_threads |= e->thread != s->thread;
       s->several_streams |= e->stream != s->stream;
@@ -296,7 +313,9 @@ static int pass1_event(const ms_event *e, void *arg) {
       if (delta) {
         ms_site *s = &a->sites[site];
         before_change(p, site);
+        ms_modules_free(a, &p->modules, &block);
         ms_lifetimes_death(a, &p->life, &block, e);
+        ms_modules_death(a, &p->modules, &block, p->life.peak_mark);
         s->live_bytes += delta;
         s->live_count--;
         p->allocated += delta;
@@ -375,7 +394,10 @@ static bool end_of_history(pass *p) {
   for (size_t i = 0; p->live.slots && i <= p->live.mask; i++)
     if (p->live.slots[i].key) v[n++] = p->live.slots[i];
   qsort(v, n, sizeof *v, compare_birth);
-  for (size_t i = 0; i < n; i++) ms_lifetimes_death(p->a, &p->life, &v[i], NULL);
+  for (size_t i = 0; i < n; i++) {
+    ms_lifetimes_death(p->a, &p->life, &v[i], NULL);
+    ms_modules_death(p->a, &p->modules, &v[i], p->life.peak_mark);
+  }
   free(v);
   return true;
 }
@@ -419,7 +441,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
     snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     goto fail;
   }
-  if (ms_releases_begin(a, p.releases) != 0) goto fail;
+  if (ms_releases_begin(a, p.releases) != 0 || ms_modules_begin(a, &p.modules) != 0) goto fail;
   if (ms_lifetimes_begin(a, &p.life, a->niters) != 0 || !seed_prehistory(&p)) {
     snprintf(s->error, sizeof s->error, "out of memory analyzing '%s'", s->shown_path);
     goto fail;
@@ -461,6 +483,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   a->end_reserved = end.reserved;
   ms_external_each(s, add_external, a); /* unreadable: the groups read */
   ms_leaks_classify(a);
+  ms_modules_end(a, &p.modules, p.life.peak_mark);
   ms_lifetimes_end(a, &p.life);
   ms_misuse_finish(a);
   /* What was live at the allocated peak, as the pass kept it (the history's first instant when
@@ -492,6 +515,7 @@ fail:
   free(p.saved_at);
   free(p.releases);
   ms_lifetimes_free(&p.life);
+  ms_modules_free_pass(&p.modules);
   ms_analysis_free(a);
   a->snap = s;
   return -1;
@@ -520,6 +544,8 @@ void ms_analysis_free(ms_analysis *a) {
   free(a->ooms);
   free(a->releases.retries);
   free(a->invalid_frees);
+  for (size_t i = 0; i < a->nmodules; i++) free(a->modules[i].name);
+  free(a->modules);
   free(a->leaks);
   free(a->top);
   memset(a, 0, sizeof *a);

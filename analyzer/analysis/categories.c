@@ -11,6 +11,11 @@
  * The rules, the first that holds wins:
  *   external         memory outside memsnap's allocator (memsnap run's interposer)
  *   the user's       --category NAME=PATTERN: a frame of the stack matches
+ *   the tensors'     a tensor event (PyTorch's layer, at each optimizer step and a model's first
+ *                    forward) named the block a parameter's or buffer's (parameter), a parameter's
+ *                    .grad (gradient: DDP's buckets, whose views the gradients are, too) or an
+ *                    optimizer's state (optimizer_state); the rules below are for what tensor
+ *                    events cannot see (imported snapshots, JAX, CuPy, recordings made before them)
  *   other            a library's workspace (cuBLAS, cuDNN): made once, kept for reuse
  *   parameter        FSDP's sharded parameters and the unsharded ones it gathers (any phase); a
  *                    module's parameters made or moved to the device (Module._apply, ...), not in
@@ -134,6 +139,18 @@ static int decide(const ms_analysis *a, const ms_lifetimes *l, const ms_live_slo
   if (k->rule[id]) return MS_CAT_BUILTIN + k->rule[id] - 1;
   unsigned kind = k->kind[id];
   const ms_birth *born = &b->birth;
+  switch (born->role) { /* a tensor event said what it holds: that is the evidence */
+    case MS_ROLE_PARAMETER:
+    case MS_ROLE_BUFFER:
+      *param = kind & MS_CODE_GATHERED ? MS_PARAM_GATHERED : kind & MS_CODE_SHARDED ? MS_PARAM_SHARDED : MS_PARAM_MODULE;
+      return MS_CAT_PARAMETER;
+    case MS_ROLE_GRADIENT:
+      return MS_CAT_GRADIENT;
+    case MS_ROLE_OPTIMIZER_STATE:
+      return MS_CAT_OPTIMIZER_STATE;
+    default:
+      break;
+  }
   if (kind & MS_CODE_WORKSPACE) return MS_CAT_OTHER;
   if (kind & (MS_CODE_GATHERED | MS_CODE_SHARDED)) {
     *param = kind & MS_CODE_GATHERED ? MS_PARAM_GATHERED : MS_PARAM_SHARDED;
@@ -196,6 +213,7 @@ void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, 
   int c = decide(a, l, b, e, &param);
   if (c >= l->ncat) c = MS_CAT_OTHER;
   const ms_birth *born = &b->birth;
+  a->category_evidence[c] |= born->role ? 1 : 2;
   int64_t bytes = b->size;
   note_category(a, l, born->ordinal, c);
   if (c == MS_CAT_PARAMETER) a->parameter_blocks++;
@@ -273,8 +291,8 @@ void ms_lifetimes_iteration_close(ms_lifetimes *l) {
 void ms_lifetimes_end(ms_analysis *a, ms_lifetimes *l) {
   memcpy(a->category_at_peak, l->at_peak, sizeof a->category_at_peak);
   memcpy(a->parameter_at_peak, l->param_at_peak, sizeof a->parameter_at_peak);
-  a->backward_passes = l->backward_begins;
-  a->optimizer_steps = l->optimizer_begins;
+  if (!a->backward_recorded) a->backward_passes = l->backward_begins; /* else the recorded passes */
+  if (!a->steps_recorded) a->optimizer_steps = l->optimizer_begins;
   int64_t sum[MS_CATEGORIES] = {0};
   for (size_t k = 0; k < a->niters; k++) {
     ms_iteration *it = &a->iters[k];

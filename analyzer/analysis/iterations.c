@@ -112,10 +112,75 @@ static int add_ms_boundary(const ms_label_row *r, void *arg) {
   if (strcmp(key, c->key) != 0 || (c->ranges && r->depth != c->depth)) return 0;
   if (!ms_grow(&c->b, &c->cap, c->n + 1, sizeof *c->b)) return 1;
   ms_boundary *b = &c->b[c->n++];
-  *b = (ms_boundary){r->event_id, r->start_ns, -1, r->end_ns};
+  *b = (ms_boundary){r->event_id, r->start_ns, -1, r->end_ns, false};
   if (r->end_ns > b->time) c->covered += r->end_ns - b->time;
   if (r->end_ns > c->last_end) c->last_end = r->end_ns;
   return 0;
+}
+
+/* ---- the optimizer steps PyTorch's layer recorded ----------------------------------------- */
+
+/* The steps table's rows: an optimizer's step beginning, ending or skipped, with its class. */
+typedef struct step_row {
+  int64_t event_id;
+  int what;
+  char label[64];
+} step_row;
+
+typedef struct step_rows {
+  step_row *r;
+  size_t n, cap;
+} step_rows;
+
+static int add_step(const ms_label_row *r, void *arg) {
+  step_rows *c = arg;
+  if (r->depth < 1 || r->depth > 3) return 0;
+  if (!ms_grow(&c->r, &c->cap, c->n + 1, sizeof *c->r)) return 1;
+  step_row *x = &c->r[c->n++];
+  x->event_id = r->event_id;
+  x->what = (int)r->depth;
+  snprintf(x->label, sizeof x->label, "%s", r->label);
+  ms_neutralise(x->label);
+  return 0;
+}
+
+/* Reads the recorded steps: counts them into a (optimizer_steps, skipped_steps, steps_recorded)
+ * and, unless `counts_only`, gives the iterations they end: each from one step's end (or skip) to
+ * the next one's, the first from the history's start, of the optimizer whose steps end most often
+ * (a skipped step is an iteration that ends in it, marked skipped). Returns how many (0: fewer
+ * than two, or none recorded). */
+static size_t recorded_steps(ms_analysis *a, bool counts_only, ms_boundary **out) {
+  step_rows c = {0};
+  ms_steps_each(a->snap, add_step, &c); /* unreadable or out of memory: what was read */
+  /* the optimizer whose steps end (or are skipped) most often */
+  const char *best = NULL;
+  size_t best_count = 0;
+  for (size_t i = 0; i < c.n; i++) {
+    a->steps_recorded = true;
+    a->optimizer_steps += c.r[i].what == 1;
+    a->skipped_steps += c.r[i].what == 3;
+    if (c.r[i].what == 1 || (best && strcmp(best, c.r[i].label) == 0)) continue;
+    size_t count = 0;
+    for (size_t k = i; k < c.n; k++) count += c.r[k].what != 1 && strcmp(c.r[k].label, c.r[i].label) == 0;
+    if (count > best_count) best_count = count, best = c.r[i].label;
+  }
+  size_t n_out = 0;
+  ms_boundary *b = !counts_only && best_count >= 2 ? malloc(sizeof *b * best_count) : NULL;
+  int64_t start = 0; /* the first iteration starts with the history, the next after each step */
+  for (size_t i = 0; b && i < c.n; i++) {
+    if (c.r[i].what == 1 || strcmp(c.r[i].label, best) != 0) continue;
+    b[n_out++] = (ms_boundary){start, 0, -1, 0, c.r[i].what == 3};
+    start = c.r[i].event_id + 1;
+  }
+  if (n_out) {
+    snprintf(a->iteration_label, sizeof a->iteration_label, "%s.step", best[0] ? best : "optimizer");
+    snprintf(a->iteration_source, sizeof a->iteration_source, "steps");
+    *out = b;
+  } else {
+    free(b);
+  }
+  free(c.r);
+  return n_out;
 }
 
 /* Whether a label key is an optimizer's step as PyTorch's optimizers label it
@@ -132,7 +197,16 @@ size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary
   char forced_key[256] = "";
   if (forced) ms_label_key(forced, forced_key, sizeof forced_key);
   /* Count label keys in each source, pick the most repeated (outermost depth first for ranges). */
+  /* the optimizer steps PyTorch's layer recorded (counted whatever gives the iterations) */
+  ms_boundary *step_bounds = NULL;
+  size_t nsteps = recorded_steps(a, forced != NULL, &step_bounds);
   for (int src = 0; src < 2 && best_source < 0; src++) {
+    /* no mark repeats: the recorded steps, skipped ones too (an optimizer's step ranges miss those
+       GradScaler skips) */
+    if (src == 1 && nsteps) {
+      *out = step_bounds;
+      return nsteps;
+    }
     tallies c = {0};
     source[src](s, count_label, &c); /* unreadable: what was counted (none) */
     ms_str_index_free(&c.index);
@@ -152,6 +226,7 @@ size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary
     }
     free(c.t);
   }
+  free(step_bounds);
   if (best_source < 0) return 0;
   snprintf(a->iteration_label, sizeof a->iteration_label, "%s", best);
   snprintf(a->iteration_source, sizeof a->iteration_source, "%s", best_source == 0 ? "marks" : "ranges");
@@ -391,7 +466,7 @@ done:
 static size_t boundaries_at(const int64_t *starts, size_t n, ms_boundary **out) {
   ms_boundary *b = malloc(sizeof *b * (n ? n : 1));
   if (!b) return 0;
-  for (size_t k = 0; k < n; k++) b[k] = (ms_boundary){0, 0, starts[k], 0};
+  for (size_t k = 0; k < n; k++) b[k] = (ms_boundary){0, 0, starts[k], 0, false};
   *out = b;
   return n;
 }
@@ -430,7 +505,7 @@ static size_t period_of(const uint64_t *tok, size_t n, int64_t total, size_t per
   if (count < 3) return 0;
   ms_boundary *b = malloc(sizeof *b * count);
   if (!b) return 0;
-  for (size_t k = 0; k < count; k++) b[k] = (ms_boundary){0, 0, (int64_t)(first + k * period), 0};
+  for (size_t k = 0; k < count; k++) b[k] = (ms_boundary){0, 0, (int64_t)(first + k * period), 0, false};
   *period_out = period;
   *out = b;
   return count;

@@ -231,7 +231,8 @@ int ms_releases_event(ms_analysis *a, ms_release_pass *p, const ms_event *e) {
       r->call_reason = 0;
       if (r->awaiting && (e->kind == MS_ALLOC || e->kind == MS_OOM)) {
         if (finish_request(a, p, r, e) != 0) return -1;
-      } else if (r->awaiting && e->kind != MS_SNAPSHOT && e->kind != MS_INVALID_FREE && e->kind != MS_IPC_SHARE) {
+      } else if (r->awaiting && e->kind != MS_SNAPSHOT && e->kind != MS_INVALID_FREE && e->kind != MS_IPC_SHARE &&
+                 !ms_event_is_model(e->kind)) {
         abandon_request(a, r);
       }
       break;

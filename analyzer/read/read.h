@@ -92,6 +92,13 @@ static inline bool ms_event_external_segment(const ms_event *e) {
   return e->kind == MS_SEGMENT_ALLOC && e->extra > 0 && e->address;
 }
 
+/* Whether an event is of the model's language (module, tensor, step, backward: PyTorch's layer's
+ * record of modules, tensors' roles, optimizer steps and backward passes): it holds no memory and
+ * no replay, retry or device needs it. */
+static inline bool ms_event_is_model(int kind) {
+  return kind == MS_MODULE || kind == MS_TENSOR || kind == MS_STEP || kind == MS_BACKWARD;
+}
+
 /* Makes untrusted text safe to print and to write as JSON, in place: control bytes and the bytes
  * of invalid UTF-8 become '?' (reader.c). */
 void ms_neutralise(char *text);
@@ -175,6 +182,12 @@ typedef struct ms_label_row {
  * As ms_segments_each: fn's non-zero stops and is returned; -1 with s->error when unreadable. */
 int ms_marks_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
 int ms_ranges_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
+/* Every label, by id (event_id holds the id), in id order. */
+int ms_labels_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
+/* The optimizer steps PyTorch's layer recorded (the steps table; none in files without it), in
+ * event order: event_id, start_ns its time, depth what (1 begins, 2 ends, 3 skipped), label the
+ * optimizer's class. */
+int ms_steps_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
 
 /* Memory outside memsnap's allocator at the snapshot (segments of pool "external": memsnap run
  * --mode intercept), by the API that allocated it and the library that called that API. */

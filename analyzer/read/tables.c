@@ -1,5 +1,6 @@
 /* tables.c: the snapshot's tables beyond segments, blocks, devices and options
- * (reader.c), read for the commands: marks and ranges with their labels, external memory by API
+ * (reader.c), read for the commands: marks, ranges and optimizer steps with their labels, every
+ * label by id, external memory by API
  * and library, row counts, and the totals at the snapshot (docs/snapshot-format.md).
  *
  * As everywhere in the reader, values are untrusted: text is neutralised before anyone prints
@@ -40,6 +41,18 @@ int ms_ranges_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), 
                      "select 0, r.start_ns, l.text, r.depth, coalesce(r.end_ns, r.start_ns) from ranges r "
                      "join labels l on l.id = r.label_id order by r.start_ns",
                      "ranges", fn, arg);
+}
+
+int ms_labels_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg) {
+  return labels_each(s, "select id, 0, text, 0, 0 from labels where id > 0 and text is not null order by id", "labels", fn,
+                     arg);
+}
+
+int ms_steps_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg) {
+  return labels_each(s,
+                     "select t.event_id, t.time_ns, coalesce(l.text, ''), t.what, t.time_ns from steps t "
+                     "left join labels l on l.id = t.label_id order by t.event_id",
+                     "steps", fn, arg);
 }
 
 /* ---- external memory --------------------------------------------------------------------- */

@@ -68,6 +68,8 @@ static void stack_keys(const doc *d, cJSON *o, int64_t site, uint32_t stack_id, 
 static void site_keys(const doc *d, cJSON *o, uint32_t site) {
   const ms_site *st = &d->a->sites[site];
   cJSON_AddStringToObject(o, "category", ms_category_name(d->a, st->category));
+  if (st->module) cJSON_AddStringToObject(o, "module", d->a->modules[st->module - 1].name);
+  else cJSON_AddNullToObject(o, "module");
   stack_keys(d, o, site, st->stack_id, ms_site_note(d->a, st));
 }
 
@@ -140,6 +142,11 @@ static void add_summary(cJSON *root, const ms_analysis *a) {
   cJSON_AddStringToObject(summary, "growth", ms_growth_name(ms_analysis_growth(a)));
   cJSON_AddNumberToObject(summary, "backward_passes", (double)a->backward_passes);
   cJSON_AddNumberToObject(summary, "optimizer_steps", (double)a->optimizer_steps);
+  cJSON_AddNumberToObject(summary, "skipped_steps", (double)a->skipped_steps);
+  cJSON_AddStringToObject(summary, "steps_from", a->steps_recorded ? "recorded" : "stacks");
+  cJSON_AddStringToObject(summary, "backward_passes_from", a->backward_recorded ? "recorded" : "stacks");
+  cJSON_AddNumberToObject(summary, "module_events", (double)a->module_events);
+  cJSON_AddNumberToObject(summary, "tensor_events", (double)a->tensor_events);
 }
 
 /* What the categories rest on: the parameters at the peak by kind, each category's meaning, and
@@ -154,6 +161,10 @@ static void add_category_notes(cJSON *root, const ms_analysis *a) {
     if (c >= MS_CAT_BUILTIN) snprintf(rule, sizeof rule, "--category: a frame matches %s", a->categories.rule[c - MS_CAT_BUILTIN].patterns);
     cJSON_AddStringToObject(meanings, ms_category_name(a, c), c < MS_CAT_BUILTIN ? ms_category_meaning(a, c) : rule);
   }
+  static const char *const evidence[] = {"none", "tensors", "stacks", "tensors and stacks"};
+  cJSON *on = cJSON_AddObjectToObject(root, "category_evidence");
+  for (int c = 0; on && c < ms_category_count(a); c++)
+    cJSON_AddStringToObject(on, ms_category_name(a, c), evidence[a->category_evidence[c] & 3]);
   cJSON *missing = cJSON_AddObjectToObject(root, "categories_without_evidence");
   for (int c = 0; missing && c < MS_CAT_BUILTIN; c++) {
     const char *why = ms_category_missing_evidence(a, c);
@@ -175,18 +186,24 @@ static void add_iterations(cJSON *root, const ms_analysis *a) {
     cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)it->peak_reserved);
     cJSON_AddNumberToObject(o, "end_allocated_bytes", (double)it->end_allocated);
     cJSON_AddNumberToObject(o, "unallocated_at_end_bytes", (double)it->end_unallocated);
+    cJSON_AddBoolToObject(o, "skipped", it->skipped);
     if (it->categories_known) cJSON_AddItemToObject(o, "categories", categories_object(a, it->category_bytes));
     else cJSON_AddNullToObject(o, "categories");
     cJSON_AddItemToArray(iters, o);
   }
 }
 
+/* The candidates: `leaks` those that grew (growing, growing_released), `held` what is held since
+ * the start and does not grow (retained, alive), each best first (max_leaks each). */
 static void add_leaks(cJSON *root, const doc *d) {
   const ms_analysis *a = d->a;
-  size_t n = d->o->max_leaks && d->o->max_leaks < a->nleaks ? d->o->max_leaks : a->nleaks;
-  cJSON *leaks = cJSON_AddArrayToObject(root, "leaks");
-  for (size_t i = 0; leaks && i < n; i++) {
+  cJSON *leaks = cJSON_AddArrayToObject(root, "leaks"), *held = cJSON_AddArrayToObject(root, "held");
+  size_t shown[2] = {0, 0};
+  for (size_t i = 0; leaks && held && i < a->nleaks; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
+    int list = st->kind == MS_LEAK_GROWING || st->kind == MS_LEAK_GROWING_RELEASED ? 0 : 1;
+    if (d->o->max_leaks && shown[list] >= d->o->max_leaks) continue;
+    shown[list]++;
     bool released = st->kind == MS_LEAK_GROWING_RELEASED;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", ms_leak_kind_name(st->kind));
@@ -202,7 +219,32 @@ static void add_leaks(cJSON *root, const doc *d) {
     cJSON_AddNumberToObject(o, "last_seen_ns", (double)st->last_ns);
     cJSON_AddStringToObject(o, "held_category", ms_category_name(a, st->held_category));
     site_keys(d, o, a->leaks[i]);
-    cJSON_AddItemToArray(leaks, o);
+    cJSON_AddItemToArray(list ? held : leaks, o);
+  }
+}
+
+/* Memory by module (the module record), the modules in tree order (a parent before its
+ * submodules, each level in the order they were first seen). */
+static void add_modules(cJSON *root, const ms_analysis *a) {
+  cJSON *mods = cJSON_AddArrayToObject(root, "modules");
+  for (size_t i = 0; mods && i < a->nmodules; i++) {
+    const ms_module *m = &a->modules[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", m->name);
+    cJSON_AddStringToObject(o, "shown", ms_module_shown(a, (int32_t)i));
+    cJSON_AddNumberToObject(o, "parent", m->parent);
+    cJSON_AddBoolToObject(o, "called", m->called);
+    cJSON_AddNumberToObject(o, "forward_calls", (double)m->forward_calls);
+    cJSON_AddNumberToObject(o, "backward_calls", (double)m->backward_calls);
+    cJSON_AddNumberToObject(o, "parameter_bytes", (double)m->parameter_bytes);
+    cJSON_AddNumberToObject(o, "gradient_bytes", (double)m->gradient_bytes);
+    cJSON_AddNumberToObject(o, "buffer_bytes", (double)m->buffer_bytes);
+    cJSON_AddNumberToObject(o, "activation_bytes", (double)m->activation_bytes);
+    cJSON_AddNumberToObject(o, "saved_bytes", (double)m->saved_bytes);
+    cJSON_AddNumberToObject(o, "forward_peak_bytes", (double)m->forward_peak);
+    cJSON_AddNumberToObject(o, "backward_peak_bytes", (double)m->backward_peak);
+    cJSON_AddNumberToObject(o, "at_peak_bytes", (double)m->at_peak);
+    cJSON_AddItemToArray(mods, o);
   }
 }
 
@@ -387,6 +429,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   add_category_notes(root, a);
   add_iterations(root, a);
   add_leaks(root, &d);
+  add_modules(root, a);
   add_ooms(root, &d);
   add_invalid_frees(root, &d);
   cJSON *top = cJSON_AddArrayToObject(root, "top_sites");
@@ -404,7 +447,8 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   /* every section is there, or memory ran out on the way */
   static const char *const sections[] = {"summary",          "live_at_peak",        "categories_at_peak",
                                          "parameters_at_peak", "category_meanings", "categories_without_evidence",
-                                         "iterations",       "leaks",               "oom",
+                                         "iterations",       "leaks",               "held",
+                                         "modules",          "category_evidence",   "oom",
                                          "invalid_frees",    "top_sites",           "fragmentation",
                                          "external",         "retries",             "releases",
                                          "suggestions",      "suggestions_sweep"};

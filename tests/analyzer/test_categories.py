@@ -147,7 +147,7 @@ for stacks in ("all", "python"):
           its and all(i["categories"] is not None and sum(i["categories"].values()) == i["peak_allocated_bytes"] for i in its))
     check("stacks=%s: the last iteration's peak by category is the snapshot's" % stacks,
           its and its[-1]["categories"] == want, str(its[-1]["categories"] if its else None))
-    by_site = {l["stack"][0]["name"]: l["category"] for l in j.get("leaks", [])}
+    by_site = {l["stack"][0]["name"]: l["category"] for l in j.get("leaks", []) + j.get("held", [])}
     check("stacks=%s: the leak is 'other', the weights 'parameter', the state 'optimizer_state'" % stacks,
           by_site.get("keep_logits") == "other" and by_site.get("Module._apply") == "parameter" and
           by_site.get("AdamW._init_group") == "optimizer_state", str(by_site))

@@ -77,6 +77,6 @@ stack = leak_stack("--full-stacks")
 check("--full-stacks: every frame, no '...'", "..." not in stack and any("train.py:8" in s for s in stack), "\n".join(stack))
 j = json.loads(subprocess.run([cli, "analyze", "--json", db], capture_output=True, text=True).stdout)
 check("JSON unchanged: full_stack holds the line, stack the frames that matter",
-      any(f["file"].endswith("train.py") and f["line"] == 8 for f in j["leaks"][0]["full_stack"]) and
-      j["leaks"][0]["stack"][0]["name"] == "level6")
+      any(f["file"].endswith("train.py") and f["line"] == 8 for f in (j["leaks"] + j["held"])[0]["full_stack"]) and
+      (j["leaks"] + j["held"])[0]["stack"][0]["name"] == "level6")
 finish()
