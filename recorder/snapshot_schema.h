@@ -10,7 +10,9 @@
 
 /* Creates every table of an empty snapshot and sets its format version. Columns added after
  * version 1's first files (segments.expandable, pool_id0, pool_id1) are at the end of their table:
- * (and segments.source, library) readers of old files find them missing (see docs/snapshot-format.md). */
+ * (and segments.source, library) readers of old files find them missing (see docs/snapshot-format.md).
+ * The steps table (the step events again, by event id, for readers that want the optimizer's
+ * steps without reading every event) came later too: a file without it has none recorded. */
 __attribute__((unused)) static const char memsnap_schema_sql[] =
     "PRAGMA user_version = " MEMSNAP_STRINGIFY(MEMSNAP_FORMAT_VERSION) ";"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
@@ -30,6 +32,7 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     " stack_id INTEGER);"
     "CREATE TABLE ranges(id INTEGER PRIMARY KEY, label_id INTEGER, thread INTEGER, depth INTEGER,"
     " start_ns INTEGER, end_ns INTEGER, stack_id INTEGER);"
+    "CREATE TABLE steps(event_id INTEGER PRIMARY KEY, time_ns INTEGER, label_id INTEGER, what INTEGER);"
     "CREATE TABLE stacks(id INTEGER PRIMARY KEY, depth INTEGER);"
     "CREATE TABLE stack_frames(stack_id INTEGER, position INTEGER, frame_id INTEGER,"
     " PRIMARY KEY(stack_id, position)) WITHOUT ROWID;"

@@ -86,6 +86,7 @@ const char *ms_category_missing_evidence(const ms_analysis *a, int category) {
   if (category < 0 || category >= MS_CAT_BUILTIN || category == MS_CAT_OTHER || category == MS_CAT_EXTERNAL ||
       category == MS_CAT_TEMPORARY)
     return NULL;
+  if (a->category_evidence[category] & 1) return NULL; /* tensor events named some */
   if (a->stacked_events == 0) return "no stacks recorded (categories need them: MEMSNAP_STACKS=all)";
   switch (category) {
     case MS_CAT_PARAMETER:
@@ -135,9 +136,9 @@ static int decide(const ms_analysis *a, const ms_lifetimes *l, const ms_live_slo
   if (s->external) return MS_CAT_EXTERNAL;
   const ms_code_kinds *k = &a->kinds;
   uint32_t id = s->stack_id < k->nstacks ? s->stack_id : 0;
-  if (!id || !k->kind) return MS_CAT_OTHER;
-  if (k->rule[id]) return MS_CAT_BUILTIN + k->rule[id] - 1;
-  unsigned kind = k->kind[id];
+  bool stacked = id && k->kind;
+  if (stacked && k->rule[id]) return MS_CAT_BUILTIN + k->rule[id] - 1;
+  unsigned kind = stacked ? k->kind[id] : 0;
   const ms_birth *born = &b->birth;
   switch (born->role) { /* a tensor event said what it holds: that is the evidence */
     case MS_ROLE_PARAMETER:
@@ -151,6 +152,7 @@ static int decide(const ms_analysis *a, const ms_lifetimes *l, const ms_live_slo
     default:
       break;
   }
+  if (!stacked) return MS_CAT_OTHER;
   if (kind & MS_CODE_WORKSPACE) return MS_CAT_OTHER;
   if (kind & (MS_CODE_GATHERED | MS_CODE_SHARDED)) {
     *param = kind & MS_CODE_GATHERED ? MS_PARAM_GATHERED : MS_PARAM_SHARDED;

@@ -134,8 +134,8 @@ static void print_iterations(const ms_analysis *a, FILE *out) {
     }
     char t[32];
     ms_format_ns(it[i].start_ns, t, sizeof t);
-    fprintf(out, "  %5zu %12s %16s %16s %18s %22s\n", i, t, cols[i], cols[a->niters + i], cols[2 * a->niters + i],
-            cols[3 * a->niters + i]);
+    fprintf(out, "  %5zu %12s %16s %16s %18s %22s%s\n", i, t, cols[i], cols[a->niters + i], cols[2 * a->niters + i],
+            cols[3 * a->niters + i], it[i].skipped ? "  skipped step" : "");
   }
   free(cols);
   for (size_t i = 0; i < a->niters; i++)
@@ -144,6 +144,43 @@ static void print_iterations(const ms_analysis *a, FILE *out) {
                    "   the async mode's allocations inside CUDA graph captures: CUDA's graph memory holds them, not the pool)\n");
       break;
     }
+}
+
+/* Memory by module (the module record): what each module's calls made that was live at the
+ * allocated peak, then per module its tensors, activations, what it saved for backward and its
+ * peaks, for the modules down to the depth where there are at most MAX_ROWS rows. */
+static void print_modules(const ms_analysis *a, FILE *out) {
+  enum { MAX_ROWS = 40, NAME = 34 };
+  if (!a->nmodules) return;
+  int depth = 0, deepest = 0;
+  for (size_t i = 0; i < a->nmodules; i++)
+    if (a->modules[i].depth > deepest) deepest = a->modules[i].depth;
+  for (int d = 0; d <= deepest; d++) { /* the deepest level that keeps the table short */
+    size_t rows = 0;
+    for (size_t i = 0; i < a->nmodules; i++) rows += a->modules[i].depth <= d;
+    if (rows > MAX_ROWS && d > 0) break;
+    depth = d;
+  }
+  fprintf(out, "\nmemory by module (%zu modules recorded; paths below their root%s)\n", a->nmodules,
+          depth < deepest ? ", the deeper ones in --json and the page" : "");
+  fprintf(out, "  %-*s %10s %10s %11s %10s %10s %10s %10s\n", NAME, "module", "params", "grads", "activations",
+          "saved/call", "fwd peak", "bwd peak", "at peak");
+  for (size_t i = 0; i < a->nmodules; i++) {
+    const ms_module *m = &a->modules[i];
+    if (m->depth > depth) continue;
+    char name[NAME + 1], v[7][32];
+    const char *shown = ms_module_shown(a, (int32_t)i);
+    size_t len = strlen(shown), indent = m->depth > 0 ? (size_t)m->depth - 1 : 0;
+    if (indent > 8) indent = 8;
+    if (len + indent > NAME) snprintf(name, sizeof name, "%*s...%s", (int)indent, "", shown + len - (NAME - indent - 3));
+    else snprintf(name, sizeof name, "%*s%s", (int)indent, "", shown);
+    const int64_t value[7] = {m->parameter_bytes, m->gradient_bytes, m->activation_bytes, m->saved_bytes,
+                              m->forward_peak, m->backward_peak, m->at_peak};
+    for (int k = 0; k < 7; k++)
+      if (value[k]) ms_format_bytes(value[k], v[k], sizeof v[k]);
+      else snprintf(v[k], sizeof v[k], "-");
+    fprintf(out, "  %-*s %10s %10s %11s %10s %10s %10s %10s\n", NAME, name, v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+  }
 }
 
 /* What was live at the allocated peak by category, largest first: "at the peak: 36%
@@ -373,6 +410,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     fprintf(out, "    %12s in %lld blocks\n", b1, (long long)a->at_peak[i].count);
     print_site(a, a->at_peak[i].site, o, "        ", out);
   }
+  print_modules(a, out);
 
   fprintf(out, "\niterations\n");
   if (a->niters == 0) {
@@ -384,6 +422,10 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     else if (strcmp(a->iteration_source, "optimizer") == 0)
       fprintf(out, "  %zu, from the stacks: %s (no repeated mark or range);\n"
               "    each ends where a step ends, the first from the history's start\n", a->niters, a->iteration_label);
+    else if (strcmp(a->iteration_source, "steps") == 0)
+      fprintf(out, "  %zu, the optimizer's steps as recorded (%s), %lld of them skipped (GradScaler found inf or NaN\n"
+              "    gradients); each from one step's end to the next one's, the first from the history's start\n",
+              a->niters, a->iteration_label, (long long)a->skipped_steps);
     else if (strcmp(a->iteration_source, "loop") == 0)
       fprintf(out, "  %zu, from the stacks: %s, each from one run of that line to the next (no repeated mark or\n"
               "    range)\n", a->niters, a->iteration_label);
@@ -433,7 +475,9 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
               (long long)st->end_count,
               st->kind == MS_LEAK_RETAINED && !st->before_history ? ", held since the start" : "");
     }
-    fprintf(out, "%s; score %.2f\n", when, st->score);
+    fprintf(out, "%s; score %.2f", when, st->score);
+    if (st->module) fprintf(out, "; in %s", ms_module_shown(a, st->module - 1));
+    fprintf(out, "\n");
     print_site(a, a->leaks[i], o, "       ", out);
   }
 
