@@ -16,7 +16,48 @@ const Model = {
   decode(text) {
     const d = JSON.parse(text);
     if (!d || d.format !== "memsnap-viewer-2") throw new Error("not a memsnap viewer document");
+    // the candidates the page selects by index: those that grew (leaks), then what is held since
+    // the start and does not grow (held); documents from before the split list all in leaks
+    d.candidates = (d.leaks || []).concat(d.held || []);
+    d.modules = d.modules || [];
     return d;
+  },
+
+  // The module tree as an icicle: each module a box [x0, x1) of `width` in its depth's row, as
+  // wide as what its calls made that was live at the peak (its submodules' inside it), roots side
+  // by side. Returns [{m (index into d.modules), depth, x0, x1}], parents before children; none
+  // when nothing was live at the peak by module.
+  moduleBoxes(d, width) {
+    const mods = d.modules || [], kids = mods.map(() => []), roots = [], out = [];
+    mods.forEach((m, i) => { if (m.parent >= 0 && m.parent < mods.length) kids[m.parent].push(i); else roots.push(i); });
+    const total = roots.reduce((s, i) => s + Math.max(0, mods[i].at_peak_bytes), 0);
+    if (!(total > 0)) return out;
+    const lay = (list, x0, scale, depth) => {
+      let x = x0;
+      for (const i of list) {
+        const w = Math.max(0, mods[i].at_peak_bytes) * scale;
+        if (w <= 0) continue;
+        out.push({ m: i, depth, x0: x, x1: x + w });
+        lay(kids[i], x, scale, depth + 1);
+        x += w;
+      }
+    };
+    lay(roots, 0, width / total, 0);
+    return out;
+  },
+
+  // The box of moduleBoxes at (x, depth), or null.
+  moduleAt(boxes, x, depth) {
+    return boxes.find((b) => b.depth === depth && x >= b.x0 && x < b.x1) || null;
+  },
+
+  // One module's figures as a line: "transformer.h.3: 42.00 MiB at the peak; parameters ...".
+  moduleLine(m) {
+    const f = (k, what) => (m[k] ? ", " + what + " " + Model.formatBytes(m[k]) : "");
+    return m.name + ": " + Model.formatBytes(m.at_peak_bytes) + " at the peak" + f("parameter_bytes", "parameters") +
+      f("gradient_bytes", "gradients") + f("activation_bytes", "activations") + f("saved_bytes", "saved for backward a call") +
+      f("forward_peak_bytes", "forward peak") + f("backward_peak_bytes", "backward peak") +
+      " (" + m.forward_calls + " forward, " + m.backward_calls + " backward calls)";
   },
 
   // Frames of a stack as {name, file, line, full, inlined}, innermost first ([] for an unknown
@@ -163,7 +204,7 @@ const Model = {
     const hits = [];
     const matches = (stackId) => Model.stackFrames(d, stackId).some(
       (f) => f.full.toLowerCase().includes(q) || f.file.toLowerCase().includes(q));
-    d.leaks.forEach((l, i) => { if (matches(l.stack)) hits.push({ kind: "leak", index: i }); });
+    (d.candidates || (d.leaks || []).concat(d.held || [])).forEach((l, i) => { if (matches(l.stack)) hits.push({ kind: "leak", index: i }); });
     d.oom.forEach((o, i) => { if (matches(o.stack)) hits.push({ kind: "oom", index: i }); });
     (d.retries || []).forEach((r, i) => { if (matches(r.stack)) hits.push({ kind: "retry", index: i }); });
     return hits;

@@ -18,7 +18,7 @@ function showDocument(d, signal, src) {
   st.t0 = Math.max(full.t0, Math.min(st.t0, full.t1)); // a link may hold any numbers: clamp them
   st.t1 = Math.min(full.t1, Math.max(st.t1, full.t0));
   if (!(st.t1 > st.t0)) { st.t0 = full.t0; st.t1 = full.t1; }
-  if (st.leak !== null && !d.leaks[st.leak]) st.leak = null;
+  if (st.leak !== null && !d.candidates[st.leak]) st.leak = null;
   if (st.pin !== null && !(st.pin >= 0 && st.pin < d.detail.alloc.length)) st.pin = null;
   st.cur = Math.max(full.t0, Math.min(st.cur || full.t0, full.t1));
   st.step = null; // the event the allocator state shows (arrow keys, clicks); null: the nearest checkpoint
@@ -78,7 +78,7 @@ function showDocument(d, signal, src) {
     });
     if (st.leak !== null) { // the selected leak: from its first to its last allocation,
       // behind the bands, whose own colour shows its allocations
-      const l = d.leaks[st.leak];
+      const l = d.candidates[st.leak];
       ctx.fillStyle = "rgba(255, 179, 0, 0.3)";
       ctx.fillRect(x(l.first_seen_ns), 0, Math.max(2, x(l.last_seen_ns) - x(l.first_seen_ns)), H);
     }
@@ -342,7 +342,7 @@ function showDocument(d, signal, src) {
 
   function unpin() { // the side panel goes back to the selected leak, or says nothing is pinned
     st.pin = null;
-    if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
+    if (st.leak !== null) showStack(candidateTitle(st.leak), d.candidates[st.leak].stack);
     else { shownStack = null; text($("details-title"), "Stack"); text(details, "hover an allocation; click to pin it"); }
     redraw();
   }
@@ -374,7 +374,7 @@ function showDocument(d, signal, src) {
   }
   // The selected leak candidate's live bytes at the end of each iteration, on their own scale.
   function drawGrowth() {
-    const g = st.leak === null ? null : Model.growth(d.leaks[st.leak]);
+    const g = st.leak === null ? null : Model.growth(d.candidates[st.leak]);
     $("growth-panel").hidden = !g;
     if (!g) return;
     const ctx = growthCanvas.getContext("2d"), W = growthCanvas.width, H = growthCanvas.height, n = g.values.length;
@@ -476,6 +476,9 @@ function showDocument(d, signal, src) {
   // matter, or every frame when irrelevant frames are not hidden); hovering a line shows the
   // frame's whole name; `note` says why a stack is empty ("(no stack recorded)").
   let shownStack = null; // what the panel shows, to show again when the frames toggle
+  // A candidate's title: those that grew are leak candidates, the rest held since the start.
+  const candidateTitle = (i) => (i < d.leaks.length ? "Leak candidate " + (i + 1) : "Held since the start " + (i - d.leaks.length + 1));
+
   function showStack(title, stackId, head, note) {
     shownStack = [title, stackId, head, note];
     text($("details-title"), title);
@@ -508,33 +511,46 @@ function showDocument(d, signal, src) {
     redraw();
   }
 
-  const leakList = $("leaks"), oomList = $("ooms"), results = $("results");
+  const leakList = $("leaks"), heldList = $("held"), oomList = $("ooms"), results = $("results");
+  const shownAll = { leaks: false, held: false }; // lists show their first ten until "show all" is clicked
   // the verdict over the list: nothing grows (what is listed is held, not leaking), or too few
   // iterations to tell
   text($("growth-verdict"), d.summary.growth === "none" ? "no growth across " + d.iterations.length + " iterations: what is listed is held, not growing"
     : d.summary.growth === "unknown" && d.leaks.length ? "growth cannot be told: " + (d.iterations.length ? "one iteration" : "no iterations") + " (two are needed)" : "");
   function fillLists(filter) {
     leakList.textContent = "";
+    heldList.textContent = "";
     oomList.textContent = "";
     results.textContent = "";
     const only = filter ? new Set(Model.search(d, filter).map((h) => h.kind + h.index)) : null;
-    d.leaks.forEach((l, i) => {
+    const listed = { leaks: 0, held: 0 }, more = { leaks: 0, held: 0 };
+    d.candidates.forEach((l, i) => {
       if (only && !only.has("leak" + i)) return;
+      const which = i < d.leaks.length ? "leaks" : "held";
+      if (!only && !shownAll[which] && listed[which] >= 10) { more[which]++; return; }
+      listed[which]++;
       const frames = Model.stackFrames(d, l.stack), top = frames[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
       const held = l.held_category ? l.kind + " " + l.held_category + ", " : l.kind + ", ";
       const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : held;
-      const li = add(leakList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " + Model.siteLabel(frames),
+      const li = add(which === "leaks" ? leakList : heldList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " +
+        Model.siteLabel(frames) + (l.module ? " \u00b7 in " + l.module : ""),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
       on(li, "click", () => {
         st.leak = st.leak === i ? null : i;
-        showStack("Leak candidate " + (i + 1), l.stack);
+        showStack(candidateTitle(i), l.stack, l.module ? "in module " + l.module + "\n\n" : undefined);
         fillLists(search.value);
         redraw();
         if (st.leak !== null && selectedBand() < 0) // only the largest sites have a band of their own
           text(readout, "leak candidate " + (i + 1) + " has no band of its own: it is inside \u201cother sites\u201d (grey); its span is shaded");
       });
     });
+    for (const which of ["leaks", "held"]) // the rest of a long list, one click away
+      if (more[which]) {
+        const li = add(which === "leaks" ? leakList : heldList, "li", "show all " + (listed[which] + more[which]) + " (" + more[which] + " more)", "more");
+        on(li, "click", () => { shownAll[which] = true; fillLists(search.value); });
+      }
+    $("no-held").hidden = d.held === undefined || d.held.length > 0;
     d.oom.forEach((o, i) => {
       if (only && !only.has("oom" + i)) return;
       const li = add(oomList, "li", rel(o.time_ns) + ": " + Model.formatBytes(o.requested_bytes) + " requested, " + Model.formatBytes(o.device_free_bytes) + " free on the device, " +
@@ -745,6 +761,39 @@ function showDocument(d, signal, src) {
       (sg ? "; allocated " + (sg.before ? "before recording started" : "at " + rel(sg.start) + (by ? " by " + by : "")) : ""));
     if (sg && st.pin === null) showSpan(sg); // the stack that allocated the segment
   });
+  // ---- memory by module: the module tree as an icicle, at the allocated peak ----------------
+  const modCanvas = $("modules"), modRow = 18;
+  const modBoxes = Model.moduleBoxes(d, modCanvas.width);
+  $("modules-panel").hidden = !d.modules.length;
+  function drawModules() {
+    const depth = modBoxes.reduce((m, b) => Math.max(m, b.depth + 1), 0);
+    modCanvas.height = Math.max(1, depth) * modRow;
+    const ctx = modCanvas.getContext("2d");
+    ctx.clearRect(0, 0, modCanvas.width, modCanvas.height);
+    ctx.font = "12px sans-serif";
+    for (const b of modBoxes) {
+      const m = d.modules[b.m], y = b.depth * modRow, w = b.x1 - b.x0;
+      ctx.fillStyle = Model.categoryColor("module", b.depth);
+      ctx.fillRect(b.x0, y, Math.max(1, w - 1), modRow - 1);
+      if (w > 40) {
+        ctx.fillStyle = "#000";
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(b.x0, y, w - 2, modRow);
+        ctx.clip();
+        ctx.fillText(m.shown + " " + Model.formatBytes(m.at_peak_bytes), b.x0 + 3, y + 13);
+        ctx.restore();
+      }
+    }
+    text($("modules-title"), d.modules.length ? "at the allocated peak, " + d.modules.length + " modules (hover for each one's parameters, activations and peaks)" : "");
+  }
+  on(modCanvas, "mousemove", (ev) => {
+    const rect = modCanvas.getBoundingClientRect(), x = ((ev.clientX - rect.left) / rect.width) * modCanvas.width;
+    const b = Model.moduleAt(modBoxes, x, Math.floor(((ev.clientY - rect.top) / rect.height) * modCanvas.height / modRow));
+    text($("modules-readout"), b ? Model.moduleLine(d.modules[b.m]) : initial["modules-readout"]);
+  });
+  drawModules();
+
   on(flame, "mousemove", (ev) => {
     if (!flameLayout) return;
     const rect = flame.getBoundingClientRect(), x = ((ev.clientX - rect.left) / rect.width) * flame.width, k = Math.floor(((ev.clientY - rect.top) / rect.height) * flame.height / 18);
@@ -798,8 +847,8 @@ function showDocument(d, signal, src) {
   fillTable();
   fillIterations();
   if (st.pin !== null) showAllocation(st.pin, true);
-  else if (st.leak !== null) showStack("Leak candidate " + (st.leak + 1), d.leaks[st.leak].stack);
-  else if (d.leaks.length) showStack("Leak candidate 1", d.leaks[0].stack);
+  else if (st.leak !== null) showStack(candidateTitle(st.leak), d.candidates[st.leak].stack);
+  else if (d.candidates.length) showStack(candidateTitle(0), d.candidates[0].stack);
   redraw();
   document.body.dataset.src = String(src);
   document.body.dataset.ready = "1"; // the first paint is done (the browser tests wait for it)
@@ -811,7 +860,7 @@ function showDocument(d, signal, src) {
   const $ = (id) => document.getElementById(id);
   const list = $("memsnap-sources"), sources = list ? JSON.parse(list.textContent) : [""];
   const initial = {}; // the texts a document's views start from
-  for (const id of ["readout", "state-readout", "flame-readout", "spans-readout", "details"]) initial[id] = $(id).textContent;
+  for (const id of ["readout", "state-readout", "flame-readout", "spans-readout", "details", "modules-readout"]) initial[id] = $(id).textContent;
   let controller = null;
   function show(k) {
     if (controller) controller.abort();

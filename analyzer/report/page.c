@@ -125,10 +125,18 @@ static uint32_t site_stack(page_data *p, uint32_t site) {
   return id;
 }
 
-/* The index of analysis site `site` in the page's leak list, or -1. */
+/* The index of analysis site `site` in the page's candidates (the JSON's `leaks`, then its `held`,
+ * MS_PAGE_LEAKS of each: the analysis lists the growing ones first), or -1. */
 static int leak_index(const ms_analysis *a, uint32_t site) {
-  for (size_t i = 0; i < a->nleaks && i < MS_PAGE_LEAKS; i++)
-    if (a->leaks[i] == site) return (int)i;
+  size_t growing = 0, shown = 0;
+  while (growing < a->nleaks && (a->sites[a->leaks[growing]].kind == MS_LEAK_GROWING ||
+                                 a->sites[a->leaks[growing]].kind == MS_LEAK_GROWING_RELEASED))
+    growing++;
+  for (size_t i = 0; i < a->nleaks; i++) {
+    bool listed = i < growing ? i < MS_PAGE_LEAKS : i - growing < MS_PAGE_LEAKS;
+    if (listed && a->leaks[i] == site) return (int)shown;
+    shown += listed;
+  }
   return -1;
 }
 
@@ -394,14 +402,17 @@ static char *page_json(const ms_analysis *a) {
   bool ok = root && p.strings.array && p.frames && p.stacks && p.sites && p.frame_of && p.site_of &&
             ms_json_analysis(root, a, &shape) == 0;
   const ms_timeline *tl = a->timeline;
-  cJSON *leaks = ok ? cJSON_GetObjectItemCaseSensitive(root, "leaks") : NULL, *leak;
-  size_t i = 0; /* each leak's live bytes at the end of each iteration: the growth chart */
-  cJSON_ArrayForEach(leak, leaks) {
-    if (i >= tl->leak_series) break;
-    cJSON *series = cJSON_AddArrayToObject(leak, "per_iteration");
-    for (size_t k = 0; k < tl->leak_iterations; k++)
-      cJSON_AddItemToArray(series, cJSON_CreateNumber((double)tl->leak_live[i * tl->leak_iterations + k]));
-    i++;
+  size_t i = 0; /* each candidate's live bytes at the end of each iteration: the growth chart (the
+                   analysis lists the growing ones first, then what is held: the page's order) */
+  for (int list = 0; list < 2; list++) {
+    cJSON *leaks = ok ? cJSON_GetObjectItemCaseSensitive(root, list ? "held" : "leaks") : NULL, *leak;
+    cJSON_ArrayForEach(leak, leaks) {
+      if (i >= tl->leak_series) break;
+      cJSON *series = cJSON_AddArrayToObject(leak, "per_iteration");
+      for (size_t k = 0; k < tl->leak_iterations; k++)
+        cJSON_AddItemToArray(series, cJSON_CreateNumber((double)tl->leak_live[i * tl->leak_iterations + k]));
+      i++;
+    }
   }
   cJSON *curves = cJSON_AddObjectToObject(root, "curves");
   cJSON_AddItemToObject(curves, "allocated", curve_json(a->allocated_curve));
