@@ -36,7 +36,7 @@ __all__ = [
     "reset_accumulated_stats", "check", "backend", "device_count", "last_error", "options",
     "set_option", "sim_synchronize", "shutdown", "MemsnapError", "record", "stop_recording", "dump",
     "mark", "range", "range_push", "range_pop", "add_oom_observer", "MemPool", "use_mem_pool", "get_option", "get_memory_fraction",
-    "clear_recording", "sim_peer_access", "stack_counters", "allocator_kind", "set_caching", "caching",
+    "clear_recording", "sim_peer_access", "stack_counters", "allocator_kind", "set_caching", "caching", "show",
 ]
 
 __version__ = "0.1.0"  # memsnap.h's MEMSNAP_VERSION (tests/test_install.sh checks they agree)
@@ -371,6 +371,14 @@ def stack_counters():
     if "python_reader" in out:  # a signed state, passed as an unsigned word
         out["python_reader"] = ctypes.c_int64(out["python_reader"]).value
     return out
+
+
+def show(path, height=900, display=True):
+    """Shows snapshot `path`'s report page inline in a Jupyter or VS Code notebook, offline
+    (memsnap/notebook.py: the page of ``memsnap analyze --html`` in an iframe; a PyTorch snapshot
+    pickle is imported first)."""
+    from . import notebook
+    return notebook.show(path, height, display)
 
 
 def dump(path):

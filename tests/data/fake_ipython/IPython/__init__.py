@@ -1,0 +1,1 @@
+"""A stand-in for IPython (tests/recorder/test_show.py): only what memsnap.show uses."""
