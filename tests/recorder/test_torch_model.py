@@ -192,6 +192,22 @@ outside = frames(db, "kind=1 and requested_size=23456")
 check("outside a backward pass, the same thread's allocation has native frames only",
       outside and all(f[0] == "native" for f in outside), str(outside))
 
+db, p = train("roots", "1", "roots", MEMSNAP_RECORD="1")
+ev = model_events(db) if os.path.exists(db) else []
+names = rows(db, "select text from labels where text like 'Net#%' order by text") if os.path.exists(db) else []
+check("a second root of a class alive beside the first: Class#2, its modules below it; a third, once the second "
+      "is gone, takes its name",
+      p.returncode == 0 and names == sorted([("Net#2" + m[3:],) for m in modules + ["Net.blocks"]]) and
+      sum(1 for e in ev if e[1] == MODULE and e[4] == "Net#2" and e[2] == 0) == 2 and
+      sum(1 for e in ev if e[1] == TENSOR and e[4] == "Net#2.embed" and e[3] == PARAMETER) == 2,
+      "%s %s" % (names, p.stderr))
+backward = [e for e in ev if e[1] == BACKWARD]
+between = (backward[1][0], backward[2][0]) if len(backward) == 4 else (0, 0)  # the first pass's end, the last's begin
+stale = [(e[4], e[2]) for e in ev if e[1] == MODULE and e[2] >= 2 and between[0] < e[0] < between[1]]
+check("a backward pass the wrapper did not see: the modules it left open end before the next pass begins",
+      len(backward) == 4 and stale[-2:] == [("Net.embed", 3), ("Net", 3)] and
+      sum(1 for x in stale if x[1] == 2) == sum(1 for x in stale if x[1] == 3) == 19, str(stale[-4:]))
+
 db, p = train("off", "2", MEMSNAP_RECORD="1", MEMSNAP_TORCH_MODULES="0")
 check("MEMSNAP_TORCH_MODULES=0: the loop runs, nothing hooked, no module, tensor, step or backward event",
       p.returncode == 0 and "hooks 0" in p.stdout and os.path.exists(db) and

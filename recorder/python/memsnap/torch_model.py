@@ -65,11 +65,12 @@ _region_fn = None        # torch._dynamo.eval_frame._is_in_compiled_region once 
 _labels = {}             # name -> label id
 _modules = {}            # id(module) -> (weak reference, label id)
 _tensor_labels = {}      # id(parameter or buffer) -> (weak reference, label id of its module)
-_roots = {}              # class name -> how many roots of it were named
+_roots = {}              # class name -> {number: weak reference to the root named with it}
 _class_labels = {}       # optimizer class -> label id
 _begin_hooks = {}        # label id -> the hook that begins its module's backward
 _end_hooks = {}          # label id -> the hook that ends it
 _open = []               # label ids of the modules whose backward began and has not ended, innermost last
+_passes = 0              # backward passes running inside the engine's wrapper
 _local_types = {}        # tensor type -> whether its objects are DTensors (a local tensor inside)
 _scaler_optimizer = None  # the optimizer a GradScaler.step is stepping
 _scaler_stepped = False   # whether that optimizer's step began
@@ -122,10 +123,14 @@ def _tensor_row(t):
 
 
 def _emit(rows):
-    """One memsnap_tensor_events call for rows of (tensor, role, label)."""
+    """One memsnap_tensor_events call for rows of (tensor, role, label); a tensor whose storage
+    cannot be read (a sparse one) is left out."""
     cells = []
     for t, role, label in rows:
-        row = _tensor_row(t)
+        try:
+            row = _tensor_row(t)
+        except Exception:  # noqa: BLE001
+            continue
         if row is not None:
             cells.append(row + (role, label))
     n = len(cells)
@@ -138,21 +143,32 @@ def _emit(rows):
 
 def _name_root(root):
     """Names a module first seen without a known parent, and every module below it; records their
-    own parameters and buffers. Returns the root's label id."""
+    own parameters and buffers. Returns the root's label id (0, remembered, for a module that
+    cannot be walked). The first root of a class alive is named by the class, the next ones
+    Class#2, Class#3...: a number whose root is gone is given again (DataParallel's replicas, new
+    modules each forward, reuse their names)."""
     cls = type(root).__name__
-    count = _roots.get(cls, 0) + 1
-    _roots[cls] = count
-    name = cls if count == 1 else "%s#%d" % (cls, count)
+    numbers = _roots.setdefault(cls, {})
+    n = 1
+    while n in numbers and numbers[n]() is not None:
+        n += 1
+    numbers[n] = weakref.ref(root)
+    name = cls if n == 1 else "%s#%d" % (cls, n)
     rows, seen = [], set()
-    for path, module in root.named_modules():
-        label = _label(name + "." + path if path else name)
-        _remember(_modules, module, label)  # a former root now below a parent: renamed, as ModTracker does
-        for role, tensors in ((PARAMETER, module.parameters(recurse=False)), (BUFFER, module.buffers(recurse=False))):
-            for t in tensors:
-                if t is not None and id(t) not in seen:
-                    seen.add(id(t))
-                    _remember(_tensor_labels, t, label)
-                    rows.append((t, role, label))
+    try:
+        for path, module in root.named_modules():
+            label = _label(name + "." + path if path else name)
+            _remember(_modules, module, label)  # a former root now below a parent: renamed, as ModTracker does
+            for role, tensors in ((PARAMETER, module.parameters(recurse=False)),
+                                  (BUFFER, module.buffers(recurse=False))):
+                for t in tensors:
+                    if t is not None and id(t) not in seen:
+                        seen.add(id(t))
+                        _remember(_tensor_labels, t, label)
+                        rows.append((t, role, label))
+    except Exception:  # noqa: BLE001 - a module that cannot be walked: no events, not asked again
+        _remember(_modules, root, 0)
+        return 0
     _emit(rows)
     return _known(_modules, root)
 
@@ -349,21 +365,32 @@ def _wrap_scaler_step(cls):
     return True
 
 
+def _end_open(depth):
+    """Ends the backward of the modules opened past `depth`, innermost first."""
+    while len(_open) > depth:
+        _module_event(_open.pop(), MODULE_BACKWARD_END)
+
+
 def _backward_wrapper(original):
     """original (the engine's entry) between memsnap_backward_begin and memsnap_backward_end; the
-    modules whose backward began in the pass and did not end, ended with it."""
+    modules whose backward began in the pass and did not end, ended with it (those of a pass run
+    where no wrapper saw it, at the next one's start)."""
     def run_backward(*args, **kwargs):
-        depth = len(_open)
+        global _passes
         try:
+            if _passes == 0 and _open:
+                _end_open(0)
             _backward_begin()
         except Exception:  # noqa: BLE001
             pass
+        depth = len(_open)
+        _passes += 1
         try:
             return original(*args, **kwargs)
         finally:
+            _passes -= 1
             try:
-                while len(_open) > depth:
-                    _module_event(_open.pop(), MODULE_BACKWARD_END)
+                _end_open(depth)
                 _backward_end()
             except Exception:  # noqa: BLE001
                 pass

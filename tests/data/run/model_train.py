@@ -16,6 +16,9 @@ Usage: model_train.py DB [STEPS] [record-late] [native LIB]
   STEPS        training steps (default 3)
   record-late  memsnap.enable() with the history not recording, memsnap.record() after the model is
                built (the hooks come with the recording)
+  roots        after the steps: a second Net alive beside the first runs forward (Net#2), goes,
+               and a third takes its name; then a backward pass the engine runs unwrapped
+               (Variable._execution_engine.run_backward, as C++ callers do), then a plain one
   native LIB   LIB is build/tests/libnative_thread.so: in every backward pass a hook on the loss
                allocates 12345 bytes on a thread that never ran Python (freed at once), and after
                the steps, outside any backward pass, 23456 bytes
@@ -128,6 +131,16 @@ for step in range(steps):
         print("odd module ran" if odd(ids_ := torch.empty(8)) is ids_ else "odd module failed")
 if native is not None:
     native_alloc(None, 23456)
+if "roots" in args:
+    second = Net()
+    second(torch.empty(16))
+    del second
+    third = Net()
+    third(torch.empty(16))
+    loss = model(torch.empty(16))
+    torch.autograd.variable.Variable._execution_engine.run_backward((loss,), None, False, False, (),
+                                                                    allow_unreachable=True, accumulate_grad=True)
+    model(torch.empty(16)).backward()
 print("hooks %d" % len(torch.nn.modules.module._global_forward_pre_hooks))
 print("steps done %d" % steps)
 memsnap.dump(db)
