@@ -22,10 +22,11 @@ leaves PyTorch alone. Once a process it registers, where the installed PyTorch h
   torch.compile's tracing or compiled regions (torch.compiler.is_compiling, and
   torch._dynamo.eval_frame._is_in_compiled_region once dynamo is loaded), as ModTracker skips them.
 * Names, as ModTracker and MemTracker give them: a module first seen without a known parent is a
-  root, named by its class (GPT2LMHeadModel; a second root of the same class GPT2LMHeadModel#2),
-  and the modules below it by their paths (GPT2LMHeadModel.transformer.h.3.mlp: named_modules).
-  A name is kept per module object (by id, checked through a weak reference), its label id per
-  name (memsnap_label once a name).
+  root, named by its class (GPT2LMHeadModel; a second root of the same class alive beside it
+  GPT2LMHeadModel#2, a number given again once its root is gone), and the modules below it by
+  their paths (GPT2LMHeadModel.transformer.h.3.mlp: named_modules). A name is kept per module
+  object (by id, checked through a weak reference), its label id per name (memsnap_label once a
+  name).
 * Tensors: the first time a root runs forward, each module's own parameters and buffers
   (recurse=False), labelled with that module's name. At each optimizer step, through the global
   step hooks (torch.optim.optimizer.register_optimizer_step_pre_hook / _post_hook): before it,
@@ -43,7 +44,8 @@ leaves PyTorch alone. Once a process it registers, where the installed PyTorch h
   the name torch.autograd imported it, which they call), is wrapped by memsnap_backward_begin and
   memsnap_backward_end (finally): the begin lends the Python frames of the backward() call to the
   allocations of autograd's threads (recorder/stacks.c). Without it (PyTorch 1.x),
-  torch.autograd.backward and torch.autograd.grad are wrapped instead.
+  torch.autograd.backward and torch.autograd.grad are wrapped instead. Modules left open by a
+  pass that no wrapper saw (the engine called from C++) end when the next wrapped pass begins.
 
 Costs: the hooks run on every module call, so they do little: one dict look-up for the module's
 label, a ctypes call (functions bound once, with argtypes), the tensor hooks made once a label
