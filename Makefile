@@ -40,7 +40,7 @@ LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend.c recorder/backend_cuda.c recorder/backend_sim.c \
   recorder/blocks.c recorder/blocktree.c recorder/capture.c recorder/check.c recorder/checkpoint.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/ehframe.c \
-  recorder/ipc.c recorder/misuse.c recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/segments.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
+  recorder/ipc.c recorder/misuse.c recorder/model_events.c recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/segments.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbolize.c recorder/symbols.c recorder/uncached.c recorder/unwind.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
@@ -53,7 +53,7 @@ WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload \
   $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
-  $(BUILD)/tests/libbench_stacks.so
+  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall torch-allocator
@@ -141,6 +141,11 @@ $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c $(TEST_HEADERS) | check-deps
 $(BUILD)/tests/libbench_stacks.so: tests/recorder/bench_stacks.c tests/recorder/many_callers.h recorder/memsnap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -DBENCH_LIBRARY $(EXTRA_CFLAGS) -shared -o $@ $< $(EXTRA_LDFLAGS)
+
+# A thread that never ran Python, for the Python tests (tests/recorder/test_torch_model.py).
+$(BUILD)/tests/libnative_thread.so: tests/recorder/native_thread.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -shared -o $@ $< -lpthread $(EXTRA_LDFLAGS)
 
 # A C++ host that catches memsnap's out-of-memory exception the way PyTorch does.
 $(BUILD)/tests/liboom_catcher.so: tests/recorder/oom_catcher.cc $(BUILD)/libmemsnap.so

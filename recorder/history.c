@@ -17,7 +17,8 @@
  * the ring's base, so an event claimed before the clear is never taken for one after it.
  *
  * Labels of marks and ranges are interned in a string table (marks are not on the allocation
- * path, so they may allocate); an event refers to its label by id in `aux`.
+ * path, so they may allocate); an event refers to its label by id in `aux`. The model's events
+ * (model_events.c: modules, tensors, optimizer steps) name theirs in the same table.
  *
  * Event times are CLOCK_MONOTONIC nanoseconds. Reading the clock costs 15 to 35 ns (the upper end
  * on a VM's kvm-clock), about as much as the rest of an event, and an allocate+free pair records
@@ -458,6 +459,13 @@ uint32_t msi_label_id(const char *label) {
 out:
   pthread_mutex_unlock(&label_lock);
   return id;
+}
+
+uint32_t msi_label_count(void) {
+  pthread_mutex_lock(&label_lock);
+  uint32_t n = nlabels;
+  pthread_mutex_unlock(&label_lock);
+  return n;
 }
 
 const char *msi_label(uint32_t id) {

@@ -129,6 +129,7 @@ typedef struct msi_options {
   bool sim_old_driver;         /* sim: no virtual memory management, no stream-ordered pools */
   bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
   bool torch_ranges;           /* read by the Python package (memsnap.enable()); kept here likewise */
+  bool torch_modules;          /* likewise (memsnap.enable(): torch_model.py) */
   int torch_allocator;         /* likewise: 0 the C++ allocator (torch_allocator/), 1 the pluggable interface */
   uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
   bool no_caching;             /* uncached.c serves every request: MEMSNAP_NO_CACHING, PYTORCH_NO_CUDA_MEMORY_CACHING=1 */
@@ -595,6 +596,8 @@ int msi_history_range_pop(void);
 /* Interns a label (each distinct text is kept once, for the life of the recording). Returns its
  * id, or UINT32_MAX when out of host memory. */
 uint32_t msi_label_id(const char *label);
+/* How many labels are interned: ids below it are valid (0, "", once any is). */
+uint32_t msi_label_count(void);
 /* fork(): take (prepare), release (parent) or reset (child) the history's and stacks' locks. */
 void msi_history_fork(int phase);
 void msi_stacks_fork(int phase);
@@ -612,6 +615,14 @@ uint32_t msi_stack_capture_from(uint64_t first_pc, bool may_take_gil);
  * MEMSNAP_CONTEXT is alloc. */
 uint32_t msi_stack_capture_for_free(uint64_t first_pc, bool may_take_gil);
 void msi_stacks_reset(void);
+/* Backward passes lend their Python frames (memsnap_backward_begin/end): push the calling thread's
+ * Python part (read only when `capture`: the ring records) on a global stack of at most
+ * MSI_STACKS_LEND_MAX (deeper begins are counted, keep none); until it is popped, a capture on a
+ * thread with no Python frames of its own takes the innermost one's. Pop returns 0, or -1 when
+ * none is open. */
+#define MSI_STACKS_LEND_MAX 16
+void msi_stacks_lend_push(bool capture);
+int msi_stacks_lend_pop(void);
 
 /* An interned stack: words[offset..] holds its n_native program counters, then its n_python
  * (code object, position) pairs, innermost first. A position is the instruction offset, or the

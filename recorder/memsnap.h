@@ -236,7 +236,7 @@ int memsnap_range_pop(void);
  * recorded). */
 
 /* The label id of `text` (interned once, as marks' and ranges' labels are): >= 1, or
- * MEMSNAP_EINVAL for NULL, MEMSNAP_ENOMEM when it cannot be kept. Ids name the module (its path in
+ * MEMSNAP_EINVAL for NULL or "", MEMSNAP_ENOMEM when it cannot be kept. Ids name the module (its path in
  * the model, "GPT2LMHeadModel.transformer.h.3.mlp") or the optimizer ("AdamW") of the events. */
 int memsnap_label(const char *text);
 

@@ -119,6 +119,8 @@ static const option table[] = {
      K_BOOL, FIELD(intercept_cache), .runtime = false},
     {{"torch_ranges", "1", "0: memsnap.enable() leaves PyTorch's record_function scopes (Optimizer.step...) unrecorded as ranges"},
      K_BOOL, FIELD(torch_ranges), .runtime = false},
+    {{"torch_modules", "1", "0: memsnap.enable() leaves PyTorch's modules, tensors, optimizer steps and backward passes unrecorded (the module, tensor, step and backward events of a recording)"},
+     K_BOOL, FIELD(torch_modules), .runtime = false},
     {{"torch_allocator", "cxx", "how memsnap.enable() becomes PyTorch's allocator: cxx (a C++ allocator built for the installed PyTorch at first use and cached; the pluggable interface where it cannot be built) or pluggable"},
      K_CHOICE, FIELD(torch_allocator), .choices = {{"cxx", 0}, {"pluggable", 1}}, .runtime = false},
     {{"gil_wait_ms", "100", "how long an intercepted allocation from a Python thread that released the GIL waits for its Python frames (ms; past it, and with 0, native frames only)"},

@@ -501,6 +501,12 @@ static sqlite3_stmt *prepare_event_rows(writer *w) {
   return st;
 }
 
+/* Whether an event of `kind` names a label in its extra (aux): the model's events (module,
+ * tensor, step: model_events.c), written even when 0 (a tensor of no known module). */
+static inline bool names_label(uint8_t kind) {
+  return kind == MSI_EV_MODULE || kind == MSI_EV_TENSOR || kind == MSI_EV_STEP;
+}
+
 /* A mark's row, a push remembered, a pop's range written; notes the labels events name. */
 static void note_mark_or_range(event_writer *x, uint64_t i, int64_t id, int64_t t) {
   const msi_event *ev = x->s->ev, *e = &ev[i];
@@ -525,7 +531,8 @@ static void note_mark_or_range(event_writer *x, uint64_t i, int64_t id, int64_t 
         break;
       }
   }
-  if (e->kind == MSI_EV_SEGMENT_ALLOC && e->aux > x->max_label) x->max_label = (uint32_t)e->aux; /* external: the API */
+  if ((e->kind == MSI_EV_SEGMENT_ALLOC || names_label(e->kind)) && e->aux > x->max_label)
+    x->max_label = (uint32_t)e->aux; /* external: the API; the model's events: a module, an optimizer */
 }
 
 /* Binds event i's row into the batch (or, for the last rows, the one-row statement) and runs the
@@ -540,7 +547,7 @@ static void put_event(event_writer *x, uint64_t i, int64_t id, int64_t t) {
   for (int k = 0; k < 11; k++) {
     bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
                 (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH &&
-                 e->kind != MSI_EV_INVALID_FREE && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux) &&
+                 e->kind != MSI_EV_INVALID_FREE && !names_label(e->kind) && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux) &&
                  !((e->kind == MSI_EV_SEGMENT_FREE || e->kind == MSI_EV_SEGMENT_UNMAP) && e->aux));
     if (null) sqlite3_bind_null(target, base + k + 1);
     else sqlite3_bind_int64(target, base + k + 1, v[k]);

@@ -13,7 +13,7 @@
  *     (as PyTorch's recorder does): the GIL is then taken only to intern a frame never seen
  *     before, not to read the thread's own frames, which no other thread changes. A thread
  *     without Python frames (PyTorch's autograd threads: a thread state, no frames) gets native
- *     frames only.
+ *     frames only; while a backward pass is open, it borrows that pass's (below).
  * MEMSNAP_STACKS chooses none, native, python or all (both); MEMSNAP_CONTEXT=alloc leaves the
  * stacks of frees out (msi_stack_capture_for_free).
  *
@@ -46,6 +46,19 @@
  * Counters (memsnap_stack_counters): what the captures did, each thread counting in its own caches
  * (a relaxed store by their one writer: no atomic add, no shared line), summed when asked; they tell a capture that took a lock or the GIL
  * from one that found everything in its thread's caches.
+ *
+ * Borrowed Python frames: PyTorch's autograd runs a backward pass's nodes on threads of its own
+ * (one per device) that have a thread state and no Python frames, so their allocations would
+ * read as native frames alone. memsnap_backward_begin (model_events.c, called by the Python
+ * package around torch.autograd's engine) pushes the calling thread's Python part, the node of
+ * the frames of the backward() call, on a small global stack (msi_stacks_lend_push: at most
+ * MSI_STACKS_LEND_MAX deep, atomics, no lock); memsnap_backward_end pops it. A capture whose
+ * thread has no Python frames of its own (Python part 0) while one is open takes the innermost
+ * one's, so the stack reads as its native frames, then the backward() call's Python frames. A
+ * begin on a thread without frames (a reentrant backward from C++) lends the enclosing one's.
+ * When none is open this costs one relaxed atomic load, and only in captures that found no
+ * Python frames. The stack is global, not per pass: concurrent backward passes on several
+ * threads lend the frames of the innermost open one. A reset and a fork child empty it.
  *
  * Names come later, when a snapshot is written (symbolize.c, from msi_stacks_copy's copy of the
  * interned stacks and the C API table msi_python_api gives), never while allocating.
@@ -545,6 +558,20 @@ static __attribute__((noinline)) uint32_t python_part(thread_stacks *t, bool may
   return msi_gil_helper_run(python_job_run, &job) == 0 ? job.node : 0;
 }
 
+/* ---- Python frames lent by backward passes ---------------------------------------------- */
+
+/* lend_depth counts the open begins; lent[i] is the Python node of begin i (the first
+ * MSI_STACKS_LEND_MAX). A node stays valid until msi_stacks_reset, which empties this too. */
+static atomic_uint lend_depth;
+static _Atomic uint32_t lent[MSI_STACKS_LEND_MAX];
+
+/* The innermost open begin's Python node, 0 when none is open (one relaxed load then). */
+static inline uint32_t lent_python(void) {
+  unsigned d = atomic_load_explicit(&lend_depth, memory_order_relaxed);
+  if (MSI_LIKELY(d == 0)) return 0;
+  return atomic_load_explicit(&lent[(d > MSI_STACKS_LEND_MAX ? MSI_STACKS_LEND_MAX : d) - 1], memory_order_relaxed);
+}
+
 /* ---- capture ---------------------------------------------------------------------------- */
 
 static inline uint32_t stack_id(thread_stacks *t, uint32_t native, uint32_t python) {
@@ -568,7 +595,11 @@ static inline __attribute__((always_inline)) uint32_t capture(thread_stacks *t, 
   uint64_t phase = PHASE_START();
   uint32_t native = (mode & MSI_STACKS_NATIVE) ? native_part(t, entry, first_pc, reference) : 0;
   PHASE_ADD(t, SC_TICKS_NATIVE, phase);
-  uint32_t python = (mode & MSI_STACKS_PYTHON) ? python_part(t, may_take_gil, reference) : 0;
+  uint32_t python = 0;
+  if (mode & MSI_STACKS_PYTHON) {
+    python = python_part(t, may_take_gil, reference);
+    if (!python) python = lent_python(); /* no frames of its own: a backward pass's, if one is open */
+  }
   phase = PHASE_START();
   uint32_t id = stack_id(t, native, python);
   PHASE_ADD(t, SC_TICKS_PAIR, phase);
@@ -609,6 +640,33 @@ static __attribute__((noinline)) uint32_t capture_checked(thread_stacks *t, int 
   atomic_fetch_add(&checked, 1);
   if (id != ref) atomic_fetch_add(&differ, 1);
   return id;
+}
+
+void msi_stacks_lend_push(bool capture) {
+  uint32_t node = 0;
+  thread_slot *slot = &tls;
+  if (capture && (msi_opt.stacks & MSI_STACKS_PYTHON) && !slot->in_capture) {
+    slot->in_capture = 1;
+    node = python_part(thread_state(slot), true, test_mode == 1);
+    slot->in_capture = 0;
+  }
+  if (!node) node = lent_python(); /* a thread without frames: the enclosing pass's */
+  unsigned d = atomic_fetch_add_explicit(&lend_depth, 1, memory_order_relaxed);
+  if (d < MSI_STACKS_LEND_MAX) atomic_store_explicit(&lent[d], node, memory_order_relaxed);
+}
+
+int msi_stacks_lend_pop(void) {
+  unsigned d = atomic_load_explicit(&lend_depth, memory_order_relaxed);
+  do {
+    if (d == 0) return -1;
+  } while (!atomic_compare_exchange_weak_explicit(&lend_depth, &d, d - 1, memory_order_relaxed, memory_order_relaxed));
+  return 0;
+}
+
+/* Forgets every lent node (a reset: their ids go; a fork child: the passes are the parent's). */
+static void lend_forget(void) {
+  atomic_store_explicit(&lend_depth, 0, memory_order_relaxed);
+  for (int i = 0; i < MSI_STACKS_LEND_MAX; i++) atomic_store_explicit(&lent[i], 0, memory_order_relaxed);
 }
 
 uint32_t msi_stack_capture(void) { return msi_stack_capture_from(0, true); }
@@ -719,6 +777,7 @@ void msi_stacks_reset(void) {
   n_nnodes = nnodes_cap = n_pnodes = pnodes_cap = nrecs = recs_cap = 0;
   nwords = words_cap = 0;
   atomic_fetch_add_explicit(&tables_generation, 1, memory_order_relaxed);
+  lend_forget();
   msi_unwind_forget();
   pthread_mutex_unlock(&stack_lock);
 }
@@ -730,6 +789,7 @@ void msi_stacks_fork(int phase) {
   }
   if (phase == MSI_FORK_CHILD) { /* the forking thread is the child's only one */
     tls.in_capture = 0;
+    lend_forget();
     for (thread_stacks *t = all_threads, *next; t; t = next) {
       next = t->next;
       if (t != tls.stacks) free_thread(t);

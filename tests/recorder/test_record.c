@@ -3,7 +3,8 @@
  * Reads every snapshot back with SQLite's C API and checks it against what the test did:
  * the ring's bound and dropped count over 10 million events, stacks naming this file's own
  * functions, a full round trip (events, blocks, segments, statistics, marks, ranges), dumps
- * killed midway, path patterns and bad paths, and the dumps at out of memory and on a signal.
+ * killed midway, path patterns and bad paths, and the dumps at out of memory and on a signal;
+ * the model's events (module, tensor, step, backward: memsnap_module_event and the rest).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -468,12 +469,136 @@ static void test_dump_on_oom_and_signal(void) {
   unsetenv("MEMSNAP_DUMP_SIGNAL");
 }
 
+/* The model's events (model_events.c): recorded only while recording, bad arguments refused with
+ * nothing recorded, the columns as docs/snapshot-format.md gives them, their labels written. */
+static __attribute__((noinline)) int run_backward_for_test(void) {
+  int rc = memsnap_backward_begin();
+  __asm__ volatile("" ::: "memory"); /* no tail call: this frame stays on the stack */
+  return rc;
+}
+
+static void test_model_events(void) {
+  fresh("MEMSNAP_STACKS=native");
+  int net = memsnap_label("Net"), block = memsnap_label("Net.block"), adamw = memsnap_label("AdamW");
+  CHECK("model: labels are ids from 1, the same text the same id",
+        net >= 1 && block > net && adamw > block && memsnap_label("Net.block") == block);
+  CHECK("model: no label for NULL or an empty text", memsnap_label(NULL) == MEMSNAP_EINVAL &&
+                                                         memsnap_label("") == MEMSNAP_EINVAL);
+  void *p = memsnap_malloc(4096, 0, S1), *g = memsnap_malloc(4096, 0, S1), *m = memsnap_malloc(8192, 0, S1);
+  uint64_t storage[3] = {(uintptr_t)p, (uintptr_t)g, (uintptr_t)m}, bytes[3] = {4000, 4000, 8000};
+  uint8_t role[3] = {MEMSNAP_TENSOR_PARAMETER, MEMSNAP_TENSOR_GRADIENT, MEMSNAP_TENSOR_OPTIMIZER_STATE};
+  int32_t label[3] = {block, 0, block};
+  int16_t device[3] = {0, 0, 0};
+  /* not recording: accepted, nothing recorded */
+  CHECK("model: not recording, every call is accepted",
+        memsnap_module_event(net, MEMSNAP_MODULE_FORWARD) == MEMSNAP_OK &&
+            memsnap_tensor_events(3, storage, bytes, role, label, device) == MEMSNAP_OK &&
+            memsnap_step_event(adamw, MEMSNAP_STEP_BEGIN) == MEMSNAP_OK && memsnap_backward_begin() == MEMSNAP_OK &&
+            memsnap_backward_end() == MEMSNAP_OK);
+
+  CHECK("record: start", memsnap_record_start(0, NULL) == MEMSNAP_OK);
+  /* bad arguments while recording: refused, nothing recorded */
+  uint8_t bad_role[3] = {MEMSNAP_TENSOR_PARAMETER, 5, MEMSNAP_TENSOR_PARAMETER};
+  uint8_t zero_role[1] = {0};
+  int32_t bad_label[3] = {block, 100000, 0};
+  int16_t bad_device[3] = {0, -2, 0};
+  CHECK("model: module events refuse a bad what or label",
+        memsnap_module_event(net, 4) == MEMSNAP_EINVAL && memsnap_module_event(net, -1) == MEMSNAP_EINVAL &&
+            memsnap_module_event(0, MEMSNAP_MODULE_FORWARD) == MEMSNAP_EINVAL &&
+            memsnap_module_event(-3, MEMSNAP_MODULE_FORWARD) == MEMSNAP_EINVAL &&
+            memsnap_module_event(100000, MEMSNAP_MODULE_FORWARD) == MEMSNAP_EINVAL);
+  CHECK("model: tensor events refuse a bad role, label or device, or missing arrays, the whole batch",
+        memsnap_tensor_events(3, storage, bytes, bad_role, label, device) == MEMSNAP_EINVAL &&
+            memsnap_tensor_events(1, storage, bytes, zero_role, label, device) == MEMSNAP_EINVAL &&
+            memsnap_tensor_events(3, storage, bytes, role, bad_label, device) == MEMSNAP_EINVAL &&
+            memsnap_tensor_events(3, storage, bytes, role, label, bad_device) == MEMSNAP_EINVAL &&
+            memsnap_tensor_events(3, NULL, bytes, role, label, device) == MEMSNAP_EINVAL &&
+            memsnap_tensor_events(0, NULL, NULL, NULL, NULL, NULL) == MEMSNAP_OK);
+  CHECK("model: step events refuse a bad what or label",
+        memsnap_step_event(adamw, 0) == MEMSNAP_EINVAL && memsnap_step_event(adamw, 4) == MEMSNAP_EINVAL &&
+            memsnap_step_event(0, MEMSNAP_STEP_BEGIN) == MEMSNAP_EINVAL);
+  CHECK("model: a backward end without a begin is refused", memsnap_backward_end() == MEMSNAP_EINVAL &&
+                                                                strstr(memsnap_last_error(), "memsnap_backward_begin"));
+  /* a step as the Python package records it */
+  memsnap_module_event(net, MEMSNAP_MODULE_FORWARD);
+  memsnap_module_event(block, MEMSNAP_MODULE_FORWARD);
+  memsnap_module_event(block, MEMSNAP_MODULE_FORWARD_END);
+  memsnap_module_event(net, MEMSNAP_MODULE_FORWARD_END);
+  CHECK("model: a backward begins", run_backward_for_test() == MEMSNAP_OK);
+  memsnap_module_event(net, MEMSNAP_MODULE_BACKWARD);
+  memsnap_module_event(block, MEMSNAP_MODULE_BACKWARD);
+  memsnap_module_event(block, MEMSNAP_MODULE_BACKWARD_END);
+  memsnap_module_event(net, MEMSNAP_MODULE_BACKWARD_END);
+  CHECK("model: and ends", memsnap_backward_end() == MEMSNAP_OK);
+  memsnap_step_event(adamw, MEMSNAP_STEP_BEGIN);
+  CHECK("model: three tensors in one call", memsnap_tensor_events(3, storage, bytes, role, label, device) == MEMSNAP_OK);
+  memsnap_step_event(adamw, MEMSNAP_STEP_END);
+  memsnap_step_event(adamw, MEMSNAP_STEP_SKIPPED);
+  /* a label named by a tensor event alone, interned after every other: the labels table holds it */
+  int32_t last_label[1] = {memsnap_label("Net.head")};
+  uint8_t buffer_role[1] = {MEMSNAP_TENSOR_BUFFER};
+  memsnap_tensor_events(1, storage, bytes, buffer_role, last_label, device);
+  bool nested = true; /* nested begins past the 16 kept still pair */
+  for (int i = 0; i < 20; i++) nested &= memsnap_backward_begin() == MEMSNAP_OK;
+  for (int i = 0; i < 20; i++) nested &= memsnap_backward_end() == MEMSNAP_OK;
+  CHECK("model: 20 nested backward passes begin and end", nested && memsnap_backward_end() == MEMSNAP_EINVAL);
+  char *db = path_of("model.db");
+  CHECK("model: dump", memsnap_dump(db) == MEMSNAP_OK);
+  CHECK("model: the kinds are named module, tensor, step, backward",
+        q1(db, "select count(*) from event_kinds where (id, name) in (values (15, 'module'), (16, 'tensor'), "
+               "(17, 'step'), (18, 'backward'))") == 4);
+  CHECK("model: nothing of the refused calls nor of before the recording: 8 module, 4 tensor, 3 step, 42 backward",
+        q1(db, "select count(*) from events where kind=15") == 8 && q1(db, "select count(*) from events where kind=16") == 4 &&
+            q1(db, "select count(*) from events where kind=17") == 3 &&
+            q1(db, "select count(*) from events where kind=18") == 42);
+  CHECK("model: module events in order, extra their label, size what, no device, no stack",
+        q1(db, "select group_concat(l.text || ':' || e.size, ' ') = 'Net:0 Net.block:0 Net.block:1 Net:1 Net:2 "
+               "Net.block:2 Net.block:3 Net:3' from (select * from events where kind=15 order by id) e "
+               "join labels l on l.id = e.extra") == 1 &&
+            q1(db, "select count(*) from events where kind=15 and (device is not null or stack_id is not null or "
+                   "address != 0 or requested_size != 0)") == 0);
+  char sql[600];
+  snprintf(sql, sizeof sql,
+           "select count(*) from events where kind=16 and device=0 and stack_id is null and ("
+           "(address=%llu and size=4000 and requested_size=1 and extra=%d) or "
+           "(address=%llu and size=4000 and requested_size=2 and extra=0) or "
+           "(address=%llu and size=8000 and requested_size=3 and extra=%d) or "
+           "(address=%llu and size=4000 and requested_size=4 and extra=%d))",
+           (unsigned long long)storage[0], block, (unsigned long long)storage[1], (unsigned long long)storage[2], block,
+           (unsigned long long)storage[0], (int)last_label[0]);
+  CHECK("model: tensor events: address the storage, size its bytes, requested the role, extra the label (0, not NULL), "
+        "device the tensor's", q1(db, sql) == 4);
+  CHECK("model: step events: begin, end, skipped, extra the optimizer's label",
+        q1(db, "select group_concat(size) = '1,2,3' and min(extra) = max(extra) and min(l.text) = 'AdamW' and "
+               "max(device is null) = 1 from (select * from events where kind=17 order by id) e "
+               "join labels l on l.id = e.extra") == 1);
+  CHECK("model: backward events: a begin (size 0) with the stack of its call, an end (size 1) without, no extra",
+        q1(db, "select count(*) from events where kind=18 and size=0 and stack_id is not null") == 21 &&
+            q1(db, "select count(*) from events where kind=18 and size=1 and stack_id is null") == 21 &&
+            q1(db, "select count(*) from events where kind=18 and extra is not null") == 0 &&
+            q1(db, "select count(*) from events e join stack_frames sf on sf.stack_id = e.stack_id join frames f on "
+                   "f.id = sf.frame_id where e.kind=18 and f.name='run_backward_for_test'") == 1);
+  snprintf(sql, sizeof sql, "select count(*) from labels where (id, text) in (values (%d, 'Net'), (%d, 'Net.block'), "
+           "(%d, 'AdamW'), (%d, 'Net.head'))", net, block, adamw, (int)last_label[0]);
+  CHECK("model: the labels table holds every label the events name, the last one too", q1(db, sql) == 4);
+  memsnap_record_stop();
+  memsnap_module_event(net, MEMSNAP_MODULE_FORWARD);
+  memsnap_step_event(adamw, MEMSNAP_STEP_BEGIN);
+  memsnap_dump(db);
+  CHECK("model: recording stopped, nothing more recorded",
+        q1(db, "select count(*) from events where kind=15") == 8 && q1(db, "select count(*) from events where kind=17") == 3);
+  memsnap_free(p, 0, 0, S1);
+  memsnap_free(g, 0, 0, S1);
+  memsnap_free(m, 0, 0, S1);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/memsnap-test-record-%d", (int)getpid());
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
   if (system(cmd) != 0) return 1;
   test_round_trip();
+  test_model_events();
   test_inlined_frames();
   test_several_devices();
   test_review_regressions();

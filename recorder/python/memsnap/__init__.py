@@ -119,6 +119,14 @@ def _declare(lib):
         "memsnap_set_allocator_settings": (c.c_int, [c.c_char_p]),
         "memsnap_set_caching": (None, [c.c_int]),
         "memsnap_caching": (c.c_int, []),
+        # the model's events (torch_model.py)
+        "memsnap_label": (c.c_int, [c.c_char_p]),
+        "memsnap_module_event": (c.c_int, [c.c_int, c.c_int]),
+        "memsnap_tensor_events": (c.c_int, [c.c_size_t, c.POINTER(c.c_uint64), c.POINTER(c.c_uint64),
+                                            c.POINTER(c.c_uint8), c.POINTER(c.c_int32), c.POINTER(c.c_int16)]),
+        "memsnap_step_event": (c.c_int, [c.c_int, c.c_int]),
+        "memsnap_backward_begin": (c.c_int, []),
+        "memsnap_backward_end": (c.c_int, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)
@@ -342,9 +350,13 @@ def record(max_entries=0, stacks=None, context=None):
     frees'), "alloc" (allocations' only: frees are recorded without one); None: as it is
     (MEMSNAP_CONTEXT, or what an earlier call set). An invalid value raises MemsnapError.
     Use it plainly or as `with memsnap.record(): ...` to stop recording at the end of the block."""
+    global _recording_started
     if context is not None:
         set_option("context", context)
     _check(load().memsnap_record_start(int(max_entries), stacks.encode() if stacks else None))
+    _recording_started = True
+    if _torch_model_pending is not None:  # memsnap.enable() ran before recording started
+        _record_torch_model(*_torch_model_pending)
     return _Recording()
 
 
@@ -632,6 +644,32 @@ def _record_torch_ranges(torch, lib):
     return True
 
 
+_recording_started = False  # memsnap.record() started recording in this process
+_torch_model_pending = None  # (torch, lib): enable() ran while the history did not record
+
+
+def _record_torch_model(torch, lib):
+    """Tells the history PyTorch's model in its own language (memsnap.torch_model): which module
+    runs forward or backward, the blocks of parameters, buffers, gradients and optimizer state,
+    optimizer steps (and those GradScaler skipped), backward passes, through PyTorch's global
+    module and optimizer hooks, as its ModTracker does. Only while the history records: at
+    enable() when it does (MEMSNAP_RECORD=1, as under `memsnap run`), else at the first
+    memsnap.record(). MEMSNAP_TORCH_MODULES=0 leaves PyTorch alone. Returns the names of what was
+    hooked or wrapped (empty when nothing was, or not yet)."""
+    global _torch_model_pending
+    if get_option("torch_modules") != "1":  # the library's reading of MEMSNAP_TORCH_MODULES
+        return []
+    if get_option("record") != "1" and not _recording_started:
+        _torch_model_pending = (torch, lib)
+        return []
+    _torch_model_pending = None
+    from . import torch_model
+    try:
+        return torch_model.install(torch, lib)
+    except Exception:  # noqa: BLE001 - never break the program for the model's events
+        return []
+
+
 def _wrap_allocator_settings(torch, lib):
     """PyTorch's settings changed at run time (torch.cuda.memory._set_allocator_settings, which calls
     torch._C._accelerator_setAllocatorSettings at call time) reach memsnap too: PyTorch parses them
@@ -741,6 +779,7 @@ def enable(path=None):
         allocator = _enable_pluggable(torch, lib, so)
         _kind = "pluggable"
     _record_torch_ranges(torch, lib)
+    _record_torch_model(torch, lib)
     _wrap_allocator_settings(torch, lib)
     _enabled = allocator
     return allocator

@@ -1,6 +1,8 @@
 """torch._C of the stand-in: the CUDA bindings that torch.cuda.memory calls, each asking the
 current allocator what torch/csrc/cuda/Module.cpp and memory_snapshot.cpp ask it (so a pluggable
-allocator refuses what PyTorch's refuses)."""
+allocator refuses what PyTorch's refuses), and autograd's engine with the id of the backward pass
+running (torch/csrc/autograd/python_engine.cpp)."""
+import itertools
 import threading
 
 import torch
@@ -149,3 +151,63 @@ def _cuda_getCheckpointState(device, mempool_id):
 
 def _cuda_setCheckpointPoolState(device, state, stale_storages, storages_to_add_deleters_to):
     _a().setCheckpointPoolState(device, state)
+
+
+# ---- autograd's engine (torch/csrc/autograd/engine.cpp, python_engine.cpp) ---------------------
+
+_graph_tasks = itertools.count(1)
+_graph_task = threading.local()
+
+
+def _current_graph_task_id():
+    """The id of the backward pass running on this thread, -1 outside one."""
+    return getattr(_graph_task, "id", -1)
+
+
+class _ImperativeEngine:
+    """Variable._execution_engine: runs a backward pass on the calling thread. Tensors are taken
+    outputs first (each after every tensor made from it); a tensor's hooks run once its gradient is
+    complete, then its grad_fn makes a gradient for each of its inputs (one buffer an input,
+    however many uses) and drops what it saved (without retain_graph); a leaf that requires grad
+    keeps its gradient as .grad (accumulate_grad) or gives it back (torch.autograd.grad)."""
+
+    def run_backward(self, tensors, grad_tensors, keep_graph, create_graph, inputs=(), allow_unreachable=True,
+                     accumulate_grad=True):
+        order, seen = [], set()
+
+        def visit(t):
+            if id(t) in seen:
+                return
+            seen.add(id(t))
+            if t.grad_fn is not None:
+                for i in t.grad_fn.inputs:
+                    visit(i)
+            order.append(t)
+        for t in tensors:
+            visit(t)
+        outer = _current_graph_task_id()
+        _graph_task.id = next(_graph_tasks)
+        try:
+            grads = {id(t): torch.Tensor(t.nbytes) for t in tensors}  # the seed: ones_like(output)
+            results = {}
+            for t in reversed(order):
+                g = grads.pop(id(t), None)
+                if g is None:
+                    continue
+                for hook in list((t._backward_hooks or {}).values()):
+                    hook(g)
+                if t.grad_fn is None:
+                    if not accumulate_grad:
+                        results[id(t)] = g
+                    elif t.grad is None:
+                        t.grad = g
+                    continue
+                for i in t.grad_fn.inputs:
+                    if id(i) not in grads:
+                        grads[id(i)] = torch.Tensor(i.nbytes)
+                del g
+                if not keep_graph:
+                    t.grad_fn.saved = ()
+            return tuple(results.get(id(i)) for i in (inputs or ())) if not accumulate_grad else None
+        finally:
+            _graph_task.id = outer

@@ -27,10 +27,22 @@ It mirrors PyTorch 2.11's layering, written from its sources, for what memsnap t
 * tensors on the GPU: ``torch.empty(n, device="cuda", dtype=torch.uint8)`` (n bytes); a tensor's
   memory is freed when the tensor is collected.
 * record_function (torch.autograd.profiler, torch.profiler) and torch.optim's Optimizer, whose
-  step runs in a record_function "Optimizer.step#<class>.step", and AdamW, in files laid out as
-  PyTorch's are (autograd/, optim/, profiler.py).
+  step runs in a record_function "Optimizer.step#<class>.step" with the global step hooks
+  (register_optimizer_step_pre_hook / _post_hook) around it, and AdamW, in files laid out as
+  PyTorch's are (autograd/, optim/, profiler.py);
+* autograd as far as memsnap's module record needs it (what torch/distributed/_tools/
+  mod_tracker.py uses): tensors with requires_grad, grad_fn, .grad and register_hook; an op
+  helper (torch._op) that the stand-in's torch.nn modules (Linear, Embedding, GELU, ModuleList,
+  with the global forward hooks of torch.nn.modules.module) build their outputs with;
+  torch.autograd.backward and grad calling torch.autograd.graph._engine_run_backward, the name
+  torch.autograd imported it under, as PyTorch 2.x does; torch.autograd.graph's
+  register_multi_grad_hook; the engine (torch._C._ImperativeEngine, Variable._execution_engine)
+  runs on the calling thread, and torch._C._current_graph_task_id says which pass runs;
+* torch.amp.GradScaler (and torch.cuda.amp's subclass), whose step skips the optimizer's step
+  when its stand-in flag `found_inf` is set, as PyTorch's does when gradients hold inf or NaN.
 """
 import ctypes
+import itertools
 import os
 import sys
 import threading
@@ -531,13 +543,46 @@ class _UntypedStorage:
         return (0, handle, self._tensor.nbytes, offset, None, 0, None, False)
 
 
+class device:
+    def __init__(self, type, index=None):
+        self.type = type
+        self.index = index
+
+
+class RemovableHandle:
+    """torch.utils.hooks.RemovableHandle: removes its entry from the hooks' dict."""
+    _ids = itertools.count()
+
+    def __init__(self, hooks, extra=None):
+        self.hooks = hooks
+        self.id = next(RemovableHandle._ids)
+        self.extra = extra  # another dict the key goes into (always_call)
+
+    def remove(self):
+        self.hooks.pop(self.id, None)
+        if self.extra is not None:
+            self.extra.pop(self.id, None)
+
+
 class Tensor:
-    def __init__(self, nbytes):
+    """A CUDA tensor of `nbytes` uint8 elements. Autograd as PyTorch's (torch/csrc/autograd): a
+    tensor made by an op from tensors that require grad requires grad and has a grad_fn (a _Node
+    naming its inputs, holding what the op saved for backward); a leaf that requires grad gets its
+    .grad from the engine (torch._C._ImperativeEngine); register_hook adds a hook called with the
+    tensor's gradient once it is computed."""
+    device = device("cuda", 0)
+    dtype = uint8
+    is_cuda = True
+    grad = None
+    grad_fn = None
+    _backward_hooks = None
+
+    def __init__(self, nbytes, requires_grad=False):
         _lazy_init()
         self._alloc = _allocator()
         self.nbytes = nbytes
         self._ptr = self._alloc.malloc(nbytes)
-        self.is_cuda = True
+        self.requires_grad = requires_grad
 
     def data_ptr(self):
         return self._ptr
@@ -545,22 +590,66 @@ class Tensor:
     def untyped_storage(self):
         return _UntypedStorage(self)
 
+    def numel(self):
+        return self.nbytes
+
+    def element_size(self):
+        return 1
+
+    def register_hook(self, hook):
+        _check(self.requires_grad, "cannot register a hook on a tensor that doesn't require gradient")
+        if self._backward_hooks is None:
+            self._backward_hooks = {}
+        handle = RemovableHandle(self._backward_hooks)
+        self._backward_hooks[handle.id] = hook
+        return handle
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
     def __del__(self):
         if getattr(self, "_ptr", None):
             self._alloc.free(self._ptr, self.nbytes)
             self._ptr = None
 
 
-def empty(nbytes, device="cuda", dtype=None):
+class _Node:
+    """An op's backward node (grad_fn): its inputs that require grad, what it saved."""
+
+    def __init__(self, name, inputs, saved):
+        self._name = name
+        self.inputs = inputs
+        self.saved = saved
+
+    def name(self):
+        return self._name
+
+
+def empty(nbytes, device="cuda", dtype=None, requires_grad=False):
     if not str(device).startswith("cuda"):
         raise ValueError("the stand-in makes GPU tensors only")
-    return Tensor(int(nbytes))
+    return Tensor(int(nbytes), requires_grad)
+
+
+def _op(name, nbytes, inputs, saved_bytes=0):
+    """An op's result of `nbytes` from the tensors `inputs`: with a grad_fn (`name`, saving
+    `saved_bytes` for backward) when one of them requires grad, as the stand-in's nn modules use
+    it."""
+    result = Tensor(int(nbytes))
+    needs = tuple(t for t in inputs if t is not None and t.requires_grad)
+    if needs:
+        result.requires_grad = True
+        result.grad_fn = _Node(name, needs, (Tensor(int(saved_bytes)),) if saved_bytes else ())
+    return result
 
 
 from . import _C, cuda  # noqa: E402  (they call back into the allocators above)
 
 __all__ = ["Tensor", "empty", "OutOfMemoryError", "cuda", "uint8"]
 
-# torch.autograd.profiler (record_function), torch.profiler and torch.optim, as modules of their
-# own with PyTorch's file layout: memsnap's analysis reads their files in the stacks.
-from . import autograd, optim, profiler  # noqa: E402,F401
+# torch.autograd (its engine's Python entry, graph hooks and profiler's record_function),
+# torch.profiler, torch.optim (global step hooks), torch.nn (global module hooks) and torch.amp
+# (GradScaler), as modules of their own with PyTorch's file layout: memsnap's analysis reads
+# their files in the stacks.
+from . import amp, autograd, nn, optim, profiler  # noqa: E402,F401
+from .cuda import amp as _cuda_amp  # noqa: E402,F401  (torch.cuda.amp.GradScaler, after torch.amp)
