@@ -481,7 +481,7 @@ static void write_event_kinds(writer *w) {
 typedef struct event_writer {
   writer *w;
   const snapshot *s;
-  sqlite3_stmt *many, *one, *marks, *ranges;
+  sqlite3_stmt *many, *one, *marks, *ranges, *steps;
   int rows; /* rows bound in `many` so far */
   /* Open ranges per thread: a small stack of (push event index) per thread, found by scan. */
   struct open_range { uint32_t tid; uint64_t idx; } *open;
@@ -531,6 +531,10 @@ static void note_mark_or_range(event_writer *x, uint64_t i, int64_t id, int64_t 
         break;
       }
   }
+  if (e->kind == MSI_EV_STEP) { /* the steps table: the step events again, for readers of steps alone */
+    int64_t v[] = {id, t, (int64_t)e->aux, (int64_t)e->size};
+    insert_ints(x->w, x->steps, v, 4, 0);
+  }
   if ((e->kind == MSI_EV_SEGMENT_ALLOC || names_label(e->kind)) && e->aux > x->max_label)
     x->max_label = (uint32_t)e->aux; /* external: the API; the model's events: a module, an optimizer */
 }
@@ -577,10 +581,11 @@ static void write_open_ranges(event_writer *x) {
 
 /* events, marks and ranges; returns the highest label id they name. */
 static uint32_t write_events(writer *w, const snapshot *s) {
-  event_writer x = {w, s, prepare_event_rows(w), NULL, NULL, NULL, 0, NULL, 0, 0};
+  event_writer x = {w, s, prepare_event_rows(w), NULL, NULL, NULL, NULL, 0, NULL, 0, 0};
   x.one = prepare(w, "INSERT INTO events VALUES(?,?,?,?,?,?,?,?,?,?,?)");
   x.marks = prepare(w, "INSERT INTO marks VALUES(?,?,?,?,?)");
   x.ranges = prepare(w, "INSERT INTO ranges VALUES(NULL,?,?,?,?,?,?)");
+  x.steps = prepare(w, "INSERT INTO steps VALUES(?,?,?,?)");
   x.open = malloc(sizeof *x.open * (s->nev ? s->nev : 1));
   for (uint64_t i = 0; i < s->nev && !w->rc; i++) {
     int64_t id = (int64_t)(s->before + s->ev[i].seq + 1), t = (int64_t)(s->ev[i].time_ns - s->start_ns);
@@ -594,6 +599,7 @@ static uint32_t write_events(writer *w, const snapshot *s) {
   sqlite3_finalize(x.one);
   sqlite3_finalize(x.marks);
   sqlite3_finalize(x.ranges);
+  sqlite3_finalize(x.steps);
   return x.max_label;
 }
 

@@ -260,19 +260,22 @@ void ms_modules_end(ms_analysis *a, ms_module_pass *p, int64_t peak_mark) {
     m->gradient_bytes = m->own_role[MS_ROLE_GRADIENT];
     m->buffer_bytes = m->own_role[MS_ROLE_BUFFER];
     m->at_peak = m->own_at_peak;
-    m->saved_bytes = m->own_saved;
+    m->saved_bytes = 0;
   }
+  /* summed bottom up (submodules come after their parents). own_saved becomes the subtree's
+     total; saved_bytes is per forward call: a module that ran divides its subtree's total by its
+     calls, a path that never ran (a ModuleList) adds its submodules' per-call figures */
   for (size_t i = a->nmodules; i-- > 0;) {
     ms_module *m = &a->modules[i];
+    if (m->forward_calls > 0) m->saved_bytes = m->own_saved / m->forward_calls;
     if (m->parent < 0) continue;
     ms_module *up = &a->modules[m->parent];
     up->parameter_bytes += m->parameter_bytes;
     up->gradient_bytes += m->gradient_bytes;
     up->buffer_bytes += m->buffer_bytes;
     up->at_peak += m->at_peak;
+    up->own_saved += m->own_saved;
     up->saved_bytes += m->saved_bytes;
   }
-  for (size_t i = 0; i < a->nmodules; i++) /* saved: per forward call */
-    if (a->modules[i].forward_calls > 0) a->modules[i].saved_bytes /= a->modules[i].forward_calls;
   ms_modules_free_pass(p);
 }

@@ -165,9 +165,16 @@ static void print_modules(const ms_analysis *a, FILE *out) {
           depth < deepest ? ", the deeper ones in --json and the page" : "");
   fprintf(out, "  %-*s %10s %10s %11s %10s %10s %10s %10s\n", NAME, "module", "params", "grads", "activations",
           "saved/call", "fwd peak", "bwd peak", "at peak");
-  for (size_t i = 0; i < a->nmodules; i++) {
+  /* in tree order: each module followed by its submodules (a stack of indices, depth first) */
+  size_t *stack = malloc(sizeof *stack * a->nmodules), top = 0;
+  if (!stack) return;
+  for (size_t i = a->nmodules; i-- > 0;)
+    if (a->modules[i].parent < 0) stack[top++] = i;
+  while (top) {
+    size_t i = stack[--top];
     const ms_module *m = &a->modules[i];
-    if (m->depth > depth) continue;
+    for (size_t k = a->nmodules; k-- > i + 1;) /* its submodules, the first seen on top */
+      if (a->modules[k].parent == (int32_t)i && a->modules[k].depth <= depth) stack[top++] = k;
     char name[NAME + 1], v[7][32];
     const char *shown = ms_module_shown(a, (int32_t)i);
     size_t len = strlen(shown), indent = m->depth > 0 ? (size_t)m->depth - 1 : 0;
@@ -181,6 +188,7 @@ static void print_modules(const ms_analysis *a, FILE *out) {
       else snprintf(v[k], sizeof v[k], "-");
     fprintf(out, "  %-*s %10s %10s %11s %10s %10s %10s %10s\n", NAME, name, v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
   }
+  free(stack);
 }
 
 /* What was live at the allocated peak by category, largest first: "at the peak: 36%

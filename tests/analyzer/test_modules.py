@@ -159,5 +159,34 @@ check("sites: the module their allocations were made in (here all by one site wi
 text = subprocess.run([cli, "analyze", db], capture_output=True, text=True).stdout
 check("text report: memory by module, and the skipped step marked",
       "memory by module" in text and "enc.0" in text and "skipped" in text, text[-1500:])
+
+# End to end: a training loop of the stand-in torch recorded by memsnap's Python layer
+# (tests/data/run/model_train.py: Net with two Blocks, AdamW through GradScaler, step 1 skipped)
+recorded = os.path.join(work, "recorded.db")
+env = dict(os.environ, MEMSNAP_RECORD="1", MEMSNAP_STACKS="all", MEMSNAP_BACKEND="sim", MEMSNAP_SIM_CAPACITY="1G",
+           MEMSNAP_TORCH_ALLOCATOR="pluggable", MEMSNAP_LIB=os.path.join(build, "libmemsnap.so"),
+           PYTHONPATH=os.pathsep.join([os.path.join(here, "..", "data", "fake_torch"),
+                                       os.path.join(here, "..", "..", "recorder", "python")]))
+for var in ("MEMSNAP_TORCH_MODULES", "MEMSNAP_DUMP"):
+    env.pop(var, None)
+p = subprocess.run([sys.executable, os.path.join(here, "..", "data", "run", "model_train.py"), recorded, "4"], env=env,
+                   capture_output=True, text=True)
+out = subprocess.run([cli, "analyze", "--json", recorded], capture_output=True, text=True)
+j = json.loads(out.stdout) if p.returncode == 0 and out.returncode == 0 else {}
+mods = {m["name"]: m for m in j.get("modules", [])}
+its = j.get("iterations", [])
+check("recorded: four iterations from the recorded steps, the second skipped",
+      j.get("summary", {}).get("iteration_source") == "steps" and [i["skipped"] for i in its] == [False, True, False, False],
+      p.stderr[-500:] + out.stderr + str([(i.get("skipped")) for i in its]))
+check("recorded: the model's modules, each block called once a step, its parameters and gradients by module",
+      mods.get("Net.blocks.0", {}).get("forward_calls") == 4 and mods.get("Net.blocks.0", {}).get("backward_calls") == 4 and
+      mods["Net.blocks.0"]["parameter_bytes"] > 0 and mods["Net.blocks.0"]["gradient_bytes"] == mods["Net.blocks.0"]["parameter_bytes"] and
+      mods["Net"]["parameter_bytes"] == sum(mods[n]["parameter_bytes"] for n in ("Net.embed", "Net.blocks", "Net.head")),
+      str({n: (m["forward_calls"], m["parameter_bytes"], m["gradient_bytes"]) for n, m in mods.items()}))
+ev = j.get("category_evidence", {})
+check("recorded: parameters, gradients and optimizer state rest on tensor events",
+      all("tensors" in ev.get(c, "") for c in ("parameter", "gradient", "optimizer_state")) and
+      j.get("summary", {}).get("optimizer_steps") == 3 and j["summary"]["skipped_steps"] == 1 and
+      j["summary"]["backward_passes"] == 4, str((ev, j.get("summary"))))
 shutil.rmtree(work)
 finish()
