@@ -380,7 +380,7 @@ static int cmd_predict(int argc, char **argv) {
   int nconf = 1, rc = parse_args(argc, argv, &a);
   if (rc != 0) goto cleanup;
   bool progress = isatty(2);
-  m = ms_predict_new(a.runs, a.nruns, progress, err, sizeof err);
+  m = ms_predict_new(a.runs, a.nruns, &(ms_predict_options){.progress = progress}, err, sizeof err);
   if (!m) {
     fprintf(stderr, "error: %s\n", err);
     rc = 1;

@@ -173,6 +173,9 @@ typedef struct ms_label_row {
  * As ms_segments_each: fn's non-zero stops and is returned; -1 with s->error when unreadable. */
 int ms_marks_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
 int ms_ranges_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
+/* Every label by id (the row's event_id is the label's id, its label the text: the paths of the
+ * module events and the optimizers of the step events name them by id); as ms_marks_each. */
+int ms_labels_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
 
 /* Memory outside memsnap's allocator at the snapshot (segments of pool "external": memsnap run
  * --mode intercept), by the API that allocated it and the library that called that API. */

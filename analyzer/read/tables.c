@@ -42,6 +42,10 @@ int ms_ranges_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), 
                      "ranges", fn, arg);
 }
 
+int ms_labels_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg) {
+  return labels_each(s, "select id, 0, text, 0, 0 from labels order by id", "labels", fn, arg);
+}
+
 /* ---- external memory --------------------------------------------------------------------- */
 
 static int external_row(sqlite3_stmt *st, void *arg) {

@@ -640,7 +640,8 @@ static int run_event(const ms_event *e, void *arg) {
   ms_replay_result *r = st->r;
   r->events++;
   if (e->kind == MS_SNAPSHOT || e->kind == MS_MARK || e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP ||
-      e->kind == MS_IPC_SHARE)
+      e->kind == MS_IPC_SHARE || e->kind == MS_MODULE || e->kind == MS_TENSOR || e->kind == MS_STEP ||
+      e->kind == MS_BACKWARD) /* no memory: the program's marks and the model's events */
     return 0;
   if (e->kind < MS_ALLOC || e->kind > MS_SEGMENT_UNMAP) {
     r->bad_events++;
