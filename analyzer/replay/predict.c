@@ -438,7 +438,8 @@ static int replay_at(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_
 typedef struct at_rows {
   ms_predict *m;
   const int64_t *ats;
-  int nconf;
+  const ms_change *changes;
+  int nconf, nchange;
 } at_rows;
 
 int ms_predict_replay(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
@@ -459,20 +460,21 @@ int ms_predict_replay(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms
  * there, again on a device without a limit, for what it needs. */
 static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r, void *arg) {
   const at_rows *ar = arg;
-  return ms_predict_replay(ar->m, s, p, c, &ar->m->change, ar->ats[row / ar->nconf], r);
+  int per_at = ar->nconf * ar->nchange;
+  return ms_predict_replay(ar->m, s, p, c, &ar->changes[row % per_at / ar->nconf], ar->ats[row / per_at], r);
 }
 
 int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
-                  const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
-  int nrows = nat * nconf;
+                  const ms_change *changes, int nchange, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
+  if (!changes || nchange < 1) changes = &m->change, nchange = 1;
+  int nrows = nat * nchange * nconf;
   ms_replay_config *rows = malloc(sizeof *rows * (size_t)(nrows ? nrows : 1));
   if (!rows) {
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  for (int a = 0; a < nat; a++)
-    for (int c = 0; c < nconf; c++) rows[a * nconf + c] = configs[c];
-  at_rows ar = {m, ats, nconf};
+  for (int i = 0; i < nrows; i++) rows[i] = configs[i % nconf];
+  at_rows ar = {m, ats, changes, nconf, nchange};
   int rc = ms_replay_rows(&m->base, m->plan, rows, nrows, at_row, &ar, o, out, err, errlen);
   free(rows);
   return rc;

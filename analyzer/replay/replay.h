@@ -384,20 +384,56 @@ int ms_predict_search(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms
 void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len);
 /* The base's replay plan: its recorded settings and card (ms_replay_grid, ms_replay_check_config). */
 ms_replay_plan *ms_predict_plan(ms_predict *m);
-/* Replays the history synthesised at each of ats[0..nat) under each of configs[0..nconf) (the
- * row of size a and config c is a * nconf + c; each result's `at` says its size) on the sweep's
- * workers, into *out (ranked as the sweep ranks: within one size, ms_replay_rank again). A
+/* Replays the history synthesised at each of ats[0..nat), as changed by each of
+ * changes[0..nchange) (NULL: the change ms_predict_set_change set), under each of
+ * configs[0..nconf) (the row of size a, change h and config c is (a * nchange + h) * nconf + c;
+ * each result's `at` and `change` say which) on the sweep's workers, into *out (ranked as the
+ * sweep ranks: within one size and change, ms_replay_rank again). A
  * replay that does not fit its card (configs' capacity, else the recorded one) is replayed again
  * on a device without a limit: over_capacity, and the figures are what it needs. 0, or -1 with
  * err set (nothing to free). */
 int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
-                  const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
-/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history fits the card under each
- * of configs[0..nconf) (their capacity), into out's results by config (`at`: that size, 0 when
+                  const ms_change *changes, int nchange, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
+/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history (changed by the change
+ * ms_predict_set_change set) fits the card under each of configs[0..nconf) (their capacity), into out's results by config (`at`: that size, 0 when
  * none fits; the figures: its replay), ranked by that size (the largest first), then by peak
  * reserved. 0, or -1 with err set (nothing to free). */
 int ms_predict_capacity(ms_predict *m, const ms_replay_config *configs, int nconf, const ms_rows_options *o,
                         ms_sweep *out, char *err, size_t errlen);
+
+/* ---- what makes a size fit (advise.c) ------------------------------------------------------ */
+
+/* The kinds of change advise.c tries, smallest first. */
+enum { MS_ADVICE_NONE, MS_ADVICE_SETTING, MS_ADVICE_CHECKPOINT, MS_ADVICE_CHECKPOINT_SETTING, MS_ADVICE_OPTIMIZER,
+       MS_ADVICE_OPTIMIZER_CHECKPOINT, MS_ADVICE_KINDS };
+#define MS_ADVICE_MAX 40
+
+typedef struct ms_advice_row {
+  int kind;                 /* MS_ADVICE_* */
+  ms_replay_result at;      /* at the size asked (config and change: the candidate's) */
+  ms_replay_result largest; /* the largest size that fits with it (at 0: none; unsearched with one run) */
+  bool fits;                /* at the size asked */
+} ms_advice_row;
+
+typedef struct ms_advice {
+  int64_t at;
+  uint64_t capacity;
+  bool searched;            /* the largest sizes were searched (more than one run) */
+  int n;
+  ms_advice_row *row;       /* ranked: those that fit first, the smallest kind of change first, then by the
+                               largest size that fits, then by peak reserved (owned) */
+  int best;                 /* the smallest change that fits (-1: none) */
+} ms_advice;
+
+/* Tries the changes that could make size `at` fit base's card (base: --set and --capacity): each
+ * setting of the sweep; checkpointing the fewest module instances that fits (most saved bytes
+ * first; bisection), under the recorded settings and with expandable segments; each optimizer
+ * lighter than the recorded one, alone and with the fewest checkpointed instances; and for each,
+ * the largest size that fits (with more than one run). m was made with the checkpoint patterns
+ * (or none: no checkpointing tried) and the optimizer's reading. 0, or -1 with err set. */
+int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
+              size_t errlen);
+void ms_advice_free(ms_advice *a);
 
 /* ---- suggestions for the analysis (suggest.c) ------------------------------------------- */
 

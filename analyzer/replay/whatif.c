@@ -646,7 +646,7 @@ static int finish_calls(build *b, const span *bw, size_t nbw) {
       for (size_t j = lo, n = 0; j-- > 0 && n < WALK_MAX; n++) {
         size_t kk = b->freed[j];
         if (w->f_id[kk] < sp->begin) break;
-        if (2 * w->a_id[kk] > c->end_pos && w->a_id[kk] < sp->begin) {
+        if (2 * w->a_id[kk] >= c->end_pos && w->a_id[kk] < sp->begin) {
           c->recompute_pos = 2 * w->f_id[kk] + 1;
           break;
         }
