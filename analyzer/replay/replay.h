@@ -312,7 +312,8 @@ int ms_whatif_each(const ms_whatif *w, const ms_change *c, ms_snapshot *s, ms_wh
 #define MS_PREDICT_MAX_SIZE 16777216           /* sizes of runs and predictions: 1 to 2^24 */
 #define MS_PREDICT_MIN_ALIGNED 0.9             /* of each run's allocations, and of its bytes, aligned */
 #define MS_PREDICT_MAX_BYTES ((int64_t)1 << 50) /* a law's request is held to +-1 PiB */
-#define MS_PREDICT_UNLIMITED ((uint64_t)8 << 40) /* the device a prediction that does not fit is replayed on again */
+#define MS_PREDICT_UNLIMITED ((uint64_t)2 << 40) /* the device a prediction that does not fit is replayed on again (the
+                                                    simulated device maps expandable segments up to 2 TiB, not 4) */
 #define MS_PREDICT_NOTES 8
 #define MS_PREDICT_MAX_BEFORE 0.01 /* of a run's peak live bytes before its history, or of its frees of blocks it did not allocate */
 #define MS_PREDICT_FAR 4           /* a size past 4 times the largest recorded, or under a quarter of the smallest, gets a note */
