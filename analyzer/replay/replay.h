@@ -2,7 +2,9 @@
  * engine.c replays one configuration on the simulated device in this process, sweep.c a grid of
  * them on every core and ranks them, suggest.c picks the analysis's suggestions from a sweep,
  * cards.c says how much memory a card has; align.c and predict.c (prefixes ms_history_,
- * ms_predict_) replay a history synthesised at another size from runs at two or three. It calls
+ * ms_predict_) replay a history synthesised at another size from runs at two or three, whatif.c
+ * (ms_whatif_) makes it as if the program had changed (checkpointing, another optimizer) and
+ * advise.c (ms_advise) tries the changes that make a size fit. It calls
  * down into analysis/ (the live blocks and the state before the history), read/ and libmemsnap.
  */
 #ifndef MEMSNAP_REPLAY_H
