@@ -5,6 +5,10 @@
  * history synthesised at each size), under the recorded settings or each setting of the replay's
  * sweep; and, for a card, the largest size that fits under each setting. docs/predict.md.
  *
+ * With --checkpoint, --optimizer (replay/whatif.c) the history is synthesised as if the program had
+ * changed, from one run at its own size or from the laws; --advise (replay/advise.c) tries the
+ * changes that make a size fit a card.
+ *
  * Its options are memsnap replay's (--set, --capacity, --device, --sweep, --jobs, --json), read
  * the same way; a prediction that cannot be made (runs that do not align, a history that starts
  * late) is an error (exit 1) that says why; arguments that cannot mean anything (one run, a size
@@ -767,9 +771,12 @@ cleanup:
 
 const ms_command ms_predict_command = {"predict", cmd_predict,
      "memsnap predict A.db=SIZE B.db=SIZE [C.db=SIZE] [--at N]... [--capacity SIZE | --device CARD]\n"
-     "                [--set KEY=VALUE]... [--sweep [--jobs N]] [--json]\n"
+     "                [--set KEY=VALUE]... [--sweep [--jobs N]] [--checkpoint MODULES]... [--optimizer NAME]\n"
+     "                [--advise] [--json]\n"
      "                            peaks at sizes not run (batch, sequence length) from runs at two or\n"
-     "                            three, and the largest size that fits a card (docs/predict.md)",
+     "                            three, and the largest size that fits a card; as if modules were\n"
+     "                            checkpointed or another optimizer used (one run: at its own size);\n"
+     "                            what makes a size fit (docs/predict.md)",
      "  A.db=SIZE           a run of the program recorded at SIZE (a whole number: the batch, the\n"
      "                      sequence length...); two runs at different sizes (three: laws of degree 2)\n"
      "  --at N              a size to predict peak allocated and reserved memory at (repeatable, 16)\n"
@@ -780,6 +787,13 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  --set KEY=VALUE     a setting over the recorded ones, as memsnap replay takes it (repeatable)\n"
      "  --sweep             every setting of memsnap replay's sweep (20), ranked at each size\n"
      "  --jobs N            worker processes (default: one per core)\n"
+     "  --checkpoint MODULES  as if these modules' forwards were checkpointed (repeatable, or a\n"
+     "                      comma list): class names as the Python frames give them (GPT2Block), or\n"
+     "                      module paths with globs (transformer.h.*) where the history has module events\n"
+     "  --optimizer NAME    as if another optimizer held the state: sgd, sgd-momentum, adam, adamw,\n"
+     "                      adagrad, rmsprop, adafactor, or bytes per parameter (8B)\n"
+     "  --advise            with one --at N and a card: the smallest changes that make N fit (settings,\n"
+     "                      the fewest --checkpoint modules, lighter optimizers), and the largest size with each\n"
      "  --json              the answer as JSON (docs/predict.md)\n"
      "\n"
      "The runs must be the same program (the same steps and code path) at different sizes, recorded\n"
@@ -792,5 +806,6 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  $ memsnap run -o b4.db -- python train.py --batch 4\n"
      "  $ memsnap run -o b8.db -- python train.py --batch 8\n"
      "  $ memsnap predict b4.db=4 b8.db=8 --at 16 --at 24\n"
-     "  $ memsnap predict b4.db=4 b8.db=8 --capacity 24G --sweep\n",
+     "  $ memsnap predict b4.db=4 b8.db=8 --capacity 24G --sweep\n"
+     "  $ memsnap predict b4.db=4 b8.db=8 --checkpoint GPT2Block --at 32 --capacity 24G --advise\n",
      false};
