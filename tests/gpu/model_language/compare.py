@@ -75,9 +75,10 @@ def order(key):
     return int(key.rsplit(".", 1)[1])
 
 
-def compare(ms, mt, out=sys.stdout):
-    """The comparisons of memsnap's analysis `ms` with memtracker_gpt2.py's `mt` (both parsed):
-    [(name, ok, detail)]; the figures are printed to `out`."""
+def compare(ms, mt, out=sys.stdout, modules=True):
+    """The comparisons of memsnap's analysis `ms` with memtracker_gpt2.py's (or memtracker_zoo.py's)
+    `mt` (both parsed): [(name, ok, detail)], GPT-2's blocks too when `modules`; the figures are
+    printed to `out`."""
     rows = []
     cat, peak = ms.get("categories_at_peak", {}), mt.get("peak", {})
     print("categories at the peak: memsnap (peak %.1f MiB) against MemTracker (peak %.1f MiB; "
@@ -99,6 +100,8 @@ def compare(ms, mt, out=sys.stdout):
         ", ".join("%s %.1f MiB" % (k, v / MiB) for k, v in cat.items() if k not in dict(CATEGORIES)),
         peak.get("Other", 0) / MiB), file=out)
 
+    if not modules:
+        return rows
     modules = ms.get("modules")
     if not isinstance(modules, list):
         for what in ("activation", "forward peak", "backward peak"):
@@ -142,13 +145,14 @@ def compare(ms, mt, out=sys.stdout):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: compare.py MEMSNAP.json MEMTRACKER.json")
-    with open(sys.argv[1]) as f:
+    args = [a for a in sys.argv[1:] if a != "--categories"]
+    if len(args) != 2:
+        sys.exit("usage: compare.py [--categories] MEMSNAP.json MEMTRACKER.json  (--categories: no per-module part)")
+    with open(args[0]) as f:
         ms = json.load(f)
-    with open(sys.argv[2]) as f:
+    with open(args[1]) as f:
         mt = json.load(f)
-    rows = compare(ms, mt)
+    rows = compare(ms, mt, modules="--categories" not in sys.argv)
     failed = sum(not ok for _, ok, _ in rows)
     print("%d passed, %d failed" % (len(rows) - failed, failed))
     sys.exit(1 if failed else 0)
