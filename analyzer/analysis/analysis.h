@@ -28,6 +28,7 @@ typedef struct ms_birth {
   uint8_t in_backward; /* made while a module's backward (or a backward pass) ran */
   uint32_t module;   /* the module whose forward or backward made it (index + 1; 0: none) */
   uint32_t call;     /* that module call's serial (modules.c) */
+  uint32_t slack;    /* its size less the bytes asked for (rounding, an unsplit remainder) */
 } ms_birth;
 
 /* The roles tensor events give blocks (the snapshot format's `tensor` event, requested_size). */
@@ -490,6 +491,9 @@ typedef struct ms_analysis {
   /* by category (categories.c): what was live at the allocated peak, its parameters by kind, what
      each allocation of the history was (by ordinal; 0xff: unknown), the phases seen */
   int64_t category_at_peak[MS_CATEGORIES];
+  int64_t category_at_peak_asked[MS_CATEGORIES]; /* the same in bytes asked for: tensors' bytes, not blocks' */
+  int64_t temporary_at_peak[4][2];               /* temporary at the peak by the phase that made it
+                                                    (MS_PHASE_*): bytes, bytes asked for */
   int64_t parameter_at_peak[MS_PARAM_KINDS];
   uint8_t *alloc_category;
   size_t nalloc_category;
@@ -585,6 +589,9 @@ typedef struct ms_lifetimes {
                                    whose birth ordinal is at most this was born by then; 0: the first
                                    instant) */
   int64_t at_peak[MS_CATEGORIES], param_at_peak[MS_PARAM_KINDS]; /* live there, counted at death */
+  int64_t asked_at_peak[MS_CATEGORIES];     /* the same in bytes asked for (blocks less their slack) */
+  int64_t temporary_at_peak[4][2];          /* temporary there by the phase that made it (MS_PHASE_*):
+                                               bytes, bytes asked for */
   int cur;                      /* the current iteration (-1: before the first; niters: all closed) */
   size_t niters;
   int64_t iter_peak_mark;       /* the current iteration's peak: as peak_mark */
@@ -616,8 +623,10 @@ static inline void ms_lifetimes_event(int64_t *stacked_events, const ms_code_kin
 /* The birth of a block that event e (an allocation, the history's `ordinal`-th from 0) makes. */
 static inline ms_birth ms_lifetimes_birth(const ms_code_kinds *k, const ms_lifetimes *l, const ms_event *e, int64_t ordinal) {
   uint8_t phase = e->stack_id && e->stack_id < k->nstacks && k->phase ? k->phase[e->stack_id] : MS_PHASE_NONE;
+  int64_t slack = e->requested > 0 && e->requested <= e->size ? e->size - e->requested : 0;
   return (ms_birth){ordinal + 1, l->backward_begins, l->optimizer_begins, l->optimizer_ends,
-                    l->cur < (int)l->niters ? l->cur : (int)l->niters - 1, phase, 0, 0, 0, 0, 0};
+                    l->cur < (int)l->niters ? l->cur : (int)l->niters - 1, phase, 0, 0, 0, 0, 0,
+                    slack > UINT32_MAX ? UINT32_MAX : (uint32_t)slack};
 }
 /* A block died: freed by e (NULL: alive at the history's end). */
 void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, const ms_event *e);

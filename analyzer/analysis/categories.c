@@ -237,6 +237,11 @@ void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, 
      new peak) */
   if (born->ordinal <= l->peak_mark) {
     l->at_peak[c] += bytes;
+    l->asked_at_peak[c] += bytes - born->slack;
+    if (c == MS_CAT_TEMPORARY && born->phase < 4) {
+      l->temporary_at_peak[born->phase][0] += bytes;
+      l->temporary_at_peak[born->phase][1] += bytes - born->slack;
+    }
     if (c == MS_CAT_PARAMETER) l->param_at_peak[param] += bytes;
   }
   /* the closed iterations whose peaks it lived through: those from the first whose peak came at
@@ -263,6 +268,8 @@ void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, 
 void ms_lifetimes_peak(ms_lifetimes *l, int64_t allocations) {
   l->peak_mark = allocations;
   memset(l->at_peak, 0, sizeof *l->at_peak * (size_t)l->ncat);
+  memset(l->asked_at_peak, 0, sizeof l->asked_at_peak);
+  memset(l->temporary_at_peak, 0, sizeof l->temporary_at_peak);
   memset(l->param_at_peak, 0, sizeof l->param_at_peak);
 }
 
@@ -292,6 +299,8 @@ void ms_lifetimes_iteration_close(ms_lifetimes *l) {
 
 void ms_lifetimes_end(ms_analysis *a, ms_lifetimes *l) {
   memcpy(a->category_at_peak, l->at_peak, sizeof a->category_at_peak);
+  memcpy(a->category_at_peak_asked, l->asked_at_peak, sizeof a->category_at_peak_asked);
+  memcpy(a->temporary_at_peak, l->temporary_at_peak, sizeof a->temporary_at_peak);
   memcpy(a->parameter_at_peak, l->param_at_peak, sizeof a->parameter_at_peak);
   if (!a->backward_recorded) a->backward_passes = l->backward_begins; /* else the recorded passes */
   if (!a->steps_recorded) a->optimizer_steps = l->optimizer_begins;

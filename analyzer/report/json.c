@@ -428,6 +428,14 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   int64_t by_category[MS_CATEGORIES];
   ms_categories_at_peak(a, by_category);
   cJSON_AddItemToObject(root, "categories_at_peak", categories_object(a, by_category));
+  cJSON_AddItemToObject(root, "categories_at_peak_asked", categories_object(a, a->category_at_peak_asked));
+  cJSON *temporary = cJSON_AddObjectToObject(root, "temporary_at_peak_by_phase");
+  static const char *const phase_names[4] = {"none", "forward", "backward", "optimizer"};
+  for (int ph = 0; temporary && ph < 4; ph++) {
+    cJSON *by_phase = cJSON_AddObjectToObject(temporary, phase_names[ph]);
+    cJSON_AddNumberToObject(by_phase, "bytes", (double)a->temporary_at_peak[ph][0]);
+    cJSON_AddNumberToObject(by_phase, "asked_bytes", (double)a->temporary_at_peak[ph][1]);
+  }
   add_category_notes(root, a);
   add_iterations(root, a);
   add_leaks(root, &d);
@@ -451,6 +459,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
                                          "parameters_at_peak", "category_meanings", "categories_without_evidence",
                                          "iterations",       "leaks",               "held",
                                          "modules",          "category_evidence",   "oom",
+                                         "categories_at_peak_asked", "temporary_at_peak_by_phase",
                                          "invalid_frees",    "top_sites",           "fragmentation",
                                          "external",         "retries",             "releases",
                                          "suggestions",      "suggestions_sweep"};

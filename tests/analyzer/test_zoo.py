@@ -215,6 +215,12 @@ check("gpt2_leak_hook-cxx: memory by module: six blocks, each called once a step
           mods["GPT2LMHeadModel.transformer.h.%d" % i]["backward_calls"] == 6 for i in range(6)) and
       near(mods.get("GPT2LMHeadModel", {}).get("parameter_bytes", 0), 4 * GPT2_6, 0.01) and
       j["summary"]["iteration_source"] == "steps", str({n: m["forward_calls"] for n, m in list(mods.items())[:8]}))
+ml = j  # gpt2_leak_hook-cxx: categories in MemTracker's terms (run 60: equal to its to the byte on this GPT-2)
+asked, temp = ml.get("categories_at_peak_asked", {}), ml.get("temporary_at_peak_by_phase", {})
+check("gpt2_leak_hook-cxx: categories also in the bytes asked for (each at most its blocks'), temporaries by phase",
+      set(asked) == set(ml["categories_at_peak"]) and all(0 <= asked[c] <= ml["categories_at_peak"][c] for c in asked) and
+      near(asked["parameter"], 4 * GPT2_6, 0.01) and
+      sum(v["bytes"] for v in temp.values()) == ml["categories_at_peak"]["temporary"], str((asked, temp)))
 # DDP with gradient_as_bucket_view: the buckets hold the gradients (1 GiB); the tensors say so
 j, _ = analyze("ddp_buckets-cxx-r0")
 cat = j.get("categories_at_peak", {})
