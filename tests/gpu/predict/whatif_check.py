@@ -322,8 +322,11 @@ def main():
     rows = []
     for n in ats:
         p, m = predicted(pj, n), measured.get(n)
-        pa = p["peak_allocated_bytes"] if p else None
-        pr = p["peak_reserved_bytes"] if p else None
+        # the prediction counts the external memory held beside the allocator (cuBLAS's own cudaMalloc,
+        # which memsnap run's interposer sees); torch.cuda.max_memory_* do not: it is left out
+        ext = (p or {}).get("external_bytes", 0)
+        pa = p["peak_allocated_bytes"] - ext if p else None
+        pr = p["peak_reserved_bytes"] - ext if p else None
         ma = m["peak_allocated"] if m and not m["oom"] else None
         mr = m["peak_reserved"] if m and not m["oom"] else None
         row = {"kind": "compare", "what": "checkpoint", "batch": n, "predicted_allocated": pa, "native_allocated": ma,
@@ -333,10 +336,11 @@ def main():
         print("%5d  %14s %14s %7s  %14s %14s %7s" % (n, f(pa), f(ma), e(row["err_allocated_pct"]), f(pr), f(mr),
                                                      e(row["err_reserved_pct"])))
     p = predicted(oj, a.linear_batch) or next((r for r in (oj or {}).get("predictions", []) if r["changed"]), None)
-    pa = p["peak_allocated_bytes"] if p else None
+    ext = (p or {}).get("external_bytes", 0)  # as above: what torch's counters do not see
+    pa = p["peak_allocated_bytes"] - ext if p else None
     ma = lin_sgd["peak_allocated"] if lin_sgd and not lin_sgd["oom"] else None
     lin_row = {"kind": "compare", "what": "optimizer sgd", "predicted_allocated": pa, "native_allocated": ma,
-               "err_allocated_pct": pct(pa, ma), "predicted_reserved": p["peak_reserved_bytes"] if p else None,
+               "err_allocated_pct": pct(pa, ma), "predicted_reserved": p["peak_reserved_bytes"] - ext if p else None,
                "native_reserved": lin_sgd["peak_reserved"] if lin_sgd and not lin_sgd["oom"] else None}
     record(lin_row)
     o = (oj or {}).get("what_if", {}) or {}
