@@ -286,7 +286,7 @@ MANDIR ?= $(DATADIR)/man
 DOCDIR ?= $(DATADIR)/doc/memsnap
 VERSION := $(shell sed -n 's/^\#define MEMSNAP_VERSION "\(.*\)"/\1/p' recorder/memsnap.h)
 SONAME := libmemsnap.so.$(firstword $(subst ., ,$(VERSION)))
-INSTALL_DOCS := README.md $(wildcard docs/*.md)
+INSTALL_DOCS := README.md $(wildcard docs/*.md docs/*.png)
 
 install: all
 	@test -n "$(VERSION)" || { echo "error: no MEMSNAP_VERSION in recorder/memsnap.h"; exit 1; }
@@ -309,7 +309,7 @@ install: all
 	install -m 755 $(BUILD)/install/memsnap $(DESTDIR)$(BINDIR)/
 	install -m 644 $(BUILD)/install/memsnap.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 README.md $(DESTDIR)$(DOCDIR)/
-	install -m 644 $(wildcard docs/*.md) $(DESTDIR)$(DOCDIR)/docs/
+	install -m 644 $(wildcard docs/*.md docs/*.png) $(DESTDIR)$(DOCDIR)/docs/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/memsnap $(DESTDIR)$(LIBDIR)/libmemsnap.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
