@@ -592,7 +592,7 @@ function showDocument(d, signal, src) {
   function selectCandidate(i, toggle) {
     const l = d.candidates[i];
     st.leak = st.leak === i && toggle ? null : i;
-    showStack(candidateTitle(i), l.stack, l.module ? "in module " + l.module + "\n\n" : undefined);
+    showStack(candidateTitle(i), l.stack, (l.held_module || l.module) ? "in module " + (l.held_module || l.module) + "\n\n" : undefined);
     fillLists(search.value);
     redraw();
     if (st.leak !== null && selectedBand() < 0) // only the largest sites have a band of their own
@@ -614,7 +614,7 @@ function showDocument(d, signal, src) {
       const held = l.held_category ? l.kind + " " + l.held_category + ", " : l.kind + ", ";
       const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : held;
       const li = add(which === "leaks" ? leakList : heldList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " +
-        Model.siteLabel(frames) + (l.module ? " \u00b7 in " + l.module : ""),
+        Model.siteLabel(frames) + ((l.held_module || l.module) ? " \u00b7 in " + (l.held_module || l.module) : ""),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
       if (l.held_category) li.dataset.category = l.held_category;

@@ -300,7 +300,7 @@ typedef struct ms_module {
   int64_t forward_calls, backward_calls;
   int64_t parameter_bytes, gradient_bytes, buffer_bytes; /* its tensors', with its submodules' (the
                                                             latest tensor events of each) */
-  int64_t activation_bytes; /* the largest over its forward calls: made during it, still allocated at its end */
+  int64_t activation_bytes; /* its latest forward call's: made during it, still allocated at its end */
   int64_t saved_bytes;      /* per forward call: made during its forward, freed by a backward pass */
   int64_t forward_peak, backward_peak; /* the highest allocated total while its forward (backward) ran */
   int64_t at_peak;          /* made in its forward or backward (its submodules' too), live at the allocated peak */
@@ -387,6 +387,8 @@ typedef struct ms_site {
                                          made were (categories.c) */
   int32_t module;                     /* the module its allocations were made in (the one they share:
                                          ms_module_common), index + 1; 0: none recorded */
+  int32_t held_module;                /* the same of its blocks alive at the history's end (a leak's
+                                         module: the one whose calls made what it holds) */
   uint8_t held_category;              /* the same of its blocks alive at the history's end */
   ms_leak_kind kind;
   double score, bytes_per_iteration;

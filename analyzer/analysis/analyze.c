@@ -395,6 +395,11 @@ static bool end_of_history(pass *p) {
     if (p->live.slots[i].key) v[n++] = p->live.slots[i];
   qsort(v, n, sizeof *v, compare_birth);
   for (size_t i = 0; i < n; i++) {
+    ms_site *st = &p->a->sites[v[i].site];
+    if (v[i].birth.module) { /* the module of what it holds */
+      int32_t m = (int32_t)v[i].birth.module - 1;
+      st->held_module = !st->held_module ? m + 1 : ms_module_common(p->a, st->held_module - 1, m) + 1;
+    }
     ms_lifetimes_death(p->a, &p->life, &v[i], NULL);
     ms_modules_death(p->a, &p->modules, &v[i], p->life.peak_mark);
   }

@@ -171,8 +171,18 @@ int ms_code_kinds_build(const ms_snapshot *s, const ms_category_rules *rules, ms
     else if (python_side ? (python_side & MS_CODE_OPTIMIZER) : (k->kind[id] & MS_CODE_OPTIMIZER) != 0)
       k->phase[id] = MS_PHASE_OPTIMIZER;
     else if (st->depth) k->phase[id] = MS_PHASE_FORWARD;
-    /* the op: the innermost Python frame that matters, else the first frame that matters */
-    if (python_op) k->op[id] = python_op;
+    /* the op: the innermost Python frame that matters, else the first frame that matters; in an
+       autograd node's stack its innermost native frame that is no machinery (the operator inside
+       the node), as its Python frames are the backward() call's, the same for every node */
+    bool node = false;
+    for (uint32_t j = 0; j < st->depth && !node; j++) node = st->frames[j] < nf && s->frames[st->frames[j]].node;
+    uint32_t native_op = 0;
+    for (uint32_t j = 0; node && j < st->depth && !native_op; j++) {
+      const ms_frame *f = st->frames[j] < nf ? &s->frames[st->frames[j]] : NULL;
+      if (f && !f->python && !f->machinery) native_op = st->frames[j];
+    }
+    if (native_op) k->op[id] = native_op;
+    else if (python_op) k->op[id] = python_op;
     else ms_stack_frames_that_matter(s, (uint32_t)id, &k->op[id], 1);
     if (k->op[id] < nf) k->op[id] = same[k->op[id]];
     /* the program's frames, outermost first (the outermost MS_CHAIN of them) */

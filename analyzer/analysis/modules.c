@@ -19,8 +19,8 @@
  * subcalls made and still hold: for a forward call, MemTracker's activations of the module (its
  * Post-Forward less its Pre-Forward). Its peak is the highest allocated total while it was open.
  *
- * Per module: its forward and backward calls; its activations (the largest over its forward
- * calls); what its forward calls saved for backward (made during them, freed while a backward
+ * Per module: its forward and backward calls; its activations (its latest forward call's: the
+ * steady state, past a first call that also makes libraries' workspaces); what its forward calls saved for backward (made during them, freed while a backward
  * pass runs: a backward event or a module's backward open), per call; its forward and backward
  * peaks (the largest over its calls); its tensors' bytes by role, from their latest tensor
  * events (a run of tensor events, one hook's, sets the bytes of each module and role it names);
@@ -145,7 +145,7 @@ static void close_calls(ms_analysis *a, ms_module_pass *p, size_t k) {
       if (c->peak > m->backward_peak) m->backward_peak = c->peak;
     } else {
       m->forward_calls++;
-      if (c->made > m->activation_bytes) m->activation_bytes = c->made;
+      m->activation_bytes = c->made; /* the latest call's: past the first, whose work makes caches */
       if (c->peak > m->forward_peak) m->forward_peak = c->peak;
     }
     if (p->nopen) {

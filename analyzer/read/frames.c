@@ -171,7 +171,7 @@ static const char *const builtin_native[] = {
     "torch::autograd::VariableType::*", "torch::autograd::Node::*", "torch::autograd::Engine::*",
     "torch::autograd::python::*", "torch::autograd::THP*", "torch::autograd::impl::*",
     "torch::autograd::validate_outputs*", "torch::ADInplaceOrView::*", "torch::TraceType::*", "torch::jit::*",
-    "torch::PythonArgParser*", "torch::utils::*", "memsnap_*", "_Py*", "Py*", "0x*", "ffi_*", "_ctypes*", "std::*",
+    "torch::PythonArgParser*", "torch::utils::*", "torch::autograd::TypeError_to_NotImplemented_*", "memsnap_*", "_Py*", "Py*", "0x*", "ffi_*", "_ctypes*", "std::*",
     "pybind11::*", "cfunction_*", "method_vectorcall*", "__libc_start*", "_start", "start_thread", "__clone*",
     "clone*", "pthread_*", "__pthread*", "__GI_*", "__libc_*",
     "libcudart_static_*" /* the internals of nvcc's static cudart, named by a hash */,

@@ -218,6 +218,8 @@ static void add_leaks(cJSON *root, const doc *d) {
     cJSON_AddNumberToObject(o, "first_seen_ns", (double)st->first_ns);
     cJSON_AddNumberToObject(o, "last_seen_ns", (double)st->last_ns);
     cJSON_AddStringToObject(o, "held_category", ms_category_name(a, st->held_category));
+    if (st->held_module) cJSON_AddStringToObject(o, "held_module", a->modules[st->held_module - 1].name);
+    else cJSON_AddNullToObject(o, "held_module");
     site_keys(d, o, a->leaks[i]);
     cJSON_AddItemToArray(list ? held : leaks, o);
   }

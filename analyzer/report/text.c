@@ -484,7 +484,8 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
               st->kind == MS_LEAK_RETAINED && !st->before_history ? ", held since the start" : "");
     }
     fprintf(out, "%s; score %.2f", when, st->score);
-    if (st->module) fprintf(out, "; in %s", ms_module_shown(a, st->module - 1));
+    int32_t module = st->held_module ? st->held_module : st->module; /* what it holds was made there */
+    if (module) fprintf(out, "; in %s", ms_module_shown(a, module - 1));
     fprintf(out, "\n");
     print_site(a, a->leaks[i], o, "       ", out);
   }

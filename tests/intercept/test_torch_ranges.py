@@ -4,7 +4,7 @@ with the stand-in torch of tests/data/fake_torch and the unedited script tests/d
 on the simulated device: the optimizer's "Optimizer.step#AdamW.step" ranges give the iterations of
 a script that marks nothing; nested user blocks, one left by an exception, are recorded whole and
 the class's own work still runs; MEMSNAP_TORCH_RANGES=0 records none (the iterations then come from
-the optimizer's frames).
+the optimizer's frames, with the module record off too: with it, from the steps it recorded).
 """
 import json
 import os
@@ -52,9 +52,13 @@ check("the optimizer's steps are ranges: six 'Optimizer.step#AdamW.step', each c
       r == [("Optimizer.step#AdamW.step", 0, 1)] * 6, str(r))
 j = analyze(db)
 s = j.get("summary", {})
-check("the iterations come from those ranges, six of them",
-      s.get("iteration_source") == "ranges" and s.get("iteration_label") == "Optimizer.step#AdamW.step" and
+check("the iterations come from the optimizer's steps as memsnap's module record saw them, six of them",
+      s.get("iteration_source") == "steps" and s.get("iteration_label") == "AdamW.step" and
       len(j.get("iterations", [])) == 6, str(s))
+db_ranges, _ = record("ranges", "6", MEMSNAP_TORCH_MODULES="0")
+s = analyze(db_ranges).get("summary", {})
+check("without the module record (MEMSNAP_TORCH_MODULES=0), from those ranges, six of them",
+      s.get("iteration_source") == "ranges" and s.get("iteration_label") == "Optimizer.step#AdamW.step", str(s))
 leak = (j.get("leaks") or [{}])[0]
 check("the first leak candidate is growing by the kept tensor per iteration, at the script's line",
       leak.get("kind") == "growing" and leak.get("bytes_per_iteration") == 256 * KiB and
@@ -68,7 +72,7 @@ check("user blocks: 'step' at depth 0 holding 'forward' at depth 1, six each, al
 check("user blocks: record_function's own __enter__ and __exit__ still run, as often as without memsnap",
       "record_function entered 18 left 18" in p.stdout, p.stdout + p.stderr)
 
-db, p = record("off", "6", MEMSNAP_TORCH_RANGES="0")
+db, p = record("off", "6", MEMSNAP_TORCH_RANGES="0", MEMSNAP_TORCH_MODULES="0")
 r = ranges(db) if os.path.exists(db) else ["unreadable"]
 check("MEMSNAP_TORCH_RANGES=0: no range recorded", r == [], str(r))
 j = analyze(db)

@@ -464,7 +464,8 @@ def install(torch, lib):
             post(_forward_hook)
         done += ["torch.nn.modules.module.register_module_forward_pre_hook",
                  "torch.nn.modules.module.register_module_forward_hook"]
-    optimizer = getattr(getattr(torch, "optim", None), "optimizer", None)
+    # by its module path: torch/optim/__init__.py deletes its submodules' names from the package
+    optimizer = _import("torch.optim.optimizer")
     step_pre = getattr(optimizer, "register_optimizer_step_pre_hook", None)
     step_post = getattr(optimizer, "register_optimizer_step_post_hook", None)
     if step_pre is not None and step_post is not None:

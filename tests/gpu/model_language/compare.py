@@ -13,10 +13,15 @@ then one step under MemTracker). What must hold:
   modules      for each of GPT-2's blocks (transformer.h.N), within 5%: memsnap's activation_bytes
                against Post-Forward Activation less Pre-Forward Activation, forward_peak_bytes
                against Peak-Forward Total, backward_peak_bytes against Peak-Backward Total.
-               memsnap's peaks count all allocated memory (cuBLAS's workspaces too), MemTracker's
-               its tensors only: both figures and their ratio are printed. memsnap's are the largest
-               over the module's calls (the warm-up's are lower: no optimizer state yet),
-               MemTracker's the largest over its one tracked step's calls.
+               memsnap's peaks count all allocated memory, MemTracker's its tensors only: the
+               peaks are compared less what memsnap counts and MemTracker cannot see, both
+               measured in this run: the external memory at memsnap's peak (cuBLAS's own
+               cudaMalloc of its handles, seen by memsnap run's interposer) and what the allocator
+               held that no tensor did when MemTracker's step began (its workspaces:
+               allocated_not_tracked_bytes). The raw figures and ratio are printed beside.
+               memsnap's peaks are the largest over the module's calls (the warm-up's are lower:
+               no optimizer state yet), its activations the latest call's (the first call also
+               makes the workspaces), MemTracker's from its one tracked step.
 
 Prints a table of both sides and one line per comparison; exit status 1 when one fails.
 compare(memsnap, memtracker) gives the comparisons as [(name, ok, detail)] (checks.py's rows).
@@ -105,18 +110,23 @@ def compare(ms, mt, out=sys.stdout):
     fields = [("activation", "activation_bytes"), ("forward peak", "forward_peak_bytes"),
               ("backward peak", "backward_peak_bytes")]
     found = {what: [] for what, _ in fields}  # what -> [(block, memsnap, MemTracker, ratio, ok)]
-    print("GPT-2's blocks, memsnap / MemTracker (ratio), MiB:", file=out)
+    unseen = cat.get("external", 0) + (mt.get("allocated_not_tracked_bytes") or 0)
+    print("GPT-2's blocks, memsnap / MemTracker (ratio), MiB; peaks compared less %.1f MiB MemTracker cannot see "
+          "(external %.1f MiB, workspaces %.1f MiB), the raw ratio in brackets:" % (
+              unseen / MiB, cat.get("external", 0) / MiB, (mt.get("allocated_not_tracked_bytes") or 0) / MiB), file=out)
     print("  %-18s %-30s %-30s %-30s" % ("block", "activation", "forward peak", "backward peak"), file=out)
     for key in keys:
         cells = []
         for i, (what, field) in enumerate(fields):
-            m = mine.get(key, {}).get(field)
+            raw = mine.get(key, {}).get(field)
+            m = raw - unseen if raw is not None and field != "activation_bytes" else raw
             t = theirs[key][i] if key in theirs else None
             r = ratio(m, t) if m is not None and t is not None else None
             ok = within(m, t, MODULE_TOLERANCE)
             found[what].append((key, m, t, r, ok))
-            cells.append("%s / %s (%s)%s" % (mib(m), mib(t), "-" if r is None else "%.3f" % r, "" if ok else " !"))
-        print("  %-18s %-30s %-30s %-30s" % (key, *cells), file=out)
+            raw_r = "" if raw == m or raw is None or not t else " [%.3f]" % ratio(raw, t)
+            cells.append("%s / %s (%s)%s%s" % (mib(m), mib(t), "-" if r is None else "%.3f" % r, raw_r, "" if ok else " !"))
+        print("  %-18s %-30s %-38s %-38s" % (key, *cells), file=out)
     for what, _ in fields:
         if not keys:
             rows.append(("module " + what, False, "no block transformer.h.N on either side (memsnap %d modules, "
