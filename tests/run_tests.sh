@@ -75,7 +75,7 @@ want analyze && run test_modules python3 "$here/analyzer/test_modules.py" "$buil
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"
 want import && run test_import "$here/analyzer/test_import.sh" "$build"
 want web && run test_web "$here/web/run.sh" "$build"
-want readme && run test_readme python3 "$here/test_readme.py"
+want readme && run test_readme python3 "$here/test_readme.py" "$build"
 want sample && run test_sample "$here/test_sample.sh" "$build"
 want python && run test_python "${py_env[@]}" python3 "$here/recorder/test_python.py"
 want python && run test_show "${py_env[@]}" python3 "$here/recorder/test_show.py" "$build"

@@ -114,6 +114,16 @@ tests = re.findall(r"\btest_\w+|\b\w+\.test\.js\b|\btests/\S*|\b\w+_test\b|\b\w+
 check("README's Limits: no test name", not tests, ", ".join(tests))
 check("README's Limits: no measurement tables", "|---" not in limits)
 
+# The README's `memsnap help` block is what the tool prints (test_readme.py [BUILD_DIR]).
+cli = os.path.join(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"), "memsnap")
+m = re.search(r"`memsnap help` groups them[^\n]*\n\n```\n(.*?)```", readme, re.S)
+if os.access(cli, os.X_OK):
+    import subprocess
+    helped = subprocess.run([cli, "help"], capture_output=True, text=True).stdout
+    check("README: its memsnap help block is the tool's output", m is not None and m.group(1) in helped)
+else:
+    check("README: a memsnap help block", m is not None)
+
 index = read("docs/README.md")
 docs = sorted(f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md") and f != "README.md")
 listed = re.findall(r"^- \[[^\]]+\]\(([^)#]+)\)", index, re.M)
