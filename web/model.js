@@ -46,6 +46,13 @@ const Model = {
     return out;
   },
 
+  // A module's name in its box: its last part, with the one before for an index ("h.3", "mlp").
+  moduleLabel(m) {
+    const parts = String(m.name).split(".");
+    const last = parts.pop();
+    return /^\d+$/.test(last) && parts.length ? parts.pop() + "." + last : last;
+  },
+
   // The box of moduleBoxes at (x, depth), or null.
   moduleAt(boxes, x, depth) {
     return boxes.find((b) => b.depth === depth && x >= b.x0 && x < b.x1) || null;

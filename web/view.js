@@ -856,7 +856,7 @@ function showDocument(d, signal, src) {
         ctx.beginPath();
         ctx.rect(b.x0, y, w - 2, modRow);
         ctx.clip();
-        ctx.fillText(m.shown + " " + Model.formatBytes(m.at_peak_bytes), b.x0 + 3, y + 13);
+        ctx.fillText(Model.moduleLabel(m) + " " + Model.formatBytes(m.at_peak_bytes), b.x0 + 3, y + 13);
         ctx.restore();
       }
     }

@@ -5,6 +5,10 @@
  * history synthesised at each size), under the recorded settings or each setting of the replay's
  * sweep; and, for a card, the largest size that fits under each setting. docs/predict.md.
  *
+ * With --checkpoint, --optimizer (replay/whatif.c) the history is synthesised as if the program had
+ * changed, from one run at its own size or from the laws; --advise (replay/advise.c) tries the
+ * changes that make a size fit a card.
+ *
  * Its options are memsnap replay's (--set, --capacity, --device, --sweep, --jobs, --json), read
  * the same way; a prediction that cannot be made (runs that do not align, a history that starts
  * late) is an error (exit 1) that says why; arguments that cannot mean anything (one run, a size
@@ -34,6 +38,14 @@ typedef struct predict_args {
   const char *card_option;
   bool json, sweep;
   int jobs;
+  /* a change to the program */
+  const char *checkpoint[MS_WHATIF_PATTERNS]; /* pieces of --checkpoint's lists (owned by lists[]) */
+  int ncheckpoint;
+  char *lists[MS_WHATIF_PATTERNS];
+  int nlists;
+  ms_change change;
+  bool advise;
+  bool one_run; /* one run: its own size only */
 } predict_args;
 
 /* A size as the user writes it: a whole number from 1 to MS_PREDICT_MAX_SIZE. 0 or -1. */
@@ -79,15 +91,38 @@ static int parse_args(int argc, char **argv, predict_args *a) {
       if (seen) continue;
       if (a->nat == MAX_AT) return ms_usage_error(&ms_predict_command, "at most %d sizes (--at)", MAX_AT);
       a->at[a->nat++] = n;
+    } else if (!strcmp(arg, "--checkpoint") && i + 1 < argc) {
+      if (a->nlists == MS_WHATIF_PATTERNS) return ms_usage_error(&ms_predict_command, "at most %d --checkpoint options", MS_WHATIF_PATTERNS);
+      char *list = a->lists[a->nlists++] = strdup(argv[++i]);
+      if (!list) return ms_usage_error(&ms_predict_command, "out of memory");
+      for (char *save = NULL, *piece = strtok_r(list, ",", &save); piece; piece = strtok_r(NULL, ",", &save)) {
+        if (a->ncheckpoint == MS_WHATIF_PATTERNS)
+          return ms_usage_error(&ms_predict_command, "at most %d modules to checkpoint", MS_WHATIF_PATTERNS);
+        a->checkpoint[a->ncheckpoint++] = piece;
+      }
+      if (a->ncheckpoint == 0) return ms_usage_error(&ms_predict_command, "--checkpoint: no module named");
+      a->change.checkpoint = MS_CHANGE_ALL;
+    } else if (!strcmp(arg, "--optimizer") && i + 1 < argc) {
+      if (ms_optimizer_parse(argv[++i], &a->change.optimizer, &a->change.optimizer_bytes) != 0)
+        return ms_usage_error(&ms_predict_command, "--optimizer: '%.64s' is none of sgd, sgd-momentum, adam, adamw, "
+                              "adagrad, rmsprop, adafactor, or bytes per parameter (8B)", argv[i]);
+    } else if (!strcmp(arg, "--advise")) {
+      a->advise = true;
     } else if (arg[0] == '-' && arg[1]) {
       return ms_unknown_option(&ms_predict_command, arg, i + 1 == argc);
     } else {
       const char *eq = strrchr(arg, '=');
-      if (!eq || eq == arg)
+      if (eq == arg)
         return ms_usage_error(&ms_predict_command, "'%.200s': give each run with the size it was recorded at, as run.db=8", arg);
       if (a->nruns == MS_PREDICT_MAX_RUNS)
         return ms_usage_error(&ms_predict_command, "at most %d runs (a fourth: '%.200s')", MS_PREDICT_MAX_RUNS, arg);
       ms_predict_input *r = &a->runs[a->nruns];
+      if (!eq) { /* a size is needed with more than one run: checked below */
+        if (!(r->path = strdup(arg))) return ms_usage_error(&ms_predict_command, "out of memory");
+        r->at = 0;
+        a->nruns++;
+        continue;
+      }
       if (parse_size(eq + 1, &r->at) != 0)
         return ms_usage_error(&ms_predict_command, "'%.200s': the size '%.64s' is not a whole number from 1 to %d", arg,
                               eq + 1, MS_PREDICT_MAX_SIZE);
@@ -98,9 +133,28 @@ static int parse_args(int argc, char **argv, predict_args *a) {
     }
   }
   if (a->nruns == 0) return ms_usage_error(&ms_predict_command, "no runs given");
-  if (a->nruns == 1)
+  bool changed = ms_change_any(&a->change);
+  if (a->nruns == 1 && !changed && !a->advise)
     return ms_usage_error(&ms_predict_command, "one run ('%.200s') cannot tell how memory grows with the size: give the "
-                          "program recorded at two sizes (or three), as small.db=4 large.db=8", a->runs[0].path);
+                          "program recorded at two sizes (or three), as small.db=4 large.db=8 (or change the program at "
+                          "its own size: --checkpoint, --optimizer, --advise)", a->runs[0].path);
+  for (int x = 0; x < a->nruns && a->nruns > 1; x++)
+    if (a->runs[x].at == 0)
+      return ms_usage_error(&ms_predict_command, "'%.200s': give each run with the size it was recorded at, as run.db=8",
+                            a->runs[x].path);
+  if (a->nruns == 1) { /* its own size, the only one it can say */
+    a->one_run = true;
+    int64_t own = a->runs[0].at ? a->runs[0].at : 1;
+    for (int k = 0; k < a->nat; k++)
+      if (a->at[k] != own)
+        return ms_usage_error(&ms_predict_command, "one run predicts at its own size only%s: --at %lld needs the program "
+                              "recorded at two sizes", a->runs[0].at ? "" : " (give it, as run.db=8)", (long long)a->at[k]);
+    a->runs[0].at = own;
+    a->at[0] = own, a->nat = 1;
+  }
+  if (a->advise && (a->nat != 1 || !a->card_option))
+    return ms_usage_error(&ms_predict_command, "--advise needs one size and a card: --at N and --capacity SIZE (or --device CARD)");
+  if (a->advise && a->sweep) return ms_usage_error(&ms_predict_command, "--advise tries the sweep's settings itself: leave --sweep out");
   for (int x = 0; x < a->nruns; x++)
     for (int y = x + 1; y < a->nruns; y++) {
       struct stat sx, sy;
@@ -157,7 +211,7 @@ static void print_model(const ms_predict_info *in, uint64_t card, bool card_give
   printf("  card: %s per device (%s); recorded settings: %s\n", c, card_given ? "as given" : "recorded", recorded);
 }
 
-static void print_row(const ms_replay_result *r, const char *lead, const char *vs, bool recorded) {
+static void print_row(const ms_replay_result *r, const char *lead, const char *vs, bool recorded, const char *program) {
   char a[32], b[32], frag[32], conf[1200], vs_cell[16] = "";
   int64_t pk = ms_replay_worst_peak(r), at_peak = 0;
   for (int i = 0; i < r->ndevices; i++)
@@ -171,35 +225,38 @@ static void print_row(const ms_replay_result *r, const char *lead, const char *v
     printf("%s  %-70s  %s\n", lead, "failed (below)", conf);
     return;
   }
-  printf("%s  %14s  %14s%s  %13s  %10lld  %-4s  %s%s\n", lead, a, b, vs_cell, frag,
-         (long long)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)), fits(r) ? "yes" : "no", conf,
+  char prog[32] = "";
+  if (program) snprintf(prog, sizeof prog, "%-12s", program);
+  printf("%s  %14s  %14s%s  %13s  %10lld  %-4s  %s%s%s\n", lead, a, b, vs_cell, frag,
+         (long long)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)), fits(r) ? "yes" : "no", prog, conf,
          recorded && vs ? "  [recorded]" : "");
 }
 
-static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, int nconf) {
+static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, int nconf, int nchange) {
   bool sweep = nconf > 1, over = false;
   if (!sweep)
-    printf("\n%6s  %14s  %14s  %13s  %10s  %-4s  %s\n", "at", "peak allocated", "peak reserved", "fragmentation",
-           "cudaMalloc", "fits", "PYTORCH_CUDA_ALLOC_CONF");
-  for (int a = 0; a < nat; a++) {
-    const ms_replay_result *rows = &sw->results[a * nconf];
-    int order[MS_SWEEP_GRID_ROWS];
-    ms_replay_rank(rows, nconf, order);
-    int64_t rec = ms_replay_worst_peak(&rows[0]);
-    if (sweep)
-      printf("\nat %lld: %d settings, best first\n%6s  %14s  %14s  %8s  %13s  %10s  %-4s  %s\n", (long long)ats[a], nconf,
-             "rank", "peak allocated", "peak reserved", "vs rec.", "fragmentation", "cudaMalloc", "fits",
-             "PYTORCH_CUDA_ALLOC_CONF");
-    for (int k = 0; k < nconf; k++) {
-      const ms_replay_result *r = &rows[order[k]];
-      char lead[32], vs[16] = "-";
-      if (sweep) snprintf(lead, sizeof lead, "%6d", k + 1);
-      else snprintf(lead, sizeof lead, "%6lld", (long long)ats[a]);
-      if (rec > 0 && order[k] != 0) snprintf(vs, sizeof vs, "%+.1f%%", 100.0 * (double)(ms_replay_worst_peak(r) - rec) / (double)rec);
-      print_row(r, lead, sweep ? vs : NULL, order[k] == 0);
-      over |= r->over_capacity;
+    printf("\n%6s  %14s  %14s  %13s  %10s  %-4s  %s%s\n", "at", "peak allocated", "peak reserved", "fragmentation",
+           "cudaMalloc", "fits", nchange > 1 ? "program     " : "", "PYTORCH_CUDA_ALLOC_CONF");
+  for (int a = 0; a < nat; a++)
+    for (int h = 0; h < nchange; h++) {
+      const ms_replay_result *rows = &sw->results[(a * nchange + h) * nconf];
+      int order[MS_SWEEP_GRID_ROWS];
+      ms_replay_rank(rows, nconf, order);
+      int64_t rec = ms_replay_worst_peak(&rows[0]);
+      if (sweep)
+        printf("\nat %lld%s: %d settings, best first\n%6s  %14s  %14s  %8s  %13s  %10s  %-4s  %s\n", (long long)ats[a],
+               ms_change_any(&rows[0].change) ? ", changed" : "", nconf, "rank", "peak allocated", "peak reserved", "vs rec.",
+               "fragmentation", "cudaMalloc", "fits", "PYTORCH_CUDA_ALLOC_CONF");
+      for (int k = 0; k < nconf; k++) {
+        const ms_replay_result *r = &rows[order[k]];
+        char lead[64], vs[16] = "-";
+        if (sweep) snprintf(lead, sizeof lead, "%6d", k + 1);
+        else snprintf(lead, sizeof lead, "%6lld", (long long)ats[a]);
+        if (rec > 0 && order[k] != 0) snprintf(vs, sizeof vs, "%+.1f%%", 100.0 * (double)(ms_replay_worst_peak(r) - rec) / (double)rec);
+        print_row(r, lead, sweep ? vs : NULL, order[k] == 0, nchange > 1 ? (ms_change_any(&r->change) ? "changed" : "as recorded") : NULL);
+        over |= r->over_capacity;
+      }
     }
-  }
   if (over) printf("  (fits no: out of memory on the card; its figures are what it needs, from a replay without a limit)\n");
 }
 
@@ -237,6 +294,85 @@ static void print_capacity(const ms_sweep *sw, uint64_t capacity) {
   }
   printf("\nbest: %lld with ", (long long)best->at);
   print_best(&best->config);
+  printf("\n");
+}
+
+/* What the change acts on: the module calls found and what each saved, the optimizer's state. */
+static void print_change(const ms_whatif *w, const ms_change *c, const ms_predict_info *in, const predict_args *a) {
+  if (!w) return;
+  const ms_whatif_info *wi = ms_whatif_info_of(w);
+  char b[32], d[32];
+  if (wi->checkpointing) {
+    printf("\n%s:", a->advise ? "modules that may be checkpointed" : "change: checkpointing");
+    for (int i = 0; i < a->ncheckpoint; i++) printf(" %s", a->checkpoint[i]);
+    printf(" (%s)\n", wi->module_events ? "the module events' paths, class names by their Python frames" : "their calls told by the Python frames CLASS.forward");
+    printf("  %lld calls of %d module instances before %lld backward passes; what one call saved for backward at %lld "
+           "(the most saved first):\n", (long long)wi->calls, wi->ninstances, (long long)wi->backward_passes,
+           (long long)in->run[in->base].at);
+    printf("  %4s  %-40s  %6s  %14s  %7s\n", "rank", "instance", "calls", "saved", "blocks");
+    for (int i = 0; i < wi->ninstances; i++) {
+      ms_format_bytes(wi->instance[i].saved_bytes, b, sizeof b);
+      printf("  %4d  %-40s  %6lld  %14s  %7lld\n", i + 1, wi->instance[i].name, (long long)wi->instance[i].calls, b,
+             (long long)wi->instance[i].saved_blocks);
+    }
+  }
+  if (wi->optimizer && (c->optimizer != MS_OPT_KEEP || a->advise)) {
+    char name[32];
+    ms_optimizer_name(c->optimizer, c->optimizer_bytes, name, sizeof name);
+    ms_format_bytes(wi->state_bytes, b, sizeof b);
+    if (c->optimizer != MS_OPT_KEEP) printf("\nchange: optimizer %s in place of %s", name, wi->recorded_optimizer[0] ? wi->recorded_optimizer : "the recorded one");
+    else printf("\nthe optimizer: %s", wi->recorded_optimizer[0] ? wi->recorded_optimizer : "not named");
+    printf(" (%s)\n  its state: %lld blocks (%s) and %lld step counts, %d tensors per parameter; evidence: %s\n", wi->optimizer_source,
+           (long long)wi->state_blocks, b, (long long)wi->counter_blocks, wi->tensors_per_param, wi->state_evidence);
+    ms_format_bytes(wi->temp_bytes, b, sizeof b);
+    ms_format_bytes(wi->param_bytes, d, sizeof d);
+    printf("  its temporaries in %lld steps: %lld blocks (%s); the parameters: %lld blocks (%s)\n", (long long)wi->steps,
+           (long long)wi->temp_blocks, b, (long long)wi->param_blocks, d);
+  }
+  for (int i = 0; i < wi->nnotes; i++) printf("note: %s\n", wi->notes[i]);
+}
+
+static const char *const advice_kinds[MS_ADVICE_KINDS] = {"none", "setting", "checkpoint", "checkpoint+setting", "optimizer",
+                                                          "optimizer+checkpoint"};
+
+/* A row of the advice in words: its settings and its change. */
+static void advice_text(const ms_predict *m, const ms_advice_row *r, char *out, size_t len) {
+  char conf[1200], change[2048];
+  ms_replay_describe_config(&r->at.config, conf, sizeof conf);
+  ms_change_describe(ms_predict_whatif(m), &r->at.change, change, sizeof change);
+  if (r->kind == MS_ADVICE_NONE) snprintf(out, len, "nothing (the recorded settings, %s)", conf);
+  else if (!ms_change_any(&r->at.change)) snprintf(out, len, "PYTORCH_CUDA_ALLOC_CONF %s", conf);
+  else if (r->kind == MS_ADVICE_CHECKPOINT_SETTING) snprintf(out, len, "%s, with %s", change, conf);
+  else snprintf(out, len, "%s", change);
+}
+
+static void print_advice(const ms_predict *m, const ms_advice *adv) {
+  char cap[32];
+  ms_format_bytes((int64_t)adv->capacity, cap, sizeof cap);
+  printf("\nwhat makes %lld fit %s per device: %d changes tried, those that fit first, the smallest first\n", (long long)adv->at,
+         cap, adv->n);
+  printf("%6s  %-4s  %14s  %14s  %8s  %s\n", "rank", "fits", "peak allocated", "peak reserved", "largest", "change");
+  for (int i = 0; i < adv->n; i++) {
+    const ms_advice_row *r = &adv->row[i];
+    char a[32], b[32], largest[24], text[3300];
+    ms_format_bytes(peak_allocated(&r->at), a, sizeof a);
+    ms_format_bytes(ms_replay_worst_peak(&r->at), b, sizeof b);
+    if (!adv->searched) snprintf(largest, sizeof largest, "-");
+    else if (r->largest.failed || r->largest.at == 0) snprintf(largest, sizeof largest, "none");
+    else snprintf(largest, sizeof largest, "%lld", (long long)r->largest.at);
+    advice_text(m, r, text, sizeof text);
+    if (r->at.failed) printf("%6d  %-4s  %-40s  %s\n", i + 1, "-", "failed", text);
+    else printf("%6d  %-4s  %14s  %14s  %8s  %s\n", i + 1, r->fits ? "yes" : "no", a, b, largest, text);
+  }
+  if (adv->best < 0) {
+    printf("\nnothing tried makes %lld fit %s\n", (long long)adv->at, cap);
+    return;
+  }
+  char text[3300];
+  const ms_advice_row *best = &adv->row[adv->best];
+  advice_text(m, best, text, sizeof text);
+  printf("\nsmallest change that fits: %s", text);
+  if (adv->searched && best->largest.at) printf("; with it the largest size that fits is %lld", (long long)best->largest.at);
   printf("\n");
 }
 
@@ -319,10 +455,116 @@ static cJSON *json_model(const ms_predict_info *in, uint64_t card, const char *r
   return o;
 }
 
-static cJSON *json_prediction(const ms_replay_result *r, bool recorded) {
+/* The change a row makes, for its JSON: "change" (in words, "none"), "checkpointed" (the
+ * instances' names), "optimizer" (null: the recorded one). */
+static void add_change(cJSON *j, const ms_predict *m, const ms_change *c) {
+  char text[2048];
+  const ms_whatif *w = ms_predict_whatif(m);
+  ms_change_describe(w, c, text, sizeof text);
+  cJSON_AddStringToObject(j, "change", text);
+  cJSON *list = cJSON_AddArrayToObject(j, "checkpointed");
+  const ms_whatif_info *wi = w ? ms_whatif_info_of(w) : NULL;
+  for (int i = 0; wi && i < wi->ninstances && i < c->checkpoint; i++)
+    cJSON_AddItemToArray(list, cJSON_CreateString(wi->instance[i].name));
+  if (c->optimizer == MS_OPT_KEEP) {
+    cJSON_AddNullToObject(j, "optimizer");
+  } else {
+    char name[32];
+    ms_optimizer_name(c->optimizer, c->optimizer_bytes, name, sizeof name);
+    cJSON_AddStringToObject(j, "optimizer", name);
+  }
+}
+
+static cJSON *json_whatif(const ms_predict *m, const predict_args *a) {
+  const ms_whatif *w = ms_predict_whatif(m);
+  if (!w) return cJSON_CreateNull();
+  const ms_whatif_info *wi = ms_whatif_info_of(w);
+  cJSON *o = cJSON_CreateObject();
+  if (wi->checkpointing) {
+    cJSON *c = cJSON_AddObjectToObject(o, "checkpoint");
+    cJSON *pats = cJSON_AddArrayToObject(c, "modules");
+    for (int i = 0; i < a->ncheckpoint; i++) cJSON_AddItemToArray(pats, cJSON_CreateString(a->checkpoint[i]));
+    cJSON_AddBoolToObject(c, "module_events", wi->module_events);
+    cJSON_AddNumberToObject(c, "calls", (double)wi->calls);
+    cJSON_AddNumberToObject(c, "calls_without_backward", (double)wi->calls_without_backward);
+    cJSON_AddNumberToObject(c, "backward_passes", (double)wi->backward_passes);
+    cJSON *list = cJSON_AddArrayToObject(c, "instances");
+    for (int i = 0; i < wi->ninstances; i++) {
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddItemToArray(list, x);
+      cJSON_AddStringToObject(x, "name", wi->instance[i].name);
+      cJSON_AddNumberToObject(x, "calls", (double)wi->instance[i].calls);
+      cJSON_AddNumberToObject(x, "saved_bytes", (double)wi->instance[i].saved_bytes);
+      cJSON_AddNumberToObject(x, "saved_blocks", (double)wi->instance[i].saved_blocks);
+    }
+  }
+  if (wi->optimizer) {
+    cJSON *c = cJSON_AddObjectToObject(o, "optimizer");
+    char name[32];
+    ms_optimizer_name(a->change.optimizer, a->change.optimizer_bytes, name, sizeof name);
+    if (a->change.optimizer == MS_OPT_KEEP) cJSON_AddNullToObject(c, "name");
+    else cJSON_AddStringToObject(c, "name", name);
+    cJSON_AddStringToObject(c, "recorded", wi->recorded_optimizer);
+    cJSON_AddStringToObject(c, "recorded_source", wi->optimizer_source);
+    cJSON_AddStringToObject(c, "state_evidence", wi->state_evidence);
+    cJSON_AddNumberToObject(c, "tensors_per_parameter", wi->tensors_per_param);
+    cJSON_AddNumberToObject(c, "steps", (double)wi->steps);
+    cJSON_AddNumberToObject(c, "state_blocks", (double)wi->state_blocks);
+    cJSON_AddNumberToObject(c, "state_bytes", (double)wi->state_bytes);
+    cJSON_AddNumberToObject(c, "step_count_blocks", (double)wi->counter_blocks);
+    cJSON_AddNumberToObject(c, "temporary_blocks", (double)wi->temp_blocks);
+    cJSON_AddNumberToObject(c, "temporary_bytes", (double)wi->temp_bytes);
+    cJSON_AddNumberToObject(c, "parameter_blocks", (double)wi->param_blocks);
+    cJSON_AddNumberToObject(c, "parameter_bytes", (double)wi->param_bytes);
+  }
+  cJSON *notes = cJSON_AddArrayToObject(o, "notes");
+  for (int i = 0; i < wi->nnotes; i++) cJSON_AddItemToArray(notes, cJSON_CreateString(wi->notes[i]));
+  return o;
+}
+
+static cJSON *json_advice_row(const ms_predict *m, const ms_advice *adv, int i) {
+  const ms_advice_row *r = &adv->row[i];
+  cJSON *j = cJSON_CreateObject();
+  char text[3300];
+  advice_text(m, r, text, sizeof text);
+  cJSON_AddNumberToObject(j, "rank", i + 1);
+  cJSON_AddStringToObject(j, "kind", advice_kinds[r->kind]);
+  cJSON_AddStringToObject(j, "description", text);
+  cJSON_AddBoolToObject(j, "fits", r->fits);
+  add_setting(j, &r->at.config, r->kind == MS_ADVICE_NONE);
+  add_change(j, m, &r->at.change);
+  cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(&r->at));
+  cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)ms_replay_worst_peak(&r->at));
+  if (adv->searched && !r->largest.failed && r->largest.at) {
+    cJSON *l = cJSON_AddObjectToObject(j, "largest_that_fits");
+    cJSON_AddNumberToObject(l, "at", (double)r->largest.at);
+    cJSON_AddNumberToObject(l, "peak_allocated_bytes", (double)peak_allocated(&r->largest));
+    cJSON_AddNumberToObject(l, "peak_reserved_bytes", (double)ms_replay_worst_peak(&r->largest));
+  } else {
+    cJSON_AddNullToObject(j, "largest_that_fits");
+  }
+  if (r->at.failed) cJSON_AddStringToObject(j, "error", r->at.error);
+  return j;
+}
+
+static cJSON *json_advice(const ms_predict *m, const ms_advice *adv) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "at", (double)adv->at);
+  cJSON_AddNumberToObject(o, "capacity_bytes", (double)adv->capacity);
+  cJSON_AddBoolToObject(o, "searched", adv->searched);
+  cJSON *list = cJSON_AddArrayToObject(o, "changes");
+  for (int i = 0; i < adv->n; i++) cJSON_AddItemToArray(list, json_advice_row(m, adv, i));
+  if (adv->best >= 0) cJSON_AddItemToObject(o, "best", json_advice_row(m, adv, adv->best));
+  else cJSON_AddNullToObject(o, "best");
+  return o;
+}
+
+static cJSON *json_prediction(const ms_predict *m, const ms_replay_result *r, bool recorded) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddNumberToObject(j, "at", (double)r->at);
   add_setting(j, &r->config, recorded);
+  add_change(j, m, &r->change);
+  cJSON_AddBoolToObject(j, "changed", ms_change_any(&r->change));
   int64_t pk = ms_replay_worst_peak(r), at_peak = 0;
   for (int i = 0; i < r->ndevices; i++)
     if (r->dev[i].peak_reserved == pk) at_peak = r->dev[i].allocated_at_peak;
@@ -370,23 +612,35 @@ static int row_errors(const ms_sweep *sw) {
 static int cmd_predict(int argc, char **argv) {
   predict_args a;
   memset(&a, 0, sizeof a);
+  a.change.optimizer = MS_OPT_KEEP;
   ms_predict *m = NULL;
   ms_sweep pred, fit;
+  ms_advice adv;
   memset(&pred, 0, sizeof pred);
   memset(&fit, 0, sizeof fit);
-  bool have_pred = false, have_fit = false;
+  memset(&adv, 0, sizeof adv);
+  bool have_pred = false, have_fit = false, have_adv = false;
   char err[2048];
   ms_replay_config configs[MS_SWEEP_GRID_ROWS];
   int nconf = 1, rc = parse_args(argc, argv, &a);
   if (rc != 0) goto cleanup;
   bool progress = isatty(2);
-  m = ms_predict_new(a.runs, a.nruns, progress, err, sizeof err);
+  ms_predict_options po = {a.checkpoint, a.ncheckpoint, a.change.optimizer != MS_OPT_KEEP || a.advise, progress};
+  m = ms_predict_new(a.runs, a.nruns, &po, err, sizeof err);
   if (!m) {
     fprintf(stderr, "error: %s\n", err);
     rc = 1;
     goto cleanup;
   }
   const ms_predict_info *in = ms_predict_info_of(m);
+  const ms_whatif *w = ms_predict_whatif(m);
+  if (a.change.optimizer != MS_OPT_KEEP && ms_whatif_info_of(w)->steps == 0) {
+    fprintf(stderr, "error: predict: cannot change the optimizer: no optimizer step in the history of '%s' (its stacks name "
+            "none, and it has no step events)\n", in->run[in->base].shown);
+    rc = 1;
+    goto cleanup;
+  }
+  ms_predict_set_change(m, &a.change);
   ms_replay_plan *p = ms_predict_plan(m);
   ms_replay_config recorded, check;
   ms_replay_recorded_config(p, &recorded);
@@ -408,19 +662,33 @@ static int cmd_predict(int argc, char **argv) {
     configs[0].capacity = a.base.capacity;
   }
   ms_rows_options o = {a.jobs, 0, progress ? "predict: replays" : NULL};
-  if (a.nat && ms_predict_at(m, a.at, a.nat, configs, nconf, &o, &pred, err, sizeof err) != 0) {
-    fprintf(stderr, "error: predict: %s\n", err);
-    rc = 1;
-    goto cleanup;
+  bool changed = ms_change_any(&a.change);
+  ms_change changes[2] = {{0, MS_OPT_KEEP, 0}, a.change};
+  int nchange = changed && !a.sweep ? 2 : 1; /* without the sweep: as recorded beside the change */
+  const ms_change *row_changes = nchange == 2 ? changes : &changes[1];
+  if (a.advise) {
+    o.progress = progress ? "predict: changes tried" : NULL;
+    if (ms_advise(m, a.at[0], &configs[0], &o, &adv, err, sizeof err) != 0) {
+      fprintf(stderr, "error: predict: %s\n", err);
+      rc = 1;
+      goto cleanup;
+    }
+    have_adv = true;
+  } else {
+    if (a.nat && ms_predict_at(m, a.at, a.nat, configs, nconf, row_changes, nchange, &o, &pred, err, sizeof err) != 0) {
+      fprintf(stderr, "error: predict: %s\n", err);
+      rc = 1;
+      goto cleanup;
+    }
+    have_pred = a.nat > 0;
+    o.progress = progress ? "predict: settings searched" : NULL;
+    if (a.card_option && !a.one_run && ms_predict_capacity(m, configs, nconf, &o, &fit, err, sizeof err) != 0) {
+      fprintf(stderr, "error: predict: %s\n", err);
+      rc = 1;
+      goto cleanup;
+    }
+    have_fit = a.card_option != NULL && !a.one_run;
   }
-  have_pred = a.nat > 0;
-  o.progress = progress ? "predict: settings searched" : NULL;
-  if (a.card_option && ms_predict_capacity(m, configs, nconf, &o, &fit, err, sizeof err) != 0) {
-    fprintf(stderr, "error: predict: %s\n", err);
-    rc = 1;
-    goto cleanup;
-  }
-  have_fit = a.card_option != NULL;
   uint64_t card = a.base.capacity ? a.base.capacity : ms_replay_recorded_capacity(p);
   char rec[1200];
   ms_replay_describe_config(&recorded, rec, sizeof rec);
@@ -429,18 +697,21 @@ static int cmd_predict(int argc, char **argv) {
     char line[1024];
     ms_replay_conf_line(&recorded, line, sizeof line);
     cJSON *o_json = json_model(in, card, line), *list = cJSON_AddArrayToObject(o_json, "predictions");
-    for (int at = 0; have_pred && at < a.nat; at++) {
-      int order[MS_SWEEP_GRID_ROWS];
-      ms_replay_rank(&pred.results[at * nconf], nconf, order);
-      for (int k = 0; k < nconf; k++)
-        cJSON_AddItemToArray(list, json_prediction(&pred.results[at * nconf + order[k]], order[k] == 0));
-    }
+    cJSON_AddItemToObject(o_json, "what_if", json_whatif(m, &a));
+    for (int at = 0; have_pred && at < a.nat; at++)
+      for (int h = 0; h < nchange; h++) {
+        const ms_replay_result *rows = &pred.results[(at * nchange + h) * nconf];
+        int order[MS_SWEEP_GRID_ROWS];
+        ms_replay_rank(rows, nconf, order);
+        for (int k = 0; k < nconf; k++) cJSON_AddItemToArray(list, json_prediction(m, &rows[order[k]], order[k] == 0));
+      }
     cJSON *fits_list = cJSON_AddArrayToObject(o_json, "largest_that_fits");
     for (int k = 0; have_fit && k < fit.nrows; k++) {
       const ms_replay_result *r = &fit.results[fit.order[k]];
       cJSON *j = cJSON_CreateObject();
       cJSON_AddItemToArray(fits_list, j);
       add_setting(j, &r->config, fit.order[k] == 0);
+      add_change(j, m, &r->change);
       if (r->at && !r->failed) {
         cJSON_AddNumberToObject(j, "at", (double)r->at);
         cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(r));
@@ -461,8 +732,11 @@ static int cmd_predict(int argc, char **argv) {
         cJSON_AddNullToObject(o_json, "best_fit");
       }
     }
+    if (have_adv) cJSON_AddItemToObject(o_json, "advice", json_advice(m, &adv));
     cJSON *notes = cJSON_AddArrayToObject(o_json, "notes");
     collect_notes(m, sweeps, 2, json_note, notes);
+    if (a.one_run && a.card_option && !a.advise)
+      json_note("one run: the prediction is at its own size on the card; the largest size that fits needs runs at two sizes", notes);
     char *text = cJSON_PrintUnformatted(o_json);
     cJSON_Delete(o_json);
     if (!text) {
@@ -474,9 +748,13 @@ static int cmd_predict(int argc, char **argv) {
     free(text);
   } else {
     print_model(in, card, a.base.capacity != 0, rec);
-    if (have_pred) print_predictions(&pred, a.at, a.nat, nconf);
+    print_change(w, &a.change, in, &a);
+    if (have_pred) print_predictions(&pred, a.at, a.nat, nconf, nchange);
     if (have_fit) print_capacity(&fit, a.base.capacity);
+    if (have_adv) print_advice(m, &adv);
     collect_notes(m, sweeps, 2, print_note, NULL);
+    if (a.one_run && a.card_option && !a.advise)
+      print_note("one run: the prediction is at its own size on the card; the largest size that fits needs runs at two sizes", NULL);
   }
   rc = row_errors(have_pred ? &pred : NULL) | row_errors(have_fit ? &fit : NULL);
   if (rc == 0) rc = ms_output_status();
@@ -484,16 +762,21 @@ static int cmd_predict(int argc, char **argv) {
 cleanup:
   if (have_pred) ms_sweep_free(&pred);
   if (have_fit) ms_sweep_free(&fit);
+  if (have_adv) ms_advice_free(&adv);
   ms_predict_free(m);
   for (int i = 0; i < a.nruns; i++) free((char *)a.runs[i].path);
+  for (int i = 0; i < a.nlists; i++) free(a.lists[i]);
   return rc;
 }
 
 const ms_command ms_predict_command = {"predict", cmd_predict,
      "memsnap predict A.db=SIZE B.db=SIZE [C.db=SIZE] [--at N]... [--capacity SIZE | --device CARD]\n"
-     "                [--set KEY=VALUE]... [--sweep [--jobs N]] [--json]\n"
+     "                [--set KEY=VALUE]... [--sweep [--jobs N]] [--checkpoint MODULES]... [--optimizer NAME]\n"
+     "                [--advise] [--json]\n"
      "                            peaks at sizes not run (batch, sequence length) from runs at two or\n"
-     "                            three, and the largest size that fits a card (docs/predict.md)",
+     "                            three, and the largest size that fits a card; as if modules were\n"
+     "                            checkpointed or another optimizer used (one run: at its own size);\n"
+     "                            what makes a size fit (docs/predict.md)",
      "  A.db=SIZE           a run of the program recorded at SIZE (a whole number: the batch, the\n"
      "                      sequence length...); two runs at different sizes (three: laws of degree 2)\n"
      "  --at N              a size to predict peak allocated and reserved memory at (repeatable, 16)\n"
@@ -504,6 +787,13 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  --set KEY=VALUE     a setting over the recorded ones, as memsnap replay takes it (repeatable)\n"
      "  --sweep             every setting of memsnap replay's sweep (20), ranked at each size\n"
      "  --jobs N            worker processes (default: one per core)\n"
+     "  --checkpoint MODULES  as if these modules' forwards were checkpointed (repeatable, or a\n"
+     "                      comma list): class names as the Python frames give them (GPT2Block), or\n"
+     "                      module paths with globs (transformer.h.*) where the history has module events\n"
+     "  --optimizer NAME    as if another optimizer held the state: sgd, sgd-momentum, adam, adamw,\n"
+     "                      adagrad, rmsprop, adafactor, or bytes per parameter (8B)\n"
+     "  --advise            with one --at N and a card: the smallest changes that make N fit (settings,\n"
+     "                      the fewest --checkpoint modules, lighter optimizers), and the largest size with each\n"
      "  --json              the answer as JSON (docs/predict.md)\n"
      "\n"
      "The runs must be the same program (the same steps and code path) at different sizes, recorded\n"
@@ -516,5 +806,6 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  $ memsnap run -o b4.db -- python train.py --batch 4\n"
      "  $ memsnap run -o b8.db -- python train.py --batch 8\n"
      "  $ memsnap predict b4.db=4 b8.db=8 --at 16 --at 24\n"
-     "  $ memsnap predict b4.db=4 b8.db=8 --capacity 24G --sweep\n",
+     "  $ memsnap predict b4.db=4 b8.db=8 --capacity 24G --sweep\n"
+     "  $ memsnap predict b4.db=4 b8.db=8 --checkpoint GPT2Block --at 32 --capacity 24G --advise\n",
      false};

@@ -36,6 +36,9 @@
 
 struct ms_predict {
   ms_predict_info info;
+  ms_whatif *whatif; /* what a change to the program acts on (NULL: none asked) */
+  ms_change change;  /* the change the rows of ms_predict_at and ms_predict_capacity make */
+  ms_change current; /* the change being synthesised */
   ms_snapshot base; /* the run at the largest size: opened, stacks loaded */
   bool base_open;
   ms_replay_plan *plan;
@@ -121,54 +124,19 @@ static void classify(ms_predict *m) {
 
 /* ---- the synthesised history ------------------------------------------------------------- */
 
-typedef struct synth_state {
-  ms_predict *m;
-  int (*fn)(const ms_event *e, void *arg);
-  void *fnarg;
-  size_t next;          /* the base allocation the next allocation event is */
-  ms_live_map dropped;  /* addresses of allocations left out, until their free completes */
-  bool host_oom;
-} synth_state;
-
-static int synth_event(const ms_event *e, void *arg) {
-  synth_state *st = arg;
-  ms_live_slot slot;
-  if (e->kind == MS_OOM) return 0; /* the recorded size's: whether this one runs out is the replay's to say */
-  if (e->kind == MS_ALLOC) {
-    int64_t size = e->requested > 0 ? e->requested : e->size;
-    if (size <= 0 || !e->address || e->device < 0 || e->device >= MS_MAX_DEVICES) return st->fn(e, st->fnarg); /* as align.c */
-    size_t k = st->next++;
-    if (st->dropped.count) ms_live_take(&st->dropped, e->address, &slot);
-    if (k >= st->m->nalloc) return st->fn(e, st->fnarg); /* not read: the file changed since */
-    int64_t xs[MS_PREDICT_MAX_RUNS], ys[MS_PREDICT_MAX_RUNS];
-    int n = points(st->m, k, xs, ys);
-    int64_t want = ms_predict_law(xs, ys, n, st->m->at);
-    if (want <= 0) {
-      st->m->dropped++;
-      if (ms_live_put(&st->dropped, (ms_live_slot){.key = e->address, .site = 0, .aux = 0, .size = 0}) != 0) st->host_oom = true;
-      return st->host_oom ? 1 : 0;
-    }
-    ms_event c = *e;
-    c.requested = c.size = want;
-    return st->fn(&c, st->fnarg);
-  }
-  if ((e->kind == MS_FREE_REQUESTED || e->kind == MS_FREE_COMPLETED) && st->dropped.count &&
-      ms_live_take(&st->dropped, e->address, &slot)) {
-    if (e->kind == MS_FREE_REQUESTED && ms_live_put(&st->dropped, slot) != 0) st->host_oom = true; /* its completion too */
-    return st->host_oom ? 1 : 0;
-  }
-  return st->fn(e, st->fnarg);
+/* Base allocation k's request at the size being synthesised: its law there. */
+static int64_t law_size(void *arg, size_t k) {
+  ms_predict *m = arg;
+  if (k >= m->nalloc) return INT64_MIN; /* not read: the file changed since */
+  int64_t xs[MS_PREDICT_MAX_RUNS], ys[MS_PREDICT_MAX_RUNS];
+  int n = points(m, k, xs, ys);
+  return ms_predict_law(xs, ys, n, m->at);
 }
 
+/* The history at m->at, as if the program had changed by m->current (whatif.c makes it). */
 static int synth_each(ms_snapshot *s, void *arg, int (*fn)(const ms_event *e, void *fnarg), void *fnarg) {
-  synth_state st = {.m = arg, .fn = fn, .fnarg = fnarg};
-  int rc = ms_events_each(s, synth_event, &st);
-  if (st.host_oom && rc == 1) {
-    snprintf(s->error, sizeof s->error, "out of host memory synthesising the history");
-    rc = -1;
-  }
-  ms_live_free(&st.dropped);
-  return rc;
+  ms_predict *m = arg;
+  return ms_whatif_each(m->whatif, &m->current, s, law_size, m, &m->dropped, fn, fnarg);
 }
 
 /* ---- reading and aligning the runs -------------------------------------------------------- */
@@ -253,7 +221,10 @@ static int check_alignment(ms_predict *m, const ms_alignment *al, char *err, siz
   return 0;
 }
 
-ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, bool progress, char *err, size_t errlen) {
+ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, const ms_predict_options *opt, char *err, size_t errlen) {
+  static const ms_predict_options none = {0};
+  if (!opt) opt = &none;
+  bool progress = opt->progress;
   ms_predict *m = calloc(1, sizeof *m);
   ms_history h[MS_PREDICT_MAX_RUNS];
   ms_alignment al[MS_PREDICT_MAX_RUNS];
@@ -264,8 +235,8 @@ ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, bool progress,
     return NULL;
   }
   ms_predict_info *in = &m->info;
-  if (n < 2 || n > MS_PREDICT_MAX_RUNS) {
-    snprintf(err, errlen, "two or three runs are needed, not %d", n);
+  if (n < 1 || n > MS_PREDICT_MAX_RUNS) {
+    snprintf(err, errlen, "one to three runs are needed, not %d", n);
     goto cleanup;
   }
   in->nruns = n;
@@ -323,9 +294,17 @@ ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, bool progress,
   }
   in->aligned_share = share(aligned_bytes, all_bytes);
   in->aligned_frees_share = share(aligned_frees, all_frees);
-  if (check_alignment(m, al, err, errlen) != 0) goto cleanup;
+  if (n > 1 && check_alignment(m, al, err, errlen) != 0) goto cleanup;
   classify(m);
   in->quadratic_fit = n == 3;
+  if (opt->ncheckpoint > 0 || opt->optimizer) {
+    if (progress) fprintf(stderr, "\rpredict: finding what the change acts on%40s", "");
+    if (!(m->whatif = ms_whatif_new(&m->base, opt->checkpoint, opt->ncheckpoint, opt->optimizer, err, errlen))) goto cleanup;
+    if (ms_whatif_info_of(m->whatif)->allocations != (int64_t)m->nalloc) {
+      snprintf(err, errlen, "'%s' changed while it was read", br->shown);
+      goto cleanup;
+    }
+  }
   ms_replay_plan_set_source(m->plan, synth_each, m);
 
   /* what to know about the runs */
@@ -355,7 +334,7 @@ ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, bool progress,
                 "frees alone; record with stacks (memsnap run's default) for an alignment by site", in->run[r].shown);
       break;
     }
-  if (in->linear + in->quadratic == 0)
+  if (n > 1 && in->linear + in->quadratic == 0)
     INFO_NOTE(in, "no allocation changes with the size between the runs: every size predicts the same; are the runs "
               "really at the sizes given?");
   if (in->shrinking)
@@ -374,6 +353,7 @@ cleanup:
 
 void ms_predict_free(ms_predict *m) {
   if (!m) return;
+  ms_whatif_free(m->whatif);
   ms_replay_plan_free(m->plan);
   if (m->base_open) ms_close(&m->base);
   for (int r = 0; r < MS_PREDICT_MAX_RUNS; r++) free(m->size[r]);
@@ -381,6 +361,9 @@ void ms_predict_free(ms_predict *m) {
 }
 
 const ms_predict_info *ms_predict_info_of(const ms_predict *m) { return &m->info; }
+const ms_whatif *ms_predict_whatif(const ms_predict *m) { return m->whatif; }
+void ms_predict_set_change(ms_predict *m, const ms_change *c) { m->change = *c; }
+ms_snapshot *ms_predict_base(ms_predict *m) { return &m->base; }
 
 void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len) {
   const ms_predict_info *in = &m->info;
@@ -426,8 +409,8 @@ static bool fits(const ms_replay_result *r) {
  * allocator's limit, without the simulated device's first-fit placement of segments in its
  * address range (which can refuse a segment that fits in total, as a real card's cudaMalloc,
  * mapping pages anywhere, does not). r's config and capacity are then c's. */
-static int replay_at(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int64_t at,
-                     ms_replay_result *r) {
+static int replay_at(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
+                     int64_t at, ms_replay_result *r) {
   ms_replay_config run = *c;
   uint64_t card = ms_replay_recorded_capacity(p);
   if (c->capacity && c->capacity < card) {
@@ -439,12 +422,14 @@ static int replay_at(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_
   }
   m->at = at;
   m->dropped = 0;
+  m->current = *ch;
   int rc = ms_replay_run(s, p, &run, r);
   int64_t dropped = m->dropped;
   r->at = at;
   r->config = *c;
+  r->change = *ch;
   for (int i = 0; c->capacity && i < r->ndevices; i++) r->dev[i].capacity = (int64_t)c->capacity;
-  if (dropped)
+  if (dropped && !ms_change_any(ch))
     ms_replay_note(r, "at %lld, %lld allocations would be of 0 bytes or less (their laws cross 0 below the recorded "
                 "sizes): they were left out, with their frees", (long long)at, (long long)dropped);
   return rc;
@@ -453,37 +438,43 @@ static int replay_at(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_
 typedef struct at_rows {
   ms_predict *m;
   const int64_t *ats;
-  int nconf;
+  const ms_change *changes;
+  int nconf, nchange;
 } at_rows;
 
-/* A row of predictions: the size's history replayed on the card, and, when it does not fit
- * there, again on a device without a limit, for what it needs. */
-static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r, void *arg) {
-  const at_rows *ar = arg;
-  int64_t at = ar->ats[row / ar->nconf];
-  int rc = replay_at(ar->m, s, p, c, at, r);
+int ms_predict_replay(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
+                      int64_t at, ms_replay_result *r) {
+  int rc = replay_at(m, s, p, c, ch, at, r);
   if (rc != 0 || fits(r)) return rc;
   ms_replay_config unlimited = *c;
   unlimited.capacity = MS_PREDICT_UNLIMITED;
   uint64_t card = (uint64_t)r->dev[0].capacity;
-  rc = replay_at(ar->m, s, p, &unlimited, at, r);
+  rc = replay_at(m, s, p, &unlimited, ch, at, r);
   r->config = *c;
   r->over_capacity = true;
   for (int i = 0; i < r->ndevices; i++) r->dev[i].capacity = (int64_t)card;
   return rc;
 }
 
+/* A row of predictions: the size's history replayed on the card, and, when it does not fit
+ * there, again on a device without a limit, for what it needs. */
+static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r, void *arg) {
+  const at_rows *ar = arg;
+  int per_at = ar->nconf * ar->nchange;
+  return ms_predict_replay(ar->m, s, p, c, &ar->changes[row % per_at / ar->nconf], ar->ats[row / per_at], r);
+}
+
 int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
-                  const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
-  int nrows = nat * nconf;
+                  const ms_change *changes, int nchange, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
+  if (!changes || nchange < 1) changes = &m->change, nchange = 1;
+  int nrows = nat * nchange * nconf;
   ms_replay_config *rows = malloc(sizeof *rows * (size_t)(nrows ? nrows : 1));
   if (!rows) {
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  for (int a = 0; a < nat; a++)
-    for (int c = 0; c < nconf; c++) rows[a * nconf + c] = configs[c];
-  at_rows ar = {m, ats, nconf};
+  for (int i = 0; i < nrows; i++) rows[i] = configs[i % nconf];
+  at_rows ar = {m, ats, changes, nconf, nchange};
   int rc = ms_replay_rows(&m->base, m->plan, rows, nrows, at_row, &ar, o, out, err, errlen);
   free(rows);
   return rc;
@@ -491,16 +482,13 @@ int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_co
 
 /* ---- the largest size that fits ----------------------------------------------------------- */
 
-/* A row of the search: the largest size whose history fits the row's card, into r (r->at; 0 when
- * not even 1 fits, with the replay at 1). */
-static int capacity_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r,
-                        void *arg) {
-  (void)row;
-  ms_predict *m = arg;
+int ms_predict_search(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
+                      ms_replay_result *r) {
   ms_replay_result *probe = malloc(sizeof *probe);
   if (!probe) {
     memset(r, 0, sizeof *r);
     r->config = *c;
+    r->change = *ch;
     r->failed = true;
     snprintf(r->error, sizeof r->error, "out of host memory");
     return -1;
@@ -510,7 +498,7 @@ static int capacity_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_confi
   bool kept = false;
   for (bool growing = true; hi - lo > 1;) { /* from the base's size: doubling while it fits, then bisecting */
     if (!growing) at = lo + (hi - lo) / 2;
-    if ((rc = replay_at(m, s, p, c, at, probe)) != 0) break;
+    if ((rc = replay_at(m, s, p, c, ch, at, probe)) != 0) break;
     if (fits(probe)) {
       lo = at;
       *r = *probe, kept = true;
@@ -530,6 +518,14 @@ static int capacity_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_confi
     ms_replay_note(r, "every size up to %d fits: the search stops there", MS_PREDICT_MAX_SIZE);
   free(probe);
   return rc;
+}
+
+/* A row of the search: the largest size whose history fits the row's card. */
+static int capacity_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r,
+                        void *arg) {
+  (void)row;
+  ms_predict *m = arg;
+  return ms_predict_search(m, s, p, c, &m->change, r);
 }
 
 static const ms_replay_result *fit_base; /* qsort has no context argument */

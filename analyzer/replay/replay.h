@@ -2,7 +2,9 @@
  * engine.c replays one configuration on the simulated device in this process, sweep.c a grid of
  * them on every core and ranks them, suggest.c picks the analysis's suggestions from a sweep,
  * cards.c says how much memory a card has; align.c and predict.c (prefixes ms_history_,
- * ms_predict_) replay a history synthesised at another size from runs at two or three. It calls
+ * ms_predict_) replay a history synthesised at another size from runs at two or three, whatif.c
+ * (ms_whatif_) makes it as if the program had changed (checkpointing, another optimizer) and
+ * advise.c (ms_advise) tries the changes that make a size fit. It calls
  * down into analysis/ (the live blocks and the state before the history), read/ and libmemsnap.
  */
 #ifndef MEMSNAP_REPLAY_H
@@ -56,6 +58,21 @@ typedef struct ms_replay_device {
   int64_t capacity; /* the simulated device's bytes */
 } ms_replay_device;
 
+/* A change to the program that a synthesised history is made as (whatif.c; predict.c replays
+ * it): some module calls' forwards checkpointed, another optimizer. Flat: rows carry it. */
+enum {
+  MS_OPT_KEEP, /* the recorded optimizer */
+  MS_OPT_SGD, MS_OPT_SGD_MOMENTUM, MS_OPT_ADAM, MS_OPT_ADAMW, MS_OPT_ADAGRAD, MS_OPT_RMSPROP, MS_OPT_ADAFACTOR,
+  MS_OPT_BYTES, /* state of optimizer_bytes bytes per parameter */
+  MS_OPTIMIZERS
+};
+#define MS_CHANGE_ALL INT32_MAX /* every module call found */
+typedef struct ms_change {
+  int32_t checkpoint;     /* the module instances checkpointed: the first N by saved bytes (0: none) */
+  int32_t optimizer;      /* MS_OPT_* (MS_OPT_KEEP: as recorded) */
+  double optimizer_bytes; /* MS_OPT_BYTES: the state's bytes per parameter */
+} ms_change;
+
 /* What one replay found: flat (no pointers), so that sweep workers can hand it back through
  * shared memory. */
 typedef struct ms_replay_result {
@@ -67,6 +84,7 @@ typedef struct ms_replay_result {
   int64_t external_blocks; /* blocks outside the allocator (memsnap run's interposer), held beside it */
   int64_t deferred_frees;            /* frees completed later (record_stream uses) */
   int64_t at;                        /* the size its history was synthesised at (predict.c); 0: as recorded */
+  ms_change change;                  /* the change to the program it was synthesised as (predict.c) */
   bool over_capacity;                /* predict.c: out of memory on config.capacity, so the figures are those of
                                         a replay on a device without a limit (what it needs) */
   bool failed;                       /* the replay stopped early: error says why */
@@ -224,11 +242,80 @@ typedef struct ms_alignment {
 int ms_histories_align(const ms_history *x, const ms_history *y, ms_alignment *out);
 void ms_alignment_free(ms_alignment *a);
 
+/* ---- the program changed: checkpointing, another optimizer (whatif.c) -------------------- */
+
+#define MS_WHATIF_PATTERNS 16 /* --checkpoint patterns */
+#define MS_WHATIF_NOTES 6
+
+/* A module instance whose calls can be checkpointed: a class's N-th call in each step (no
+ * module events), or a module's path (module events). */
+typedef struct ms_whatif_instance {
+  char name[256];        /* "GPT2Block #3", "GPT2LMHeadModel.transformer.h.3" (neutralised) */
+  int64_t calls;         /* its calls with a backward pass after them */
+  int64_t saved_bytes;   /* the most one of its calls saved for backward (requests, at the base's size) */
+  int64_t saved_blocks;  /* the blocks of that call */
+  int64_t first_event;   /* its first call's first allocation (event id) */
+} ms_whatif_instance;
+
+typedef struct ms_whatif_info {
+  /* checkpointing */
+  bool checkpointing, module_events; /* module events: the snapshot has them */
+  int ninstances;
+  ms_whatif_instance *instance;      /* ranked: the most saved bytes first (owned by the whatif) */
+  int64_t allocations;               /* the history's, numbered as align.c numbers them */
+  int64_t calls, calls_without_backward, backward_passes;
+  /* the optimizer */
+  bool optimizer;
+  char recorded_optimizer[32];       /* "adamw", ...; "" unknown */
+  char optimizer_source[256];        /* how it is known */
+  char state_evidence[256];          /* what says which blocks hold its state */
+  int tensors_per_param;             /* the recorded optimizer's state tensors per parameter */
+  int64_t state_blocks, state_bytes, counter_blocks, temp_blocks, temp_bytes, param_blocks, param_bytes, steps;
+  char notes[MS_WHATIF_NOTES][512];
+  int nnotes;
+} ms_whatif_info;
+
+typedef struct ms_whatif ms_whatif;
+
+/* Parses an optimizer as --optimizer gives it (sgd, sgd-momentum, adam, adamw, adagrad, rmsprop,
+ * adafactor; or bytes per parameter: "8B", "2.5B") into *opt and *bytes: 0, or -1. */
+int ms_optimizer_parse(const char *text, int32_t *opt, double *bytes);
+/* The optimizer's name as --optimizer takes it ("8B" for MS_OPT_BYTES) into out[len]. */
+void ms_optimizer_name(int32_t opt, double bytes, char *out, size_t len);
+/* The change in words ("checkpoint 4 of 12 module instances (GPT2Block #1, ...), optimizer sgd";
+ * "none") into out[len]; w may be NULL (no names). */
+void ms_change_describe(const ms_whatif *w, const ms_change *c, char *out, size_t len);
+/* Whether c changes anything. */
+bool ms_change_any(const ms_change *c);
+/* Reads s's history (opened, stacks loaded) once and finds what the changes act on: the calls of
+ * the modules patterns[0..n) name (class names: "GPT2Block", globs allowed, matched against the
+ * Python frames CLASS.forward; module paths: "transformer.h.*", with a dot, matched against the
+ * module events' paths, with and without their root class), what each saved for backward, where
+ * its backward begins; with `optimizer`, the blocks of the optimizer's state, its temporaries and
+ * the parameters. Returns the whatif, or NULL with err set (a message for the user: nothing
+ * found, no module events for a path, unreadable events, out of memory). */
+ms_whatif *ms_whatif_new(ms_snapshot *s, const char *const *patterns, int npatterns, bool optimizer, char *err,
+                         size_t errlen);
+void ms_whatif_free(ms_whatif *w);
+const ms_whatif_info *ms_whatif_info_of(const ms_whatif *w);
+/* Allocation k's request (the k-th allocation of the history, as align.c numbers them) at the
+ * size being synthesised; 0 or less: left out; INT64_MIN: the recorded request. */
+typedef int64_t (*ms_whatif_size_fn)(void *arg, size_t k);
+/* Calls fn with the events of s's history as if the program had changed by c (w NULL or c
+ * changing nothing: the history as recorded), each allocation's request size(size_arg, k): the
+ * synthesised history that predict.c replays. The history's out-of-memory events and the model's
+ * events (module, tensor, step, backward) are left out; allocations of 0 bytes or less are left
+ * out with their frees, counted in *dropped. Returns what ms_events_each returns (fn's non-zero,
+ * or -1 with s->error set, also when out of host memory). */
+int ms_whatif_each(const ms_whatif *w, const ms_change *c, ms_snapshot *s, ms_whatif_size_fn size, void *size_arg,
+                   int64_t *dropped, int (*fn)(const ms_event *e, void *fnarg), void *fnarg);
+
 #define MS_PREDICT_MAX_RUNS 3
 #define MS_PREDICT_MAX_SIZE 16777216           /* sizes of runs and predictions: 1 to 2^24 */
 #define MS_PREDICT_MIN_ALIGNED 0.9             /* of each run's allocations, and of its bytes, aligned */
 #define MS_PREDICT_MAX_BYTES ((int64_t)1 << 50) /* a law's request is held to +-1 PiB */
-#define MS_PREDICT_UNLIMITED ((uint64_t)8 << 40) /* the device a prediction that does not fit is replayed on again */
+#define MS_PREDICT_UNLIMITED ((uint64_t)2 << 40) /* the device a prediction that does not fit is replayed on again (the
+                                                    simulated device maps expandable segments up to 2 TiB, not 4) */
 #define MS_PREDICT_NOTES 8
 #define MS_PREDICT_MAX_BEFORE 0.01 /* of a run's peak live bytes before its history, or of its frees of blocks it did not allocate */
 #define MS_PREDICT_FAR 4           /* a size past 4 times the largest recorded, or under a quarter of the smallest, gets a note */
@@ -267,32 +354,89 @@ typedef struct ms_predict ms_predict;
  * 3 points, distinct sizes): the polynomial through them, rounded to the nearest byte, held to
  * +-MS_PREDICT_MAX_BYTES. */
 int64_t ms_predict_law(const int64_t *xs, const int64_t *ys, int n, int64_t at);
-/* Reads the runs inputs[0..n) (two or three, distinct sizes), aligns them with the one at the
- * largest size and makes the model (predict.c says which runs are refused and why). progress:
- * what it reads on stderr. Returns the model (the base's snapshot held open), or NULL with err set
- * to a message for the user. */
-ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, bool progress, char *err, size_t errlen);
+typedef struct ms_predict_options {
+  const char *const *checkpoint; /* module patterns whose calls may be checkpointed (--checkpoint) */
+  int ncheckpoint;
+  bool optimizer; /* find the optimizer's state, so that another optimizer may replace it */
+  bool progress;  /* what it reads, on stderr */
+} ms_predict_options;
+/* Reads the runs inputs[0..n) (one to three, distinct sizes; one: its history as recorded, for a
+ * change to the program at its own size), aligns them with the one at the largest size and makes
+ * the model (predict.c says which runs are refused and why); with o's patterns or optimizer,
+ * whatif.c's reading of the base for the changes (o NULL: none). Returns the model (the base's
+ * snapshot held open), or NULL with err set to a message for the user. */
+ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, const ms_predict_options *o, char *err, size_t errlen);
 void ms_predict_free(ms_predict *m);
 const ms_predict_info *ms_predict_info_of(const ms_predict *m);
+/* What the changes act on (NULL when none was asked for). */
+const ms_whatif *ms_predict_whatif(const ms_predict *m);
+/* The change that ms_predict_at's and ms_predict_capacity's rows make (initially none). */
+void ms_predict_set_change(ms_predict *m, const ms_change *c);
+/* The base's snapshot (opened, stacks loaded): what rows replay. */
+ms_snapshot *ms_predict_base(ms_predict *m);
+/* One row's work, for callers that make their own rows (advise.c; s and p: the worker's): the
+ * history at `at` changed by ch replayed under c (again without a limit when it does not fit:
+ * over_capacity), or the largest size that fits c's card with ch (r->at, 0 none). Each fills *r
+ * and returns what ms_replay_run returns. */
+int ms_predict_replay(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
+                      int64_t at, ms_replay_result *r);
+int ms_predict_search(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
+                      ms_replay_result *r);
 /* A note for the sizes of sizes[0..n) (0s left out) far from the recorded ones (MS_PREDICT_FAR)
  * into out[len]; "" when none is. */
 void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len);
 /* The base's replay plan: its recorded settings and card (ms_replay_grid, ms_replay_check_config). */
 ms_replay_plan *ms_predict_plan(ms_predict *m);
-/* Replays the history synthesised at each of ats[0..nat) under each of configs[0..nconf) (the
- * row of size a and config c is a * nconf + c; each result's `at` says its size) on the sweep's
- * workers, into *out (ranked as the sweep ranks: within one size, ms_replay_rank again). A
+/* Replays the history synthesised at each of ats[0..nat), as changed by each of
+ * changes[0..nchange) (NULL: the change ms_predict_set_change set), under each of
+ * configs[0..nconf) (the row of size a, change h and config c is (a * nchange + h) * nconf + c;
+ * each result's `at` and `change` say which) on the sweep's workers, into *out (ranked as the
+ * sweep ranks: within one size and change, ms_replay_rank again). A
  * replay that does not fit its card (configs' capacity, else the recorded one) is replayed again
  * on a device without a limit: over_capacity, and the figures are what it needs. 0, or -1 with
  * err set (nothing to free). */
 int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
-                  const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
-/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history fits the card under each
- * of configs[0..nconf) (their capacity), into out's results by config (`at`: that size, 0 when
+                  const ms_change *changes, int nchange, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
+/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history (changed by the change
+ * ms_predict_set_change set) fits the card under each of configs[0..nconf) (their capacity), into out's results by config (`at`: that size, 0 when
  * none fits; the figures: its replay), ranked by that size (the largest first), then by peak
  * reserved. 0, or -1 with err set (nothing to free). */
 int ms_predict_capacity(ms_predict *m, const ms_replay_config *configs, int nconf, const ms_rows_options *o,
                         ms_sweep *out, char *err, size_t errlen);
+
+/* ---- what makes a size fit (advise.c) ------------------------------------------------------ */
+
+/* The kinds of change advise.c tries, smallest first. */
+enum { MS_ADVICE_NONE, MS_ADVICE_SETTING, MS_ADVICE_CHECKPOINT, MS_ADVICE_CHECKPOINT_SETTING, MS_ADVICE_OPTIMIZER,
+       MS_ADVICE_OPTIMIZER_CHECKPOINT, MS_ADVICE_KINDS };
+#define MS_ADVICE_MAX 40
+
+typedef struct ms_advice_row {
+  int kind;                 /* MS_ADVICE_* */
+  ms_replay_result at;      /* at the size asked (config and change: the candidate's) */
+  ms_replay_result largest; /* the largest size that fits with it (at 0: none; unsearched with one run) */
+  bool fits;                /* at the size asked */
+} ms_advice_row;
+
+typedef struct ms_advice {
+  int64_t at;
+  uint64_t capacity;
+  bool searched;            /* the largest sizes were searched (more than one run) */
+  int n;
+  ms_advice_row *row;       /* ranked: those that fit first, the smallest kind of change first, then by the
+                               largest size that fits, then by peak reserved (owned) */
+  int best;                 /* the smallest change that fits (-1: none) */
+} ms_advice;
+
+/* Tries the changes that could make size `at` fit base's card (base: --set and --capacity): each
+ * setting of the sweep; checkpointing the fewest module instances that fits (most saved bytes
+ * first; bisection), under the recorded settings and with expandable segments; each optimizer
+ * lighter than the recorded one, alone and with the fewest checkpointed instances; and for each,
+ * the largest size that fits (with more than one run). m was made with the checkpoint patterns
+ * (or none: no checkpointing tried) and the optimizer's reading. 0, or -1 with err set. */
+int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
+              size_t errlen);
+void ms_advice_free(ms_advice *a);
 
 /* ---- suggestions for the analysis (suggest.c) ------------------------------------------- */
 

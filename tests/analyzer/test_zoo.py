@@ -186,7 +186,7 @@ check("cupy-leak: the first candidate grows by the 64 MiB kept a step, at cupy_s
 # Recorded through the C++ allocator (memsnap run's default): no site, candidate or line of the
 # reports named by memsnap's own frames (libmemsnap_torch.so's MemsnapAllocator::malloc_on, the
 # library's); an autograd thread's allocation reads as its node
-for name in ("two_linear_adamw-cxx", "fsdp2-cxx-r1"):
+for name in ("two_linear_adamw-cxx", "fsdp2-cxx-r1", "gpt2_leak_hook-cxx", "ddp_buckets-cxx-r0", "resnet50_amp-cxx"):
     j, text = analyze(name)
     entries = j.get("leaks", []) + j.get("held", []) + j.get("top_sites", []) + j.get("live_at_peak", [])
     named = [e["stack"][0] for e in entries if e.get("stack")]
@@ -198,6 +198,37 @@ backward = [e for e in j.get("top_sites", []) if e.get("stack") and e["stack"][0
 check("two_linear_adamw-cxx: the gradients' site reads as its autograd node (MmBackward0)",
       backward and backward[0]["stack"][0]["name"].startswith("torch::autograd::generated::MmBackward0"),
       str([e["stack"][0]["short_name"] for e in j.get("top_sites", []) if e.get("stack")][:6]))
+
+# Run 60 (H200, the default path with the module record): the model's language on real traces.
+# A forward hook on the last block keeps 12 MiB of hidden states a step: the first candidate,
+# named by the code that made them (GPT2Block.forward's residual add) in transformer.h.5
+j, text = analyze("gpt2_leak_hook-cxx")
+first = (j.get("leaks") or [{}])[0]
+check("gpt2_leak_hook-cxx: the hook's leak first, growing 12 MiB a step, named GPT2Block.forward in transformer.h.5",
+      first.get("kind") == "growing" and near(first.get("bytes_per_iteration", 0), 12 * MiB, 0.01) and
+      first["stack"][0]["short_name"] == "GPT2Block.forward" and first.get("held_module", "").endswith("transformer.h.5") and
+      "in transformer.h.5" in text, str((first.get("kind"), first.get("bytes_per_iteration"), first.get("stack", [{}])[0],
+                                         first.get("held_module"))))
+mods = {m["name"]: m for m in j.get("modules", [])}
+check("gpt2_leak_hook-cxx: memory by module: six blocks, each called once a step forward and backward, its parameters",
+      all(mods.get("GPT2LMHeadModel.transformer.h.%d" % i, {}).get("forward_calls") == 6 and
+          mods["GPT2LMHeadModel.transformer.h.%d" % i]["backward_calls"] == 6 for i in range(6)) and
+      near(mods.get("GPT2LMHeadModel", {}).get("parameter_bytes", 0), 4 * GPT2_6, 0.01) and
+      j["summary"]["iteration_source"] == "steps", str({n: m["forward_calls"] for n, m in list(mods.items())[:8]}))
+# DDP with gradient_as_bucket_view: the buckets hold the gradients (1 GiB); the tensors say so
+j, _ = analyze("ddp_buckets-cxx-r0")
+cat = j.get("categories_at_peak", {})
+check("ddp_buckets-cxx-r0: gradient at the peak is the buckets' 1 GiB, told by the tensors; no bucket an activation",
+      cat.get("gradient", 0) >= 1 << 30 and j["category_evidence"]["gradient"].startswith("tensors") and
+      not any(e["category"] == "activation" and any("bucket" in f["name"].lower() or "Reducer" in f["name"] for f in e["full_stack"])
+              for e in j.get("leaks", []) + j.get("held", []) + j.get("top_sites", [])), str((cat, j.get("category_evidence"))))
+# GradScaler from 2^24: every step's gradients overflow, each step skipped and still an iteration
+j, text = analyze("resnet50_amp-cxx")
+its = j.get("iterations", [])
+check("resnet50_amp-cxx: ten iterations, the skipped steps marked, no optimizer step counted",
+      len(its) == 10 and all(i["skipped"] for i in its) and j["summary"]["skipped_steps"] == 10 and
+      j["summary"]["optimizer_steps"] == 0 and j["summary"]["backward_passes"] == 10 and "skipped step" in text,
+      str((len(its), j.get("summary", {}).get("skipped_steps"))))
 
 # JAX under memsnap run (XLA allocates each array from the driver): the loop, no growth
 j, text = analyze("jax")

@@ -52,6 +52,11 @@ before(async () => {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
+  // A GPT-2 run recorded on the GPU through the default path with the module record (run 60):
+  // a forward hook keeps 12 MiB of hidden states a step.
+  pages.modules = path.join(dir, "modules.html");
+  execFileSync("sh", ["-c", 'xz -dc "$1" > "$2"', "xz", path.join(root, "tests/data/zoo/gpt2_leak_hook-cxx.db.xz"), path.join(dir, "modules.db")]);
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.modules, path.join(dir, "modules.db")]);
   // Several documents in one page: two snapshots; a recording on two simulated devices; an
   // imported PyTorch snapshot of three devices (the first without entries; an OOM on the third).
   pages.both = path.join(dir, "both.html"); // the second one's file name is markup: it must show as text
@@ -783,7 +788,7 @@ const categoriesShown = (page) => page.evaluate(() => {
 });
 
 test("the page explains itself: one-line legends at 1280 pixels, every category shown explained, a question under each heading", async () => {
-  for (const name of ["leak", "cats", "oom", "resnet", "zoo-gpt2_eager-leak", "zoo-fsdp2-cxx-r1", "zoo-gpt2_oom_backward"]) {
+  for (const name of ["leak", "cats", "oom", "resnet", "modules", "zoo-gpt2_eager-leak", "zoo-fsdp2-cxx-r1", "zoo-gpt2_oom_backward"]) {
     const { page, seen } = await open(name, "", { width: 1280, height: 800 });
     for (const colour of ["sites", "categories"]) {
       if (colour === "categories" && await page.locator("#colour-by").isDisabled()) continue;
@@ -853,6 +858,29 @@ test("real GPT-2 leak: the glance's leak selects the first leak candidate", asyn
   assert.strictEqual((await hashState(page)).leak, 0);
   assert.strictEqual(await page.locator("#details-title").textContent(), "Leak candidate 1");
   assert.ok(await page.locator("#growth-panel").isVisible());
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real GPT-2 with the module record: the leak and its module, what is held apart (ten, the rest a click away), memory by module", async () => {
+  const { page, seen } = await open("modules");
+  const leaks = await page.locator("#leaks li").allTextContents();
+  assert.strictEqual(leaks.length, 1, leaks.join("\n"));
+  assert.match(leaks[0], /^growing \+12\.00 MiB\/iteration, 72\.00 MiB in 6 \u2014 GPT2Block\.forward .* \u00b7 in GPT2LMHeadModel\.transformer\.h\.5$/);
+  const held = page.locator("#held li");
+  assert.strictEqual(await held.count(), 11); // ten, and "show all"
+  assert.match(await held.nth(10).textContent(), /^show all 19 \(9 more\)$/);
+  await held.nth(10).click();
+  assert.strictEqual(await page.locator("#held li").count(), 19);
+  assert.ok(!(await page.locator("#held").textContent()).includes("growing"));
+  assert.ok(!(await page.locator("#modules-panel").isHidden()));
+  assert.match(await page.locator("#modules-title").textContent(), /^at the allocated peak, 80 modules/);
+  await page.locator("#modules").scrollIntoViewIfNeeded();
+  const box = await page.locator("#modules").boundingBox();
+  const rows = await page.evaluate(() => document.getElementById("modules").height / 18); // the canvas is scaled to the page
+  await page.mouse.move(box.x + 3, box.y + (3.5 / rows) * box.height); // the fourth row: the first block
+  assert.match(await page.locator("#modules-readout").textContent(), /^GPT2LMHeadModel\.transformer\.h\.0: [\d.]+ [MG]iB at the peak, parameters [\d.]+ MiB, .*forward peak .* \(6 forward, 6 backward calls\)$/);
+  await shot(page, "gpt2-modules");
   assert.deepStrictEqual(seen.errors, []);
   await page.close();
 });

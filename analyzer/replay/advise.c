@@ -1,0 +1,186 @@
+/* advise.c: what makes a size fit a card (`memsnap predict --advise`, docs/predict.md): the
+ * changes a user would make, each replayed as predict.c synthesises it, smallest first.
+ *
+ * The candidates: the allocator's settings (the sweep's 20 rows, the recorded ones first);
+ * checkpointing the fewest module instances (whatif.c's, ranked by what one call saves for
+ * backward, the most first, as PyTorch's SAC estimator ranks its candidates by memory), found by
+ * bisection over their number under the recorded settings and with expandable segments; each
+ * optimizer lighter than the recorded one (less state per parameter), alone and with the fewest
+ * checkpointed instances. Each candidate is one row on the sweep's workers (a bisection's replays
+ * run in its row), then, with more than one run, a second set of rows searches the largest size
+ * that fits with each (predict.c's search). The bisection assumes that checkpointing one more
+ * instance never raises the peak, as freeing what a forward saved does not.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay.h"
+
+typedef struct candidate {
+  int kind;
+  ms_replay_config config;
+  ms_change change;
+  bool fewest; /* checkpoint: the fewest instances that fit (bisection) */
+} candidate;
+
+typedef struct advise_ctx {
+  ms_predict *m;
+  const candidate *cand;
+  const ms_advice_row *rows; /* the second set: the changes the first found */
+  int64_t at;
+  int ninstances;
+} advise_ctx;
+
+static bool fits(const ms_replay_result *r) {
+  return !r->failed && !r->over_capacity && !ms_replay_sum(r, offsetof(ms_replay_device, failed_allocs));
+}
+
+/* A candidate at the size asked; with `fewest`, the fewest instances checkpointed that fit (all
+ * of them when none does). */
+static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r, void *arg) {
+  const advise_ctx *x = arg;
+  const candidate *k = &x->cand[row];
+  ms_change ch = k->change;
+  if (!k->fewest) return ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
+  ch.checkpoint = x->ninstances;
+  int rc = ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
+  if (rc != 0 || !fits(r)) return rc;
+  ms_replay_result *probe = malloc(sizeof *probe);
+  if (!probe) return rc; /* the answer with every instance stands */
+  int lo = 0, hi = x->ninstances;
+  while (hi - lo > 1) {
+    int mid = lo + (hi - lo) / 2;
+    ch.checkpoint = mid;
+    if ((rc = ms_predict_replay(x->m, s, p, c, &ch, x->at, probe)) != 0) break;
+    if (fits(probe)) hi = mid, *r = *probe;
+    else lo = mid;
+  }
+  free(probe);
+  return rc;
+}
+
+/* A candidate's change (as the first rows found it): the largest size that fits. */
+static int fit_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r, void *arg) {
+  const advise_ctx *x = arg;
+  return ms_predict_search(x->m, s, p, c, &x->rows[row].at.change, r);
+}
+
+static const ms_advice_row *rank_rows;
+static int cmp_row(const void *a, const void *b) {
+  const ms_advice_row *x = &rank_rows[*(const int *)a], *y = &rank_rows[*(const int *)b];
+  if (x->fits != y->fits) return x->fits ? -1 : 1;
+  if (x->kind != y->kind) return x->kind - y->kind;
+  if (x->at.change.checkpoint != y->at.change.checkpoint) return x->at.change.checkpoint < y->at.change.checkpoint ? -1 : 1;
+  if (x->largest.at != y->largest.at) return x->largest.at > y->largest.at ? -1 : 1;
+  int64_t px = ms_replay_worst_peak(&x->at), py = ms_replay_worst_peak(&y->at);
+  if (px != py) return px < py ? -1 : 1;
+  return *(const int *)a - *(const int *)b;
+}
+
+int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
+              size_t errlen) {
+  memset(out, 0, sizeof *out);
+  out->at = at;
+  out->best = -1;
+  ms_replay_plan *p = ms_predict_plan(m);
+  out->capacity = base->capacity ? base->capacity : ms_replay_recorded_capacity(p);
+  const ms_whatif *w = ms_predict_whatif(m);
+  const ms_whatif_info *in = w ? ms_whatif_info_of(w) : NULL;
+  candidate *cand = calloc(MS_ADVICE_MAX, sizeof *cand);
+  ms_replay_config grid[MS_SWEEP_GRID_ROWS];
+  ms_sweep first, second;
+  memset(&first, 0, sizeof first);
+  memset(&second, 0, sizeof second);
+  int n = 0, rc = -1;
+  if (!cand) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  int ngrid = ms_replay_grid(p, base, grid, err, errlen);
+  if (ngrid < 0) goto cleanup;
+  const ms_change none = {0, MS_OPT_KEEP, 0};
+  for (int i = 0; i < ngrid; i++) cand[n++] = (candidate){i ? MS_ADVICE_SETTING : MS_ADVICE_NONE, grid[i], none, false};
+  int ninst = in ? in->ninstances : 0;
+  ms_replay_config expandable = grid[0];
+  ms_replay_config_set(&expandable, "expandable_segments", "True", NULL, 0);
+  if (ninst > 0) {
+    cand[n++] = (candidate){MS_ADVICE_CHECKPOINT, grid[0], none, true};
+    cand[n++] = (candidate){MS_ADVICE_CHECKPOINT_SETTING, expandable, none, true};
+  }
+  if (in && in->optimizer && in->steps > 0) {
+    static const int lighter[] = {MS_OPT_ADAFACTOR, MS_OPT_SGD_MOMENTUM, MS_OPT_SGD};
+    static const int lighter_than[] = {1, 2, 1}; /* the recorded state tensors per parameter each is lighter than */
+    for (int i = 0; i < 3; i++) {
+      if (in->tensors_per_param < lighter_than[i]) continue;
+      ms_change ch = {0, lighter[i], 0};
+      cand[n++] = (candidate){MS_ADVICE_OPTIMIZER, grid[0], ch, false};
+      if (ninst > 0) cand[n++] = (candidate){MS_ADVICE_OPTIMIZER_CHECKPOINT, grid[0], ch, true};
+    }
+  }
+  ms_replay_config *configs = malloc(sizeof *configs * (size_t)n);
+  if (!configs) {
+    snprintf(err, errlen, "out of memory");
+    goto cleanup;
+  }
+  for (int i = 0; i < n; i++) configs[i] = cand[i].config;
+  advise_ctx x = {m, cand, NULL, at, ninst};
+  ms_rows_options ro = o ? *o : (ms_rows_options){0};
+  if (ms_replay_rows(ms_predict_base(m), p, configs, n, at_row, &x, &ro, &first, err, errlen) != 0) {
+    free(configs);
+    goto cleanup;
+  }
+  if (!(out->row = calloc((size_t)n, sizeof *out->row))) {
+    free(configs);
+    snprintf(err, errlen, "out of memory");
+    goto cleanup;
+  }
+  out->n = n;
+  for (int i = 0; i < n; i++) {
+    out->row[i].kind = cand[i].kind;
+    out->row[i].at = first.results[i];
+    out->row[i].fits = fits(&first.results[i]);
+    out->row[i].largest.at = 0;
+  }
+  out->searched = ms_predict_info_of(m)->nruns > 1;
+  if (out->searched) {
+    x.rows = out->row;
+    if (ro.progress) ro.progress = "predict: changes searched";
+    if (ms_replay_rows(ms_predict_base(m), p, configs, n, fit_row, &x, &ro, &second, err, errlen) != 0) {
+      free(configs);
+      goto cleanup;
+    }
+    for (int i = 0; i < n; i++) out->row[i].largest = second.results[i];
+  }
+  free(configs);
+  int *order = malloc(sizeof *order * (size_t)n);
+  ms_advice_row *ranked = malloc(sizeof *ranked * (size_t)n);
+  if (!order || !ranked) {
+    free(order);
+    free(ranked);
+    snprintf(err, errlen, "out of memory");
+    goto cleanup;
+  }
+  for (int i = 0; i < n; i++) order[i] = i;
+  rank_rows = out->row;
+  qsort(order, (size_t)n, sizeof *order, cmp_row);
+  for (int i = 0; i < n; i++) ranked[i] = out->row[order[i]];
+  free(out->row);
+  free(order);
+  out->row = ranked;
+  out->best = n > 0 && out->row[0].fits ? 0 : -1;
+  rc = 0;
+cleanup:
+  if (first.results) ms_sweep_free(&first);
+  if (second.results) ms_sweep_free(&second);
+  free(cand);
+  if (rc != 0) ms_advice_free(out);
+  return rc;
+}
+
+void ms_advice_free(ms_advice *a) {
+  free(a->row);
+  a->row = NULL;
+  a->n = 0;
+}

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# test_predict_model.sh BUILD_DIR: `memsnap predict --checkpoint / --optimizer / --advise` against
+# known answers.
+#
+# tests/analyzer/gen_model.py writes the snapshots of a transformer-like training program (Python
+# frames Block.forward, autograd's native frames, AdamW's _init_group and foreach temporaries),
+# plain and changed: its checkpointed variant is the program written checkpointed (each block
+# frees what it saved at its forward's end and runs its forward again before its backward), its
+# SGD variants make their own state. The prediction from the plain program's snapshot (one run,
+# or the law of two) must give, to the byte, the peaks of replaying the changed program's
+# snapshot: checkpointing found by class names (stacks) and by module paths (module events),
+# another optimizer's state found by the stack rules and by tensor events; every setting of the
+# sweep; the fewest blocks --advise checkpoints, and the largest size it gives, against the
+# changed programs replayed on the same card. Then the refusals and usage errors.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../checks.sh"
+cli=$1/memsnap
+gen() { python3 "$here/gen_model.py" "$@" 2>/dev/null; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+for b in 4 8; do gen "$dir/p$b.db" --batch "$b"; done
+gen "$dir/c8.db" --batch 8 --checkpoint all
+gen "$dir/c16.db" --batch 16 --checkpoint all
+gen "$dir/e8.db" --batch 8 --events
+gen "$dir/ec8.db" --batch 8 --events --checkpoint all
+gen "$dir/sgd8.db" --batch 8 --optimizer sgd
+gen "$dir/mom8.db" --batch 8 --optimizer sgd-momentum
+gen "$dir/esgd8.db" --batch 8 --optimizer sgd --events
+for t in c8 c16 ec8 sgd8 mom8 p8; do "$cli" replay --json "$dir/$t.db" >"$dir/$t.truth.json"; done
+
+# same PREDICTION.json AT CHANGED TRUTH.json: the prediction's row at AT (changed or not, the
+# recorded settings) has the truth's replayed peaks, to the byte
+same() {
+  python3 - "$@" <<'PY'
+import json, sys
+p, at, changed, t = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3] == "1", json.load(open(sys.argv[4]))
+rows = [r for r in p["predictions"] if r["at"] == at and r["changed"] == changed and r["recorded_settings"]]
+d = t["devices"][0]
+ok = len(rows) == 1 and rows[0]["error"] is None and \
+    (rows[0]["peak_allocated_bytes"], rows[0]["peak_reserved_bytes"]) == (d["peak_allocated_bytes"], d["peak_reserved_bytes"])
+if not ok:
+    print("predicted", [(r["peak_allocated_bytes"], r["peak_reserved_bytes"]) for r in rows], "truth",
+          (d["peak_allocated_bytes"], d["peak_reserved_bytes"]), file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+}
+
+# Checkpointing, from the stacks.
+"$cli" predict --json "$dir/p8.db=8" --checkpoint Block >"$dir/k1.json" 2>"$dir/k1.err"
+check "--checkpoint Block from one run: exit 0, nothing on stderr" "[ $? -eq 0 ] && [ ! -s $dir/k1.err ]"
+check "--checkpoint Block from one run at 8: the checkpointed program's peaks, exactly" "same $dir/k1.json 8 1 $dir/c8.truth.json"
+check "... and beside it the program as recorded" "same $dir/k1.json 8 0 $dir/p8.truth.json"
+check "the module calls found: 6 instances (Block #1 to #6), 2 calls each, ranked by what they saved (the last block saves most)" \
+  "json $dir/k1.json \"(c := j['what_if']['checkpoint']) and c['calls'] == 12 and c['backward_passes'] == 2 and not c['module_events']
+    and [i['name'] for i in c['instances']] == ['Block #%d' % n for n in (6, 5, 4, 3, 2, 1)] and all(i['calls'] == 2 and i['saved_blocks'] == 7 for i in c['instances'])
+    and [i['saved_bytes'] for i in c['instances']] == sorted([i['saved_bytes'] for i in c['instances']], reverse=True)
+    and c['instances'][0]['saved_bytes'] == 1024 * 256 * 4 * 5 + 1024 * 8 + 8 * 4 * 128 * 128 * 2 + 20000 * 5 * 8 + 1024 * 256 * 16 * 2\""
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --checkpoint Block --at 16 >"$dir/k2.json"
+check "--checkpoint Block at 16 from runs at 4 and 8 (the laws): the checkpointed program recorded at 16, exactly" \
+  "same $dir/k2.json 16 1 $dir/c16.truth.json"
+"$cli" predict "$dir/p8.db=8" --checkpoint Block >"$dir/k1.txt"
+check "text: the instances with their saved bytes, a row as recorded and a row changed" \
+  "grep -q '^change: checkpointing: Block' $dir/k1.txt && grep -qE '^ +1  Block #6 +2 +[0-9.]+ MiB +7' $dir/k1.txt &&
+   grep -qE '^ +8 .* as recorded ' $dir/k1.txt && grep -qE '^ +8 .* changed ' $dir/k1.txt"
+
+# Checkpointing, from the module events.
+"$cli" predict --json "$dir/e8.db=8" --checkpoint 'blocks.*' >"$dir/m1.json"
+check "--checkpoint 'blocks.*' (module paths, module events): exactly the checkpointed program" \
+  "same $dir/m1.json 8 1 $dir/ec8.truth.json && json $dir/m1.json \"j['what_if']['checkpoint']['module_events'] and
+    [i['name'] for i in j['what_if']['checkpoint']['instances']][0] == 'Model.blocks.5'\""
+"$cli" predict --json "$dir/e8.db=8" --checkpoint 'Model.blocks.*' >"$dir/m2.json"
+check "a path with its root class matches too" "same $dir/m2.json 8 1 $dir/ec8.truth.json"
+"$cli" predict --json "$dir/e8.db=8" --checkpoint Block >"$dir/m3.json"
+check "class names in a history with module events: the same" "same $dir/m3.json 8 1 $dir/ec8.truth.json"
+
+# With the sweep: each of the 20 settings as the replay of the checkpointed program under it.
+"$cli" predict --json --sweep --jobs 2 "$dir/p8.db=8" --checkpoint Block >"$dir/ks.json"
+"$cli" replay --json --sweep --jobs 2 "$dir/c8.db" >"$dir/c8.sweep.json"
+check "--checkpoint with --sweep: each of the 20 settings exactly as the checkpointed program's replay under it" \
+  "python3 - $dir/ks.json $dir/c8.sweep.json <<'PY'
+import json, sys
+p, t = (json.load(open(f)) for f in sys.argv[1:3])
+key = lambda r: (r['pytorch_cuda_alloc_conf'], r['memory_fraction'])
+truth = {key(r): (r['devices'][0]['peak_allocated_bytes'], r['devices'][0]['peak_reserved_bytes']) for r in t['ranked']}
+rows = p['predictions']
+ok = len(rows) == 20 and all(r['changed'] for r in rows)
+for r in rows:
+    if truth.get(key(r)) != (r['peak_allocated_bytes'], r['peak_reserved_bytes']):
+        ok = False
+        print(key(r), (r['peak_allocated_bytes'], r['peak_reserved_bytes']), truth.get(key(r)), file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY"
+
+# Another optimizer.
+"$cli" predict --json "$dir/p8.db=8" --optimizer sgd >"$dir/o1.json"
+check "--optimizer sgd from AdamW (stack rules): the SGD program's peaks, exactly; the evidence named" \
+  "same $dir/o1.json 8 1 $dir/sgd8.truth.json && json $dir/o1.json \"(o := j['what_if']['optimizer']) and o['recorded'] == 'adamw'
+    and 'adamw.py' in o['recorded_source'] and o['state_evidence'].startswith('the stack rules') and o['state_blocks'] == 38
+    and o['tensors_per_parameter'] == 2 and o['temporary_blocks'] == 38 and o['parameter_blocks'] == 19 and o['name'] == 'sgd'\""
+"$cli" predict --json "$dir/p8.db=8" --optimizer sgd-momentum >"$dir/o2.json"
+check "--optimizer sgd-momentum from AdamW: one state tensor per parameter, no temporaries: exactly" "same $dir/o2.json 8 1 $dir/mom8.truth.json"
+"$cli" predict --json "$dir/p8.db=8" --optimizer 8B >"$dir/o3.json"
+check "--optimizer 8B (AdamW's own bytes per parameter): the program as recorded" "same $dir/o3.json 8 1 $dir/p8.truth.json"
+"$cli" predict --json "$dir/e8.db=8" --optimizer sgd >"$dir/o4.json"
+check "--optimizer sgd with tensor events (role 3) and step events: exactly, the evidence and the label named" \
+  "same $dir/o4.json 8 1 $dir/sgd8.truth.json && json $dir/o4.json \"(o := j['what_if']['optimizer']) and o['state_evidence'].startswith('the tensor events')
+    and o['recorded_source'] == \\\"the step events' label 'AdamW'\\\"\""
+"$cli" predict --json "$dir/esgd8.db=8" --optimizer adamw >"$dir/o5.json"
+check "--optimizer adamw from SGD (no state): two tensors per parameter made where the first step begins" \
+  "json $dir/o5.json \"(r := [x for x in j['predictions'] if x['changed']][0]) and (b := [x for x in j['predictions'] if not x['changed']][0]) and
+    r['peak_allocated_bytes'] > b['peak_allocated_bytes'] and j['what_if']['optimizer']['parameter_blocks'] == 19\""
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --checkpoint Block --optimizer sgd --at 8 >"$dir/o6.json"
+gen "$dir/csgd8.db" --batch 8 --checkpoint all --optimizer sgd && "$cli" replay --json "$dir/csgd8.db" >"$dir/csgd8.truth.json"
+check "--checkpoint and --optimizer together, from two runs: the checkpointed SGD program, exactly" "same $dir/o6.json 8 1 $dir/csgd8.truth.json"
+
+# --advise: the fewest blocks checkpointed that make 16 fit 200 MiB, against the programs
+# checkpointed that way replayed on that card (capped from the recorded 8 GiB, as predict caps it).
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --checkpoint Block --at 16 --capacity 200M --advise --jobs 2 >"$dir/a.json" 2>"$dir/a.err"
+check "--advise --capacity 200M --at 16: exit 0, every kind of change tried, the best one fits" \
+  "[ $? -eq 0 ] && json $dir/a.json \"(a := j['advice']) and a['at'] == 16 and a['capacity_bytes'] == 200 << 20 and a['searched']
+    and {c['kind'] for c in a['changes']} == {'none', 'setting', 'checkpoint', 'checkpoint+setting', 'optimizer', 'optimizer+checkpoint'}
+    and a['best']['fits'] and a['best'] == a['changes'][0] and not [c for c in a['changes'] if c['kind'] == 'none'][0]['fits']\""
+# fits_at DB: the replay on the 200 MiB card fits (no allocation failed, reserved within it); prints its peaks
+fits_at() {
+  "$cli" replay --json --set memory_fraction=0.0244140625 "$1" | python3 -c "
+import json, sys; d = json.load(sys.stdin)['devices'][0]
+print(d['peak_allocated_bytes'], d['peak_reserved_bytes']); sys.exit(0 if d['failed_allocs'] == 0 and d['peak_reserved_bytes'] <= 200 << 20 else 1)"
+}
+read -r n names less largest alloc <<<"$(python3 -c "
+import json; b = json.load(open('$dir/a.json'))['advice']['best']
+blocks = [str(int(x.split('#')[1]) - 1) for x in b['checkpointed']]  # Block #N is block N - 1
+print(len(blocks), ','.join(blocks), ','.join(blocks[:-1]) or 'none', b['largest_that_fits']['at'], b['peak_allocated_bytes'])")"
+gen "$dir/t16.db" --batch 16 --checkpoint "$names"
+gen "$dir/u16.db" --batch 16 --checkpoint "$less"
+gen "$dir/tl.db" --batch "$largest" --checkpoint "$names"
+gen "$dir/tl1.db" --batch "$((largest + 1))" --checkpoint "$names"
+check "the best change checkpoints the blocks that save most ($names): that program fits at 16 with the peak predicted, one block fewer does not" \
+  "json $dir/a.json \"j['advice']['best']['kind'] == 'checkpoint' and $n >= 2\" && [ \"\$(fits_at $dir/t16.db | cut -d' ' -f1)\" = $alloc ] && fits_at $dir/t16.db >/dev/null && ! fits_at $dir/u16.db >/dev/null"
+check "the largest size with it ($largest): that program fits there and not one more" "fits_at $dir/tl.db >/dev/null && ! fits_at $dir/tl1.db >/dev/null"
+"$cli" predict "$dir/p4.db=4" "$dir/p8.db=8" --checkpoint Block --at 16 --capacity 200M --advise --jobs 2 >"$dir/a.txt"
+check "--advise, text: the changes ranked and the smallest that fits" \
+  "grep -q '^what makes 16 fit 200.00 MiB per device' $dir/a.txt && grep -qE '^smallest change that fits: checkpoint [0-9]+ of 6 \\(Block #6' $dir/a.txt"
+"$cli" predict --json "$dir/p8.db=8" --at 8 --capacity 100M --advise --jobs 2 >"$dir/a1.json"
+check "--advise from one run, without --checkpoint: settings and optimizers only, no largest size" \
+  "json $dir/a1.json \"(a := j['advice']) and not a['searched'] and {c['kind'] for c in a['changes']} == {'none', 'setting', 'optimizer'}
+    and all(c['largest_that_fits'] is None for c in a['changes'])\""
+
+# Refusals (exit 1) and usage errors (exit 2).
+status() { "$cli" predict "$@" >/dev/null 2>"$dir/s.err"; echo $?; }
+check "a class no frame names: exit 1, no module call found" \
+  "[ \$(status $dir/p8.db=8 --checkpoint Nothing) = 1 ] && grep -q 'no module call found' $dir/s.err"
+check "a module path without module events: exit 1, and what to do" \
+  "[ \$(status $dir/p8.db=8 --checkpoint 'blocks.*') = 1 ] && grep -q 'has no module events' $dir/s.err"
+check "another optimizer where no step shows: exit 1" \
+  "[ \$(status $dir/sgd8.db=8 --optimizer adamw) = 1 ] && grep -q 'no optimizer step' $dir/s.err"
+check "--optimizer bogus: exit 2" "[ \$(status $dir/p8.db=8 --optimizer bogus) = 2 ] && grep -q 'is none of sgd' $dir/s.err"
+check "one run at another size: exit 2" "[ \$(status $dir/p8.db=8 --checkpoint Block --at 16) = 2 ] && grep -q 'its own size only' $dir/s.err"
+check "one run without a change: exit 2 as before" "[ \$(status $dir/p8.db=8 --at 8) = 2 ] && grep -q 'cannot tell how memory grows' $dir/s.err"
+check "--advise without a card: exit 2" "[ \$(status $dir/p4.db=4 $dir/p8.db=8 --at 16 --advise) = 2 ] && grep -q 'needs one size and a card' $dir/s.err"
+check "one run may go without its size" "[ \$(status $dir/p8.db --checkpoint Block) = 0 ]"
+
+finish

@@ -1,0 +1,366 @@
+"""whatif_check.py: issue 43 on the GPU: `memsnap predict --checkpoint / --optimizer / --advise`
+against the program changed for real and run natively (docs/predict.md, "What if the model
+changed"; docs/BENCHMARKS.md, "Predict: the program changed, on a GPU").
+
+  1. record:   GPT-2 (transformers' GPT2LMHeadModel from GPT2Config: 12 layers, sequence 1024,
+               use_cache off; AdamW; random tokens; STEPS steps) at batch 4 and 8 with
+               `build/memsnap run`, without checkpointing -> $OUT/g4.db, $OUT/g8.db; and two
+               Linear(8192, 8192) with AdamW (batch 4096) -> $OUT/lin.db;
+  2. predict:  `memsnap predict g4.db=4 g8.db=8 --checkpoint GPT2Block --at 8 --at 16 --at 24
+               --at 32 --json`; `memsnap predict lin.db --optimizer sgd --json`;
+               `memsnap predict g4.db=4 g8.db=8 --checkpoint GPT2Block --at 32 --capacity 24G
+               --advise --json`;
+  3. native:   GPT-2 with model.gradient_checkpointing_enable() at batch 8, 16, 24 and 32, and
+               the two Linear with SGD, each in its own process under PyTorch's own allocator:
+               torch.cuda.max_memory_allocated() and max_memory_reserved();
+  4. the cap:  --advise's smallest change that fits (its PYTORCH_CUDA_ALLOC_CONF, memory fraction,
+               the GPT-2 blocks it checkpoints: all of them by gradient_checkpointing_enable(),
+               some by torch.utils.checkpoint on those blocks' forward, and its optimizer) applied
+               natively under a 24 GiB cap (torch.cuda.set_per_process_memory_fraction(24 GiB / the
+               card)): batch 32 first, then the largest batch, probed one at a time from the one
+               --advise gives (the boundary: one batch fits, the next runs out of memory).
+A table comes last. What must hold (issue 43): checkpointed GPT-2's peak allocated within 3% of
+native at batch 8, 16, 24 and 32 and peak reserved within 10%; the two Linear's SGD peak allocated
+within 2%; --advise names a change that makes batch 32 fit, and the largest batch it gives with
+it is native's or one below.
+
+Nothing is fetched and nothing is built: run from the repository root with build/ (build/memsnap
+and the libraries beside it) already there, PyTorch and transformers installed, on one GPU with
+at least 40 GiB. Every step is bounded (each child has a time limit, the whole run a deadline
+under 9 minutes); a step that fails is recorded and the others go on. $OUT gets whatif_check.jsonl
+(a line per measurement and prediction), whatif_check.log (every command and its output), the
+predictions' JSON and text, and the three recordings.
+
+usage: python3 tests/gpu/predict/whatif_check.py [--steps 3] [--at 8,16,24,32] [--cap-gib 24] [--advise-at 32]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+CLI = os.path.join(ROOT, "build", "memsnap")
+OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-whatif-")
+os.makedirs(OUT, exist_ok=True)
+WORK = tempfile.mkdtemp(prefix="memsnap-whatif-work-")
+GiB = 1 << 30
+START = time.time()
+DEADLINE = START + 8.6 * 60  # the whole run: under 9 minutes
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+TRAIN = r'''
+import json, os, sys
+import torch
+
+model_name = os.environ["MODEL"]
+batch, steps = int(os.environ["BATCH"]), int(os.environ["STEPS"])
+ckpt = os.environ.get("CKPT", "")          # "", "all" (gradient_checkpointing_enable) or block indices "3,4,5"
+opt_name = os.environ.get("OPT", "adamw")
+cap = int(os.environ.get("CAP_BYTES", "0"))
+fraction = float(os.environ.get("FRACTION", "1"))  # a memory fraction the change sets, times the cap's
+total = torch.cuda.get_device_properties(0).total_memory
+if cap:
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total * fraction))
+torch.manual_seed(0)
+if model_name == "gpt2":
+    from transformers import GPT2Config, GPT2LMHeadModel
+    seq = 1024
+    config = GPT2Config(n_layer=12, n_positions=seq, use_cache=False)
+    model = GPT2LMHeadModel(config).cuda()
+    if ckpt == "all":
+        model.gradient_checkpointing_enable()
+    elif ckpt:
+        import torch.utils.checkpoint as cp
+        for i in [int(x) for x in ckpt.split(",")]:
+            block = model.transformer.h[i]
+            def make(orig):
+                def forward(*args, **kwargs):
+                    return cp.checkpoint(orig, *args, use_reentrant=False, **kwargs)
+                return forward
+            block.forward = make(block.forward)
+    def batch_loss():
+        x = torch.randint(0, config.vocab_size, (batch, seq), device="cuda")
+        return model(x, labels=x).loss
+else:
+    model = torch.nn.Sequential(torch.nn.Linear(8192, 8192), torch.nn.Linear(8192, 8192)).cuda()
+    def batch_loss():
+        x = torch.randn(batch, 8192, device="cuda")
+        return model(x).square().mean()
+model.train()
+params = model.parameters()
+if opt_name == "adamw": opt = torch.optim.AdamW(params, lr=1e-4)
+elif opt_name == "adam": opt = torch.optim.Adam(params, lr=1e-4)
+elif opt_name == "sgd": opt = torch.optim.SGD(params, lr=1e-4)
+elif opt_name == "sgd-momentum": opt = torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+elif opt_name == "adagrad": opt = torch.optim.Adagrad(params, lr=1e-4)
+elif opt_name == "rmsprop": opt = torch.optim.RMSprop(params, lr=1e-4)
+elif opt_name == "adafactor": opt = torch.optim.Adafactor(params, lr=1e-4)
+else: raise SystemExit("unknown optimizer " + opt_name)
+result = {"model": model_name, "batch": batch, "steps": steps, "ckpt": ckpt, "opt": opt_name, "cap_bytes": cap,
+          "total_bytes": total, "oom": False, "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
+try:
+    for step in range(steps):
+        loss = batch_loss()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    result["loss"] = float(loss.item())
+except (torch.OutOfMemoryError, RuntimeError) as e:  # a library's own allocation can fail as a RuntimeError
+    if not isinstance(e, torch.OutOfMemoryError) and "out of memory" not in str(e).lower():
+        raise
+    result["oom"] = True
+    result["error"] = str(e).splitlines()[0][:300]
+result["peak_allocated"] = torch.cuda.max_memory_allocated()
+result["peak_reserved"] = torch.cuda.max_memory_reserved()
+print("RESULT " + json.dumps(result), flush=True)
+sys.exit(3 if result["oom"] else 0)
+'''
+
+
+def log(text):
+    with open(os.path.join(OUT, "whatif_check.log"), "a") as f:
+        f.write(text)
+
+
+def record(row):
+    row["t_s"] = round(time.time() - START, 1)
+    with open(os.path.join(OUT, "whatif_check.jsonl"), "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def run(cmd, env=None, timeout=150):
+    """Runs cmd; (exit code, stdout, stderr); never raises. The timeout shrinks to the deadline."""
+    left = DEADLINE - time.time()
+    if left < 10:
+        log("$ %s\n[skipped: the deadline]\n" % " ".join(cmd))
+        return None, "", "skipped: the deadline"
+    t = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=min(timeout, left),
+                           env=dict(os.environ, **(env or {})))
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc, err = None, "timed out"
+    except OSError as e:
+        rc, out, err = None, "", str(e)
+    log("$ %s%s\n%s%s[exit %s, %.1f s]\n" % (" ".join("%s=%s" % kv for kv in (env or {}).items()) + (" " if env else ""),
+                                            " ".join(cmd), out[-20000:], err[-8000:], rc, time.time() - t))
+    return rc, out, err
+
+
+def result_of(out):
+    for line in (out or "").splitlines():
+        if line.startswith("RESULT "):
+            try:
+                return json.loads(line[7:])
+            except ValueError:
+                pass
+    return None
+
+
+def train_env(model, batch, steps, ckpt="", opt="adamw", conf="", cap=0, fraction=1.0):
+    env = dict(OFFLINE, MODEL=model, BATCH=str(batch), STEPS=str(steps), CKPT=ckpt, OPT=opt, PYTORCH_CUDA_ALLOC_CONF=conf,
+               FRACTION=repr(fraction))
+    if cap:
+        env["CAP_BYTES"] = str(cap)
+    return env
+
+
+def native(script, what, **kw):
+    """The script under PyTorch's own allocator: its RESULT (None when it did not say)."""
+    rc, out, err = run([sys.executable, script], train_env(**kw))
+    r = result_of(out)
+    record({"kind": "native", "what": what, "args": kw, "exit": rc, "result": r, "error": None if r else (err or "")[-500:]})
+    return r
+
+
+def recorded(script, name, **kw):
+    db = os.path.join(OUT, name + ".db")
+    if os.path.exists(db):
+        os.remove(db)
+    rc, out, err = run([CLI, "run", "-q", "--no-suggest", "--max-entries", "4000000", "-o", db, "--", sys.executable, script],
+                       train_env(**kw), timeout=200)
+    r = result_of(out)
+    record({"kind": "record", "name": name, "args": kw, "exit": rc, "result": r, "snapshot": db, "exists": os.path.exists(db),
+            "error": None if rc == 0 else (err or "")[-500:]})
+    return db
+
+
+def predict(args, name, timeout=240):
+    """memsnap predict ARGS --json: its answer (None on failure), kept as $OUT/NAME.json; the same in
+    text as $OUT/NAME.txt."""
+    rc, out, err = run([CLI, "predict"] + args + ["--json"], timeout=timeout)
+    try:
+        j = json.loads(out)
+    except ValueError:
+        j = None
+    with open(os.path.join(OUT, name + ".json"), "w") as f:
+        f.write(out if j else json.dumps({"exit": rc, "stderr": err[-4000:]}))
+    record({"kind": "predict", "name": name, "args": args, "exit": rc, "error": None if j else err[-1000:],
+            "what_if": (j or {}).get("what_if"), "notes": (j or {}).get("notes")})
+    return j
+
+
+def predict_text(args, name, timeout=240):
+    rc, out, err = run([CLI, "predict"] + args, timeout=timeout)
+    with open(os.path.join(OUT, name + ".txt"), "w") as f:
+        f.write(out + err)
+
+
+def pct(p, m):
+    return 100.0 * (p - m) / m if p is not None and m else None
+
+
+def change_of(row):
+    """The native form of an advice row: (conf, memory fraction, CKPT, optimizer); None when it
+    cannot be made natively (a bytes-per-parameter optimizer)."""
+    names = row.get("checkpointed") or []
+    blocks = sorted(int(n.split("#")[1]) - 1 for n in names if "#" in n)
+    ckpt = "all" if len(blocks) == 12 else ",".join(str(b) for b in blocks)
+    opt = row.get("optimizer") or "adamw"
+    if opt.endswith("B"):
+        return None
+    return row.get("pytorch_cuda_alloc_conf", ""), float(row.get("memory_fraction", 1) or 1), ckpt, opt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--at", default="8,16,24,32")
+    ap.add_argument("--cap-gib", type=float, default=24.0)
+    ap.add_argument("--advise-at", type=int, default=32)
+    ap.add_argument("--linear-batch", type=int, default=4096)
+    a = ap.parse_args()
+    ats = [int(x) for x in a.at.split(",")]
+    cap = int(a.cap_gib * GiB)
+    script = os.path.join(WORK, "train.py")
+    with open(script, "w") as f:
+        f.write(TRAIN)
+    record({"kind": "start", "out": OUT, "steps": a.steps, "at": ats, "cap_bytes": cap, "cli": CLI})
+
+    # 1. record
+    g = [recorded(script, "g%d" % b, model="gpt2", batch=b, steps=a.steps) for b in (4, 8)]
+    lin = recorded(script, "lin", model="linear", batch=a.linear_batch, steps=a.steps)
+    runs = ["%s=4" % g[0], "%s=8" % g[1]]
+
+    # 2. predict
+    at_args = sum((["--at", str(n)] for n in ats), [])
+    pj = predict(runs + ["--checkpoint", "GPT2Block"] + at_args, "checkpoint")
+    predict_text(runs + ["--checkpoint", "GPT2Block"] + at_args, "checkpoint")
+    oj = predict([lin, "--optimizer", "sgd"], "optimizer")
+    predict_text([lin, "--optimizer", "sgd"], "optimizer")
+    aj = predict(runs + ["--checkpoint", "GPT2Block", "--at", str(a.advise_at), "--capacity", str(cap), "--advise"], "advise",
+                 timeout=300)
+    predict_text(runs + ["--checkpoint", "GPT2Block", "--at", str(a.advise_at), "--capacity", str(cap), "--advise"], "advise",
+                 timeout=300)
+
+    def predicted(j, n, changed=True):
+        for r in (j or {}).get("predictions", []):
+            if r["at"] == n and r["changed"] == changed and r["recorded_settings"]:
+                return r
+        return None
+
+    # 3. native: the checkpointed GPT-2, the two Linear with SGD
+    measured = {n: native(script, "gpt2 checkpointed", model="gpt2", batch=n, steps=a.steps, ckpt="all") for n in ats}
+    lin_sgd = native(script, "linear sgd", model="linear", batch=a.linear_batch, steps=a.steps, opt="sgd")
+
+    # 4. --advise's change under the cap
+    best = (aj or {}).get("advice", {}).get("best")
+    fit_native, probes, at_fits = None, {}, None
+    change = change_of(best) if best else None
+    if change:
+        conf, fraction, ckpt, opt = change
+
+        def probe(n):
+            if n not in probes:
+                r = native(script, "advised change under the cap", model="gpt2", batch=n, steps=a.steps, ckpt=ckpt, opt=opt,
+                           conf=conf, cap=cap, fraction=fraction)
+                probes[n] = None if r is None else not r["oom"]
+            return probes[n]
+
+        at_fits = probe(a.advise_at)
+        guess = (best.get("largest_that_fits") or {}).get("at") or a.advise_at
+        n = guess
+        for _ in range(6):  # walk to the boundary: n fits and n + 1 does not
+            f = probe(n)
+            if f is None:
+                break
+            if f:
+                nxt = probe(n + 1)
+                if nxt is None:
+                    break
+                if not nxt:
+                    fit_native = n
+                    break
+                n += 1
+            else:
+                n -= 1
+                if n < 1:
+                    fit_native = 0
+                    break
+    record({"kind": "cap", "cap_bytes": cap, "best": best, "native_change": change, "fits_at": at_fits,
+            "predicted_largest": (best or {}).get("largest_that_fits", {}) and best["largest_that_fits"].get("at"),
+            "native_largest": fit_native, "probes": {str(k): v for k, v in sorted(probes.items())}})
+
+    # the table
+    f = lambda v: "%.2f GiB" % (v / GiB) if v is not None else "-"
+    e = lambda v: "%+.2f" % v if v is not None else "-"
+    print("\nGPT-2 12 layers, sequence 1024, AdamW, %d steps; recorded at batch 4 and 8 (memsnap run), predicted with "
+          "--checkpoint GPT2Block, measured with gradient_checkpointing_enable()" % a.steps)
+    if pj:
+        c = (pj.get("what_if") or {}).get("checkpoint") or {}
+        print("module calls found: %s calls of %s instances before %s backward passes" %
+              (c.get("calls"), len(c.get("instances", [])), c.get("backward_passes")))
+    print("%5s  %14s %14s %7s  %14s %14s %7s" % ("batch", "pred. alloc", "native alloc", "err%", "pred. reserved",
+                                                "native res.", "err%"))
+    rows = []
+    for n in ats:
+        p, m = predicted(pj, n), measured.get(n)
+        pa = p["peak_allocated_bytes"] if p else None
+        pr = p["peak_reserved_bytes"] if p else None
+        ma = m["peak_allocated"] if m and not m["oom"] else None
+        mr = m["peak_reserved"] if m and not m["oom"] else None
+        row = {"kind": "compare", "what": "checkpoint", "batch": n, "predicted_allocated": pa, "native_allocated": ma,
+               "err_allocated_pct": pct(pa, ma), "predicted_reserved": pr, "native_reserved": mr, "err_reserved_pct": pct(pr, mr)}
+        rows.append(row)
+        record(row)
+        print("%5d  %14s %14s %7s  %14s %14s %7s" % (n, f(pa), f(ma), e(row["err_allocated_pct"]), f(pr), f(mr),
+                                                     e(row["err_reserved_pct"])))
+    p = predicted(oj, a.linear_batch) or next((r for r in (oj or {}).get("predictions", []) if r["changed"]), None)
+    pa = p["peak_allocated_bytes"] if p else None
+    ma = lin_sgd["peak_allocated"] if lin_sgd and not lin_sgd["oom"] else None
+    lin_row = {"kind": "compare", "what": "optimizer sgd", "predicted_allocated": pa, "native_allocated": ma,
+               "err_allocated_pct": pct(pa, ma), "predicted_reserved": p["peak_reserved_bytes"] if p else None,
+               "native_reserved": lin_sgd["peak_reserved"] if lin_sgd and not lin_sgd["oom"] else None}
+    record(lin_row)
+    o = (oj or {}).get("what_if", {}) or {}
+    o = o.get("optimizer") or {}
+    print("\ntwo Linear(8192, 8192), batch %d, recorded with AdamW, --optimizer sgd (recorded: %s; state evidence: %s)" %
+          (a.linear_batch, o.get("recorded"), o.get("state_evidence")))
+    print("  peak allocated: predicted %s, native SGD %s, %s%%; reserved: predicted %s, native %s" %
+          (f(pa), f(ma), e(lin_row["err_allocated_pct"]), f(lin_row["predicted_reserved"]), f(lin_row["native_reserved"])))
+    print("\n--advise --capacity %.4g GiB --at %d" % (cap / GiB, a.advise_at))
+    print("  smallest change that fits: %s" % ((best or {}).get("description") or "none"))
+    pl = ((best or {}).get("largest_that_fits") or {}).get("at")
+    print("  natively under the cap: batch %d %s; largest batch: predicted %s, native %s" %
+          (a.advise_at, {True: "fits", False: "does not fit", None: "-"}[at_fits], pl if pl is not None else "-",
+           fit_native if fit_native is not None else "-"))
+    held = [r for r in rows if r["err_allocated_pct"] is not None and abs(r["err_allocated_pct"]) <= 3 and
+            r["err_reserved_pct"] is not None and abs(r["err_reserved_pct"]) <= 10]
+    v_ckpt = len(held) == len(ats)
+    v_opt = lin_row["err_allocated_pct"] is not None and abs(lin_row["err_allocated_pct"]) <= 2
+    v_adv = bool(best) and at_fits is True and pl is not None and fit_native is not None and fit_native - 1 <= pl <= fit_native
+    record({"kind": "verdict", "checkpoint_within_3_and_10_pct": v_ckpt, "optimizer_within_2_pct": v_opt,
+            "advise_fits_and_largest_native_or_one_below": v_adv, "wall_s": round(time.time() - START, 1)})
+    print("\ncheckpoint within 3%% / 10%%: %s; optimizer within 2%%: %s; advise: %s; %.0f s; $OUT: %s" %
+          ("yes" if v_ckpt else "no", "yes" if v_opt else "no", "yes" if v_adv else "no", time.time() - START, OUT))
+
+
+if __name__ == "__main__":
+    main()
