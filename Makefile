@@ -6,6 +6,8 @@
 #   make stress     the concurrency stress at full size: 20 million operations
 #   make fuzz       each fuzz target for FUZZ_SECONDS (default 60) with libFuzzer (docs/RELIABILITY.md)
 #   make demo       install what is missing, build, run the sample end to end
+#   make readme-picture  the README's picture (docs/page.png): the page of a real GPU snapshot, as
+#                   the browser tests' screenshot test takes it (docs/testing.md)
 #   make deps       install the system packages the build needs (Debian/Ubuntu)
 #   make gpu-bench  build what the GPU benchmark needs into build/ (run it with tests/gpu/run.sh)
 #   make install    install the library, header, pkg-config file, tool, man page and docs (PREFIX,
@@ -56,7 +58,7 @@ TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/
   $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so
 SAMPLES := $(BUILD)/samples/train_loop
 
-.PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall torch-allocator
+.PHONY: readme-picture all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall torch-allocator
 all: check-deps $(BUILD)/libmemsnap.so $(BUILD)/libmemsnap_intercept.so $(BUILD)/memsnap
 
 check-deps:
@@ -213,6 +215,16 @@ sanitize:
 regen-golden: all $(TEST_BINS)
 	REGEN=1 tests/analyzer/test_analyze.sh $(BUILD)
 
+# The README's picture: the page of tests/data/zoo/gpt2_eager-leak.db.xz (GPT-2 with a leak, recorded
+# on an H100) at 1280x800, taken by the browser tests' screenshot test into $(BUILD)/web-artifacts.
+README_PICTURE := $(BUILD)/web-artifacts/zoo-gpt2_eager-leak-1280x800.png
+readme-picture: test-programs test-web-deps
+	@rm -f $(README_PICTURE)
+	MEMSNAP_BUILD=$(BUILD) node --test --test-name-pattern='real GPU snapshots' tests/web/browser.test.js >/dev/null || \
+	  { echo "make: the screenshot test failed (run tests/run_tests.sh $(BUILD) web)" >&2; exit 1; }
+	cp $(README_PICTURE) docs/page.png
+	@echo "docs/page.png: $$(wc -c <docs/page.png) bytes"
+
 demo: deps
 	@$(MAKE) --no-print-directory all $(SAMPLES)
 	@scripts/demo.sh $(BUILD)
@@ -274,7 +286,7 @@ MANDIR ?= $(DATADIR)/man
 DOCDIR ?= $(DATADIR)/doc/memsnap
 VERSION := $(shell sed -n 's/^\#define MEMSNAP_VERSION "\(.*\)"/\1/p' recorder/memsnap.h)
 SONAME := libmemsnap.so.$(firstword $(subst ., ,$(VERSION)))
-INSTALL_DOCS := README.md $(wildcard docs/*.md)
+INSTALL_DOCS := README.md $(wildcard docs/*.md docs/*.png)
 
 install: all
 	@test -n "$(VERSION)" || { echo "error: no MEMSNAP_VERSION in recorder/memsnap.h"; exit 1; }
@@ -297,7 +309,7 @@ install: all
 	install -m 755 $(BUILD)/install/memsnap $(DESTDIR)$(BINDIR)/
 	install -m 644 $(BUILD)/install/memsnap.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 README.md $(DESTDIR)$(DOCDIR)/
-	install -m 644 $(wildcard docs/*.md) $(DESTDIR)$(DOCDIR)/docs/
+	install -m 644 $(wildcard docs/*.md docs/*.png) $(DESTDIR)$(DOCDIR)/docs/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/memsnap $(DESTDIR)$(LIBDIR)/libmemsnap.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \

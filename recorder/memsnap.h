@@ -10,7 +10,7 @@
  * a cudaStream_t can be passed as it is. Stream 0 is the legacy default stream.
  *
  * Configuration comes from environment variables (MEMSNAP_BACKEND, MEMSNAP_SIM_CAPACITY, ...),
- * read once at initialisation; `memsnap options` lists them and README.md documents them.
+ * read once at initialisation; `memsnap options` lists them and docs/options.md documents them.
  *
  * Errors: functions that can fail return NULL or a negative MEMSNAP_E* code and leave a
  * message for memsnap_last_error(). The library never prints on the allocation path and never

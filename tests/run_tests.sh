@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_tests.sh BUILD_DIR [GROUP...]: runs every test program and the Python tests (or only the
-# groups named: alloc options record stress cli analyze replay import web sample python run), then prints the
+# groups named: alloc options record stress cli analyze replay import web sample python run readme), then prints the
 # total as "N passed, N failed" (the line CI reads) and exits non-zero if anything failed.
 # The tests mirror the code: tests/recorder/ (the library and its Python package), tests/analyzer/
 # (the CLI's stages and commands), tests/intercept/ (memsnap run and the interposer), tests/web/
@@ -9,7 +9,7 @@
 set -u
 build=${1:-build}
 shift
-groups=" ${*:-alloc options record stress cli analyze replay import web sample python run} "
+groups=" ${*:-alloc options record stress cli analyze replay import web sample python run readme} "
 want() { [[ $groups == *" $1 "* ]]; }
 py_env=(env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/../recorder/python")
 [ -n "${PY_PRELOAD:-}" ] && py_env+=(LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0")
@@ -76,6 +76,7 @@ want analyze && run test_modules python3 "$here/analyzer/test_modules.py" "$buil
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"
 want import && run test_import "$here/analyzer/test_import.sh" "$build"
 want web && run test_web "$here/web/run.sh" "$build"
+want readme && run test_readme python3 "$here/test_readme.py" "$build"
 want sample && run test_sample "$here/test_sample.sh" "$build"
 want python && run test_python "${py_env[@]}" python3 "$here/recorder/test_python.py"
 want python && run test_show "${py_env[@]}" python3 "$here/recorder/test_show.py" "$build"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_install.sh BUILD_DIR: make install into a temporary prefix (the README's C example built
+# test_install.sh BUILD_DIR: make install into a temporary prefix (docs/c-api.md's C example built
 # with pkg-config against it and run on the simulated device; the installed tool runs with no
 # variable set), pip install --target into a temporary directory (import memsnap from elsewhere,
 # with no MEMSNAP_LIB and nothing of the source tree on the path), make uninstall leaving nothing.
@@ -25,19 +25,19 @@ version=$(sed -n 's/^#define MEMSNAP_VERSION "\(.*\)"/\1/p' "$root/recorder/mems
 check "make install: the library with its version, soname link and development link" \
   "[ -f $prefix/lib/libmemsnap.so.$version ] && [ \"\$(readlink $prefix/lib/libmemsnap.so.0)\" = libmemsnap.so.$version ] && [ \"\$(readlink $prefix/lib/libmemsnap.so)\" = libmemsnap.so.0 ] && readelf -d $prefix/lib/libmemsnap.so.$version | grep -q 'SONAME.*\[libmemsnap.so.0\]'"
 check "make install: header, pkg-config file, tool, man page, docs" \
-  "[ -f $prefix/include/memsnap.h ] && [ -f $prefix/lib/pkgconfig/memsnap.pc ] && [ -x $prefix/bin/memsnap ] && [ -f $prefix/share/man/man1/memsnap.1 ] && [ -f $prefix/share/doc/memsnap/README.md ] && [ -f $prefix/share/doc/memsnap/docs/snapshot-format.md ]"
+  "[ -f $prefix/include/memsnap.h ] && [ -f $prefix/lib/pkgconfig/memsnap.pc ] && [ -x $prefix/bin/memsnap ] && [ -f $prefix/share/man/man1/memsnap.1 ] && [ -f $prefix/share/doc/memsnap/README.md ] && [ -f $prefix/share/doc/memsnap/docs/snapshot-format.md ] && [ -f $prefix/share/doc/memsnap/docs/page.png ]"
 check "man page: made from the tool's help (every command has a section)" \
   "grep -q '^.SS analyze' $prefix/share/man/man1/memsnap.1 && grep -q '^.SS import' $prefix/share/man/man1/memsnap.1 && grep -q 'MEMSNAP_INVALID_FREE' $prefix/share/man/man1/memsnap.1 && { ! command -v man >/dev/null || man -l $prefix/share/man/man1/memsnap.1 2>/dev/null | grep -q 'SYNOPSIS'; }"
 
-# The README's C example, as the README writes it, built with pkg-config against the prefix.
-awk '/^## Using it from C or CUDA/ {s = 1} s && /^```c$/ {c = 1; next} c && /^```$/ {exit} c' "$root/README.md" >"$dir/app.c"
-check "README: has a C example" "grep -q 'memsnap_malloc' $dir/app.c"
+# The C example of docs/c-api.md, as the document writes it, built with pkg-config against the prefix.
+awk '/^## Using it from C or CUDA/ {s = 1} s && /^```c$/ {c = 1; next} c && /^```$/ {exit} c' "$root/docs/c-api.md" >"$dir/app.c"
+check "docs/c-api.md: has a C example" "grep -q 'memsnap_malloc' $dir/app.c"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 check "pkg-config: names the installed include and library directories" \
   "[ \"\$(echo \$(pkg-config --cflags memsnap))\" = '-I$prefix/include' ] && pkg-config --libs memsnap | grep -q -- '-L$prefix/lib -lmemsnap' && [ \"\$(pkg-config --modversion memsnap)\" = $version ]"
 cc $flags -o "$dir/app" "$dir/app.c" $(pkg-config --cflags --libs memsnap) -Wl,-rpath,"$(pkg-config --variable=libdir memsnap)" 2>"$dir/cc.log"
-check "README's C example builds with pkg-config --cflags --libs memsnap" "[ $? -eq 0 ] || { cat $dir/cc.log; false; }"
-check "README's C example runs on the simulated device against the installed library" \
+check "docs/c-api.md's C example builds with pkg-config --cflags --libs memsnap" "[ $? -eq 0 ] || { cat $dir/cc.log; false; }"
+check "docs/c-api.md's C example runs on the simulated device against the installed library" \
   "[ \"\$(env -u LD_LIBRARY_PATH MEMSNAP_BACKEND=sim $dir/app)\" = 'allocated 0, reserved 67108864 bytes' ] && [ \"\$(resolved $dir/app)\" = $prefix/lib/libmemsnap.so.$version ]"
 check "the installed tool finds the installed library with no variable set" \
   "[ \"\$(resolved $prefix/bin/memsnap)\" = $prefix/lib/libmemsnap.so.$version ] && env -u LD_LIBRARY_PATH $prefix/bin/memsnap version | grep -q '$version'"

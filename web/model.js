@@ -606,6 +606,54 @@ const Model = {
     };
   },
 
+  // How sure the analysis is of a category (category_evidence: "tensors", "stacks", "none"; a
+  // user's --category has its pattern): a word or two for the table, and a sentence for the hover.
+  evidenceText(kind, why) {
+    if (kind === "tensors") return { word: "named by tensors", say: "named by the tensors themselves (recorded parameters, gradients, optimizer state)" };
+    if (kind === "tensors and stacks") return { word: "tensors, then stacks", say: "named by the tensors themselves, the rest inferred from stacks and lifetimes" };
+    if (kind === "stacks") return { word: "inferred from stacks", say: "inferred from the allocations' stacks and lifetimes" };
+    if (kind === "pattern") return { word: "your pattern", say: "matched by a --category pattern" };
+    if (kind === "none" && why) return { word: "not told", say: "this snapshot cannot tell it: " + why };
+    return { word: "none seen", say: "nothing of this kind in this snapshot" };
+  },
+
+  // The categories as the page's table explains them: each one the snapshot knows (its meanings,
+  // its bytes at the allocated peak, the bands' names), with its bytes at the peak, what it
+  // means and how sure the analysis is of it, in the bands' order then the rest.
+  categoryRows(d) {
+    const meanings = d.category_meanings || {}, evidence = d.category_evidence || {}, missing = d.categories_without_evidence || {};
+    const at = d.categories_at_peak || {}, has = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
+    const names = [];
+    const seen = (n) => { if (!names.includes(n)) names.push(n); };
+    ((d.bands && d.bands.categories && d.bands.categories.names) || []).forEach(seen);
+    Object.keys(at).forEach(seen);
+    Object.keys(meanings).forEach(seen);
+    return names.map((name) => {
+      const kind = has(missing, name) ? "none" : /^--category/.test(meanings[name] || "") ? "pattern" : has(evidence, name) ? evidence[name] : "none";
+      const e = Model.evidenceText(kind, has(missing, name) ? missing[name] : "");
+      return { name, bytes: has(at, name) ? at[name] : 0, meaning: has(meanings, name) ? meanings[name] : "", sure: kind, sureWord: e.word, sureText: e.say };
+    });
+  },
+
+  // The first screen's three answers, from the analysis: what was live at the peak (the peak, its
+  // time, the categories largest first), what grows (the first leak candidate when something grows,
+  // else the verdict and the largest held), and what would fit (an out of memory and what avoids
+  // it, the replay's best suggestion, or memsnap predict's line).
+  glance(d) {
+    const s = d.summary, at = d.categories_at_peak || {};
+    const categories = Object.keys(at).filter((k) => at[k] > 0).map((k) => [k, at[k]]).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+    const peak = { allocated: s.peak_allocated_bytes, reserved: s.peak_reserved_bytes, at: s.peak_allocated_ns, categories };
+    const leaks = d.leaks || [], held = d.held || [];
+    let grows;
+    if ((s.growth === "growing" || s.growth === "released") && leaks.length) grows = { kind: "growing", leak: 0, candidate: leaks[0] };
+    else if (s.growth === "none") grows = { kind: "none", iterations: (d.iterations || []).length, largest: held.length ? held[0] : null };
+    else grows = { kind: "unknown", iterations: (d.iterations || []).length, largest: held.length ? held[0] : null };
+    const sw = d.suggestions_sweep || { status: "not_asked" }, best = (d.suggestions || [])[0] || null;
+    const oom = (d.oom || [])[0] || null;
+    const fits = { oom, suggestion: best, baseline: sw.baseline_peak_reserved_bytes || 0, swept: sw.status === "done" };
+    return { peak, grows, fits };
+  },
+
   // The colour of category `name` (categories.c's built-in ones fixed, the user's by their order).
   categoryColors: { parameter: "#3949ab", gradient: "#8e24aa", optimizer_state: "#6d4c41", activation: "#fb8c00",
     temporary: "#c0ca33", autograd: "#00897b", other: "#90a4ae", external: "#546e7a" },

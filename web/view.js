@@ -194,7 +194,7 @@ function showDocument(d, signal, src) {
   if (spanIx) {
     const sp = d.segment_spans, before = sp.stack.filter((k) => k === -1).length;
     text($("spans-title"), spanIx.n + " segment" + (spanIx.n === 1 ? "" : "s") + " over the history" + (before ? " (" + before + " from before it)" : "") +
-      (sp.omitted ? "; " + sp.omitted + " later ones not drawn (too many to embed)" : "") + "; stacked in the order they were made; hover one for the stack that allocated it");
+      (sp.omitted ? "; " + sp.omitted + " later ones not drawn (too many to embed)" : "") + ", in the order they were made");
   }
   const spanColor = (i) => (spanIx.sp.stack[i] === -1 && spanIx.sp.addr[i] === 0 ? "#b0bec5" : palette[(i * 5) % palette.length]);
   function drawSpans() {
@@ -394,35 +394,104 @@ function showDocument(d, signal, src) {
       " after iteration " + (n - 1) + " (" + (g.perIteration >= 0 ? "+" : "") + Model.formatBytes(Math.round(g.perIteration)) + " per iteration)");
   }
 
-  // The legend: by site (the page's static one), or each category with its colour and its bytes at
-  // the allocated peak (categories_at_peak).
+  // The legend: by site (the page's static one), or each category as a swatch and its name; its
+  // bytes at the allocated peak, what it means and how sure the analysis is of it on hover (the
+  // Categories table below says the same for every category, the "?" goes there).
+  const catRows = Model.categoryRows(d), catRow = (name) => catRows.find((r) => r.name === name);
+  const catTitle = (name) => { const r = catRow(name); return r ? name + ": " + Model.formatBytes(r.bytes) + " at the peak; " + (r.meaning || "a category") + " (" + r.sureText + ")" : name; };
   function showLegend() {
     const cats = byCategory(), box = $("legend-categories");
     $("colour-by").value = cats ? "categories" : "sites";
     $("legend").hidden = cats;
     box.hidden = !cats;
-    if (!cats) return;
+    if (!cats || box.dataset.filled) return;
+    box.dataset.filled = "1";
     box.textContent = "";
-    const notes = Model.categoryNotes(d);
-    add(box, "span", "allocated by category (at the peak):");
     d.bands.categories.names.forEach((name, k) => {
-      const key = add(box, "span", undefined, "key");
-      key.style.background = Model.categoryColor(name, k);
-      key.style.marginLeft = "10px";
-      const at = d.categories_at_peak && Object.prototype.hasOwnProperty.call(d.categories_at_peak, name) ? d.categories_at_peak[name] : 0;
-      add(box, "span", name + " " + Model.formatBytes(at)).title = notes.meaning(name);
+      const item = add(box, "span", undefined, "item");
+      item.dataset.category = name;
+      item.title = catTitle(name);
+      add(item, "span", undefined, "key").style.background = Model.categoryColor(name, k);
+      add(item, "span", name);
     });
-    add(box, "span", "; reserved, iteration peaks and out of memory as by site", "muted");
-    // what each category means, and what this snapshot cannot tell
-    const list = add(box, "dl", undefined, "category-meanings");
-    d.bands.categories.names.forEach((name) => {
-      if (!notes.meaning(name)) return;
-      add(list, "dt", name);
-      add(list, "dd", notes.meaning(name));
+    const help = add(box, "button", "?", "help");
+    help.type = "button";
+    help.title = "what each category means: the Categories table";
+    on(help, "click", () => $("categories-panel").scrollIntoView());
+  }
+
+  // The Categories table: each category's colour, bytes at the allocated peak, meaning, and how
+  // sure the analysis is of it (named by tensors, inferred from stacks, or not told and why).
+  function fillCategories() {
+    const body = document.querySelector("#category-table tbody"), panel = $("categories-panel");
+    body.textContent = "";
+    for (const n of panel.querySelectorAll(".category-note")) n.remove();
+    panel.hidden = !catRows.length;
+    const names = d.bands.categories ? d.bands.categories.names : [];
+    catRows.forEach((r, k) => {
+      const tr = add(body, "tr");
+      tr.dataset.category = r.name;
+      const name = add(tr, "td");
+      add(name, "span", undefined, "key").style.background = Model.categoryColor(r.name, names.includes(r.name) ? names.indexOf(r.name) : k);
+      add(name, "span", r.name);
+      add(tr, "td", Model.formatBytes(r.bytes), "num");
+      add(tr, "td", r.meaning || "-");
+      add(tr, "td", r.sureWord, "sure").title = r.sureText;
     });
+    const notes = Model.categoryNotes(d);
     if (notes.parameters.length)
-      add(box, "div", "the parameters at the peak: " + notes.parameters.map(([k, v]) => Model.formatBytes(v) + " " + k).join(", "));
-    for (const [name, why] of notes.missing) add(box, "div", "no " + name + " told: " + why, "muted");
+      add(panel, "p", "the parameters at the peak: " + notes.parameters.map(([k, v]) => Model.formatBytes(v) + " " + k).join(", "), "muted category-note");
+    for (const [name, why] of notes.missing) add(panel, "p", "no " + name + " told: " + why, "muted category-note");
+  }
+
+  // At a glance: the three questions users come with, answered before the details.
+  function fillGlance() {
+    const g = Model.glance(d);
+    const line = (id) => { const el = $(id).querySelector(".glance-text"); el.textContent = ""; return el; };
+    const peak = line("glance-peak");
+    add(peak, "span", Model.formatBytes(g.peak.allocated) + " allocated (" + Model.formatBytes(g.peak.reserved) + " reserved) at " + rel(g.peak.at) +
+      (g.peak.categories.length ? ": " : ""));
+    const names = d.bands.categories ? d.bands.categories.names : [];
+    g.peak.categories.forEach(([name, bytes], k) => {
+      const c = add(peak, "span", undefined, "glance-cat");
+      c.dataset.category = name;
+      c.title = catTitle(name);
+      add(c, "span", undefined, "key").style.background = Model.categoryColor(name, names.includes(name) ? names.indexOf(name) : k);
+      add(c, "span", name + " " + Model.formatBytes(bytes));
+      peak.appendChild(document.createTextNode(" "));
+    });
+    const grows = line("glance-grows"), gr = g.grows;
+    if (gr.kind === "growing") {
+      const l = gr.candidate;
+      add(grows, "span", "+" + Model.formatBytes(l.bytes_per_iteration) + " per iteration" + (l.kind === "growing_released" ? ", released at " + rel(l.released_ns) : "") + ", " +
+        Model.formatBytes(l.live_bytes) + " live at the end: ");
+      const a = add(grows, "a", Model.siteLabel(Model.stackFrames(d, l.stack)));
+      a.title = "select the first leak candidate";
+      on(a, "click", () => selectCandidate(0, false));
+    } else {
+      add(grows, "span", gr.kind === "none" ? "nothing: no growth across " + gr.iterations + " iterations" :
+        "cannot be told: " + (gr.iterations ? "one iteration" : "no iterations") + " (two are needed)");
+      if (gr.largest) {
+        const l = gr.largest;
+        add(grows, "span", "; the largest held: " + (l.held_category ? l.held_category + " " : "") + Model.formatBytes(l.live_bytes) + " at ");
+        add(grows, "span", Model.siteLabel(Model.stackFrames(d, l.stack)));
+      }
+    }
+    const fits = line("glance-fits"), f = g.fits;
+    if (f.oom) {
+      add(fits, "span", "out of memory at " + rel(f.oom.time_ns) + ": " + Model.formatBytes(f.oom.requested_bytes) + " requested with " +
+        Model.formatBytes(f.oom.live_bytes) + " live; ");
+      if (f.suggestion && f.suggestion.fits) { add(fits, "code", Model.suggestionLine(f.suggestion)); add(fits, "span", " avoids it in the replay; "); }
+      add(fits, "span", "what fits this card: ");
+      add(fits, "code", "memsnap predict small.db=SIZE large.db=SIZE --capacity CARD_MEMORY --sweep");
+    } else if (f.suggestion) {
+      add(fits, "code", Model.suggestionLine(f.suggestion));
+      add(fits, "span", ": " + Model.suggestionEffect(f.suggestion, f.baseline) + " (the replay's sweep); at other sizes: ");
+      add(fits, "code", "memsnap predict");
+    } else {
+      add(fits, "span", (f.swept ? "no allocator setting of the replay's sweep lowers peak reserved memory by 5% or more; " : "") + "at other sizes or on another card: ");
+      add(fits, "code", "memsnap predict A.db=SIZE B.db=SIZE --capacity CARD_MEMORY");
+    }
   }
 
   // The iterations (the training steps, or the outermost repeated unit of the program): each one's
@@ -443,7 +512,9 @@ function showDocument(d, signal, src) {
       else r.categories.forEach(([name, bytes], k) => {
         const key = add(cats, "span", undefined, "key");
         key.style.background = Model.categoryColor(name, d.bands.categories ? d.bands.categories.names.indexOf(name) : k);
-        add(cats, "span", name + " " + Model.formatBytes(bytes) + " ").title = Model.categoryNotes(d).meaning(name);
+        const c = add(cats, "span", name + " " + Model.formatBytes(bytes) + " ");
+        c.title = catTitle(name);
+        c.dataset.category = name;
       });
       on(tr, "click", () => { // the cursor to its peak: the allocator's state there
         st.cur = r.peakAt;
@@ -516,7 +587,17 @@ function showDocument(d, signal, src) {
   // the verdict over the list: nothing grows (what is listed is held, not leaking), or too few
   // iterations to tell
   text($("growth-verdict"), d.summary.growth === "none" ? "no growth across " + d.iterations.length + " iterations: what is listed is held, not growing"
-    : d.summary.growth === "unknown" && d.leaks.length ? "growth cannot be told: " + (d.iterations.length ? "one iteration" : "no iterations") + " (two are needed)" : "");
+    : d.summary.growth === "unknown" && (d.leaks.length || d.held && d.held.length) ? "growth cannot be told: " + (d.iterations.length ? "one iteration" : "no iterations") + " (two are needed)" : "");
+  // Selects candidate i (a click on it in a list: `toggle` unselects it when selected already).
+  function selectCandidate(i, toggle) {
+    const l = d.candidates[i];
+    st.leak = st.leak === i && toggle ? null : i;
+    showStack(candidateTitle(i), l.stack, (l.held_module || l.module) ? "in module " + (l.held_module || l.module) + "\n\n" : undefined);
+    fillLists(search.value);
+    redraw();
+    if (st.leak !== null && selectedBand() < 0) // only the largest sites have a band of their own
+      text(readout, "leak candidate " + (i + 1) + " has no band of its own: it is inside \u201cother sites\u201d (grey); its span is shaded");
+  }
   function fillLists(filter) {
     leakList.textContent = "";
     heldList.textContent = "";
@@ -536,14 +617,8 @@ function showDocument(d, signal, src) {
         Model.siteLabel(frames) + ((l.held_module || l.module) ? " \u00b7 in " + (l.held_module || l.module) : ""),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
-      on(li, "click", () => {
-        st.leak = st.leak === i ? null : i;
-        showStack(candidateTitle(i), l.stack, (l.held_module || l.module) ? "in module " + (l.held_module || l.module) + "\n\n" : undefined);
-        fillLists(search.value);
-        redraw();
-        if (st.leak !== null && selectedBand() < 0) // only the largest sites have a band of their own
-          text(readout, "leak candidate " + (i + 1) + " has no band of its own: it is inside \u201cother sites\u201d (grey); its span is shaded");
-      });
+      if (l.held_category) li.dataset.category = l.held_category;
+      on(li, "click", () => selectCandidate(i, true));
     });
     for (const which of ["leaks", "held"]) // the rest of a long list, one click away
       if (more[which]) {
@@ -846,6 +921,11 @@ function showDocument(d, signal, src) {
   fillLists("");
   fillTable();
   fillIterations();
+  fillCategories();
+  fillGlance();
+  $("legend-categories").dataset.filled = "";
+  const legendHelp = $("legend").querySelector("button.help");
+  on(legendHelp, "click", () => { $("legend-help").hidden = !$("legend-help").hidden; legendHelp.setAttribute("aria-expanded", String(!$("legend-help").hidden)); });
   if (st.pin !== null) showAllocation(st.pin, true);
   else if (st.leak !== null) showStack(candidateTitle(st.leak), d.candidates[st.leak].stack);
   else if (d.candidates.length) showStack(candidateTitle(0), d.candidates[0].stack);

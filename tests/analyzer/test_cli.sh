@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_cli.sh BUILD_DIR: the memsnap command-line tool: usage, exit codes, the options table,
-# and that README.md documents every option the library has.
+# and that the documents (README.md, docs/) document every command and option: docs/options.md
+# every option the library has.
 set -u
 build=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -15,6 +16,17 @@ check() { # check NAME CMD...
 check "cli: no command is a usage error (exit 2)" bash -c "'$cli'; test \$? -eq 2"
 check "cli: unknown command names itself, exit 2" bash -c "'$cli' frobnicate 2>&1 | grep -q \"error: unknown command 'frobnicate'\"; '$cli' frobnicate; test \$? -eq 2"
 check "cli: help lists commands" bash -c "'$cli' help | grep -q 'memsnap options'"
+# memsnap help: the commands grouped by what a user wants, one line each within 80 columns, every
+# command of the table listed once; the full forms under memsnap help COMMAND.
+"$cli" help >"$build/helpall.out"
+check "cli: help groups the commands: record, understand, predict, convert" bash -c "for g in record understand predict convert; do grep -q \"^\$g\" '$build/helpall.out' || exit 1; done"
+check "cli: help: run under record, analyze diff info under understand, replay predict under predict, import export under convert" \
+  bash -c "awk '/^[a-z]/ {g = \$1} /^  memsnap / {print g, \$2}' '$build/helpall.out' | tr -d : | tr '\n' ' ' |
+    grep -qx 'record run understand analyze understand diff understand info predict replay predict predict convert import convert export more options more help more version '"
+check "cli: help: one line a command, none wider than 80 columns" bash -c "! awk 'length > 80' '$build/helpall.out' | grep -q . &&
+  [ \$(grep -c '^  memsnap [a-z]' '$build/helpall.out') -eq \$(grep -oE '^  memsnap [a-z]+' '$build/helpall.out' | sort -u | wc -l) ]"
+check "cli: help says where the full forms are" grep -q "memsnap help COMMAND' shows a command's full form" "$build/helpall.out"
+rm -f "$build/helpall.out"
 # memsnap help COMMAND (and memsnap COMMAND --help) for every command of the list.
 for cmd in $("$cli" help | grep -oE '^  memsnap [a-z]+' | awk '{print $2}'); do
   check "cli: memsnap help $cmd" bash -c "'$cli' help $cmd >'$build/help.out' && head -1 '$build/help.out' | grep -q '^usage: memsnap $cmd' &&
@@ -25,20 +37,23 @@ check "cli: help analyze and diff name their options and the frames they fold" \
 rm -f "$build/help.out"
 check "cli: version" bash -c "'$cli' version | grep -Eq '^memsnap [0-9]+\.[0-9]+\.[0-9]+$'"
 check "cli: options lists MEMSNAP_BACKEND" bash -c "'$cli' options | grep -q '^MEMSNAP_BACKEND '"
-missing=$("$cli" options | awk '{print $1}' | while read -r var; do grep -q "\`$var\`" "$root/README.md" || echo "$var"; done)
-check "README documents every option (missing: ${missing:-none})" test -z "$missing"
+missing=$("$cli" options | awk '{print $1}' | while read -r var; do grep -q "\`$var\`" "$root/docs/options.md" || echo "$var"; done)
+check "docs/options.md documents every option (missing: ${missing:-none})" test -z "$missing"
 # ... with the library's default (`memsnap options` prints NAME, DEFAULT and the comment in
-# columns of 40 and 10): README's row reads | `VAR` | `DEFAULT` | or | `VAR` | (none) |.
+# columns of 40 and 10): docs/options.md's row reads | `VAR` | `DEFAULT` | or | `VAR` | (none) |.
 wrong=$("$cli" options | awk '{ d = substr($0, 42, 10); gsub(/ /, "", d); print $1, d }' | while read -r var def; do
   want="\`$def\`"
   [ -n "$def" ] || want="(none)"
-  grep -qF "| \`$var\` | $want |" "$root/README.md" || echo "$var"
+  grep -qF "| \`$var\` | $want |" "$root/docs/options.md" || echo "$var"
 done)
-check "README's options table has the library's defaults (wrong: ${wrong:-none})" test -z "$wrong"
-# Every command of `memsnap help`, and every option its usage names, appears in README.md.
-undocumented=$("$cli" help | grep -oE '^  memsnap [a-z]+|(^| |\[)--?[a-z][a-z-]*' | sed 's/^  //' | sed -E 's/^[ [](-)/\1/' | sort -u |
-  while read -r word; do grep -qF -- "$word" "$root/README.md" || echo "$word"; done | tr '\n' ' ')
-check "README documents every command and its options (missing: ${undocumented:-none})" test -z "$undocumented"
+check "docs/options.md's table has the library's defaults (wrong: ${wrong:-none})" test -z "$wrong"
+# Every command of `memsnap help`, and every option its full form (`memsnap help COMMAND`'s usage)
+# names, appears in the documents: README.md or docs/.
+undocumented=$(for cmd in $("$cli" help | grep -oE '^  memsnap [a-z]+' | awk '{print $2}'); do
+    echo "memsnap $cmd"
+    "$cli" help "$cmd" | sed -n '1,/^$/p' | grep -oE '(^| |\[)--?[a-z][a-z-]*' | sed -E 's/^[ [](-)/\1/'
+  done | sort -u | while read -r word; do cat "$root/README.md" "$root"/docs/*.md | grep -qF -- "$word" || echo "$word"; done | tr '\n' ' ')
+check "the documents name every command and its options (missing: ${undocumented:-none})" test -z "$undocumented"
 # Every bad argument of every command: exit 2, an error naming the problem, then the usage line.
 usage_error() { # usage_error PATTERN ARGS...: exit 2, "error: ..." matching PATTERN, "usage: ..."
   local pattern=$1

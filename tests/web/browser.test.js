@@ -1,7 +1,9 @@
 // browser.test.js: the report page in a real browser (Debian's chromium, driven by playwright-core
 // from npm; scripts/install-deps.sh installs both). Pages are made from tests/analyzer/gen_snapshots.c's
 // snapshots, whose answers are known, with the CLI in MEMSNAP_BUILD (default build/).
-// Screenshots of every page go to MEMSNAP_ARTIFACTS (default build/web-artifacts/).
+// Screenshots of every page go to MEMSNAP_ARTIFACTS (default build/web-artifacts/); those of three
+// real GPU snapshots (tests/data/zoo) at 1280x800 and 1920x1080 too, one of which is the README's
+// picture (make readme-picture copies it to docs/).
 "use strict";
 const { test, before, after } = require("node:test");
 const assert = require("node:assert");
@@ -24,6 +26,7 @@ const chromiumArgs = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-
 const HOSTILE = { keep_history: "<script>alert(1)</script>", activation: "\"><img src=x onerror=alert(2)>", load_weights: "</script><script>alert(3)</script>" };
 
 const HOSTILE_FILE = "<img src=x onerror=alert(4)>oom.db";
+const ZOO = ["gpt2_eager-leak", "fsdp2-cxx-r1", "gpt2_oom_backward"];
 let dir, browser;
 const pages = {};
 
@@ -76,6 +79,14 @@ before(async () => {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, "releases", name + ".db")]);
   }
+  // Real snapshots recorded on an H100 (tests/data/zoo/README.md): a GPT-2 leak, an FSDP2 rank, an
+  // out of memory in backward. Analyzed from their directory, so the page names the file alone.
+  for (const name of ZOO) {
+    execFileSync("python3", ["-c", "import lzma, shutil, sys\nwith lzma.open(sys.argv[1]) as i, open(sys.argv[2], 'wb') as o: shutil.copyfileobj(i, o)",
+      path.join(root, "tests/data/zoo", name + ".db.xz"), path.join(dir, name + ".db")]);
+    pages["zoo-" + name] = path.join(dir, "zoo-" + name + ".html");
+    execFileSync(path.join(build, "memsnap"), ["analyze", "--html", "zoo-" + name + ".html", name + ".db"], { cwd: dir });
+  }
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -85,8 +96,8 @@ after(async () => {
 });
 
 // Opens a page and watches it: console output, errors, dialogs and every request it makes.
-async function open(name, hash = "") {
-  const page = await browser.newPage({ viewport: { width: 1600, height: 1300 } });
+async function open(name, hash = "", viewport = { width: 1600, height: 1300 }) {
+  const page = await browser.newPage({ viewport });
   const seen = { console: [], errors: [], dialogs: [], requests: [] };
   page.on("console", (m) => seen.console.push(m.type() + ": " + m.text()));
   page.on("pageerror", (e) => seen.errors.push(e.message));
@@ -546,7 +557,7 @@ const topRow = (col) => col.findIndex(([r, g, b, a]) => a > 0 && !(r === 255 && 
 
 test("real resnet50: reserved memory by segment, from before the history to the end, each segment's stack on hover", async () => {
   const { page, seen } = await open("resnet");
-  assert.match(await page.locator("#spans-title").textContent(), /^109 segments over the history \(82 from before it\); /);
+  assert.match(await page.locator("#spans-title").textContent(), /^109 segments over the history \(82 from before it\), in the order they were made$/);
   // Stacked segments reach reserved memory: 2.79 GiB at the first instant, 3.38 GiB at the end
   // (the scale: the window's highest, 3.38 GiB, plus 5%; the canvas is 140 px, 4 left at the top).
   const H = 140, yTop = 3623878656 * 1.05, row = (v) => Math.round(H - (v / yTop) * (H - 4));
@@ -671,7 +682,7 @@ test("a snapshot on several devices: a document per device, the selector switche
   assert.match(await page.locator("#summary").textContent(), /devices\.db, device 1 \u2014 .*; peak allocated 40\.00 MiB/);
   assert.match(await state(), /, device 1\)/);
   assert.ok(!(await page.locator("#leaks").textContent()).includes("keep_history"));
-  assert.match(await page.locator("#spans-title").textContent(), /^2 segments over the history;/);
+  assert.match(await page.locator("#spans-title").textContent(), /^2 segments over the history, in the order they were made$/);
   await shot(page, "devices-1");
   assert.deepStrictEqual(seen.errors, []);
   await page.close();
@@ -690,17 +701,23 @@ test("the timeline coloured by category: a legend with each category's bytes at 
   assert.strictEqual(await page.locator("#legend-categories").isHidden(), true);
   await page.locator("#colour-by").selectOption("categories");
   assert.strictEqual(await page.locator("#legend").isHidden(), true);
-  const legend = await page.locator("#legend-categories").textContent();
+  // the legend: a swatch and a name each; the bytes at the peak, the meaning and how sure on hover
+  const items = await page.locator("#legend-categories .item").evaluateAll((els) => els.map((e) => [e.textContent, e.title]));
+  const item = (name) => (items.find(([t]) => t === name) || [name, ""])[1];
   // the two 8 MiB activations made and freed inside each step (no backward pass: temporaries), the
   // kept history (other), and the user's categories
-  assert.match(legend, /temporary 16\.00 MiB/);
-  assert.match(legend, /other 6\.00 MiB/);
-  assert.match(legend, /weights 96\.00 MiB/);
-  assert.match(legend, /state 64\.00 MiB/);
-  // what each category means, and what this snapshot cannot tell
-  assert.match(legend, /temporaryfreed by the operation that made it/);
-  assert.match(legend, /weights--category: a frame matches load_weights/);
-  assert.match(legend, /no gradient told: no backward pass recorded/);
+  assert.match(item("temporary"), /^temporary: 16\.00 MiB at the peak; freed by the operation that made it/);
+  assert.match(item("other"), /^other: 6\.00 MiB at the peak/);
+  assert.match(item("weights"), /^weights: 96\.00 MiB at the peak; --category: a frame matches load_weights \(matched by a --category pattern\)$/);
+  assert.match(item("state"), /^state: 64\.00 MiB at the peak/);
+  // the Categories table says the same for every category, and what this snapshot cannot tell
+  const rows = Object.fromEntries(await page.locator("#category-table tbody tr").evaluateAll((trs) =>
+    trs.map((tr) => [tr.dataset.category, [...tr.children].map((td) => td.textContent)])));
+  assert.deepStrictEqual(rows.temporary.slice(1, 2), ["16.00 MiB"]);
+  assert.match(rows.temporary[2], /^freed by the operation that made it/);
+  assert.deepStrictEqual(rows.weights.slice(1), ["96.00 MiB", "--category: a frame matches load_weights", "your pattern"]);
+  assert.strictEqual(rows.gradient[3], "not told");
+  assert.match(await page.locator("#categories-panel").textContent(), /no gradient told: no backward pass recorded/);
   assert.strictEqual((await hashState(page)).cat, 1);
   // at the end, the weights' band lies above the 6 MiB of other memory, below the state's
   await overTimeline(page, 0.985, 0.62);
@@ -752,6 +769,97 @@ test("suggestions: the exact PYTORCH_CUDA_ALLOC_CONF line to set, best first, wi
   const several = await open("both"); // several snapshots: the sweep is not run (memsnap replay --sweep is), no box
   assert.ok(await several.page.locator("#suggestions-box").isHidden());
   await several.page.close();
+});
+
+// The legends drawn on the page: for each, whether its items sit on one line and nothing of it
+// overflows its box ([{id, lines, overflow}]).
+const legendLines = (page) => page.evaluate(() => [...document.querySelectorAll(".legend")].filter((e) => e.offsetParent !== null).map((e) => {
+  const centres = [...e.children].map((c) => { const r = c.getBoundingClientRect(); return r.top + r.height / 2; });
+  const lines = centres.reduce((n, y, i) => n + (i && Math.abs(y - centres[i - 1]) > 6 ? 1 : 0), centres.length ? 1 : 0);
+  return { id: e.id, lines, overflow: e.scrollWidth > e.clientWidth + 1 };
+}));
+// Every category the page shows (a [data-category] anywhere) with its row of the Categories table:
+// [name, what it is, how sure], "" where the table lacks it.
+const categoriesShown = (page) => page.evaluate(() => {
+  const rows = {};
+  for (const tr of document.querySelectorAll("#category-table tbody tr")) rows[tr.dataset.category] = [tr.children[2].textContent, tr.children[3].textContent];
+  const shown = new Set([...document.querySelectorAll("[data-category]")].filter((e) => !e.closest("#category-table")).map((e) => e.dataset.category));
+  return { panel: !document.getElementById("categories-panel").hidden, shown: [...shown].map((n) => [n].concat(rows[n] || ["", ""])) };
+});
+
+test("the page explains itself: one-line legends at 1280 pixels, every category shown explained, a question under each heading", async () => {
+  for (const name of ["leak", "cats", "oom", "resnet", "modules", "zoo-gpt2_eager-leak", "zoo-fsdp2-cxx-r1", "zoo-gpt2_oom_backward"]) {
+    const { page, seen } = await open(name, "", { width: 1280, height: 800 });
+    for (const colour of ["sites", "categories"]) {
+      if (colour === "categories" && await page.locator("#colour-by").isDisabled()) continue;
+      await page.locator("#colour-by").selectOption(colour);
+      const legends = await legendLines(page);
+      assert.ok(legends.length >= 2, name + ": the timeline's and the allocator state's legends");
+      for (const l of legends) assert.ok(l.lines === 1 && !l.overflow, name + " (" + colour + "): legend #" + l.id + " takes " + l.lines + " lines" + (l.overflow ? ", overflowing" : ""));
+    }
+    const c = await categoriesShown(page);
+    assert.ok(c.shown.length === 0 || c.panel, name + ": categories shown, and their table");
+    for (const [cat, meaning, sure] of c.shown) assert.ok(meaning && meaning !== "-" && sure, name + ": category '" + cat + "' is shown but not explained");
+    // each section opens with the question it answers
+    const unanswered = await page.evaluate(() => [...document.querySelectorAll("h2")].filter((h) => h.id !== "details-title" &&
+      !(h.nextElementSibling && h.nextElementSibling.classList.contains("question"))).map((h) => h.textContent));
+    assert.deepStrictEqual(unanswered, [], name);
+    assert.deepStrictEqual(seen.errors, [], name);
+    await page.close();
+  }
+});
+
+test("the chart's explanation is a \"?\" away; the category legend's \"?\" leads to the Categories table", async () => {
+  const { page, seen } = await open("zoo-gpt2_eager-leak", "", { width: 1280, height: 800 });
+  assert.ok(await page.locator("#legend-help").isHidden());
+  assert.match(await page.locator("#legend .item").first().getAttribute("title"), /leak candidates and the largest sites/);
+  await page.locator("#legend button.help").click();
+  assert.ok(await page.locator("#legend-help").isVisible());
+  assert.match(await page.locator("#legend-help").textContent(), /checkpoints/);
+  await page.locator("#colour-by").selectOption("categories");
+  await page.locator("#legend-categories button.help").click();
+  assert.ok(await page.locator("#categories-panel").isVisible());
+  const top = await page.locator("#categories-panel").evaluate((e) => e.getBoundingClientRect().top);
+  assert.ok(top > -2 && top < 800, "scrolled to the table: " + top);
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+test("real GPU snapshots: the first screen answers what was live at the peak, what grows, what would fit (screenshots at 1280x800 and 1920x1080)", async () => {
+  const want = {
+    // the GPT-2 leak: a view of every step's logits kept, 786 MiB a step (tests/data/zoo/README.md)
+    "gpt2_eager-leak": [/^10\.19 GiB allocated \(11\.13 GiB reserved\) at [\d.]+ ms: other 4\.67 GiB activation 2\.94 GiB/,
+      /^\+786\.00 MiB per iteration, 4\.61 GiB live at the end: .*gpt2_train\.py:42/, /^PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: peak reserved/],
+    // an FSDP2 rank: nothing grows; the largest held is the optimizer's state
+    "fsdp2-cxx-r1": [/^13\.43 GiB allocated \(16\.44 GiB reserved\) at [\d.]+ s: activation 8\.16 GiB/,
+      /^nothing: no growth across 8 iterations; the largest held: optimizer_state /, /^PYTORCH_CUDA_ALLOC_CONF=/],
+    // out of memory in the first backward pass: memsnap predict says what fits
+    "gpt2_oom_backward": [/^12\.26 GiB allocated \(12\.38 GiB reserved\) at [\d.]+ ms: activation 11\.70 GiB/,
+      /^cannot be told: no iterations/, /^out of memory at [\d.]+ ms: 1\.53 GiB requested .*memsnap predict small\.db=SIZE large\.db=SIZE --capacity CARD_MEMORY --sweep$/],
+  };
+  for (const name of ZOO)
+    for (const [width, height] of [[1280, 800], [1920, 1080]]) {
+      const { page, seen } = await open("zoo-" + name, "", { width, height });
+      const lines = await page.locator("#glance .glance-text").allTextContents();
+      want[name].forEach((re, i) => assert.match(lines[i], re, name + " at " + width));
+      // the three answers are on the first screen, above the details
+      const bottom = await page.locator("#glance").evaluate((e) => e.getBoundingClientRect().bottom);
+      assert.ok(bottom < height / 3, name + ": the glance ends at " + bottom);
+      await page.screenshot({ path: path.join(artifacts, "zoo-" + name + "-" + width + "x" + height + ".png") });
+      if (width === 1280) await shot(page, "zoo-" + name + "-full");
+      assert.deepStrictEqual(seen.errors, [], name);
+      await page.close();
+    }
+});
+
+test("real GPT-2 leak: the glance's leak selects the first leak candidate", async () => {
+  const { page, seen } = await open("zoo-gpt2_eager-leak", "", { width: 1280, height: 800 });
+  await page.locator("#glance-grows a").click();
+  assert.strictEqual((await hashState(page)).leak, 0);
+  assert.strictEqual(await page.locator("#details-title").textContent(), "Leak candidate 1");
+  assert.ok(await page.locator("#growth-panel").isVisible());
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
 });
 
 test("real GPT-2 with the module record: the leak and its module, what is held apart (ten, the rest a click away), memory by module", async () => {

@@ -336,3 +336,36 @@ test("category notes: meanings, what cannot be told, the parameters by kind only
   assert.deepStrictEqual(fsdp.parameters, [["module", 0], ["fsdp_sharded", 5], ["fsdp_gathered", 7]]);
   assert.deepStrictEqual(Model.categoryNotes({}).missing, []);
 });
+
+test("category rows: each category the snapshot knows, its bytes at the peak, its meaning and how sure", () => {
+  const d = {
+    bands: { categories: { names: ["parameter", "temporary", "weights"] } },
+    categories_at_peak: { parameter: 5, temporary: 0, weights: 7, gradient: 0 },
+    category_meanings: { parameter: "a module's parameters", gradient: "made by a backward pass", weights: "--category: a frame matches load_weights" },
+    category_evidence: { parameter: "tensors", temporary: "stacks", gradient: "none", weights: "stacks" },
+    categories_without_evidence: { gradient: "no backward pass recorded" },
+  };
+  const rows = Model.categoryRows(d);
+  assert.deepStrictEqual(rows.map((r) => r.name), ["parameter", "temporary", "weights", "gradient"]);
+  assert.deepStrictEqual(rows.map((r) => r.sureWord), ["named by tensors", "inferred from stacks", "your pattern", "not told"]);
+  assert.strictEqual(rows[3].sureText, "this snapshot cannot tell it: no backward pass recorded");
+  assert.deepStrictEqual([rows[0].bytes, rows[0].meaning, rows[1].meaning], [5, "a module's parameters", ""]);
+  assert.strictEqual(Model.evidenceText("none", "").word, "none seen");
+  assert.strictEqual(Model.evidenceText("tensors and stacks").word, "tensors, then stacks");
+  assert.deepStrictEqual(Model.categoryRows({}), []);
+});
+
+test("at a glance: the peak by category, the first growing leak or the verdict, what would fit", () => {
+  const summary = { peak_allocated_bytes: 10, peak_reserved_bytes: 12, peak_allocated_ns: 3, growth: "growing" };
+  const leak = { stack: 1, bytes_per_iteration: 4 }, held = { stack: 2, held_category: "parameter" };
+  const d = { summary, categories_at_peak: { other: 2, activation: 8, gradient: 0 }, leaks: [leak], held: [held], iterations: [{}, {}],
+    suggestions: [{ pytorch_cuda_alloc_conf: "expandable_segments:True" }], suggestions_sweep: { status: "done", baseline_peak_reserved_bytes: 12 }, oom: [] };
+  const g = Model.glance(d);
+  assert.deepStrictEqual(g.peak, { allocated: 10, reserved: 12, at: 3, categories: [["activation", 8], ["other", 2]] });
+  assert.deepStrictEqual(g.grows, { kind: "growing", leak: 0, candidate: leak });
+  assert.deepStrictEqual([g.fits.oom, g.fits.suggestion.pytorch_cuda_alloc_conf, g.fits.baseline, g.fits.swept], [null, "expandable_segments:True", 12, true]);
+  const flat = Model.glance({ ...d, summary: { ...summary, growth: "none" }, leaks: [], suggestions: [], oom: [{ time_ns: 9 }] });
+  assert.deepStrictEqual(flat.grows, { kind: "none", iterations: 2, largest: held });
+  assert.deepStrictEqual([flat.fits.oom.time_ns, flat.fits.suggestion], [9, null]);
+  assert.strictEqual(Model.glance({ summary: { ...summary, growth: "unknown" } }).grows.kind, "unknown");
+});
