@@ -40,7 +40,7 @@ LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend.c recorder/backend_cuda.c recorder/backend_sim.c \
   recorder/blocks.c recorder/blocktree.c recorder/capture.c recorder/check.c recorder/checkpoint.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/ehframe.c \
-  recorder/ipc.c recorder/misuse.c recorder/model_events.c recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/segments.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
+  recorder/ipc.c recorder/livemap.c recorder/misuse.c recorder/recover.c recorder/model_events.c recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/segments.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbolize.c recorder/symbols.c recorder/uncached.c recorder/unwind.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
@@ -63,7 +63,7 @@ check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
 	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
 
-$(BUILD)/%.o: %.c recorder/internal.h recorder/history.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
+$(BUILD)/%.o: %.c recorder/internal.h recorder/history.h recorder/livemap.h recorder/snapshot_data.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
