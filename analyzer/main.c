@@ -28,6 +28,7 @@ static const ms_command version_command = {"version", cmd_version, "memsnap vers
 static const ms_command *const commands[] = {
     &ms_analyze_command, &ms_diff_command, &ms_info_command, &ms_import_command, &ms_export_command,
     &ms_run_command,     &ms_replay_command, &ms_predict_command, &help_command,  &version_command,   &ms_options_command,
+    &ms_recover_command, &ms_top_command,    &ms_dump_command,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

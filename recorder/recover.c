@@ -365,6 +365,7 @@ typedef struct item { /* a segment or a block, by (device, address) */
   uint8_t state; /* blocks: 0 allocated, 2 pending_free */
   bool expandable;
   const char *pool;
+  bool external; /* memsnap's allocator did not make it: outside its statistics, as in a live snapshot */
 } item;
 
 static int cmp_item(const void *a, const void *b) {
@@ -452,19 +453,22 @@ static void apply(state *st, const msi_event *e) {
   switch (e->kind) {
     case MSI_EV_SEGMENT_ALLOC:
       insert(st, &st->segs, (item){dv, e->addr, e->size, e->size, e->stream, e->stack_id, (uint32_t)e->aux, 0, false,
-                                   e->aux ? "external" : e->size <= (2u << 20) ? "small" : "large"});
+                                   e->aux ? "external" : e->size <= (2u << 20) ? "small" : "large", e->aux != 0});
+      if (e->aux) break;
       bump(&st->reserved[dv], &st->peak_reserved[dv], (int64_t)e->size);
       st->nsegs[dv]++;
       break;
     case MSI_EV_SEGMENT_MAP:
       st->async_pool = true;
-      insert(st, &st->segs, (item){dv, e->addr, e->size, e->size, e->stream, e->stack_id, 0, 0, true, "large"});
+      insert(st, &st->segs, (item){dv, e->addr, e->size, e->size, e->stream, e->stack_id, 0, 0, true, "large", false});
       bump(&st->reserved[dv], &st->peak_reserved[dv], (int64_t)e->size);
       break;
     case MSI_EV_SEGMENT_FREE:
       if ((it = find(st->segs, dv, e->addr))) {
-        st->reserved[dv] -= (int64_t)it->size;
-        st->nsegs[dv]--;
+        if (!it->external) {
+          st->reserved[dv] -= (int64_t)it->size;
+          st->nsegs[dv]--;
+        }
         drop(&st->segs, it);
       }
       break;
@@ -496,22 +500,28 @@ static void apply(state *st, const msi_event *e) {
       free(all);
       break;
     }
-    case MSI_EV_ALLOC:
-      if ((it = find(st->blocks, dv, e->addr))) { /* its free was lost: counted once */
+    case MSI_EV_ALLOC: {
+      if ((it = find(st->blocks, dv, e->addr)) && !it->external) { /* its free was lost: counted once */
         st->allocated[dv] -= (int64_t)it->size;
         st->allocs[dv]--;
       }
-      insert(st, &st->blocks, (item){dv, e->addr, e->size, e->requested, e->stream, e->stack_id, 0, 0, false, NULL});
+      item *seg = find(st->segs, dv, e->addr);
+      bool external = seg && seg->external;
+      insert(st, &st->blocks, (item){dv, e->addr, e->size, e->requested, e->stream, e->stack_id, 0, 0, false, NULL, external});
+      if (external) break;
       bump(&st->allocated[dv], &st->peak_allocated[dv], (int64_t)e->size);
       st->allocs[dv]++;
       break;
+    }
     case MSI_EV_FREE_REQUESTED:
       if ((it = find(st->blocks, dv, e->addr))) it->state = 2;
       break;
     case MSI_EV_FREE_COMPLETED:
       if ((it = find(st->blocks, dv, e->addr))) {
-        st->allocated[dv] -= (int64_t)it->size;
-        st->allocs[dv]--;
+        if (!it->external) {
+          st->allocated[dv] -= (int64_t)it->size;
+          st->allocs[dv]--;
+        }
         drop(&st->blocks, it);
       }
       break;

@@ -236,3 +236,56 @@ struct cJSON *ms_live_json(const ms_live_view *v) {
   cJSON_AddItemToObject(o, "largest", sites_json(v->largest, v->nlargest, false));
   return o;
 }
+
+/* ---- the screen ----------------------------------------------------------------------- */
+
+#include <poll.h>
+#include <termios.h>
+#include <time.h>
+
+void ms_live_draw(const char *const *paths, size_t n, const char *title, FILE *out) {
+  char clock[16];
+  time_t now = time(NULL);
+  strftime(clock, sizeof clock, "%H:%M:%S", localtime(&now));
+  fprintf(out, "\033[H\033[1mmemsnap top\033[0m  %s  %s  (q quits)\033[K\n\033[K\n", clock, title ? title : "");
+  for (size_t i = 0; i < n; i++) {
+    ms_live_view v;
+    char err[512];
+    if (ms_live_frame(paths[i], &v, err, sizeof err) != 0) {
+      ms_neutralise(err);
+      fprintf(out, "%s: %s\033[K\n", paths[i], err);
+      continue;
+    }
+    ms_live_print_text(&v, n > 1, out);
+    fprintf(out, "\033[K\n");
+  }
+  if (!n) fprintf(out, "no recorded process yet\033[K\n");
+  fprintf(out, "\033[J");
+  fflush(out);
+}
+
+static struct termios saved_term;
+static bool term_raw;
+
+void ms_term_raw(bool on) {
+  if (on && !term_raw && isatty(0) && tcgetattr(0, &saved_term) == 0) {
+    struct termios t = saved_term;
+    t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    t.c_cc[VMIN] = 0;
+    t.c_cc[VTIME] = 0;
+    term_raw = tcsetattr(0, TCSANOW, &t) == 0;
+    if (term_raw) fputs("\033[?1049h\033[?25l", stdout); /* the alternate screen, no cursor */
+  } else if (!on && term_raw) {
+    tcsetattr(0, TCSANOW, &saved_term);
+    term_raw = false;
+    fputs("\033[?25h\033[?1049l", stdout);
+    fflush(stdout);
+  }
+}
+
+int ms_term_key(int timeout_ms) {
+  struct pollfd p = {0, POLLIN, 0};
+  if (poll(&p, 1, timeout_ms) <= 0 || !(p.revents & POLLIN)) return -1;
+  char c;
+  return read(0, &c, 1) == 1 ? (unsigned char)c : -2; /* -2: end of input */
+}

@@ -178,4 +178,13 @@ void ms_live_print_text(const ms_live_view *v, bool brief, FILE *out);
  * peak_allocated_bytes, peak_reserved_bytes, iterations, growing... (docs/recover.md). */
 struct cJSON *ms_live_json(const ms_live_view *v);
 
+/* One screen of the live view: every mapping's frame (brief with several), from the top left
+ * (ANSI), `title` in its first line. */
+void ms_live_draw(const char *const *paths, size_t n, const char *title, FILE *out);
+/* The terminal in raw mode on the alternate screen (on), or as it was (off); nothing when standard
+ * input is not a terminal. */
+void ms_term_raw(bool on);
+/* A key from standard input within timeout_ms: the character, -1 none, -2 end of input. */
+int ms_term_key(int timeout_ms);
+
 #endif
