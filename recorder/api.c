@@ -339,7 +339,10 @@ int memsnap_release_for(void *ptr) {
 int memsnap_record_start(size_t max_entries, const char *stacks) {
   if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
   if (stacks && msi_option_set("stacks", stacks) != MEMSNAP_OK) return MEMSNAP_EINVAL;
-  return msi_history_start(max_entries ? max_entries : msi_opt.max_entries);
+  int rc = msi_history_start(max_entries ? max_entries : msi_opt.max_entries);
+  for (int i = 0; rc == MEMSNAP_OK && i < msi_device_count_ready(); i++)
+    if (msi_device_peek(i)) msi_live_note_device(i); /* in use before the live mapping was made */
+  return rc;
 }
 
 int memsnap_record_stop(void) {

@@ -355,15 +355,13 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
   exe[n > 0 ? n : 0] = '\0';
   const char *slash = strrchr(exe, '/');
   snprintf(h->program, sizeof h->program, "%.255s", slash ? slash + 1 : exe);
-  char dump[1024];
-  if (msi_dump_path(false, dump, sizeof dump) && msi_expand_path(dump, h->dump_path, sizeof h->dump_path) == MEMSNAP_OK &&
-      h->dump_path[0] != '/') { /* absolute: the recovering process may run elsewhere */
-    char cwd[1024], rel[1024];
-    snprintf(rel, sizeof rel, "%s", h->dump_path);
-    if (getcwd(cwd, sizeof cwd)) snprintf(h->dump_path, sizeof h->dump_path, "%.500s/%.500s", cwd, rel);
-  } else if (!msi_dump_path(false, dump, sizeof dump)) {
-    h->dump_path[0] = '\0';
-  }
+  char dump[1024], cwd[1024];
+  /* the pattern as given (recover.c expands it with this process's pid, rank and host), made
+     absolute: the recovering process may run elsewhere */
+  if (msi_dump_path(false, dump, sizeof dump) && dump[0] != '/' && getcwd(cwd, sizeof cwd))
+    snprintf(h->dump_path, sizeof h->dump_path, "%.500s/%.500s", cwd, dump);
+  else if (msi_dump_path(false, dump, sizeof dump))
+    snprintf(h->dump_path, sizeof h->dump_path, "%s", dump);
   read_cmdline(h->command_line, sizeof h->command_line);
 }
 
@@ -458,8 +456,6 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   }
   ring = m->base + ring_offset;
   pthread_mutex_unlock(&log_lock);
-  for (int i = 0; i < MSI_MAX_DEVICES && i < 32; i++)
-    if (atomic_load(&msi_device_table[i])) msi_live_note_device(i);
   if (fresh) note_in_manifest(path);
   start_watcher();
   return ring;

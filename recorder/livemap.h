@@ -54,7 +54,7 @@ typedef struct msi_live_header {
   char backend[16];
   char host[64];
   char program[256];
-  char dump_path[1024];             /* MEMSNAP_DUMP expanded when the mapping was made ("" none) */
+  char dump_path[1024];             /* MEMSNAP_DUMP when the mapping was made, absolute, its patterns unexpanded ("" none) */
   char last_dump[1024];             /* the snapshot a dump request wrote */
   char command_line[4096];
 } msi_live_header;

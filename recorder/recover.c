@@ -643,13 +643,21 @@ static void devices(state *st, log_data *d, msi_snapshot *s) {
 
 /* ---- the whole -------------------------------------------------------------------------- */
 
-/* `pattern` with %p as pid and %% as %, into out (other patterns as they are). */
-static void expand_pid(const char *pattern, int pid, char *out, size_t len) {
+/* `pattern` with %p, %r, %h as the process's pid, rank and host, %t as now, %% as % (snapshot.c's
+ * patterns, for another process). */
+static void expand_for(const char *pattern, const msi_live_header *h, char *out, size_t len) {
   size_t o = 0;
-  for (const char *p = pattern; *p && o + 24 < len; p++) {
-    if (p[0] == '%' && p[1] == 'p') o += (size_t)snprintf(out + o, len - o, "%d", pid), p++;
-    else if (p[0] == '%' && p[1] == '%') out[o++] = '%', p++;
-    else out[o++] = *p;
+  for (const char *p = pattern; *p && o + 80 < len; p++) {
+    if (p[0] != '%' || !p[1]) {
+      out[o++] = *p;
+      continue;
+    }
+    p++;
+    if (*p == 'p') o += (size_t)snprintf(out + o, len - o, "%d", h->pid);
+    else if (*p == 'r') o += (size_t)snprintf(out + o, len - o, "%d", h->rank >= 0 ? h->rank : 0);
+    else if (*p == 'h') o += (size_t)snprintf(out + o, len - o, "%.63s", h->host);
+    else if (*p == 't') o += (size_t)snprintf(out + o, len - o, "%lld", (long long)time(NULL));
+    else out[o++] = *p; /* %% and the rest */
   }
   out[o] = '\0';
 }
@@ -753,7 +761,7 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
 
   char path[1024];
   const char *pattern = snapshot_path && *snapshot_path ? snapshot_path : out->dump_path[0] ? out->dump_path : "memsnap-%p.db";
-  expand_pid(pattern, h->pid, path, sizeof path);
+  expand_for(pattern, h, path, sizeof path);
   rc = msi_snapshot_write(path, &s, &sym);
   if (rc == MEMSNAP_OK) {
     snprintf(out->snapshot, sizeof out->snapshot, "%s", path);
