@@ -53,7 +53,7 @@ WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload \
   $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
-  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so
+  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so $(BUILD)/tests/crash_stress
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall torch-allocator
@@ -193,11 +193,12 @@ $(BUILD)/tests/librun_steps.so: tests/intercept/run_steps_lib.c | check-deps
 # ThreadSanitizer in build-tsan/. Python loads the instrumented library with the sanitizer's
 # runtime preloaded (PY_PRELOAD, read by tests/run_tests.sh).
 #
-# make stress: the concurrency stress at full size (8 threads x 2.5 million operations).
+# make stress: the concurrency stress at full size (8 threads x 2.5 million operations), and 100
+# kills at random instants of a recorded run, each snapshot recovered (tests/intercept/test_crash.sh).
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
-stress: $(BUILD)/tests/test_stress
-	THREADS=8 ITER=2500000 tests/run_tests.sh $(BUILD) stress
+stress: test-programs
+	THREADS=8 ITER=2500000 KILLS=100 tests/run_tests.sh $(BUILD) stress crash
 
 sanitize:
 	@$(MAKE) --no-print-directory BUILD=build-asan EXTRA_CFLAGS="$(ASAN_FLAGS)" EXTRA_LDFLAGS="$(ASAN_FLAGS)" test-programs
