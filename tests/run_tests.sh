@@ -18,7 +18,11 @@ export MEMSNAP_TESTS_DIR=$here
 passed=0
 failed=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# Live mappings (docs/recover.md) of the processes the tests kill on purpose stay in a directory of
+# the run's own, removed at the end, not in /dev/shm.
+live_dir=$(mktemp -d)
+export MEMSNAP_LIVE_DIR="$live_dir"
+trap 'rm -f "$log"; rm -rf "$live_dir"' EXIT
 
 # run NAME CMD...: runs one test program and adds its "N passed, N failed" line to the totals.
 run() {
