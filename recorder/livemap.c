@@ -18,7 +18,8 @@
  * records, seeded with the parent's log as it was at the fork (its tables are the parent's then).
  *
  * A thread of the mapping's watches header.dump_requests (5 times a second, a load of shared
- * memory) and runs api.c's dump when `memsnap dump PID` asks.
+ * memory) and runs api.c's dump when `memsnap dump PID` asks; header.watching says it runs
+ * (start_watcher: not in a single-threaded process unless MEMSNAP_LIVE_WATCH=1).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -294,8 +295,27 @@ static void *watch(void *arg) {
   return NULL;
 }
 
+/* Whether the process runs other threads than this one now (a CUDA process does: the driver
+ * starts its own). */
+static bool other_threads(void) {
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  char buf[1024];
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0) close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* field 20, num_threads, counted after the command's name */
+  for (int field = 2; p && field < 20; field++) p = strchr(p + 1, ' ');
+  return !p || atol(p + 1) > 1;
+}
+
+/* The watcher starts with the mapping where the process already runs other threads (one more costs
+ * nothing there), always with MEMSNAP_LIVE_WATCH=1, never with 0: a single-threaded process that
+ * gets a thread loses glibc's single-thread fast paths (some 14 ns per allocate+free pair on the
+ * simulated device: docs/BENCHMARKS.md). */
 static void start_watcher(void) {
-  if (watcher_started) return;
+  const char *want = getenv("MEMSNAP_LIVE_WATCH");
+  if (watcher_started || (want && !strcmp(want, "0")) || (!(want && !strcmp(want, "1")) && !other_threads())) return;
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -305,6 +325,9 @@ static void start_watcher(void) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   watcher_started = pthread_create(&t, &attr, watch, NULL) == 0;
+  pthread_mutex_lock(&log_lock);
+  if (live) atomic_store(&header_of(live)->watching, watcher_started);
+  pthread_mutex_unlock(&log_lock);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
 }

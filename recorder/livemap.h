@@ -50,7 +50,7 @@ typedef struct msi_live_header {
   _Atomic uint64_t dump_requests;   /* `memsnap dump` adds one */
   _Atomic uint64_t dumps_done;      /* requests answered */
   _Atomic uint32_t state;           /* MSI_LIVE_RECORDING, or MSI_LIVE_EXITED once removed at exit */
-  uint32_t pad;
+  _Atomic uint32_t watching;        /* 1: a thread answers dump_requests (livemap.c) */
   char backend[16];
   char host[64];
   char program[256];

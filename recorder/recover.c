@@ -156,6 +156,12 @@ int memsnap_live_request_dump(const char *live_path, int timeout_ms, char *writt
     msi_error("process %d is not running (memsnap recover '%s' writes its snapshot)", pid, live_path);
     return MEMSNAP_EINVAL;
   }
+  if (!atomic_load(&h->watching)) {
+    munmap(h, MSI_LIVE_HEADER);
+    msi_error("process %d does not answer dump requests: it was single-threaded when it started recording "
+              "(MEMSNAP_LIVE_WATCH=1 makes it answer; MEMSNAP_DUMP_SIGNAL takes a snapshot by a signal)", pid);
+    return MEMSNAP_EINVAL;
+  }
   uint64_t want = atomic_fetch_add(&h->dump_requests, 1) + 1;
   rc = MEMSNAP_EINVAL;
   for (int waited = 0; waited <= timeout_ms; waited += 50) {

@@ -75,7 +75,8 @@ else
   done
 
   # ---- live: top, dump, tmux -----------------------------------------------------------------
-  if start live -o "$work/live-%p.db" -- "$prog" 400 wait; then
+  # single-threaded, it answers `memsnap dump` only when asked to (MEMSNAP_LIVE_WATCH=1)
+  if MEMSNAP_LIVE_WATCH=1 start live -o "$work/live-%p.db" -- "$prog" 400 wait; then
     "$cli" top --once --json "$child" >"$work/top.json" 2>&1
     check "top --once --json: allocated_bytes at least 400 x 64 KiB, and the fields scripts read" \
       python3 -c "import json; t = json.load(open('$work/top.json'))
