@@ -42,7 +42,7 @@ LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend.c recorder/backend_cuda.c recorder/backend_sim.c \
   recorder/blocks.c recorder/blocktree.c recorder/capture.c recorder/check.c recorder/checkpoint.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/ehframe.c \
-  recorder/ipc.c recorder/misuse.c recorder/model_events.c recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/segments.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
+  recorder/ipc.c recorder/livemap.c recorder/misuse.c recorder/recover.c recorder/model_events.c recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/segments.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
   recorder/symbolize.c recorder/symbols.c recorder/uncached.c recorder/unwind.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
@@ -55,7 +55,7 @@ WEB_ASSETS := web/viewer.html web/viewer.css web/model.js web/view.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload \
   $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
-  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so
+  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so $(BUILD)/tests/crash_stress
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: readme-picture all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall torch-allocator
@@ -65,7 +65,7 @@ check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
 	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
 
-$(BUILD)/%.o: %.c recorder/internal.h recorder/history.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
+$(BUILD)/%.o: %.c recorder/internal.h recorder/history.h recorder/livemap.h recorder/snapshot_data.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -195,11 +195,12 @@ $(BUILD)/tests/librun_steps.so: tests/intercept/run_steps_lib.c | check-deps
 # ThreadSanitizer in build-tsan/. Python loads the instrumented library with the sanitizer's
 # runtime preloaded (PY_PRELOAD, read by tests/run_tests.sh).
 #
-# make stress: the concurrency stress at full size (8 threads x 2.5 million operations).
+# make stress: the concurrency stress at full size (8 threads x 2.5 million operations), and 100
+# kills at random instants of a recorded run, each snapshot recovered (tests/intercept/test_crash.sh).
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
-stress: $(BUILD)/tests/test_stress
-	THREADS=8 ITER=2500000 tests/run_tests.sh $(BUILD) stress
+stress: test-programs
+	THREADS=8 ITER=2500000 KILLS=100 tests/run_tests.sh $(BUILD) stress crash
 
 sanitize:
 	@$(MAKE) --no-print-directory BUILD=build-asan EXTRA_CFLAGS="$(ASAN_FLAGS)" EXTRA_LDFLAGS="$(ASAN_FLAGS)" test-programs

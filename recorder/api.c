@@ -18,6 +18,7 @@
 
 #include "history.h"
 #include "internal.h"
+#include "livemap.h"
 
 /* Declared in oom_throw.cc: raise the out-of-memory error, or another failure as a RuntimeError,
  * in the calling C++ frame. */
@@ -52,15 +53,22 @@ static bool nothing_to_dump(void) {
 
 int memsnap_dump_exit(void) {
   char path[1024];
-  if (!msi_is_ready() || !msi_dump_path(false, path, sizeof path) || nothing_to_dump()) return MEMSNAP_OK;
+  if (!msi_is_ready() || !msi_dump_path(false, path, sizeof path)) return MEMSNAP_OK;
+  if (nothing_to_dump()) {
+    msi_live_unlink();
+    return MEMSNAP_OK;
+  }
   if (atomic_exchange(&exit_dumped, 1)) return MEMSNAP_OK;
-  return memsnap_dump(path);
+  int rc = memsnap_dump(path);
+  if (rc == MEMSNAP_OK) msi_live_unlink(); /* the history is in the snapshot: its live mapping goes */
+  return rc;
 }
 
 /* Writes the MEMSNAP_DUMP snapshot of a running library (at exit, or from memsnap_shutdown
- * before the state goes), once. */
+ * before the state goes), once; then the live mapping goes (a normal exit is no death). */
 static void dump_at_exit(void) {
   if (memsnap_dump_exit() != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+  msi_live_unlink();
 }
 
 /* Dump on a signal: the handler only writes a byte to a pipe; a thread waiting on the pipe
@@ -95,6 +103,30 @@ static void *signal_dumper(void *arg) {
 
 static bool signal_started;
 
+/* `memsnap dump PID` (livemap.c's watcher thread): the snapshot the signal would write. Returns
+ * its path, or NULL when it could not be written (the reason printed). */
+static const char *dump_on_request(void) {
+  static char path[1024];
+  const char *written = NULL;
+  pthread_mutex_lock(&dump_lock);
+  if (msi_is_ready()) {
+    char pattern[1024];
+    if (!msi_dump_path(false, pattern, sizeof pattern)) snprintf(pattern, sizeof pattern, "memsnap-%%p.db");
+    if (memsnap_dump(pattern) != MEMSNAP_OK) {
+      fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
+    } else if (msi_expand_path(pattern, path, sizeof path) == MEMSNAP_OK) {
+      char abs_path[1024], cwd[512];
+      if (path[0] != '/' && getcwd(cwd, sizeof cwd)) {
+        snprintf(abs_path, sizeof abs_path, "%s/%.500s", cwd, path);
+        snprintf(path, sizeof path, "%s", abs_path);
+      }
+      written = path;
+    }
+  }
+  pthread_mutex_unlock(&dump_lock);
+  return written;
+}
+
 static void start_signal_dumper(void) {
   if (signal_started || !msi_opt.dump_signal) return;
   pthread_t t;
@@ -124,10 +156,12 @@ static void fork_phase(int phase) {
     msi_external_fork(phase);
     msi_history_fork(phase);
     msi_stacks_fork(phase);
+    msi_live_fork(phase);
     msi_invalid_free_fork(phase);
     return;
   }
   msi_invalid_free_fork(phase);
+  msi_live_fork(phase);
   msi_stacks_fork(phase);
   msi_history_fork(phase);
   msi_external_fork(phase);
@@ -157,7 +191,10 @@ static void start_from_environment(void) {
   start_signal_dumper();
 }
 
-__attribute__((constructor)) static void register_start(void) { msi_devices_on_ready(start_from_environment); }
+__attribute__((constructor)) static void register_start(void) {
+  msi_devices_on_ready(start_from_environment);
+  msi_live_on_request(dump_on_request);
+}
 
 static inline int ensure_ready(void) { return msi_ensure_ready(); }
 
@@ -302,7 +339,10 @@ int memsnap_release_for(void *ptr) {
 int memsnap_record_start(size_t max_entries, const char *stacks) {
   if (ensure_ready() != 0) return MEMSNAP_EBACKEND;
   if (stacks && msi_option_set("stacks", stacks) != MEMSNAP_OK) return MEMSNAP_EINVAL;
-  return msi_history_start(max_entries ? max_entries : msi_opt.max_entries);
+  int rc = msi_history_start(max_entries ? max_entries : msi_opt.max_entries);
+  for (int i = 0; rc == MEMSNAP_OK && i < msi_device_count_ready(); i++)
+    if (msi_device_peek(i)) msi_live_note_device(i); /* in use before the live mapping was made */
+  return rc;
 }
 
 int memsnap_record_stop(void) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "livemap.h"
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int ready;       /* 1 once options, backend and device count are set */
@@ -77,6 +78,7 @@ static msi_device *device_create(int device) {
       d = NULL;
     } else {
       atomic_store(&msi_device_table[device], d);
+      msi_live_note_device(device); /* named in the live mapping, when there is one */
     }
   }
   pthread_mutex_unlock(&init_lock);

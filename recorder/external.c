@@ -24,6 +24,7 @@
 
 #include "history.h"
 #include "internal.h"
+#include "livemap.h"
 
 static pthread_mutex_t ext_lock = PTHREAD_MUTEX_INITIALIZER;
 static msi_external_block *records; /* the live allocations, sorted by ptr */
@@ -93,6 +94,7 @@ int memsnap_external_alloc(void *ptr, size_t size, int device, memsnap_stream_t 
   records[at] = (msi_external_block){(uintptr_t)ptr, size, stream, (uintptr_t)caller, stack, src, device};
   nrecords++;
   if (msi_ring_recording()) {
+    msi_live_note_device(device); /* once a device: its name for a snapshot written after a death */
     msi_history_add_unobserved(MSI_EV_SEGMENT_ALLOC, device, stream, (uintptr_t)ptr, size, size, src, stack);
     msi_history_add_unobserved(MSI_EV_ALLOC, device, stream, (uintptr_t)ptr, size, size, 0, stack);
   }

@@ -51,6 +51,7 @@
 
 #include "history.h"
 #include "internal.h"
+#include "livemap.h"
 
 atomic_int msi_recording; /* read on the hot path: MSI_REC_RING | MSI_REC_OBSERVER */
 
@@ -119,7 +120,7 @@ typedef struct ring {
   uint64_t cap;                        /* max_entries */
   uint64_t inv;                        /* (2^64 - 1) / cap: a slot without a division (slot_of) */
   struct ring *retired;                /* rings this one replaced (freed by msi_history_reset) */
-  void *allocation;                    /* what calloc returned (the ring is aligned inside it) */
+  void *allocation;                    /* what calloc returned (the ring is aligned inside it); NULL: the live mapping's */
   msi_event ev[];
 } ring_t;
 
@@ -215,11 +216,17 @@ int msi_history_start(uint64_t max_entries) {
   int rc = MEMSNAP_OK;
   ring_t *r = atomic_load_explicit(&cur, memory_order_relaxed);
   if (!r || r->cap != max_entries) {
-    /* calloc: every slot unpublished (seq 0), its pages touched only as the ring fills */
-    void *mem = max_entries <= (SIZE_MAX - sizeof(ring_t) - 64) / sizeof(msi_event)
-                    ? calloc(1, sizeof(ring_t) + max_entries * sizeof(msi_event) + 64)
-                    : NULL;
-    ring_t *grown = mem ? (ring_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63) : NULL;
+    /* In the live mapping (livemap.c: it outlives the process), else calloc: every slot
+       unpublished (seq 0), its pages touched only as the ring fills */
+    bool fits = max_entries <= (SIZE_MAX - sizeof(ring_t) - 64) / sizeof(msi_event);
+    ring_t *grown = fits ? msi_live_ring(sizeof(ring_t) + max_entries * sizeof(msi_event), max_entries,
+                                         (uint32_t)offsetof(ring_t, ev))
+                         : NULL;
+    void *mem = NULL;
+    if (!grown && fits) {
+      mem = calloc(1, sizeof(ring_t) + max_entries * sizeof(msi_event) + 64);
+      grown = mem ? (ring_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63) : NULL;
+    }
     if (!grown) {
       msi_error("cannot record: out of host memory for %llu events (%llu MiB)", (unsigned long long)max_entries,
                 (unsigned long long)(max_entries * sizeof(msi_event) >> 20));
@@ -260,9 +267,10 @@ void msi_history_reset(void) {
   ring_t *r = atomic_exchange(&cur, NULL);
   while (r) {
     ring_t *older = r->retired;
-    free(r->allocation);
+    free(r->allocation); /* NULL for the live mapping's, which msi_live_close unmaps */
     r = older;
   }
+  msi_live_close();
   pthread_mutex_unlock(&admin_lock);
   pthread_mutex_lock(&label_lock);
   for (uint32_t i = 0; i < nlabels; i++) free(labels[i]);
@@ -406,6 +414,57 @@ uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *before, 
   return kept;
 }
 
+int msi_history_read_mapped(const void *ring, uint64_t bytes, uint64_t cap, uint32_t events_offset, msi_event **out,
+                            uint64_t *n_out, uint64_t *dropped, uint64_t *before, uint64_t *start_ns) {
+  const ring_t *r = ring;
+  *out = NULL;
+  *n_out = *dropped = *before = 0;
+  if (events_offset != offsetof(ring_t, ev) || bytes < sizeof(ring_t) || cap < 16 ||
+      cap > (bytes - sizeof(ring_t)) / sizeof(msi_event) || r->cap != cap) {
+    msi_error("the ring's sizes do not match its header (another version of memsnap, or a damaged file)");
+    return MEMSNAP_EINVAL;
+  }
+  uint64_t total = atomic_load_explicit((_Atomic uint64_t *)&r->total, memory_order_acquire);
+  uint64_t base = atomic_load_explicit((_Atomic uint64_t *)&r->base, memory_order_relaxed);
+  if (base > total) {
+    msi_error("the ring's counts are damaged (base %llu after total %llu)", (unsigned long long)base,
+              (unsigned long long)total);
+    return MEMSNAP_EINVAL;
+  }
+  uint64_t n = total - base < cap ? total - base : cap;
+  msi_event *ev = n ? malloc(n * sizeof *ev) : NULL;
+  if (n && !ev) {
+    msi_error("out of host memory reading %llu events", (unsigned long long)n);
+    return MEMSNAP_ENOMEM;
+  }
+  uint64_t first = total - n, kept = 0, start = atomic_load_explicit((_Atomic uint64_t *)&r->start_ns, memory_order_relaxed);
+  uint64_t last = start;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t idx = first + i;
+    const msi_event *e = &r->ev[idx % cap];
+    uint32_t want = seq_of(idx);
+    /* published, and not claimed again meanwhile (a running process may be overwriting it) */
+    if (atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_acquire) != want) continue;
+    msi_event *o = &ev[kept];
+    memcpy(o, e, sizeof *o);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_relaxed) != want ||
+        atomic_load_explicit((_Atomic uint64_t *)&r->total, memory_order_relaxed) > idx + cap)
+      continue;
+    if (o->kind == 0 || o->kind >= MSI_EV_KINDS) continue; /* not an event this version writes */
+    if (o->time_ns < last) o->time_ns = last;
+    last = o->time_ns;
+    o->seq = (uint32_t)i;
+    kept++;
+  }
+  *out = ev;
+  *n_out = kept;
+  *dropped = first - base + (n - kept);
+  *before = first - base;
+  *start_ns = start;
+  return MEMSNAP_OK;
+}
+
 /* ---- labels, marks and ranges ---------------------------------------------------------- */
 
 static size_t label_hash(const char *s) {
@@ -442,6 +501,7 @@ static bool label_add(const char *text) {
   while (label_index[k]) k = (k + 1) & label_mask;
   labels[nlabels] = copy;
   label_index[k] = ++nlabels;
+  msi_live_log_label(nlabels - 1, copy);
   return true;
 }
 
@@ -513,7 +573,8 @@ void msi_history_fork(int phase) {
     /* The child is not the recorded process: its history starts empty (memsnap_record_start). */
     atomic_fetch_and(&msi_recording, ~MSI_REC_RING);
     ring_t *r = atomic_load(&cur);
-    if (r) atomic_store(&r->base, atomic_load(&r->total));
+    if (r && !r->allocation) atomic_store(&cur, NULL); /* the parent's live mapping: never written here */
+    else if (r) atomic_store(&r->base, atomic_load(&r->total));
     tls.tid = 0;
     tls.range_depth = 0;
   }

@@ -588,6 +588,13 @@ uint64_t msi_history_total(void);
 uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *before, uint64_t *max_entries,
                           uint64_t *start_ns);
 const char *msi_label(uint32_t id);
+/* Reads a ring that msi_history_start put in a live mapping (another process's, perhaps dead,
+ * perhaps running: read as it is, never waited for), as msi_history_copy copies one: the events
+ * published and not overwritten, oldest first, into *out (caller frees). `cap` and
+ * `events_offset` are what the mapping's header says. MEMSNAP_OK; MEMSNAP_EINVAL (error set) when
+ * the ring does not match them; MEMSNAP_ENOMEM. */
+int msi_history_read_mapped(const void *ring, uint64_t bytes, uint64_t cap, uint32_t events_offset, msi_event **out,
+                            uint64_t *n_out, uint64_t *dropped, uint64_t *before, uint64_t *start_ns);
 /* memsnap_mark, memsnap_range_push and memsnap_range_pop once the library is up. */
 int msi_history_mark(const char *label);
 int msi_history_range_push(const char *label);
@@ -745,6 +752,10 @@ int msi_pyframes_read(void *tstate, uint64_t *out, int max, bool gil_held);
 /* Which reader msi_pyframes_read uses: 2 the frame records, 1 the records once compared with the
  * C API, -1 the C API (another version or build, or they differed), 0 not chosen yet. */
 int msi_pyframes_reader(void);
+/* The names of the Python frame (code, position) with the GIL held: *name (co_qualname, else
+ * co_name) and *file (co_filename), each malloc'ed (NULL when absent), *line (-1 unknown). 0, or -1
+ * where Python is not usable (nothing set). */
+int msi_pyframes_name(uint64_t code, uint64_t pos, char **name, char **file, int64_t *line);
 
 /* symbolize.c: the frames of the interned stacks named, at snapshot time only. */
 typedef struct msi_frame {
@@ -775,12 +786,30 @@ typedef struct msi_symbolized {
  * msi_symbolized_free ends lookups still under way. */
 int msi_stacks_symbolize(msi_symbolized *out);
 int msi_stacks_symbolize_finish(msi_symbolized *out);
+/* The same for stacks given (another process's, read from its live mapping: recover.c): its
+ * modules in `syms` (taken over, closed with the result), its Python frames named by
+ * `python_name` (which sets name, file and line, malloc'ed; left NULL: unknown). `foreign`: the
+ * pcs are not this process's (no dladdr); `no_lines`: no DWARF lookups. */
+typedef struct msi_symbolize_source {
+  const msi_stack_rec *recs;
+  const uint64_t *words;
+  uint32_t count;
+  struct msi_symbols *syms;
+  void (*python_name)(void *arg, uint64_t code, uint64_t pos, msi_frame *f);
+  void *arg;
+  bool foreign, no_lines;
+} msi_symbolize_source;
+int msi_stacks_symbolize_source(msi_symbolized *out, const msi_symbolize_source *src);
 /* Frees what `s` holds (ending lookups still under way) and leaves it empty. */
 void msi_symbolized_free(msi_symbolized *s);
 
 /* symbols.c: function names from the ELF symbol tables of the loaded modules. */
 typedef struct msi_symbols msi_symbols;
 msi_symbols *msi_symbols_open(void); /* NULL if out of host memory */
+/* An empty set, then modules added one by one (another process's, from its live mapping):
+ * NULL / -1 when out of host memory. */
+msi_symbols *msi_symbols_new(void);
+int msi_symbols_add(msi_symbols *s, const char *path, uint64_t lo, uint64_t hi, uint64_t bias);
 void msi_symbols_close(msi_symbols *s);
 /* The module and function holding a pc: path NULL when no loaded module holds it; name NULL when
  * the module's tables name no function there; offset from the function, else from the module. */

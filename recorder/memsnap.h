@@ -555,6 +555,51 @@ int memsnap_sim_launch(memsnap_stream_t stream);
 int memsnap_sim_stream_wait(memsnap_stream_t waiter, memsnap_stream_t stream);
 int memsnap_sim_capture_end(memsnap_stream_t stream);
 
+/* ---- a history that outlives the process (docs/recover.md) ------------------------------ */
+
+/* What memsnap_live_info and memsnap_recover say about a live mapping
+ * (MEMSNAP_LIVE_DIR/memsnap-PID.live: the event ring and the names its events need, kept in a
+ * file while a process records). Times are nanoseconds since its recording started. */
+typedef struct memsnap_live_info_t {
+  int pid, rank;            /* rank -1: none */
+  int alive;                /* the process still runs (it has the mapping mapped) */
+  char program[256];        /* the executable's file name */
+  char command_line[1024];
+  char dump_path[1024];     /* its MEMSNAP_DUMP, expanded ("" none) */
+  char snapshot[1024];      /* memsnap_recover: the snapshot written */
+  uint64_t events, dropped; /* events kept, and those before them or torn */
+  uint64_t last_event_ns, last_alloc_ns, end_ns; /* end_ns: when it ended (0 unknown) */
+} memsnap_live_info_t;
+
+/* How the recorded process ended, as its parent saw it (memsnap run), for memsnap_recover. */
+typedef struct memsnap_recover_options {
+  int end_signal;       /* the signal that ended it; 0 none or unknown */
+  int exit_status;      /* its exit status; -1 unknown */
+  uint64_t end_mono_ns; /* CLOCK_MONOTONIC time it was seen to end; 0 unknown */
+  int live;             /* it may still run: read as it is, keep the mapping, no DWARF line lookups */
+  int keep;             /* keep the mapping after the snapshot is written */
+} memsnap_recover_options;
+
+/* Reads a live mapping's header into *out. MEMSNAP_OK, or MEMSNAP_EINVAL (message set: not a
+ * mapping, another version's, damaged, unreadable). */
+int memsnap_live_info(const char *live_path, memsnap_live_info_t *out);
+
+/* Writes the snapshot of a live mapping, as the process would have written it: every event the
+ * ring holds up to its end (a torn last one dropped), the stacks named from the modules and Python
+ * frames the mapping recorded, the allocator's segments and blocks rebuilt from the events
+ * (docs/recover.md says what a recovered snapshot lacks). `snapshot_path` NULL: the process's
+ * MEMSNAP_DUMP, else memsnap-PID.db; %p is the process's pid. `opts` may be NULL. Removes the
+ * mapping once written (not with opts->live or opts->keep). Fills *out (may be NULL). Returns
+ * MEMSNAP_OK, MEMSNAP_EINVAL (message set: a mapping of another version or a damaged one is
+ * refused, nothing written), MEMSNAP_ENOMEM or MEMSNAP_EBACKEND (the file could not be written). */
+int memsnap_recover(const char *live_path, const char *snapshot_path, const memsnap_recover_options *opts,
+                    memsnap_live_info_t *out);
+
+/* Asks the process recording into a live mapping for a snapshot (memsnap dump PID) and waits up
+ * to timeout_ms for it; the snapshot's path into `written`. MEMSNAP_OK; MEMSNAP_EINVAL (message
+ * set: not a mapping, the process is gone, or no answer in time). */
+int memsnap_live_request_dump(const char *live_path, int timeout_ms, char *written, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

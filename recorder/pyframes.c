@@ -19,6 +19,7 @@
  */
 #include <dlfcn.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -171,4 +172,38 @@ int msi_pyframes_read(void *tstate, uint64_t *out, int max, bool gil_held) {
   bool same = n == m && memcmp(out, fast, sizeof *out * 2 * (size_t)n) == 0;
   if (n > 0 || !same) atomic_store_explicit(&state, same ? 2 : -1, memory_order_release);
   return n;
+}
+
+/* ---- names, with the GIL held ---------------------------------------------------------- */
+
+/* A code object's string attribute, copied; NULL if it has none. A name that is not valid UTF-8
+ * (a file name Python decoded with surrogateescape, a lone surrogate) is copied as the bytes
+ * surrogateescape gives back, invalid UTF-8 and all: readers of the snapshot must cope (the
+ * analyzer does). Any Python error raised here is cleared. */
+static char *code_attr(const msi_python *api, PyObject *code, const char *attr) {
+  PyObject *v = api->GetAttrString(code, attr);
+  const char *s = v ? api->Unicode_AsUTF8(v) : NULL;
+  char *copy = s ? strdup(s) : NULL;
+  if (!s) api->Err_Clear();
+  if (v && !s && api->Unicode_AsEncodedString && api->Bytes_AsString) {
+    PyObject *b = api->Unicode_AsEncodedString(v, "utf-8", "surrogateescape");
+    const char *raw = b ? api->Bytes_AsString(b) : NULL;
+    copy = raw ? strdup(raw) : NULL;
+    if (b) api->DecRef(b);
+    if (!raw) api->Err_Clear();
+  }
+  if (v) api->DecRef(v);
+  return copy;
+}
+
+int msi_pyframes_name(uint64_t code, uint64_t pos, char **name, char **file, int64_t *line) {
+  const msi_python *api = msi_python_api();
+  if (api->state != 1) return -1;
+  PyObject *c = (PyObject *)(uintptr_t)code;
+  if (pos & MSI_PY_LINE_FLAG) *line = (int64_t)(int32_t)(uint32_t)pos;
+  else *line = api->Code_Addr2Line(c, (int)pos);
+  *name = code_attr(api, c, "co_qualname");
+  if (!*name) *name = code_attr(api, c, "co_name");
+  *file = code_attr(api, c, "co_filename");
+  return 0;
 }

@@ -30,73 +30,34 @@
 
 #include "history.h"
 #include "internal.h"
+#include "snapshot_data.h"
 #include "snapshot_schema.h"
 
 
-typedef struct snap_block {
-  uint64_t address, size, requested;
-  uint32_t stack_id;
-  uint8_t state; /* 0 allocated, 1 free (cached), 2 pending_free (waiting on stream events) */
-} snap_block;
-
-typedef struct snap_segment {
-  int device;
-  uint64_t address, size, stream;
-  const char *pool;            /* "small", "large", "async" or "external" */
-  uint32_t source;             /* external: label id of the API that allocated it */
-  uint64_t caller;             /* external: return address of the allocating call */
-  bool expandable;
-  bool private_pool;           /* pool_id is a graph or MemPool pool's */
-  uint64_t pool_id[2];
-  size_t first_block, nblocks; /* in the block array */
-} snap_segment;
-
-typedef struct snap_device {
-  int index;
-  char name[256];
-  size_t total, free_bytes;
-  size_t cap; /* memory fraction cap, 0 for none */
-  int64_t stats[256];
-  int nstats;
-} snap_device;
-
-typedef struct snapshot {
-  msi_event *ev;                 /* the ring, copied under the device locks */
-  uint64_t nev, dropped, max_entries, start_ns; /* start_ns: now when nothing was recorded */
-  uint64_t before;               /* events of the recording before the copied window: ids from before + 1 */
-  snap_segment *segs;
-  size_t nsegs, segs_cap;
-  snap_block *blocks;
-  size_t nblocks, blocks_cap;
-  snap_device devs[MSI_MAX_DEVICES];
-  int ndevs;
-  bool failed;
-} snapshot;
-
 /* ---- 1. gather ------------------------------------------------------------------------- */
 
-static bool grow_blocks(snapshot *s) {
+static bool grow_blocks(msi_snapshot *s) {
   size_t cap = s->blocks_cap ? s->blocks_cap * 2 : 1024;
-  snap_block *g = realloc(s->blocks, sizeof *g * cap);
+  msi_snap_block *g = realloc(s->blocks, sizeof *g * cap);
   if (!g) return false;
   s->blocks = g;
   s->blocks_cap = cap;
   return true;
 }
 
-static bool push_block(snapshot *s, const msi_block *b) {
+static bool push_block(msi_snapshot *s, const msi_block *b) {
   if (s->nblocks == s->blocks_cap && !grow_blocks(s)) return false;
   uint8_t state = b->allocated ? 0 : b->in_tree ? 1 : 2;
   bool in_use = b->allocated || state == 2; /* a free block's stack_id is a stale leftover */
-  s->blocks[s->nblocks++] = (snap_block){b->ptr, b->size, in_use ? b->requested_size : 0, in_use ? b->stack_id : 0, state};
+  s->blocks[s->nblocks++] = (msi_snap_block){b->ptr, b->size, in_use ? b->requested_size : 0, in_use ? b->stack_id : 0, state};
   return true;
 }
 
 /* Appends a segment; NULL (and s->failed) when out of host memory. */
-static snap_segment *push_segment(snapshot *s, snap_segment seg) {
+static msi_snap_segment *push_segment(msi_snapshot *s, msi_snap_segment seg) {
   if (s->nsegs == s->segs_cap) {
     size_t cap = s->segs_cap ? s->segs_cap * 2 : 256;
-    snap_segment *g = realloc(s->segs, sizeof *g * cap);
+    msi_snap_segment *g = realloc(s->segs, sizeof *g * cap);
     if (!g) {
       s->failed = true;
       return NULL;
@@ -110,7 +71,7 @@ static snap_segment *push_segment(snapshot *s, snap_segment seg) {
 
 /* Appends one segment holding one allocated block (the async mode's live blocks, external
  * allocations). */
-static void push_whole(snapshot *s, snap_segment seg, uint32_t stack_id) {
+static void push_whole(msi_snapshot *s, msi_snap_segment seg, uint32_t stack_id) {
   seg.first_block = s->nblocks;
   seg.nblocks = 1;
   if (!push_segment(s, seg)) return;
@@ -118,11 +79,11 @@ static void push_whole(snapshot *s, snap_segment seg, uint32_t stack_id) {
     s->failed = true;
     return;
   }
-  s->blocks[s->nblocks++] = (snap_block){seg.address, seg.size, seg.size, stack_id, 0};
+  s->blocks[s->nblocks++] = (msi_snap_block){seg.address, seg.size, seg.size, stack_id, 0};
 }
 
 /* Allocations memsnap's allocator did not make (external.c): one segment each, pool "external". */
-static void gather_external(snapshot *s) {
+static void gather_external(msi_snapshot *s) {
   msi_external_block *v;
   size_t n = msi_external_copy(&v);
   if (n == SIZE_MAX) {
@@ -130,13 +91,13 @@ static void gather_external(snapshot *s) {
     return;
   }
   for (size_t i = 0; i < n && !s->failed; i++) {
-    push_whole(s, (snap_segment){v[i].device, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "external",
-                                 v[i].source, v[i].caller, false, false, {0, 0}, 0, 0}, v[i].stack_id);
+    push_whole(s, (msi_snap_segment){v[i].device, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "external",
+                                 v[i].source, v[i].caller, false, false, {0, 0}, 0, 0, NULL}, v[i].stack_id);
     /* a device with external allocations is listed even when memsnap's allocator never ran on it */
     bool listed = false;
     for (int k = 0; k < s->ndevs; k++) listed |= s->devs[k].index == v[i].device;
     if (!listed && v[i].device >= 0 && v[i].device < MSI_MAX_DEVICES && s->ndevs < MSI_MAX_DEVICES) {
-      snap_device *sd = &s->devs[s->ndevs++];
+      msi_snap_device *sd = &s->devs[s->ndevs++];
       sd->index = v[i].device;
       if (v[i].device >= msi_device_count_ready() ||
           msi_be->device_info(v[i].device, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name) != MSI_BE_OK)
@@ -148,7 +109,7 @@ static void gather_external(snapshot *s) {
 
 /* Async mode: the driver's pool has no segments to show, so each live allocation is a segment
  * of its own (pool "async") holding one allocated block. */
-static void gather_async(snapshot *s, msi_device *d) {
+static void gather_async(msi_snapshot *s, msi_device *d) {
   msi_async_block *v;
   size_t n = msi_async_blocks(d, &v);
   if (n == SIZE_MAX) {
@@ -156,17 +117,17 @@ static void gather_async(snapshot *s, msi_device *d) {
     return;
   }
   for (size_t i = 0; i < n && !s->failed; i++)
-    push_whole(s, (snap_segment){d->index, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "async", 0, 0,
-                                 false, false, {0, 0}, 0, 0}, v[i].stack_id);
+    push_whole(s, (msi_snap_segment){d->index, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "async", 0, 0,
+                                 false, false, {0, 0}, 0, 0, NULL}, v[i].stack_id);
   free(v);
 }
 
 static void gather(msi_device **devs, int n, void *arg) {
-  snapshot *s = arg;
+  msi_snapshot *s = arg;
   for (int i = 0; i < n; i++) {
     msi_device *d = devs[i];
     if (!d) continue;
-    snap_device *sd = &s->devs[s->ndevs++];
+    msi_snap_device *sd = &s->devs[s->ndevs++];
     sd->index = d->index;
     msi_be->device_info(d->index, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name);
     sd->cap = d->set_fraction ? d->allowed_memory_maximum : 0;
@@ -187,10 +148,10 @@ static void gather(msi_device **devs, int n, void *arg) {
     for (size_t h = 0; h < nh && !s->failed; h++) {
       const msi_block *head = heads[h];
       msi_private_pool *owner = head->pool->owner;
-      snap_segment *seg = push_segment(s, (snap_segment){d->index, head->ptr, 0, (uint64_t)(uintptr_t)head->stream,
+      msi_snap_segment *seg = push_segment(s, (msi_snap_segment){d->index, head->ptr, 0, (uint64_t)(uintptr_t)head->stream,
                                                          head->pool->is_small ? "small" : "large", 0, 0, head->seg != NULL,
                                                          owner != NULL, {owner ? owner->id[0] : 0, owner ? owner->id[1] : 0},
-                                                         s->nblocks, 0});
+                                                         s->nblocks, 0, NULL});
       /* An expandable segment's mapped runs are one segment each, as PyTorch lists them. */
       for (const msi_block *b = head; seg && b && b->mapped; b = b->next) {
         if (!push_block(s, b)) {
@@ -277,10 +238,16 @@ static void library_of(uint64_t pc, char *out, size_t len) {
   snprintf(out, len, "%.*s", (int)len - 1, slash ? slash + 1 : name);
 }
 
+/* Label `id`'s text: this process's, or the one another process's live mapping holds. */
+static const char *label_text(const msi_snapshot *s, uint32_t id) {
+  if (!s->origin) return msi_label(id);
+  return id < s->origin->nlabels && s->origin->labels[id] ? s->origin->labels[id] : "";
+}
+
 /* By device, then address, as the format lists segments (external allocations interleave with
  * the allocator's). */
 static int segment_order(const void *a, const void *b) {
-  const snap_segment *x = a, *y = b;
+  const msi_snap_segment *x = a, *y = b;
   if (x->device != y->device) return x->device < y->device ? -1 : 1;
   return x->address < y->address ? -1 : x->address > y->address;
 }
@@ -340,8 +307,42 @@ static void read_cmdline(char *buf, size_t len) {
 }
 
 /* meta: the format, the process, the recording. */
-static void write_meta(writer *w, const snapshot *s) {
+/* meta of another process (recover.c): what its live mapping said, and how it ended. */
+static void write_origin_meta(writer *w, const msi_snapshot *s, sqlite3_stmt *st) {
+  static const char *const stack_modes[] = {"none", "native", "python", "all"};
+  const msi_snap_origin *o = s->origin;
+  insert_kv(w, st, "format_version", NULL, MEMSNAP_FORMAT_VERSION, false);
+  insert_kv(w, st, "tool", "memsnap", 0, true);
+  insert_kv(w, st, "tool_version", MEMSNAP_VERSION, 0, true);
+  insert_kv(w, st, "pid", NULL, o->pid, false);
+  insert_kv(w, st, "host", o->host, 0, true);
+  if (o->rank >= 0) insert_kv(w, st, "rank", NULL, o->rank, false);
+  insert_kv(w, st, "command_line", o->command_line, 0, true);
+  insert_kv(w, st, "backend", o->backend, 0, true);
+  insert_kv(w, st, "device_count", NULL, s->ndevs, false);
+  insert_kv(w, st, "recording", NULL, 1, false);
+  insert_kv(w, st, "stacks", stack_modes[o->stacks & 3], 0, true);
+  insert_kv(w, st, "max_entries", NULL, (int64_t)s->max_entries, false);
+  insert_kv(w, st, "recorded_events", NULL, (int64_t)(s->nev + s->dropped), false);
+  insert_kv(w, st, "dropped_events", NULL, (int64_t)s->dropped, false);
+  insert_kv(w, st, "start_unix_ns", NULL, (int64_t)o->start_unix_ns, false);
+  insert_kv(w, st, "snapshot_ns", NULL, (int64_t)o->snapshot_ns, false);
+  insert_kv(w, st, "recovered", NULL, o->live ? 2 : 1, false);
+  if (o->ended) insert_kv(w, st, "ended", o->ended, 0, true);
+  if (o->end_signal) insert_kv(w, st, "end_signal", NULL, o->end_signal, false);
+  if (o->exit_status >= 0) insert_kv(w, st, "exit_status", NULL, o->exit_status, false);
+  if (o->end_ns) insert_kv(w, st, "end_ns", NULL, (int64_t)o->end_ns, false);
+  insert_kv(w, st, "last_event_ns", NULL, (int64_t)o->last_event_ns, false);
+  if (o->last_alloc_ns) insert_kv(w, st, "last_alloc_ns", NULL, (int64_t)o->last_alloc_ns, false);
+  sqlite3_finalize(st);
+}
+
+static void write_meta(writer *w, const msi_snapshot *s) {
   sqlite3_stmt *st = prepare(w, "INSERT INTO meta VALUES(?,?)");
+  if (s->origin) {
+    write_origin_meta(w, s, st);
+    return;
+  }
   char host[256] = "", cmd[4096];
   gethostname(host, sizeof host - 1);
   read_cmdline(cmd, sizeof cmd);
@@ -370,8 +371,14 @@ static void write_meta(writer *w, const snapshot *s) {
 }
 
 /* options: every variable's effective value. */
-static void write_options(writer *w) {
+static void write_options(writer *w, const msi_snapshot *s) {
   sqlite3_stmt *st = prepare(w, "INSERT INTO options VALUES(?,?)");
+  if (s->origin) { /* as they were when its live mapping was made */
+    for (size_t i = 0; i < s->origin->noptions; i++)
+      insert_kv(w, st, s->origin->option_names[i], s->origin->option_values[i], 0, true);
+    sqlite3_finalize(st);
+    return;
+  }
   const char *var;
   for (int i = 0; (var = memsnap_option_info(i, NULL, NULL)) != NULL; i++) {
     char value[1100];
@@ -382,11 +389,11 @@ static void write_options(writer *w) {
 }
 
 /* devices, each followed by its statistics. */
-static void write_devices(writer *w, const snapshot *s) {
+static void write_devices(writer *w, const msi_snapshot *s) {
   sqlite3_stmt *st = prepare(w, "INSERT INTO devices VALUES(?,?,?,?,?)");
   sqlite3_stmt *st2 = prepare(w, "INSERT INTO stats VALUES(?,?,?)");
   for (int i = 0; i < s->ndevs && !w->rc; i++) {
-    const snap_device *d = &s->devs[i];
+    const msi_snap_device *d = &s->devs[i];
     sqlite3_bind_int(st, 1, d->index);
     sqlite3_bind_text(st, 2, d->name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (int64_t)d->total);
@@ -408,7 +415,7 @@ static void write_devices(writer *w, const snapshot *s) {
 }
 
 /* One segment's row (id: its 1-based position). */
-static void insert_segment(writer *w, sqlite3_stmt *st, int64_t id, const snap_segment *g) {
+static void insert_segment(writer *w, const msi_snapshot *s, sqlite3_stmt *st, int64_t id, const msi_snap_segment *g) {
   sqlite3_bind_int64(st, 1, id);
   sqlite3_bind_int(st, 2, g->device);
   sqlite3_bind_int64(st, 3, (int64_t)g->address);
@@ -425,8 +432,9 @@ static void insert_segment(writer *w, sqlite3_stmt *st, int64_t id, const snap_s
   }
   char library[256] = "";
   if (g->source) {
-    sqlite3_bind_text(st, 10, msi_label(g->source), -1, SQLITE_TRANSIENT);
-    library_of(g->caller, library, sizeof library);
+    sqlite3_bind_text(st, 10, label_text(s, g->source), -1, SQLITE_TRANSIENT);
+    if (g->library) snprintf(library, sizeof library, "%s", g->library);
+    else library_of(g->caller, library, sizeof library);
   } else {
     sqlite3_bind_null(st, 10);
   }
@@ -437,15 +445,15 @@ static void insert_segment(writer *w, sqlite3_stmt *st, int64_t id, const snap_s
 }
 
 /* segments, each followed by its blocks. */
-static void write_segments(writer *w, const snapshot *s) {
+static void write_segments(writer *w, const msi_snapshot *s) {
   static const char *const states[] = {"allocated", "free", "pending_free"};
   sqlite3_stmt *st = prepare(w, memsnap_insert_segment_sql);
   sqlite3_stmt *st2 = prepare(w, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)");
   for (size_t i = 0; i < s->nsegs && !w->rc; i++) {
-    const snap_segment *g = &s->segs[i];
-    insert_segment(w, st, (int64_t)i + 1, g);
+    const msi_snap_segment *g = &s->segs[i];
+    insert_segment(w, s, st, (int64_t)i + 1, g);
     for (size_t b = g->first_block; b < g->first_block + g->nblocks && !w->rc; b++) {
-      const snap_block *k = &s->blocks[b];
+      const msi_snap_block *k = &s->blocks[b];
       sqlite3_bind_int64(st2, 1, (int64_t)i + 1);
       sqlite3_bind_int64(st2, 2, (int64_t)k->address);
       sqlite3_bind_int64(st2, 3, (int64_t)k->size);
@@ -480,7 +488,7 @@ static void write_event_kinds(writer *w) {
  * cost), the last ones one by one. */
 typedef struct event_writer {
   writer *w;
-  const snapshot *s;
+  const msi_snapshot *s;
   sqlite3_stmt *many, *one, *marks, *ranges, *steps;
   int rows; /* rows bound in `many` so far */
   /* Open ranges per thread: a small stack of (push event index) per thread, found by scan. */
@@ -580,7 +588,7 @@ static void write_open_ranges(event_writer *x) {
 }
 
 /* events, marks and ranges; returns the highest label id they name. */
-static uint32_t write_events(writer *w, const snapshot *s) {
+static uint32_t write_events(writer *w, const msi_snapshot *s) {
   event_writer x = {w, s, prepare_event_rows(w), NULL, NULL, NULL, NULL, 0, NULL, 0, 0};
   x.one = prepare(w, "INSERT INTO events VALUES(?,?,?,?,?,?,?,?,?,?,?)");
   x.marks = prepare(w, "INSERT INTO marks VALUES(?,?,?,?,?)");
@@ -604,13 +612,13 @@ static uint32_t write_events(writer *w, const snapshot *s) {
 }
 
 /* labels: every id up to the highest that the events or the external segments name. */
-static void write_labels(writer *w, const snapshot *s, uint32_t max_label) {
+static void write_labels(writer *w, const msi_snapshot *s, uint32_t max_label) {
   for (size_t i = 0; i < s->nsegs; i++)
     if (s->segs[i].source > max_label) max_label = s->segs[i].source;
   sqlite3_stmt *st = prepare(w, "INSERT INTO labels VALUES(?,?)");
   for (uint32_t i = 0; i <= max_label && !w->rc; i++) {
     sqlite3_bind_int(st, 1, (int)i);
-    sqlite3_bind_text(st, 2, msi_label(i), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, label_text(s, i), -1, SQLITE_TRANSIENT);
     ok(w, sqlite3_step(st), "insert label");
     sqlite3_reset(st);
   }
@@ -662,13 +670,13 @@ static void write_frames(writer *w, const msi_symbolized *sym) {
 }
 
 /* The whole file in one transaction, table by table (w->rc says how it went). */
-static void write_all(writer *w, const snapshot *s, msi_symbolized *sym) {
+static void write_all(writer *w, const msi_snapshot *s, msi_symbolized *sym) {
   ok(w, sqlite3_exec(w->db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=65536;", NULL, NULL, NULL),
      "pragmas");
   ok(w, sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL), "begin");
   ok(w, sqlite3_exec(w->db, memsnap_schema_sql, NULL, NULL, NULL), "schema");
   write_meta(w, s);
-  write_options(w);
+  write_options(w, s);
   write_devices(w, s);
   write_segments(w, s);
   write_event_kinds(w);
@@ -717,29 +725,9 @@ void msi_dump_on_oom(void) {
   }
 }
 
-int memsnap_dump(const char *pattern) {
-  char path[1024], tmp[1100];
-  if (!pattern) {
-    msi_error("memsnap_dump: no path");
-    return MEMSNAP_EINVAL;
-  }
-  int rc = msi_expand_path(pattern, path, sizeof path);
-  if (rc != MEMSNAP_OK) return rc;
-  if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
-
-  snapshot s = {0};
-  s.start_ns = msi_now_ns();
-  msi_devices_locked(gather, &s);
-  msi_symbolized sym = {0};
-  if (s.failed || s.nev == UINT64_MAX) {
-    if (s.failed) msi_error("snapshot '%s': out of host memory", path);
-    rc = MEMSNAP_ENOMEM;
-    goto cleanup;
-  }
-  if (!s.max_entries) s.start_ns = msi_now_ns(); /* never recorded: times count from now */
-  if (s.nsegs > 1) qsort(s.segs, s.nsegs, sizeof *s.segs, segment_order);
-  rc = msi_stacks_symbolize(&sym);
-  if (rc != MEMSNAP_OK) goto cleanup;
+int msi_snapshot_write(const char *path, const msi_snapshot *s, msi_symbolized *sym) {
+  char tmp[1100];
+  int rc;
 
   snprintf(tmp, sizeof tmp, "%s.tmp-%d-%u", path, (int)getpid(), atomic_fetch_add(&tmp_counter, 1));
   unlink(tmp);
@@ -748,9 +736,9 @@ int memsnap_dump(const char *pattern) {
     rc = w.rc;
     sqlite3_close(w.db);
     unlink(tmp);
-    goto cleanup;
+    return rc;
   }
-  write_all(&w, &s, &sym);
+  write_all(&w, s, sym);
   if (sqlite3_close(w.db) != SQLITE_OK && !w.rc) ok(&w, SQLITE_ERROR, "close");
   rc = w.rc;
   if (rc == MEMSNAP_OK && sync_path(tmp, O_RDONLY) != 0) {
@@ -767,8 +755,35 @@ int memsnap_dump(const char *pattern) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", path);
     sync_path(dirname(dir), O_RDONLY | O_DIRECTORY);
-    note_in_manifest(path);
+    if (!s->origin) note_in_manifest(path);
   }
+  return rc;
+}
+
+int memsnap_dump(const char *pattern) {
+  char path[1024];
+  if (!pattern) {
+    msi_error("memsnap_dump: no path");
+    return MEMSNAP_EINVAL;
+  }
+  int rc = msi_expand_path(pattern, path, sizeof path);
+  if (rc != MEMSNAP_OK) return rc;
+  if (msi_ensure_ready() != 0) return MEMSNAP_EBACKEND;
+
+  msi_snapshot s = {0};
+  s.start_ns = msi_now_ns();
+  msi_devices_locked(gather, &s);
+  msi_symbolized sym = {0};
+  if (s.failed || s.nev == UINT64_MAX) {
+    if (s.failed) msi_error("snapshot '%s': out of host memory", path);
+    rc = MEMSNAP_ENOMEM;
+    goto cleanup;
+  }
+  if (!s.max_entries) s.start_ns = msi_now_ns(); /* never recorded: times count from now */
+  if (s.nsegs > 1) qsort(s.segs, s.nsegs, sizeof *s.segs, segment_order);
+  rc = msi_stacks_symbolize(&sym);
+  if (rc != MEMSNAP_OK) goto cleanup;
+  rc = msi_snapshot_write(path, &s, &sym);
 cleanup:
   msi_symbolized_free(&sym);
   free(s.ev);

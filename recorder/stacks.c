@@ -70,6 +70,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "livemap.h"
 
 #define MAX_NATIVE MSI_STACK_MAX_NATIVE
 #define MAX_PYTHON MSI_STACK_MAX_PYTHON
@@ -169,6 +170,7 @@ static uint32_t native_child(uint32_t parent, uint64_t pc) {
   nnodes[n_nnodes] = (native_node){pc, parent, (uint16_t)(parent ? nnodes[parent].depth + 1 : 1)};
   native_set.slot[k] = n_nnodes;
   native_set.count++;
+  msi_live_note_pc(pc); /* its module named in the live mapping (a new node only) */
   return n_nnodes++;
 }
 
@@ -187,6 +189,14 @@ static uint32_t python_child(uint32_t parent, uint64_t code, uint64_t pos, bool 
   python_set.slot[k] = n_pnodes;
   python_set.count++;
   msi_python_api()->IncRef((PyObject *)(uintptr_t)code); /* keep code alive */
+  if (msi_live_wants_pyframe(code, pos)) { /* its names, for a snapshot written after the process died */
+    char *name = NULL, *file = NULL;
+    int64_t line = -1;
+    msi_pyframes_name(code, pos, &name, &file, &line);
+    msi_live_log_pyframe(code, pos, line, name ? name : "<python code>", file ? file : "");
+    free(name);
+    free(file);
+  }
   return n_pnodes++;
 }
 
@@ -218,6 +228,7 @@ static uint32_t stack_of(uint32_t native, uint32_t python) {
     *w++ = pnodes[v].code;
     *w++ = pnodes[v].pos;
   }
+  msi_live_log_stack(nrecs, (uint16_t)nn, (uint16_t)np, &words[nwords]);
   recs[nrecs] = (msi_stack_rec){(uint32_t)nwords, (uint16_t)nn, (uint16_t)np};
   pairs[nrecs] = (stack_pair){native, python};
   nwords += n;

@@ -85,7 +85,7 @@ static int64_t frame_find_or_add(frame_tab *t, uint64_t k0, uint64_t k1, bool *a
 
 /* Names a native frame from what msi_symbols_resolve found at pc - 1 (pc is a return address:
  * pc - 1 lies inside the calling function), else from dladdr. */
-static void symbolize_native(msi_frame *f, const msi_resolved *r) {
+static void symbolize_native(msi_frame *f, const msi_resolved *r, bool foreign) {
   Dl_info info;
   uint64_t pc = f->pc;
   f->python = false;
@@ -94,7 +94,7 @@ static void symbolize_native(msi_frame *f, const msi_resolved *r) {
     f->name = r->name ? demangle(r->name) : NULL;
     f->offset = r->offset + 1;
   }
-  if (!f->name && dladdr((void *)(uintptr_t)(pc - 1), &info) && info.dli_fname) {
+  if (!f->name && !foreign && dladdr((void *)(uintptr_t)(pc - 1), &info) && info.dli_fname) {
     free(f->module);
     f->module = strdup(info.dli_fname);
     f->name = info.dli_sname ? demangle(info.dli_sname) : NULL;
@@ -112,36 +112,11 @@ static void symbolize_native(msi_frame *f, const msi_resolved *r) {
 /* A frame whose strings could not all be allocated. */
 static bool frame_incomplete(const msi_frame *f) { return !f->name || !f->file || !f->module; }
 
-/* A code object's string attribute, copied; NULL if it has none. A name that is not valid UTF-8
- * (a file name Python decoded with surrogateescape, a lone surrogate) is copied as the bytes
- * surrogateescape gives back, invalid UTF-8 and all: readers of the snapshot must cope (the
- * analyzer does). Any Python error raised here is cleared. */
-static char *code_attr(const msi_python *py, PyObject *code, const char *attr) {
-  PyObject *v = py->GetAttrString(code, attr);
-  const char *s = v ? py->Unicode_AsUTF8(v) : NULL;
-  char *copy = s ? strdup(s) : NULL;
-  if (!s) py->Err_Clear();
-  if (v && !s && py->Unicode_AsEncodedString && py->Bytes_AsString) {
-    PyObject *b = py->Unicode_AsEncodedString(v, "utf-8", "surrogateescape");
-    const char *raw = b ? py->Bytes_AsString(b) : NULL;
-    copy = raw ? strdup(raw) : NULL;
-    if (b) py->DecRef(b);
-    if (!raw) py->Err_Clear();
-  }
-  if (v) py->DecRef(v);
-  return copy;
-}
-
-static void symbolize_python(const msi_python *py, msi_frame *f, uint64_t code, uint64_t position, bool have_gil) {
+static void symbolize_python(msi_frame *f, uint64_t code, uint64_t position, bool have_gil) {
   f->python = true;
   f->line = -1;
   if (position & MSI_PY_LINE_FLAG) f->line = (int64_t)(int32_t)(uint32_t)position;
-  else if (have_gil) f->line = py->Code_Addr2Line((PyObject *)(uintptr_t)code, (int)position);
-  if (have_gil) {
-    f->name = code_attr(py, (PyObject *)(uintptr_t)code, "co_qualname");
-    if (!f->name) f->name = code_attr(py, (PyObject *)(uintptr_t)code, "co_name");
-    f->file = code_attr(py, (PyObject *)(uintptr_t)code, "co_filename");
-  }
+  if (have_gil) msi_pyframes_name(code, position, &f->name, &f->file, &f->line);
   if (!f->name) f->name = strdup("<python code>");
   if (!f->file) f->file = strdup("");
   f->module = strdup("");
@@ -245,7 +220,7 @@ static int enter_frames(frame_tab *t, const msi_stack_rec *recs, const uint64_t 
 
 /* 2. Native frames named in one pass over each module's symbol table. 0, or -1 when out of host
  *    memory. */
-static int name_native(frame_tab *t, msi_symbols *syms) {
+static int name_native(frame_tab *t, msi_symbols *syms, bool foreign) {
   size_t nnative = 0;
   for (size_t f = 0; f < t->n; f++) nnative += !t->frames[f].python;
   uint64_t *pcs = malloc(sizeof *pcs * (nnative ? nnative : 1));
@@ -260,7 +235,7 @@ static int name_native(frame_tab *t, msi_symbols *syms) {
     }
   failed = failed || msi_symbols_resolve(syms, pcs, k, res) != 0;
   for (size_t i = 0; i < k && !failed; i++) {
-    symbolize_native(&t->frames[which[i]], &res[i]);
+    symbolize_native(&t->frames[which[i]], &res[i], foreign);
     failed = frame_incomplete(&t->frames[which[i]]);
   }
   free(pcs);
@@ -291,8 +266,23 @@ static void merge_python(const frame_tab *t, const msi_stack_rec *recs, uint32_t
   }
 }
 
-/* 3. Python frames, with the GIL (only for this). 0, or -1 when out of host memory. */
-static int name_python(frame_tab *t) {
+/* 3. Python frames, with the GIL (only for this), or from `src`'s names (another process's).
+ *    0, or -1 when out of host memory. */
+static int name_python(frame_tab *t, const msi_symbolize_source *src) {
+  if (src && src->python_name) {
+    bool failed = false;
+    for (size_t f = 0; f < t->n; f++) {
+      if (!t->frames[f].python) continue;
+      msi_frame *fr = &t->frames[f];
+      fr->line = -1;
+      src->python_name(src->arg, t->keys[2 * f], t->keys[2 * f + 1], fr);
+      if (!fr->name) fr->name = strdup("<python code>");
+      if (!fr->file) fr->file = strdup("");
+      fr->module = strdup("");
+      failed |= frame_incomplete(fr);
+    }
+    return failed ? -1 : 0;
+  }
   const msi_python *py = msi_python_api();
   bool have_gil = false;
   int gil = 0;
@@ -303,7 +293,7 @@ static int name_python(frame_tab *t) {
   bool failed = false;
   for (size_t f = 0; f < t->n; f++) {
     if (!t->frames[f].python) continue;
-    symbolize_python(py, &t->frames[f], t->keys[2 * f], t->keys[2 * f + 1], have_gil);
+    symbolize_python(&t->frames[f], t->keys[2 * f], t->keys[2 * f + 1], have_gil);
     failed |= frame_incomplete(&t->frames[f]);
   }
   if (have_gil) py->GILState_Release(gil);
@@ -315,7 +305,7 @@ static int name_python(frame_tab *t) {
  *    addr2line processes that run while the caller writes its other tables. The pending work,
  *    which from here on holds the frame table and the symbols; NULL when out of host memory. */
 static struct msi_symbolize_pending *start_lines(const frame_tab *t, msi_symbols *syms, uint32_t count,
-                                                 const msi_symbolized *out) {
+                                                 const msi_symbolized *out, bool no_lines) {
   struct msi_symbolize_pending *pending = calloc(1, sizeof *pending);
   bool *wanted = pending ? calloc(t->n ? t->n : 1, sizeof *wanted) : NULL;
   if (!wanted) {
@@ -325,36 +315,47 @@ static struct msi_symbolize_pending *start_lines(const frame_tab *t, msi_symbols
   for (uint32_t id = 1; id < count; id++)
     for (uint32_t p = 0; p < out->stacks[id].depth; p++) wanted[out->stacks[id].frames[p]] = true;
   pending->wanted = wanted;
-  pending->lines = msi_symbols_lines_start(syms, t->frames, t->n, wanted);
+  pending->lines = no_lines ? NULL : msi_symbols_lines_start(syms, t->frames, t->n, wanted);
   pending->syms = syms;
   pending->tab = *t;
   return pending;
 }
 
 int msi_stacks_symbolize(msi_symbolized *out) {
-  memset(out, 0, sizeof *out);
-  frame_tab t = {0};
   msi_stack_rec *recs;
   uint64_t *words;
   uint32_t count;
-  int copied = msi_stacks_copy(&recs, &words, &count);
-  msi_symbols *syms = msi_symbols_open();
-  if (copied != 0 || !syms) goto oom;
+  if (msi_stacks_copy(&recs, &words, &count) != 0) {
+    memset(out, 0, sizeof *out);
+    msi_error("snapshot: out of host memory while symbolizing stacks");
+    return MEMSNAP_ENOMEM;
+  }
+  msi_symbolize_source src = {recs, words, count, msi_symbols_open(), NULL, NULL, false, false};
+  int rc = msi_stacks_symbolize_source(out, &src);
+  free(recs);
+  free(words);
+  return rc;
+}
+
+int msi_stacks_symbolize_source(msi_symbolized *out, const msi_symbolize_source *src) {
+  memset(out, 0, sizeof *out);
+  frame_tab t = {0};
+  const msi_stack_rec *recs = src->recs;
+  const uint64_t *words = src->words;
+  uint32_t count = src->count;
+  msi_symbols *syms = src->syms;
+  if (!syms) goto oom;
   out->stacks = calloc(count ? count : 1, sizeof *out->stacks);
   if (!out->stacks) goto oom;
   out->nstacks = count ? count : 1;
-  if (enter_frames(&t, recs, words, count, out) != 0 || name_native(&t, syms) != 0) goto oom;
+  if (enter_frames(&t, recs, words, count, out) != 0 || name_native(&t, syms, src->foreign) != 0) goto oom;
   merge_python(&t, recs, count, out);
-  if (name_python(&t) != 0 || !(out->pending = start_lines(&t, syms, count, out))) goto oom;
+  if (name_python(&t, src) != 0 || !(out->pending = start_lines(&t, syms, count, out, src->no_lines))) goto oom;
   out->frames = t.frames; /* the frames belong to `out` from here on, also to free them */
   out->nframes = t.n;
-  free(recs);
-  free(words);
   return MEMSNAP_OK;
 oom:
   msi_symbols_close(syms);
-  free(recs);
-  free(words);
   out->frames = t.frames;
   out->nframes = t.n;
   free(t.keys);

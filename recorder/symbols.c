@@ -84,6 +84,26 @@ msi_symbols *msi_symbols_open(void) {
   return s;
 }
 
+msi_symbols *msi_symbols_new(void) { return calloc(1, sizeof(msi_symbols)); }
+
+int msi_symbols_add(msi_symbols *s, const char *path, uint64_t lo, uint64_t hi, uint64_t bias) {
+  if (s->nmods == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 32;
+    module *g = realloc(s->mods, sizeof *g * cap);
+    if (!g) return -1;
+    s->mods = g;
+    s->cap = cap;
+  }
+  module *m = &s->mods[s->nmods];
+  memset(m, 0, sizeof *m);
+  if (!(m->path = strdup(path))) return -1;
+  m->lo = lo;
+  m->hi = hi;
+  m->bias = bias;
+  s->nmods++;
+  return 0;
+}
+
 void msi_symbols_close(msi_symbols *s) {
   if (!s) return;
   for (size_t i = 0; i < s->nmods; i++) {

@@ -9,7 +9,7 @@
 set -u
 build=${1:-build}
 shift
-groups=" ${*:-alloc options record stress cli analyze replay import web sample python run readme} "
+groups=" ${*:-alloc options record stress cli analyze replay import web sample python run readme crash} "
 want() { [[ $groups == *" $1 "* ]]; }
 py_env=(env MEMSNAP_LIB="$build/libmemsnap.so" PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/../recorder/python")
 [ -n "${PY_PRELOAD:-}" ] && py_env+=(LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0")
@@ -18,7 +18,11 @@ export MEMSNAP_TESTS_DIR=$here
 passed=0
 failed=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# Live mappings (docs/recover.md) of the processes the tests kill on purpose stay in a directory of
+# the run's own, removed at the end, not in /dev/shm.
+live_dir=$(mktemp -d)
+export MEMSNAP_LIVE_DIR="$live_dir"
+trap 'rm -f "$log"; rm -rf "$live_dir"' EXIT
 
 # run NAME CMD...: runs one test program and adds its "N passed, N failed" line to the totals.
 run() {
@@ -89,6 +93,7 @@ want python && run test_libs "${py_env[@]}" python3 "$here/recorder/test_libs.py
 want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "$build/memsnap"
 want python && run test_judgements python3 "$here/gpu/test_judgements.py"
 want run && run test_run env PY_PRELOAD="${PY_PRELOAD:-}" "$here/intercept/test_run.sh" "$build"
+want crash && run test_crash env KILLS="${KILLS:-10}" "$here/intercept/test_crash.sh" "$build"
 want run && run test_torch_ranges "${py_env[@]}" python3 "$here/intercept/test_torch_ranges.py" "$build"
 want run && run test_torch_model "${py_env[@]}" python3 "$here/recorder/test_torch_model.py" "$build"
 

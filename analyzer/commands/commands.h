@@ -22,7 +22,8 @@ typedef struct ms_command {
 } ms_command;
 
 extern const ms_command ms_analyze_command, ms_diff_command, ms_info_command, ms_import_command, ms_export_command,
-    ms_run_command, ms_replay_command, ms_predict_command, ms_options_command;
+    ms_run_command, ms_replay_command, ms_predict_command, ms_options_command, ms_recover_command, ms_top_command,
+    ms_dump_command;
 
 /* The help of the options that ms_stack_option reads. */
 #define MS_STACK_OPTIONS_HELP                                                                                       \

@@ -48,7 +48,7 @@ static bool interposed(run_mode mode) { return mode == MODE_INTERCEPT || mode ==
 typedef struct run_options {
   const char *output, *stacks, *max_entries, *dump_on_oom, *signal_name;
   run_mode mode;
-  bool html, quiet, cache, no_torch_blocks, keep_arena, no_suggest;
+  bool html, quiet, cache, no_torch_blocks, keep_arena, no_suggest, live;
   char **program; /* argv of the program, NULL-terminated */
 } run_options;
 
@@ -252,8 +252,40 @@ static void forward(pid_t child, int sig, int dump_sig, const char *manifest) {
   kill(child, sig);
 }
 
-/* Runs the program; returns its wait status, or -1 (message printed) if it could not start. */
-static int run_program(char **argv, int dump_sig, const char *manifest) {
+/* The live mappings the manifest names so far ("live<TAB>path<TAB>pid" lines), into paths[max]
+ * (each PATH_MAX long); returns how many. */
+static size_t manifest_live(const char *manifest, char (*paths)[PATH_MAX], size_t max) {
+  FILE *in = fopen(manifest, "r");
+  char line[3 * PATH_MAX];
+  size_t n = 0;
+  if (!in) return 0;
+  while (n < max && fgets(line, sizeof line, in)) {
+    if (strncmp(line, "live\t", 5) != 0) continue;
+    char *path = line + 5;
+    path[strcspn(path, "\t\n")] = '\0';
+    if (access(path, R_OK) == 0) snprintf(paths[n++], PATH_MAX, "%.4000s", path);
+  }
+  fclose(in);
+  return n;
+}
+
+/* --live: the view of the program's processes, once a second, until it ends or q is pressed. */
+static void live_view_step(const char *manifest, bool *live) {
+  static char paths[16][PATH_MAX];
+  const char *shown[16];
+  size_t n = manifest_live(manifest, paths, 16);
+  for (size_t i = 0; i < n; i++) shown[i] = paths[i];
+  ms_live_draw(shown, n, "memsnap run --live", stdout);
+  int key = ms_term_key(1000);
+  if (key == 'q' || key == 'Q' || key == -2) {
+    ms_term_raw(false);
+    *live = false;
+  }
+}
+
+/* Runs the program; returns its wait status, or -1 (message printed) if it could not start. Its pid
+ * and the monotonic time it was seen to end go to *pid_out and *end_ns. */
+static int run_program(char **argv, int dump_sig, const char *manifest, bool live, pid_t *pid_out, uint64_t *end_ns) {
   int ready[2];
   if (pipe(ready) != 0) return -1;
   pid_t child = fork();
@@ -281,9 +313,18 @@ static int run_program(char **argv, int dump_sig, const char *manifest) {
   sa.sa_handler = SIG_IGN; /* the terminal sends it to the program too */
   sigaction(SIGINT, &sa, &old_int);
   int status = 0;
+  *pid_out = child;
+  if (live && !failed) {
+    ms_term_raw(true);
+    fputs("\033[2J", stdout);
+  }
   for (;;) {
-    pid_t r = waitpid(child, &status, 0);
+    pid_t r = waitpid(child, &status, live && !failed ? WNOHANG : 0);
     if (r == child) break;
+    if (r == 0) {
+      live_view_step(manifest, &live);
+      continue;
+    }
     if (r < 0 && errno != EINTR) {
       status = -1;
       break;
@@ -294,6 +335,10 @@ static int run_program(char **argv, int dump_sig, const char *manifest) {
       forward(child, sig, dump_sig, manifest);
     }
   }
+  struct timespec ended;
+  clock_gettime(CLOCK_MONOTONIC, &ended);
+  *end_ns = (uint64_t)ended.tv_sec * 1000000000ull + (uint64_t)ended.tv_nsec;
+  if (live) ms_term_raw(false);
   sigaction(SIGTERM, &old_term, NULL);
   sigaction(SIGHUP, &old_hup, NULL);
   sigaction(SIGINT, &old_int, NULL);
@@ -317,6 +362,11 @@ typedef struct found {
   size_t nxla;
   long cupy[64]; /* the processes whose CuPy allocates from memsnap's allocator ("cupy" lines) */
   size_t ncupy;
+  struct { /* the live mappings made ("live" lines): a process that died left its own */
+    char path[PATH_MAX];
+    long pid;
+  } live[256];
+  size_t nlive;
 } found;
 
 static void add_found(found *f, const char *path) {
@@ -360,6 +410,12 @@ static void read_manifest(const char *manifest, found *f) {
       add_found(f, a);
     } else if (!strcmp(kind, "xla")) {
       add_xla(f, a);
+    } else if (!strcmp(kind, "live") && (b = strchr(a, '\t')) != NULL) {
+      *b++ = '\0';
+      if (f->nlive < sizeof f->live / sizeof *f->live) {
+        snprintf(f->live[f->nlive].path, sizeof f->live[f->nlive].path, "%s", a);
+        f->live[f->nlive++].pid = strtol(b, NULL, 10);
+      }
     } else if (!strcmp(kind, "cupy")) {
       if (f->ncupy < sizeof f->cupy / sizeof *f->cupy) f->cupy[f->ncupy++] = strtol(a, NULL, 10);
     } else if (!strcmp(kind, "pickle") && (b = strchr(a, '\t')) != NULL) {
@@ -429,6 +485,41 @@ static void print_paths(const ms_analysis *a, const found *f, bool imported, con
              "one (memsnap run sets XLA_PYTHON_CLIENT_ALLOCATOR=platform unless --keep-arena)\n", indent,
              f->xla[i].allocator);
   }
+}
+
+/* The processes that died without writing their snapshot (a signal, _exit) left their live
+ * mappings: each one's snapshot is written from it, and the mapping removed. The program's own
+ * process ended with `status` at end_ns (monotonic); how the others ended is not seen from here.
+ * Returns how many were written. */
+static size_t recover_dead(found *f, pid_t child, int status, uint64_t end_ns, bool quiet) {
+  size_t written = 0;
+  for (size_t i = 0; i < f->nlive; i++) {
+    const char *path = f->live[i].path;
+    memsnap_live_info_t info;
+    if (access(path, F_OK) != 0) continue; /* removed at a normal exit, its snapshot written */
+    char shown[PATH_MAX], ended[256];
+    snprintf(shown, sizeof shown, "%s", path);
+    ms_neutralise(shown);
+    if (memsnap_live_info(path, &info) == MEMSNAP_OK && info.alive) {
+      if (!quiet) printf("memsnap run: process %d still runs (memsnap top %d shows it)\n", info.pid, info.pid);
+      continue;
+    }
+    bool ours = f->live[i].pid == (long)child;
+    memsnap_recover_options o = {ours && WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+                                 ours && WIFEXITED(status) ? WEXITSTATUS(status) : -1, ours ? end_ns : 0, 0, 0};
+    if (memsnap_recover(path, NULL, &o, &info) != MEMSNAP_OK) {
+      fprintf(stderr, "error: run: the history of process %ld could not be written: %s (kept: memsnap recover %s)\n",
+              f->live[i].pid, memsnap_last_error(), shown);
+      continue;
+    }
+    ms_live_describe_end(&info, o.end_signal, o.exit_status, ended, sizeof ended);
+    if (!quiet)
+      printf("memsnap run: process %d (%s) %s; its snapshot was written from its live mapping (%llu events)\n",
+             info.pid, info.program, ended, (unsigned long long)info.events);
+    add_found(f, info.snapshot);
+    written++;
+  }
+  return written;
 }
 
 /* What one snapshot shows: the peak, what is allocated at the end, the first leak candidate and
@@ -545,6 +636,7 @@ static int parse(int argc, char **argv, run_options *o) {
     else if (!strcmp(arg, "--no-torch-blocks")) o->no_torch_blocks = true;
     else if (!strcmp(arg, "--keep-arena")) o->keep_arena = true;
     else if (!strcmp(arg, "--no-suggest")) o->no_suggest = true;
+    else if (!strcmp(arg, "--live")) o->live = true;
     else if (!strcmp(arg, "-q") || !strcmp(arg, "--quiet")) o->quiet = true;
     else if (!strcmp(arg, "--mode") && has_value) {
       const char *m = argv[++i];
@@ -602,13 +694,17 @@ static int cmd_run(int argc, char **argv) {
             o.mode == MODE_AUTO && mode == MODE_BOTH ? ": memsnap's allocator if it imports torch, the interposer for "
                                                        "all other device memory" : "");
   fflush(NULL);
-  int status = run_program(o.program, o.signal_name ? signal_number(o.signal_name) : 0, manifest);
+  pid_t child = 0;
+  uint64_t end_ns = 0;
+  int status = run_program(o.program, o.signal_name ? signal_number(o.signal_name) : 0, manifest, o.live, &child, &end_ns);
+  static found f; /* large: its live mappings' paths */
+  memset(&f, 0, sizeof f);
+  read_manifest(manifest, &f);
   if (status < 0) {
+    recover_dead(&f, 0, 0, 0, true); /* nothing ran: nothing to keep */
     unlink(manifest);
     return 127;
   }
-  found f = {0};
-  read_manifest(manifest, &f);
   unlink(manifest);
   int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (!o.quiet) {
@@ -616,10 +712,13 @@ static int cmd_run(int argc, char **argv) {
       printf("\nmemsnap run: '%s' was killed by signal %d (%s)\n", o.program[0], WTERMSIG(status), strsignal(WTERMSIG(status)));
     else
       printf("\nmemsnap run: '%s' exited with status %d\n", o.program[0], exit_code);
+  }
+  recover_dead(&f, child, status, end_ns, o.quiet);
+  if (!o.quiet) {
     if (f.n == 0) {
       printf("memsnap run: no snapshot was written: ");
       if (WIFSIGNALED(status))
-        printf("a process killed by a signal cannot write one (--signal SIG takes one while it runs)\n");
+        printf("it was killed before it recorded anything\n");
       else
         printf("no process of the program allocated device memory that mode %s sees%s\n", mode_names[mode],
                mode == MODE_ALLOCATOR ? " (it never imported torch? try the default, allocator+intercept)" : "");
@@ -646,7 +745,7 @@ static int cmd_run(int argc, char **argv) {
 
 const ms_command ms_run_command = {"run", cmd_run,
      "memsnap run [-o PATH] [--mode MODE] [--stacks S] [--max-entries N] [--dump-on-oom PATH]\n"
-     "            [--signal SIG] [--cache] [--no-torch-blocks] [--keep-arena] [--html] [--no-suggest] [-q]\n"
+     "            [--signal SIG] [--cache] [--no-torch-blocks] [--keep-arena] [--html] [--live] [--no-suggest] [-q]\n"
      "            -- PROGRAM [ARGS...]\n"
      "                            run a program unchanged, recording its GPU memory",
      "  PROGRAM [ARGS...]   the program, run unchanged; its exit status is memsnap's (128+N when\n"
@@ -679,6 +778,7 @@ const ms_command ms_run_command = {"run", cmd_run,
      "                      CuPy: keep its memory pool (by default, in the allocator modes, CuPy\n"
      "                      allocates from memsnap's allocator: memsnap.cupy)\n"
      "  --html              write each snapshot's page too (PATH with .html for .db)\n"
+     "  --live              show the program's memory while it runs (memsnap top's view; q hides it)\n"
      "  --no-suggest        no suggestion of allocator settings in the summary (the replay's sweep,\n"
      "                      as memsnap analyze runs it: docs/replay.md)\n"
      "  -q, --quiet         print nothing but the program's output\n"

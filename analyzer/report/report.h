@@ -133,4 +133,58 @@ void ms_json_process(struct cJSON *o, const ms_snapshot *s);
  * run`'s summary (text.c; nothing when there is none and the sweep did not stop early). */
 void ms_print_best_suggestion(const ms_analysis *a, const char *indent, FILE *out);
 
+/* ---- live mappings (live.c): `memsnap top`, `memsnap run`, `memsnap recover` ------------- */
+
+#include "memsnap.h"
+
+/* The directory that live mappings are in: MEMSNAP_LIVE_DIR, else /dev/shm, else TMPDIR or /tmp
+ * (as libmemsnap chooses it). */
+const char *ms_live_dir(void);
+typedef struct ms_live_entry {
+  char path[1100];
+  memsnap_live_info_t info;
+} ms_live_entry;
+/* The live mappings in `dir` (only those of running processes with `alive_only`), running ones
+ * first, by rank then pid, into a new array (caller frees); returns how many (0: none, or no
+ * directory). */
+size_t ms_live_list(const char *dir, bool alive_only, ms_live_entry **out);
+/* "killed by SIGKILL at 41.2 s, 3 ms after its last allocation" (times from `info`, which
+ * memsnap_recover filled). */
+void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len);
+
+#define MS_LIVE_SITES 5
+#define MS_LIVE_ITERS 8
+typedef struct ms_live_site {
+  int64_t bytes, count;
+  double per_iteration;
+  char where[300];
+} ms_live_site;
+/* One frame of the live view of a process. */
+typedef struct ms_live_view {
+  memsnap_live_info_t info;
+  int64_t allocated, reserved, peak_allocated, peak_reserved;
+  size_t iterations;
+  int64_t iter_peak[MS_LIVE_ITERS]; /* the last iterations' allocated peaks */
+  size_t niter_peaks;
+  ms_live_site growing[MS_LIVE_SITES], largest[MS_LIVE_SITES];
+  size_t ngrowing, nlargest;
+} ms_live_view;
+/* Reads a live mapping as it is (its process is not stopped) and analyzes it: 0, or -1 with the
+ * reason in err. */
+int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errlen);
+/* The frame as text (ANSI; each line clears to its end), `brief`: three lines. */
+void ms_live_print_text(const ms_live_view *v, bool brief, FILE *out);
+/* The frame as a JSON object (caller deletes): pid, program, allocated_bytes, reserved_bytes,
+ * peak_allocated_bytes, peak_reserved_bytes, iterations, growing... (docs/recover.md). */
+struct cJSON *ms_live_json(const ms_live_view *v);
+
+/* One screen of the live view: every mapping's frame (brief with several), from the top left
+ * (ANSI), `title` in its first line. */
+void ms_live_draw(const char *const *paths, size_t n, const char *title, FILE *out);
+/* The terminal in raw mode on the alternate screen (on), or as it was (off); nothing when standard
+ * input is not a terminal. */
+void ms_term_raw(bool on);
+/* A key from standard input within timeout_ms: the character, -1 none, -2 end of input. */
+int ms_term_key(int timeout_ms);
+
 #endif

@@ -9,10 +9,11 @@
  * dlopen("libcuda.so.1") and dlsym(handle, "cuGetProcAddress_v2") (RTLD_DEFAULT where there is
  * no driver to open: the sim backend behind the interposer), then cuGetProcAddress("cuMemAlloc").
  *
- * Usage: run_cudart [ITERATIONS] [exit N | _exit N | abort | wait]
+ * Usage: run_cudart [ITERATIONS] [exit N | _exit N | abort | segv | wait]
  *   exit N   return N from main (exit handlers run)
  *   _exit N  end with _exit(N) (they do not)
  *   abort    end with abort()
+ *   segv     end with a segmentation fault (a store through a null pointer)
  *   wait     print "ready", then sleep until a signal ends the process
  * Exit status 3: a CUDA call failed (the message says which).
  */
@@ -20,6 +21,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +97,7 @@ int main(int argc, char **argv) {
   fflush(stdout);
   if (!strcmp(end, "_exit")) _exit(code);
   if (!strcmp(end, "abort")) abort();
+  if (!strcmp(end, "segv")) *(volatile int *)(uintptr_t)(code - code) = 1;
   if (!strcmp(end, "wait")) {
     printf("ready\n");
     fflush(stdout);

@@ -1,0 +1,556 @@
+/* livemap.c: the live mapping, a file-backed shared mapping that holds the event ring and the names
+ * its events need, so that the history outlives the process (recover.c reads it back).
+ *
+ * The layout is livemap.h's. The file is MEMSNAP_LIVE_DIR/memsnap-PID.live (default /dev/shm),
+ * made when recording first starts (history.c asks for its ring here). Writing the ring is
+ * history.c's, exactly as on the heap: stores into memory, no system call per event (the pages
+ * are the page cache's; the kernel writes them back, on tmpfs never). What an event refers to is
+ * appended to the log once, on cold paths: a stack when it is interned (stacks.c), a label
+ * (history.c), a Python frame's names when its node is made with the GIL held (stacks.c), the
+ * loaded modules' paths and load addresses when a native frame lies in no module recorded yet, a
+ * device when first used, the options at the start. The log grows by doubling the file
+ * (ftruncate, under the log's lock) inside one address range reserved at the start, so its
+ * records never move.
+ *
+ * Lifetime: removed at a normal exit (api.c, after the exit snapshot) and at memsnap_shutdown;
+ * a process that dies (a signal, _exit without the interposer) leaves it for `memsnap run` or
+ * `memsnap recover`. A fork child never writes its parent's mapping: it makes its own when it
+ * records, seeded with the parent's log as it was at the fork (its tables are the parent's then).
+ *
+ * A thread of the mapping's watches header.dump_requests (5 times a second, a load of shared
+ * memory) and runs api.c's dump when `memsnap dump PID` asks; header.watching says it runs
+ * (start_watcher: not in a single-threaded process unless MEMSNAP_LIVE_WATCH=1).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "livemap.h"
+
+#define LOG_INITIAL (1u << 20)
+#define LOG_RESERVE (1ull << 32) /* 4 GiB of address space; the file holds what is used */
+
+typedef struct mapping {
+  char *base;
+  size_t length; /* the address range reserved */
+  struct mapping *older; /* replaced ones, unmapped by msi_live_close */
+} mapping;
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static mapping *live;          /* the current one (log_lock for its log; NULL: none) */
+static int live_fd = -1;
+static char live_path[1100];
+static bool warned;
+/* A fork child's seed: the parent's mapping (still mapped here, never written) and its log's size
+ * at the fork. */
+static const char *seed_log;
+static uint64_t seed_used;
+
+/* Modules recorded: executable ranges, sorted by lo. */
+typedef struct range { uint64_t lo, hi; } range;
+static range *mods;
+static size_t nmods, mods_cap;
+static unsigned long long mods_adds = (unsigned long long)-1; /* the loader's count at the last listing */
+
+/* PYFRAME records written, by (code, pos): open addressing. */
+static uint64_t *py_keys; /* 2 per slot; code 0: empty */
+static size_t py_mask, py_count;
+
+static uint32_t devices_noted; /* bit per device */
+static const char *(*on_request)(void);
+static bool watcher_started;
+
+static msi_live_header *header_of(mapping *m) { return (msi_live_header *)m->base; }
+
+void msi_live_on_request(const char *(*fn)(void)) { on_request = fn; }
+
+/* ---- the log ---------------------------------------------------------------------------- */
+
+/* Appends one record of parts[0..n); log_lock held. False when the log is full. */
+static bool append(uint32_t type, const void *const *parts, const size_t *lens, int n) {
+  if (!live) return false;
+  msi_live_header *h = header_of(live);
+  size_t payload = 0;
+  for (int i = 0; i < n; i++) payload += lens[i];
+  size_t need = (8 + payload + 7) & ~(size_t)7;
+  uint64_t used = atomic_load_explicit(&h->log_used, memory_order_relaxed);
+  uint64_t cap = atomic_load_explicit(&h->log_capacity, memory_order_relaxed);
+  if (used + need > cap) {
+    uint64_t grown = cap * 2;
+    while (grown < used + need) grown *= 2;
+    if (grown > h->log_reserve || ftruncate(live_fd, (off_t)(h->log_offset + grown)) != 0) return false;
+    atomic_store_explicit(&h->log_capacity, grown, memory_order_relaxed);
+  }
+  char *at = live->base + h->log_offset + used;
+  uint32_t head[2] = {type, (uint32_t)payload};
+  memcpy(at, head, 8);
+  size_t o = 8;
+  for (int i = 0; i < n; i++) {
+    memcpy(at + o, parts[i], lens[i]);
+    o += lens[i];
+  }
+  memset(at + o, 0, need - o);
+  atomic_store_explicit(&h->log_used, used + need, memory_order_release);
+  return true;
+}
+
+void msi_live_log_stack(uint32_t id, uint16_t n_native, uint16_t n_python, const uint64_t *words) {
+  uint32_t head[2] = {id, (uint32_t)n_native | (uint32_t)n_python << 16};
+  const void *parts[] = {head, words};
+  size_t lens[] = {sizeof head, sizeof *words * ((size_t)n_native + 2 * (size_t)n_python)};
+  pthread_mutex_lock(&log_lock);
+  append(MSI_LOG_STACK, parts, lens, 2);
+  pthread_mutex_unlock(&log_lock);
+}
+
+void msi_live_log_label(uint32_t id, const char *text) {
+  const void *parts[] = {&id, text};
+  size_t lens[] = {sizeof id, strlen(text) + 1};
+  pthread_mutex_lock(&log_lock);
+  append(MSI_LOG_LABEL, parts, lens, 2);
+  pthread_mutex_unlock(&log_lock);
+}
+
+static size_t py_slot(uint64_t code, uint64_t pos, size_t mask) {
+  uint64_t h = (code * 0x9e3779b97f4a7c15ull) ^ (pos * 0xbf58476d1ce4e5b9ull);
+  return (size_t)(h ^ (h >> 29)) & mask;
+}
+
+static bool py_known(uint64_t code, uint64_t pos) {
+  if (!py_keys) return false;
+  for (size_t k = py_slot(code, pos, py_mask); py_keys[2 * k]; k = (k + 1) & py_mask)
+    if (py_keys[2 * k] == code && py_keys[2 * k + 1] == pos) return true;
+  return false;
+}
+
+/* log_lock held. */
+static void py_add(uint64_t code, uint64_t pos) {
+  if ((py_count + 1) * 2 > (py_keys ? py_mask + 1 : 0)) {
+    size_t cap = py_keys ? (py_mask + 1) * 2 : 1024;
+    uint64_t *t = calloc(cap, 2 * sizeof *t);
+    if (!t) return;
+    for (size_t i = 0; py_keys && i <= py_mask; i++) {
+      if (!py_keys[2 * i]) continue;
+      size_t k = py_slot(py_keys[2 * i], py_keys[2 * i + 1], cap - 1);
+      while (t[2 * k]) k = (k + 1) & (cap - 1);
+      t[2 * k] = py_keys[2 * i];
+      t[2 * k + 1] = py_keys[2 * i + 1];
+    }
+    free(py_keys);
+    py_keys = t;
+    py_mask = cap - 1;
+  }
+  size_t k = py_slot(code, pos, py_mask);
+  while (py_keys[2 * k]) k = (k + 1) & py_mask;
+  py_keys[2 * k] = code;
+  py_keys[2 * k + 1] = pos;
+  py_count++;
+}
+
+bool msi_live_wants_pyframe(uint64_t code, uint64_t pos) {
+  pthread_mutex_lock(&log_lock);
+  bool wants = live && code && !py_known(code, pos);
+  pthread_mutex_unlock(&log_lock);
+  return wants;
+}
+
+void msi_live_log_pyframe(uint64_t code, uint64_t pos, int64_t line, const char *name, const char *file) {
+  uint64_t head[3] = {code, pos, (uint64_t)line};
+  const void *parts[] = {head, name, file};
+  size_t lens[] = {sizeof head, strlen(name) + 1, strlen(file) + 1};
+  pthread_mutex_lock(&log_lock);
+  if (live && !py_known(code, pos) && append(MSI_LOG_PYFRAME, parts, lens, 3)) py_add(code, pos);
+  pthread_mutex_unlock(&log_lock);
+}
+
+/* ---- modules ---------------------------------------------------------------------------- */
+
+static bool mod_known(uint64_t pc) {
+  size_t lo = 0, hi = nmods;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (mods[mid].hi <= pc) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < nmods && mods[lo].lo <= pc;
+}
+
+static int first_adds(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  *(unsigned long long *)arg = info->dlpi_adds;
+  return 1;
+}
+
+/* Each executable range of each loaded module not recorded yet: recorded. log_lock held. */
+static int list_module(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  (void)arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uint64_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (mod_known(lo)) continue;
+    char exe[4096];
+    const char *name = info->dlpi_name;
+    if (!name || !name[0]) { /* the main program */
+      ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+      exe[n > 0 ? n : 0] = '\0';
+      name = exe;
+    }
+    uint64_t head[3] = {lo, hi, (uint64_t)info->dlpi_addr};
+    const void *parts[] = {head, name};
+    size_t lens[] = {sizeof head, strlen(name) + 1};
+    if (!append(MSI_LOG_MODULE, parts, lens, 2)) return 1;
+    if (nmods == mods_cap) {
+      size_t cap = mods_cap ? mods_cap * 2 : 64;
+      range *g = realloc(mods, sizeof *g * cap);
+      if (!g) return 1;
+      mods = g;
+      mods_cap = cap;
+    }
+    size_t at = nmods;
+    while (at > 0 && mods[at - 1].lo > lo) at--;
+    memmove(&mods[at + 1], &mods[at], sizeof *mods * (nmods - at));
+    mods[at] = (range){lo, hi};
+    nmods++;
+  }
+  return 0;
+}
+
+/* log_lock held. */
+static void list_modules(void) {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(first_adds, &adds);
+  if (adds == mods_adds) return;
+  mods_adds = adds;
+  dl_iterate_phdr(list_module, NULL);
+}
+
+void msi_live_note_pc(uint64_t pc) {
+  pthread_mutex_lock(&log_lock);
+  if (live && !mod_known(pc - 1)) list_modules();
+  pthread_mutex_unlock(&log_lock);
+}
+
+void msi_live_note_device(int device) {
+  if (device < 0 || device >= 32 || (__atomic_load_n(&devices_noted, __ATOMIC_RELAXED) >> device & 1)) return;
+  char name[256] = "";
+  size_t free_bytes = 0, total = 0;
+  if (!msi_be || msi_be->device_info(device, &free_bytes, &total, name, sizeof name) != MSI_BE_OK)
+    snprintf(name, sizeof name, "device %d", device);
+  int32_t head[2] = {device, 0};
+  uint64_t t = total;
+  const void *parts[] = {head, &t, name};
+  size_t lens[] = {sizeof head, sizeof t, strlen(name) + 1};
+  pthread_mutex_lock(&log_lock);
+  if (live && !(devices_noted >> device & 1) && append(MSI_LOG_DEVICE, parts, lens, 3))
+    __atomic_fetch_or(&devices_noted, 1u << device, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&log_lock);
+}
+
+/* log_lock held. */
+static void log_options(void) {
+  const char *var;
+  for (int i = 0; (var = memsnap_option_info(i, NULL, NULL)) != NULL; i++) {
+    char value[1100];
+    msi_option_value(i, value, sizeof value);
+    const void *parts[] = {var, value};
+    size_t lens[] = {strlen(var) + 1, strlen(value) + 1};
+    append(MSI_LOG_OPTION, parts, lens, 2);
+  }
+}
+
+/* ---- the request watcher ---------------------------------------------------------------- */
+
+static void *watch(void *arg) {
+  (void)arg;
+  uint64_t done = 0;
+  for (;;) {
+    nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+    pthread_mutex_lock(&log_lock);
+    msi_live_header *h = live ? header_of(live) : NULL;
+    uint64_t asked = h ? atomic_load(&h->dump_requests) : 0;
+    done = h ? atomic_load(&h->dumps_done) : 0;
+    pthread_mutex_unlock(&log_lock);
+    if (!h || asked == done || !on_request) continue;
+    const char *path = on_request();
+    pthread_mutex_lock(&log_lock);
+    if (live && header_of(live) == h) {
+      snprintf(h->last_dump, sizeof h->last_dump, "%s", path ? path : "");
+      atomic_store(&h->dumps_done, asked);
+    }
+    pthread_mutex_unlock(&log_lock);
+  }
+  return NULL;
+}
+
+/* Whether the process runs other threads than this one now (a CUDA process does: the driver
+ * starts its own). */
+static bool other_threads(void) {
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  char buf[1024];
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0) close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* field 20, num_threads, counted after the command's name */
+  for (int field = 2; p && field < 20; field++) p = strchr(p + 1, ' ');
+  return !p || atol(p + 1) > 1;
+}
+
+/* The watcher starts with the mapping where the process already runs other threads (one more costs
+ * nothing there), always with MEMSNAP_LIVE_WATCH=1, never with 0: a single-threaded process that
+ * gets a thread loses glibc's single-thread fast paths (some 14 ns per allocate+free pair on the
+ * simulated device: docs/BENCHMARKS.md). */
+static void start_watcher(void) {
+  const char *want = getenv("MEMSNAP_LIVE_WATCH");
+  if (watcher_started || (want && !strcmp(want, "0")) || (!(want && !strcmp(want, "1")) && !other_threads())) return;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  /* the watcher's signals stay the program's threads' to take */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  watcher_started = pthread_create(&t, &attr, watch, NULL) == 0;
+  pthread_mutex_lock(&log_lock);
+  if (live) atomic_store(&header_of(live)->watching, watcher_started);
+  pthread_mutex_unlock(&log_lock);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+}
+
+/* ---- making the mapping ----------------------------------------------------------------- */
+
+static void read_cmdline(char *buf, size_t len) {
+  buf[0] = '\0';
+  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  for (ssize_t i = 0; i + 1 < n; i++)
+    if (buf[i] == '\0') buf[i] = ' ';
+  buf[n > 0 ? n : 0] = '\0';
+}
+
+static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes, uint64_t cap, uint32_t events_offset,
+                        uint64_t log_offset) {
+  memcpy(h->magic, MSI_LIVE_MAGIC, 8);
+  h->version = MSI_LIVE_VERSION;
+  h->header_size = MSI_LIVE_HEADER;
+  h->event_size = sizeof(msi_event);
+  h->ring_events_offset = events_offset;
+  h->ring_offset = ring_offset;
+  h->ring_bytes = bytes;
+  h->ring_cap = cap;
+  h->log_offset = log_offset;
+  h->log_reserve = LOG_RESERVE;
+  h->pid = (int32_t)getpid();
+  h->ppid = (int32_t)getppid();
+  h->rank = -1;
+  static const char *const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars && h->rank < 0; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v && strlen(v) < 9 && strspn(v, "0123456789") == strlen(v)) h->rank = atoi(v);
+  }
+  h->stacks = (uint32_t)msi_opt.stacks;
+  struct timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  h->created_mono_ns = msi_now_ns();
+  h->created_unix_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+  atomic_store(&h->state, MSI_LIVE_RECORDING);
+  snprintf(h->backend, sizeof h->backend, "%s", msi_be ? msi_be->name : msi_opt.backend);
+  gethostname(h->host, sizeof h->host - 1);
+  char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  const char *slash = strrchr(exe, '/');
+  snprintf(h->program, sizeof h->program, "%.255s", slash ? slash + 1 : exe);
+  char dump[1024], cwd[1024];
+  /* the pattern as given (recover.c expands it with this process's pid, rank and host), made
+     absolute: the recovering process may run elsewhere */
+  if (msi_dump_path(false, dump, sizeof dump) && dump[0] != '/' && getcwd(cwd, sizeof cwd))
+    snprintf(h->dump_path, sizeof h->dump_path, "%.500s/%.500s", cwd, dump);
+  else if (msi_dump_path(false, dump, sizeof dump))
+    snprintf(h->dump_path, sizeof h->dump_path, "%s", dump);
+  read_cmdline(h->command_line, sizeof h->command_line);
+}
+
+/* `memsnap run` learns of the mapping from its manifest: "live<TAB>path<TAB>pid". */
+static void note_in_manifest(const char *path) {
+  const char *manifest = getenv("MEMSNAP_RUN_MANIFEST");
+  if (!manifest || !*manifest) return;
+  char line[1300];
+  int n = snprintf(line, sizeof line, "live\t%s\t%d\n", path, (int)getpid());
+  int fd = open(manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0 || n <= 0 || (size_t)n >= sizeof line) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  ssize_t ignored = write(fd, line, (size_t)n);
+  (void)ignored;
+  close(fd);
+}
+
+static const char *live_dir(void) {
+  const char *d = getenv("MEMSNAP_LIVE_DIR");
+  if (d && *d) return d;
+  struct stat st;
+  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) return "/dev/shm";
+  d = getenv("TMPDIR");
+  return d && *d ? d : "/tmp";
+}
+
+static void warn_once(const char *what, const char *path) {
+  if (warned) return;
+  warned = true;
+  fprintf(stderr, "memsnap: warning: %s '%s': %s; the history is kept in memory only (a process that dies loses it)\n",
+          what, path, strerror(errno));
+}
+
+void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
+  const char *on = getenv("MEMSNAP_LIVE");
+  if (on && !strcmp(on, "0")) return NULL;
+  char path[1100], tmp[1200];
+  snprintf(path, sizeof path, "%s/memsnap-%d.live", live_dir(), (int)getpid());
+  snprintf(tmp, sizeof tmp, "%s.new", path);
+  uint64_t ring_offset = MSI_LIVE_HEADER;
+  uint64_t log_offset = (ring_offset + bytes + 4095) & ~(uint64_t)4095;
+  pthread_mutex_lock(&log_lock);
+  const char *old_log = live ? live->base + header_of(live)->log_offset : seed_log;
+  uint64_t old_used = live ? atomic_load(&header_of(live)->log_used) : seed_log ? seed_used : 0;
+  uint64_t log_cap = LOG_INITIAL;
+  while (log_cap < old_used) log_cap *= 2;
+  void *ring = NULL;
+  mapping *m = calloc(1, sizeof *m);
+  int fd = m ? open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+  if (fd < 0) {
+    warn_once("cannot create the live mapping", tmp);
+    goto fail;
+  }
+  if (ftruncate(fd, (off_t)(log_offset + log_cap)) != 0) {
+    warn_once("cannot size the live mapping", tmp);
+    goto fail;
+  }
+  m->length = log_offset + LOG_RESERVE;
+  m->base = mmap(NULL, m->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (m->base == MAP_FAILED) {
+    m->base = NULL;
+    warn_once("cannot map the live mapping", tmp);
+    goto fail;
+  }
+  msi_live_header *h = header_of(m);
+  fill_header(h, ring_offset, bytes, cap, events_offset, log_offset);
+  atomic_store(&h->log_capacity, log_cap);
+  if (old_used) memcpy(m->base + log_offset, old_log, old_used);
+  atomic_store(&h->log_used, old_used);
+  if (rename(tmp, path) != 0) {
+    warn_once("cannot rename the live mapping into place", path);
+    goto fail;
+  }
+  if (live) {
+    m->older = live;
+    close(live_fd);
+  } else {
+    m->older = NULL;
+  }
+  bool fresh = !live && !seed_log;
+  live = m;
+  live_fd = fd;
+  seed_log = NULL;
+  snprintf(live_path, sizeof live_path, "%s", path);
+  if (fresh) {
+    log_options();
+    mods_adds = (unsigned long long)-1;
+    nmods = 0;
+    list_modules();
+  }
+  ring = m->base + ring_offset;
+  pthread_mutex_unlock(&log_lock);
+  if (fresh) note_in_manifest(path);
+  start_watcher();
+  return ring;
+fail:
+  if (m && m->base) munmap(m->base, m->length);
+  if (fd >= 0) {
+    close(fd);
+    unlink(tmp);
+  }
+  free(m);
+  pthread_mutex_unlock(&log_lock);
+  return NULL;
+}
+
+bool msi_live_owns(const void *p) {
+  pthread_mutex_lock(&log_lock);
+  bool owns = false;
+  for (mapping *m = live; m && !owns; m = m->older) owns = (const char *)p >= m->base && (const char *)p < m->base + m->length;
+  pthread_mutex_unlock(&log_lock);
+  return owns;
+}
+
+void msi_live_unlink(void) {
+  pthread_mutex_lock(&log_lock);
+  if (live && live_path[0]) {
+    atomic_store(&header_of(live)->state, MSI_LIVE_EXITED);
+    unlink(live_path);
+    live_path[0] = '\0';
+  }
+  pthread_mutex_unlock(&log_lock);
+}
+
+void msi_live_close(void) {
+  pthread_mutex_lock(&log_lock);
+  if (live_path[0]) unlink(live_path);
+  live_path[0] = '\0';
+  for (mapping *m = live, *older; m; m = older) {
+    older = m->older;
+    munmap(m->base, m->length);
+    free(m);
+  }
+  live = NULL;
+  if (live_fd >= 0) close(live_fd);
+  live_fd = -1;
+  free(py_keys);
+  py_keys = NULL;
+  py_mask = py_count = 0;
+  free(mods);
+  mods = NULL;
+  nmods = mods_cap = 0;
+  mods_adds = (unsigned long long)-1;
+  devices_noted = 0;
+  seed_log = NULL;
+  pthread_mutex_unlock(&log_lock);
+}
+
+void msi_live_fork(int phase) {
+  if (phase == MSI_FORK_PREPARE) {
+    pthread_mutex_lock(&log_lock);
+    return;
+  }
+  if (phase == MSI_FORK_CHILD) {
+    if (live) { /* the parent's: read once to seed the child's own, never written */
+      seed_log = live->base + header_of(live)->log_offset;
+      seed_used = atomic_load(&header_of(live)->log_used);
+      if (live_fd >= 0) close(live_fd);
+    }
+    live = NULL; /* the parent's mappings stay mapped here, unused */
+    live_fd = -1;
+    live_path[0] = '\0';
+    watcher_started = false;
+    devices_noted = 0;
+  }
+  pthread_mutex_unlock(&log_lock);
+}

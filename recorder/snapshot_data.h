@@ -1,0 +1,74 @@
+/* snapshot_data.h: what a snapshot holds before snapshot.c writes it: the allocator's state,
+ * the ring's events, the devices, and for a snapshot of another process (recover.c: one that
+ * died, or runs elsewhere) the facts about it that this process cannot ask for itself. */
+#ifndef MEMSNAP_SNAPSHOT_DATA_H
+#define MEMSNAP_SNAPSHOT_DATA_H
+
+#include "internal.h"
+
+typedef struct msi_snap_block {
+  uint64_t address, size, requested;
+  uint32_t stack_id;
+  uint8_t state; /* 0 allocated, 1 free (cached), 2 pending_free (waiting on stream events) */
+} msi_snap_block;
+
+typedef struct msi_snap_segment {
+  int device;
+  uint64_t address, size, stream;
+  const char *pool;            /* "small", "large", "async" or "external" */
+  uint32_t source;             /* external: label id of the API that allocated it */
+  uint64_t caller;             /* external: return address of the allocating call */
+  bool expandable;
+  bool private_pool;           /* pool_id is a graph or MemPool pool's */
+  uint64_t pool_id[2];
+  size_t first_block, nblocks; /* in the block array */
+  const char *library;         /* external, another process's: its calling module's file name (else from caller) */
+} msi_snap_segment;
+
+typedef struct msi_snap_device {
+  int index;
+  char name[256];
+  size_t total, free_bytes;
+  size_t cap; /* memory fraction cap, 0 for none */
+  int64_t stats[256];
+  int nstats;
+} msi_snap_device;
+
+/* Another process's facts (recover.c). */
+typedef struct msi_snap_origin {
+  int pid, rank;               /* rank -1: none */
+  const char *host, *command_line, *backend;
+  int stacks;                  /* MSI_STACKS_* */
+  uint64_t start_unix_ns;      /* wall-clock time of the recording's start */
+  uint64_t snapshot_ns;        /* the snapshot's time since the start */
+  const char *const *labels;   /* by id */
+  uint32_t nlabels;
+  const char *const *option_names, *const *option_values;
+  size_t noptions;
+  const char *ended;           /* how it ended ("killed by SIGKILL", "running"), NULL unknown */
+  int end_signal, exit_status; /* 0 / -1 unknown */
+  uint64_t end_ns;             /* when it ended, since the start (0 unknown) */
+  uint64_t last_event_ns, last_alloc_ns; /* the last event's and last allocation's times */
+  bool live;                   /* read while the process ran */
+} msi_snap_origin;
+
+typedef struct msi_snapshot {
+  msi_event *ev;                 /* the ring, copied under the device locks */
+  uint64_t nev, dropped, max_entries, start_ns; /* start_ns: now when nothing was recorded */
+  uint64_t before;               /* events of the recording before the copied window: ids from before + 1 */
+  msi_snap_segment *segs;
+  size_t nsegs, segs_cap;
+  msi_snap_block *blocks;
+  size_t nblocks, blocks_cap;
+  msi_snap_device devs[MSI_MAX_DEVICES];
+  int ndevs;
+  bool failed;
+  const msi_snap_origin *origin; /* NULL: this process, now */
+} msi_snapshot;
+
+/* snapshot.c: writes `s` with its symbolized stacks to `path` (expanded already) as memsnap_dump
+ * does: a temporary file renamed into place. MEMSNAP_OK, or an error code (error set). The
+ * segments must be in the format's order (device, then address). */
+int msi_snapshot_write(const char *path, const msi_snapshot *s, msi_symbolized *sym);
+
+#endif
