@@ -46,7 +46,7 @@ static const struct {
     {"watch: a program while it runs, or after it died", "top [PID]",
      "its memory live, once a second", &ms_top_command},
     {NULL, "dump PID", "ask a running program for a snapshot", &ms_dump_command},
-    {NULL, "recover [FILE...]", "a dead program's snapshot from its mapping", &ms_recover_command},
+    {NULL, "recover [FILE...]", "a killed program's snapshot", &ms_recover_command},
     {"more", "options", "the MEMSNAP_* variables", &ms_options_command},
     {NULL, "help [COMMAND]", "this list, or a command's full form", &help_command},
     {NULL, "version", "the version", &version_command},

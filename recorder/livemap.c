@@ -404,7 +404,7 @@ static void note_in_manifest(const char *path) {
   close(fd);
 }
 
-static const char *live_dir(void) {
+const char *memsnap_live_dir(void) {
   const char *d = getenv("MEMSNAP_LIVE_DIR");
   if (d && *d) return d;
   struct stat st;
@@ -424,7 +424,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   const char *on = getenv("MEMSNAP_LIVE");
   if (on && !strcmp(on, "0")) return NULL;
   char path[1100], tmp[1200];
-  snprintf(path, sizeof path, "%s/memsnap-%d.live", live_dir(), (int)getpid());
+  snprintf(path, sizeof path, "%s/memsnap-%d.live", memsnap_live_dir(), (int)getpid());
   snprintf(tmp, sizeof tmp, "%s.new", path);
   uint64_t ring_offset = MSI_LIVE_HEADER;
   uint64_t log_offset = (ring_offset + bytes + 4095) & ~(uint64_t)4095;

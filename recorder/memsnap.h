@@ -580,6 +580,10 @@ typedef struct memsnap_recover_options {
   int keep;             /* keep the mapping after the snapshot is written */
 } memsnap_recover_options;
 
+/* The folder of live mappings: MEMSNAP_LIVE_DIR, else /dev/shm where it is writable, else $TMPDIR,
+ * else /tmp. Never NULL. */
+const char *memsnap_live_dir(void);
+
 /* Reads a live mapping's header into *out. MEMSNAP_OK, or MEMSNAP_EINVAL (message set: not a
  * mapping, another version's, damaged, unreadable). */
 int memsnap_live_info(const char *live_path, memsnap_live_info_t *out);

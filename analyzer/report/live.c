@@ -18,14 +18,7 @@
 #include "memsnap.h"
 #include "report.h"
 
-const char *ms_live_dir(void) {
-  const char *d = getenv("MEMSNAP_LIVE_DIR");
-  if (d && *d) return d;
-  struct stat st;
-  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) return "/dev/shm";
-  d = getenv("TMPDIR");
-  return d && *d ? d : "/tmp";
-}
+const char *ms_live_dir(void) { return memsnap_live_dir(); } /* the library's choice, the one folder */
 
 static int by_rank_then_pid(const void *a, const void *b) {
   const ms_live_entry *x = a, *y = b;

@@ -19,10 +19,10 @@ check "cli: help lists commands" bash -c "'$cli' help | grep -q 'memsnap options
 # memsnap help: the commands grouped by what a user wants, one line each within 80 columns, every
 # command of the table listed once; the full forms under memsnap help COMMAND.
 "$cli" help >"$build/helpall.out"
-check "cli: help groups the commands: record, understand, predict, convert" bash -c "for g in record understand predict convert; do grep -q \"^\$g\" '$build/helpall.out' || exit 1; done"
-check "cli: help: run under record, analyze diff info under understand, replay predict under predict, import export under convert" \
+check "cli: help groups the commands: record, understand, predict, convert, watch" bash -c "for g in record understand predict convert watch; do grep -q \"^\$g\" '$build/helpall.out' || exit 1; done"
+check "cli: help: run under record, analyze diff info under understand, replay predict under predict, import export under convert, top dump recover under watch" \
   bash -c "awk '/^[a-z]/ {g = \$1} /^  memsnap / {print g, \$2}' '$build/helpall.out' | tr -d : | tr '\n' ' ' |
-    grep -qx 'record run understand analyze understand diff understand info predict replay predict predict convert import convert export more options more help more version '"
+    grep -qx 'record run understand analyze understand diff understand info predict replay predict predict convert import convert export watch top watch dump watch recover more options more help more version '"
 check "cli: help: one line a command, none wider than 80 columns" bash -c "! awk 'length > 80' '$build/helpall.out' | grep -q . &&
   [ \$(grep -c '^  memsnap [a-z]' '$build/helpall.out') -eq \$(grep -oE '^  memsnap [a-z]+' '$build/helpall.out' | sort -u | wc -l) ]"
 check "cli: help says where the full forms are" grep -q "memsnap help COMMAND' shows a command's full form" "$build/helpall.out"
