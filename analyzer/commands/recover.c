@@ -52,6 +52,7 @@ static int cmd_recover(int argc, char **argv) {
     if (argv[i][0] == '-') return ms_usage_error(&ms_recover_command, "options go before the files ('%s')", argv[i]);
   if (output && argc - first > 1) return ms_usage_error(&ms_recover_command, "-o takes one FILE");
   int rc = 0;
+  ms_live_sweep_unfinished(ms_live_dir()); /* half-made mappings of dead processes: nothing to recover */
   if (first < argc) {
     for (int i = first; i < argc; i++) rc |= recover_one(argv[i], output, keep);
     return rc;

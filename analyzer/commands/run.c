@@ -493,6 +493,7 @@ static void print_paths(const ms_analysis *a, const found *f, bool imported, con
  * Returns how many were written. */
 static size_t recover_dead(found *f, pid_t child, int status, uint64_t end_ns, bool quiet) {
   size_t written = 0;
+  ms_live_sweep_unfinished(ms_live_dir()); /* a process killed while making its mapping left a half-made one */
   for (size_t i = 0; i < f->nlive; i++) {
     const char *path = f->live[i].path;
     memsnap_live_info_t info;

@@ -8,6 +8,8 @@
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <limits.h>
+#include <signal.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +53,25 @@ size_t ms_live_list(const char *dir, bool alive_only, ms_live_entry **out) {
   closedir(d);
   if (n > 1) qsort(*out, n, sizeof **out, by_rank_then_pid);
   return n;
+}
+
+size_t ms_live_sweep_unfinished(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  size_t removed = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) { /* memsnap-PID.live.new: a mapping its process never renamed into place */
+    size_t len = strlen(e->d_name);
+    char *end;
+    if (strncmp(e->d_name, "memsnap-", 8) != 0 || len < 9 || strcmp(e->d_name + len - 9, ".live.new") != 0) continue;
+    long pid = strtol(e->d_name + 8, &end, 10);
+    if (pid <= 0 || strcmp(end, ".live.new") != 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    removed += unlink(path) == 0;
+  }
+  closedir(d);
+  return removed;
 }
 
 void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len) {

@@ -148,6 +148,10 @@ typedef struct ms_live_entry {
  * first, by rank then pid, into a new array (caller frees); returns how many (0: none, or no
  * directory). */
 size_t ms_live_list(const char *dir, bool alive_only, ms_live_entry **out);
+/* Removes the mappings in `dir` that a process which no longer runs was still making when it
+ * died (memsnap-PID.live.new: killed between creating and naming it; they hold nothing to
+ * recover). Returns how many. */
+size_t ms_live_sweep_unfinished(const char *dir);
 /* "killed by SIGKILL at 41.2 s, 3 ms after its last allocation" (times from `info`, which
  * memsnap_recover filled). */
 void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len);
