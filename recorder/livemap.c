@@ -56,6 +56,7 @@ static bool warned;
  * at the fork. */
 static const char *seed_log;
 static uint64_t seed_used;
+static mapping *inherited; /* a fork child's: the parent's mappings, kept reachable until closed */
 
 /* Modules recorded: executable ranges, sorted by lo. */
 typedef struct range { uint64_t lo, hi; } range;
@@ -515,12 +516,13 @@ void msi_live_close(void) {
   pthread_mutex_lock(&log_lock);
   if (live_path[0]) unlink(live_path);
   live_path[0] = '\0';
-  for (mapping *m = live, *older; m; m = older) {
-    older = m->older;
-    munmap(m->base, m->length);
-    free(m);
-  }
-  live = NULL;
+  for (int k = 0; k < 2; k++)
+    for (mapping *m = k ? inherited : live, *older; m; m = older) {
+      older = m->older;
+      munmap(m->base, m->length);
+      free(m);
+    }
+  live = inherited = NULL;
   if (live_fd >= 0) close(live_fd);
   live_fd = -1;
   free(py_keys);
@@ -546,7 +548,13 @@ void msi_live_fork(int phase) {
       seed_used = atomic_load(&header_of(live)->log_used);
       if (live_fd >= 0) close(live_fd);
     }
-    live = NULL; /* the parent's mappings stay mapped here, unused */
+    if (live) { /* the parent's mappings stay mapped here, unused but for the seed: kept till closed */
+      mapping *last = live;
+      while (last->older) last = last->older;
+      last->older = inherited;
+      inherited = live;
+    }
+    live = NULL;
     live_fd = -1;
     live_path[0] = '\0';
     watcher_started = false;
