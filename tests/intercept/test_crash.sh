@@ -33,6 +33,8 @@ db = sqlite3.connect("file:%s?mode=ro" % sys.argv[1], uri=True)
 print("\n".join("|".join(map(str, r)) for r in db.execute(sys.argv[2])))' "$@" 2>&1
 }
 export MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=1G MEMSNAP_LIVE_DIR=$work/live
+# under make sanitize, the sanitizer's runtime first in every process (the interposer is built with it)
+[ -n "${PY_PRELOAD:-}" ] && export LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
 mkdir -p "$work/live"
 
 # start NAME ARGS...: memsnap run ARGS in the background, output in $work/NAME.out; waits for the
