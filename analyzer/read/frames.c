@@ -182,6 +182,7 @@ static const char *const builtin_native[] = {
 static const char *const builtin_modules[] = {"python*", "libpython*", "_ctypes*", "libffi*", "libmemsnap*"};
 /* Python frames, as NAME@FILE: memsnap's own package and PyTorch's module-call plumbing. */
 static const char *const builtin_python[] = {"*@*/memsnap/*.py", "*@memsnap/*.py", "*_call_impl@*torch/nn/modules/module.py",
+                                             "*_call_impl.<locals>.inner@*torch/nn/modules/module.py" /* with global hooks */,
                                              "*_wrapped_call_impl@*torch/nn/modules/module.py"};
 
 /* One list of patterns after a heading, wrapped at 100 columns. */

@@ -137,7 +137,9 @@ static void add_summary(cJSON *root, const ms_analysis *a) {
   add_before_history(summary, a);
   cJSON_AddNumberToObject(summary, "segments", (double)a->segments);
   cJSON_AddStringToObject(summary, "iteration_source", a->iteration_source);
-  cJSON_AddStringToObject(summary, "iteration_edges", a->iterations_from_range_ends ? "range ends" : "starts");
+  cJSON_AddStringToObject(summary, "iteration_edges", a->iterations_from_range_ends            ? "range ends"
+                                                     : strcmp(a->iteration_source, "steps") == 0 ? "step ends"
+                                                                                                 : "starts");
   cJSON_AddStringToObject(summary, "iteration_label", a->iteration_label);
   cJSON_AddStringToObject(summary, "growth", ms_growth_name(ms_analysis_growth(a)));
   cJSON_AddNumberToObject(summary, "backward_passes", (double)a->backward_passes);

@@ -144,6 +144,7 @@ check("modules: at the allocated peak (31 MiB: P, A2, A1 and G, made by head's b
 its = j.get("iterations", [])
 check("iterations: one per recorded step, the skipped one too, marked",
       s.get("iteration_source") == "steps" and s.get("iteration_label") == "SGD.step" and len(its) == 3 and
+      s.get("iteration_edges") == "step ends" and
       [i["skipped"] for i in its] == [False, True, False], str((s.get("iteration_source"), [i.get("skipped") for i in its])))
 check("counts: backward passes and optimizer steps as recorded, the skipped step counted apart",
       (s.get("backward_passes"), s.get("optimizer_steps"), s.get("skipped_steps"), s.get("steps_from"),

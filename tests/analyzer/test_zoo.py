@@ -209,6 +209,9 @@ check("gpt2_leak_hook-cxx: the hook's leak first, growing 12 MiB a step, named G
       first["stack"][0]["short_name"] == "GPT2Block.forward" and first.get("held_module", "").endswith("transformer.h.5") and
       "in transformer.h.5" in text, str((first.get("kind"), first.get("bytes_per_iteration"), first.get("stack", [{}])[0],
                                          first.get("held_module"))))
+inner = [f["name"] for e in j.get("leaks", []) + j.get("held", []) + j.get("live_at_peak", []) for f in e.get("stack", [])
+         if f["name"].startswith("Module._call_impl")]
+check("gpt2_leak_hook-cxx: PyTorch's module-call plumbing folded, the hooked path's inner function too", not inner, str(inner[:2]))
 mods = {m["name"]: m for m in j.get("modules", [])}
 check("gpt2_leak_hook-cxx: memory by module: six blocks, each called once a step forward and backward, its parameters",
       all(mods.get("GPT2LMHeadModel.transformer.h.%d" % i, {}).get("forward_calls") == 6 and
