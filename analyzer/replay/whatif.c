@@ -9,7 +9,8 @@
  *     line of their caller (a loop over blocks) are told apart by the forward going back: an
  *     allocation whose line in CLASS.forward comes before the previous one's, or whose stack is the
  *     call's first allocation's again, starts the next call. With a module path (module events),
- *     a call is what its forward-begins and forward-ends events enclose.
+ *     a call is what its forward-begins and forward-ends events enclose; a pattern without a dot
+ *     matches the root module's children's paths too (ResNet's `layer1`, `layer*`).
  *   - Where its forward ends: just before the first allocation after it (class), or just after
  *     its forward-ends event (path). Backward passes: the backward events where the history has
  *     them, else runs of events whose stacks are autograd's (code_kinds.c's phases), each ended by
@@ -19,7 +20,13 @@
  *     freed in its backward pass from the point its backward begins (path: its backward-begins
  *     event; class: the backward pass's start), except its output: the last block it made that is
  *     still alive when it ends (a module returns its last operation's result, which the caller
- *     uses and the next call's backward frees).
+ *     uses and the next call's backward frees), not counting blocks under 1/16 of the largest
+ *     alive then (a batch norm's statistics, made after its result).
+ *   - Where a checkpointed forward drops a saved block (add_drops): a forward that saves nothing
+ *     holds a block only while it uses it, which the recorded history cannot show. The next
+ *     operation that allocates is taken as its user, and it is kept while the forward stays in
+ *     that operation's Python function: dropped just before the first allocation after that one
+ *     made by another function (or where the forward ends).
  *   - Where the recompute goes: just before its backward-begins event (path); else just after the
  *     last free, before its first saved block's free, of a block that the forward made after this
  *     call (the backward of everything computed after it is done), or at the backward pass's
@@ -32,7 +39,7 @@
  *     stacks, else the state's bytes over the parameters').
  *
  * Synthesising (ms_whatif_each, as the replay reads the events again):
- *   - a checkpointed call's saved blocks are freed where its forward ends; where its recompute
+ *   - a checkpointed call's saved blocks are freed where its forward drops them; where its recompute
  *     goes, its forward's allocations and frees happen again in their order (temporaries freed as
  *     recorded; the saved blocks again, at their own addresses, so that their recorded frees free
  *     them; the output and other blocks alive at its end until its backward ends: reentrant
@@ -91,7 +98,8 @@ typedef struct call {
 
 typedef struct inject {
   int64_t pos;
-  int32_t call; /* -1: the optimizer's new state */
+  int32_t call;   /* -1: the optimizer's new state */
+  uint64_t k;     /* INJ_FREE_SAVED: the saved block (allocation number) */
   uint8_t type;
 } inject;
 
@@ -364,11 +372,12 @@ static int label_row(const ms_label_row *r, void *arg) {
     b->nlabel = cap;
   }
   if (!(b->label[id] = strdup(r->label))) return 1;
-  /* a path pattern against the path with and without its root class */
+  /* a path pattern against the path with and without its root class; a pattern without a dot
+     (a class name) against the root's children too (ResNet's `layer1`, `layer*`) */
   const char *rest = strchr(r->label, '.');
   for (int p = 0; p < b->npattern; p++)
-    if (strchr(b->pattern[p], '.') &&
-        (fnmatch(b->pattern[p], r->label, 0) == 0 || (rest && fnmatch(b->pattern[p], rest + 1, 0) == 0)))
+    if (strchr(b->pattern[p], '.') ? fnmatch(b->pattern[p], r->label, 0) == 0 || (rest && fnmatch(b->pattern[p], rest + 1, 0) == 0)
+                                   : rest && !strchr(rest + 1, '.') && fnmatch(b->pattern[p], rest + 1, 0) == 0)
       b->label_match[id] = 1;
   return 0;
 }
@@ -566,13 +575,70 @@ static int cmp_inject(const void *a, const void *b) {
   const inject *x = a, *y = b;
   if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
   if (x->type != y->type) return x->type - y->type;
-  return (x->call > y->call) - (x->call < y->call);
+  if (x->call != y->call) return (x->call > y->call) - (x->call < y->call);
+  return (x->k > y->k) - (x->k < y->k);
 }
 
-static bool add_inject(ms_whatif *w, int64_t pos, int32_t c, uint8_t type) {
+static bool add_inject(ms_whatif *w, int64_t pos, int32_t c, uint8_t type, uint64_t k) {
   if (!ms_grow(&w->inj, &w->inj_cap, w->ninj + 1, sizeof *w->inj)) return false;
-  w->inj[w->ninj++] = (inject){pos, c, type};
+  w->inj[w->ninj++] = (inject){pos, c, k, type};
   return true;
+}
+
+/* The innermost Python frame of a stack (NULL: none), and whether two are one function's. */
+static const ms_frame *python_frame(const ms_snapshot *s, uint32_t id) {
+  if (id == 0 || id >= s->nstacks) return NULL;
+  const ms_stack *st = &s->stacks[id];
+  for (uint32_t j = 0; j < st->depth; j++)
+    if (st->frames[j] < s->nframes && s->frames[st->frames[j]].python) return &s->frames[st->frames[j]];
+  return NULL;
+}
+
+static bool same_function(const ms_frame *x, const ms_frame *y) {
+  if (x == y) return true;
+  if (!x || !y || !x->name || !y->name || strcmp(x->name, y->name)) return false;
+  return (!x->file && !y->file) || (x->file && y->file && !strcmp(x->file, y->file));
+}
+
+/* Where checkpointed call i's forward drops its saved blocks. A forward that saves nothing for
+ * backward holds a block while it is used, which the history cannot show (autograd held it);
+ * the rule: the operation that uses a block is the next one that allocates, and it keeps using
+ * it while the forward stays in that operation's Python function (GELU's chain of operations
+ * on the output of the Linear before it, say). So a saved block is dropped just before the
+ * first allocation after the next one that another Python function makes, or where the
+ * forward ends. 0, or -1 (out of memory). */
+static int add_drops(build *b, int32_t i) {
+  ms_whatif *w = b->w;
+  const call *c = &w->calls[i];
+  size_t n = 0;
+  size_t *leave = malloc(sizeof *leave * (c->op1 - c->op0 + 1)); /* the call's allocations, in order */
+  int64_t *pos = malloc(sizeof *pos * (c->op1 - c->op0 + 1));
+  if (!leave || !pos) {
+    free(leave);
+    free(pos);
+    return -1;
+  }
+  for (size_t j = c->op0; j < c->op1; j++)
+    if (!(w->ops[j] & 1)) leave[n++] = (size_t)(w->ops[j] >> 1);
+  /* pos[x]: the position before the first allocation after x that another function makes */
+  int64_t next_pos = c->end_pos;
+  const ms_frame *next_fn = NULL;
+  for (size_t x = n; x-- > 0;) {
+    const ms_frame *fn = python_frame(b->s, w->stack[leave[x]]);
+    if (x + 1 < n && !same_function(fn, next_fn)) next_pos = 2 * w->a_id[leave[x + 1]];
+    pos[x] = next_pos, next_fn = fn;
+  }
+  int rc = 0;
+  for (size_t x = 0; x < n && rc == 0; x++) {
+    size_t k = leave[x];
+    if (!(w->flags[k] & F_SAVED)) continue;
+    int64_t at = x + 1 < n ? pos[x + 1] : c->end_pos;
+    if (at > c->end_pos) at = c->end_pos;
+    if (!add_inject(w, at, i, INJ_FREE_SAVED, k)) rc = -1;
+  }
+  free(leave);
+  free(pos);
+  return rc;
 }
 
 static const ms_whatif_instance *rank_base;
@@ -612,9 +678,15 @@ static int finish_calls(build *b, const span *bw, size_t nbw) {
     int64_t begin_pos = c->pattern < 0 && c->bw_pos >= c->end_pos && c->bw_pos < sp_end ? c->bw_pos : 2 * sp->begin;
     c->has_backward = true;
     in->calls++;
+    /* its output: the last block it made that is alive at its end, but not one of the small
+       blocks an operation makes after its result (a normalisation's statistics): 1/16 of the
+       largest alive or more */
     size_t output = (size_t)-1;
+    int64_t largest = 0;
     for (size_t k = c->k0; k <= c->k1; k++)
-      if (free_pos(w, k) > c->end_pos) output = k;
+      if (free_pos(w, k) > c->end_pos && w->req[k] > largest) largest = w->req[k];
+    for (size_t k = c->k0; k <= c->k1; k++)
+      if (free_pos(w, k) > c->end_pos && w->req[k] >= largest / 16) output = k;
     c->saved0 = w->nsaved;
     int64_t first = POS_END, last = 0;
     for (size_t k = c->k0; k <= c->k1; k++) {
@@ -703,8 +775,8 @@ static int finish_calls(build *b, const span *bw, size_t nbw) {
   for (size_t i = 0; i < w->ncalls; i++) {
     const call *c = &w->calls[i];
     if (!c->has_backward || !c->nsaved) continue;
-    if (!add_inject(w, c->end_pos, (int32_t)i, INJ_FREE_SAVED) || !add_inject(w, c->recompute_pos, (int32_t)i, INJ_RECOMPUTE) ||
-        !add_inject(w, c->release_pos, (int32_t)i, INJ_RELEASE))
+    if (add_drops(b, (int32_t)i) != 0) goto cleanup;
+    if (!add_inject(w, c->recompute_pos, (int32_t)i, INJ_RECOMPUTE, 0) || !add_inject(w, c->release_pos, (int32_t)i, INJ_RELEASE, 0))
       goto cleanup;
   }
   rc = 0;
@@ -794,7 +866,7 @@ static int finish_optimizer(build *b) {
   }
   if (has_state && in->tensors_per_param == 0) in->tensors_per_param = 1;
   if (!has_state) in->tensors_per_param = 0;
-  if (w->first_step >= 0 && !add_inject(w, 2 * w->first_step, -1, INJ_NEW_STATE)) return -1;
+  if (w->first_step >= 0 && !add_inject(w, 2 * w->first_step, -1, INJ_NEW_STATE, 0)) return -1;
   if (!nst) WHATIF_NOTE(in, "no optimizer step in the history: --optimizer changes nothing");
   else if (!has_state && !w->nparams)
     WHATIF_NOTE(in, "the recorded optimizer kept no state and no parameters were found: another optimizer's state cannot be placed");
@@ -954,13 +1026,12 @@ static void inject_one(stream_state *st, const inject *in, const ms_event *at) {
   if (!call_on(st, in->call)) return;
   const call *c = &w->calls[in->call];
   switch (in->type) {
-    case INJ_FREE_SAVED:
-      for (size_t i = 0; i < c->nsaved; i++) {
-        size_t k = w->saved[c->saved0 + i];
-        int64_t r = st->size(st->size_arg, k);
-        if (r > 0) emit_free(st, at, k, w->addr[k], r);
-      }
+    case INJ_FREE_SAVED: {
+      size_t k = (size_t)in->k;
+      int64_t r = st->size(st->size_arg, k);
+      if (r > 0) emit_free(st, at, k, w->addr[k], r);
       break;
+    }
     case INJ_RECOMPUTE:
       for (size_t i = c->op0; i < c->op1; i++) {
         size_t k = (size_t)(w->ops[i] >> 1);

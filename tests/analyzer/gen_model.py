@@ -3,13 +3,13 @@ no recorder), for `memsnap predict --checkpoint/--optimizer/--advise`'s tests
 (tests/analyzer/test_predict_model.sh).
 
 The program is written as a program, not as a trace edited afterwards: with --checkpoint it
-*is* the checkpointed program (each checkpointed block frees what it saved at the end of its
-forward and runs its forward again before its backward), with --optimizer the other optimizer
+*is* the checkpointed program (each checkpointed block frees what it saved once its forward no
+longer uses it, and runs its forward again before its backward), with --optimizer the other optimizer
 makes its own state. So a prediction from the plain program's snapshot can be checked against
 the replay of the changed program's snapshot, computed independently.
 
   python3 gen_model.py OUT.db --batch B [--steps S] [--layers L] [--checkpoint all|none|I,J,...]
-      [--optimizer adamw|sgd|sgd-momentum] [--events] [--capacity BYTES]
+      [--optimizer adamw|sgd|sgd-momentum] [--events] [--gelu-fn] [--capacity BYTES]
 
 Stacks: Python frames (Block.forward in model.py, Model.forward, main in train.py; AdamW.step
 and _init_group in torch/optim/adamw.py; Linear.__init__ in torch/nn/modules/linear.py) and
@@ -146,7 +146,13 @@ def generate(a):
         saved, outs = [], []
         inp = x
 
-        def forward(i, inp):
+        # --gelu-fn: m1 and m2 are made in a function of their own (GELU.forward, called from
+        # Block.forward's line 23), where a checkpointed forward's drops differ from its end
+        gelu = lambda o: (op(o), py("GELU.forward", "/work/model.py", 40), call) + blk(23)[1:]
+
+        def forward(i, inp, drop=False):
+            """Block i's forward; `drop`: as a checkpointed forward runs it, saving nothing: each
+            block dropped once no longer used (without --gelu-fn, all in one function: at its end)."""
             s = {}
             s["a1"] = p.alloc(tok * H * 4, p.stack(*blk(20)))
             s["mean"] = p.alloc(tok * 8, p.stack(op("at::native::layer_norm"), *blk(20)[1:]))
@@ -155,20 +161,26 @@ def generate(a):
             t1 = p.alloc(tok * H * 4, p.stack(op("at::native::softmax"), *blk(21)[1:]))
             p.free(t1, p.stack(op("at::native::softmax"), *blk(21)[1:]))
             s["r1"] = p.alloc(tok * H * 4, p.stack(*blk(22)))
-            s["m1"] = p.alloc(tok * H * 16, p.stack(*blk(23)))
-            s["m2"] = p.alloc(tok * H * 16, p.stack(op("at::native::gelu"), *blk(23)[1:]))
+            if drop and a.gelu_fn:  # used by Block.forward's operations until GELU's first
+                for name in ["a1", "mean", "q", "scores"]:
+                    p.free(s[name], p.stack(*blk(23)))
+            s["m1"] = p.alloc(tok * H * 16, p.stack(*(gelu("at::native::empty_cuda") if a.gelu_fn else blk(23))))
+            s["m2"] = p.alloc(tok * H * 16, p.stack(*(gelu("at::native::gelu") if a.gelu_fn else (op("at::native::gelu"),) + blk(23)[1:])))
+            if drop and a.gelu_fn:  # r1 used by GELU's first operation, m1 by its second: until GELU returns
+                for name in ["r1", "m1"]:
+                    p.free(s[name], p.stack(*blk(23)))
             m3 = p.alloc(tok * H * 4, p.stack(op("at::native::addmm"), *blk(23)[1:]))
             out = p.alloc(tok * H * 4, p.stack(*blk(24)))
             p.free(m3, p.stack(*blk(24)))
+            if drop:
+                for name in ["m2"] if a.gelu_fn else ["a1", "mean", "q", "scores", "r1", "m1", "m2"]:
+                    p.free(s[name], p.stack(*blk(24)))
             return s, out
 
-        order = ["a1", "mean", "q", "scores", "r1", "m1", "m2"]
         for i in range(L):
             p.module("blocks.%d" % i, 0)
-            s, out = forward(i, inp)
-            if i in ckpt:  # checkpointed: what it saved is freed at the end of its forward
-                for name in order:
-                    p.free(s[name], p.stack(*blk(24)))
+            s, out = forward(i, inp, drop=i in ckpt)
+            if i in ckpt:  # checkpointed: it saved nothing
                 s = None
             p.module("blocks.%d" % i, 1)
             saved.append(s)
@@ -270,6 +282,7 @@ def main():
     ap.add_argument("--checkpoint", default="none")
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd", "sgd-momentum"])
     ap.add_argument("--events", action="store_true")
+    ap.add_argument("--gelu-fn", action="store_true")
     ap.add_argument("--capacity", type=int, default=8 << 30)
     a = ap.parse_args()
     p = generate(a)
