@@ -928,7 +928,7 @@ ms_whatif *ms_whatif_new(ms_snapshot *s, const char *const *patterns, int npatte
                s->shown_path, w->ncalls);
     else
       snprintf(err, errlen, "cannot checkpoint %s in '%s': no module call found (class names match the Python frames "
-               "CLASS.forward; module paths, with a dot, the module events)", list, s->shown_path);
+               "CLASS.forward; module paths (with a dot, or a child of the root: layer1) the module events)", list, s->shown_path);
     goto fail;
   }
   if (npatterns && w->info.calls_without_backward)

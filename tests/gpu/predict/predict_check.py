@@ -43,48 +43,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 CLI = os.path.join(ROOT, "build", "memsnap")
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-predict-")
-WORK = tempfile.mkdtemp(prefix="memsnap-predict-work-")
 GiB = 1 << 30
 START = time.time()
 DEADLINE = START + 8.5 * 60  # the whole run: under 9 minutes
 SETTINGS = [("defaults", ""), ("expandable_segments:True", "expandable_segments:True")]
 
-TRAIN = r'''
-import json, os, sys
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-
-batch, steps, seq = int(os.environ["BATCH"]), int(os.environ["STEPS"]), 1024
-cap = int(os.environ.get("CAP_BYTES", "0"))
-total = torch.cuda.get_device_properties(0).total_memory
-if cap:
-    torch.cuda.set_per_process_memory_fraction(cap / total)
-torch.manual_seed(0)
-config = GPT2Config(n_layer=12, n_positions=seq)
-model = GPT2LMHeadModel(config).cuda()
-model.train()
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-result = {"batch": batch, "steps": steps, "cap_bytes": cap, "total_bytes": total, "oom": False,
-          "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
-try:
-    for step in range(steps):
-        x = torch.randint(0, config.vocab_size, (batch, seq), device="cuda")
-        loss = model(x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    result["loss"] = float(loss.item())
-except (torch.OutOfMemoryError, RuntimeError) as e:  # a library's own allocation can fail as a RuntimeError
-    if not isinstance(e, torch.OutOfMemoryError) and "out of memory" not in str(e).lower():
-        raise
-    result["oom"] = True
-    result["error"] = str(e).splitlines()[0][:300]
-result["peak_allocated"] = torch.cuda.max_memory_allocated()
-result["peak_reserved"] = torch.cuda.max_memory_reserved()
-print("RESULT " + json.dumps(result), flush=True)
-sys.exit(3 if result["oom"] else 0)
-'''
+# the training program (GPT-2 with transformers' default use_cache, as these runs always had it)
+TRAIN = os.path.join(HERE, "train_child.py")
 
 
 def log(text):
@@ -131,8 +96,8 @@ def result_of(out):
 
 def native(script, batch, conf, steps, cap=0):
     """The script under PyTorch's own allocator: its RESULT (None when it did not say)."""
-    env = {"BATCH": str(batch), "STEPS": str(steps), "PYTORCH_CUDA_ALLOC_CONF": conf, "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1"}
+    env = {"MODEL": "gpt2", "USE_CACHE": "1", "BATCH": str(batch), "STEPS": str(steps), "PYTORCH_CUDA_ALLOC_CONF": conf,
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if cap:
         env["CAP_BYTES"] = str(cap)
     rc, out, err = run([sys.executable, script], env)
@@ -167,9 +132,7 @@ def main():
     a = ap.parse_args()
     ats = [int(x) for x in a.at.split(",")]
     cap = int(a.cap_gib * GiB)
-    script = os.path.join(WORK, "train_gpt2.py")
-    with open(script, "w") as f:
-        f.write(TRAIN)
+    script = TRAIN
     record({"kind": "start", "out": OUT, "steps": a.steps, "at": ats, "cap_bytes": cap, "cli": CLI})
 
     # 1. record at batch 4 and 8
@@ -180,7 +143,8 @@ def main():
             os.remove(db)
         rc, out, err = run([CLI, "run", "-q", "--no-suggest", "--max-entries", "4000000", "-o", db, "--",
                             sys.executable, script],
-                           {"BATCH": str(b), "STEPS": str(a.steps), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+                           {"MODEL": "gpt2", "USE_CACHE": "1", "BATCH": str(b), "STEPS": str(a.steps), "HF_HUB_OFFLINE": "1",
+                            "TRANSFORMERS_OFFLINE": "1"},
                            timeout=200)
         r = result_of(out)
         record({"kind": "record", "batch": b, "exit": rc, "result": r, "snapshot": db, "exists": os.path.exists(db),

@@ -4,14 +4,16 @@ changed"; docs/BENCHMARKS.md, "Predict: the program changed, on a GPU").
 
   1. record:   GPT-2 (transformers' GPT2LMHeadModel from GPT2Config: 12 layers, sequence 1024,
                use_cache off; AdamW; random tokens; STEPS steps) at batch 4 and 8 with
-               `build/memsnap run`, without checkpointing -> $OUT/g4.db, $OUT/g8.db; and two
-               Linear(8192, 8192) with AdamW (batch 4096) -> $OUT/lin.db;
+               `build/memsnap run`, without checkpointing -> $OUT/g4.db, $OUT/g8.db; two
+               Linear(8192, 8192) with AdamW (batch 4096) -> $OUT/lin.db; torchvision resnet50
+               at batch 32 and 64 -> $OUT/r32.db, $OUT/r64.db (the program: train_child.py);
   2. predict:  `memsnap predict g4.db=4 g8.db=8 --checkpoint GPT2Block --at 8 --at 16 --at 24
                --at 32 --json`; `memsnap predict lin.db --optimizer sgd --json`;
                `memsnap predict g4.db=4 g8.db=8 --checkpoint GPT2Block --at 32 --capacity 24G
                --advise --json`;
   3. native:   GPT-2 with model.gradient_checkpointing_enable() at batch 8, 16, 24 and 32, and
-               the two Linear with SGD, each in its own process under PyTorch's own allocator:
+               the two Linear with SGD, resnet50 with torch.utils.checkpoint on each of its four
+               stages at 64, 128 and 192, each in its own process under PyTorch's own allocator:
                torch.cuda.max_memory_allocated() and max_memory_reserved();
   4. the cap:  --advise's smallest change that fits (its PYTORCH_CUDA_ALLOC_CONF, memory fraction,
                the GPT-2 blocks it checkpoints: all of them by gradient_checkpointing_enable(),
@@ -32,6 +34,7 @@ under 9 minutes); a step that fails is recorded and the others go on. $OUT gets 
 predictions' JSON and text, and the three recordings.
 
 usage: python3 tests/gpu/predict/whatif_check.py [--steps 3] [--at 8,16,24,32] [--cap-gib 24] [--advise-at 32]
+                                                 [--resnet-at 64,128,192]
 """
 import argparse
 import json
@@ -46,80 +49,12 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 CLI = os.path.join(ROOT, "build", "memsnap")
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-whatif-")
 os.makedirs(OUT, exist_ok=True)
-WORK = tempfile.mkdtemp(prefix="memsnap-whatif-work-")
 GiB = 1 << 30
 START = time.time()
 DEADLINE = START + 8.6 * 60  # the whole run: under 9 minutes
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
-TRAIN = r'''
-import json, os, sys
-import torch
-
-model_name = os.environ["MODEL"]
-batch, steps = int(os.environ["BATCH"]), int(os.environ["STEPS"])
-ckpt = os.environ.get("CKPT", "")          # "", "all" (gradient_checkpointing_enable) or block indices "3,4,5"
-opt_name = os.environ.get("OPT", "adamw")
-cap = int(os.environ.get("CAP_BYTES", "0"))
-fraction = float(os.environ.get("FRACTION", "1"))  # a memory fraction the change sets, times the cap's
-total = torch.cuda.get_device_properties(0).total_memory
-if cap:
-    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total * fraction))
-torch.manual_seed(0)
-if model_name == "gpt2":
-    from transformers import GPT2Config, GPT2LMHeadModel
-    seq = 1024
-    config = GPT2Config(n_layer=12, n_positions=seq, use_cache=False)
-    model = GPT2LMHeadModel(config).cuda()
-    if ckpt == "all":
-        model.gradient_checkpointing_enable()
-    elif ckpt:
-        import torch.utils.checkpoint as cp
-        for i in [int(x) for x in ckpt.split(",")]:
-            block = model.transformer.h[i]
-            def make(orig):
-                def forward(*args, **kwargs):
-                    return cp.checkpoint(orig, *args, use_reentrant=False, **kwargs)
-                return forward
-            block.forward = make(block.forward)
-    def batch_loss():
-        x = torch.randint(0, config.vocab_size, (batch, seq), device="cuda")
-        return model(x, labels=x).loss
-else:
-    model = torch.nn.Sequential(torch.nn.Linear(8192, 8192), torch.nn.Linear(8192, 8192)).cuda()
-    def batch_loss():
-        x = torch.randn(batch, 8192, device="cuda")
-        return model(x).square().mean()
-model.train()
-params = model.parameters()
-if opt_name == "adamw": opt = torch.optim.AdamW(params, lr=1e-4)
-elif opt_name == "adam": opt = torch.optim.Adam(params, lr=1e-4)
-elif opt_name == "sgd": opt = torch.optim.SGD(params, lr=1e-4)
-elif opt_name == "sgd-momentum": opt = torch.optim.SGD(params, lr=1e-4, momentum=0.9)
-elif opt_name == "adagrad": opt = torch.optim.Adagrad(params, lr=1e-4)
-elif opt_name == "rmsprop": opt = torch.optim.RMSprop(params, lr=1e-4)
-elif opt_name == "adafactor": opt = torch.optim.Adafactor(params, lr=1e-4)
-else: raise SystemExit("unknown optimizer " + opt_name)
-result = {"model": model_name, "batch": batch, "steps": steps, "ckpt": ckpt, "opt": opt_name, "cap_bytes": cap,
-          "total_bytes": total, "oom": False, "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
-try:
-    for step in range(steps):
-        loss = batch_loss()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    result["loss"] = float(loss.item())
-except (torch.OutOfMemoryError, RuntimeError) as e:  # a library's own allocation can fail as a RuntimeError
-    if not isinstance(e, torch.OutOfMemoryError) and "out of memory" not in str(e).lower():
-        raise
-    result["oom"] = True
-    result["error"] = str(e).splitlines()[0][:300]
-result["peak_allocated"] = torch.cuda.max_memory_allocated()
-result["peak_reserved"] = torch.cuda.max_memory_reserved()
-print("RESULT " + json.dumps(result), flush=True)
-sys.exit(3 if result["oom"] else 0)
-'''
+TRAIN = os.path.join(HERE, "train_child.py")  # the training program, one process per measurement
 
 
 def log(text):
@@ -236,17 +171,17 @@ def main():
     ap.add_argument("--cap-gib", type=float, default=24.0)
     ap.add_argument("--advise-at", type=int, default=32)
     ap.add_argument("--linear-batch", type=int, default=4096)
+    ap.add_argument("--resnet-at", default="64,128,192")
     a = ap.parse_args()
     ats = [int(x) for x in a.at.split(",")]
     cap = int(a.cap_gib * GiB)
-    script = os.path.join(WORK, "train.py")
-    with open(script, "w") as f:
-        f.write(TRAIN)
+    script = TRAIN
     record({"kind": "start", "out": OUT, "steps": a.steps, "at": ats, "cap_bytes": cap, "cli": CLI})
 
     # 1. record
     g = [recorded(script, "g%d" % b, model="gpt2", batch=b, steps=a.steps) for b in (4, 8)]
     lin = recorded(script, "lin", model="linear", batch=a.linear_batch, steps=a.steps)
+    rn = [recorded(script, "r%d" % b, model="resnet50", batch=b, steps=a.steps) for b in (32, 64)]
     runs = ["%s=4" % g[0], "%s=8" % g[1]]
 
     # 2. predict
@@ -255,6 +190,9 @@ def main():
     predict_text(runs + ["--checkpoint", "GPT2Block"] + at_args, "checkpoint")
     oj = predict([lin, "--optimizer", "sgd"], "optimizer")
     predict_text([lin, "--optimizer", "sgd"], "optimizer")
+    rats = [int(x) for x in a.resnet_at.split(",")]
+    rj = predict(["%s=32" % rn[0], "%s=64" % rn[1], "--checkpoint", "layer*"] + sum((["--at", str(n)] for n in rats), []),
+                 "resnet_checkpoint")
     aj = predict(runs + ["--checkpoint", "GPT2Block", "--at", str(a.advise_at), "--capacity", str(cap), "--advise"], "advise",
                  timeout=300)
     predict_text(runs + ["--checkpoint", "GPT2Block", "--at", str(a.advise_at), "--capacity", str(cap), "--advise"], "advise",
@@ -269,6 +207,8 @@ def main():
     # 3. native: the checkpointed GPT-2, the two Linear with SGD
     measured = {n: native(script, "gpt2 checkpointed", model="gpt2", batch=n, steps=a.steps, ckpt="all") for n in ats}
     lin_sgd = native(script, "linear sgd", model="linear", batch=a.linear_batch, steps=a.steps, opt="sgd")
+    r_measured = {n: native(script, "resnet50 stages checkpointed", model="resnet50", batch=n, steps=a.steps, ckpt="all")
+                  for n in rats}
 
     # 4. --advise's change under the cap
     best = (aj or {}).get("advice", {}).get("best")
@@ -332,6 +272,22 @@ def main():
         row = {"kind": "compare", "what": "checkpoint", "batch": n, "predicted_allocated": pa, "native_allocated": ma,
                "err_allocated_pct": pct(pa, ma), "predicted_reserved": pr, "native_reserved": mr, "err_reserved_pct": pct(pr, mr)}
         rows.append(row)
+        record(row)
+        print("%5d  %14s %14s %7s  %14s %14s %7s" % (n, f(pa), f(ma), e(row["err_allocated_pct"]), f(pr), f(mr),
+                                                     e(row["err_reserved_pct"])))
+    print("\ntorchvision resnet50, 224x224, AdamW; recorded at batch 32 and 64, predicted with --checkpoint 'layer*', "
+          "measured with torch.utils.checkpoint on each stage")
+    print("%5s  %14s %14s %7s  %14s %14s %7s" % ("batch", "pred. alloc", "native alloc", "err%", "pred. reserved",
+                                                "native res.", "err%"))
+    for n in rats:
+        p, m = predicted(rj, n), r_measured.get(n)
+        ext = (p or {}).get("external_bytes", 0)
+        pa = p["peak_allocated_bytes"] - ext if p else None
+        pr = p["peak_reserved_bytes"] - ext if p else None
+        ma = m["peak_allocated"] if m and not m["oom"] else None
+        mr = m["peak_reserved"] if m and not m["oom"] else None
+        row = {"kind": "compare", "what": "resnet50 checkpoint", "batch": n, "predicted_allocated": pa, "native_allocated": ma,
+               "err_allocated_pct": pct(pa, ma), "predicted_reserved": pr, "native_reserved": mr, "err_reserved_pct": pct(pr, mr)}
         record(row)
         print("%5d  %14s %14s %7s  %14s %14s %7s" % (n, f(pa), f(ma), e(row["err_allocated_pct"]), f(pr), f(mr),
                                                      e(row["err_reserved_pct"])))
