@@ -683,7 +683,10 @@ static int run_event(const ms_event *e, void *arg) {
     st->has_pending_free[e->device] = false;
     bool now = e->kind == MS_FREE_COMPLETED && e->address == st->pending_free[e->device].address;
     replay_free(st, &st->pending_free[e->device], !now);
-    if (now) return 0;
+    if (now) {
+      timeline_sample(st, e->device);
+      return 0;
+    }
   }
   if (e->kind == MS_SEGMENT_FREE && (e->extra == MEMSNAP_RELEASE_EXTERNAL ||
                                      (e->address && e->address == st->external_freed[e->device]))) {
