@@ -554,6 +554,87 @@ const Model = {
     return hits;
   },
 
+  // ---- the page of a prediction (`memsnap predict --html`; predict.js draws it) -------------
+  //
+  // Its document (analyzer/report/page_predict.c, format memsnap-prediction-1): `answer`, the
+  // --json answer; `recorded`, the run whose history is synthesised, with its curves; `predicted`,
+  // each history drawn with its replay's curves and peaks; `card_bytes`, the card given or null.
+
+  // Decodes the prediction page's JSON text; throws on a document of another format.
+  decodePrediction(text) {
+    const p = JSON.parse(text);
+    if (!p || p.format !== "memsnap-prediction-1") throw new Error("not a memsnap prediction document");
+    p.predicted = p.predicted || [];
+    return p;
+  },
+
+  // A curve's highest value and the time of its first bucket that reaches it: {t, v}, or null.
+  curvePeak(curve) {
+    let best = -1;
+    for (let i = 0; i < curve.hi.length; i++) if (best < 0 || curve.hi[i] > curve.hi[best]) best = i;
+    return best < 0 ? null : { t: curve.t[best], v: curve.hi[best] };
+  },
+
+  // What the page's timelines share: the time window (the recorded run's span, which the predicted
+  // histories keep: theirs are its events), one scale for all (the highest value any curve reaches,
+  // and the card when it is within twice that: a card far above would flatten every curve, so it
+  // is then named, not drawn), and the timelines, the recorded first, each with its title (text
+  // for textContent), its curves, its peaks and the card line (bytes, or null).
+  predictionView(p) {
+    const all = [p.recorded].concat(p.predicted);
+    let t0 = p.recorded.first_ns, t1 = p.recorded.last_ns, most = 1;
+    for (const x of all)
+      for (const c of [x.curves.allocated, x.curves.reserved]) {
+        if (c.t.length) { t0 = Math.min(t0, c.t[0]); t1 = Math.max(t1, c.t[c.t.length - 1]); }
+        for (const v of c.hi) most = Math.max(most, v);
+      }
+    if (!(t1 > t0)) t1 = t0 + 1;
+    const cards = p.predicted.map((x) => x.capacity_bytes).filter((c) => c > 0);
+    const card = p.card_bytes || (cards.length ? Math.max(...cards) : 0);
+    const cardDrawn = card > 0 && card <= 2 * most;
+    const top = Math.max(most, cardDrawn ? card : 0) * 1.05;
+    const B = Model.formatBytes, rec = p.recorded;
+    const timelines = [{
+      kind: "recorded",
+      title: "recorded: " + rec.path + " at size " + rec.at + (rec.devices > 1 ? ", device " + rec.device + " of " + rec.devices : ""),
+      detail: "the run whose history is synthesised, as memsnap analyze draws it: peak allocated " + B(rec.peak_allocated_bytes) +
+        (rec.peak_reserved_bytes > 0 ? ", peak reserved " + B(rec.peak_reserved_bytes) : "; no reserved memory recorded (no segment events)") +
+        ", " + rec.events + " events",
+      curves: rec.curves, allocated: rec.peak_allocated_bytes, reserved: rec.peak_reserved_bytes, card: null,
+    }];
+    for (const x of p.predicted)
+      timelines.push({
+        kind: "predicted",
+        title: "predicted at size " + x.at + ": " + (x.changed ? x.change : "the program as recorded") + "; settings " + x.setting +
+          (p.recorded.devices > 1 ? "; device " + x.device : ""),
+        detail: x.why + "; replayed through memsnap's allocator on " + B(x.capacity_bytes) + ": " +
+          (x.error ? "failed: " + x.error : (x.fits ? "fits" : "does not fit") + "; peak allocated " + B(x.peak_allocated_bytes) +
+            ", peak reserved " + B(x.peak_reserved_bytes) + (x.over_capacity ? " (what it needs: replayed again without a limit)" : "")),
+        curves: x.curves, allocated: x.peak_allocated_bytes, reserved: x.peak_reserved_bytes, fits: x.fits,
+        card: cardDrawn ? x.capacity_bytes : null,
+      });
+    return { t0, t1, top, card, cardDrawn, timelines };
+  },
+
+  // The answer's tables as rows of cells (text): the predictions (at, program, settings, peaks,
+  // fragmentation, device allocations, fits), the largest sizes that fit per setting, and the
+  // advice (rank, fits, peaks, the largest size with it, the change), each as the text report has it.
+  predictionTables(answer) {
+    const B = Model.formatBytes, setting = (r) => (r.pytorch_cuda_alloc_conf || "(defaults)") +
+      (r.memory_fraction != null && r.memory_fraction !== 1 ? " (memory fraction " + r.memory_fraction + ")" : "");
+    const rows = answer.predictions || [], swept = new Set(rows.map(setting)).size > 1 || (answer.largest_that_fits || []).length > 1;
+    const conf = (r) => setting(r) + (swept && r.recorded_settings ? "  [recorded]" : ""); // marked where settings differ
+    const predictions = rows.map((r) => [String(r.at), r.changed ? r.change : "as recorded", conf(r),
+      r.error ? "failed" : B(r.peak_allocated_bytes), r.error ? r.error : B(r.peak_reserved_bytes), B(r.fragmentation_bytes),
+      String(r.device_allocs), r.fits ? "yes" : "no"]);
+    const fits = (answer.largest_that_fits || []).map((r, i) => [String(i + 1), r.at == null ? "none" : String(r.at),
+      r.at == null ? "-" : B(r.peak_allocated_bytes), r.at == null ? "-" : B(r.peak_reserved_bytes), conf(r)]);
+    const adv = answer.advice;
+    const advice = adv ? adv.changes.map((c) => [String(c.rank), c.fits ? "yes" : "no", B(c.peak_allocated_bytes), B(c.peak_reserved_bytes),
+      !adv.searched ? "-" : c.largest_that_fits ? String(c.largest_that_fits.at) : "none", c.description]) : [];
+    return { predictions, fits, advice };
+  },
+
   formatAddress(a) { return "0x" + Number(a).toString(16); },
 
   // Human-readable bytes, as the CLI prints them.

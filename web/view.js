@@ -6,6 +6,46 @@
 // on another (showDocument), dropping the listeners of the one before (an AbortSignal).
 "use strict";
 
+// Memory curves (model.js's buckets of lowest and highest value) as filled columns, one a pixel,
+// each [curve, colour] over those before it: between times t0 and t1, or on an event axis
+// (Model.eventEdges), on a scale whose top is `top` bytes. The report's timeline and overview draw
+// with it, and each timeline of a prediction's page (predict.js).
+function fillCurves(canvas, curves, t0, t1, top, axis) {
+  const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height, y = (v) => H - (v / top) * (H - 4);
+  for (const [curve, color] of curves) {
+    const r = axis ? Model.resampleEdges(curve, axis) : Model.resample(curve, t0, t1, W);
+    ctx.fillStyle = color;
+    for (let px = 0; px < W; px++) ctx.fillRect(px, y(r.hi[px]), 1, H - y(r.hi[px]));
+  }
+}
+
+// Tick labels on a timeline's axes (text made here, never from a snapshot): bytes at quarters of
+// the scale `top`, and along the bottom tickLabel(k, px) at k = 0..6 (sevenths of the width; px the
+// pixel column), each on a light backing so that it reads over the curves.
+function timelineAxes(canvas, top, tickLabel) {
+  const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
+  ctx.font = "11px sans-serif";
+  const label = (s, x, y) => {
+    const w = ctx.measureText(s).width;
+    ctx.fillStyle = "rgba(255, 255, 255, 0.75)";
+    ctx.fillRect(x - 2, y - 11, w + 4, 14);
+    ctx.fillStyle = "#37474f";
+    ctx.fillText(s, x, y);
+  };
+  for (let k = 1; k <= 4; k++) { // bytes: quarters of the scale
+    const v = (top * k) / 4.2, yy = H - (v / top) * (H - 4);
+    ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
+    ctx.fillRect(0, yy, 8, 1);
+    label(Model.formatBytes(Math.round(v)), 10, yy + 4);
+  }
+  for (let k = 0; k <= 6; k++) { // time: sevenths of the window
+    const xx = (k / 6) * W, s = tickLabel(k, Math.min(W - 1, Math.round(xx))), w = ctx.measureText(s).width;
+    ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
+    ctx.fillRect(Math.min(W - 1, xx), H - 6, 1, 6);
+    label(s, Math.max(2, Math.min(W - w - 2, xx - w / 2)), H - 8);
+  }
+}
+
 // Shows document d (the `src`-th of the page) in every view; its listeners end with `signal`.
 function showDocument(d, signal, src) {
   const $ = (id) => document.getElementById(id);
@@ -71,7 +111,6 @@ function showDocument(d, signal, src) {
     const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
     ctx.clearRect(0, 0, W, H);
     const x = axis ? (t) => Model.pixelOf(axis, t) : (t) => ((t - t0) / (t1 - t0)) * W, y = (v) => H - (v / top) * (H - 4);
-    const resample = (curve) => (axis ? Model.resampleEdges(curve, axis) : Model.resample(curve, t0, t1, W));
     if (withBands) d.iterations.forEach((it, i) => {
       ctx.fillStyle = i % 2 ? "#f4f6fb" : "#eaeef7";
       ctx.fillRect(x(it.start_ns), 0, Math.max(1, x(it.end_ns) - x(it.start_ns)), H);
@@ -83,12 +122,7 @@ function showDocument(d, signal, src) {
       ctx.fillRect(x(l.first_seen_ns), 0, Math.max(2, x(l.last_seen_ns) - x(l.first_seen_ns)), H);
     }
     const banded = withBands && d.bands.t.length;
-    const curves = banded ? [[d.curves.reserved, "#cfd8dc"]] : [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]];
-    for (const [curve, color] of curves) {
-      const r = resample(curve);
-      ctx.fillStyle = color;
-      for (let px = 0; px < W; px++) ctx.fillRect(px, y(r.hi[px]), 1, H - y(r.hi[px]));
-    }
+    fillCurves(canvas, banded ? [[d.curves.reserved, "#cfd8dc"]] : [[d.curves.reserved, "#b0bec5"], [d.curves.allocated, "#1e88e5"]], t0, t1, top, axis);
     if (banded) { // allocated memory stacked by allocation site
       cols = axis ? Model.bandColumnsEdges(d.bands, axis) : Model.bandColumns(d.bands, t0, t1, W);
       const sel = selectedBand(), cats = byCategory(), bytes = cats ? d.bands.categories.bytes : d.bands.bytes;
@@ -159,29 +193,11 @@ function showDocument(d, signal, src) {
     ctx.strokeRect(x(st.t0), 1, Math.max(2, x(st.t1) - x(st.t0)), H - 2);
   }
 
-  function axes() { // tick labels on both axes (text made here, never from the snapshot)
-    const ctx = tl.getContext("2d"), W = tl.width, H = tl.height;
-    ctx.font = "11px sans-serif";
-    const label = (s, x, y) => { // on a light backing, so it reads over the bands
-      const w = ctx.measureText(s).width;
-      ctx.fillStyle = "rgba(255, 255, 255, 0.75)";
-      ctx.fillRect(x - 2, y - 11, w + 4, 14);
-      ctx.fillStyle = "#37474f";
-      ctx.fillText(s, x, y);
-    };
-    for (let k = 1; k <= 4; k++) { // bytes: quarters of the window's scale
-      const v = (yTop * k) / 4.2, yy = H - (v / yTop) * (H - 4);
-      ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
-      ctx.fillRect(0, yy, 8, 1);
-      label(Model.formatBytes(Math.round(v)), 10, yy + 4);
-    }
-    for (let k = 0; k <= 6; k++) { // time (or event index: "#event time"): sevenths of the window
-      const xx = (k / 6) * W, px = Math.min(W - 1, Math.round(xx)), t = edges ? (k === 6 ? edges.end : edges[px]) : st.t0 + ((st.t1 - st.t0) * k) / 6;
-      const s = (edges ? "#" + (Model.stepAt(d, t) + 1) + " " : "") + rel(t), w = ctx.measureText(s).width;
-      ctx.fillStyle = "rgba(55, 71, 79, 0.35)";
-      ctx.fillRect(Math.min(W - 1, xx), H - 6, 1, 6);
-      label(s, Math.max(2, Math.min(W - w - 2, xx - w / 2)), H - 8);
-    }
+  function axes() { // time, or event index: "#event time"
+    timelineAxes(tl, yTop, (k, px) => {
+      const t = edges ? (k === 6 ? edges.end : edges[px]) : st.t0 + ((st.t1 - st.t0) * k) / 6;
+      return (edges ? "#" + (Model.stepAt(d, t) + 1) + " " : "") + rel(t);
+    });
   }
 
   // ---- reserved memory by segment (PyTorch's "Active Cached Segment Timeline") --------------
@@ -938,6 +954,7 @@ function showDocument(d, signal, src) {
 // them: snapshots, or a snapshot's devices). The one shown is `src` in the URL fragment.
 (function () {
   const $ = (id) => document.getElementById(id);
+  if (!$("memsnap-data")) return; // another page that draws with the functions above (a prediction's)
   const list = $("memsnap-sources"), sources = list ? JSON.parse(list.textContent) : [""];
   const initial = {}; // the texts a document's views start from
   for (const id of ["readout", "state-readout", "flame-readout", "spans-readout", "details", "modules-readout"]) initial[id] = $(id).textContent;

@@ -446,6 +446,9 @@ typedef struct ms_curve {
   int64_t t[MS_BUCKETS], lo[MS_BUCKETS], hi[MS_BUCKETS];
   int n; /* buckets used, in time order */
 } ms_curve;
+/* Adds the value v to c's bucket starting at `start` (ms_bucket_start: a later one than its last,
+ * or its last; c NULL, or a full one past its last: nothing). analyze.c. */
+void ms_curve_add(ms_curve *c, int64_t start, int64_t v);
 
 /* Invalid frees from one site (stack) of one kind (analyzer/misuse.c). */
 typedef struct ms_invalid_free {

@@ -182,8 +182,7 @@ static int top_live(ms_analysis *a, ms_site_bytes *out, int max) {
   return n;
 }
 
-/* Adds the value v to the curve's bucket starting at `start`. */
-static void curve_add(ms_curve *c, int64_t start, int64_t v) {
+void ms_curve_add(ms_curve *c, int64_t start, int64_t v) {
   if (!c) return;
   if (c->n > 0 && c->t[c->n - 1] == start) {
     if (v < c->lo[c->n - 1]) c->lo[c->n - 1] = v;
@@ -198,8 +197,8 @@ static void curve_add(ms_curve *c, int64_t start, int64_t v) {
 static void curves_add(pass *p, int64_t t) {
   ms_snapshot *s = p->a->snap;
   int64_t start = ms_bucket_start(s, ms_bucket_width(s), t);
-  curve_add(p->a->allocated_curve, start, p->allocated);
-  curve_add(p->a->reserved_curve, start, p->reserved);
+  ms_curve_add(p->a->allocated_curve, start, p->allocated);
+  ms_curve_add(p->a->reserved_curve, start, p->reserved);
 }
 
 /* Puts what was allocated before the history into the replay, each block under its site: its

@@ -1,5 +1,5 @@
 /* predict.c: `memsnap predict A.db=SIZE B.db=SIZE [C.db=SIZE] [--at N]... [--capacity SIZE |
- * --device CARD] [--set KEY=VALUE]... [--sweep] [--jobs N] [--json]`: a program's peaks at sizes
+ * --device CARD] [--set KEY=VALUE]... [--sweep] [--jobs N] [--json | --html OUT]`: a program's peaks at sizes
  * it was not run at (batch, sequence length), from runs recorded at two or three sizes
  * (replay/align.c aligns them, replay/predict.c fits each allocation's request and replays the
  * history synthesised at each size), under the recorded settings or each setting of the replay's
@@ -7,7 +7,9 @@
  *
  * With --checkpoint, --optimizer (replay/whatif.c) the history is synthesised as if the program had
  * changed, from one run at its own size or from the laws; --advise (replay/advise.c) tries the
- * changes that make a size fit a card.
+ * changes that make a size fit a card. --html writes the answer as a page (report/page_predict.c):
+ * the JSON's answer above the recorded run's memory over time and each predicted history's,
+ * replayed once more in this process to draw it.
  *
  * Its options are memsnap replay's (--set, --capacity, --device, --sweep, --jobs, --json), read
  * the same way; a prediction that cannot be made (runs that do not align, a history that starts
@@ -36,6 +38,7 @@ typedef struct predict_args {
   int nat;
   ms_replay_config base; /* --set, and --capacity/--device as its capacity */
   const char *card_option;
+  const char *html; /* --html OUT.html */
   bool json, sweep;
   int jobs;
   /* a change to the program */
@@ -73,6 +76,7 @@ static int parse_args(int argc, char **argv, predict_args *a) {
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "--json")) a->json = true;
+    else if (!strcmp(arg, "--html") && i + 1 < argc) a->html = argv[++i];
     else if (!strcmp(arg, "--sweep")) a->sweep = true;
     else if (!strcmp(arg, "--set") && i + 1 < argc) {
       if (ms_replay_config_apply(&a->base, argv[++i], true, err, sizeof err) != 0)
@@ -133,6 +137,7 @@ static int parse_args(int argc, char **argv, predict_args *a) {
     }
   }
   if (a->nruns == 0) return ms_usage_error(&ms_predict_command, "no runs given");
+  if (a->html && a->json) return ms_usage_error(&ms_predict_command, "--html and --json: choose one");
   bool changed = ms_change_any(&a->change);
   if (a->nruns == 1 && !changed && !a->advise)
     return ms_usage_error(&ms_predict_command, "one run ('%.200s') cannot tell how memory grows with the size: give the "
@@ -593,6 +598,138 @@ static cJSON *json_prediction(const ms_predict *m, const ms_replay_result *r, bo
 
 static void json_note(const char *note, void *arg) { cJSON_AddItemToArray((cJSON *)arg, cJSON_CreateString(note)); }
 
+/* The answer as JSON (docs/predict.md, "JSON"): the predictions at each size (pred, NULL: none),
+ * the largest sizes that fit (fit, NULL: none), the advice (adv, NULL: none). NULL when out of
+ * memory. */
+static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t card, const char *recorded_line,
+                          const ms_sweep *pred, int nconf, int nchange, const ms_sweep *fit, const ms_advice *adv) {
+  cJSON *o = json_model(ms_predict_info_of(m), card, recorded_line), *list = cJSON_AddArrayToObject(o, "predictions");
+  cJSON_AddItemToObject(o, "what_if", json_whatif(m, a));
+  for (int at = 0; pred && at < a->nat; at++)
+    for (int h = 0; h < nchange; h++) {
+      const ms_replay_result *rows = &pred->results[(at * nchange + h) * nconf];
+      int order[MS_SWEEP_GRID_ROWS];
+      ms_replay_rank(rows, nconf, order);
+      for (int k = 0; k < nconf; k++) cJSON_AddItemToArray(list, json_prediction(m, &rows[order[k]], order[k] == 0));
+    }
+  cJSON *fits_list = cJSON_AddArrayToObject(o, "largest_that_fits");
+  for (int k = 0; fit && k < fit->nrows; k++) {
+    const ms_replay_result *r = &fit->results[fit->order[k]];
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddItemToArray(fits_list, j);
+    add_setting(j, &r->config, fit->order[k] == 0);
+    add_change(j, m, &r->change);
+    if (r->at && !r->failed) {
+      cJSON_AddNumberToObject(j, "at", (double)r->at);
+      cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(r));
+      cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)ms_replay_worst_peak(r));
+    } else {
+      cJSON_AddNullToObject(j, "at");
+    }
+    if (r->failed) cJSON_AddStringToObject(j, "error", r->error);
+  }
+  if (fit) {
+    cJSON_AddNumberToObject(o, "fit_capacity_bytes", (double)a->base.capacity);
+    const ms_replay_result *best = &fit->results[fit->order[0]];
+    if (best->at && !best->failed) {
+      cJSON *b = cJSON_AddObjectToObject(o, "best_fit");
+      add_setting(b, &best->config, fit->order[0] == 0);
+      cJSON_AddNumberToObject(b, "at", (double)best->at);
+    } else {
+      cJSON_AddNullToObject(o, "best_fit");
+    }
+  }
+  if (adv) cJSON_AddItemToObject(o, "advice", json_advice(m, adv));
+  cJSON *notes = cJSON_AddArrayToObject(o, "notes");
+  const ms_sweep *sweeps[2] = {pred, fit};
+  collect_notes(m, sweeps, 2, json_note, notes);
+  if (a->one_run && a->card_option && !a->advise)
+    json_note("one run: the prediction is at its own size on the card; the largest size that fits needs runs at two sizes", notes);
+  if (!o || !notes) { /* cJSON's adders fail quietly: an object without its last key is out of memory */
+    cJSON_Delete(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* ---- the answer, as a page ---------------------------------------------------------------- */
+
+#define PAGE_MAX (MAX_AT + 1) /* histories drawn: one per size, or the advice's two */
+
+/* The device with the highest peak reserved in r: the one the table's figures are of. */
+static int worst_device(const ms_replay_result *r) {
+  int best = 0;
+  for (int i = 1; i < r->ndevices; i++)
+    if (r->dev[i].used && r->dev[i].peak_reserved > r->dev[best].peak_reserved) best = i;
+  return best;
+}
+
+/* The page (--html): the base run's memory over time above each history the answer is about,
+ * replayed again in this process to draw it (engine.c's timeline), on the device whose peaks the
+ * answer gives. Which histories: each --at size as changed, under the first setting (the recorded
+ * ones with --set over them); with --advise, the size as recorded and with the smallest change
+ * that fits; with only a card, the largest size that fits under its best setting. 0, or 1. */
+static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer, int nconf, int nchange, const ms_sweep *pred, const ms_sweep *fit, const ms_advice *adv) {
+  const ms_predict_info *in = ms_predict_info_of(m);
+  const ms_replay_result *rows[PAGE_MAX];
+  const char *why[PAGE_MAX];
+  char whys[PAGE_MAX][64];
+  int n = 0;
+  for (int k = 0; pred && k < a->nat; k++, n++) {
+    rows[n] = &pred->results[(k * nchange + nchange - 1) * nconf]; /* by row: the first setting, the change */
+    snprintf(whys[n], sizeof whys[n], "--at %lld", (long long)a->at[k]);
+    why[n] = whys[n];
+  }
+  for (int i = 0; adv && i < adv->n; i++) /* the size as recorded, then the smallest change that fits */
+    if (adv->row[i].kind == MS_ADVICE_NONE) rows[n] = &adv->row[i].at, why[n++] = "--advise: the size as recorded";
+  if (adv && adv->best >= 0 && adv->row[adv->best].kind != MS_ADVICE_NONE)
+    rows[n] = &adv->row[adv->best].at, why[n++] = "--advise: the smallest change that fits";
+  if (!pred && fit && fit->results[fit->order[0]].at && !fit->results[fit->order[0]].failed)
+    rows[n] = &fit->results[fit->order[0]], why[n++] = "--capacity: the largest size that fits, under its best setting";
+  ms_replay_timeline *tl = calloc((size_t)(n ? n : 1), sizeof *tl);
+  ms_replay_result *res = calloc((size_t)(n ? n : 1), sizeof *res);
+  ms_prediction_timeline drawn[PAGE_MAX];
+  ms_snapshot s;
+  ms_analysis rec;
+  bool opened = false, analyzed = false;
+  int rc = 1;
+  if (!tl || !res) {
+    fprintf(stderr, "error: predict: out of memory\n");
+    goto cleanup;
+  }
+  for (int i = 0; i < n; i++) {
+    if (ms_predict_timeline(m, &rows[i]->config, &rows[i]->change, rows[i]->at, worst_device(rows[i]), &tl[i], &res[i]) != 0) {
+      fprintf(stderr, "error: predict: the replay at %lld drawn for the page: %s\n", (long long)rows[i]->at, res[i].error);
+      goto cleanup;
+    }
+    drawn[i] = (ms_prediction_timeline){&tl[i], &res[i], fits(&res[i]), why[i]};
+  }
+  const ms_predict_run *base = &in->run[in->base];
+  int device = n ? tl[0].device : 0;
+  if (ms_open(&s, base->path) != 0) {
+    fprintf(stderr, "error: %s\n", s.error);
+    goto cleanup;
+  }
+  opened = true;
+  if (base->devices > 1) ms_only_device(&s, device);
+  if (ms_analyze(&s, &rec, NULL) != 0) {
+    fprintf(stderr, "error: %s\n", s.error);
+    goto cleanup;
+  }
+  analyzed = true;
+  const char *inputs[MS_PREDICT_MAX_RUNS];
+  for (int r = 0; r < in->nruns; r++) inputs[r] = in->run[r].path;
+  ms_prediction_page pg = {answer, &rec, base->at, device, base->devices, a->base.capacity, ms_predict_whatif(m), drawn, n};
+  rc = ms_write_prediction_html(a->html, &pg, inputs, (size_t)in->nruns);
+
+cleanup:
+  if (analyzed) ms_analysis_free(&rec);
+  if (opened) ms_close(&s);
+  free(tl);
+  free(res);
+  return rc;
+}
+
 /* ---- the command -------------------------------------------------------------------------- */
 
 /* Errors of the rows that failed, on stderr: 1 when any did, else 0. */
@@ -624,6 +761,12 @@ static int cmd_predict(int argc, char **argv) {
   ms_replay_config configs[MS_SWEEP_GRID_ROWS];
   int nconf = 1, rc = parse_args(argc, argv, &a);
   if (rc != 0) goto cleanup;
+  const char *inputs[MS_PREDICT_MAX_RUNS + 1];
+  for (int i = 0; i < a.nruns; i++) inputs[i] = a.runs[i].path;
+  if (a.html && ms_refuse_overwrite("--html", a.html, inputs, (size_t)a.nruns)) { /* before the work, not after */
+    rc = 1;
+    goto cleanup;
+  }
   bool progress = isatty(2);
   ms_predict_options po = {a.checkpoint, a.ncheckpoint, a.change.optimizer != MS_OPT_KEEP || a.advise, progress};
   m = ms_predict_new(a.runs, a.nruns, &po, err, sizeof err);
@@ -693,59 +836,22 @@ static int cmd_predict(int argc, char **argv) {
   char rec[1200];
   ms_replay_describe_config(&recorded, rec, sizeof rec);
   const ms_sweep *sweeps[2] = {have_pred ? &pred : NULL, have_fit ? &fit : NULL};
-  if (a.json) {
+  if (a.json || a.html) {
     char line[1024];
     ms_replay_conf_line(&recorded, line, sizeof line);
-    cJSON *o_json = json_model(in, card, line), *list = cJSON_AddArrayToObject(o_json, "predictions");
-    cJSON_AddItemToObject(o_json, "what_if", json_whatif(m, &a));
-    for (int at = 0; have_pred && at < a.nat; at++)
-      for (int h = 0; h < nchange; h++) {
-        const ms_replay_result *rows = &pred.results[(at * nchange + h) * nconf];
-        int order[MS_SWEEP_GRID_ROWS];
-        ms_replay_rank(rows, nconf, order);
-        for (int k = 0; k < nconf; k++) cJSON_AddItemToArray(list, json_prediction(m, &rows[order[k]], order[k] == 0));
-      }
-    cJSON *fits_list = cJSON_AddArrayToObject(o_json, "largest_that_fits");
-    for (int k = 0; have_fit && k < fit.nrows; k++) {
-      const ms_replay_result *r = &fit.results[fit.order[k]];
-      cJSON *j = cJSON_CreateObject();
-      cJSON_AddItemToArray(fits_list, j);
-      add_setting(j, &r->config, fit.order[k] == 0);
-      add_change(j, m, &r->change);
-      if (r->at && !r->failed) {
-        cJSON_AddNumberToObject(j, "at", (double)r->at);
-        cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(r));
-        cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)ms_replay_worst_peak(r));
-      } else {
-        cJSON_AddNullToObject(j, "at");
-      }
-      if (r->failed) cJSON_AddStringToObject(j, "error", r->error);
-    }
-    if (have_fit) {
-      cJSON_AddNumberToObject(o_json, "fit_capacity_bytes", (double)a.base.capacity);
-      const ms_replay_result *best = &fit.results[fit.order[0]];
-      if (best->at && !best->failed) {
-        cJSON *b = cJSON_AddObjectToObject(o_json, "best_fit");
-        add_setting(b, &best->config, fit.order[0] == 0);
-        cJSON_AddNumberToObject(b, "at", (double)best->at);
-      } else {
-        cJSON_AddNullToObject(o_json, "best_fit");
-      }
-    }
-    if (have_adv) cJSON_AddItemToObject(o_json, "advice", json_advice(m, &adv));
-    cJSON *notes = cJSON_AddArrayToObject(o_json, "notes");
-    collect_notes(m, sweeps, 2, json_note, notes);
-    if (a.one_run && a.card_option && !a.advise)
-      json_note("one run: the prediction is at its own size on the card; the largest size that fits needs runs at two sizes", notes);
-    char *text = cJSON_PrintUnformatted(o_json);
-    cJSON_Delete(o_json);
-    if (!text) {
+    cJSON *answer = answer_json(m, &a, card, line, sweeps[0], nconf, nchange, sweeps[1], have_adv ? &adv : NULL);
+    char *text = answer && a.json ? cJSON_PrintUnformatted(answer) : NULL;
+    if (!answer || (a.json && !text)) {
       fprintf(stderr, "error: predict: out of memory writing JSON\n");
       rc = 1;
-      goto cleanup;
+    } else if (a.json) {
+      printf("%s\n", text);
+    } else {
+      rc = write_page(m, &a, answer, nconf, nchange, sweeps[0], sweeps[1], have_adv ? &adv : NULL);
     }
-    printf("%s\n", text);
-    free(text);
+    cJSON_free(text);
+    cJSON_Delete(answer);
+    if (rc != 0) goto cleanup;
   } else {
     print_model(in, card, a.base.capacity != 0, rec);
     print_change(w, &a.change, in, &a);
@@ -772,7 +878,7 @@ cleanup:
 const ms_command ms_predict_command = {"predict", cmd_predict,
      "memsnap predict A.db=SIZE B.db=SIZE [C.db=SIZE] [--at N]... [--capacity SIZE | --device CARD]\n"
      "                [--set KEY=VALUE]... [--sweep [--jobs N]] [--checkpoint MODULES]... [--optimizer NAME]\n"
-     "                [--advise] [--json]\n"
+     "                [--advise] [--json | --html OUT.html]\n"
      "                            peaks at sizes not run (batch, sequence length) from runs at two or\n"
      "                            three, and the largest size that fits a card; as if modules were\n"
      "                            checkpointed or another optimizer used (one run: at its own size);\n"
@@ -796,6 +902,9 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  --advise            with one --at N and a card: the smallest changes that make N fit (settings,\n"
      "                      the fewest --checkpoint modules, lighter optimizers), and the largest size with each\n"
      "  --json              the answer as JSON (docs/predict.md)\n"
+     "  --html OUT.html     the answer as a self-contained page: its table above the recorded run's\n"
+     "                      memory over time and, one above the other on the same scale, each\n"
+     "                      predicted history's (replayed), its peaks and the card marked\n"
      "\n"
      "The runs must be the same program (the same steps and code path) at different sizes, recorded\n"
      "from its start (memsnap run does): their allocations are aligned by site and order, each\n"

@@ -77,6 +77,7 @@ struct ms_replay_plan {
   char import_source[128];
   ms_replay_source source; /* events in place of the snapshot's history (predict.c); NULL: the history */
   void *source_arg;
+  ms_replay_timeline *timeline; /* drawn into by each replay (the page of a prediction); NULL: none */
 };
 
 /* ---- settings ---------------------------------------------------------------------------- */
@@ -340,6 +341,8 @@ void ms_replay_plan_set_source(ms_replay_plan *p, ms_replay_source source, void 
   p->checked = source != NULL; /* a synthesised history starts at the program's start */
 }
 
+void ms_replay_plan_set_timeline(ms_replay_plan *p, ms_replay_timeline *t) { p->timeline = t; }
+
 void ms_replay_plan_free(ms_replay_plan *p) {
   if (!p) return;
   ms_prehistory_free(&p->before);
@@ -384,6 +387,8 @@ typedef struct run_state {
   bool external_seen[MS_REPLAY_DEVICES];
   uint64_t external_next[MS_REPLAY_DEVICES], external_freed[MS_REPLAY_DEVICES];
   int64_t allocator_peak_seen[MS_REPLAY_DEVICES]; /* the allocator's reserved peak at the last look */
+  /* the timeline (the plan's, when it has one): the current event's time, the buckets' width */
+  int64_t now, bucket_width;
 } run_state;
 
 void ms_replay_note(ms_replay_result *r, const char *fmt, ...) {
@@ -425,6 +430,25 @@ static bool stream_ok(run_state *st, uint64_t stream) {
   return true;
 }
 
+/* Adds a device's allocated and reserved memory now to the plan's timeline, when it follows that
+ * device: the buckets of the analysis's curves, each keeping its lowest and highest value. */
+static void timeline_add(run_state *st, int device, int64_t allocated, int64_t reserved) {
+  ms_replay_timeline *t = st->p->timeline;
+  if (!t || device != t->device) return;
+  int64_t start = ms_bucket_start(st->s, st->bucket_width, st->now);
+  ms_curve_add(&t->allocated, start, allocated);
+  ms_curve_add(&t->reserved, start, reserved);
+}
+
+/* The timeline after an event of `device` (a free lowers what update_peak saw last). */
+static void timeline_sample(run_state *st, int device) {
+  memsnap_stats_t stats;
+  if (!st->p->timeline || device != st->p->timeline->device || memsnap_get_stats(device, &stats) != MEMSNAP_OK) return;
+  int64_t external = st->external_bytes[device];
+  timeline_add(st, device, stats.allocated_bytes[MEMSNAP_POOL_ALL].current + external,
+               stats.reserved_bytes[MEMSNAP_POOL_ALL].current + external);
+}
+
 /* Follows the device's peaks: the allocator's memory plus the external memory held. A reserved
  * peak the allocator reached inside a call since the last look (a segment allocated, then the
  * cache released to retry) counts with the external memory held during that call. */
@@ -440,6 +464,7 @@ static void update_peak(run_state *st, int device) {
     st->allocator_peak_seen[device] = inner;
     if (inner + external > reserved) reserved = inner + external;
   }
+  timeline_add(st, device, allocated, reserved); /* the peaks' values, so that the timeline's highest is the peak */
   if (allocated > d->peak_allocated) d->peak_allocated = allocated;
   if (reserved > d->peak_reserved || (reserved == d->peak_reserved && allocated > d->allocated_at_peak)) {
     d->peak_reserved = reserved;
@@ -639,6 +664,7 @@ static int run_event(const ms_event *e, void *arg) {
   run_state *st = arg;
   ms_replay_result *r = st->r;
   r->events++;
+  st->now = e->time_ns;
   if (e->kind == MS_SNAPSHOT || e->kind == MS_MARK || e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP ||
       e->kind == MS_IPC_SHARE || ms_event_is_model(e->kind))
     return 0;
@@ -657,7 +683,10 @@ static int run_event(const ms_event *e, void *arg) {
     st->has_pending_free[e->device] = false;
     bool now = e->kind == MS_FREE_COMPLETED && e->address == st->pending_free[e->device].address;
     replay_free(st, &st->pending_free[e->device], !now);
-    if (now) return 0;
+    if (now) {
+      timeline_sample(st, e->device);
+      return 0;
+    }
   }
   if (e->kind == MS_SEGMENT_FREE && (e->extra == MEMSNAP_RELEASE_EXTERNAL ||
                                      (e->address && e->address == st->external_freed[e->device]))) {
@@ -721,6 +750,7 @@ static int run_event(const ms_event *e, void *arg) {
     snprintf(r->error, sizeof r->error, "out of host memory at event %lld", (long long)e->id);
     return 1;
   }
+  timeline_sample(st, e->device);
   return 0;
 }
 
@@ -890,7 +920,13 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
     memsnap_shutdown();
     return -1;
   }
-  run_state st = {.s = s, .p = p, .r = r};
+  if (p->timeline) ms_events_extent(s); /* the buckets span the history (known after any whole pass) */
+  run_state st = {.s = s, .p = p, .r = r, .now = s->first_ns, .bucket_width = ms_bucket_width(s)};
+  if (p->timeline) { /* drawn anew: a replay again (late start found, no limit) replaces it */
+    int device = p->timeline->device;
+    memset(p->timeline, 0, sizeof *p->timeline);
+    p->timeline->device = device;
+  }
   preload(&st);
   int64_t base_allocs[MS_REPLAY_DEVICES] = {0}, base_frees[MS_REPLAY_DEVICES] = {0};
   for (int i = 0; i < r->ndevices && r->preloaded_blocks; i++) { /* counted from the history's start */

@@ -456,6 +456,15 @@ int ms_predict_replay(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms
   return rc;
 }
 
+int ms_predict_timeline(ms_predict *m, const ms_replay_config *c, const ms_change *ch, int64_t at, int device,
+                        ms_replay_timeline *t, ms_replay_result *r) {
+  t->device = device;
+  ms_replay_plan_set_timeline(m->plan, t);
+  int rc = ms_predict_replay(m, &m->base, m->plan, c, ch, at, r);
+  ms_replay_plan_set_timeline(m->plan, NULL);
+  return rc;
+}
+
 /* A row of predictions: the size's history replayed on the card, and, when it does not fit
  * there, again on a device without a limit, for what it needs. */
 static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r, void *arg) {

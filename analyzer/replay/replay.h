@@ -110,6 +110,19 @@ typedef int (*ms_replay_source)(ms_snapshot *s, void *arg, int (*fn)(const ms_ev
 /* Makes p's replays take their events from source(s, arg, ...) (NULL: the snapshot's history
  * again); such a history is taken to start at the program's start (no late start is looked for). */
 void ms_replay_plan_set_source(ms_replay_plan *p, ms_replay_source source, void *arg);
+/* A replay's memory over time (the page of a prediction): one device's allocated and reserved
+ * memory (the allocator's, with the external memory held beside it, as the peaks count them)
+ * after each event, in the buckets of the analysis's curves (MS_BUCKETS over the snapshot's
+ * span, each with its lowest and highest value: a million events are 4000 buckets, and no peak
+ * is lost; the highest reserved value is the replay's peak reserved). */
+typedef struct ms_replay_timeline {
+  int device; /* the device followed (the caller's) */
+  ms_curve allocated, reserved;
+} ms_replay_timeline;
+/* Makes p's replays draw into *t (NULL: none), each replay anew: a replay that runs again (a late
+ * start found, predict's replay without a limit) leaves its last run's. Costs a look at the
+ * allocator's statistics per event of t's device. */
+void ms_replay_plan_set_timeline(ms_replay_plan *p, ms_replay_timeline *t);
 /* The recorded settings (from the snapshot's options table) as a config. */
 void ms_replay_recorded_config(const ms_replay_plan *p, ms_replay_config *out);
 /* The recorded capacity of the largest device, in bytes. */
@@ -382,6 +395,11 @@ int ms_predict_replay(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms
                       int64_t at, ms_replay_result *r);
 int ms_predict_search(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
                       ms_replay_result *r);
+/* ms_predict_replay in this process, on the base and its plan, drawing `device`'s memory over time
+ * into *t (engine.c's timeline; of the replay without a limit when the card is too small, as r's
+ * figures are): the page of a prediction. Fills *r; returns what ms_replay_run returns. */
+int ms_predict_timeline(ms_predict *m, const ms_replay_config *c, const ms_change *ch, int64_t at, int device,
+                        ms_replay_timeline *t, ms_replay_result *r);
 /* A note for the sizes of sizes[0..n) (0s left out) far from the recorded ones (MS_PREDICT_FAR)
  * into out[len]; "" when none is. */
 void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len);

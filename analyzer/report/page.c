@@ -29,9 +29,11 @@
   extern const char _binary_##name##_start[];        \
   extern const char _binary_##name##_end[];
 ASSET(viewer_html)
+ASSET(predict_html)
 ASSET(viewer_css)
 ASSET(model_js)
 ASSET(view_js)
+ASSET(predict_js)
 
 /* The string table: each distinct string once, numbered, and the JSON array of them. */
 typedef struct strtab {
@@ -202,7 +204,7 @@ static void sb_column(sbuf *b, const char *name, const void *base, size_t n, siz
   sb_put(b, "]");
 }
 
-static cJSON *curve_json(const ms_curve *c) {
+cJSON *ms_page_curve_json(const ms_curve *c) {
   cJSON *o = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(o, "t"), *lo = cJSON_AddArrayToObject(o, "lo"),
         *hi = cJSON_AddArrayToObject(o, "hi");
   for (int i = 0; c && i < c->n; i++) {
@@ -415,8 +417,8 @@ static char *page_json(const ms_analysis *a) {
     }
   }
   cJSON *curves = cJSON_AddObjectToObject(root, "curves");
-  cJSON_AddItemToObject(curves, "allocated", curve_json(a->allocated_curve));
-  cJSON_AddItemToObject(curves, "reserved", curve_json(a->reserved_curve));
+  cJSON_AddItemToObject(curves, "allocated", ms_page_curve_json(a->allocated_curve));
+  cJSON_AddItemToObject(curves, "reserved", ms_page_curve_json(a->reserved_curve));
   sbuf cols = {0};
   if (ok) { /* adds sites, stacks and strings */
     page_columns(&p, &cols);
@@ -482,11 +484,10 @@ static int put_more_data(ms_analysis *const *a, size_t n, FILE *out) {
   return 0;
 }
 
-int ms_report_html(ms_analysis *const *a, size_t n, FILE *out) {
-  if (n == 0 || ms_analyze_timeline(a[0]) != 0) return -1;
-  char *json = page_json(a[0]);
-  if (!json) return -1;
-  const char *t = _binary_viewer_html_start, *end = _binary_viewer_html_end;
+/* Writes a template with its marks filled: web/'s style and scripts inlined, `json` as its data
+ * block, and its more-data mark by more(out, arg) (NULL: nothing). 0, what more returned, or -1
+ * when writing fails. */
+static int put_template(FILE *out, const char *t, const char *end, const char *json, int (*more)(FILE *, void *), void *arg) {
   static const char mark[] = "/*MEMSNAP:";
   int rc = 0;
   while (t < end && rc == 0) {
@@ -502,12 +503,74 @@ int ms_report_html(ms_analysis *const *a, size_t n, FILE *out) {
     if (len == 10 && !memcmp(name, "viewer.css", len)) put_asset(out, _binary_viewer_css_start, _binary_viewer_css_end);
     else if (len == 8 && !memcmp(name, "model.js", len)) put_asset(out, _binary_model_js_start, _binary_model_js_end);
     else if (len == 7 && !memcmp(name, "view.js", len)) put_asset(out, _binary_view_js_start, _binary_view_js_end);
+    else if (len == 10 && !memcmp(name, "predict.js", len)) put_asset(out, _binary_predict_js_start, _binary_predict_js_end);
     else if (len == 4 && !memcmp(name, "data", len)) put_json(out, json);
-    else if (len == 9 && !memcmp(name, "more-data", len)) rc = put_more_data(a, n, out);
+    else if (len == 9 && !memcmp(name, "more-data", len) && more) rc = more(out, arg);
     t = close + 2;
   }
-  free(json);
   return rc == 0 && !ferror(out) ? 0 : -1;
+}
+
+typedef struct report_docs {
+  ms_analysis *const *a;
+  size_t n;
+} report_docs;
+
+static int put_report_more(FILE *out, void *arg) {
+  const report_docs *r = arg;
+  return put_more_data(r->a, r->n, out);
+}
+
+int ms_report_html(ms_analysis *const *a, size_t n, FILE *out) {
+  if (n == 0 || ms_analyze_timeline(a[0]) != 0) return -1;
+  char *json = page_json(a[0]);
+  if (!json) return -1;
+  report_docs docs = {a, n};
+  int rc = put_template(out, _binary_viewer_html_start, _binary_viewer_html_end, json, put_report_more, &docs);
+  free(json);
+  return rc;
+}
+
+int ms_report_prediction_html(const char *json, FILE *out) {
+  return put_template(out, _binary_predict_html_start, _binary_predict_html_end, json, NULL, NULL);
+}
+
+int ms_write_page(const char *out, int (*fill)(FILE *f, void *arg), void *arg, const char *(*why)(void *arg)) {
+  char tmp[PATH_MAX + 32];
+  ms_temp_path(out, tmp, sizeof tmp);
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+    return 1;
+  }
+  if (fill(f, arg) != 0) {
+    fclose(f);
+    unlink(tmp);
+    const char *reason = why ? why(arg) : NULL;
+    fprintf(stderr, "error: writing '%s': %s\n", out, reason && reason[0] ? reason : "out of memory");
+    return 1;
+  }
+  bool ok = !ferror(f);
+  ok = (fclose(f) == 0) && ok;
+  if (!ok) unlink(tmp);
+  if (!ok || ms_commit(tmp, out) != 0) {
+    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+static int fill_report(FILE *f, void *arg) {
+  const ms_page_set *ps = arg;
+  return ms_report_html(ps->docs, ps->ndocs, f);
+}
+
+/* Why a report page could not be written: a document's snapshot's error (its page pass failed). */
+static const char *report_error(void *arg) {
+  const ms_page_set *ps = arg;
+  for (size_t i = 0; i < ps->ndocs; i++)
+    if (ps->docs[i]->snap->error[0]) return ps->docs[i]->snap->error;
+  return NULL;
 }
 
 int ms_write_html(const char *out, ms_analysis *a, size_t n, const ms_analyze_options *o) {
@@ -515,31 +578,9 @@ int ms_write_html(const char *out, ms_analysis *a, size_t n, const ms_analyze_op
   for (size_t i = 0; i < n && i < 64; i++) inputs[i] = a[i].snap->path;
   if (ms_refuse_overwrite("--html", out, inputs, n < 64 ? n : 64)) return 1;
   ms_page_set ps;
-  if (ms_page_set_build(&ps, a, n, o) != 0) {
-    fprintf(stderr, "error: %s\n", ps.error);
-    ms_page_set_free(&ps);
-    return 1;
-  }
-  char tmp[PATH_MAX + 32];
-  ms_temp_path(out, tmp, sizeof tmp);
-  FILE *f = fopen(tmp, "w");
   int rc = 1;
-  if (!f) {
-    fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
-  } else if (ms_report_html(ps.docs, ps.ndocs, f) != 0) {
-    fclose(f);
-    unlink(tmp);
-    const char *why = "out of memory";
-    for (size_t i = 0; i < ps.ndocs; i++)
-      if (ps.docs[i]->snap->error[0]) why = ps.docs[i]->snap->error;
-    fprintf(stderr, "error: writing '%s': %s\n", out, why);
-  } else {
-    bool ok = !ferror(f);
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) unlink(tmp);
-    if (!ok || ms_commit(tmp, out) != 0) fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
-    else rc = 0;
-  }
+  if (ms_page_set_build(&ps, a, n, o) != 0) fprintf(stderr, "error: %s\n", ps.error);
+  else rc = ms_write_page(out, fill_report, &ps, report_error);
   ms_page_set_free(&ps);
   return rc;
 }

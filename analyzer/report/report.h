@@ -1,12 +1,14 @@
 /* report.h: an analysis written out (prefix ms_): as text for a terminal (text.c), as JSON
  * (json.c; docs/analysis-json.md) and as the report page (page.c, page_more.c, and page_set.c for
- * the page's documents: a snapshot on several devices gives one per device). Reports format what
- * the analysis computed; they call down into analysis/, read/ and util/ only.
+ * the page's documents: a snapshot on several devices gives one per device); a prediction's page
+ * (page_predict.c). Reports format what the analysis and the replay computed; they call down
+ * into replay/, analysis/, read/ and util/ only.
  */
 #ifndef MEMSNAP_REPORT_H
 #define MEMSNAP_REPORT_H
 
 #include "analysis/analysis.h"
+#include "replay/replay.h"
 
 /* ---- the page's data beyond page.c's (page_more.c) ----------------------------------------- */
 
@@ -50,6 +52,39 @@ void ms_page_set_free(ms_page_set *ps);
  * document per device, analyzed as o says: page_set.c) to `out`, atomically, never over one
  * of the snapshots. 0, or 1 (message printed). */
 int ms_write_html(const char *out, ms_analysis *a, size_t n, const ms_analyze_options *o);
+/* The analysis's curve as the page has it: {"t": [...], "lo": [...], "hi": [...]} (page.c). */
+struct cJSON *ms_page_curve_json(const ms_curve *c);
+/* Writes a page to `out` atomically (a temporary file beside it, renamed over it): fill(f, arg)
+ * writes it, 0 or -1; on -1 the message gives why(arg) (NULL, or it returning NULL: "out of
+ * memory"). 0, or 1 (message printed; nothing left behind). page.c. */
+int ms_write_page(const char *out, int (*fill)(FILE *f, void *arg), void *arg, const char *(*why)(void *arg));
+
+/* ---- the page of a prediction (page_predict.c) ------------------------------------------- */
+
+/* One predicted history drawn: its replay (config, change, size, peaks) and its timeline. */
+typedef struct ms_prediction_timeline {
+  const ms_replay_timeline *timeline;
+  const ms_replay_result *result;
+  bool fits;       /* on the card, as the answer says it */
+  const char *why; /* why it is drawn, in words ("--at 16", "the smallest change that fits") */
+} ms_prediction_timeline;
+
+typedef struct ms_prediction_page {
+  const struct cJSON *answer;    /* the answer, as --json prints it */
+  const ms_analysis *recorded;   /* the base run analyzed (the device drawn, when on several) */
+  int64_t recorded_at;           /* its size */
+  int recorded_device, recorded_devices;
+  uint64_t capacity;             /* the card given (--capacity, --device); 0: the recorded one */
+  const ms_whatif *whatif;       /* names the instances checkpointed (NULL: no change asked) */
+  const ms_prediction_timeline *predicted;
+  int npredicted;
+} ms_prediction_page;
+/* Writes web/predict.html with pg as its document to `out`, atomically, never over one of
+ * inputs[0..n) (the runs). 0, or 1 (message printed). */
+int ms_write_prediction_html(const char *out, const ms_prediction_page *pg, const char *const *inputs, size_t n);
+/* Writes web/predict.html with `json` (the document) embedded to out: 0, or -1 when writing fails. */
+int ms_report_prediction_html(const char *json, FILE *out);
+
 /* ---- output (text.c) ------------------------------------------------------------------ */
 
 typedef struct ms_report_options {

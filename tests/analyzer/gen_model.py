@@ -9,7 +9,7 @@ makes its own state. So a prediction from the plain program's snapshot can be ch
 the replay of the changed program's snapshot, computed independently.
 
   python3 gen_model.py OUT.db --batch B [--steps S] [--layers L] [--checkpoint all|none|I,J,...]
-      [--optimizer adamw|sgd|sgd-momentum] [--events] [--gelu-fn] [--capacity BYTES]
+      [--optimizer adamw|sgd|sgd-momentum] [--events] [--gelu-fn] [--capacity BYTES] [--root CLASS]
 
 Stacks: Python frames (Block.forward in model.py, Model.forward, main in train.py; AdamW.step
 and _init_group in torch/optim/adamw.py; Linear.__init__ in torch/nn/modules/linear.py) and
@@ -99,7 +99,7 @@ class Program:
 
     def module(self, path, what):
         if self.a.events:
-            self.ev(MODULE, 0, what, 0, self.label("Model." + path), 0, None)
+            self.ev(MODULE, 0, what, 0, self.label(self.a.root + "." + path), 0, None)
 
 
 def op(name):
@@ -284,6 +284,7 @@ def main():
     ap.add_argument("--events", action="store_true")
     ap.add_argument("--gelu-fn", action="store_true")
     ap.add_argument("--capacity", type=int, default=8 << 30)
+    ap.add_argument("--root", default="Model", help="the root module's class in the module events' paths (no dot)")
     a = ap.parse_args()
     p = generate(a)
     write(p, a.out, a.capacity)

@@ -26,6 +26,7 @@ const chromiumArgs = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-
 const HOSTILE = { keep_history: "<script>alert(1)</script>", activation: "\"><img src=x onerror=alert(2)>", load_weights: "</script><script>alert(3)</script>" };
 
 const HOSTILE_FILE = "<img src=x onerror=alert(4)>oom.db";
+const HOSTILE_MODULE = "<img src=x onerror=alert(5)>&Model", HOSTILE_RUN = "<svg onload=alert(6)>e"; // a prediction's (no "/": a file name)
 const ZOO = ["gpt2_eager-leak", "fsdp2-cxx-r1", "gpt2_oom_backward"];
 let dir, browser;
 const pages = {};
@@ -87,6 +88,20 @@ before(async () => {
     pages["zoo-" + name] = path.join(dir, "zoo-" + name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", "zoo-" + name + ".html", name + ".db"], { cwd: dir });
   }
+  // The page of a prediction (memsnap predict --html): tests/analyzer/gen_model.py's program at
+  // batch 4 and 8, checkpointed, predicted at 16 and 32 on a 200 MiB card; and with --advise, from
+  // runs whose module paths' root class and file names are markup.
+  const gen = (out, ...args) => execFileSync("python3", [path.join(root, "tests/analyzer/gen_model.py"), path.join(dir, out), ...args], { stdio: "ignore" });
+  for (const b of [4, 8]) {
+    gen("p" + b + ".db", "--batch", String(b));
+    gen(HOSTILE_RUN + b + ".db", "--batch", String(b), "--events", "--root", HOSTILE_MODULE);
+  }
+  pages.predict = path.join(dir, "predict.html");
+  execFileSync(path.join(build, "memsnap"), ["predict", path.join(dir, "p4.db") + "=4", path.join(dir, "p8.db") + "=8", "--checkpoint", "Block",
+    "--at", "16", "--at", "32", "--capacity", "200M", "--html", pages.predict]);
+  pages.advise = path.join(dir, "advise.html");
+  execFileSync(path.join(build, "memsnap"), ["predict", path.join(dir, HOSTILE_RUN + "4.db") + "=4", path.join(dir, HOSTILE_RUN + "8.db") + "=8",
+    "--checkpoint", "blocks.*", "--at", "16", "--capacity", "200M", "--advise", "--html", pages.advise]);
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -882,5 +897,74 @@ test("real GPT-2 with the module record: the leak and its module, what is held a
   assert.match(await page.locator("#modules-readout").textContent(), /^GPT2LMHeadModel\.transformer\.h\.0: [\d.]+ [MG]iB at the peak, parameters [\d.]+ MiB, .*forward peak .* \(6 forward, 6 backward calls\)$/);
   await shot(page, "gpt2-modules");
   assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+});
+
+// The pixels of a canvas drawn in colour (r, g, b), counted in its lower part or whole.
+const pixels = (page, selector, rgb) => page.locator(selector).evaluateAll((cs, rgb) => cs.map((c) => {
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] === rgb[0] && d[i + 1] === rgb[1] && d[i + 2] === rgb[2]) n++;
+  return n;
+}), rgb);
+
+test("the page of a prediction: the answer's table, the recorded run above each predicted history, drawn on one scale; offline, no console output", async () => {
+  const { page, seen } = await open("predict", "", { width: 1400, height: 1000 });
+  await page.waitForTimeout(200);
+  assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.predict)), []);
+  assert.deepStrictEqual(seen.console, []);
+  assert.deepStrictEqual(seen.errors, []);
+  const rows = await page.locator("#prediction-table tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((td) => td.textContent)));
+  assert.deepStrictEqual(rows.map((r) => [r[0], r[1], r[7]]), [["16", "as recorded", "no"], ["16", "checkpoint every module call found (6)", "yes"],
+    ["32", "as recorded", "no"], ["32", "checkpoint every module call found (6)", "yes"]]);
+  assert.strictEqual(await page.locator("#fit-box").isVisible(), true); // the card's largest size
+  const kinds = await page.locator("#timelines canvas").evaluateAll((cs) => cs.map((c) => c.dataset.kind));
+  assert.deepStrictEqual(kinds, ["recorded", "predicted", "predicted"]);
+  const titles = await page.locator("#timelines h3").allTextContents();
+  assert.match(titles[0], /^recorded: .*p8\.db at size 8$/);
+  assert.match(titles[1], /^predicted at size 16: checkpoint every module call found \(6\); settings \(defaults\)$/);
+  // Every timeline draws its allocated memory (blue); the predicted ones their reserved (grey) and
+  // the card (red, dashed); the recorded run has no segment events, so no reserved memory.
+  const blue = await pixels(page, "#timelines canvas", [0x1e, 0x88, 0xe5]), grey = await pixels(page, "#timelines canvas", [0xb0, 0xbe, 0xc5]);
+  const red = await pixels(page, "#timelines canvas", [0xc6, 0x28, 0x28]);
+  assert.ok(blue.every((n) => n > 10000), blue.join());
+  assert.ok(grey[0] === 0 && grey[1] > 10000 && grey[2] > grey[1], grey.join()); // 32 reserves more than 16, on the same scale
+  assert.ok(red[0] > 0 && red[1] > 500 && red[2] > 500, red.join());
+  // Hover: each timeline's figures at that time, a cursor across all of them.
+  const b = await page.locator("#timelines canvas").nth(1).boundingBox();
+  await page.mouse.move(b.x + b.width * 0.5, b.y + b.height * 0.5);
+  const lines = (await page.locator("#readout").textContent()).split("\n");
+  assert.strictEqual(lines.length, 4);
+  assert.match(lines[1], /^recorded: allocated [\d.]+ [KMG]?i?B, reserved 0 B$/);
+  assert.match(lines[2], /^predicted: allocated [\d.]+ [KMG]iB, reserved [\d.]+ [KMG]iB$/);
+  assert.deepStrictEqual(seen.errors, []);
+  await shot(page, "prediction");
+  await page.close();
+});
+
+test("the page of a prediction with --advise: the changes tried, the size as recorded and with the smallest change; hostile names as text", async () => {
+  const { page, seen } = await open("advise", "", { width: 1400, height: 1000 });
+  await page.waitForTimeout(200);
+  assert.deepStrictEqual(seen.dialogs, []);
+  assert.deepStrictEqual(seen.console, []);
+  assert.deepStrictEqual(seen.errors, []);
+  assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.advise)), []); // no img src=x
+  assert.strictEqual(await page.locator("img").count(), 0);
+  assert.strictEqual(await page.locator("svg").count(), 0);
+  assert.strictEqual(await page.locator("script").count(), 4); // the data block and the three scripts
+  assert.ok(await page.locator("#prediction-table").isHidden());
+  const advice = await page.locator("#advice-table tbody tr").count();
+  assert.ok(advice > 20, String(advice));
+  assert.ok((await page.locator("#advice-table").textContent()).includes(HOSTILE_MODULE + ".blocks.5"));
+  assert.ok((await page.locator("#advice-best").textContent()).startsWith("smallest change that fits: checkpoint "));
+  const titles = await page.locator("#timelines h3").allTextContents();
+  assert.strictEqual(titles.length, 3);
+  assert.ok(titles[0].includes(HOSTILE_RUN + "8.db"), titles[0]);
+  assert.ok(titles[2].includes(HOSTILE_MODULE + ".blocks.5"), titles[2]);
+  assert.ok((await page.locator("#summary").textContent()).includes(HOSTILE_RUN + "4.db"));
+  const details = await page.locator("#timelines p.detail").allTextContents();
+  assert.match(details[1], /^--advise: the size as recorded; .*: does not fit; .*\(what it needs: replayed again without a limit\)$/);
+  assert.match(details[2], /^--advise: the smallest change that fits; .*: fits; /);
+  await shot(page, "prediction-advise");
   await page.close();
 });

@@ -369,3 +369,50 @@ test("at a glance: the peak by category, the first growing leak or the verdict, 
   assert.deepStrictEqual([flat.fits.oom.time_ns, flat.fits.suggestion], [9, null]);
   assert.strictEqual(Model.glance({ summary: { ...summary, growth: "unknown" } }).grows.kind, "unknown");
 });
+
+// The page of a prediction (memsnap predict --html): its document's parts the data code reads.
+const MiB = 1048576;
+const curve = (t, hi) => ({ t, lo: hi.map(() => 0), hi });
+const prediction = {
+  format: "memsnap-prediction-1", card_bytes: 200 * MiB,
+  recorded: { path: "<b>p8.db", at: 8, device: 0, devices: 1, events: 810, first_ns: 0, last_ns: 800, peak_allocated_bytes: 50 * MiB, peak_reserved_bytes: 0,
+    curves: { allocated: curve([0, 400, 800], [10 * MiB, 50 * MiB, 0]), reserved: curve([], []) } },
+  predicted: [{ at: 16, why: "--at 16", change: "checkpoint every module call found (6)", changed: true, setting: "(defaults)", device: 0,
+    capacity_bytes: 200 * MiB, fits: true, over_capacity: false, peak_allocated_bytes: 80 * MiB, peak_reserved_bytes: 100 * MiB, error: null,
+    curves: { allocated: curve([0, 200, 810], [20 * MiB, 80 * MiB, 80 * MiB]), reserved: curve([0, 200], [30 * MiB, 100 * MiB]) } }],
+  answer: { predictions: [{ at: 16, changed: false, change: "none", pytorch_cuda_alloc_conf: "", memory_fraction: 1, recorded_settings: true,
+    peak_allocated_bytes: MiB, peak_reserved_bytes: 2 * MiB, fragmentation_bytes: MiB, device_allocs: 3, fits: false, error: null }],
+  largest_that_fits: [], notes: [] },
+};
+
+test("a prediction's document: refused when another; a curve's peak is its first highest bucket", () => {
+  assert.throws(() => Model.decodePrediction(JSON.stringify({ format: "memsnap-viewer-2" })));
+  assert.deepStrictEqual(Model.decodePrediction(JSON.stringify({ ...prediction, predicted: undefined })).predicted, []);
+  assert.deepStrictEqual(Model.curvePeak(curve([1, 2, 3, 4], [5, 9, 9, 1])), { t: 2, v: 9 });
+  assert.strictEqual(Model.curvePeak(curve([], [])), null);
+});
+
+test("a prediction's timelines: the recorded first, one scale and window for all, the card drawn when near, named when far", () => {
+  const v = Model.predictionView(prediction);
+  assert.deepStrictEqual([v.t0, v.t1], [0, 810]); // the predicted history's last bucket widens the window
+  assert.strictEqual(v.top, 200 * MiB * 1.05); // the card, within twice the highest value, sets the scale
+  assert.deepStrictEqual(v.timelines.map((t) => [t.kind, t.card]), [["recorded", null], ["predicted", 200 * MiB]]);
+  assert.strictEqual(v.timelines[0].title, "recorded: <b>p8.db at size 8"); // text, for textContent
+  assert.match(v.timelines[0].detail, /no reserved memory recorded/);
+  assert.strictEqual(v.timelines[1].title, "predicted at size 16: checkpoint every module call found (6); settings (defaults)");
+  assert.strictEqual(v.timelines[1].detail, "--at 16; replayed through memsnap's allocator on 200.00 MiB: fits; peak allocated 80.00 MiB, peak reserved 100.00 MiB");
+  const far = Model.predictionView({ ...prediction, card_bytes: 80 * 1024 * MiB });
+  assert.deepStrictEqual([far.cardDrawn, far.top, far.timelines[1].card], [false, 100 * MiB * 1.05, null]);
+});
+
+test("a prediction's tables read as the text report's: settings marked recorded only where they differ", () => {
+  const t = Model.predictionTables(prediction.answer);
+  assert.deepStrictEqual(t.predictions, [["16", "as recorded", "(defaults)", "1.00 MiB", "2.00 MiB", "1.00 MiB", "3", "no"]]);
+  assert.deepStrictEqual([t.fits, t.advice], [[], []]);
+  const two = { ...prediction.answer, predictions: prediction.answer.predictions.concat([{ ...prediction.answer.predictions[0], recorded_settings: false,
+    pytorch_cuda_alloc_conf: "expandable_segments:True" }]) };
+  assert.deepStrictEqual(Model.predictionTables(two).predictions.map((r) => r[2]), ["(defaults)  [recorded]", "expandable_segments:True"]);
+  const adv = Model.predictionTables({ advice: { searched: true, changes: [{ rank: 1, fits: true, peak_allocated_bytes: MiB, peak_reserved_bytes: MiB,
+    largest_that_fits: { at: 17 }, description: "checkpoint 3 of 6 (<img>.blocks.5)" }] } }).advice;
+  assert.deepStrictEqual(adv, [["1", "yes", "1.00 MiB", "1.00 MiB", "17", "checkpoint 3 of 6 (<img>.blocks.5)"]]);
+});
