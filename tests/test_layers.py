@@ -5,10 +5,10 @@ A file uses another when it references a symbol the other defines: a function it
 variable it reads or writes (nm types T, D, B, R and C; the active backend pointer, msi_be, counts
 like a call). No file of the recorder uses a file that uses it back, directly or through others:
 the files form layers, each using only those below it. The allocator's, bottom to top: the
-active backend (backend.c), the block and pool primitives (blocks.c), the modes (expandable.c,
-pools.c, async_alloc.c), the caching policy with the dispatch to the modes (alloc.c), the device
-table (devices.c), and the public entry points (api.c) on top: no file of the library calls into
-api.c but torch_hooks.cc, PyTorch's adapter above them.
+active backend (backends/backend.c), the block and pool primitives (blocks.c), the modes
+(modes/expandable.c, modes/pools.c, modes/async_alloc.c), the caching policy with the dispatch to
+the modes (alloc.c), the device table (devices.c), and the public entry points (api.c) on top: no
+file of the library calls into api.c but pytorch/torch_hooks.cc, PyTorch's adapter above them.
 
 The analyzer (analyzer/README.md): no loop among its files either, and each folder is a stage
 that uses only itself and the stages below it (util, read, analysis, replay, report, pytorch,
@@ -68,9 +68,9 @@ def loops_of(objects, defined, used, uses):
 objects, defined, used, uses = read_objects(os.path.join(build, "recorder"))
 
 callers_of_api = sorted(a for a in objects if "api.o" in uses[a])
-check("nothing below the entry points calls into api.c (only PyTorch's adapter, torch_hooks.cc)",
-      callers_of_api == ["torch_hooks.o"], str(callers_of_api))
-for o in ("history.o", "stats.o", "snapshot.o", "devices.o"):
+check("nothing below the entry points calls into api.c (only PyTorch's adapter, pytorch/torch_hooks.cc)",
+      callers_of_api == ["pytorch/torch_hooks.o"], str(callers_of_api))
+for o in ("history/history.o", "stats.o", "snapshot/snapshot.o", "devices.o"):
     check(o[:-2] + ".c calls nothing in api.c", o in uses and "api.o" not in uses[o], str(sorted(uses.get(o, []))))
 
 
@@ -87,7 +87,7 @@ def reaches(start, goal):
     return False
 
 
-for o in ("devices.o", "history.o", "stats.o", "snapshot.o", "api.o"):
+for o in ("devices.o", "history/history.o", "stats.o", "snapshot/snapshot.o", "api.o"):
     loops = sorted(w for w in uses.get(o, []) if reaches(w, o))
     check(o[:-2] + ".c is in no loop of calls", not loops, "calls back from " + str(loops))
 check("the device state has a file of its own below api.c", "devices.o" in uses["api.o"] and "msi_device_get" in defined.get("devices.o", ()))
@@ -97,14 +97,15 @@ check("no loop among the recorder's files: none uses a file that uses it back (%
       objects and not loops, "\n  ".join([""] + loops))
 
 # The allocator's layers, named: each file uses none of the layers above it.
-layers = [["backend.o"], ["blocks.o"], ["expandable.o", "pools.o", "async_alloc.o"], ["alloc.o"], ["devices.o"], ["api.o"]]
+layers = [["backends/backend.o"], ["blocks.o"], ["modes/expandable.o", "modes/pools.o", "modes/async_alloc.o"], ["alloc.o"],
+          ["devices.o"], ["api.o"]]
 for i, layer in enumerate(layers):
     above = {o for higher in layers[i + 1:] for o in higher}
     for o in layer:
         up = sorted(uses.get(o, set()) & above)
         check(o[:-2] + ".c uses no file above its layer", o in uses and not up,
               "uses " + str(up) if o in uses else "no " + o)
-check("msi_be, the active backend, lives in backend.c", "msi_be" in defined.get("backend.o", ()))
+check("msi_be, the active backend, lives in backends/backend.c", "msi_be" in defined.get("backends/backend.o", ()))
 
 # ---- the analyzer ---------------------------------------------------------------------------
 objects, defined, used, uses = read_objects(os.path.join(build, "analyzer"))
