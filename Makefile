@@ -12,9 +12,9 @@
 #   make gpu-bench  build what the GPU benchmark needs into build/ (run it with tests/gpu/run.sh)
 #   make install    install the library, header, pkg-config file, tool, man page and docs (PREFIX,
 #                   DESTDIR); make uninstall removes them; `pip install .` installs the Python package
-#   make torch-allocator  compiles the C++ allocator for PyTorch (torch_allocator/) against the PyTorch
-#                   headers in TORCH_INCLUDE, to check it without PyTorch (memsnap builds it itself at
-#                   first use, with the installed PyTorch: recorder/python/memsnap/torch_cxx.py)
+#   make torch-allocator  compiles the C++ allocator for PyTorch (recorder/pytorch/) against the
+#                   PyTorch headers in TORCH_INCLUDE, to check it without PyTorch (memsnap builds it
+#                   itself at first use, with the installed PyTorch: recorder/python/memsnap/torch_cxx.py)
 #   make phase-timing  a diagnostic library that times each part of a stack capture (TSC ticks in
 #                   memsnap.stack_counters()), into build/timing/ (tests/gpu/bench/phase_timing.py)
 #
@@ -40,11 +40,14 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
-LIB_SRCS := recorder/alloc.c recorder/api.c recorder/async_alloc.c recorder/backend.c recorder/backend_cuda.c recorder/backend_sim.c \
-  recorder/blocks.c recorder/blocktree.c recorder/capture.c recorder/check.c recorder/checkpoint.c recorder/error.c recorder/expandable.c recorder/external.c recorder/gil_helper.c recorder/history.c recorder/devices.c recorder/ehframe.c \
-  recorder/ipc.c recorder/livemap.c recorder/misuse.c recorder/recover.c recorder/model_events.c recorder/options.c recorder/pools.c recorder/ptrmap.c recorder/pyframes.c recorder/segments.c recorder/snapshot.c recorder/stacks.c recorder/stats.c \
-  recorder/symbolize.c recorder/symbols.c recorder/uncached.c recorder/unwind.c
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/torch_hooks.o
+# The library's sources: the allocator core at recorder/'s top, its layers in folders
+# (recorder/README.md). Listed in the order they were linked before the folders came: the
+# library's constructors (api.c, history/stacks.c, history/unwind.c) run in link order.
+LIB_SRCS := recorder/alloc.c recorder/api.c recorder/modes/async_alloc.c recorder/backends/backend.c recorder/backends/backend_cuda.c recorder/backends/backend_sim.c \
+  recorder/blocks.c recorder/blocktree.c recorder/modes/capture.c recorder/check.c recorder/checkpoint.c recorder/error.c recorder/modes/expandable.c recorder/external.c recorder/history/gil_helper.c recorder/history/history.c recorder/devices.c recorder/history/ehframe.c \
+  recorder/ipc.c recorder/history/livemap.c recorder/misuse.c recorder/snapshot/recover.c recorder/history/model_events.c recorder/options.c recorder/modes/pools.c recorder/ptrmap.c recorder/history/pyframes.c recorder/segments.c recorder/snapshot/snapshot.c recorder/history/stacks.c recorder/stats.c \
+  recorder/snapshot/symbolize.c recorder/snapshot/symbols.c recorder/uncached.c recorder/history/unwind.c
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/pytorch/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
 # folder and the folders before it.
 ANALYZER_STAGES := util read analysis replay report pytorch commands
@@ -65,7 +68,7 @@ check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
 	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
 
-$(BUILD)/%.o: %.c recorder/internal.h recorder/history.h recorder/livemap.h recorder/snapshot_data.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
+$(BUILD)/%.o: %.c recorder/internal.h recorder/history/history.h recorder/history/livemap.h recorder/snapshot/snapshot_data.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -238,26 +241,28 @@ deps:
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 RUN_STATIC := $(if $(wildcard $(NVCC)),$(BUILD)/run_static)
 # The diagnostic library: MSI_PHASE_TIMING adds the TSC ticks of each part of the captures to the
-# stack counters (recorder/stacks.c), at the cost of the clock reads. Built in build-timing/, then
-# copied into build/timing/ so that a GPU run carries it with build/ (its libraries from build/:
-# LD_LIBRARY_PATH).
+# stack counters (recorder/history/stacks.c), at the cost of the clock reads. Built in
+# build-timing/, then copied into build/timing/ so that a GPU run carries it with build/ (its
+# libraries from build/: LD_LIBRARY_PATH).
 phase-timing:
 	@$(MAKE) --no-print-directory BUILD=build-timing EXTRA_CFLAGS=-DMSI_PHASE_TIMING build-timing/libmemsnap.so
 	@mkdir -p $(BUILD)/timing && cp build-timing/libmemsnap.so $(BUILD)/timing/libmemsnap.so
 
-# The C++ allocator for PyTorch is its own room (torch_allocator/README.md): compiled against a
-# PyTorch's headers, never part of libmemsnap. This target only checks that it compiles (no
-# PyTorch library to link here); TORCH_INCLUDE unset: skipped, saying so.
+# The C++ allocator for PyTorch (recorder/pytorch/allocator.cpp; the PyTorch-facing room,
+# recorder/pytorch/README.md): compiled against a PyTorch's headers, never part of libmemsnap, so its
+# object goes to $(BUILD)/torch_allocator/, not among the library's in $(BUILD)/recorder/. This
+# target only checks that it compiles (no PyTorch library to link here); TORCH_INCLUDE unset:
+# skipped, saying so.
 TORCH_INCLUDE ?=
 torch-allocator: $(BUILD)/libmemsnap.so
 	@if [ -z "$(TORCH_INCLUDE)" ]; then \
 	  echo "torch-allocator: skipped: set TORCH_INCLUDE to a PyTorch include directory (site-packages/torch/include)"; \
 	else \
 	  mkdir -p $(BUILD)/torch_allocator && \
-	  echo "$(CXX) ... -c torch_allocator/allocator.cpp (against $(TORCH_INCLUDE))" && \
+	  echo "$(CXX) ... -c recorder/pytorch/allocator.cpp (against $(TORCH_INCLUDE))" && \
 	  $(CXX) -std=c++17 $(OPT) -fPIC -Wall -Wextra -Werror -D_GLIBCXX_USE_CXX11_ABI=1 -isystem $(TORCH_INCLUDE) \
 	    -isystem $(TORCH_INCLUDE)/torch/csrc/api/include -isystem $(CUDA_HOME)/include -Irecorder \
-	    -c torch_allocator/allocator.cpp -o $(BUILD)/torch_allocator/allocator.o; \
+	    -c recorder/pytorch/allocator.cpp -o $(BUILD)/torch_allocator/allocator.o; \
 	fi
 
 gpu-bench: all $(BUILD)/bench_alloc $(BUILD)/host_costs $(RUN_STATIC)

@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "history.h"
+#include "history/history.h"
 #include "internal.h"
 
 /* ---- sizes ----------------------------------------------------------------------------- */

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "history.h"
+#include "history/history.h"
+#include "history/livemap.h"
 #include "internal.h"
-#include "livemap.h"
 
 /* Declared in oom_throw.cc: raise the out-of-memory error, or another failure as a RuntimeError,
  * in the calling C++ frame. */
@@ -590,7 +590,7 @@ int memsnap_pool_set_provider(int device, uint64_t id0, uint64_t id1, memsnap_se
   return msi_pool_set_provider(d, id, alloc, free_fn, ctx, release);
 }
 
-/* ---- what a host allocator needs (torch_allocator/) ------------------------------------- */
+/* ---- what a host allocator needs (recorder/pytorch/) ------------------------------------ */
 
 void memsnap_set_caching(int enabled) {
   msi_devices_read_options(); /* the environment first, as memsnap_set_option */

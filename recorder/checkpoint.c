@@ -8,7 +8,7 @@
  * has allocated now is freed, the checkpoint's allocated blocks are allocated again at their
  * addresses and sizes (each segment split as it was), and the rest stays free. PyTorch then gives
  * the storages of the live tensors new deleters bound to those blocks (the C++ allocator in
- * torch_allocator/ does that part; here only the allocator's state).
+ * recorder/pytorch/ does that part; here only the allocator's state).
  *
  * A checkpoint lists each segment of the pool (an expandable segment: each run of mapped pages,
  * as snapshots list them) with its blocks' addresses, sizes and whether they were allocated.

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
-#include "livemap.h"
+#include "history/livemap.h"
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int ready;       /* 1 once options, backend and device count are set */

@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "history.h"
+#include "history/history.h"
+#include "history/livemap.h"
 #include "internal.h"
-#include "livemap.h"
 
 static pthread_mutex_t ext_lock = PTHREAD_MUTEX_INITIALIZER;
 static msi_external_block *records; /* the live allocations, sorted by ptr */

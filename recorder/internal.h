@@ -1,26 +1,30 @@
 /* internal.h: types and functions shared between the recorder's files (prefix msi_).
  *
- * Architecture (one concept a file):
- *   alloc.c        the caching allocator: PyTorch's CUDACachingAllocator decisions, per device,
- *                  and the dispatch to the modes below it
- *   blocks.c       block structs (from slabs) and the free sets of pools: filing a block, merging
- *                  free neighbours, deferring a block freed during a capture
- *   blocktree.c    the ordered set of free blocks of one pool and stream (a treap)
- *   ptrmap.c       pointer -> allocated block hash map
- *   stats.c        statistic updates, resets and the flat key table
- *   api.c          public entry points (on top: nothing in the recorder calls into it)
- *   devices.c      the device table and lazy initialisation (options, backend, recording)
- *   options.c      the options table and environment parsing
- *   error.c        error messages (thread-local last error; option warnings on stderr)
- *   expandable.c   expandable segments: one virtual reservation per stream and pool, mapped in
- *                  pages (PyTorch's expandable_segments:True)
- *   pools.c        private pools (CUDA graph capture, torch.cuda.MemPool) and captures underway
- *   capture.c      blocks freed during a capture, reused before its end once its graph orders
- *                  their uses before new work (PyTorch's graph_capture_record_stream_reuse)
- *   async_alloc.c  the stream-ordered mode (MEMSNAP_ALLOCATOR=async, PyTorch's cudaMallocAsync)
- *   backend.c      the active backend (msi_be), chosen and started when the library comes up
- *   backend_sim.c  the simulated device
- *   backend_cuda.c the CUDA driver backend (libcuda loaded at run time)
+ * Architecture (one concept a file; recorder/README.md lists the folders, each a layer):
+ *   alloc.c               the caching allocator: PyTorch's CUDACachingAllocator decisions, per
+ *                         device, and the dispatch to the modes below it
+ *   blocks.c              block structs (from slabs) and the free sets of pools: filing a block,
+ *                         merging free neighbours, deferring a block freed during a capture
+ *   blocktree.c           the ordered set of free blocks of one pool and stream (a treap)
+ *   ptrmap.c              pointer -> allocated block hash map
+ *   stats.c               statistic updates, resets and the flat key table
+ *   api.c                 public entry points (on top: nothing in the recorder calls into it)
+ *   devices.c             the device table and lazy initialisation (options, backend, recording)
+ *   options.c             the options table and environment parsing
+ *   error.c               error messages (thread-local last error; option warnings on stderr)
+ *   modes/expandable.c    expandable segments: one virtual reservation per stream and pool,
+ *                         mapped in pages (PyTorch's expandable_segments:True)
+ *   modes/pools.c         private pools (CUDA graph capture, torch.cuda.MemPool) and captures
+ *                         underway
+ *   modes/capture.c       blocks freed during a capture, reused before its end once its graph
+ *                         orders their uses before new work (PyTorch's
+ *                         graph_capture_record_stream_reuse)
+ *   modes/async_alloc.c   the stream-ordered mode (MEMSNAP_ALLOCATOR=async, PyTorch's
+ *                         cudaMallocAsync)
+ *   backends/backend.c    the active backend (msi_be), chosen and started when the library
+ *                         comes up
+ *   backends/backend_sim.c   the simulated device
+ *   backends/backend_cuda.c  the CUDA driver backend (libcuda loaded at run time)
  *
  * Providers of memory sit behind the backend table below (msi_backend): whole segments
  * (mem_alloc), pages of a virtual reservation (va_reserve, page_map) and the stream-ordered pool
@@ -28,9 +32,9 @@
  *
  * The allocator's layers, bottom to top; each file calls only into files below it, never back up
  * (tests/test_layers.py checks that no files of the recorder call each other in a loop):
- *   backend.c (the active backend), ptrmap.c, blocktree.c
+ *   backends/backend.c (the active backend), ptrmap.c, blocktree.c
  *   blocks.c                              block and pool primitives
- *   expandable.c, pools.c, async_alloc.c, capture.c  the modes
+ *   modes/: expandable.c, pools.c, async_alloc.c, capture.c  the modes
  *   alloc.c                               the caching policy and the dispatch to the modes
  *   devices.c                             the device table: makes and destroys each device's state
  *   api.c                                 the entry points
@@ -130,7 +134,7 @@ typedef struct msi_options {
   bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
   bool torch_ranges;           /* read by the Python package (memsnap.enable()); kept here likewise */
   bool torch_modules;          /* likewise (memsnap.enable(): torch_model.py) */
-  int torch_allocator;         /* likewise: 0 the C++ allocator (torch_allocator/), 1 the pluggable interface */
+  int torch_allocator;         /* likewise: 0 the C++ allocator (recorder/pytorch/), 1 the pluggable interface */
   uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
   bool no_caching;             /* uncached.c serves every request: MEMSNAP_NO_CACHING, PYTORCH_NO_CUDA_MEMORY_CACHING=1 */
   bool caching_off;            /* likewise, until turned on again (memsnap_set_caching: PyTorch's caching_allocator_enable); not an option */

@@ -38,7 +38,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "history.h"
+#include "history/history.h"
 #include "internal.h"
 
 #ifndef SYS_pidfd_open

@@ -383,10 +383,10 @@ typedef void (*memsnap_oom_observer_t)(int device, size_t size, size_t total, si
  * MEMSNAP_EINVAL when `fn` is NULL, or MEMSNAP_ENOMEM when 64 are already attached. */
 int memsnap_add_oom_observer(memsnap_oom_observer_t fn, void *arg);
 
-/* ---- What a host allocator needs: PyTorch's C++ allocator (torch_allocator/) ------------- */
+/* ---- What a host allocator needs: PyTorch's C++ allocator (recorder/pytorch/) ------------ */
 
 /* These serve a program that installs memsnap as its allocator through a C++ class of its own
- * (torch_allocator/allocator.cpp: PyTorch's CUDAAllocator), which answers PyTorch in PyTorch's
+ * (recorder/pytorch/allocator.cpp: PyTorch's CUDAAllocator), which answers PyTorch in PyTorch's
  * types and leaves every decision to the functions below. */
 
 /* The cache turned on (1, the default) or off (0): off, every request is served by a device

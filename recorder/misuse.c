@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "history.h"
+#include "history/history.h"
 #include "internal.h"
 
 #define WARN_MAX 16   /* warnings printed per process; the rest are counted and recorded */

@@ -1,6 +1,6 @@
 /* segments.c: the allocator's segments and blocks as plain public structs
  * (memsnap_copy_segments), for a host that builds a snapshot of its own from them: PyTorch's
- * SnapshotInfo in torch_allocator/, which PyTorch's memory_snapshot() and _dump_snapshot() turn
+ * SnapshotInfo in recorder/pytorch/, which PyTorch's memory_snapshot() and _dump_snapshot() turn
  * into their dict. snapshot.c writes the same state into a snapshot file.
  *
  * A segment is listed as PyTorch lists it: a classic segment whole, an expandable segment as one

@@ -67,7 +67,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             with open(os.path.join(pkg, name), "rb") as f:
                 files.append((NAME + "/" + name, f.read(), False))
     # the C++ allocator's source and the header it needs: memsnap.torch_cxx builds it at first use
-    for name, path in (("allocator.cpp", os.path.join(ROOT, "torch_allocator", "allocator.cpp")),
+    for name, path in (("allocator.cpp", os.path.join(ROOT, "recorder", "pytorch", "allocator.cpp")),
                        ("memsnap.h", os.path.join(ROOT, "recorder", "memsnap.h"))):
         with open(path, "rb") as f:
             files.append((NAME + "/torch_allocator/" + name, f.read(), False))

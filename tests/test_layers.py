@@ -1,14 +1,25 @@
 """test_layers.py BUILD_DIR: the recorder's and the analyzer's files call each other in layers
-(nm on the objects), and the analyzer's folders are its stages.
+(nm on the objects), and the folders of each are its layers (recorder/README.md) or stages
+(analyzer/README.md).
 
 A file uses another when it references a symbol the other defines: a function it calls or a
 variable it reads or writes (nm types T, D, B, R and C; the active backend pointer, msi_be, counts
 like a call). No file of the recorder uses a file that uses it back, directly or through others:
 the files form layers, each using only those below it. The allocator's, bottom to top: the
-active backend (backend.c), the block and pool primitives (blocks.c), the modes (expandable.c,
-pools.c, async_alloc.c), the caching policy with the dispatch to the modes (alloc.c), the device
-table (devices.c), and the public entry points (api.c) on top: no file of the library calls into
-api.c but torch_hooks.cc, PyTorch's adapter above them.
+active backend (backends/backend.c), the block and pool primitives (blocks.c), the modes
+(modes/expandable.c, modes/pools.c, modes/async_alloc.c), the caching policy with the dispatch to
+the modes (alloc.c), the device table (devices.c), and the public entry points (api.c) on top: no
+file of the library calls into api.c but pytorch/torch_hooks.cc, PyTorch's adapter above them.
+
+The recorder's rooms (recorder/README.md), bottom to top, each using only itself and what is
+below it: the foundation (error.c, options.c) and the allocator's primitives (blocks.c,
+blocktree.c, ptrmap.c, stats.c) at the top of recorder/ use only each other; backends/ uses only
+the foundation; history/ only backends/ and the foundation (it records, it never asks the
+allocator, and never names a frame: that is snapshot/'s, at a dump); modes/ only history/,
+backends/, the primitives and the foundation (never the policy above them); snapshot/ anything
+but api.c, oom_throw.cc and pytorch/, and only api.c calls into it; pytorch/ only api.c, and
+nothing of the library calls into it. Every object of the library is at recorder/'s top or in
+one of those rooms.
 
 The analyzer (analyzer/README.md): no loop among its files either, and each folder is a stage
 that uses only itself and the stages below it (util, read, analysis, replay, report, pytorch,
@@ -68,9 +79,9 @@ def loops_of(objects, defined, used, uses):
 objects, defined, used, uses = read_objects(os.path.join(build, "recorder"))
 
 callers_of_api = sorted(a for a in objects if "api.o" in uses[a])
-check("nothing below the entry points calls into api.c (only PyTorch's adapter, torch_hooks.cc)",
-      callers_of_api == ["torch_hooks.o"], str(callers_of_api))
-for o in ("history.o", "stats.o", "snapshot.o", "devices.o"):
+check("nothing below the entry points calls into api.c (only PyTorch's adapter, pytorch/torch_hooks.cc)",
+      callers_of_api == ["pytorch/torch_hooks.o"], str(callers_of_api))
+for o in ("history/history.o", "stats.o", "snapshot/snapshot.o", "devices.o"):
     check(o[:-2] + ".c calls nothing in api.c", o in uses and "api.o" not in uses[o], str(sorted(uses.get(o, []))))
 
 
@@ -87,7 +98,7 @@ def reaches(start, goal):
     return False
 
 
-for o in ("devices.o", "history.o", "stats.o", "snapshot.o", "api.o"):
+for o in ("devices.o", "history/history.o", "stats.o", "snapshot/snapshot.o", "api.o"):
     loops = sorted(w for w in uses.get(o, []) if reaches(w, o))
     check(o[:-2] + ".c is in no loop of calls", not loops, "calls back from " + str(loops))
 check("the device state has a file of its own below api.c", "devices.o" in uses["api.o"] and "msi_device_get" in defined.get("devices.o", ()))
@@ -97,14 +108,50 @@ check("no loop among the recorder's files: none uses a file that uses it back (%
       objects and not loops, "\n  ".join([""] + loops))
 
 # The allocator's layers, named: each file uses none of the layers above it.
-layers = [["backend.o"], ["blocks.o"], ["expandable.o", "pools.o", "async_alloc.o"], ["alloc.o"], ["devices.o"], ["api.o"]]
+layers = [["backends/backend.o"], ["blocks.o"], ["modes/expandable.o", "modes/pools.o", "modes/async_alloc.o"], ["alloc.o"],
+          ["devices.o"], ["api.o"]]
 for i, layer in enumerate(layers):
     above = {o for higher in layers[i + 1:] for o in higher}
     for o in layer:
         up = sorted(uses.get(o, set()) & above)
         check(o[:-2] + ".c uses no file above its layer", o in uses and not up,
               "uses " + str(up) if o in uses else "no " + o)
-check("msi_be, the active backend, lives in backend.c", "msi_be" in defined.get("backend.o", ()))
+check("msi_be, the active backend, lives in backends/backend.c", "msi_be" in defined.get("backends/backend.o", ()))
+
+# The recorder's rooms (recorder/README.md): a room is a folder of recorder/; a file at its top is
+# a room of its own. Each room uses only itself and the rooms named for it here.
+FOUNDATION = {"error.o", "options.o"}
+PRIMITIVES = {"blocks.o", "blocktree.o", "ptrmap.o", "stats.o"}
+ROOMS = ("backends", "history", "modes", "snapshot", "pytorch")
+room = lambda o: o.split("/")[0] if "/" in o else o
+check("every recorder object is at recorder/'s top or in a room (%s)" % ", ".join(ROOMS),
+      all("/" not in o or (o.count("/") == 1 and room(o) in ROOMS) for o in objects),
+      str([o for o in objects if "/" in o and (o.count("/") > 1 or room(o) not in ROOMS)]))
+for r in ROOMS:
+    check("recorder/%s/ has objects" % r, any(room(o) == r for o in objects))
+in_room = lambda r: {o for o in objects if room(o) == r}
+rules = [  # (what, its files, the rooms it may use besides its own files)
+    ("the foundation (error.c, options.c) uses nothing else of the recorder", FOUNDATION, set()),
+    ("the allocator's primitives (blocks.c, blocktree.c, ptrmap.c, stats.c) use only each other and the foundation",
+     PRIMITIVES, FOUNDATION),
+    ("backends/ uses only the foundation", in_room("backends"), FOUNDATION),
+    ("history/ uses only backends/ and the foundation: it never asks the allocator, and names no frame (snapshot/ does)",
+     in_room("history"), {"backends"} | FOUNDATION),
+    ("modes/ uses only history/, backends/, the primitives and the foundation: nothing of the policy above it",
+     in_room("modes"), {"history", "backends"} | PRIMITIVES | FOUNDATION),
+    ("snapshot/ uses nothing above it (api.c, oom_throw.cc, pytorch/)", in_room("snapshot"),
+     {room(o) for o in objects} - {"api.o", "oom_throw.o", "pytorch"}),
+    ("pytorch/ uses only api.c", in_room("pytorch"), {"api.o"}),
+]
+for what, members, may in rules:
+    wrong = sorted("%s -> %s: %s" % (o, b, ", ".join(sorted(used[o] & defined[b]))) for o in members & set(objects)
+                   for b in uses[o] if b not in members and room(b) not in may)
+    check(what, members and members <= set(objects) and not wrong,
+          "\n  ".join(["missing: %s" % sorted(members - set(objects))] * bool(members - set(objects)) + [""] + wrong))
+for r, callers in (("snapshot", {"api.o"}), ("pytorch", set())):
+    wrong = sorted("%s -> %s" % (o, b) for o in objects for b in uses[o] if room(b) == r and room(o) not in callers | {r})
+    check("%s/ is called by %s" % (r, " and ".join(sorted(c[:-2] + ".c" for c in callers)) or "nothing of the library"),
+          not wrong, str(wrong))
 
 # ---- the analyzer ---------------------------------------------------------------------------
 objects, defined, used, uses = read_objects(os.path.join(build, "analyzer"))

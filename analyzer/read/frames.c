@@ -175,7 +175,7 @@ static const char *const builtin_native[] = {
     "pybind11::*", "cfunction_*", "method_vectorcall*", "__libc_start*", "_start", "start_thread", "__clone*",
     "clone*", "pthread_*", "__pthread*", "__GI_*", "__libc_*",
     "libcudart_static_*" /* the internals of nvcc's static cudart, named by a hash */,
-    "*MemsnapAllocator::*" /* memsnap's C++ allocator for PyTorch (torch_allocator/), wherever its module is not named */};
+    "*MemsnapAllocator::*" /* memsnap's C++ allocator for PyTorch (recorder/pytorch/), wherever its module is not named */};
 /* Native frames of the interpreter and its foreign-function glue, and memsnap's own libraries
  * (libmemsnap, its C++ allocator for PyTorch libmemsnap_torch, its interposer), named or not, by
  * their module's file name. */

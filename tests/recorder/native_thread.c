@@ -1,6 +1,7 @@
 /* native_thread.c: a thread that never ran Python, for the Python tests
  * (build/tests/libnative_thread.so, loaded with ctypes): autograd's device threads are such threads,
- * and while a backward pass is open their allocations borrow its Python frames (recorder/stacks.c).
+ * and while a backward pass is open their allocations borrow its Python frames
+ * (recorder/history/stacks.c).
  *
  * native_thread_malloc(fn, size) calls fn(size, 0, NULL) (memsnap_malloc, passed by address: the
  * library does not link libmemsnap) on a new thread and returns what it returned (NULL if the

@@ -1,4 +1,4 @@
-/* test_host_api.c: what a host allocator needs (memsnap.h's section for torch_allocator/), on the
+/* test_host_api.c: what a host allocator needs (memsnap.h's section for recorder/pytorch/), on the
  * simulated device: the cache turned off, the segment of a block, CUDA IPC in PyTorch's handle
  * format (classic and expandable segments, a handle received from another process, refused in the
  * async mode), free-memory callbacks, a private pool's checkpoint restored, the segments copied as

@@ -10,7 +10,7 @@ BuildErrors, and memsnap.enable() uses the C++ allocator when it builds, and the
 interface with one line saying what that loses when it does not.
 
 With TORCH_INCLUDE set (a PyTorch installation's include directory, e.g. the headers packed by
-tests/gpu/cxx/torch_headers.sh), torch_allocator/allocator.cpp is compiled against it: every
+tests/gpu/cxx/torch_headers.sh), recorder/pytorch/allocator.cpp is compiled against it: every
 virtual method of that PyTorch's CUDAAllocator is implemented with the right signature. Without
 it that check says it is skipped.
 """
@@ -113,7 +113,7 @@ check("build: memsnap run -q keeps it quiet", quiet.stderr == "" and os.path.exi
 
 changed = os.path.join(tmp, "changed")
 os.makedirs(changed)
-shutil.copy(os.path.join(root, "torch_allocator", "allocator.cpp"), changed)
+shutil.copy(os.path.join(root, "recorder", "pytorch", "allocator.cpp"), changed)
 shutil.copy(os.path.join(root, "recorder", "memsnap.h"), changed)
 with open(os.path.join(changed, "allocator.cpp"), "a") as f:
     f.write("// changed\n")
@@ -180,7 +180,7 @@ if include and os.path.exists(os.path.join(include, "c10", "cuda", "CUDACachingA
     cmd = [os.environ.get("CXX_REAL", "c++"), "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
            "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
            "-isystem", os.path.join(cuda, "include"), "-I", os.path.join(root, "recorder"),
-           os.path.join(root, "torch_allocator", "allocator.cpp")]
+           os.path.join(root, "recorder", "pytorch", "allocator.cpp")]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     check("allocator.cpp compiles against the PyTorch headers in TORCH_INCLUDE (every virtual method, no warning)",
           r.returncode == 0, r.stderr[-3000:])

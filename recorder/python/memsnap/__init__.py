@@ -4,7 +4,7 @@ Two uses:
 
 * With PyTorch: ``memsnap.enable()`` before the first CUDA call makes memsnap PyTorch's CUDA
   allocator. By default through memsnap's C++ allocator (torch_cxx.py builds
-  torch_allocator/allocator.cpp for the installed PyTorch at first use, and caches it), which
+  recorder/pytorch/allocator.cpp for the installed PyTorch at first use, and caches it), which
   PyTorch reaches as its own from everywhere: statistics, snapshots and its recorder, MemPool,
   CUDA graphs and torch.compile's graph trees, CUDA IPC, the cache turned off. Where it cannot
   be built, through PyTorch's pluggable interface (``CUDAPluggableAllocator``), whose hooks

@@ -1,4 +1,4 @@
-"""torch_cxx.py: memsnap's C++ allocator for PyTorch (torch_allocator/allocator.cpp), built for the
+"""torch_cxx.py: memsnap's C++ allocator for PyTorch (recorder/pytorch/allocator.cpp), built for the
 installed PyTorch at first use, cached, and installed as PyTorch's CUDA allocator.
 
 PyTorch's allocator interface is a C++ class (c10::cuda::CUDACachingAllocator::CUDAAllocator)
@@ -37,14 +37,15 @@ class BuildError(RuntimeError):
 
 
 def sources():
-    """(allocator.cpp, the directory holding memsnap.h): beside this package (pip install), or in
-    the source tree it sits in; MEMSNAP_TORCH_ALLOCATOR_SRC names a directory holding both."""
+    """(allocator.cpp, the directory holding memsnap.h): beside this package (pip install puts both
+    in its torch_allocator/), or in the source tree it sits in (recorder/pytorch/allocator.cpp,
+    recorder/memsnap.h); MEMSNAP_TORCH_ALLOCATOR_SRC names a directory holding both."""
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.normpath(os.path.join(here, "..", "..", ".."))
     env = os.environ.get("MEMSNAP_TORCH_ALLOCATOR_SRC")
     places = [(env, env)] if env else []
     places += [(os.path.join(here, "torch_allocator"), os.path.join(here, "torch_allocator")),
-               (os.path.join(root, "torch_allocator"), os.path.join(root, "recorder"))]
+               (os.path.join(root, "recorder", "pytorch"), os.path.join(root, "recorder"))]
     for src_dir, header_dir in places:
         cpp = os.path.join(src_dir, "allocator.cpp")
         if os.path.exists(cpp) and os.path.exists(os.path.join(header_dir, "memsnap.h")):

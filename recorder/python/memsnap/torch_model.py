@@ -43,7 +43,7 @@ leaves PyTorch alone. Once a process it registers, where the installed PyTorch h
   torch.autograd.backward and torch.autograd.grad all reach the engine in PyTorch 2.x (also under
   the name torch.autograd imported it, which they call), is wrapped by memsnap_backward_begin and
   memsnap_backward_end (finally): the begin lends the Python frames of the backward() call to the
-  allocations of autograd's threads (recorder/stacks.c). Without it (PyTorch 1.x),
+  allocations of autograd's threads (recorder/history/stacks.c). Without it (PyTorch 1.x),
   torch.autograd.backward and torch.autograd.grad are wrapped instead. Modules left open by a
   pass that no wrapper saw (the engine called from C++) end when the next wrapped pass begins.
 

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "history.h"
+#include "history/history.h"
 #include "internal.h"
 #include "snapshot_data.h"
 #include "snapshot_schema.h"

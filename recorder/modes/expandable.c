@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "history.h"
+#include "history/history.h"
 #include "internal.h"
 
 /* ---- pages ------------------------------------------------------------------------------ */

@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "history.h"
+#include "history/history.h"
 #include "internal.h"
 
 typedef struct msi_async_state {

@@ -32,7 +32,7 @@
  * added together, at one time: a free completed at once records its two events with one read of
  * the clock and one claim.
  *
- * A trace observer (memsnap_set_trace_observer: PyTorch's recorder in torch_allocator/) sees the
+ * A trace observer (memsnap_set_trace_observer: PyTorch's recorder in recorder/pytorch/) sees the
  * allocator's events as they are added, whether the ring records or not: msi_recording says which
  * of the two wants them, and the allocator adds events while either does. Allocations memsnap did
  * not make (external.c) go to the ring only (msi_history_add_unobserved).

@@ -29,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "history/livemap.h"
 #include "internal.h"
-#include "livemap.h"
 #include "snapshot_data.h"
 
 typedef struct mapped {
