@@ -569,6 +569,9 @@ typedef struct memsnap_live_info_t {
   char snapshot[1024];      /* memsnap_recover: the snapshot written */
   uint64_t events, dropped; /* events kept, and those before them or torn */
   uint64_t last_event_ns, last_alloc_ns, end_ns; /* end_ns: when it ended (0 unknown) */
+  int end_signal;           /* the signal it died of, as its parent saw it or as it caught it (the
+                               mapping keeps the fatal signals it can catch); 0 none or unknown */
+  int no_word;              /* it has ended, wrote no snapshot and caught no signal: SIGKILL or _exit */
 } memsnap_live_info_t;
 
 /* How the recorded process ended, as its parent saw it (memsnap run), for memsnap_recover. */

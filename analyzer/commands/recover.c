@@ -24,7 +24,7 @@ static int recover_one(const char *path, const char *output, bool keep) {
     fprintf(stderr, "error: recover: %s\n", memsnap_last_error());
     return 1;
   }
-  ms_live_describe_end(&info, 0, -1, ended, sizeof ended);
+  ms_live_describe_end(&info, info.end_signal, -1, ended, sizeof ended);
   char snap[1100];
   snprintf(snap, sizeof snap, "%s", info.snapshot);
   ms_neutralise(snap);

@@ -489,7 +489,8 @@ static void print_paths(const ms_analysis *a, const found *f, bool imported, con
 
 /* The processes that died without writing their snapshot (a signal, _exit) left their live
  * mappings: each one's snapshot is written from it, and the mapping removed. The program's own
- * process ended with `status` at end_ns (monotonic); how the others ended is not seen from here.
+ * process ended with `status` at end_ns (monotonic); the others (torchrun's ranks), as their
+ * mappings say: the fatal signal each caught, or none (SIGKILL, _exit).
  * Returns how many were written. */
 static size_t recover_dead(found *f, pid_t child, int status, uint64_t end_ns, bool quiet) {
   size_t written = 0;
@@ -513,7 +514,7 @@ static size_t recover_dead(found *f, pid_t child, int status, uint64_t end_ns, b
               f->live[i].pid, memsnap_last_error(), shown);
       continue;
     }
-    ms_live_describe_end(&info, o.end_signal, o.exit_status, ended, sizeof ended);
+    ms_live_describe_end(&info, info.end_signal, o.exit_status, ended, sizeof ended);
     if (!quiet)
       printf("memsnap run: process %d (%s) %s; its snapshot was written from its live mapping (%llu events)\n",
              info.pid, info.program, ended, (unsigned long long)info.events);

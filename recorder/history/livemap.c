@@ -69,6 +69,8 @@ static uint64_t *py_keys; /* 2 per slot; code 0: empty */
 static size_t py_mask, py_count;
 
 static uint32_t devices_noted; /* bit per device */
+/* The header the fatal-signal handler writes: the current mapping's (NULL: none). */
+static _Atomic(msi_live_header *) fatal_header;
 static const char *(*on_request)(void);
 static bool watcher_started;
 
@@ -421,6 +423,47 @@ static void warn_once(const char *what, const char *path) {
           what, path, strerror(errno));
 }
 
+/* ---- how the process died ------------------------------------------------------------------ */
+
+/* A process killed by a signal writes no snapshot, and only its parent learns how it died: for a
+ * process that is not `memsnap run`'s own child (torchrun's ranks, a DataLoader worker), the
+ * mapping is where that goes. The signals a process dies of by default and can catch are caught
+ * where their action is still the default: the signal and the time go into the header, the action
+ * goes back to the default, and the signal is raised again, so the process dies of it as it would
+ * have (a fault repeats on return). A handler the program set is left alone, and so is SIGINT (an
+ * interpreter installs its own only where the action is the default). SIGKILL cannot be caught:
+ * a mapping with neither a clean exit nor a signal in it was ended by SIGKILL or _exit. */
+static const int fatal_signals[] = {SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS, SIGXCPU};
+
+static void on_fatal_signal(int sig) {
+  int saved_errno = errno;
+  msi_live_header *h = atomic_load(&fatal_header);
+  if (h && h->pid == (int32_t)getpid()) { /* a fork child before its own mapping: not its parent's */
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (atomic_load(&h->fatal_signal) == 0) { /* the first one: the time, then the signal that publishes it */
+      atomic_store(&h->fatal_mono_ns, (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec);
+      atomic_store(&h->fatal_signal, sig);
+    }
+  }
+  raise(sig); /* blocked until this returns; SA_RESETHAND made the action the default again */
+  errno = saved_errno;
+}
+
+static void catch_fatal_signals(void) {
+  static atomic_bool done;
+  if (atomic_exchange(&done, true)) return;
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof *fatal_signals; i++) {
+    struct sigaction old, sa;
+    if (sigaction(fatal_signals[i], NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(fatal_signals[i], &sa, NULL);
+  }
+}
+
 void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   const char *on = getenv("MEMSNAP_LIVE");
   if (on && !strcmp(on, "0")) return NULL;
@@ -469,6 +512,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   }
   bool fresh = !live && !seed_log;
   live = m;
+  atomic_store(&fatal_header, h);
   live_fd = fd;
   seed_log = NULL;
   snprintf(live_path, sizeof live_path, "%s", path);
@@ -482,6 +526,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   pthread_mutex_unlock(&log_lock);
   if (fresh) note_in_manifest(path);
   start_watcher();
+  catch_fatal_signals();
   return ring;
 fail:
   if (m && m->base) munmap(m->base, m->length);
@@ -514,6 +559,7 @@ void msi_live_unlink(void) {
 
 void msi_live_close(void) {
   pthread_mutex_lock(&log_lock);
+  atomic_store(&fatal_header, NULL);
   if (live_path[0]) unlink(live_path);
   live_path[0] = '\0';
   for (int k = 0; k < 2; k++)

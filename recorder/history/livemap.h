@@ -57,6 +57,11 @@ typedef struct msi_live_header {
   char dump_path[1024];             /* MEMSNAP_DUMP when the mapping was made, absolute, its patterns unexpanded ("" none) */
   char last_dump[1024];             /* the snapshot a dump request wrote */
   char command_line[4096];
+  /* how the process died, where it could tell: the fatal signal it caught (livemap.c's handler,
+     installed only where the signal's action was the default) and when (CLOCK_MONOTONIC); 0 none */
+  _Atomic int32_t fatal_signal;
+  uint32_t reserved0;
+  _Atomic uint64_t fatal_mono_ns;
 } msi_live_header;
 _Static_assert(sizeof(msi_live_header) <= MSI_LIVE_HEADER, "the header fits its page");
 enum { MSI_LIVE_RECORDING = 1, MSI_LIVE_EXITED = 2 };

@@ -114,6 +114,9 @@ static void fill_info(const mapped *m, const char *path, memsnap_live_info_t *ou
   snprintf(out->command_line, sizeof out->command_line, "%.*s", (int)sizeof out->command_line - 1, h->command_line);
   snprintf(out->dump_path, sizeof out->dump_path, "%.*s", (int)sizeof h->dump_path - 1, h->dump_path);
   out->alive = process_alive(path, h->pid);
+  out->end_signal = atomic_load(&h->fatal_signal);
+  if (out->end_signal < 0 || out->end_signal >= 65) out->end_signal = 0; /* the file is untrusted */
+  out->no_word = !out->alive && !out->end_signal && atomic_load(&h->state) != MSI_LIVE_EXITED;
 }
 
 int memsnap_live_info(const char *live_path, memsnap_live_info_t *out) {
@@ -731,17 +734,25 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
   }
   devices(&st, &d, &s);
 
-  /* how and when it ended */
+  /* how and when it ended: as its parent saw it (memsnap run's own child), else as it caught it */
   char ended[160] = "";
-  uint64_t end_ns = opts->end_mono_ns > start_ns ? opts->end_mono_ns - start_ns : 0;
+  int end_signal = opts->end_signal;
+  uint64_t end_mono = opts->end_mono_ns;
+  if (!end_signal && opts->exit_status < 0 && !opts->live && out->end_signal) {
+    end_signal = out->end_signal;
+    end_mono = atomic_load(&h->fatal_mono_ns);
+  }
+  uint64_t end_ns = end_mono > start_ns ? end_mono - start_ns : 0;
   uint64_t last_event = nev ? s.ev[nev - 1].time_ns - start_ns : 0;
   if (opts->live) snprintf(ended, sizeof ended, "running");
-  else if (opts->end_signal) snprintf(ended, sizeof ended, "killed by %s", signal_name(opts->end_signal));
+  else if (end_signal) snprintf(ended, sizeof ended, "killed by %s", signal_name(end_signal));
   else if (opts->exit_status >= 0)
     snprintf(ended, sizeof ended, "exited with status %d without writing its snapshot", opts->exit_status);
   else if (out->alive) snprintf(ended, sizeof ended, "running");
+  else if (out->no_word) snprintf(ended, sizeof ended, "ended without a snapshot or a signal it could catch: SIGKILL or _exit");
   else snprintf(ended, sizeof ended, "ended (how is not known)");
-  if (out->alive && !opts->live && !opts->end_signal && opts->exit_status < 0) end_ns = 0;
+  if (out->alive && !opts->live && !end_signal && opts->exit_status < 0) end_ns = 0;
+  out->end_signal = opts->live ? 0 : end_signal;
   int64_t start_unix = (int64_t)h->created_unix_ns + ((int64_t)start_ns - (int64_t)h->created_mono_ns);
   uint64_t snapshot_ns = end_ns ? end_ns : opts->live || out->alive ? (msi_now_ns() > start_ns ? msi_now_ns() - start_ns : 0)
                                                                     : last_event;
@@ -751,7 +762,7 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
   snprintf(cmd, sizeof cmd, "%.*s", (int)sizeof h->command_line, h->command_line);
   snprintf(backend, sizeof backend, "%.*s", (int)sizeof h->backend, h->backend);
   msi_snap_origin origin = {h->pid, h->rank, host, cmd, backend, (int)h->stacks, (uint64_t)start_unix, snapshot_ns,
-                            d.labels, d.nlabels, d.opt_names, d.opt_values, d.nopts, ended, opts->end_signal,
+                            d.labels, d.nlabels, d.opt_names, d.opt_values, d.nopts, ended, end_signal,
                             opts->exit_status, end_ns, last_event, last_alloc ? last_alloc - start_ns : 0,
                             opts->live != 0};
   s.origin = &origin;

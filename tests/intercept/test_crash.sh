@@ -86,6 +86,29 @@ else
     check "die $how: no live mapping left behind" bash -c "! ls '$work/live' | grep -q ."
   done
 
+  # ---- death of a process memsnap run did not start itself (torchrun's ranks) ------------------
+  # the program runs under a shell that stays (memsnap run's child is the shell): how it died is
+  # what its mapping says, the fatal signal it caught and when; SIGKILL cannot be caught
+  for how in TERM KILL; do
+    start "grand_$how" -o "$work/grand_$how-%p.db" -- sh -c "'$prog' 300 wait; echo shell-done" ||
+      bad "grandchild $how: the program never got ready" "$work/grand_$how.out"
+    grand=$(env -u LD_PRELOAD pgrep -P "$child" | head -n 1)
+    kill -"$how" "$grand"
+    wait "$runner"
+    db=$work/grand_$how-$grand.db
+    check "grandchild $how: its snapshot holds all 300 blocks" \
+      test "$(sql "$db" "select count(*) from blocks where state = 'allocated' and size = 65536")" = 300
+    if [ "$how" = TERM ]; then
+      check "grandchild TERM: the summary says it was killed by SIGTERM, when, and how long after its last allocation" \
+        grep -q "process $grand (run_cudart) killed by SIGTERM at [0-9.]* [mun]*s, [0-9.]* [mun]*s after its last allocation" "$work/grand_$how.out"
+      check "grandchild TERM: the snapshot says so (meta ended)" test "$(sql "$db" "select value from meta where key = 'ended'")" = "killed by SIGTERM"
+    else
+      check "grandchild KILL: the summary says SIGKILL or _exit (no signal it could catch), and its last event" \
+        grep -q "process $grand (run_cudart) killed by SIGKILL or ended by _exit (it caught no signal) (when is not known; its last event at" "$work/grand_$how.out"
+    fi
+    check "grandchild $how: no live mapping left behind" bash -c "! ls '$work/live' | grep -q ."
+  done
+
   # ---- live: top, dump, tmux -----------------------------------------------------------------
   # single-threaded, it answers `memsnap dump` only when asked to (MEMSNAP_LIVE_WATCH=1)
   if MEMSNAP_LIVE_WATCH=1 start live -o "$work/live-%p.db" -- "$prog" 400 wait; then
