@@ -9,7 +9,7 @@
  *   intercept     any program: LD_PRELOAD=libmemsnap_intercept.so records the CUDA runtime's and
  *                 driver's allocations (intercept/intercept.c)
  *   audit         the same library as a run-time linker audit library (LD_AUDIT, intercept/audit.c)
- *   allocator+intercept  both in one snapshot; the default (auto) for a Python program, so that
+ *   allocator+intercept  both in one snapshot; the default (auto) for a Python program or a shell, so that
  *                 one that never imports torch (CuPy, JAX, Numba, ctypes) is recorded too; for
  *                 anything else auto is intercept
  * Where the interposer records a Python program, JAX's XLA is asked to allocate each array from
@@ -96,10 +96,20 @@ static bool is_python_name(const char *path) {
          strcmp(base, "deepspeed") == 0;
 }
 
-/* A program started through Python: python*, torchrun..., or a script whose #! line names
- * python (looked up on PATH as execvp would). */
+/* A shell: what launches a training job as often as Python does (`bash train.sh`). */
+static bool is_shell_name(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  static const char *const shells[] = {"sh", "bash", "dash", "zsh", "ksh"};
+  for (size_t i = 0; i < sizeof shells / sizeof *shells; i++)
+    if (strcmp(base, shells[i]) == 0) return true;
+  return false;
+}
+
+/* A program that may run Python: python*, torchrun..., a shell (which may start one), or a
+ * script whose #! line names python or a shell (looked up on PATH as execvp would). */
 static bool runs_python(const char *program) {
-  if (is_python_name(program)) return true;
+  if (is_python_name(program) || is_shell_name(program)) return true;
   char path[PATH_MAX] = "";
   if (strchr(program, '/')) {
     snprintf(path, sizeof path, "%s", program);
@@ -116,7 +126,8 @@ static bool runs_python(const char *program) {
   FILE *f = path[0] ? fopen(path, "r") : NULL;
   if (!f) return false;
   char line[256] = "";
-  bool python = fgets(line, sizeof line, f) && line[0] == '#' && line[1] == '!' && strstr(line, "python");
+  bool python = fgets(line, sizeof line, f) && line[0] == '#' && line[1] == '!' &&
+                (strstr(line, "python") || strstr(line, "sh ") || strstr(line, "sh\n") || strstr(line, "sh\t"));
   fclose(f);
   return python;
 }
@@ -754,8 +765,9 @@ const ms_command ms_run_command = {"run", cmd_run,
      "                      signal N ended it). Every process it starts records too, each in its own file\n"
      "  -o, --output PATH   the snapshot to write at exit (default memsnap-%p.db); %p pid, %r rank\n"
      "                      (RANK, LOCAL_RANK...: torchrun), %h host, %t time, %% a percent sign\n"
-     "  --mode MODE         how memory is seen (default auto: allocator+intercept for Python programs,\n"
-     "                      so that one that never imports torch is recorded too; else intercept):\n"
+     "  --mode MODE         how memory is seen (default auto: allocator+intercept for Python programs\n"
+     "                      and shells, so that one that never imports torch is recorded too; else\n"
+     "                      intercept):\n"
      "                        allocator     memsnap becomes PyTorch's allocator when torch is imported\n"
      "                        torch-native  PyTorch's allocator and recorder; its snapshot is imported\n"
      "                        intercept     an LD_PRELOAD library records every cudaMalloc, cuMemAlloc,\n"

@@ -239,6 +239,13 @@ check "run py allocator: chosen for python, memsnap's allocator made the segment
 leak_is py_allocator "$work/py_allocator.db" keep_loss_for_logging
 check "run py allocator: the summary says what memsnap's allocator saw (8 steps of 5 allocations)" \
   grep -q "^  seen: 40 allocations (34.00 MiB) through memsnap's allocator$" "$work/py_allocator.out"
+# the same script started by a shell (`memsnap run -- bash train.sh`): auto records the shell's
+# Python through memsnap's allocator too, not through the interposer alone
+run py_shell 4 -o "$work/py_shell-%p.db" -- bash -c "python3 '$train' 8 exit 4; exit 4"
+shell_db=$(ls "$work"/py_shell-*.db 2>/dev/null | head -n 1)
+check "run py under bash: auto is allocator+intercept for a shell, memsnap's allocator made the segments" \
+  bash -c "grep -q \"recording 'bash' (mode allocator+intercept\" '$work/py_shell.out' &&
+    test '$(sql "${shell_db:-/nonexistent}" "select count(*) > 0 from segments where pool in ('small', 'large')")' = 1"
 
 FAKE_TORCH_DEVICE_MEMORY=2G run py_native 0 --mode torch-native -o "$work/py_native.db" -- python3 "$train" 8
 check "run py torch-native: PyTorch's snapshot imported, the pickle removed" \
