@@ -257,40 +257,33 @@ def main():
         c = (pj.get("what_if") or {}).get("checkpoint") or {}
         print("module calls found: %s calls of %s instances before %s backward passes" %
               (c.get("calls"), len(c.get("instances", [])), c.get("backward_passes")))
-    print("%5s  %14s %14s %7s  %14s %14s %7s" % ("batch", "pred. alloc", "native alloc", "err%", "pred. reserved",
-                                                "native res.", "err%"))
-    rows = []
-    for n in ats:
-        p, m = predicted(pj, n), measured.get(n)
-        # the prediction counts the external memory held beside the allocator (cuBLAS's own cudaMalloc,
-        # which memsnap run's interposer sees); torch.cuda.max_memory_* do not: it is left out
-        ext = (p or {}).get("external_bytes", 0)
-        pa = p["peak_allocated_bytes"] - ext if p else None
-        pr = p["peak_reserved_bytes"] - ext if p else None
-        ma = m["peak_allocated"] if m and not m["oom"] else None
-        mr = m["peak_reserved"] if m and not m["oom"] else None
-        row = {"kind": "compare", "what": "checkpoint", "batch": n, "predicted_allocated": pa, "native_allocated": ma,
-               "err_allocated_pct": pct(pa, ma), "predicted_reserved": pr, "native_reserved": mr, "err_reserved_pct": pct(pr, mr)}
-        rows.append(row)
-        record(row)
-        print("%5d  %14s %14s %7s  %14s %14s %7s" % (n, f(pa), f(ma), e(row["err_allocated_pct"]), f(pr), f(mr),
-                                                     e(row["err_reserved_pct"])))
+    def table(what, j, measured_at, sizes):
+        """Prints predicted against native peaks at each size and records them; the rows."""
+        print("%5s  %14s %14s %7s  %14s %14s %7s" % ("batch", "pred. alloc", "native alloc", "err%", "pred. reserved",
+                                                    "native res.", "err%"))
+        out = []
+        for n in sizes:
+            p, m = predicted(j, n), measured_at.get(n)
+            # the prediction counts the external memory held beside the allocator (cuBLAS's own cudaMalloc,
+            # which memsnap run's interposer sees); torch.cuda.max_memory_* do not: it is left out
+            ext = (p or {}).get("external_bytes", 0)
+            pa = p["peak_allocated_bytes"] - ext if p else None
+            pr = p["peak_reserved_bytes"] - ext if p else None
+            ma = m["peak_allocated"] if m and not m["oom"] else None
+            mr = m["peak_reserved"] if m and not m["oom"] else None
+            row = {"kind": "compare", "what": what, "batch": n, "predicted_allocated": pa, "native_allocated": ma,
+                   "err_allocated_pct": pct(pa, ma), "predicted_reserved": pr, "native_reserved": mr,
+                   "err_reserved_pct": pct(pr, mr)}
+            out.append(row)
+            record(row)
+            print("%5d  %14s %14s %7s  %14s %14s %7s" % (n, f(pa), f(ma), e(row["err_allocated_pct"]), f(pr), f(mr),
+                                                         e(row["err_reserved_pct"])))
+        return out
+
+    rows = table("checkpoint", pj, measured, ats)
     print("\ntorchvision resnet50, 224x224, AdamW; recorded at batch 32 and 64, predicted with --checkpoint 'layer*', "
           "measured with torch.utils.checkpoint on each stage")
-    print("%5s  %14s %14s %7s  %14s %14s %7s" % ("batch", "pred. alloc", "native alloc", "err%", "pred. reserved",
-                                                "native res.", "err%"))
-    for n in rats:
-        p, m = predicted(rj, n), r_measured.get(n)
-        ext = (p or {}).get("external_bytes", 0)
-        pa = p["peak_allocated_bytes"] - ext if p else None
-        pr = p["peak_reserved_bytes"] - ext if p else None
-        ma = m["peak_allocated"] if m and not m["oom"] else None
-        mr = m["peak_reserved"] if m and not m["oom"] else None
-        row = {"kind": "compare", "what": "resnet50 checkpoint", "batch": n, "predicted_allocated": pa, "native_allocated": ma,
-               "err_allocated_pct": pct(pa, ma), "predicted_reserved": pr, "native_reserved": mr, "err_reserved_pct": pct(pr, mr)}
-        record(row)
-        print("%5d  %14s %14s %7s  %14s %14s %7s" % (n, f(pa), f(ma), e(row["err_allocated_pct"]), f(pr), f(mr),
-                                                     e(row["err_reserved_pct"])))
+    table("resnet50 checkpoint", rj, r_measured, rats)
     p = predicted(oj, a.linear_batch) or next((r for r in (oj or {}).get("predictions", []) if r["changed"]), None)
     ext = (p or {}).get("external_bytes", 0)  # as above: what torch's counters do not see
     pa = p["peak_allocated_bytes"] - ext if p else None
