@@ -571,7 +571,9 @@ typedef struct memsnap_live_info_t {
   uint64_t last_event_ns, last_alloc_ns, end_ns; /* end_ns: when it ended (0 unknown) */
   int end_signal;           /* the signal it died of, as its parent saw it or as it caught it (the
                                mapping keeps the fatal signals it can catch); 0 none or unknown */
-  int no_word;              /* it has ended, wrote no snapshot and caught no signal: SIGKILL or _exit */
+  int no_word;              /* it has ended, wrote no snapshot and caught none of the signals it
+                               watched: SIGKILL, _exit, or a signal it did not watch (SIGINT,
+                               SIGUSR1, one its program handled: docs/recover.md) */
 } memsnap_live_info_t;
 
 /* How the recorded process ended, as its parent saw it (memsnap run), for memsnap_recover. */

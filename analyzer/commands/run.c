@@ -106,11 +106,11 @@ static bool is_shell_name(const char *path) {
   return false;
 }
 
-/* A program that may run Python: python*, torchrun..., a shell (which may start one), or a
- * script whose #! line names python or a shell (looked up on PATH as execvp would). */
-static bool runs_python(const char *program) {
-  if (is_python_name(program) || is_shell_name(program)) return true;
+/* The interpreter a script's #! line names (`#!/usr/bin/env python3`: python3) into out, or ""
+ * (no #! line, or the program is not found on PATH as execvp would look). */
+static void interpreter_of(const char *program, char *out, size_t len) {
   char path[PATH_MAX] = "";
+  out[0] = '\0';
   if (strchr(program, '/')) {
     snprintf(path, sizeof path, "%s", program);
   } else {
@@ -124,12 +124,29 @@ static bool runs_python(const char *program) {
     }
   }
   FILE *f = path[0] ? fopen(path, "r") : NULL;
-  if (!f) return false;
+  if (!f) return;
   char line[256] = "";
-  bool python = fgets(line, sizeof line, f) && line[0] == '#' && line[1] == '!' &&
-                (strstr(line, "python") || strstr(line, "sh ") || strstr(line, "sh\n") || strstr(line, "sh\t"));
+  bool shebang = fgets(line, sizeof line, f) && line[0] == '#' && line[1] == '!';
   fclose(f);
-  return python;
+  if (!shebang) return;
+  char *save = NULL, *word = strtok_r(line + 2, " \t\r\n", &save);
+  const char *base = word ? strrchr(word, '/') : NULL;
+  if (word && !strcmp(base ? base + 1 : word, "env")) /* env [-S] [-i] ... NAME */
+    while ((word = strtok_r(NULL, " \t\r\n", &save)) && word[0] == '-') {}
+  if (word) snprintf(out, len, "%s", word);
+}
+
+typedef enum { RUNS_OTHER, RUNS_PYTHON, RUNS_SHELL } runs_kind;
+
+/* Whether the program is Python (python*, torchrun..., a script whose #! line names python), a
+ * shell that may start Python (sh, bash..., a script whose #! line names one), or neither. */
+static runs_kind runs_python(const char *program) {
+  if (is_python_name(program)) return RUNS_PYTHON;
+  if (is_shell_name(program)) return RUNS_SHELL;
+  char interp[256];
+  interpreter_of(program, interp, sizeof interp);
+  if (!interp[0]) return RUNS_OTHER;
+  return is_python_name(interp) ? RUNS_PYTHON : is_shell_name(interp) ? RUNS_SHELL : RUNS_OTHER;
 }
 
 /* ---- the program's environment ----------------------------------------------------------- */
@@ -683,7 +700,8 @@ static int cmd_run(int argc, char **argv) {
   int rc = parse(argc, argv, &o);
   if (rc) return rc;
   run_mode mode = o.mode;
-  if (mode == MODE_AUTO) mode = runs_python(o.program[0]) && !o.cache ? MODE_BOTH : MODE_INTERCEPT;
+  runs_kind runs = runs_python(o.program[0]);
+  if (mode == MODE_AUTO) mode = runs != RUNS_OTHER && !o.cache ? MODE_BOTH : MODE_INTERCEPT;
   if (o.cache && mode != MODE_INTERCEPT && mode != MODE_AUDIT)
     return ms_usage_error(&ms_run_command, "--cache serves intercepted cudaMalloc calls: it needs --mode intercept or "
                           "audit (not %s)", mode_names[mode]);
@@ -698,6 +716,9 @@ static int cmd_run(int argc, char **argv) {
     return 1;
   }
   close(fd);
+  char py_probe[PATH_MAX];
+  if (o.mode == MODE_AUTO && runs == RUNS_SHELL && mode == MODE_BOTH && python_dir(bin, py_probe, sizeof py_probe) != 0)
+    mode = MODE_INTERCEPT; /* a shell without memsnap's Python package beside this command: as before */
   if (prepare_env(&o, mode, bin, manifest) != 0) {
     unlink(manifest);
     return 1;

@@ -20,8 +20,8 @@
  *     freed in its backward pass from the point its backward begins (path: its backward-begins
  *     event; class: the backward pass's start), except its output: the last block it made that is
  *     still alive when it ends (a module returns its last operation's result, which the caller
- *     uses and the next call's backward frees), not counting blocks under 1/16 of the largest
- *     alive then (a batch norm's statistics, made after its result).
+ *     uses and the next call's backward frees), not counting a block under 1/16 of one alive
+ *     then that the same Python function made just before it (a batch norm's statistics).
  *   - Where a checkpointed forward drops a saved block (add_drops): a forward that saves nothing
  *     holds a block only while it uses it, which the recorded history cannot show. The next
  *     operation that allocates is taken as its user, and it is kept while the forward stays in
@@ -74,6 +74,7 @@
 #define WALK_MAX 200000  /* frees looked back at for a recompute's place */
 #define BACKWARD_SEARCH 4096 /* calls looked back at for a module's backward-begins event */
 #define MAX_NEW 8        /* state tensors per parameter an optimizer may have */
+#define OUTPUT_LOOK 16   /* allocations looked back at for the result a small block follows */
 
 enum { F_SAVED = 1, F_SURVIVOR = 2, F_STATE = 4, F_COUNTER = 8, F_TEMP = 16, F_PARAM = 32, F_ROLE_STATE = 64, F_ROLE_PARAM = 128 };
 enum { INJ_FREE_SAVED, INJ_RELEASE, INJ_RECOMPUTE, INJ_NEW_STATE }; /* at one place, in this order */
@@ -679,14 +680,17 @@ static int finish_calls(build *b, const span *bw, size_t nbw) {
     c->has_backward = true;
     in->calls++;
     /* its output: the last block it made that is alive at its end, but not one of the small
-       blocks an operation makes after its result (a normalisation's statistics): 1/16 of the
-       largest alive or more */
+       blocks an operation makes after its result (a batch norm's statistics): one under 1/16 of
+       a block alive then that the same Python function made just before it */
     size_t output = (size_t)-1;
-    int64_t largest = 0;
-    for (size_t k = c->k0; k <= c->k1; k++)
-      if (free_pos(w, k) > c->end_pos && w->req[k] > largest) largest = w->req[k];
-    for (size_t k = c->k0; k <= c->k1; k++)
-      if (free_pos(w, k) > c->end_pos && w->req[k] >= largest / 16) output = k;
+    for (size_t k = c->k1 + 1; k-- > c->k0 && output == (size_t)-1;) {
+      if (free_pos(w, k) <= c->end_pos) continue;
+      const ms_frame *fn = python_frame(b->s, w->stack[k]);
+      bool small = false;
+      for (size_t j = k, n = 0; fn && j-- > c->k0 && n < OUTPUT_LOOK && !small; n++)
+        small = free_pos(w, j) > c->end_pos && w->req[j] / 16 > w->req[k] && same_function(fn, python_frame(b->s, w->stack[j]));
+      if (!small) output = k;
+    }
     c->saved0 = w->nsaved;
     int64_t first = POS_END, last = 0;
     for (size_t k = c->k0; k <= c->k1; k++) {

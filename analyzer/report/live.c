@@ -88,8 +88,8 @@ void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int e
   } else if (exit_status >= 0) {
     snprintf(buf, sizeof buf, "exited with status %d", exit_status);
     how = buf;
-  } else if (info->no_word) { /* no snapshot, no signal it could catch */
-    how = "killed by SIGKILL or ended by _exit (it caught no signal)";
+  } else if (info->no_word) { /* no snapshot, no signal it watched */
+    how = "killed by SIGKILL or ended by _exit, or by a signal it did not watch";
   }
   if (!info->end_ns) {
     snprintf(out, len, "%s (when is not known; its last event at %s)", how, at);

@@ -433,10 +433,18 @@ static void warn_once(const char *what, const char *path) {
  * have (a fault repeats on return). A handler the program set is left alone, and so is SIGINT (an
  * interpreter installs its own only where the action is the default). SIGKILL cannot be caught:
  * a mapping with neither a clean exit nor a signal in it was ended by SIGKILL or _exit. */
-static const int fatal_signals[] = {SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS, SIGXCPU};
+static const int fatal_signals[] = {SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE,  SIGILL,
+                                    SIGSYS,  SIGXCPU, SIGXFSZ, SIGPIPE, SIGALRM, SIGVTALRM, SIGPROF, SIGPWR};
+#define FATAL_N (sizeof fatal_signals / sizeof *fatal_signals)
+static struct sigaction fatal_old[FATAL_N]; /* the actions replaced, put back at msi_live_close */
+static _Atomic uint32_t fatal_watched;      /* bit per signal watched */
+static atomic_int fatal_in_handler;         /* handlers between loading fatal_header and done with it */
+static atomic_bool fatal_done;
 
-static void on_fatal_signal(int sig) {
+static void on_fatal_signal(int sig, siginfo_t *info, void *context) {
+  (void)context;
   int saved_errno = errno;
+  atomic_fetch_add(&fatal_in_handler, 1);
   msi_live_header *h = atomic_load(&fatal_header);
   if (h && h->pid == (int32_t)getpid()) { /* a fork child before its own mapping: not its parent's */
     struct timespec t;
@@ -446,22 +454,47 @@ static void on_fatal_signal(int sig) {
       atomic_store(&h->fatal_signal, sig);
     }
   }
-  raise(sig); /* blocked until this returns; SA_RESETHAND made the action the default again */
+  atomic_fetch_sub(&fatal_in_handler, 1);
+  /* SA_RESETHAND made the action the default again: a fault the kernel raised happens again on
+     return (the core keeps its address); a signal sent is sent again, blocked until this returns */
+  bool fault = (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL) && info && info->si_code > 0;
+  if (!fault) raise(sig);
   errno = saved_errno;
 }
 
 static void catch_fatal_signals(void) {
-  static atomic_bool done;
-  if (atomic_exchange(&done, true)) return;
-  for (size_t i = 0; i < sizeof fatal_signals / sizeof *fatal_signals; i++) {
-    struct sigaction old, sa;
-    if (sigaction(fatal_signals[i], NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+  if (atomic_exchange(&fatal_done, true)) return;
+  uint32_t watched = 0;
+  for (size_t i = 0; i < FATAL_N; i++) {
+    struct sigaction sa;
+    fatal_old[i].sa_handler = SIG_DFL;
+    if (sigaction(fatal_signals[i], NULL, &fatal_old[i]) != 0 || (fatal_old[i].sa_flags & SA_SIGINFO) ||
+        fatal_old[i].sa_handler != SIG_DFL)
+      continue;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fatal_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sa.sa_sigaction = on_fatal_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_RESTART | SA_ONSTACK; /* ONSTACK: where the program set one */
     sigemptyset(&sa.sa_mask);
-    sigaction(fatal_signals[i], &sa, NULL);
+    if (sigaction(fatal_signals[i], &sa, NULL) == 0) watched |= 1u << fatal_signals[i];
   }
+  atomic_store(&fatal_watched, watched);
+  msi_live_header *h = atomic_load(&fatal_header);
+  if (h) atomic_store(&h->fatal_watched, watched);
+}
+
+/* Puts back the actions catch_fatal_signals replaced (where they are still its own), and waits
+ * for a handler that may still write the header (a signal on another thread) before unmapping. */
+static void release_fatal_signals(void) {
+  atomic_store(&fatal_header, NULL);
+  if (atomic_exchange(&fatal_done, false)) {
+    uint32_t watched = atomic_exchange(&fatal_watched, 0);
+    for (size_t i = 0; i < FATAL_N; i++) {
+      struct sigaction now;
+      if (!(watched & (1u << fatal_signals[i])) || sigaction(fatal_signals[i], NULL, &now) != 0) continue;
+      if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_fatal_signal) sigaction(fatal_signals[i], &fatal_old[i], NULL);
+    }
+  }
+  for (int i = 0; i < 1000 && atomic_load(&fatal_in_handler) > 0; i++) nanosleep(&(struct timespec){0, 100000}, NULL);
 }
 
 void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
@@ -512,6 +545,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   }
   bool fresh = !live && !seed_log;
   live = m;
+  atomic_store(&h->fatal_watched, atomic_load(&fatal_watched)); /* a replaced mapping's: the same */
   atomic_store(&fatal_header, h);
   live_fd = fd;
   seed_log = NULL;
@@ -559,7 +593,7 @@ void msi_live_unlink(void) {
 
 void msi_live_close(void) {
   pthread_mutex_lock(&log_lock);
-  atomic_store(&fatal_header, NULL);
+  release_fatal_signals();
   if (live_path[0]) unlink(live_path);
   live_path[0] = '\0';
   for (int k = 0; k < 2; k++)

@@ -58,9 +58,10 @@ typedef struct msi_live_header {
   char last_dump[1024];             /* the snapshot a dump request wrote */
   char command_line[4096];
   /* how the process died, where it could tell: the fatal signal it caught (livemap.c's handler,
-     installed only where the signal's action was the default) and when (CLOCK_MONOTONIC); 0 none */
+     installed only where the signal's action was the default) and when (CLOCK_MONOTONIC); 0 none.
+     fatal_watched: bit N set when signal N was watched (0: none, or a mapping older than these) */
   _Atomic int32_t fatal_signal;
-  uint32_t reserved0;
+  _Atomic uint32_t fatal_watched;
   _Atomic uint64_t fatal_mono_ns;
 } msi_live_header;
 _Static_assert(sizeof(msi_live_header) <= MSI_LIVE_HEADER, "the header fits its page");

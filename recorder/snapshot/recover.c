@@ -116,7 +116,9 @@ static void fill_info(const mapped *m, const char *path, memsnap_live_info_t *ou
   out->alive = process_alive(path, h->pid);
   out->end_signal = atomic_load(&h->fatal_signal);
   if (out->end_signal < 0 || out->end_signal >= 65) out->end_signal = 0; /* the file is untrusted */
-  out->no_word = !out->alive && !out->end_signal && atomic_load(&h->state) != MSI_LIVE_EXITED;
+  /* ended with no snapshot and no signal it watched (an older mapping watched none: not known) */
+  out->no_word = !out->alive && !out->end_signal && atomic_load(&h->state) != MSI_LIVE_EXITED &&
+                 atomic_load(&h->fatal_watched) != 0;
 }
 
 int memsnap_live_info(const char *live_path, memsnap_live_info_t *out) {
@@ -749,7 +751,8 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
   else if (opts->exit_status >= 0)
     snprintf(ended, sizeof ended, "exited with status %d without writing its snapshot", opts->exit_status);
   else if (out->alive) snprintf(ended, sizeof ended, "running");
-  else if (out->no_word) snprintf(ended, sizeof ended, "ended without a snapshot or a signal it could catch: SIGKILL or _exit");
+  else if (out->no_word)
+    snprintf(ended, sizeof ended, "killed by SIGKILL or ended by _exit, or by a signal it did not watch");
   else snprintf(ended, sizeof ended, "ended (how is not known)");
   if (out->alive && !opts->live && !end_signal && opts->exit_status < 0) end_ns = 0;
   out->end_signal = opts->live ? 0 : end_signal;
