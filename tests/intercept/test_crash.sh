@@ -18,20 +18,7 @@ prog=$build/tests/run_cudart
 stress=$build/tests/crash_stress
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | tail -n 30; }
-check() { # check NAME CMD...
-  local name=$1
-  shift
-  if "$@" >"$work/check.out" 2>&1; then ok "$name"; else bad "$name" "$work/check.out"; fi
-}
-sql() { # sql DB QUERY
-  python3 -c 'import sqlite3, sys
-db = sqlite3.connect("file:%s?mode=ro" % sys.argv[1], uri=True)
-print("\n".join("|".join(map(str, r)) for r in db.execute(sys.argv[2])))' "$@" 2>&1
-}
+. "$(cd "$(dirname "$0")" && pwd)/run_checks.sh"
 export MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=1G MEMSNAP_LIVE_DIR=$work/live
 # under make sanitize, memsnap's own programs with the sanitizer's runtime first (they are built with
 # it; the system's tools are not: pgrep hangs and dd aborts with it preloaded), and a segfault left

@@ -39,15 +39,7 @@ cudart=${CUDA_HOME:-/usr/local/cuda}/lib64/libcudart.so
 train=$here/../data/run/train.py
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | tail -n 30; }
-check() { # check NAME CMD...
-  local name=$1
-  shift
-  if "$@" >"$work/check.out" 2>&1; then ok "$name"; else bad "$name" "$work/check.out"; fi
-}
+. "$(cd "$(dirname "$0")" && pwd)/run_checks.sh"
 export MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=1G
 [ -n "${PY_PRELOAD:-}" ] && export LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
 fold=(--fold '*@*fake_torch/torch/__init__.py')
@@ -68,11 +60,6 @@ leak_is() {
   else
     bad "run $1: the first leak candidate is not $3" "$work/$1.analysis"
   fi
-}
-sql() { # sql DB QUERY: the rows, "|" between columns (never creates DB)
-  python3 -c 'import sqlite3, sys
-db = sqlite3.connect("file:%s?mode=ro" % sys.argv[1], uri=True)
-print("\n".join("|".join(map(str, r)) for r in db.execute(sys.argv[2])))' "$@" 2>&1
 }
 
 # ---- usage ------------------------------------------------------------------------------------

@@ -34,64 +34,29 @@ usage: python3 tests/gpu/predict/predict_check.py [--steps 3] [--at 12,16,20,24]
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
+
+from harness import Harness, pct, result_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 CLI = os.path.join(ROOT, "build", "memsnap")
-OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-predict-")
 GiB = 1 << 30
-START = time.time()
-DEADLINE = START + 8.5 * 60  # the whole run: under 9 minutes
+H = Harness("predict_check", minutes=8.5)  # the whole run: under 9 minutes
+OUT, START, log, record, run = H.out, H.start, H.log, H.record, H.run
 SETTINGS = [("defaults", ""), ("expandable_segments:True", "expandable_segments:True")]
 
 # the training program (GPT-2 with transformers' default use_cache, as these runs always had it)
 TRAIN = os.path.join(HERE, "train_child.py")
 
 
-def log(text):
-    with open(os.path.join(OUT, "predict_check.log"), "a") as f:
-        f.write(text)
 
 
-def record(row):
-    row["t_s"] = round(time.time() - START, 1)
-    with open(os.path.join(OUT, "predict_check.jsonl"), "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
-def run(cmd, env=None, timeout=150):
-    """Runs cmd; (exit code, stdout, stderr); never raises. The timeout shrinks to the deadline."""
-    left = DEADLINE - time.time()
-    if left < 10:
-        log("$ %s\n[skipped: the deadline]\n" % " ".join(cmd))
-        return None, "", "skipped: the deadline"
-    t = time.time()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=min(timeout, left),
-                           env=dict(os.environ, **(env or {})))
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        rc, err = None, "timed out"
-    except OSError as e:
-        rc, out, err = None, "", str(e)
-    log("$ %s%s\n%s%s[exit %s, %.1f s]\n" % (" ".join("%s=%s" % kv for kv in (env or {}).items()) + (" " if env else ""),
-                                            " ".join(cmd), out[-20000:], err[-8000:], rc, time.time() - t))
-    return rc, out, err
 
 
-def result_of(out):
-    for line in (out or "").splitlines():
-        if line.startswith("RESULT "):
-            try:
-                return json.loads(line[7:])
-            except ValueError:
-                pass
-    return None
 
 
 def native(script, batch, conf, steps, cap=0):
@@ -120,8 +85,6 @@ def predict(args, name):
     return j
 
 
-def pct(p, m):
-    return 100.0 * (p - m) / m if p is not None and m else None
 
 
 def main():

@@ -39,64 +39,28 @@ usage: python3 tests/gpu/predict/whatif_check.py [--steps 3] [--at 8,16,24,32] [
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
+
+from harness import Harness, pct, result_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 CLI = os.path.join(ROOT, "build", "memsnap")
-OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="memsnap-whatif-")
-os.makedirs(OUT, exist_ok=True)
 GiB = 1 << 30
-START = time.time()
-DEADLINE = START + 8.6 * 60  # the whole run: under 9 minutes
+H = Harness("whatif_check", minutes=8.6)  # the whole run: under 9 minutes
+OUT, START, log, record, run = H.out, H.start, H.log, H.record, H.run
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 TRAIN = os.path.join(HERE, "train_child.py")  # the training program, one process per measurement
 
 
-def log(text):
-    with open(os.path.join(OUT, "whatif_check.log"), "a") as f:
-        f.write(text)
 
 
-def record(row):
-    row["t_s"] = round(time.time() - START, 1)
-    with open(os.path.join(OUT, "whatif_check.jsonl"), "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
-def run(cmd, env=None, timeout=150):
-    """Runs cmd; (exit code, stdout, stderr); never raises. The timeout shrinks to the deadline."""
-    left = DEADLINE - time.time()
-    if left < 10:
-        log("$ %s\n[skipped: the deadline]\n" % " ".join(cmd))
-        return None, "", "skipped: the deadline"
-    t = time.time()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=min(timeout, left),
-                           env=dict(os.environ, **(env or {})))
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        rc, err = None, "timed out"
-    except OSError as e:
-        rc, out, err = None, "", str(e)
-    log("$ %s%s\n%s%s[exit %s, %.1f s]\n" % (" ".join("%s=%s" % kv for kv in (env or {}).items()) + (" " if env else ""),
-                                            " ".join(cmd), out[-20000:], err[-8000:], rc, time.time() - t))
-    return rc, out, err
 
 
-def result_of(out):
-    for line in (out or "").splitlines():
-        if line.startswith("RESULT "):
-            try:
-                return json.loads(line[7:])
-            except ValueError:
-                pass
-    return None
 
 
 def train_env(model, batch, steps, ckpt="", opt="adamw", conf="", cap=0, fraction=1.0):
@@ -148,8 +112,6 @@ def predict_text(args, name, timeout=240):
         f.write(out + err)
 
 
-def pct(p, m):
-    return 100.0 * (p - m) / m if p is not None and m else None
 
 
 def change_of(row):
