@@ -53,7 +53,10 @@ static bool nothing_to_dump(void) {
 
 int memsnap_dump_exit(void) {
   char path[1024];
-  if (!msi_is_ready() || !msi_dump_path(false, path, sizeof path)) return MEMSNAP_OK;
+  if (!msi_is_ready() || !msi_dump_path(false, path, sizeof path)) { /* no snapshot asked for: a normal exit */
+    msi_live_unlink();
+    return MEMSNAP_OK;
+  }
   if (nothing_to_dump()) {
     msi_live_unlink();
     return MEMSNAP_OK;
@@ -65,10 +68,13 @@ int memsnap_dump_exit(void) {
 }
 
 /* Writes the MEMSNAP_DUMP snapshot of a running library (at exit, or from memsnap_shutdown
- * before the state goes), once; then the live mapping goes (a normal exit is no death). */
+ * before the state goes), once; memsnap_dump_exit then removes the live mapping (a normal exit
+ * is no death). When the snapshot cannot be written the mapping stays, the history's only copy:
+ * `memsnap run` or `memsnap recover` writes it. */
 static void dump_at_exit(void) {
-  if (memsnap_dump_exit() != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
-  msi_live_unlink();
+  if (memsnap_dump_exit() != MEMSNAP_OK)
+    fprintf(stderr, "memsnap: error: %s (the history stays in the live mapping: memsnap recover writes it)\n",
+            memsnap_last_error());
 }
 
 /* Dump on a signal: the handler only writes a byte to a pipe; a thread waiting on the pipe

@@ -9,10 +9,11 @@
  * (history.c), a Python frame's names when its node is made with the GIL held (stacks.c), the
  * loaded modules' paths and load addresses when a native frame lies in no module recorded yet, a
  * device when first used, the options at the start. The log grows by doubling the file
- * (ftruncate, under the log's lock) inside one address range reserved at the start, so its
- * records never move.
+ * (posix_fallocate, under the log's lock: every page backed before it is written, so a full
+ * tmpfs loses a record rather than raising SIGBUS) inside one address range reserved at the
+ * start, so its records never move.
  *
- * Lifetime: removed at a normal exit (api.c, after the exit snapshot) and at memsnap_shutdown;
+ * Lifetime: removed at a normal exit (api.c, once the exit snapshot is written) and at memsnap_shutdown;
  * a process that dies (a signal, _exit without the interposer) leaves it for `memsnap run` or
  * `memsnap recover`. A fork child never writes its parent's mapping: it makes its own when it
  * records, seeded with the parent's log as it was at the fork (its tables are the parent's then).
@@ -92,7 +93,9 @@ static bool append(uint32_t type, const void *const *parts, const size_t *lens, 
   if (used + need > cap) {
     uint64_t grown = cap * 2;
     while (grown < used + need) grown *= 2;
-    if (grown > h->log_reserve || ftruncate(live_fd, (off_t)(h->log_offset + grown)) != 0) return false;
+    /* the pages backed now (tmpfs full: no record, never a SIGBUS at a store later) */
+    if (grown > h->log_reserve || posix_fallocate(live_fd, (off_t)(h->log_offset + cap), (off_t)(grown - cap)) != 0)
+      return false;
     atomic_store_explicit(&h->log_capacity, grown, memory_order_relaxed);
   }
   char *at = live->base + h->log_offset + used;
@@ -517,8 +520,10 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
     warn_once("cannot create the live mapping", tmp);
     goto fail;
   }
-  if (ftruncate(fd, (off_t)(log_offset + log_cap)) != 0) {
-    warn_once("cannot size the live mapping", tmp);
+  /* every page backed now: a store into a sparse file on a full tmpfs (/dev/shm is 64 MiB in a
+     container) is a SIGBUS, on the allocation path; without the room the ring stays on the heap */
+  if (posix_fallocate(fd, 0, (off_t)(log_offset + log_cap)) != 0) {
+    warn_once("cannot reserve the live mapping's memory (is its folder full? MEMSNAP_LIVE_DIR moves it)", tmp);
     goto fail;
   }
   m->length = log_offset + LOG_RESERVE;

@@ -108,6 +108,15 @@ else
         test \"$(sql "${db:-/nonexistent}" "select count(*) from blocks where state = 'allocated' and size = 65536")\" = 300"
   fi
 
+  # an exit snapshot that cannot be written: the live mapping, the history's only copy, stays
+  (cd "$work" && "${pre[@]}" "$cli" run --no-suggest -o "$work/no/such/dir/x.db" -- "$prog" 300) >"$work/exit_fail.out" 2>&1
+  kept=$(ls "$work"/live/memsnap-*.live 2>/dev/null | head -n 1)
+  "${pre[@]}" "$cli" recover -o "$work/exit_fail.db" ${kept:-none} >>"$work/exit_fail.out" 2>&1
+  check "exit snapshot unwritable: the mapping is kept and named, and memsnap recover writes its 300 blocks" \
+    bash -c "grep -q 'kept: memsnap recover ' '$work/exit_fail.out' &&
+      test \"$(sql "$work/exit_fail.db" "select count(*) from blocks where state = 'allocated' and size = 65536")\" = 300 &&
+      ! ls '$work/live' | grep -q ."
+
   # ---- live: top, dump, tmux -----------------------------------------------------------------
   # single-threaded, it answers `memsnap dump` only when asked to (MEMSNAP_LIVE_WATCH=1)
   if MEMSNAP_LIVE_WATCH=1 start live -o "$work/live-%p.db" -- "$prog" 400 wait; then
