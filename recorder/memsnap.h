@@ -565,7 +565,7 @@ typedef struct memsnap_live_info_t {
   int alive;                /* the process still runs (it has the mapping mapped) */
   char program[256];        /* the executable's file name */
   char command_line[1024];
-  char dump_path[1024];     /* its MEMSNAP_DUMP, expanded ("" none) */
+  char dump_path[1024];     /* its MEMSNAP_DUMP, absolute, patterns unexpanded ("" none) */
   char snapshot[1024];      /* memsnap_recover: the snapshot written */
   uint64_t events, dropped; /* events kept, and those before them or torn */
   uint64_t last_event_ns, last_alloc_ns, end_ns; /* end_ns: when it ended (0 unknown) */
