@@ -525,6 +525,11 @@ typedef struct ms_analysis {
 
 /* The kind's name in JSON and the page: growing, growing_released, retained, alive. */
 const char *ms_leak_kind_name(ms_leak_kind kind);
+/* Whether a candidate grew from iteration to iteration (the reports' `leaks`), rather than being
+ * held (their `held`); ms_analyze lists the growing candidates first. */
+static inline bool ms_leak_grows(const ms_site *s) {
+  return s->kind == MS_LEAK_GROWING || s->kind == MS_LEAK_GROWING_RELEASED;
+}
 /* Why a site shows no stack ("allocated before recording started", "no stack recorded", ...);
  * NULL when it has one. */
 const char *ms_site_note(const ms_analysis *a, const ms_site *site);

@@ -21,13 +21,11 @@ const char *ms_leak_kind_name(ms_leak_kind kind) {
 
 static const ms_analysis *sort_ctx;
 
-static bool grows(const ms_site *s) { return s->kind == MS_LEAK_GROWING || s->kind == MS_LEAK_GROWING_RELEASED; }
-
 /* The candidates that grew first (the reports list them apart from what is held), each part by
  * score, then by bytes. */
 static int compare_leaks(const void *x, const void *y) {
   const ms_site *a = &sort_ctx->sites[*(const uint32_t *)x], *b = &sort_ctx->sites[*(const uint32_t *)y];
-  if (grows(a) != grows(b)) return grows(a) ? -1 : 1;
+  if (ms_leak_grows(a) != ms_leak_grows(b)) return ms_leak_grows(a) ? -1 : 1;
   if (a->score != b->score) return a->score < b->score ? 1 : -1;
   if (a->end_bytes != b->end_bytes) return a->end_bytes < b->end_bytes ? 1 : -1;
   return (a->stack_id > b->stack_id) - (a->stack_id < b->stack_id);

@@ -569,8 +569,7 @@ static int timeline_event(const ms_event *e, void *arg) {
   else if (e->kind == MS_SEGMENT_UNMAP) seg_unmap(p, e);
   if (e->kind == MS_SEGMENT_ALLOC || e->kind == MS_SEGMENT_FREE || e->kind == MS_SEGMENT_MAP || e->kind == MS_SEGMENT_UNMAP)
     span_event(p, e);
-  if (e->device >= 0 && e->device < MS_MAX_DEVICES && e->kind != MS_MARK && e->kind != MS_RANGE_PUSH && e->kind != MS_RANGE_POP &&
-      !ms_event_is_model(e->kind))
+  if (e->device >= 0 && e->device < MS_MAX_DEVICES && !ms_event_is_annotation(e->kind))
     p->t->devices |= 1ULL << e->device; /* annotations name a device in PyTorch's snapshots, but hold no memory */
   band_bucket(p, e->time_ns);
   if (p->next < p->ntargets && p->targets[p->next].event_id == e->id) {

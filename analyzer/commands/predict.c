@@ -187,10 +187,6 @@ static int64_t peak_allocated(const ms_replay_result *r) {
   return m;
 }
 
-static bool fits(const ms_replay_result *r) {
-  return !r->failed && !r->over_capacity && !ms_replay_sum(r, offsetof(ms_replay_device, failed_allocs));
-}
-
 static double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : 100.0; }
 
 static void print_model(const ms_predict_info *in, uint64_t card, bool card_given, const char *recorded) {
@@ -218,9 +214,7 @@ static void print_model(const ms_predict_info *in, uint64_t card, bool card_give
 
 static void print_row(const ms_replay_result *r, const char *lead, const char *vs, bool recorded, const char *program) {
   char a[32], b[32], frag[32], conf[1200], vs_cell[16] = "";
-  int64_t pk = ms_replay_worst_peak(r), at_peak = 0;
-  for (int i = 0; i < r->ndevices; i++)
-    if (r->dev[i].peak_reserved == pk) at_peak = r->dev[i].allocated_at_peak;
+  int64_t pk = ms_replay_worst_peak(r), at_peak = r->ndevices > 0 ? r->dev[ms_replay_worst_device(r)].allocated_at_peak : 0;
   ms_format_bytes(peak_allocated(r), a, sizeof a);
   ms_format_bytes(pk, b, sizeof b);
   ms_format_bytes(pk - at_peak, frag, sizeof frag);
@@ -233,7 +227,7 @@ static void print_row(const ms_replay_result *r, const char *lead, const char *v
   char prog[32] = "";
   if (program) snprintf(prog, sizeof prog, "%-12s", program);
   printf("%s  %14s  %14s%s  %13s  %10lld  %-4s  %s%s%s\n", lead, a, b, vs_cell, frag,
-         (long long)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)), fits(r) ? "yes" : "no", prog, conf,
+         (long long)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)), ms_replay_fits(r) ? "yes" : "no", prog, conf,
          recorded && vs ? "  [recorded]" : "");
 }
 
@@ -570,9 +564,7 @@ static cJSON *json_prediction(const ms_predict *m, const ms_replay_result *r, bo
   add_setting(j, &r->config, recorded);
   add_change(j, m, &r->change);
   cJSON_AddBoolToObject(j, "changed", ms_change_any(&r->change));
-  int64_t pk = ms_replay_worst_peak(r), at_peak = 0;
-  for (int i = 0; i < r->ndevices; i++)
-    if (r->dev[i].peak_reserved == pk) at_peak = r->dev[i].allocated_at_peak;
+  int64_t pk = ms_replay_worst_peak(r), at_peak = r->ndevices > 0 ? r->dev[ms_replay_worst_device(r)].allocated_at_peak : 0;
   cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(r));
   cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)pk);
   cJSON_AddNumberToObject(j, "fragmentation_bytes", (double)(pk - at_peak));
@@ -581,7 +573,7 @@ static cJSON *json_prediction(const ms_predict *m, const ms_replay_result *r, bo
   for (int i = 0; i < r->ndevices; i++)
     if (r->dev[i].external_peak > external) external = r->dev[i].external_peak;
   cJSON_AddNumberToObject(j, "external_bytes", (double)external);
-  cJSON_AddBoolToObject(j, "fits", fits(r));
+  cJSON_AddBoolToObject(j, "fits", ms_replay_fits(r));
   cJSON *devs = cJSON_AddArrayToObject(j, "devices");
   for (int i = 0; i < r->ndevices; i++) {
     if (!r->dev[i].used) continue;
@@ -656,14 +648,6 @@ static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t c
 
 #define PAGE_MAX (MAX_AT + 1) /* histories drawn: one per size, or the advice's two */
 
-/* The device with the highest peak reserved in r: the one the table's figures are of. */
-static int worst_device(const ms_replay_result *r) {
-  int best = 0;
-  for (int i = 1; i < r->ndevices; i++)
-    if (r->dev[i].used && r->dev[i].peak_reserved > r->dev[best].peak_reserved) best = i;
-  return best;
-}
-
 /* The page (--html): the base run's memory over time above each history the answer is about,
  * replayed again in this process to draw it (engine.c's timeline), on the device whose peaks the
  * answer gives. Which histories: each --at size as changed, under the first setting (the recorded
@@ -698,11 +682,11 @@ static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer,
     goto cleanup;
   }
   for (int i = 0; i < n; i++) {
-    if (ms_predict_timeline(m, &rows[i]->config, &rows[i]->change, rows[i]->at, worst_device(rows[i]), &tl[i], &res[i]) != 0) {
+    if (ms_predict_timeline(m, &rows[i]->config, &rows[i]->change, rows[i]->at, ms_replay_worst_device(rows[i]), &tl[i], &res[i]) != 0) {
       fprintf(stderr, "error: predict: the replay at %lld drawn for the page: %s\n", (long long)rows[i]->at, res[i].error);
       goto cleanup;
     }
-    drawn[i] = (ms_prediction_timeline){&tl[i], &res[i], fits(&res[i]), why[i]};
+    drawn[i] = (ms_prediction_timeline){&tl[i], &res[i], ms_replay_fits(&res[i]), why[i]};
   }
   const ms_predict_run *base = &in->run[in->base];
   int device = n ? tl[0].device : 0;

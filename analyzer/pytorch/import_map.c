@@ -52,8 +52,7 @@ static int take_entry(importer *im, pk_obj *list, const pk_obj *e) {
   if (imp_get_str(im, e, "action", &w, true, &action, &alen) != 0) return -1;
   int kind = 0;
   for (int k = 1; k < MEMSNAP_EVENT_KINDS; k++)
-    if (k != MS_MARK && k != MS_RANGE_PUSH && k != MS_RANGE_POP && !ms_event_is_model(k) &&
-        strcmp(action, memsnap_event_kind_names[k]) == 0)
+    if (!ms_event_is_annotation(k) && strcmp(action, memsnap_event_kind_names[k]) == 0)
       kind = k;
   im->entries++;
   if (!kind) { /* an action memsnap has no kind for (a newer PyTorch's): counted, named once */

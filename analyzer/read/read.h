@@ -99,6 +99,12 @@ static inline bool ms_event_is_model(int kind) {
   return kind == MS_MODULE || kind == MS_TENSOR || kind == MS_STEP || kind == MS_BACKWARD;
 }
 
+/* An annotation: what the program said about its memory (marks, ranges, the model's events),
+ * which holds none and asks the allocator for nothing. */
+static inline bool ms_event_is_annotation(int kind) {
+  return kind == MS_MARK || kind == MS_RANGE_PUSH || kind == MS_RANGE_POP || ms_event_is_model(kind);
+}
+
 /* Makes untrusted text safe to print and to write as JSON, in place: control bytes and the bytes
  * of invalid UTF-8 become '?' (reader.c). */
 void ms_neutralise(char *text);

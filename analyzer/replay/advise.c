@@ -33,10 +33,6 @@ typedef struct advise_ctx {
   int ninstances;
 } advise_ctx;
 
-static bool fits(const ms_replay_result *r) {
-  return !r->failed && !r->over_capacity && !ms_replay_sum(r, offsetof(ms_replay_device, failed_allocs));
-}
-
 /* A candidate at the size asked; with `fewest`, the fewest instances checkpointed that fit (all
  * of them when none does). */
 static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r, void *arg) {
@@ -46,7 +42,7 @@ static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   if (!k->fewest) return ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
   ch.checkpoint = x->ninstances;
   int rc = ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
-  if (rc != 0 || !fits(r)) return rc;
+  if (rc != 0 || !ms_replay_fits(r)) return rc;
   ms_replay_result *probe = malloc(sizeof *probe);
   if (!probe) return rc; /* the answer with every instance stands */
   int lo = 0, hi = x->ninstances;
@@ -54,7 +50,7 @@ static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
     int mid = lo + (hi - lo) / 2;
     ch.checkpoint = mid;
     if ((rc = ms_predict_replay(x->m, s, p, c, &ch, x->at, probe)) != 0) break;
-    if (fits(probe)) hi = mid, *r = *probe;
+    if (ms_replay_fits(probe)) hi = mid, *r = *probe;
     else lo = mid;
   }
   free(probe);
@@ -140,7 +136,7 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
   for (int i = 0; i < n; i++) {
     out->row[i].kind = cand[i].kind;
     out->row[i].at = first.results[i];
-    out->row[i].fits = fits(&first.results[i]);
+    out->row[i].fits = ms_replay_fits(&first.results[i]);
     out->row[i].largest.at = 0;
   }
   out->searched = ms_predict_info_of(m)->nruns > 1;

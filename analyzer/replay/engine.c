@@ -665,9 +665,7 @@ static int run_event(const ms_event *e, void *arg) {
   ms_replay_result *r = st->r;
   r->events++;
   st->now = e->time_ns;
-  if (e->kind == MS_SNAPSHOT || e->kind == MS_MARK || e->kind == MS_RANGE_PUSH || e->kind == MS_RANGE_POP ||
-      e->kind == MS_IPC_SHARE || ms_event_is_model(e->kind))
-    return 0;
+  if (e->kind == MS_SNAPSHOT || e->kind == MS_IPC_SHARE || ms_event_is_annotation(e->kind)) return 0;
   if (e->kind < MS_ALLOC || e->kind > MS_SEGMENT_UNMAP) {
     r->bad_events++;
     return 0;

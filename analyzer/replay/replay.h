@@ -167,10 +167,14 @@ void ms_replay_card_names(char *out, size_t len);
 /* Applies "k=v,k=v" (a grid row) or, with `one`, one "k=v" (a bracketed value may hold commas)
  * to c. 0, or -1 with err set. */
 int ms_replay_config_apply(ms_replay_config *c, const char *list, bool one, char *err, size_t errlen);
-/* The highest peak reserved of a result's devices, and the sum over its devices of the
- * ms_replay_device field at `offset` (offsetof(ms_replay_device, ooms), ...). */
+/* The device with the highest peak reserved (the first of equal ones; 0 when none), that peak,
+ * and the sum over its devices of the ms_replay_device field at `offset`
+ * (offsetof(ms_replay_device, ooms), ...). */
+int ms_replay_worst_device(const ms_replay_result *r);
 int64_t ms_replay_worst_peak(const ms_replay_result *r);
 int64_t ms_replay_sum(const ms_replay_result *r, size_t offset);
+/* Whether the history fitted: it ran, within the card, with no allocation refused. */
+bool ms_replay_fits(const ms_replay_result *r);
 
 #define MS_SWEEP_GRID_ROWS 20 /* the recorded settings and the grid of docs/replay.md */
 typedef struct ms_sweep {

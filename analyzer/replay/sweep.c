@@ -71,11 +71,19 @@ int ms_replay_config_apply(ms_replay_config *c, const char *list, bool one, char
   return 0;
 }
 
+int ms_replay_worst_device(const ms_replay_result *r) {
+  int worst = 0;
+  for (int i = 1; i < r->ndevices; i++)
+    if (r->dev[i].peak_reserved > r->dev[worst].peak_reserved) worst = i;
+  return worst;
+}
+
 int64_t ms_replay_worst_peak(const ms_replay_result *r) {
-  int64_t m = 0;
-  for (int i = 0; i < r->ndevices; i++)
-    if (r->dev[i].peak_reserved > m) m = r->dev[i].peak_reserved;
-  return m;
+  return r->ndevices > 0 ? r->dev[ms_replay_worst_device(r)].peak_reserved : 0;
+}
+
+bool ms_replay_fits(const ms_replay_result *r) {
+  return !r->failed && !r->over_capacity && !ms_replay_sum(r, offsetof(ms_replay_device, failed_allocs));
 }
 
 int64_t ms_replay_sum(const ms_replay_result *r, size_t offset) {

@@ -1130,12 +1130,10 @@ static int stream_event(const ms_event *e, void *arg) {
   }
   flush_queue(st);
   if (st->rc) return st->rc;
+  /* an out of memory is the recorded size's (whether this one runs out is the replay's to say);
+     the model's events hold no memory */
+  if (e->kind == MS_OOM || ms_event_is_model(e->kind)) return 0;
   switch (e->kind) {
-    case MS_OOM: /* the recorded size's: whether this one runs out is the replay's to say */
-    case MS_MODULE:
-    case MS_TENSOR:
-    case MS_STEP:
-    case MS_BACKWARD: return 0;
     case MS_ALLOC: {
       int64_t size = e->requested > 0 ? e->requested : e->size;
       if (size <= 0 || !e->address || e->device < 0 || e->device >= MS_MAX_DEVICES) { /* as align.c */

@@ -203,7 +203,7 @@ static void add_leaks(cJSON *root, const doc *d) {
   size_t shown[2] = {0, 0};
   for (size_t i = 0; leaks && held && i < a->nleaks; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
-    int list = st->kind == MS_LEAK_GROWING || st->kind == MS_LEAK_GROWING_RELEASED ? 0 : 1;
+    int list = ms_leak_grows(st) ? 0 : 1;
     if (d->o->max_leaks && shown[list] >= d->o->max_leaks) continue;
     shown[list]++;
     bool released = st->kind == MS_LEAK_GROWING_RELEASED;

@@ -148,7 +148,7 @@ int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errl
     v->iter_peak[v->niter_peaks++] = a.iters[i].peak_allocated;
   for (size_t i = 0; i < a.nleaks && v->ngrowing < MS_LIVE_SITES; i++) {
     const ms_site *site = &a.sites[a.leaks[i]];
-    if (site->kind != MS_LEAK_GROWING && site->kind != MS_LEAK_GROWING_RELEASED) continue;
+    if (!ms_leak_grows(site)) continue;
     ms_live_site *g = &v->growing[v->ngrowing++];
     g->bytes = site->end_bytes;
     g->count = site->end_count;

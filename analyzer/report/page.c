@@ -131,9 +131,7 @@ static uint32_t site_stack(page_data *p, uint32_t site) {
  * MS_PAGE_LEAKS of each: the analysis lists the growing ones first), or -1. */
 static int leak_index(const ms_analysis *a, uint32_t site) {
   size_t growing = 0, shown = 0;
-  while (growing < a->nleaks && (a->sites[a->leaks[growing]].kind == MS_LEAK_GROWING ||
-                                 a->sites[a->leaks[growing]].kind == MS_LEAK_GROWING_RELEASED))
-    growing++;
+  while (growing < a->nleaks && ms_leak_grows(&a->sites[a->leaks[growing]])) growing++;
   for (size_t i = 0; i < a->nleaks; i++) {
     bool listed = i < growing ? i < MS_PAGE_LEAKS : i - growing < MS_PAGE_LEAKS;
     if (listed && a->leaks[i] == site) return (int)shown;

@@ -615,7 +615,7 @@ void ms_report_side_by_side(const ms_analysis *a, size_t n, FILE *out) {
     ms_format_bytes(a[i].peak_reserved, b2, sizeof b2);
     if (a[i].nleaks) {
       const ms_site *st = &a[i].sites[a[i].leaks[0]];
-      bool grew = st->kind == MS_LEAK_GROWING || st->kind == MS_LEAK_GROWING_RELEASED;
+      bool grew = ms_leak_grows(st);
       char bytes[32], where[160];
       ms_format_bytes(grew ? (int64_t)st->bytes_per_iteration : st->end_bytes, bytes, sizeof bytes);
       site_label(&a[i], a[i].leaks[0], where, sizeof where);
