@@ -196,10 +196,10 @@ size_t ms_iterations_from_labels(ms_analysis *a, const char *forced, ms_boundary
   int64_t best_count = 1;
   char forced_key[256] = "";
   if (forced) ms_label_key(forced, forced_key, sizeof forced_key);
-  /* Count label keys in each source, pick the most repeated (outermost depth first for ranges). */
   /* the optimizer steps PyTorch's layer recorded (counted whatever gives the iterations) */
   ms_boundary *step_bounds = NULL;
   size_t nsteps = recorded_steps(a, forced != NULL, &step_bounds);
+  /* Count label keys in each source, pick the most repeated (outermost depth first for ranges). */
   for (int src = 0; src < 2 && best_source < 0; src++) {
     /* no mark repeats: the recorded steps, skipped ones too (an optimizer's step ranges miss those
        GradScaler skips) */

@@ -13,8 +13,9 @@
  *
  * Its options are memsnap replay's (--set, --capacity, --device, --sweep, --jobs, --json), read
  * the same way; a prediction that cannot be made (runs that do not align, a history that starts
- * late) is an error (exit 1) that says why; arguments that cannot mean anything (one run, a size
- * given twice, sizes that are not whole numbers) are usage errors (exit 2).
+ * late) is an error (exit 1) that says why; arguments that cannot mean anything (one run without a
+ * change to the program, a size given twice, sizes that are not whole numbers) are usage errors
+ * (exit 2).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -99,12 +100,13 @@ static int parse_args(int argc, char **argv, predict_args *a) {
       if (a->nlists == MS_WHATIF_PATTERNS) return ms_usage_error(&ms_predict_command, "at most %d --checkpoint options", MS_WHATIF_PATTERNS);
       char *list = a->lists[a->nlists++] = strdup(argv[++i]);
       if (!list) return ms_usage_error(&ms_predict_command, "out of memory");
+      int before = a->ncheckpoint;
       for (char *save = NULL, *piece = strtok_r(list, ",", &save); piece; piece = strtok_r(NULL, ",", &save)) {
         if (a->ncheckpoint == MS_WHATIF_PATTERNS)
           return ms_usage_error(&ms_predict_command, "at most %d modules to checkpoint", MS_WHATIF_PATTERNS);
         a->checkpoint[a->ncheckpoint++] = piece;
       }
-      if (a->ncheckpoint == 0) return ms_usage_error(&ms_predict_command, "--checkpoint: no module named");
+      if (a->ncheckpoint == before) return ms_usage_error(&ms_predict_command, "--checkpoint: no module named");
       a->change.checkpoint = MS_CHANGE_ALL;
     } else if (!strcmp(arg, "--optimizer") && i + 1 < argc) {
       if (ms_optimizer_parse(argv[++i], &a->change.optimizer, &a->change.optimizer_bytes) != 0)
@@ -767,7 +769,6 @@ static int cmd_predict(int argc, char **argv) {
     rc = 1;
     goto cleanup;
   }
-  ms_predict_set_change(m, &a.change);
   ms_replay_plan *p = ms_predict_plan(m);
   ms_replay_config recorded, check;
   ms_replay_recorded_config(p, &recorded);
@@ -809,7 +810,7 @@ static int cmd_predict(int argc, char **argv) {
     }
     have_pred = a.nat > 0;
     o.progress = progress ? "predict: settings searched" : NULL;
-    if (a.card_option && !a.one_run && ms_predict_capacity(m, configs, nconf, &o, &fit, err, sizeof err) != 0) {
+    if (a.card_option && !a.one_run && ms_predict_capacity(m, &a.change, configs, nconf, &o, &fit, err, sizeof err) != 0) {
       fprintf(stderr, "error: predict: %s\n", err);
       rc = 1;
       goto cleanup;

@@ -21,6 +21,7 @@ static void on_stop(int sig) {
 static int print_json(char **paths, size_t n) {
   cJSON *all = n == 1 ? NULL : cJSON_CreateArray();
   int rc = 0;
+  bool oom = n != 1 && !all;
   for (size_t i = 0; i < n; i++) {
     ms_live_view v;
     char err[512];
@@ -30,22 +31,12 @@ static int print_json(char **paths, size_t n) {
       continue;
     }
     cJSON *o = ms_live_json(&v);
-    if (all) {
-      cJSON_AddItemToArray(all, o);
-    } else {
-      char *text = cJSON_Print(o);
-      if (text) printf("%s\n", text);
-      free(text);
-      cJSON_Delete(o);
-    }
+    if (all) cJSON_AddItemToArray(all, o);
+    else if (ms_json_print(o, true, stdout) != 0) oom = true;
   }
-  if (all) {
-    char *text = cJSON_Print(all);
-    if (text) printf("%s\n", text);
-    free(text);
-    cJSON_Delete(all);
-  }
-  return rc ? rc : ms_output_status();
+  if (all && ms_json_print(all, true, stdout) != 0) oom = true;
+  if (oom) fprintf(stderr, "error: top: out of memory writing JSON\n");
+  return rc || oom ? 1 : ms_output_status();
 }
 
 static int cmd_top(int argc, char **argv) {

@@ -49,7 +49,7 @@ static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   while (hi - lo > 1) {
     int mid = lo + (hi - lo) / 2;
     ch.checkpoint = mid;
-    if ((rc = ms_predict_replay(x->m, s, p, c, &ch, x->at, probe)) != 0) break;
+    if ((rc = ms_predict_probe(x->m, s, p, c, &ch, x->at, probe)) != 0) break;
     if (ms_replay_fits(probe)) hi = mid, *r = *probe;
     else lo = mid;
   }

@@ -37,7 +37,6 @@
 struct ms_predict {
   ms_predict_info info;
   ms_whatif *whatif; /* what a change to the program acts on (NULL: none asked) */
-  ms_change change;  /* the change the rows of ms_predict_at and ms_predict_capacity make */
   ms_change current; /* the change being synthesised */
   ms_snapshot base; /* the run at the largest size: opened, stacks loaded */
   bool base_open;
@@ -362,7 +361,6 @@ void ms_predict_free(ms_predict *m) {
 
 const ms_predict_info *ms_predict_info_of(const ms_predict *m) { return &m->info; }
 const ms_whatif *ms_predict_whatif(const ms_predict *m) { return m->whatif; }
-void ms_predict_set_change(ms_predict *m, const ms_change *c) { m->change = *c; }
 ms_snapshot *ms_predict_base(ms_predict *m) { return &m->base; }
 
 void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len) {
@@ -396,13 +394,6 @@ ms_replay_plan *ms_predict_plan(ms_predict *m) { return m->plan; }
 
 /* ---- replaying at a size ------------------------------------------------------------------ */
 
-/* Whether a replay fits its card: no allocation failed, no device's peak passed its capacity. */
-static bool fits(const ms_replay_result *r) {
-  if (r->failed || ms_replay_sum(r, offsetof(ms_replay_device, failed_allocs))) return false;
-  for (int i = 0; i < r->ndevices; i++)
-    if (r->dev[i].used && r->dev[i].peak_reserved > r->dev[i].capacity) return false;
-  return true;
-}
 
 /* Replays the history synthesised at `at` under c into r. A card smaller than the recorded one
  * (c's capacity) is the recorded card capped at it, as PyTorch's memory fraction caps it: the
@@ -442,10 +433,15 @@ typedef struct at_rows {
   int nconf, nchange;
 } at_rows;
 
+int ms_predict_probe(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
+                     int64_t at, ms_replay_result *r) {
+  return replay_at(m, s, p, c, ch, at, r);
+}
+
 int ms_predict_replay(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
                       int64_t at, ms_replay_result *r) {
   int rc = replay_at(m, s, p, c, ch, at, r);
-  if (rc != 0 || fits(r)) return rc;
+  if (rc != 0 || ms_replay_fits(r)) return rc;
   ms_replay_config unlimited = *c;
   unlimited.capacity = MS_PREDICT_UNLIMITED;
   uint64_t card = (uint64_t)r->dev[0].capacity;
@@ -475,7 +471,8 @@ static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
 
 int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
                   const ms_change *changes, int nchange, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
-  if (!changes || nchange < 1) changes = &m->change, nchange = 1;
+  static const ms_change none = {0};
+  if (!changes || nchange < 1) changes = &none, nchange = 1;
   int nrows = nat * nchange * nconf;
   ms_replay_config *rows = malloc(sizeof *rows * (size_t)(nrows ? nrows : 1));
   if (!rows) {
@@ -508,7 +505,7 @@ int ms_predict_search(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms
   for (bool growing = true; hi - lo > 1;) { /* from the base's size: doubling while it fits, then bisecting */
     if (!growing) at = lo + (hi - lo) / 2;
     if ((rc = replay_at(m, s, p, c, ch, at, probe)) != 0) break;
-    if (fits(probe)) {
+    if (ms_replay_fits(probe)) {
       lo = at;
       *r = *probe, kept = true;
       if (growing) at = at * 2 > MS_PREDICT_MAX_SIZE ? MS_PREDICT_MAX_SIZE : at * 2;
@@ -529,12 +526,17 @@ int ms_predict_search(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms
   return rc;
 }
 
+typedef struct capacity_rows {
+  ms_predict *m;
+  const ms_change *change;
+} capacity_rows;
+
 /* A row of the search: the largest size whose history fits the row's card. */
 static int capacity_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r,
                         void *arg) {
   (void)row;
-  ms_predict *m = arg;
-  return ms_predict_search(m, s, p, c, &m->change, r);
+  const capacity_rows *cr = arg;
+  return ms_predict_search(cr->m, s, p, c, cr->change, r);
 }
 
 static const ms_replay_result *fit_base; /* qsort has no context argument */
@@ -547,9 +549,11 @@ static int cmp_fit(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 
-int ms_predict_capacity(ms_predict *m, const ms_replay_config *configs, int nconf, const ms_rows_options *o,
-                        ms_sweep *out, char *err, size_t errlen) {
-  if (ms_replay_rows(&m->base, m->plan, configs, nconf, capacity_row, m, o, out, err, errlen) != 0) return -1;
+int ms_predict_capacity(ms_predict *m, const ms_change *change, const ms_replay_config *configs, int nconf,
+                        const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
+  static const ms_change none = {0};
+  capacity_rows cr = {m, change ? change : &none};
+  if (ms_replay_rows(&m->base, m->plan, configs, nconf, capacity_row, &cr, o, out, err, errlen) != 0) return -1;
   for (int i = 0; i < out->nrows; i++) out->order[i] = i;
   fit_base = out->results;
   qsort(out->order, (size_t)out->nrows, sizeof *out->order, cmp_fit);

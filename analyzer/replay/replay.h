@@ -173,7 +173,8 @@ int ms_replay_config_apply(ms_replay_config *c, const char *list, bool one, char
 int ms_replay_worst_device(const ms_replay_result *r);
 int64_t ms_replay_worst_peak(const ms_replay_result *r);
 int64_t ms_replay_sum(const ms_replay_result *r, size_t offset);
-/* Whether the history fitted: it ran, within the card, with no allocation refused. */
+/* Whether the history fitted its card: it ran, no allocation was refused, no device's peak
+ * passed its capacity, and it is not a replay without a limit standing in (over_capacity). */
 bool ms_replay_fits(const ms_replay_result *r);
 
 #define MS_SWEEP_GRID_ROWS 20 /* the recorded settings and the grid of docs/replay.md */
@@ -387,8 +388,6 @@ void ms_predict_free(ms_predict *m);
 const ms_predict_info *ms_predict_info_of(const ms_predict *m);
 /* What the changes act on (NULL when none was asked for). */
 const ms_whatif *ms_predict_whatif(const ms_predict *m);
-/* The change that ms_predict_at's and ms_predict_capacity's rows make (initially none). */
-void ms_predict_set_change(ms_predict *m, const ms_change *c);
 /* The base's snapshot (opened, stacks loaded): what rows replay. */
 ms_snapshot *ms_predict_base(ms_predict *m);
 /* One row's work, for callers that make their own rows (advise.c; s and p: the worker's): the
@@ -399,6 +398,10 @@ int ms_predict_replay(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms
                       int64_t at, ms_replay_result *r);
 int ms_predict_search(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
                       ms_replay_result *r);
+/* ms_predict_replay's first replay alone, on c's card (no second one without a limit): for a
+ * search's probes, which ask only whether a history fits (ms_replay_fits). */
+int ms_predict_probe(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, const ms_change *ch,
+                     int64_t at, ms_replay_result *r);
 /* ms_predict_replay in this process, on the base and its plan, drawing `device`'s memory over time
  * into *t (engine.c's timeline; of the replay without a limit when the card is too small, as r's
  * figures are): the page of a prediction. Fills *r; returns what ms_replay_run returns. */
@@ -410,7 +413,7 @@ void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char 
 /* The base's replay plan: its recorded settings and card (ms_replay_grid, ms_replay_check_config). */
 ms_replay_plan *ms_predict_plan(ms_predict *m);
 /* Replays the history synthesised at each of ats[0..nat), as changed by each of
- * changes[0..nchange) (NULL: the change ms_predict_set_change set), under each of
+ * changes[0..nchange) (NULL: none, the program as recorded), under each of
  * configs[0..nconf) (the row of size a, change h and config c is (a * nchange + h) * nconf + c;
  * each result's `at` and `change` say which) on the sweep's workers, into *out (ranked as the
  * sweep ranks: within one size and change, ms_replay_rank again). A
@@ -419,12 +422,12 @@ ms_replay_plan *ms_predict_plan(ms_predict *m);
  * err set (nothing to free). */
 int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
                   const ms_change *changes, int nchange, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
-/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history (changed by the change
- * ms_predict_set_change set) fits the card under each of configs[0..nconf) (their capacity), into out's results by config (`at`: that size, 0 when
+/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history (changed by `change`;
+ * NULL: none) fits the card under each of configs[0..nconf) (their capacity), into out's results by config (`at`: that size, 0 when
  * none fits; the figures: its replay), ranked by that size (the largest first), then by peak
  * reserved. 0, or -1 with err set (nothing to free). */
-int ms_predict_capacity(ms_predict *m, const ms_replay_config *configs, int nconf, const ms_rows_options *o,
-                        ms_sweep *out, char *err, size_t errlen);
+int ms_predict_capacity(ms_predict *m, const ms_change *change, const ms_replay_config *configs, int nconf,
+                        const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
 
 /* ---- what makes a size fit (advise.c) ------------------------------------------------------ */
 

@@ -83,7 +83,10 @@ int64_t ms_replay_worst_peak(const ms_replay_result *r) {
 }
 
 bool ms_replay_fits(const ms_replay_result *r) {
-  return !r->failed && !r->over_capacity && !ms_replay_sum(r, offsetof(ms_replay_device, failed_allocs));
+  if (r->failed || r->over_capacity || ms_replay_sum(r, offsetof(ms_replay_device, failed_allocs))) return false;
+  for (int i = 0; i < r->ndevices; i++)
+    if (r->dev[i].used && r->dev[i].capacity > 0 && r->dev[i].peak_reserved > r->dev[i].capacity) return false;
+  return true;
 }
 
 int64_t ms_replay_sum(const ms_replay_result *r, size_t offset) {

@@ -227,8 +227,8 @@ static void add_leaks(cJSON *root, const doc *d) {
   }
 }
 
-/* Memory by module (the module record), the modules in tree order (a parent before its
- * submodules, each level in the order they were first seen). */
+/* Memory by module (the module record), the modules in the order they were first seen (a parent
+ * before its submodules; each entry names its parent). */
 static void add_modules(cJSON *root, const ms_analysis *a) {
   cJSON *mods = cJSON_AddArrayToObject(root, "modules");
   for (size_t i = 0; mods && i < a->nmodules; i++) {
@@ -472,7 +472,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
 
 /* Prints `value` as formatted JSON (then a newline if `newline`) and deletes it; 0, or -1 when
  * out of memory (nothing printed). */
-static int print_json(cJSON *value, bool newline, FILE *out) {
+int ms_json_print(cJSON *value, bool newline, FILE *out) {
   char *text = value ? cJSON_Print(value) : NULL;
   cJSON_Delete(value);
   if (!text) return -1;
@@ -488,7 +488,7 @@ int ms_report_json(const ms_analysis *a, FILE *out) {
     cJSON_Delete(root);
     return -1;
   }
-  return print_json(root, true, out);
+  return ms_json_print(root, true, out);
 }
 
 /* ---- several snapshots ------------------------------------------------------------------- */
@@ -523,5 +523,5 @@ int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out) {
   }
   free(rows);
   ms_matches_free(&m);
-  return print_json(arr, false, out);
+  return ms_json_print(arr, false, out);
 }

@@ -154,6 +154,9 @@ int ms_json_analysis(struct cJSON *root, const ms_analysis *a, const ms_json_opt
 /* Prints the analysis as JSON (`memsnap analyze --json`) and a newline; 0, or -1 when out of
  * memory (nothing printed). */
 int ms_report_json(const ms_analysis *a, FILE *out);
+/* Prints `value` as indented JSON (a newline after it with `newline`) and deletes it. 0, or -1
+ * when it could not be made (out of memory; NULL given). */
+int ms_json_print(struct cJSON *value, bool newline, FILE *out);
 /* The leak candidates of several analyses matched across them, as a JSON array (the
  * "matched_leaks" of analyze --json with several snapshots); 0, or -1 when out of memory
  * (nothing printed). */
