@@ -50,6 +50,8 @@ typedef struct mapping {
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static mapping *live;          /* the current one (log_lock for its log; NULL: none) */
+static atomic_bool live_on;    /* live != NULL, read without the lock: the cold paths' first test
+                                  (a process without a mapping takes no lock for it) */
 static int live_fd = -1;
 static char live_path[1100];
 static bool warned;
@@ -112,6 +114,7 @@ static bool append(uint32_t type, const void *const *parts, const size_t *lens, 
 }
 
 void msi_live_log_stack(uint32_t id, uint16_t n_native, uint16_t n_python, const uint64_t *words) {
+  if (!atomic_load_explicit(&live_on, memory_order_acquire)) return;
   uint32_t head[2] = {id, (uint32_t)n_native | (uint32_t)n_python << 16};
   const void *parts[] = {head, words};
   size_t lens[] = {sizeof head, sizeof *words * ((size_t)n_native + 2 * (size_t)n_python)};
@@ -121,6 +124,7 @@ void msi_live_log_stack(uint32_t id, uint16_t n_native, uint16_t n_python, const
 }
 
 void msi_live_log_label(uint32_t id, const char *text) {
+  if (!atomic_load_explicit(&live_on, memory_order_acquire)) return;
   const void *parts[] = {&id, text};
   size_t lens[] = {sizeof id, strlen(text) + 1};
   pthread_mutex_lock(&log_lock);
@@ -165,6 +169,7 @@ static void py_add(uint64_t code, uint64_t pos) {
 }
 
 bool msi_live_wants_pyframe(uint64_t code, uint64_t pos) {
+  if (!atomic_load_explicit(&live_on, memory_order_acquire)) return false;
   pthread_mutex_lock(&log_lock);
   bool wants = live && code && !py_known(code, pos);
   pthread_mutex_unlock(&log_lock);
@@ -172,6 +177,7 @@ bool msi_live_wants_pyframe(uint64_t code, uint64_t pos) {
 }
 
 void msi_live_log_pyframe(uint64_t code, uint64_t pos, int64_t line, const char *name, const char *file) {
+  if (!atomic_load_explicit(&live_on, memory_order_acquire)) return;
   uint64_t head[3] = {code, pos, (uint64_t)line};
   const void *parts[] = {head, name, file};
   size_t lens[] = {sizeof head, strlen(name) + 1, strlen(file) + 1};
@@ -244,6 +250,7 @@ static void list_modules(void) {
 }
 
 void msi_live_note_pc(uint64_t pc) {
+  if (!atomic_load_explicit(&live_on, memory_order_acquire)) return;
   pthread_mutex_lock(&log_lock);
   if (live && !mod_known(pc - 1)) list_modules();
   pthread_mutex_unlock(&log_lock);
@@ -550,6 +557,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   }
   bool fresh = !live && !seed_log;
   live = m;
+  atomic_store(&live_on, true);
   atomic_store(&h->fatal_watched, atomic_load(&fatal_watched)); /* a replaced mapping's: the same */
   atomic_store(&fatal_header, h);
   live_fd = fd;
@@ -578,14 +586,6 @@ fail:
   return NULL;
 }
 
-bool msi_live_owns(const void *p) {
-  pthread_mutex_lock(&log_lock);
-  bool owns = false;
-  for (mapping *m = live; m && !owns; m = m->older) owns = (const char *)p >= m->base && (const char *)p < m->base + m->length;
-  pthread_mutex_unlock(&log_lock);
-  return owns;
-}
-
 void msi_live_unlink(void) {
   pthread_mutex_lock(&log_lock);
   if (live && live_path[0]) {
@@ -608,6 +608,7 @@ void msi_live_close(void) {
       free(m);
     }
   live = inherited = NULL;
+  atomic_store(&live_on, false);
   if (live_fd >= 0) close(live_fd);
   live_fd = -1;
   free(py_keys);
@@ -640,6 +641,7 @@ void msi_live_fork(int phase) {
       inherited = live;
     }
     live = NULL;
+    atomic_store(&live_on, false);
     live_fd = -1;
     live_path[0] = '\0';
     watcher_started = false;

@@ -75,10 +75,9 @@ enum { MSI_LIVE_RECORDING = 1, MSI_LIVE_EXITED = 2 };
  * MEMSNAP_LIVE is 0 or the file cannot be made (the caller's ring is then on the heap; the reason
  * is printed once). The ring's memory stays mapped until msi_live_close. */
 void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset);
-/* Whether p lies in a ring msi_live_ring gave (it is not the heap's to free). */
-bool msi_live_owns(const void *p);
 /* Appends a record (cold paths only: a stack, label, Python frame, module or device seen for the
- * first time); does nothing without a mapping. Each takes the log's own lock, the innermost. */
+ * first time); does nothing without a mapping (and takes no lock then). Each takes the log's own
+ * lock, the innermost. */
 void msi_live_log_stack(uint32_t id, uint16_t n_native, uint16_t n_python, const uint64_t *words);
 void msi_live_log_label(uint32_t id, const char *text);
 void msi_live_log_pyframe(uint64_t code, uint64_t pos, int64_t line, const char *name, const char *file);
