@@ -53,6 +53,7 @@ and reused; no list is made for the common single tensor. Every hook catches its
 failure leaves an event unrecorded, never the program broken.
 """
 import ctypes
+import functools
 import sys
 import weakref
 
@@ -341,6 +342,7 @@ def _wrap_scaler_step(cls):
     if original is None or getattr(original, "_memsnap", False):
         return False
 
+    @functools.wraps(original)
     def step(self, optimizer, *args, **kwargs):
         global _scaler_optimizer, _scaler_stepped
         if optimizer is _scaler_optimizer:  # a subclass's step calling its base's: the outer one records
@@ -361,8 +363,6 @@ def _wrap_scaler_step(cls):
                 pass
         return result
     step._memsnap = True
-    step.__wrapped__ = original
-    step.__name__, step.__qualname__, step.__doc__ = original.__name__, original.__qualname__, original.__doc__
     cls.step = step
     return True
 
@@ -377,6 +377,7 @@ def _backward_wrapper(original):
     """original (the engine's entry) between memsnap_backward_begin and memsnap_backward_end; the
     modules whose backward began in the pass and did not end, ended with it (those of a pass run
     where no wrapper saw it, at the next one's start)."""
+    @functools.wraps(original)
     def run_backward(*args, **kwargs):
         global _passes
         try:
@@ -397,10 +398,6 @@ def _backward_wrapper(original):
             except Exception:  # noqa: BLE001
                 pass
     run_backward._memsnap = True
-    run_backward.__wrapped__ = original
-    run_backward.__name__ = getattr(original, "__name__", "run_backward")
-    run_backward.__qualname__ = getattr(original, "__qualname__", run_backward.__name__)
-    run_backward.__doc__ = getattr(original, "__doc__", None)
     return run_backward
 
 
