@@ -68,3 +68,26 @@ def result_of(out):
 def pct(p, m):
     """p's error against m, in percent (None when either is missing)."""
     return 100.0 * (p - m) / m if p is not None and m else None
+
+
+def boundary(fits, guess, tries=6):
+    """The largest size that fits, walked to from `guess` one size at a time: n such that fits(n)
+    and not fits(n + 1); 0 when not even 1 fits; None when a probe gave no answer (fits returned
+    None) or `tries` steps did not reach it."""
+    n = guess
+    for _ in range(tries):
+        f = fits(n)
+        if f is None:
+            return None
+        if f:
+            g = fits(n + 1)
+            if g is None:
+                return None
+            if not g:
+                return n
+            n += 1
+        else:
+            n -= 1
+            if n < 1:
+                return 0
+    return None

@@ -37,7 +37,7 @@ import os
 import sys
 import time
 
-from harness import Harness, pct, result_of
+from harness import Harness, boundary, pct, result_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
@@ -154,24 +154,7 @@ def main():
                 fits[n] = None if r is None else not r["oom"]
             return fits[n]
 
-        n, found = guess, None
-        for _ in range(6):  # walk to the boundary: n fits and n + 1 does not
-            f = probe(n)
-            if f is None:
-                break
-            if f:
-                g = probe(n + 1)
-                if g is None:
-                    break
-                if not g:
-                    found = n
-                    break
-                n += 1
-            else:
-                n -= 1
-                if n < 1:
-                    found = 0
-                    break
+        found = boundary(probe, guess)
         fit_native[conf] = found
         record({"kind": "cap", "conf": conf, "cap_bytes": cap, "predicted": predicted_fit(conf), "native": found,
                 "probes": {str(k): v for k, v in sorted(fits.items())}})

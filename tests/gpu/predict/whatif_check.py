@@ -42,7 +42,7 @@ import os
 import sys
 import time
 
-from harness import Harness, pct, result_of
+from harness import Harness, boundary, pct, result_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
@@ -188,24 +188,7 @@ def main():
 
         at_fits = probe(a.advise_at)
         guess = (best.get("largest_that_fits") or {}).get("at") or a.advise_at
-        n = guess
-        for _ in range(6):  # walk to the boundary: n fits and n + 1 does not
-            f = probe(n)
-            if f is None:
-                break
-            if f:
-                nxt = probe(n + 1)
-                if nxt is None:
-                    break
-                if not nxt:
-                    fit_native = n
-                    break
-                n += 1
-            else:
-                n -= 1
-                if n < 1:
-                    fit_native = 0
-                    break
+        fit_native = boundary(probe, guess)
     record({"kind": "cap", "cap_bytes": cap, "best": best, "native_change": change, "fits_at": at_fits,
             "predicted_largest": (best or {}).get("largest_that_fits", {}) and best["largest_that_fits"].get("at"),
             "native_largest": fit_native, "probes": {str(k): v for k, v in sorted(probes.items())}})
