@@ -160,6 +160,7 @@ static int alloc_segment(msi_device *d, const request *r, bool is_retry, msi_blo
   (*out)->set_index = r->set_index;
   MSI_STAT_INC(d->stats.segment, k, 1);
   MSI_STAT_INC(d->stats.reserved_bytes, k, (int64_t)size);
+  msi_run_peak(&d->run_peak_reserved, d->stats.reserved_bytes[MEMSNAP_POOL_ALL].current);
   if (size >= msi_opt.max_split_size) msi_stat_inc(&d->stats.oversize_segments, 1);
   d->stats.num_device_alloc++;
   if (r->pool->owner) r->pool->owner->malloc_count++;
@@ -563,6 +564,7 @@ static msi_block *use_block(msi_device *d, const request *r, msi_block *b, size_
     msi_history_add(MSI_EV_ALLOC, d->index, r->stream, b->ptr, b->size, orig_size, 0, d->event_stack);
   MSI_STAT_INC(d->stats.allocation, k, 1);
   MSI_STAT_INC(d->stats.allocated_bytes, k, (int64_t)b->size);
+  msi_run_peak(&d->run_peak_allocated, d->stats.allocated_bytes[MEMSNAP_POOL_ALL].current);
   MSI_STAT_INC(d->stats.active, k, 1);
   MSI_STAT_INC(d->stats.active_bytes, k, (int64_t)b->size);
   MSI_STAT_INC(d->stats.requested_bytes, k, (int64_t)orig_size);

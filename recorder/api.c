@@ -18,6 +18,7 @@
 
 #include "history/history.h"
 #include "history/livemap.h"
+#include "history/runlog.h"
 #include "internal.h"
 
 /* Declared in oom_throw.cc: raise the out-of-memory error, or another failure as a RuntimeError,
@@ -158,6 +159,7 @@ static void start_signal_dumper(void) {
  * CUDA does not survive fork) but not the recording, the exit dump or the signal thread. */
 static void fork_phase(int phase) {
   if (phase == MSI_FORK_PREPARE) {
+    msi_runlog_fork(phase); /* its sampler takes the device locks under its own */
     msi_devices_fork(phase);
     msi_external_fork(phase);
     msi_history_fork(phase);
@@ -180,6 +182,7 @@ static void fork_phase(int phase) {
     pthread_mutex_init(&dump_lock, NULL);
   }
   msi_devices_fork(phase);
+  msi_runlog_fork(phase);
 }
 static void fork_prepare(void) { fork_phase(MSI_FORK_PREPARE); }
 static void fork_parent(void) { fork_phase(MSI_FORK_PARENT); }

@@ -8,6 +8,9 @@
  * signal thread) it registers as a hook (msi_devices_on_ready) when the library loads.
  *
  * After the first call, msi_device_get costs one flag test and one table load.
+ *
+ * The run log's sampler (history/runlog.c) is here too: the devices' allocated and reserved bytes
+ * and their highest since the last sample, read under each device's lock.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 
 #include "internal.h"
 #include "history/livemap.h"
+#include "history/runlog.h"
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int ready;       /* 1 once options, backend and device count are set */
@@ -106,6 +110,35 @@ void msi_devices_locked(void (*fn)(msi_device **devs, int n, void *arg), void *a
   for (int i = n; i-- > 0;)
     if (devs[i]) pthread_mutex_unlock(&devs[i]->lock);
 }
+
+/* The run log's sample: each device's bytes now and highest since the last sample (summed: with
+ * several devices the peaks' sum bounds the process's peak from above), the highest started
+ * again from now. An async device's, whose path keeps no such peak, from its pool's counters. */
+static void sample_devices(msi_runlog_sample *out) {
+  int n = atomic_load(&ready) ? ndevices : 0;
+  for (int i = 0; i < n; i++) {
+    msi_device *d = atomic_load(&msi_device_table[i]);
+    if (!d) continue;
+    pthread_mutex_lock(&d->lock);
+    int64_t allocated = d->stats.allocated_bytes[MEMSNAP_POOL_ALL].current;
+    int64_t reserved = d->stats.reserved_bytes[MEMSNAP_POOL_ALL].current;
+    if (d->async) {
+      memsnap_stats_t st = d->stats;
+      msi_async_stats(d, &st);
+      allocated = st.allocated_bytes[MEMSNAP_POOL_ALL].current;
+      reserved = st.reserved_bytes[MEMSNAP_POOL_ALL].current;
+    }
+    out->allocated += allocated;
+    out->reserved += reserved;
+    out->peak_allocated += d->run_peak_allocated > allocated ? d->run_peak_allocated : allocated;
+    out->peak_reserved += d->run_peak_reserved > reserved ? d->run_peak_reserved : reserved;
+    d->run_peak_allocated = allocated;
+    d->run_peak_reserved = reserved;
+    pthread_mutex_unlock(&d->lock);
+  }
+}
+
+__attribute__((constructor)) static void register_sampler(void) { msi_runlog_set_sampler(sample_devices); }
 
 void msi_devices_fork(int phase) {
   if (phase == MSI_FORK_PREPARE) {

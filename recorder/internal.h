@@ -453,6 +453,9 @@ typedef struct msi_device {
   size_t ndeferred, deferred_cap;
   struct msi_capture_reuse *capture_reuse; /* capture.c: free markers of deferred blocks, graph walks; NULL: none */
   struct msi_async_state *async;   /* async mode's per-device state (async_alloc.c), else NULL */
+  /* the run log's (history/runlog.c): allocated and reserved bytes' highest since its last sample
+     (devices.c's sampler reads them and starts them again; msi_run_peak keeps them) */
+  int64_t run_peak_allocated, run_peak_reserved;
 } msi_device;
 
 /* ---- blocks and the free sets of pools (blocks.c), below the modes and alloc.c ---------- */
@@ -1065,6 +1068,11 @@ static inline void msi_stat_inc(memsnap_stat_t *s, int64_t n) {
 static inline void msi_stat_dec(memsnap_stat_t *s, int64_t n) {
   s->current -= n;
   s->freed += n;
+}
+/* The run log's peak since its last sample (msi_device.run_peak_*): a compare and a store on the
+ * allocation path, nothing more. Lock held. */
+static inline void msi_run_peak(int64_t *peak, int64_t now) {
+  if (now > *peak) *peak = now;
 }
 /* Updates the aggregate entry and the entry of the pool kind `k`. */
 #define MSI_STAT_INC(arr, k, n) (msi_stat_inc(&(arr)[MEMSNAP_POOL_ALL], (n)), msi_stat_inc(&(arr)[(k)], (n)))

@@ -12,7 +12,8 @@
  * version 1's first files (segments.expandable, pool_id0, pool_id1) are at the end of their table:
  * (and segments.source, library) readers of old files find them missing (see docs/snapshot-format.md).
  * The steps table (the step events again, by event id, for readers that want the optimizer's
- * steps without reading every event) came later too: a file without it has none recorded. */
+ * steps without reading every event) came later too: a file without it has none recorded. The run_log table (the whole run by iteration and by
+ * second: recorder/history/runlog.h) came later still: a file without it has no run log. */
 __attribute__((unused)) static const char memsnap_schema_sql[] =
     "PRAGMA user_version = " MEMSNAP_STRINGIFY(MEMSNAP_FORMAT_VERSION) ";"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
@@ -37,7 +38,11 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     "CREATE TABLE stack_frames(stack_id INTEGER, position INTEGER, frame_id INTEGER,"
     " PRIMARY KEY(stack_id, position)) WITHOUT ROWID;"
     "CREATE TABLE frames(id INTEGER PRIMARY KEY, kind TEXT, name TEXT, file TEXT, line INTEGER, module TEXT,"
-    " pc INTEGER, offset INTEGER, inlined INTEGER);";
+    " pc INTEGER, offset INTEGER, inlined INTEGER);"
+    "CREATE TABLE run_log(log INTEGER, first INTEGER, count INTEGER, skipped INTEGER, start_ns INTEGER, end_ns INTEGER,"
+    " peak_allocated INTEGER, peak_reserved INTEGER, end_allocated INTEGER, end_reserved INTEGER, parameter_bytes INTEGER,"
+    " gradient_bytes INTEGER, optimizer_bytes INTEGER, peak_ns INTEGER, in_progress INTEGER, PRIMARY KEY(log, first))"
+    " WITHOUT ROWID;";
 
 /* The event kinds, the one list of them: X(ID, "name") in id order from 1. The recorder
  * (MSI_EV_*, recorder/internal.h) and the CLI (MS_*, analyzer/analysis/analysis.h) spell their enums

@@ -52,6 +52,7 @@
 #include "history.h"
 #include "internal.h"
 #include "livemap.h"
+#include "runlog.h"
 
 atomic_int msi_recording; /* read on the hot path: MSI_REC_RING | MSI_REC_OBSERVER */
 
@@ -243,6 +244,7 @@ int msi_history_start(uint64_t max_entries) {
     atomic_store_explicit(&r->start_ns, msi_now_ns(), memory_order_relaxed); /* nothing recorded yet */
   }
   atomic_fetch_or(&msi_recording, MSI_REC_RING);
+  msi_runlog_start(); /* the whole run's log (runlog.c), from the first start */
 out:
   pthread_mutex_unlock(&admin_lock);
   return rc;
@@ -270,6 +272,7 @@ void msi_history_reset(void) {
     free(r->allocation); /* NULL for the live mapping's, which msi_live_close unmaps */
     r = older;
   }
+  msi_runlog_reset(); /* before its region in the mapping is unmapped */
   msi_live_close();
   pthread_mutex_unlock(&admin_lock);
   pthread_mutex_lock(&label_lock);

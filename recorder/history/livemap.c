@@ -20,7 +20,9 @@
  *
  * A thread of the mapping's watches header.dump_requests (5 times a second, a load of shared
  * memory) and runs api.c's dump when `memsnap dump PID` asks; header.watching says it runs
- * (start_watcher: not in a single-threaded process unless MEMSNAP_LIVE_WATCH=1).
+ * (start_watcher: not in a single-threaded process unless MEMSNAP_LIVE_WATCH=1). It also takes the
+ * run log's sample each time it wakes (runlog.c: the seconds log), and the run log lives in the
+ * mapping (msi_runlog_move, once the mapping is made).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -38,6 +40,7 @@
 
 #include "internal.h"
 #include "livemap.h"
+#include "runlog.h"
 
 #define LOG_INITIAL (1u << 20)
 #define LOG_RESERVE (1ull << 32) /* 4 GiB of address space; the file holds what is used */
@@ -291,6 +294,7 @@ static void *watch(void *arg) {
   uint64_t done = 0;
   for (;;) {
     nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+    msi_runlog_tick(); /* the run log's seconds (runlog.c) */
     pthread_mutex_lock(&log_lock);
     msi_live_header *h = live ? header_of(live) : NULL;
     uint64_t asked = h ? atomic_load(&h->dump_requests) : 0;
@@ -514,7 +518,8 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   snprintf(path, sizeof path, "%s/memsnap-%d.live", memsnap_live_dir(), (int)getpid());
   snprintf(tmp, sizeof tmp, "%s.new", path);
   uint64_t ring_offset = MSI_LIVE_HEADER;
-  uint64_t log_offset = (ring_offset + bytes + 4095) & ~(uint64_t)4095;
+  uint64_t runlog_offset = (ring_offset + bytes + 4095) & ~(uint64_t)4095;
+  uint64_t log_offset = (runlog_offset + sizeof(msi_runlog_region) + 4095) & ~(uint64_t)4095;
   pthread_mutex_lock(&log_lock);
   const char *old_log = live ? live->base + header_of(live)->log_offset : seed_log;
   uint64_t old_used = live ? atomic_load(&header_of(live)->log_used) : seed_log ? seed_used : 0;
@@ -542,6 +547,8 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   }
   msi_live_header *h = header_of(m);
   fill_header(h, ring_offset, bytes, cap, events_offset, log_offset);
+  h->runlog_offset = runlog_offset;
+  h->runlog_bytes = sizeof(msi_runlog_region);
   atomic_store(&h->log_capacity, log_cap);
   if (old_used) memcpy(m->base + log_offset, old_log, old_used);
   atomic_store(&h->log_used, old_used);
@@ -571,6 +578,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   }
   ring = m->base + ring_offset;
   pthread_mutex_unlock(&log_lock);
+  msi_runlog_move(m->base + runlog_offset); /* not under log_lock: the run log samples under its own */
   if (fresh) note_in_manifest(path);
   start_watcher();
   catch_fatal_signals();

@@ -5,6 +5,8 @@
  *   offset 0                 header (MSI_LIVE_HEADER bytes): msi_live_header below
  *   header.ring_offset       the event ring: history.c's ring header, then ring_cap events of 64
  *                            bytes, each published with its sequence number (history.c)
+ *   header.runlog_offset     the run log (runlog.h: msi_runlog_region, runlog_bytes of it): the whole
+ *                            run by iteration and by second, bounded; 0 in a mapping without one
  *   header.log_offset        the log: records appended once each, when what they name is first
  *                            seen (never per event), published by header.log_used
  *
@@ -63,6 +65,8 @@ typedef struct msi_live_header {
   _Atomic int32_t fatal_signal;
   _Atomic uint32_t fatal_watched;
   _Atomic uint64_t fatal_mono_ns;
+  /* the run log's region (runlog.h), between the ring and the log; 0 and 0: none */
+  uint64_t runlog_offset, runlog_bytes;
 } msi_live_header;
 _Static_assert(sizeof(msi_live_header) <= MSI_LIVE_HEADER, "the header fits its page");
 enum { MSI_LIVE_RECORDING = 1, MSI_LIVE_EXITED = 2 };

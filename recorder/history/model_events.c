@@ -19,11 +19,15 @@
  * have none (stacks.c: msi_stacks_lend_push / msi_stacks_lend_pop), whether the ring records or
  * not, so that begins and ends stay paired if recording starts or stops between them.
  *
+ * Steps and tensors also go to the run log (runlog.c: an iteration ends with a step, the roles'
+ * bytes at each iteration's peak), whether the ring records or not.
+ *
  * None of this is on the allocation path: these calls take the label table's lock and may
  * allocate (a label's first use, a stack's first capture).
  */
 #include "history.h"
 #include "internal.h"
+#include "runlog.h"
 
 /* Whether `label` is an id memsnap_label gave (0, none, only where `none_ok`) among the `count`
  * interned; false with the error said. */
@@ -81,6 +85,7 @@ int memsnap_tensor_events(size_t n, const uint64_t *storage, const uint64_t *byt
     }
     if (!label_ok("memsnap_tensor_events", label[i], true, count)) return MEMSNAP_EINVAL;
   }
+  msi_runlog_tensors(n, storage, bytes, role); /* the run log's roles, whether the ring records or not */
   if (!msi_ring_recording()) return MEMSNAP_OK;
   for (size_t i = 0; i < n; i++)
     msi_history_add_unobserved(MSI_EV_TENSOR, device[i], NULL, (uintptr_t)storage[i], bytes[i], role[i],
@@ -94,6 +99,7 @@ int memsnap_step_event(int label, int what) {
     return MEMSNAP_EINVAL;
   }
   if (!label_ok("memsnap_step_event", label, false, msi_label_count())) return MEMSNAP_EINVAL;
+  msi_runlog_step(label, what); /* an iteration's end for the run log (runlog.c) */
   if (msi_ring_recording())
     msi_history_add_unobserved(MSI_EV_STEP, -1, NULL, 0, (uint64_t)what, 0, (uint64_t)label, 0);
   return MEMSNAP_OK;

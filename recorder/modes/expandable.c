@@ -188,6 +188,7 @@ static int map_block(msi_device *d, msi_block *b, size_t size) {
   int k = b->pool->stat_kind;
   d->total_allocated_memory += mapped;
   MSI_STAT_INC(d->stats.reserved_bytes, k, (int64_t)mapped);
+  msi_run_peak(&d->run_peak_reserved, d->stats.reserved_bytes[MEMSNAP_POOL_ALL].current);
   d->stats.num_device_alloc++;
   if (b->pool->owner) b->pool->owner->malloc_count += (int64_t)(last - first);
   if (msi_is_recording())

@@ -721,6 +721,12 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
   s.before = before;
   s.start_ns = start_ns;
   s.max_entries = h->ring_cap;
+  /* the run log, read where its header puts it (msi_runlog_entries checks it, and a torn update) */
+  if (h->runlog_bytes && h->runlog_offset >= h->ring_offset + h->ring_bytes && h->runlog_offset <= m.len &&
+      h->runlog_bytes <= m.len - h->runlog_offset) {
+    s.runlog = m.base + h->runlog_offset;
+    s.runlog_bytes = h->runlog_bytes;
+  }
   uint64_t last_alloc = 0;
   for (uint64_t i = 0; i < nev; i++) {
     msi_event *e = &s.ev[i];

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "history/history.h"
+#include "history/runlog.h"
 #include "internal.h"
 #include "snapshot_data.h"
 #include "snapshot_schema.h"
@@ -670,6 +671,27 @@ static void write_frames(writer *w, const msi_symbolized *sym) {
 }
 
 /* The whole file in one transaction, table by table (w->rc says how it went). */
+/* The run log's entries (history/runlog.h), both logs, times since the recording's start. */
+static void write_run_log(writer *w, const msi_snapshot *s) {
+  if (!s->runlog) return;
+  sqlite3_stmt *st = prepare(w, "INSERT INTO run_log VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  for (int k = 0; k < MSI_RUNLOG_LOGS && st; k++) {
+    msi_runlog_entry *e;
+    bool in_progress;
+    long n = msi_runlog_entries(s->runlog, s->runlog_bytes, k, &e, &in_progress);
+    for (long i = 0; i < n && !w->rc; i++) {
+      int64_t v[] = {k, (int64_t)e[i].first, e[i].count, e[i].skipped, (int64_t)(e[i].start_ns - s->start_ns),
+                     (int64_t)(e[i].end_ns - s->start_ns), e[i].peak_allocated, e[i].peak_reserved,
+                     e[i].end_allocated, e[i].end_reserved, e[i].role_bytes[MSI_RUNLOG_PARAMETER],
+                     e[i].role_bytes[MSI_RUNLOG_GRADIENT], e[i].role_bytes[MSI_RUNLOG_OPTIMIZER],
+                     (int64_t)((uint64_t)e[i].peak_ns - s->start_ns), in_progress && i == n - 1};
+      insert_ints(w, st, v, 15, 0);
+    }
+    free(e);
+  }
+  sqlite3_finalize(st);
+}
+
 static void write_all(writer *w, const msi_snapshot *s, msi_symbolized *sym) {
   ok(w, sqlite3_exec(w->db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=65536;", NULL, NULL, NULL),
      "pragmas");
@@ -683,6 +705,7 @@ static void write_all(writer *w, const msi_snapshot *s, msi_symbolized *sym) {
   write_labels(w, s, write_events(w, s));
   write_stacks(w, sym);
   write_frames(w, sym);
+  write_run_log(w, s);
   if (!w->rc) ok(w, sqlite3_exec(w->db, "COMMIT", NULL, NULL, NULL), "commit");
 }
 
@@ -772,6 +795,9 @@ int memsnap_dump(const char *pattern) {
 
   msi_snapshot s = {0};
   s.start_ns = msi_now_ns();
+  msi_runlog_region *run = msi_runlog_copy(); /* before the device locks: it samples them */
+  s.runlog = run;
+  s.runlog_bytes = run ? sizeof *run : 0;
   msi_devices_locked(gather, &s);
   msi_symbolized sym = {0};
   if (s.failed || s.nev == UINT64_MAX) {
@@ -789,5 +815,6 @@ cleanup:
   free(s.ev);
   free(s.segs);
   free(s.blocks);
+  free(run);
   return rc;
 }

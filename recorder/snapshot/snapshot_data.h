@@ -64,6 +64,8 @@ typedef struct msi_snapshot {
   int ndevs;
   bool failed;
   const msi_snap_origin *origin; /* NULL: this process, now */
+  const void *runlog;            /* the run log's region (history/runlog.h; a copy, or a mapping's, untrusted), NULL none */
+  size_t runlog_bytes;
 } msi_snapshot;
 
 /* snapshot.c: writes `s` with its symbolized stacks to `path` (expanded already) as memsnap_dump
