@@ -463,6 +463,21 @@ typedef struct ms_invalid_free {
 } ms_invalid_free;
 #define MS_EXTERNAL_MAX 16 /* groups of external memory the analysis keeps */
 
+/* The whole run (wholerun.c), from the snapshot's run log; all zero (window_first, leak_from and
+ * peak_iteration -1) without one. */
+typedef struct ms_whole_run {
+  ms_run_entry *iters, *secs; /* the run log's iterations and seconds (read.h) */
+  size_t niters, nsecs;
+  size_t completed;           /* entries of iters that are finished (the last may be in progress) */
+  int64_t iterations, skipped;/* iterations finished since recording started, skipped steps among them */
+  int64_t width;              /* iterations in the coarsest entry (1: every iteration apart) */
+  int64_t peak_allocated, peak_reserved, peak_iteration; /* the highest in any iteration, and which */
+  int64_t seconds, seconds_width, peak_allocated_time, peak_reserved_time; /* the seconds log's */
+  int64_t window_first;       /* the run's number of the window's first iteration (-1: not known) */
+  double growth_per_iteration;/* allocated at iteration ends, first to last, per iteration */
+  int64_t leak_from;          /* the iteration the leading growing candidate's growth goes back to */
+} ms_whole_run;
+
 struct ms_suggestions;
 typedef struct ms_analysis {
   ms_snapshot *snap;
@@ -521,6 +536,7 @@ typedef struct ms_analysis {
   /* What the replay suggests (replay/suggest.c): the command that runs it fills this for the
      reports; NULL: not asked (the analysis never calls the replay: it sits above). Not owned. */
   const struct ms_suggestions *suggestions;
+  ms_whole_run run; /* the whole run (wholerun.c) */
 } ms_analysis;
 
 /* The kind's name in JSON and the page: growing, growing_released, retained, alive. */
@@ -651,6 +667,13 @@ void ms_lifetimes_end(ms_analysis *a, ms_lifetimes *l);
 void ms_lifetimes_free(ms_lifetimes *l);
 /* What was live at the allocated peak, by category (summing to a->peak_allocated). */
 void ms_categories_at_peak(const ms_analysis *a, int64_t bytes[MS_CATEGORIES]);
+
+/* ---- the whole run (wholerun.c) ----------------------------------------------------------- */
+
+/* Reads the run log into a->run and measures it against the window (after the leak candidates
+ * are classified). Unreadable or out of memory: none. */
+void ms_whole_run_read(ms_analysis *a);
+void ms_whole_run_free(ms_whole_run *r);
 
 /* ---- leak candidates (leaks.c) ----------------------------------------------------------- */
 

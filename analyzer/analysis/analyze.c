@@ -487,6 +487,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   a->end_reserved = end.reserved;
   ms_external_each(s, add_external, a); /* unreadable: the groups read */
   ms_leaks_classify(a);
+  ms_whole_run_read(a);
   ms_modules_end(a, &p.modules, p.life.peak_mark);
   ms_lifetimes_end(a, &p.life);
   ms_misuse_finish(a);
@@ -535,6 +536,7 @@ int ms_open_analyzed(ms_snapshot *s, ms_analysis *a, const char *path, const ms_
 }
 
 void ms_analysis_free(ms_analysis *a) {
+  ms_whole_run_free(&a->run);
   ms_timeline_free(a->timeline);
   ms_prehistory_free(&a->before);
   ms_code_kinds_free(&a->kinds);

@@ -195,6 +195,22 @@ int ms_labels_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), 
  * optimizer's class. */
 int ms_steps_each(ms_snapshot *s, int (*fn)(const ms_label_row *r, void *arg), void *arg);
 
+/* The run log (runlog.c; the run_log table): log 0 every iteration since recording started, log
+ * 1 every second, each entry `count` units from unit `first`, in order (coarser entries where the
+ * recorder merged them); the last may be the unit in progress. */
+enum { MS_RUN_ITERATIONS = 0, MS_RUN_SECONDS = 1, MS_RUN_ROLES = 3 };
+typedef struct ms_run_entry {
+  int64_t first, count, skipped;
+  int64_t start_ns, end_ns; /* since the recording's start (the events' clock) */
+  int64_t peak_allocated, peak_reserved, end_allocated, end_reserved;
+  int64_t role_bytes[MS_RUN_ROLES]; /* at the allocated peak: parameters, gradients, optimizer state */
+  int64_t peak_ns;
+  bool in_progress;
+} ms_run_entry;
+/* The entries of one log into *out (malloc'd; NULL and 0 when the file has none); -1 with
+ * s->error when unreadable or out of memory. */
+long ms_run_log_read(ms_snapshot *s, int log, ms_run_entry **out);
+
 /* Memory outside memsnap's allocator at the snapshot (segments of pool "external": memsnap run
  * --mode intercept), by the API that allocated it and the library that called that API. */
 typedef struct ms_external {

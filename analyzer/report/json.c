@@ -214,6 +214,7 @@ static void add_leaks(cJSON *root, const doc *d) {
     cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
     cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
     cJSON_AddNumberToObject(o, "iterations_grown", released ? st->increases_at_peak : st->increases);
+    if (i == 0 && list == 0 && a->run.leak_from >= 0) cJSON_AddNumberToObject(o, "from_iteration", (double)a->run.leak_from);
     cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
     cJSON_AddNumberToObject(o, "peak_iteration", released ? st->peak_boundary : -1);
     cJSON_AddNumberToObject(o, "peak_iteration_live_bytes", released ? (double)st->peak_iter_live : -1);
@@ -440,6 +441,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   }
   add_category_notes(root, a);
   add_iterations(root, a);
+  ms_json_whole_run(root, cJSON_GetObjectItemCaseSensitive(root, "iterations"), a);
   add_leaks(root, &d);
   add_modules(root, a);
   add_ooms(root, &d);

@@ -421,6 +421,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   print_modules(a, out);
 
   fprintf(out, "\niterations\n");
+  ms_text_whole_run(a, out); /* the whole run first, where the window is not all of it */
   if (a->niters == 0) {
     fprintf(out, "  none: the snapshot has no repeated mark or range (memsnap_mark, memsnap.mark, record_function)\n");
   } else {
@@ -468,8 +469,11 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     if (st->allocs) snprintf(when, sizeof when, "; first %s, last %s", t1, t2);
     fprintf(out, "  %zu. ", i + 1);
     if (st->kind == MS_LEAK_GROWING) {
-      fprintf(out, "growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks", b2, st->increases,
-              transitions, b1, (long long)st->end_count);
+      fprintf(out, "growing: +%s per iteration (grew at %d of %zu iterations", b2, st->increases, transitions);
+      if (i == 0 && a->run.leak_from >= 0) /* the whole run's log traces it back */
+        fprintf(out, "; from iteration %lld, by the whole run's log of %lld", (long long)a->run.leak_from,
+                (long long)a->run.iterations);
+      fprintf(out, "); %s live in %lld blocks", b1, (long long)st->end_count);
     } else if (st->kind == MS_LEAK_GROWING_RELEASED) {
       ms_format_ns(st->released_ns, t1, sizeof t1);
       ms_format_bytes(st->peak_iter_live, b3, sizeof b3);
