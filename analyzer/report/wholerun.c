@@ -28,7 +28,7 @@ static void print_rows(const ms_run_entry *e, size_t n, bool seconds, FILE *out)
       m.skipped += e[j].skipped;
     }
     int64_t last = e[j - 1].first + e[j - 1].count - 1;
-    char range[40], pa[32], pr[32], ea[32], er[32];
+    char range[48], pa[32], pr[32], ea[32], er[32];
     if (last > m.first) snprintf(range, sizeof range, "%lld-%lld", (long long)m.first, (long long)last);
     else snprintf(range, sizeof range, "%lld", (long long)m.first);
     ms_format_bytes(m.peak_allocated, pa, sizeof pa);

@@ -369,7 +369,8 @@ long msi_runlog_entries(const void *mem, size_t bytes, int which, msi_runlog_ent
   }
   const msi_runlog_tail *t = &l->tail[MSI_RUNLOG_CUR(state)];
   if (t->open.count) e[n++] = t->open;
-  if (t->unit.end_ns > t->unit.start_ns || t->unit.peak_allocated) {
+  /* the unit in progress: an iteration only once one has ended (before, the run has none) */
+  if ((t->unit.end_ns > t->unit.start_ns || t->unit.peak_allocated) && (which == MSI_RUNLOG_SECONDS || l->units)) {
     e[n] = t->unit;
     e[n].count = 1;
     n++;
