@@ -307,6 +307,21 @@ bool ms_frame_is_program(const ms_frame *f) {
   return base[0] && !strstr(base, ".so"); /* an executable, not a shared library */
 }
 
+size_t ms_first_program_frame(const ms_snapshot *s, const uint32_t *ids, size_t n) {
+  size_t i = 0;
+  while (i < n && !ms_frame_is_program(&s->frames[ids[i]])) i++;
+  return i;
+}
+
+bool ms_stack_user_frame(const ms_snapshot *s, uint32_t stack_id, uint32_t *frame) {
+  uint32_t ids[4096];
+  size_t n = stack_id ? ms_stack_frames_that_matter(s, stack_id, ids, 4096) : 0;
+  if (n == 0) return false;
+  size_t i = ms_first_program_frame(s, ids, n);
+  *frame = ids[i < n ? i : 0];
+  return true;
+}
+
 /* ---- identity across processes ---------------------------------------------------------- */
 
 int ms_frame_key(const ms_frame *f, char *out, size_t len) {

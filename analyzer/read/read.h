@@ -301,6 +301,12 @@ size_t ms_stack_frames_that_matter(const ms_snapshot *s, uint32_t stack_id, uint
  * dist-packages, the standard library, PyTorch's and memsnap's packages (and not <frozen ...>);
  * a native frame of an executable rather than a shared library; never machinery. */
 bool ms_frame_is_program(const ms_frame *f);
+/* The index of the first frame of the program's own code among ids[0..n), n when none. */
+size_t ms_first_program_frame(const ms_snapshot *s, const uint32_t *ids, size_t n);
+/* The frame a one-line summary names (the report's brief stacks, `memsnap top`): the program's own
+ * innermost frame among those that matter ("train.py:12", not the operator it called), else the
+ * first that matters. False when the stack has none. */
+bool ms_stack_user_frame(const ms_snapshot *s, uint32_t stack_id, uint32_t *frame);
 /* What identifies a frame in any process (function, file, line; module name and offset when
  * unnamed), as text into out[len]; returns snprintf's count. */
 int ms_frame_key(const ms_frame *f, char *out, size_t len);

@@ -103,12 +103,13 @@ void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int e
   }
 }
 
-/* "function (file:line)" of the first frame of the stack that matters. */
+/* "function (file:line)" of the frame the report's one-line stacks name: the program's own line
+ * (ms_stack_user_frame), else the first frame that matters. */
 static void where(const ms_snapshot *s, uint32_t stack_id, char *out, size_t len) {
-  uint32_t ids[1];
+  uint32_t id;
   snprintf(out, len, "(no stack)");
-  if (!stack_id || ms_stack_frames_that_matter(s, stack_id, ids, 1) == 0) return;
-  const ms_frame *f = &s->frames[ids[0]];
+  if (!ms_stack_user_frame(s, stack_id, &id)) return;
+  const ms_frame *f = &s->frames[id];
   const char *file = f->file && f->file[0] ? f->file : f->module ? f->module : "";
   const char *base = strrchr(file, '/');
   if (f->line > 0) snprintf(out, len, "%s (%s:%lld)", f->short_name ? f->short_name : f->name, base ? base + 1 : file, (long long)f->line);
@@ -120,6 +121,24 @@ static int by_end_bytes(const void *a, const void *b, void *arg) {
   const ms_site *sites = arg;
   int64_t x = sites[*(const size_t *)a].end_bytes, y = sites[*(const size_t *)b].end_bytes;
   return x > y ? -1 : x < y;
+}
+
+/* The whole run's iteration peaks (a->run) in groups: each the highest of its iterations. */
+static void run_peaks(const ms_analysis *a, ms_live_view *v) {
+  const ms_whole_run *r = &a->run;
+  if (!r->completed) return;
+  v->run_iterations = r->iterations;
+  v->run_peak = r->peak_allocated;
+  v->run_peak_iteration = r->peak_iteration;
+  int64_t group = (r->iterations + MS_LIVE_RUN_GROUPS - 1) / MS_LIVE_RUN_GROUPS;
+  if (group < 1) group = 1;
+  v->run_group = group;
+  for (size_t i = 0; i < r->completed; i++) { /* an entry counted in the group of its first iteration */
+    size_t g = (size_t)(r->iters[i].first / group);
+    if (g >= MS_LIVE_RUN_GROUPS) g = MS_LIVE_RUN_GROUPS - 1;
+    if (g >= v->nrun_peaks) v->nrun_peaks = g + 1;
+    if (r->iters[i].peak_allocated > v->run_peaks[g]) v->run_peaks[g] = r->iters[i].peak_allocated;
+  }
 }
 
 int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errlen) {
@@ -146,6 +165,7 @@ int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errl
   v->iterations = a.niters;
   for (size_t i = a.niters > MS_LIVE_ITERS ? a.niters - MS_LIVE_ITERS : 0; i < a.niters; i++)
     v->iter_peak[v->niter_peaks++] = a.iters[i].peak_allocated;
+  run_peaks(&a, v);
   for (size_t i = 0; i < a.nleaks && v->ngrowing < MS_LIVE_SITES; i++) {
     const ms_site *site = &a.sites[a.leaks[i]];
     if (!ms_leak_grows(site)) continue;
@@ -198,6 +218,21 @@ void ms_live_print_text(const ms_live_view *v, bool brief, FILE *out) {
   } else {
     fprintf(out, "  no iterations found yet\033[K\n");
   }
+  if (v->run_iterations) { /* the whole run's iteration peaks, each bar the highest of a group */
+    static const char *const bars[8] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+    int64_t lo = v->run_peak;
+    for (size_t i = 0; i < v->nrun_peaks; i++)
+      if (v->run_peaks[i] && v->run_peaks[i] < lo) lo = v->run_peaks[i];
+    ms_format_bytes(v->run_peak, b1, sizeof b1);
+    ms_format_bytes(lo, b2, sizeof b2);
+    fprintf(out, "  whole run: %lld iterations, peak %s in iteration %lld; iteration peaks (%s to %s, %lld a bar) ",
+            (long long)v->run_iterations, b1, (long long)v->run_peak_iteration, b2, b1, (long long)v->run_group);
+    for (size_t i = 0; i < v->nrun_peaks; i++) {
+      int level = v->run_peak > lo ? (int)((v->run_peaks[i] - lo) * 7 / (v->run_peak - lo)) : 7;
+      fputs(bars[level < 0 ? 0 : level > 7 ? 7 : level], out);
+    }
+    fprintf(out, "\033[K\n");
+  }
   if (brief) {
     if (v->ngrowing) {
       ms_format_bytes((int64_t)v->growing[0].per_iteration, b1, sizeof b1);
@@ -248,6 +283,18 @@ struct cJSON *ms_live_json(const ms_live_view *v) {
   cJSON *peaks = cJSON_AddArrayToObject(o, "iteration_peaks");
   for (size_t i = 0; i < v->niter_peaks; i++) cJSON_AddItemToArray(peaks, cJSON_CreateNumber((double)v->iter_peak[i]));
   cJSON_AddNumberToObject(o, "events", (double)(v->info.events + v->info.dropped));
+  if (v->run_iterations) { /* the whole run (its run log) */
+    cJSON *run = cJSON_AddObjectToObject(o, "run");
+    cJSON_AddNumberToObject(run, "iterations", (double)v->run_iterations);
+    cJSON_AddNumberToObject(run, "peak_allocated_bytes", (double)v->run_peak);
+    cJSON_AddNumberToObject(run, "peak_iteration", (double)v->run_peak_iteration);
+    cJSON_AddNumberToObject(run, "iterations_per_group", (double)v->run_group);
+    cJSON *groups = cJSON_AddArrayToObject(run, "iteration_peaks");
+    for (size_t i = 0; groups && i < v->nrun_peaks; i++)
+      cJSON_AddItemToArray(groups, cJSON_CreateNumber((double)v->run_peaks[i]));
+  } else {
+    cJSON_AddNullToObject(o, "run");
+  }
   cJSON_AddItemToObject(o, "growing", sites_json(v->growing, v->ngrowing, true));
   cJSON_AddItemToObject(o, "largest", sites_json(v->largest, v->nlargest, false));
   return o;

@@ -213,6 +213,7 @@ typedef struct ms_live_site {
   char where[300];
 } ms_live_site;
 /* One frame of the live view of a process. */
+#define MS_LIVE_RUN_GROUPS 60
 typedef struct ms_live_view {
   memsnap_live_info_t info;
   int64_t allocated, reserved, peak_allocated, peak_reserved;
@@ -221,6 +222,12 @@ typedef struct ms_live_view {
   size_t niter_peaks;
   ms_live_site growing[MS_LIVE_SITES], largest[MS_LIVE_SITES];
   size_t ngrowing, nlargest;
+  /* the whole run (its run log): iterations finished, the highest iteration peak and where, and
+     the iteration peaks in up to MS_LIVE_RUN_GROUPS groups of run_group iterations (the highest of
+     each); run_iterations 0: none */
+  int64_t run_iterations, run_peak, run_peak_iteration, run_group;
+  int64_t run_peaks[MS_LIVE_RUN_GROUPS];
+  size_t nrun_peaks;
 } ms_live_view;
 /* Reads a live mapping as it is (its process is not stopped) and analyzes it: 0, or -1 with the
  * reason in err. */

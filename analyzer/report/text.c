@@ -53,8 +53,7 @@ void ms_print_stack(const ms_snapshot *s, uint32_t stack_id, const char *note, c
   } else {
     size_t all = ms_stack_frames_that_matter(s, stack_id, ids, 4096);
     n = all < (size_t)o->max_frames ? all : (size_t)o->max_frames;
-    size_t i = 0;
-    while (i < all && !ms_frame_is_program(&s->frames[ids[i]])) i++;
+    size_t i = ms_first_program_frame(s, ids, all);
     if (i < all && i >= n) cut = true, program = ids[i];
     if (cut && n == 1) n = 0; /* one line (a brief summary): the program's own line */
   }

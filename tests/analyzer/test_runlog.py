@@ -83,6 +83,17 @@ for line in proc.stdout:
     seen = int(line.split()[1])
     if seen >= 250:
         break
+top = subprocess.run([cli, "top", "--json", str(proc.pid)], env=base_env, capture_output=True, text=True)
+try:
+    t = json.loads(top.stdout)
+except ValueError:
+    t = {}
+run = t.get("run") or {}
+check("top: the whole run's iteration peaks while it runs (every iteration from 0, the highest in a group each)",
+      run.get("iterations", 0) >= seen + 1 and 0 < len(run.get("iteration_peaks", [])) <= 60
+      and max(run["iteration_peaks"]) == run["peak_allocated_bytes"], top.stdout[-2000:] + top.stderr)
+text = subprocess.run([cli, "top", "--once", str(proc.pid)], env=base_env, capture_output=True, text=True).stdout
+check("top: the text names the whole run", "whole run: " in text and " iterations, peak " in text, text)
 os.kill(proc.pid, signal.SIGKILL)
 proc.wait()
 live = os.path.join(tmp, "memsnap-%d.live" % proc.pid)

@@ -79,4 +79,23 @@ j = json.loads(subprocess.run([cli, "analyze", "--json", db], capture_output=Tru
 check("JSON unchanged: full_stack holds the line, stack the frames that matter",
       any(f["file"].endswith("train.py") and f["line"] == 8 for f in (j["leaks"] + j["held"])[0]["full_stack"]) and
       (j["leaks"] + j["held"])[0]["stack"][0]["name"] == "level6")
+
+# `memsnap top` names a site as the one-line report does: the script's line, not the library's frame.
+# The same script, killed where it would dump: top reads the live mapping it leaves.
+killed = os.path.join(work, "killed.py")
+with open(killed, "w") as f:
+    f.write(open(script).read().replace("memsnap.dump(sys.argv[1])", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))
+live_dir = os.path.join(work, "live")
+os.makedirs(live_dir)
+p = subprocess.run([sys.executable, killed], env=dict(env, MEMSNAP_LIVE_DIR=live_dir), capture_output=True, text=True)
+mappings = [n for n in os.listdir(live_dir) if n.endswith(".live")]
+pid = mappings[0][len("memsnap-"):-len(".live")] if mappings else "0"
+top = subprocess.run([cli, "top", "--json", pid], env=dict(os.environ, MEMSNAP_LIVE_DIR=live_dir), capture_output=True, text=True)
+try:
+    t = json.loads(top.stdout)
+except ValueError:
+    t = {}
+wheres = [s["where"] for s in t.get("growing", []) + t.get("largest", [])]
+check("top names the script's line (killed.py:8, not the library's level6), as the report's one-line stacks do",
+      len(mappings) == 1 and wheres and wheres[0].startswith("<module> (killed.py:8)"), top.stdout + top.stderr)
 finish()
