@@ -20,7 +20,62 @@ const Model = {
     // the start and does not grow (held); documents from before the split list all in leaks
     d.candidates = (d.leaks || []).concat(d.held || []);
     d.modules = d.modules || [];
+    // the iterations before the ring's window (the run log's: `memsnap analyze --json`) go to the
+    // whole run's strip (runStrip); every other view shows the window's
+    const its = d.iterations || [];
+    d.run_before = its.filter((it) => it.before_window === true);
+    d.iterations = its.filter((it) => it.before_window !== true);
     return d;
+  },
+
+  // The whole run (the run log) as bars across `width` pixels: by iteration when the run has any,
+  // else by second (no step recorded, and the history truncated or without iterations of its
+  // own). Returns null when there is nothing the window does not show already (no iteration
+  // before the window, and no more than a second by time); else {kind: "iterations" or
+  // "seconds", total (units), bars: [{first, count, x0, x1, peak, reserved, end, skipped}], top
+  // (the highest reserved or allocated peak), window: {x0, x1} or null (where the window lies)}.
+  runStrip(d, width) {
+    const run = d.run;
+    if (!run) return null;
+    const bars = [], num = (v) => (typeof v === "number" && isFinite(v) ? v : 0);
+    let kind = "iterations", total = num(run.iterations), win = null;
+    if (total > 0 && (d.run_before || []).length) {
+      for (const it of d.run_before) bars.push({ first: num(it.run_index), count: Math.max(1, num(it.count)), peak: num(it.peak_allocated_bytes),
+        reserved: num(it.peak_reserved_bytes), end: num(it.end_allocated_bytes), skipped: num(it.skipped_count) });
+      if (run.window_first_iteration != null) {
+        const first = num(run.window_first_iteration);
+        d.iterations.forEach((it, i) => bars.push({ first: first + i, count: 1, peak: num(it.peak_allocated_bytes),
+          reserved: num(it.peak_reserved_bytes), end: num(it.end_allocated_bytes), skipped: it.skipped ? 1 : 0 }));
+        win = { first, last: first + d.iterations.length };
+      }
+    } else if (!total && (run.by_time || []).length > 1 && (!(d.iterations || []).length || (d.summary && d.summary.dropped_events))) {
+      kind = "seconds";
+      total = num(run.seconds);
+      const t0 = d.summary ? num(d.summary.first_ns) : 0, t1 = d.summary ? num(d.summary.last_ns) : 0;
+      for (const e of run.by_time) {
+        const b = { first: num(e.first_second), count: Math.max(1, num(e.count)), peak: num(e.peak_allocated_bytes),
+          reserved: num(e.peak_reserved_bytes), end: num(e.end_allocated_bytes), skipped: 0 };
+        bars.push(b);
+        if (num(e.end_ns) >= t0 && num(e.start_ns) <= t1) // the window's events fall in this entry
+          win = win ? { first: win.first, last: b.first + b.count } : { first: b.first, last: b.first + b.count };
+      }
+    } else {
+      return null;
+    }
+    total = Math.max(total, ...bars.map((b) => b.first + b.count), 1);
+    const x = (u) => (u / total) * width;
+    let top = 1;
+    for (const b of bars) {
+      b.x0 = x(b.first);
+      b.x1 = Math.max(b.x0 + 1, x(b.first + b.count));
+      top = Math.max(top, b.peak, b.reserved);
+    }
+    return { kind, total, bars, top, window: win ? { x0: x(win.first), x1: Math.max(x(win.first) + 2, x(win.last)) } : null };
+  },
+
+  // The bar of runStrip at pixel x, or null.
+  runBarAt(strip, x) {
+    return strip ? strip.bars.find((b) => x >= b.x0 && x < b.x1) || null : null;
   },
 
   // The module tree as an icicle: each module a box [x0, x1) of `width` in its depth's row, as

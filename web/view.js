@@ -213,6 +213,7 @@ function showDocument(d, signal, src) {
       (sp.omitted ? "; " + sp.omitted + " later ones not drawn (too many to embed)" : "") + ", in the order they were made");
   }
   const spanColor = (i) => (spanIx.sp.stack[i] === -1 && spanIx.sp.addr[i] === 0 ? "#b0bec5" : palette[(i * 5) % palette.length]);
+  function drawRun() { drawRunStrip(d, signal); }
   function drawSpans() {
     if (!spanIx) return;
     const ctx = spansCanvas.getContext("2d"), W = spansCanvas.width, H = spansCanvas.height, y = (v) => H - (v / yTop) * (H - 4);
@@ -942,12 +943,62 @@ function showDocument(d, signal, src) {
   $("legend-categories").dataset.filled = "";
   const legendHelp = $("legend").querySelector("button.help");
   on(legendHelp, "click", () => { $("legend-help").hidden = !$("legend-help").hidden; legendHelp.setAttribute("aria-expanded", String(!$("legend-help").hidden)); });
+  drawRun();
   if (st.pin !== null) showAllocation(st.pin, true);
   else if (st.leak !== null) showStack(candidateTitle(st.leak), d.candidates[st.leak].stack);
   else if (d.candidates.length) showStack(candidateTitle(0), d.candidates[0].stack);
   redraw();
   document.body.dataset.src = String(src);
   document.body.dataset.ready = "1"; // the first paint is done (the browser tests wait for it)
+}
+
+// The whole run (the run log: every iteration since recording started, or every second) above the
+// timeline, which details the window the ring kept: peaks reserved (grey) and allocated (blue) a bar
+// per entry, allocated at each end (a dark dot), skipped steps in orange, the window shaded and
+// framed. Hidden when the window is the whole run.
+function drawRunStrip(d, signal) {
+  const $ = (id) => document.getElementById(id), canvas = $("run"), readout = $("run-readout");
+  const strip = Model.runStrip(d, canvas.width);
+  $("run-panel").hidden = !strip;
+  if (!strip) return;
+  const unit = strip.kind === "iterations" ? "iteration" : "second";
+  $("run-title").textContent = strip.total + " " + unit + "s since recording started" +
+    (d.run.iterations_per_entry > 1 && strip.kind === "iterations" ? ", " + d.run.iterations_per_entry + " a bar at the coarsest" : "") +
+    (strip.window ? "; the shaded part is the timeline's window" : "");
+  const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height, y = (v) => H - 14 - (v / strip.top) * (H - 20);
+  ctx.clearRect(0, 0, W, H);
+  if (strip.window) {
+    ctx.fillStyle = "rgba(255, 193, 7, 0.22)";
+    ctx.fillRect(strip.window.x0, 0, strip.window.x1 - strip.window.x0, H - 14);
+    ctx.strokeStyle = "#f9a825";
+    ctx.lineWidth = 2;
+    ctx.strokeRect(strip.window.x0 + 1, 1, Math.max(1, strip.window.x1 - strip.window.x0 - 2), H - 16);
+  }
+  for (const b of strip.bars) {
+    const x0 = Math.floor(b.x0), w = Math.max(1, Math.floor(b.x1) - x0);
+    ctx.fillStyle = "#cfd8dc";
+    ctx.fillRect(x0, y(b.reserved), w, H - 14 - y(b.reserved));
+    ctx.fillStyle = b.skipped ? "#fb8c00" : "#1e88e5";
+    ctx.fillRect(x0, y(b.peak), w, H - 14 - y(b.peak));
+    ctx.fillStyle = "#263238";
+    ctx.fillRect(x0 + w / 2 - 1, y(b.end) - 1, 2, 2);
+  }
+  ctx.font = "11px sans-serif";
+  ctx.fillStyle = "#37474f";
+  for (let k = 0; k <= 6; k++) { // units along the bottom (text made here, never from a snapshot)
+    const u = Math.round((strip.total * k) / 6), s = unit + " " + u, w = ctx.measureText(s).width;
+    ctx.fillText(s, Math.max(2, Math.min(W - w - 2, (k / 6) * W - w / 2)), H - 2);
+  }
+  ctx.fillText(Model.formatBytes(Math.round(strip.top)), 4, 11);
+  const initial = readout.textContent;
+  canvas.addEventListener("mousemove", (e) => {
+    const r = canvas.getBoundingClientRect(), b = Model.runBarAt(strip, ((e.clientX - r.left) / r.width) * W);
+    if (!b) { readout.textContent = initial; return; }
+    const last = b.first + b.count - 1;
+    readout.textContent = (b.count > 1 ? unit + "s " + b.first + "-" + last : unit + " " + b.first) + ": peak allocated " +
+      Model.formatBytes(b.peak) + ", peak reserved " + Model.formatBytes(b.reserved) + ", allocated at the end " + Model.formatBytes(b.end) +
+      (b.skipped ? "; " + b.skipped + " skipped step" + (b.skipped > 1 ? "s" : "") : "");
+  }, { signal });
 }
 
 // The page's documents: one, or several with a selector in the header (memsnap-sources lists
@@ -957,7 +1008,7 @@ function showDocument(d, signal, src) {
   if (!$("memsnap-data")) return; // another page that draws with the functions above (a prediction's)
   const list = $("memsnap-sources"), sources = list ? JSON.parse(list.textContent) : [""];
   const initial = {}; // the texts a document's views start from
-  for (const id of ["readout", "state-readout", "flame-readout", "spans-readout", "details", "modules-readout"]) initial[id] = $(id).textContent;
+  for (const id of ["readout", "state-readout", "flame-readout", "spans-readout", "details", "modules-readout", "run-readout"]) initial[id] = $(id).textContent;
   let controller = null;
   function show(k) {
     if (controller) controller.abort();

@@ -43,6 +43,15 @@ before(async () => {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
+  // Long runs (tests/analyzer/gen_runlog.c): 400 iterations whose ring wrapped many times, and a
+  // run without steps, by time: the whole run drawn above the window.
+  for (const [name, args, env] of [["runlog", ["leak", "400"], { MEMSNAP_MAX_ENTRIES: "2000" }],
+    ["runtime", ["time", "2.5"], { MEMSNAP_MAX_ENTRIES: "1000", MEMSNAP_LIVE_WATCH: "1" }]]) {
+    execFileSync(path.join(build, "tests/gen_runlog"), [args[0], path.join(dir, name + ".db"), args[1]],
+      { stdio: "ignore", env: Object.assign({}, process.env, env, { MEMSNAP_LIVE_DIR: dir }) });
+    pages[name] = path.join(dir, name + ".html");
+    execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
+  }
   pages.misuse = path.join(dir, "misuse.html"); // invalid frees
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.misuse, path.join(dir, "misuse.db")]);
   // Real PyTorch snapshots (tests/data): resnet50_leak (C++ names hundreds of characters long,
@@ -144,6 +153,35 @@ test("the page loads offline: no request but itself, no console output, no error
   assert.ok(await page.locator("#oom-predict").isHidden()); // named under an out of memory only
   await shot(page, "leak");
   await page.close();
+});
+
+test("a long run: the whole run above the timeline, every iteration since recording started, the window shaded; by time without steps", async () => {
+  const { page, seen } = await open("runlog", "", { width: 1280, height: 900 });
+  assert.ok(await page.locator("#run-panel").isVisible(), "the whole run's panel is shown");
+  assert.match(await page.locator("#run-title").textContent(), /^400 iterations since recording started; the shaded part is the timeline's window/);
+  const strip = await page.evaluate(() => { const s = Model.runStrip(Model.decode(document.getElementById("memsnap-data").textContent), 1200);
+    return { n: s.bars.length, first: s.bars[0].first, last: s.bars[s.bars.length - 1].first, window: s.window, total: s.total }; });
+  assert.deepStrictEqual([strip.n, strip.first, strip.last, strip.total], [400, 0, 399, 400]);
+  assert.ok(strip.window.x0 > 1000 && strip.window.x1 >= 1195, "the window is the run's last iterations: " + JSON.stringify(strip.window));
+  const b = await page.locator("#run").boundingBox();
+  await page.mouse.move(b.x + b.width * 0.002, b.y + b.height * 0.5);
+  assert.match(await page.locator("#run-readout").textContent(), /^iteration 0: peak allocated 130\.00 MiB, peak reserved 160\.00 MiB, allocated at the end 129\.57 MiB$/);
+  assert.strictEqual(await page.locator("#iteration-table tbody tr").count(), 54, "the table details the window's iterations only");
+  await shot(page, "runlog");
+  assert.deepStrictEqual(seen.errors, []);
+  await page.close();
+  const t = await open("runtime", "", { width: 1280, height: 900 });
+  assert.ok(await t.page.locator("#run-panel").isVisible());
+  assert.match(await t.page.locator("#run-title").textContent(), /^[23] seconds since recording started/);
+  const tb = await t.page.locator("#run").boundingBox();
+  await t.page.mouse.move(tb.x + tb.width * 0.05, tb.y + tb.height * 0.5);
+  assert.match(await t.page.locator("#run-readout").textContent(), /^second 0: peak allocated/);
+  await shot(t.page, "runtime");
+  assert.deepStrictEqual(t.seen.errors, []);
+  await t.page.close();
+  const l = await open("leak", ""); // a complete history: the window is the whole run, nothing above it
+  assert.ok(await l.page.locator("#run-panel").isHidden());
+  await l.page.close();
 });
 
 test("the leak list names the known leak site first", async () => {
