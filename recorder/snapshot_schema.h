@@ -12,8 +12,9 @@
  * version 1's first files (segments.expandable, pool_id0, pool_id1) are at the end of their table:
  * (and segments.source, library) readers of old files find them missing (see docs/snapshot-format.md).
  * The steps table (the step events again, by event id, for readers that want the optimizer's
- * steps without reading every event) came later too: a file without it has none recorded. The run_log table (the whole run by iteration and by
- * second: recorder/history/runlog.h) came later still: a file without it has no run log. */
+ * steps without reading every event) came later too: a file without it has none recorded. The
+ * run_log table (the whole run by iteration and by second: recorder/history/runlog.h) came later
+ * still: a file without it has no run log. */
 __attribute__((unused)) static const char memsnap_schema_sql[] =
     "PRAGMA user_version = " MEMSNAP_STRINGIFY(MEMSNAP_FORMAT_VERSION) ";"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
@@ -69,7 +70,7 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
 
 /* Why a segment_free or segment_unmap happened: its `extra` (NULL, read as 0: not recorded, as
  * in imported snapshots and files written before these codes). The recorder knows the reason
- * where it releases (recorder/alloc.c); the analyzer infers it where a file does not say
+ * where it releases (recorder/allocator/alloc.c); the analyzer infers it where a file does not say
  * (analyzer/analysis/retries.c). Codes are part of the format: a new one gets the next number. */
 enum {
   MEMSNAP_RELEASE_RETRY = 1,       /* a request the device refused: the whole cache released, then retried */
