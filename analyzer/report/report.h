@@ -12,10 +12,6 @@
 
 /* ---- the whole run (wholerun.c) --------------------------------------------------------- */
 
-/* The whole run's summary above the window's iterations in the text report, where the window is
- * not the whole run (iterations before it; else, without iterations, the run by time): whether
- * it printed anything. */
-bool ms_text_whole_run(const ms_analysis *a, FILE *out);
 /* The JSON's `run` object (null without a run log) and, in `iterations`, the iterations before
  * the window first (before_window true, index null) and each window iteration's run_index. */
 struct cJSON;

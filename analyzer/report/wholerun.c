@@ -1,89 +1,12 @@
-/* wholerun.c: the whole run in the reports (the analysis' a->run, from the snapshot's run log):
- * the text report's summary of every iteration since recording started (or, without iterations,
- * every second) above the window's detail, and the JSON's `run` object and the iterations before
- * the window (docs/analysis-json.md). Nothing without a run log.
+/* wholerun.c: the whole run in the JSON (the analysis' a->run, from the snapshot's run log): the
+ * `run` object and the iterations before the window (docs/analysis-json.md), for `--json` and
+ * the page (whose strip draws them: web/model.js runStrip). The text report's summary is
+ * text.c's (print_whole_run). Nothing without a run log.
  */
 #include <cjson/cJSON.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "report.h"
-
-enum { SUMMARY_ROWS = 20 }; /* the text's rows for the whole run */
-
-/* Entries e[0..n) summarised in at most SUMMARY_ROWS rows (adjacent ones merged as the recorder
- * merges them: peaks the highest, ends the last's). */
-static void print_rows(const ms_run_entry *e, size_t n, bool seconds, FILE *out) {
-  size_t per = (n + SUMMARY_ROWS - 1) / SUMMARY_ROWS;
-  fprintf(out, "    %-17s %16s %16s %18s %18s%s\n", seconds ? "seconds" : "iterations", "peak allocated", "peak reserved",
-          "allocated at end", "reserved at end", seconds ? "" : "  skipped");
-  for (size_t i = 0; per && i < n; i += per) {
-    ms_run_entry m = e[i];
-    size_t j = i + 1;
-    for (; j < n && j < i + per; j++) {
-      if (e[j].peak_allocated > m.peak_allocated) m.peak_allocated = e[j].peak_allocated;
-      if (e[j].peak_reserved > m.peak_reserved) m.peak_reserved = e[j].peak_reserved;
-      m.end_allocated = e[j].end_allocated;
-      m.end_reserved = e[j].end_reserved;
-      m.skipped += e[j].skipped;
-    }
-    int64_t last = e[j - 1].first + e[j - 1].count - 1;
-    char range[48], pa[32], pr[32], ea[32], er[32];
-    if (last > m.first) snprintf(range, sizeof range, "%lld-%lld", (long long)m.first, (long long)last);
-    else snprintf(range, sizeof range, "%lld", (long long)m.first);
-    ms_format_bytes(m.peak_allocated, pa, sizeof pa);
-    ms_format_bytes(m.peak_reserved, pr, sizeof pr);
-    ms_format_bytes(m.end_allocated, ea, sizeof ea);
-    ms_format_bytes(m.end_reserved, er, sizeof er);
-    fprintf(out, "    %-17s %16s %16s %18s %18s", range, pa, pr, ea, er);
-    if (!seconds && m.skipped) fprintf(out, "  %lld", (long long)m.skipped);
-    if (e[j - 1].in_progress) fprintf(out, "  (the last in progress)");
-    fprintf(out, "\n");
-  }
-}
-
-bool ms_text_whole_run(const ms_analysis *a, FILE *out) {
-  const ms_whole_run *r = &a->run;
-  char b1[32], b2[32], b3[32];
-  /* shown where the window is not the whole run: iterations before it, or a history cut short */
-  bool iterations = r->completed && (r->window_first > 0 || (a->truncated && r->iterations > (int64_t)a->niters));
-  if (iterations) {
-    ms_format_bytes(r->peak_allocated, b1, sizeof b1);
-    ms_format_bytes(r->peak_reserved, b2, sizeof b2);
-    fprintf(out, "  the whole run (the run log): %lld iterations since recording started, %lld skipped steps; %s\n",
-            (long long)r->iterations, (long long)r->skipped,
-            r->width <= 1 ? "every iteration apart" : "older ones merged by the recorder to bound the log");
-    if (r->width > 1)
-      fprintf(out, "    (the log's coarsest entries hold %lld iterations each: docs/recover.md)\n", (long long)r->width);
-    fprintf(out, "    peak allocated %s in iteration %lld; peak reserved %s\n", b1, (long long)r->peak_iteration, b2);
-    const ms_run_entry *f = &r->iters[0], *l = &r->iters[r->completed - 1];
-    ms_format_bytes(f->end_allocated, b1, sizeof b1);
-    ms_format_bytes(l->end_allocated, b2, sizeof b2);
-    ms_format_bytes((int64_t)(r->growth_per_iteration < 0 ? -r->growth_per_iteration : r->growth_per_iteration), b3,
-                    sizeof b3);
-    fprintf(out, "    allocated at iteration ends: %s after iteration %lld, %s after iteration %lld (%s%s per iteration)\n",
-            b1, (long long)(f->first + f->count - 1), b2, (long long)(l->first + l->count - 1),
-            r->growth_per_iteration < 0 ? "-" : "+", b3);
-    print_rows(r->iters, r->niters, false, out);
-    if (r->window_first >= 0)
-      fprintf(out, "  the window (the ring's events): iterations %lld to %lld in detail, numbered from 0 below\n",
-              (long long)r->window_first, (long long)(r->window_first + (int64_t)a->niters - 1));
-    else
-      fprintf(out, "  the window (the ring's events), in detail below\n");
-    return true;
-  }
-  if (!r->niters && r->nsecs && (a->truncated || a->niters == 0) && r->seconds > 1) {
-    ms_format_bytes(r->peak_allocated_time, b1, sizeof b1);
-    ms_format_bytes(r->peak_reserved_time, b2, sizeof b2);
-    fprintf(out, "  the whole run by time (the run log, no optimizer step recorded): %lld seconds since recording started;\n"
-                 "    peak allocated %s, peak reserved %s%s\n",
-            (long long)r->seconds, b1, b2,
-            r->seconds_width > 1 ? "; older seconds merged by the recorder to bound the log" : "");
-    print_rows(r->secs, r->nsecs, true, out);
-    return true;
-  }
-  return false;
-}
 
 /* A run log entry as JSON. */
 static cJSON *entry_object(const ms_run_entry *e, bool seconds) {
