@@ -262,7 +262,10 @@ int memsnap_tensor_events(size_t n, const uint64_t *storage, const uint64_t *byt
                           const int32_t *label, const int16_t *device);
 
 /* An optimizer's step (label: the optimizer's class) begins, ends, or was skipped (GradScaler
- * found infinite or NaN gradients and did not call it). */
+ * found infinite or NaN gradients and did not call it). An end or a skip of the first optimizer
+ * to end one also ends an iteration of the run log (every iteration since recording started,
+ * kept in every snapshot: docs/recover.md), whether the ring records or not; a C program that
+ * calls it once an iteration gets its whole run by iteration. */
 enum { MEMSNAP_STEP_BEGIN = 1, MEMSNAP_STEP_END = 2, MEMSNAP_STEP_SKIPPED = 3 };
 int memsnap_step_event(int label, int what);
 

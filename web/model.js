@@ -32,16 +32,19 @@ const Model = {
   // else by second (no step recorded, and the history truncated or without iterations of its
   // own). Returns null when there is nothing the window does not show already (no iteration
   // before the window, and no more than a second by time); else {kind: "iterations" or
-  // "seconds", total (units), bars: [{first, count, x0, x1, peak, reserved, end, skipped}], top
+  // "seconds", total (units), bars: [{first, count, x0, x1, peak, reserved, end, skipped, told}], top
   // (the highest reserved or allocated peak), window: {x0, x1} or null (where the window lies)}.
   runStrip(d, width) {
     const run = d.run;
     if (!run) return null;
     const bars = [], num = (v) => (typeof v === "number" && isFinite(v) ? v : 0);
+    // the roles told at an entry's peak (parameters, gradients, optimizer state), null when none
+    const told = (e) => { const t = e.told_at_peak || {}, v = [num(t.parameter), num(t.gradient), num(t.optimizer_state)];
+      return v[0] + v[1] + v[2] > 0 ? v : null; };
     let kind = "iterations", total = num(run.iterations), win = null;
     if (total > 0 && (d.run_before || []).length) {
       for (const it of d.run_before) bars.push({ first: num(it.run_index), count: Math.max(1, num(it.count)), peak: num(it.peak_allocated_bytes),
-        reserved: num(it.peak_reserved_bytes), end: num(it.end_allocated_bytes), skipped: num(it.skipped_count) });
+        reserved: num(it.peak_reserved_bytes), end: num(it.end_allocated_bytes), skipped: num(it.skipped_count), told: told(it) });
       if (run.window_first_iteration != null) {
         const first = num(run.window_first_iteration);
         d.iterations.forEach((it, i) => bars.push({ first: first + i, count: 1, peak: num(it.peak_allocated_bytes),
@@ -54,7 +57,7 @@ const Model = {
       const t0 = d.summary ? num(d.summary.first_ns) : 0, t1 = d.summary ? num(d.summary.last_ns) : 0;
       for (const e of run.by_time) {
         const b = { first: num(e.first_second), count: Math.max(1, num(e.count)), peak: num(e.peak_allocated_bytes),
-          reserved: num(e.peak_reserved_bytes), end: num(e.end_allocated_bytes), skipped: 0 };
+          reserved: num(e.peak_reserved_bytes), end: num(e.end_allocated_bytes), skipped: 0, told: told(e) };
         bars.push(b);
         if (num(e.end_ns) >= t0 && num(e.start_ns) <= t1) // the window's events fall in this entry
           win = win ? { first: win.first, last: b.first + b.count } : { first: b.first, last: b.first + b.count };

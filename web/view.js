@@ -997,6 +997,8 @@ function drawRunStrip(d, signal) {
     const last = b.first + b.count - 1;
     readout.textContent = (b.count > 1 ? unit + "s " + b.first + "-" + last : unit + " " + b.first) + ": peak allocated " +
       Model.formatBytes(b.peak) + ", peak reserved " + Model.formatBytes(b.reserved) + ", allocated at the end " + Model.formatBytes(b.end) +
+      (b.told ? "; at the peak, as told: parameters " + Model.formatBytes(b.told[0]) + ", gradients " + Model.formatBytes(b.told[1]) +
+        ", optimizer state " + Model.formatBytes(b.told[2]) + ", the rest " + Model.formatBytes(Math.max(0, b.peak - b.told[0] - b.told[1] - b.told[2])) : "") +
       (b.skipped ? "; " + b.skipped + " skipped step" + (b.skipped > 1 ? "s" : "") : "");
   }, { signal });
 }

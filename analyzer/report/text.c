@@ -196,6 +196,19 @@ static bool print_whole_run(const ms_analysis *a, FILE *out) {
     if (r->width > 1)
       fprintf(out, "    (the log's coarsest entries hold %lld iterations each: docs/recover.md)\n", (long long)r->width);
     fprintf(out, "    peak allocated %s in iteration %lld; peak reserved %s\n", b1, (long long)r->peak_iteration, b2);
+    for (size_t i = 0; i < r->completed; i++) { /* what the roles told held at that peak */
+      const ms_run_entry *x = &r->iters[i];
+      if (x->first != r->peak_iteration) continue;
+      char p[32], g[32], o[32], rest[32];
+      int64_t told = x->role_bytes[0] + x->role_bytes[1] + x->role_bytes[2];
+      if (!told) break;
+      ms_format_bytes(x->role_bytes[0], p, sizeof p);
+      ms_format_bytes(x->role_bytes[1], g, sizeof g);
+      ms_format_bytes(x->role_bytes[2], o, sizeof o);
+      ms_format_bytes(x->peak_allocated > told ? x->peak_allocated - told : 0, rest, sizeof rest);
+      fprintf(out, "    at that peak, as told: parameters %s, gradients %s, optimizer state %s; the rest %s\n", p, g, o, rest);
+      break;
+    }
     const ms_run_entry *f = &r->iters[0], *l = &r->iters[r->completed - 1];
     ms_format_bytes(f->end_allocated, b1, sizeof b1);
     ms_format_bytes(l->end_allocated, b2, sizeof b2);

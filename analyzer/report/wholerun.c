@@ -40,7 +40,7 @@ static void number_or_null(cJSON *o, const char *key, bool known, double v) {
 void ms_json_whole_run(cJSON *root, cJSON *iterations, const ms_analysis *a) {
   const ms_whole_run *r = &a->run;
   /* the iterations before the window, first in `iterations` (the window's follow) */
-  int64_t before = r->window_first >= 0 ? r->window_first : a->niters == 0 ? r->iterations : 0;
+  int64_t before = r->window_first >= 0 ? r->window_first : a->niters == 0 && a->truncated ? r->iterations : 0;
   cJSON *window = cJSON_CreateArray(); /* the window's, moved behind them */
   while (window && iterations && iterations->child)
     cJSON_AddItemToArray(window, cJSON_DetachItemViaPointer(iterations, iterations->child));

@@ -63,6 +63,9 @@ check("leak run: allocated at iteration ends grows about 1.57 MiB per iteration 
 text = subprocess.run([cli, "analyze", db], capture_output=True, text=True).stdout
 check("analyze: the whole run summarised (400 iterations), then the window in detail",
       "400 iterations since recording started, 10 skipped steps" in text and "the window (the ring's events): iterations" in text)
+check("analyze: the roles told at the run's peak, and the rest",
+      "at that peak, as told: parameters 32.00 MiB, gradients 32.00 MiB, optimizer state 64.00 MiB; the rest" in text,
+      next((l for l in text.splitlines() if "as told" in l), ""))
 leak_line = next((l for l in text.splitlines() if "growing: +" in l), "")
 check("analyze: the leak reads '1.57 MiB per iteration ... from iteration 0'",
       "+1.57 MiB per iteration" in leak_line and "from iteration 0," in leak_line, leak_line)

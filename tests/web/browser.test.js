@@ -165,7 +165,7 @@ test("a long run: the whole run above the timeline, every iteration since record
   assert.ok(strip.window.x0 > 1000 && strip.window.x1 >= 1195, "the window is the run's last iterations: " + JSON.stringify(strip.window));
   const b = await page.locator("#run").boundingBox();
   await page.mouse.move(b.x + b.width * 0.002, b.y + b.height * 0.5);
-  assert.match(await page.locator("#run-readout").textContent(), /^iteration 0: peak allocated 130\.00 MiB, peak reserved 160\.00 MiB, allocated at the end 129\.57 MiB$/);
+  assert.match(await page.locator("#run-readout").textContent(), /^iteration 0: peak allocated 130\.00 MiB, peak reserved 160\.00 MiB, allocated at the end 129\.57 MiB; at the peak, as told: parameters 32\.00 MiB, gradients 0 B, optimizer state 64\.00 MiB, the rest 34\.00 MiB$/);
   assert.strictEqual(await page.locator("#iteration-table tbody tr").count(), 54, "the table details the window's iterations only");
   await shot(page, "runlog");
   assert.deepStrictEqual(seen.errors, []);

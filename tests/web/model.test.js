@@ -416,3 +416,25 @@ test("a prediction's tables read as the text report's: settings marked recorded 
     largest_that_fits: { at: 17 }, description: "checkpoint 3 of 6 (<img>.blocks.5)" }] } }).advice;
   assert.deepStrictEqual(adv, [["1", "yes", "1.00 MiB", "1.00 MiB", "17", "checkpoint 3 of 6 (<img>.blocks.5)"]]);
 });
+
+test("runStrip: the whole run's bars, the window placed; nothing when the window is the whole run; hostile numbers read as 0", () => {
+  const it = (i, extra) => Object.assign({ run_index: i, count: 1, peak_allocated_bytes: 100 + i, peak_reserved_bytes: 200, end_allocated_bytes: 50,
+    skipped_count: 0, before_window: true, told_at_peak: { parameter: 10, gradient: 0, optimizer_state: 20 } }, extra);
+  const doc = (its, run) => Model.decode(JSON.stringify({ format: "memsnap-viewer-2", summary: { first_ns: 0, last_ns: 10 }, iterations: its, run }));
+  const d = doc([it(0), it(1, { count: 2 }), { index: 0, before_window: false, peak_allocated_bytes: 400, peak_reserved_bytes: 500, end_allocated_bytes: 60 }],
+    { iterations: 4, window_first_iteration: 3, by_time: [] });
+  assert.strictEqual(d.iterations.length, 1, "the window's iterations alone stay in d.iterations");
+  const s = Model.runStrip(d, 400);
+  assert.deepStrictEqual(s.bars.map((b) => [b.first, b.count, b.x0, b.x1]), [[0, 1, 0, 100], [1, 2, 100, 300], [3, 1, 300, 400]]);
+  assert.deepStrictEqual(s.window, { x0: 300, x1: 400 });
+  assert.deepStrictEqual([s.kind, s.total, s.top, s.bars[0].told], ["iterations", 4, 500, [10, 0, 20]]);
+  assert.strictEqual(Model.runBarAt(s, 150).first, 1);
+  assert.strictEqual(Model.runStrip(doc([{ index: 0, before_window: false }], { iterations: 1, window_first_iteration: 0, by_time: [] }), 400), null);
+  assert.strictEqual(Model.runStrip(doc([], null), 400), null);
+  const h = Model.runStrip(doc([it(0, { run_index: "x", peak_allocated_bytes: null, count: -5 })], { iterations: 1, window_first_iteration: null }), 100);
+  assert.deepStrictEqual([h.bars[0].first, h.bars[0].count, h.bars[0].peak, h.window], [0, 1, 0, null]);
+  const t = Model.runStrip(doc([], { iterations: 0, seconds: 3, by_time: [
+    { first_second: 0, count: 1, start_ns: 0, end_ns: 5, peak_allocated_bytes: 1, peak_reserved_bytes: 2, end_allocated_bytes: 1 },
+    { first_second: 1, count: 2, start_ns: 20, end_ns: 30, peak_allocated_bytes: 3, peak_reserved_bytes: 4, end_allocated_bytes: 1 }] }), 300);
+  assert.deepStrictEqual([t.kind, t.total, t.window], ["seconds", 3, { x0: 0, x1: 100 }]);
+});
