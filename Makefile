@@ -331,7 +331,7 @@ clean:
 # build-fuzz/, each run for FUZZ_SECONDS from its corpus (tests/fuzz/corpus/NAME, kept in the
 # repository; what it finds new goes to build-fuzz/corpus/NAME, crashes to build-fuzz/crashes/).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle
+FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle fuzz_livemap
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LINK := -fsanitize=fuzzer,address,undefined
 ANALYZER_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(call stage_srcs,util read analysis replay report)) $(BUILD)/web_assets.o
@@ -344,6 +344,11 @@ fuzz-programs: $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
 
 # fuzz_snapshot replays through libmemsnap (C++ inside: linked by the C++ driver, for UBSan's runtime).
 $(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS) $(BUILD)/libmemsnap.so
+	@mkdir -p $(dir $@)
+	$(CXX) $(FUZZ_LINK) -o $@ $(filter %.o,$^) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $(PKG_LIBS)
+
+# fuzz_livemap reads hostile live mappings through libmemsnap's recover.c (the same C++ driver).
+$(BUILD)/fuzz/fuzz_livemap: $(BUILD)/tests/fuzz/fuzz_livemap.o $(BUILD)/libmemsnap.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(FUZZ_LINK) -o $@ $(filter %.o,$^) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $(PKG_LIBS)
 
