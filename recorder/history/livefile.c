@@ -7,7 +7,9 @@
  * followed) but must be this user's or root's, and, when others may write it, have the sticky
  * bit (/tmp, /dev/shm): there no other user can remove, rename or replace this user's entries.
  *
- * Making (the recorded process; livemap.c): the file is created with O_CREAT | O_EXCL |
+ * Making (the recorded process; livemap.c): the folder is opened and checked through its
+ * descriptor, and the files made relative to it (no window between the check and their making);
+ * the file is created with O_CREAT | O_EXCL |
  * O_NOFOLLOW (a link or a file planted at its name is never opened; a stale file of this user's
  * own at that name, left by a dead process of the same pid, is removed first), checked with
  * fstat (a regular file of this user with one link) before it is mapped, and renamed onto its
@@ -57,80 +59,91 @@ void memsnap_live_any_owner(int on) { atomic_store(&any_owner, on != 0); }
 
 /* ---- making ------------------------------------------------------------------------------ */
 
-int msi_live_dir_check(char *why, size_t len) {
+int msi_live_dir_open(char *why, size_t len) {
   const char *given = getenv("MEMSNAP_LIVE_DIR");
   bool chosen = given && *given;
   const char *dir = memsnap_live_dir();
-  struct stat st;
-  int rc = chosen ? stat(dir, &st) : lstat(dir, &st);
-  if (rc != 0 && errno == ENOENT && !chosen) {
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-      snprintf(why, len, "cannot make the live folder '%s': %s", dir, strerror(errno));
-      return -1;
-    }
-    rc = lstat(dir, &st);
+  if (!chosen && mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    snprintf(why, len, "cannot make the live folder '%s': %s", dir, strerror(errno));
+    return -1;
   }
+  /* the folder checked through its descriptor, and the files made relative to it: what was
+     checked is where they go (the default one is never a link; a given one is taken as named) */
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (chosen ? 0 : O_NOFOLLOW));
+  struct stat st;
   uid_t me = geteuid();
-  if (rc != 0) snprintf(why, len, "cannot use the live folder '%s': %s", dir, strerror(errno));
-  else if (S_ISLNK(st.st_mode)) snprintf(why, len, "the live folder '%s' is a symbolic link (refused)", dir);
-  else if (!S_ISDIR(st.st_mode)) snprintf(why, len, "the live folder '%s' is not a folder", dir);
-  else if (st.st_uid != me && (!chosen || st.st_uid != 0))
+  if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR) && !chosen) {
+    struct stat lst;
+    bool link = lstat(dir, &lst) == 0 && S_ISLNK(lst.st_mode);
+    snprintf(why, len, link ? "the live folder '%s' is a symbolic link (refused)" : "the live folder '%s' is not a folder", dir);
+  } else if (dfd < 0) {
+    snprintf(why, len, "cannot use the live folder '%s': %s", dir, strerror(errno));
+  } else if (fstat(dfd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(why, len, "the live folder '%s' is not a folder", dir);
+  } else if (st.st_uid != me && (!chosen || st.st_uid != 0)) {
     snprintf(why, len, "the live folder '%s' is owned by another user (uid %u)", dir, (unsigned)st.st_uid);
-  else if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (!chosen || !(st.st_mode & S_ISVTX)))
+  } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (!chosen || !(st.st_mode & S_ISVTX))) {
     snprintf(why, len, "other users may write the live folder '%s' (mode %04o%s)", dir, (unsigned)(st.st_mode & 07777),
              chosen ? ", without the sticky bit" : "");
-  else return 0;
+  } else {
+    return dfd;
+  }
+  if (dfd >= 0) close(dfd);
   return -1;
 }
 
-/* Whether the entry at `path` (not followed) is a regular file of this user's. */
-bool msi_live_file_ours(const char *path) {
+/* Whether the entry `name` in the folder `dfd` (not followed) is a regular file of this user's. */
+static bool ours_at(int dfd, const char *name) {
   struct stat st;
-  return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+  return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
 }
 
-int msi_live_file_create(const char *path, char *why, size_t len) {
+bool msi_live_file_ours(const char *path) { return ours_at(AT_FDCWD, path); }
+
+int msi_live_file_create(int dfd, const char *name, char *why, size_t len) {
   int fd = -1;
   for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
-    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd >= 0 || errno != EEXIST || attempt) break;
     /* something is there: a stale file of this user's own (in a folder only this user may write,
        or one with the sticky bit, no one else can swap it before the unlink) is removed */
-    if (!msi_live_file_ours(path)) {
-      snprintf(why, len, "'%s' exists and is not this user's regular file (a link or another user's file: refused)", path);
+    if (!ours_at(dfd, name)) {
+      snprintf(why, len, "'%s' exists in the live folder and is not this user's regular file (a link or another "
+               "user's file: refused)", name);
       return -1;
     }
-    unlink(path);
+    unlinkat(dfd, name, 0);
   }
   if (fd < 0) {
-    snprintf(why, len, "cannot create '%s': %s", path, strerror(errno));
+    snprintf(why, len, "cannot create '%s' in the live folder: %s", name, strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1) {
-    snprintf(why, len, "'%s' is not the regular file of this user's that was just made (refused)", path);
+    snprintf(why, len, "'%s' in the live folder is not the regular file of this user's just made (refused)", name);
     close(fd);
     return -1;
   }
   return fd;
 }
 
-int msi_live_file_publish(const char *tmp, const char *path, char *why, size_t len) {
-  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
+int msi_live_file_publish(int dfd, const char *tmp, const char *name, char *why, size_t len) {
+  if (renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) == 0) return 0;
   if (errno != EEXIST && errno != EINVAL && errno != ENOSYS) {
-    snprintf(why, len, "cannot rename '%s' into place: %s", tmp, strerror(errno));
+    snprintf(why, len, "cannot rename '%s' into place in the live folder: %s", tmp, strerror(errno));
     return -1;
   }
   /* taken (or the folder's file system cannot tell): only this user's own file is replaced; in a
      private or sticky folder no other user can put something else there before the rename, and a
      rename replaces a link itself, never what it points to */
   struct stat st;
-  if (lstat(path, &st) == 0 && !msi_live_file_ours(path)) {
-    snprintf(why, len, "'%s' exists and is not this user's regular file (a link or another user's file: refused)", path);
+  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !ours_at(dfd, name)) {
+    snprintf(why, len, "'%s' exists in the live folder and is not this user's regular file (a link or another "
+             "user's file: refused)", name);
     return -1;
   }
-  if (rename(tmp, path) != 0) {
-    snprintf(why, len, "cannot rename '%s' into place: %s", tmp, strerror(errno));
+  if (renameat(dfd, tmp, dfd, name) != 0) {
+    snprintf(why, len, "cannot rename '%s' into place in the live folder: %s", tmp, strerror(errno));
     return -1;
   }
   return 0;

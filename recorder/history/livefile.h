@@ -12,18 +12,21 @@
 
 /* ---- making them (the recorded process) --------------------------------------------------- */
 
-/* The live folder (memsnap_live_dir()) checked, and made 0700 when it is the default per-user
- * one and missing. 0 when files may be made in it (this user's alone, or a given one that others
- * may write only with the sticky bit); -1 with the reason in `why` (a link, not a folder, another
- * user's, written by others without the sticky bit). */
-int msi_live_dir_check(char *why, size_t len);
-/* Creates `path` (O_CREAT | O_EXCL | O_NOFOLLOW, 0600; a stale one of this user's own, left by an
- * earlier process of the same pid, is removed first) and checks it with fstat: a regular file of
- * this user with one link. The descriptor (O_RDWR), or -1 with the reason in `why`. */
-int msi_live_file_create(const char *path, char *why, size_t len);
-/* Renames `tmp` onto `path` without replacing anything but this user's own regular file there
- * (renameat2 RENAME_NOREPLACE; a rename never follows a link). 0, or -1 with the reason in `why`. */
-int msi_live_file_publish(const char *tmp, const char *path, char *why, size_t len);
+/* The live folder (memsnap_live_dir()), made 0700 when it is the default per-user one and
+ * missing, opened and checked through the descriptor: this user's alone (the default: not a link
+ * either), or a given one that is this user's or root's and that others may write only with the
+ * sticky bit. The folder's descriptor (the caller closes it), or -1 with the reason in `why` (a
+ * link, not a folder, another user's, written by others without the sticky bit). */
+int msi_live_dir_open(char *why, size_t len);
+/* Creates `name` in the folder `dfd` (O_CREAT | O_EXCL | O_NOFOLLOW, 0600; a stale one of this
+ * user's own, left by an earlier process of the same pid, is removed first) and checks it with
+ * fstat: a regular file of this user with one link. The descriptor (O_RDWR), or -1 with the
+ * reason in `why`. */
+int msi_live_file_create(int dfd, const char *name, char *why, size_t len);
+/* Renames `tmp` onto `name` in the folder `dfd` without replacing anything but this user's own
+ * regular file there (renameat2 RENAME_NOREPLACE; a rename never follows a link). 0, or -1 with
+ * the reason in `why`. */
+int msi_live_file_publish(int dfd, const char *tmp, const char *name, char *why, size_t len);
 /* Appends `line` (n bytes, one write) to MEMSNAP_RUN_MANIFEST when it is set and names a regular
  * file of this user (opened with O_NOFOLLOW); otherwise nothing. */
 void msi_live_manifest_append(const char *line, size_t n);

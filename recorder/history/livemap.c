@@ -503,12 +503,15 @@ static void release_fatal_signals(void) {
 void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   const char *on = getenv("MEMSNAP_LIVE");
   if (on && !strcmp(on, "0")) return NULL;
-  char path[1100], tmp[1200], why[1400];
-  if (msi_live_dir_check(why, sizeof why) != 0) { /* a folder another user could plant in */
+  char path[1100], tmp[1200], name[48], tmp_name[64], why[1400];
+  int dfd = msi_live_dir_open(why, sizeof why); /* refused: a folder another user could plant in */
+  if (dfd < 0) {
     refuse_once(why);
     return NULL;
   }
-  snprintf(path, sizeof path, "%s/memsnap-%d.live", memsnap_live_dir(), (int)getpid());
+  snprintf(name, sizeof name, "memsnap-%d.live", (int)getpid());
+  snprintf(tmp_name, sizeof tmp_name, "%s.new", name);
+  snprintf(path, sizeof path, "%s/%s", memsnap_live_dir(), name);
   snprintf(tmp, sizeof tmp, "%s.new", path);
   uint64_t ring_offset = MSI_LIVE_HEADER;
   uint64_t log_offset = (ring_offset + bytes + 4095) & ~(uint64_t)4095;
@@ -519,7 +522,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   while (log_cap < old_used) log_cap *= 2;
   void *ring = NULL;
   mapping *m = calloc(1, sizeof *m);
-  int fd = m ? msi_live_file_create(tmp, why, sizeof why) : -1; /* exclusive, no link followed, checked */
+  int fd = m ? msi_live_file_create(dfd, tmp_name, why, sizeof why) : -1; /* exclusive, no link followed, checked */
   if (fd < 0) {
     if (m) refuse_once(why);
     goto fail;
@@ -542,7 +545,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   atomic_store(&h->log_capacity, log_cap);
   if (old_used) memcpy(m->base + log_offset, old_log, old_used);
   atomic_store(&h->log_used, old_used);
-  if (msi_live_file_publish(tmp, path, why, sizeof why) != 0) { /* never onto a link or another user's file */
+  if (msi_live_file_publish(dfd, tmp_name, name, why, sizeof why) != 0) { /* never onto a link or another user's file */
     refuse_once(why);
     goto fail;
   }
@@ -568,6 +571,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   }
   ring = m->base + ring_offset;
   pthread_mutex_unlock(&log_lock);
+  close(dfd);
   if (fresh) note_in_manifest(path);
   start_watcher();
   catch_fatal_signals();
@@ -576,8 +580,9 @@ fail:
   if (m && m->base) munmap(m->base, m->length);
   if (fd >= 0) {
     close(fd);
-    unlink(tmp);
+    unlinkat(dfd, tmp_name, 0); /* the one it made */
   }
+  close(dfd);
   free(m);
   pthread_mutex_unlock(&log_lock);
   return NULL;

@@ -7,7 +7,8 @@
 #   - a link or another user's file planted at each name the process uses (memsnap-PID.live.new,
 #     memsnap-PID.live, the run manifest) in a shared sticky MEMSNAP_LIVE_DIR: the link's target
 #     untouched, the planted file receives nothing, the recording refused with the reason;
-#   - MEMSNAP_LIVE_DIR world-writable without the sticky bit, or another user's: refused;
+#   - MEMSNAP_LIVE_DIR world-writable without the sticky bit, another user's, or a link to another
+#     user's folder: refused;
 #   - the readers: another user's mapping refused by recover (with FILE, and not taken without),
 #     not listed by top, refused by top PID and dump; recover --any-owner reads it on purpose and
 #     keeps it; a link refused; a truncated mapping refused, no crash.
@@ -174,6 +175,11 @@ as_nobody mkdir -m 755 "$work/shared/nobodys"
 record nobodys "$work/shared/nobodys" ""
 finish
 check "MEMSNAP_LIVE_DIR of another user: refused, saying whose" refused "$work/nobodys.out" "owned by another user (uid 65534)"
+as_nobody ln -s "$work/shared/nobodys" "$work/shared/link-dir"
+record link_dir "$work/shared/link-dir" ""
+finish
+check "MEMSNAP_LIVE_DIR a link another user planted to their folder: refused, nothing made there" \
+  bash -c "grep -q 'owned by another user (uid 65534)' '$work/link_dir.out' && test -z \"\$(ls -A '$work/shared/nobodys')\""
 
 # ---- the readers: another user's running process ----------------------------------------------
 record theirs "$S" "" nobody
