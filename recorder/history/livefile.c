@@ -2,19 +2,19 @@
  * trusting the folder (docs/RELIABILITY.md, "Security"; the mapping's layout is livemap.h's).
  *
  * The folder: MEMSNAP_LIVE_DIR as given, else a per-user folder under /dev/shm (else $TMPDIR or
- * /tmp): BASE/memsnap-UID, made 0700. The default folder must be, by lstat, a folder (not a link)
- * of this user's that no one else may write. A folder the user gives is taken as named (its links
+ * /tmp): BASE/memsnap-UID, made 0700. The default folder must be a folder (opened with
+ * O_NOFOLLOW: not a link) of this user's that no one else may write. A folder the user gives is taken as named (its links
  * followed) but must be this user's or root's, and, when others may write it, have the sticky
  * bit (/tmp, /dev/shm): there no other user can remove, rename or replace this user's entries.
  *
  * Making (the recorded process; livemap.c): the folder is opened and checked through its
  * descriptor, and the files made relative to it (no window between the check and their making);
- * the file is created with O_CREAT | O_EXCL |
- * O_NOFOLLOW (a link or a file planted at its name is never opened; a stale file of this user's
- * own at that name, left by a dead process of the same pid, is removed first), checked with
- * fstat (a regular file of this user with one link) before it is mapped, and renamed onto its
- * final name with RENAME_NOREPLACE: only this user's own regular file there is replaced (a
- * mapping being replaced, or a stale one); a rename never follows a link.
+ * the file is created with O_CREAT | O_EXCL | O_NOFOLLOW (a link or a file planted at its name is
+ * never opened; a stale file of this user's own at that name, left by a dead process of the same
+ * pid, is removed first), checked with fstat (a regular file of this user with one link) before
+ * it is mapped, and renamed onto its final name with RENAME_NOREPLACE: only this user's own
+ * regular file there is replaced (a mapping being replaced, or a stale one); a rename never
+ * follows a link. A fork child makes its own the same way.
  *
  * Reading (recover.c: memsnap_live_info, memsnap_recover, memsnap_live_request_dump): opened with
  * O_NOFOLLOW | O_NONBLOCK, a regular file owned by the caller (memsnap_live_any_owner lifts the
@@ -75,7 +75,7 @@ int msi_live_dir_open(char *why, size_t len) {
   if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR) && !chosen) {
     struct stat lst;
     bool link = lstat(dir, &lst) == 0 && S_ISLNK(lst.st_mode);
-    snprintf(why, len, link ? "the live folder '%s' is a symbolic link (refused)" : "the live folder '%s' is not a folder", dir);
+    snprintf(why, len, "the live folder '%s' %s", dir, link ? "is a symbolic link (refused)" : "is not a folder");
   } else if (dfd < 0) {
     snprintf(why, len, "cannot use the live folder '%s': %s", dir, strerror(errno));
   } else if (fstat(dfd, &st) != 0 || !S_ISDIR(st.st_mode)) {

@@ -3,9 +3,10 @@
  * process's own state.
  *
  * Steps:
- *   1. read the file (history/livefile.c: no link followed, the caller's own regular file, read
- *      into private memory, so that a file truncated meanwhile cannot raise SIGBUS) and check its header (magic, version, sizes, offsets against the
- *      file's size): a mapping of another version or a damaged one is refused, nothing written;
+ *   1. read the file (history/livefile.c: no link followed, the caller's own regular file, copied
+ *      into private memory, so that a file truncated meanwhile cannot raise SIGBUS) and check its
+ *      header (magic, version, sizes, offsets against the bytes read): a mapping of another
+ *      version or a damaged one is refused, nothing written;
  *   2. read the log's whole records (stacks, labels, Python frames' names, modules, devices,
  *      options), each checked against its length, and the ring's published events
  *      (history.c's msi_history_read_mapped: a torn last event is dropped);
