@@ -204,9 +204,14 @@ check("two_linear_adamw-cxx: the gradients' site reads as its autograd node (MmB
 # named by the code that made them (GPT2Block.forward's residual add) in transformer.h.5
 j, text = analyze("gpt2_leak_hook-cxx")
 first = (j.get("leaks") or [{}])[0]
-check("gpt2_leak_hook-cxx: the hook's leak first, growing 12 MiB a step, named GPT2Block.forward in transformer.h.5",
+# its first frame the operator (the block's last residual add, at::_ops::add_Tensor::call in the
+# native stack), then the line that called it
+check("gpt2_leak_hook-cxx: the hook's leak first, growing 12 MiB a step, named aten::add at GPT2Block.forward "
+      "(modeling_gpt2.py:307) in transformer.h.5",
       first.get("kind") == "growing" and near(first.get("bytes_per_iteration", 0), 12 * MiB, 0.01) and
-      first["stack"][0]["short_name"] == "GPT2Block.forward" and first.get("held_module", "").endswith("transformer.h.5") and
+      [f["short_name"] for f in first["stack"][:2]] == ["aten::add", "GPT2Block.forward"] and
+      first["stack"][0]["name"].startswith("at::_ops::add_Tensor::call(") and first["stack"][1]["line"] == 307 and
+      first.get("held_module", "").endswith("transformer.h.5") and
       "in transformer.h.5" in text, str((first.get("kind"), first.get("bytes_per_iteration"), first.get("stack", [{}])[0],
                                          first.get("held_module"))))
 inner = [f["name"] for e in j.get("leaks", []) + j.get("held", []) + j.get("live_at_peak", []) for f in e.get("stack", [])
