@@ -13,6 +13,8 @@
  *   eval_nograd.db the same with the evaluation under no_grad: its forward frees each layer's
  *                  output as the next is made and the loss is kept (512 bytes each): no graph, no
  *                  leak (1.5 KiB in three steps is below MS_STEP_GROWTH_MIN).
+ *   midstep.db     three training steps of the same model, then a fourth dumped in its backward pass
+ *                  (as an out of memory there dumps): its forward's tensors alive, no graph kept.
  *   every.db       24 steps, no model events: 300 MiB kept at steps 3, 8, 11, 16, 19, 23 (every
  *                  4 to 5: jitter) and never freed; a sawtooth of 100 MiB a step freed every 4th
  *                  step; a temporary whose size changes every step, alive at the boundaries.
@@ -150,6 +152,32 @@ static void model_run(const char *dir, const char *name, int grad) {
   memsnap_shutdown();
 }
 
+/* midstep.db: three training steps, then one dumped in its backward pass (as an out of memory
+ * there dumps): its forward's saved tensors are alive, and no graph is kept. */
+static __attribute__((noipa)) void midstep_run(const char *dir) {
+  void *saved[4];
+  memsnap_record_start(0, NULL);
+  net = memsnap_label("Net");
+  for (int l = 0; l < 4; l++) {
+    char path[32];
+    snprintf(path, sizeof path, "Net.l%d", l);
+    layer[l] = memsnap_label(path);
+  }
+  for (int i = 0; i < 3; i++) {
+    step_mark(i);
+    train_step(i);
+  }
+  step_mark(3);
+  forward(saved, 1, 40 * MiB);
+  memsnap_backward_begin();
+  memsnap_module_event(layer[3], MEMSNAP_MODULE_BACKWARD);
+  dump(dir, "midstep.db");
+  memsnap_backward_end();
+  for (int l = 0; l < 4; l++) memsnap_free(saved[l], 0, 0, NULL);
+  release_all();
+  memsnap_shutdown();
+}
+
 /* every.db: growth every 4 or 5 steps, never freed; a sawtooth; jitter. */
 static __attribute__((noipa)) void every_run(const char *dir) {
   static const int leak_at[] = {3, 8, 11, 16, 19, 23};
@@ -209,6 +237,7 @@ int main(int argc, char **argv) {
   setenv("MEMSNAP_SIM_CAPACITY", "16G", 1);
   model_run(argv[1], "eval.db", 1);
   model_run(argv[1], "eval_nograd.db", 0);
+  midstep_run(argv[1]);
   every_run(argv[1]);
   long_run(argv[1]);
   return rc;
