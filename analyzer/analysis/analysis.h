@@ -1,6 +1,7 @@
 /* analysis.h: what the analyzer computes from a snapshot (prefix ms_): the live blocks every
  * pass replays (livemap.c), the state when the history starts (prehistory.c), the analysis
- * itself (analyze.c: peaks, iterations, leak candidates, OOMs), the allocator's own releases
+ * itself (analyze.c: peaks, iterations, leak candidates, OOMs; autograd graphs kept without a
+ * backward: kept_graphs.c), the allocator's own releases
  * and retries (retries.c), invalid frees (misuse.c), sites matched across snapshots (match.c)
  * and what the page draws beyond the analysis (timeline.c).
  * It calls down into the reader (read/) and the helpers (util/) only; reports format what it
@@ -383,7 +384,8 @@ typedef struct ms_graph_block {
   uint32_t forward, forward_module, site, stack_id, module;
   int32_t iteration;
   int64_t size;
-  bool survived; /* two backward passes began after it at least: its own, and another */
+  uint32_t after; /* backward passes begun after it: 1 its own (what is left is no saved tensor),
+                     2 or more its own and another (it survived), 0 none (its backward never ran) */
 } ms_graph_block;
 typedef struct ms_graph_pass {
   ms_graph_block *blocks;
@@ -392,7 +394,8 @@ typedef struct ms_graph_pass {
 } ms_graph_pass;
 struct ms_analysis;
 /* A block alive at the history's end (their births in order), `backward_begins` the backward
- * phases begun by then (ms_lifetimes', from the stacks; a->backward_passes the recorded ones): kept when a forward made it and it is no parameter,
+ * phases begun by then (ms_lifetimes', from the stacks; a->backward_passes the recorded ones, which
+ * count when recorded): kept when a forward made it and it is no parameter,
  * gradient, workspace or backward's. */
 void ms_graphs_block(struct ms_analysis *a, ms_graph_pass *p, const ms_live_slot *b, uint32_t backward_begins);
 /* After the modules are summed (ms_modules_end): the kept graph candidates into a->graphs, the

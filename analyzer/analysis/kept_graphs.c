@@ -11,15 +11,20 @@
  * state and buffers (tensor events), libraries' workspaces and what a backward made:
  *   - per forward call: its blocks, their bytes, the modules whose calls made them, and the
  *     program's line that called it (the innermost program frame all its blocks' stacks share);
- *   - a forward's blocks survived when two backward passes at least began after them (their own
- *     and another, whose work their graph was no part of: an out of memory in a step's own
- *     backward leaves its forward's blocks alive, and that is no kept graph).
- * Forwards are grouped by module and calling line. A group is a kept graph candidate when one of
- * its forwards survived; its graphs are its forwards whose blocks came from two modules at least
- * (a graph saves every layer's activations; a kept output alone is one module's), add up to
- * MS_STEP_GROWTH_MIN at least and, where the module's other forwards saved for backward
- * (modules.c: saved_bytes per call), to a quarter of that at least. So the graph of the last
- * evaluation, which no backward has passed yet, counts with the ones before it.
+ *   - the backward passes begun after a forward's blocks (the recorded ones where backward events
+ *     were recorded, else the backward phases of the stacks): two or more, they survived a
+ *     backward that was not theirs (their own, then another); one, their own backward ran, and
+ *     what is left is its output, held by a variable, not what it saved (and a dump during that
+ *     backward, as an out of memory there, is no kept graph either); none, it never ran.
+ * Forwards are grouped by module and calling line. A forward looks like a graph when its blocks
+ * came from two modules at least (a graph saves every layer's activations; a kept output alone is
+ * one module's), add up to MS_STEP_GROWTH_MIN at least and, where the module's other forwards saved for backward
+ * (modules.c: saved_bytes per call), to a quarter of that at least. A group is a kept graph
+ * candidate when one of its forwards looks like a graph and survived; its graphs are those that
+ * look like one and survived or whose backward never ran (not those after their own backward).
+ * So the graph of the last evaluation, which no backward has passed yet, counts with the ones
+ * before it; a forward in flight when the snapshot was taken (an out of memory in it) counts only
+ * where graphs of its line were kept before, not beside a hook's kept outputs.
  *
  * Memory: one record per block alive at the end that a forward made, freed at the end.
  */
@@ -40,9 +45,10 @@ void ms_graphs_block(ms_analysis *a, ms_graph_pass *p, const ms_live_slot *b, ui
     p->failed = true;
     return;
   }
+  int64_t after = a->backward_recorded ? a->backward_passes - (int64_t)h->backward_passes
+                                        : (int64_t)backward_begins - (int64_t)h->backward_begins;
   p->blocks[p->n++] = (ms_graph_block){h->forward, h->forward_module, b->site, stack, h->module, h->iteration, b->size,
-                                       backward_begins >= h->backward_begins + 2 ||
-                                           a->backward_passes >= (int64_t)h->backward_passes + 2};
+                                       after < 0 ? 0 : (uint32_t)after};
 }
 
 void ms_graphs_free_pass(ms_graph_pass *p) {
@@ -58,7 +64,7 @@ typedef struct forward {
   uint32_t frame;  /* the program's line that called it (0: none) */
   uint32_t stack;  /* its largest block's */
   int modules;     /* distinct modules of its blocks, counted up to 2 */
-  bool survived;
+  uint32_t after;  /* backward passes begun after it (its first block's) */
   int32_t group;   /* its candidate, -1: none */
 } forward;
 
@@ -102,6 +108,12 @@ static uint32_t calling_frame(const ms_analysis *a, const ms_graph_block *blocks
   return base && common ? base[common - 1] : 0;
 }
 
+/* Whether what is left of a forward looks like a graph: from two modules at least, 1 MiB at least
+ * and a quarter of what the module's forwards saved per call (`saved`, 0: unknown). */
+static bool graph_like(const forward *w, int64_t saved) {
+  return w->modules >= 2 && w->bytes >= MS_STEP_GROWTH_MIN && (saved <= 0 || w->bytes * 4 >= saved);
+}
+
 static int compare_forward(const void *x, const void *y) {
   const forward *a = x, *b = y;
   if (a->module != b->module) return a->module < b->module ? -1 : 1;
@@ -126,13 +138,12 @@ void ms_graphs_finish(ms_analysis *a, ms_graph_pass *p) {
   /* the forwards: runs of one serial (blocks come in the order they were made) */
   for (size_t i = 0; i < p->n;) {
     size_t j = i;
-    forward w = {i, 0, 0, p->blocks[i].forward_module, 0, 0, 0, false, -1};
+    forward w = {i, 0, 0, p->blocks[i].forward_module, 0, 0, 0, p->blocks[i].after, -1};
     uint32_t first_module = p->blocks[i].module;
     int64_t largest = -1;
     for (; j < p->n && p->blocks[j].forward == p->blocks[i].forward; j++) {
       const ms_graph_block *b = &p->blocks[j];
       w.bytes += b->size;
-      w.survived |= b->survived;
       if (b->module != first_module) w.modules = 2;
       if (b->size > largest) largest = b->size, w.stack = b->stack_id;
     }
@@ -151,18 +162,20 @@ void ms_graphs_finish(ms_analysis *a, ms_graph_pass *p) {
   for (size_t i = 0; i < nf;) {
     size_t j = i;
     bool survived = false;
-    for (; j < nf && f[j].module == f[i].module && f[j].frame == f[i].frame; j++) survived |= f[j].survived;
     int32_t m = f[i].module ? (int32_t)f[i].module - 1 : -1;
     int64_t saved = m >= 0 && (size_t)m < a->nmodules ? a->modules[m].saved_bytes : 0;
+    for (; j < nf && f[j].module == f[i].module && f[j].frame == f[i].frame; j++) survived |= f[j].after >= 2 && graph_like(&f[j], saved);
 
     ms_kept_graph *k = &g[ng];
     memset(k, 0, sizeof *k);
     k->module = m;
     k->frame = f[i].frame;
     k->saved_per_call = saved;
+    k->top_site = UINT32_MAX; /* chosen below */
     int64_t largest = -1;
     for (size_t x = i; survived && x < j; x++) {
-      if (f[x].modules < 2 || f[x].bytes < MS_STEP_GROWTH_MIN || (saved > 0 && f[x].bytes * 4 < saved)) continue;
+      if (f[x].after == 1 || !graph_like(&f[x], saved))
+        continue; /* after one backward, its own: what is left of it is its output, not what it saved */
       int iteration = p->blocks[f[x].first].iteration;
       if (!k->graphs || iteration < k->first_iteration) k->first_iteration = iteration;
       if (!k->graphs || iteration > k->last_iteration) k->last_iteration = iteration;
@@ -182,17 +195,19 @@ void ms_graphs_finish(ms_analysis *a, ms_graph_pass *p) {
     if (f[x].group < 0) continue;
     for (size_t b = f[x].first; b < f[x].first + f[x].n; b++) site_bytes[p->blocks[b].site] += p->blocks[b].size;
   }
-  for (size_t x = 0; x < nf; x++) {
-    if (f[x].group < 0) continue;
-    ms_kept_graph *k = &g[f[x].group];
-    for (size_t b = f[x].first; b < f[x].first + f[x].n; b++) {
-      uint32_t s = p->blocks[b].site;
-      ms_site *st = &a->sites[s];
-      if (!st->graph || site_bytes[s] > a->sites[k->top_site].graph_bytes) k->top_site = s;
+  for (size_t x = 0; x < nf; x++) /* each site's candidate: the first that holds some of it */
+    for (size_t b = f[x].first; f[x].group >= 0 && b < f[x].first + f[x].n; b++) {
+      ms_site *st = &a->sites[p->blocks[b].site];
+      st->graph_bytes = site_bytes[p->blocks[b].site];
       if (!st->graph) st->graph = f[x].group + 1; /* renumbered below */
-      st->graph_bytes = site_bytes[s];
     }
-  }
+  for (size_t x = 0; x < nf; x++) /* each candidate's site that holds most of it */
+    for (size_t b = f[x].first; f[x].group >= 0 && b < f[x].first + f[x].n; b++) {
+      ms_kept_graph *k = &g[f[x].group];
+      uint32_t s = p->blocks[b].site;
+      if (b == f[x].first && k->top_site == UINT32_MAX) k->top_site = s;
+      if (site_bytes[s] > site_bytes[k->top_site]) k->top_site = s;
+    }
   /* largest first; the sites' candidates renumbered to match */
   int32_t *order = malloc(sizeof *order * ng);
   ms_kept_graph *sorted = malloc(sizeof *sorted * ng);

@@ -2,7 +2,10 @@
  *
  *   - Short names (ms_short_name), as heaptrack and profilers show C++ functions: no return type,
  *     template arguments and parameter lists collapsed to <> and (), qualifiers after the
- *     parameters and GCC's clone suffixes ([clone .isra.0]) dropped. The whole name stays in the
+ *     parameters and GCC's clone suffixes ([clone .isra.0]) dropped. An autograd node's apply reads
+ *     as its node (MulBackward0); an operator's entry in PyTorch's dispatcher as the operator
+ *     (at::_ops::mul_Tensor::call is aten::mul), no machinery then, so that a site whose other
+ *     native frames are all dispatch machinery starts at its operator. The whole name stays in the
  *     frame (--full-names, JSON's `name`, the page's hover).
  *   - Machinery: frames that say nothing about the program (the allocator and PyTorch's stack
  *     capture, tensor creation, operator dispatch, autograd's engine, the interpreter and its

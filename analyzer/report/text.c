@@ -382,31 +382,50 @@ void ms_print_best_suggestion(const ms_analysis *a, const char *indent, FILE *ou
   fprintf(out, ")\n");
 }
 
-/* The autograd graphs kept without a backward (kept_graphs.c), before the sites: each with the
- * line that called its forward, its largest site, and what to change. */
-static void print_kept_graphs(const ms_analysis *a, const ms_report_options *o, FILE *out) {
+void ms_growth_text(const ms_site *st, char *out, size_t len) {
+  char b[32];
+  if (!st->every) {
+    ms_format_bytes((int64_t)st->bytes_per_iteration, b, sizeof b);
+    snprintf(out, len, "+%s per iteration", b);
+    return;
+  }
+  ms_format_bytes(st->step_bytes / st->steps, b, sizeof b);
+  if (st->min_step_gap == st->max_step_gap) snprintf(out, len, "+%s every %d iterations", b, st->min_step_gap);
+  else snprintf(out, len, "+%s every %d to %d iterations", b, st->min_step_gap, st->max_step_gap);
+}
+
+void ms_kept_graph_text(const ms_analysis *a, size_t i, char *out, size_t len) {
   const ms_snapshot *s = a->snap;
+  const ms_kept_graph *g = &a->graphs[i];
+  char b1[32], where[512] = "", module[300] = "", iterations[64];
+  ms_format_bytes(g->bytes, b1, sizeof b1);
+  if (g->frame && g->frame < s->nframes) {
+    const ms_frame *f = &s->frames[g->frame];
+    char line[32] = "";
+    if (f->line > 0) snprintf(line, sizeof line, ":%lld", (long long)f->line);
+    snprintf(where, sizeof where, " at %s (%s%s)", f->short_name, f->file[0] ? base_name(f->file) : base_name(f->module), line);
+  }
+  if (g->module >= 0) snprintf(module, sizeof module, " of %s", ms_module_shown(a, g->module));
+  if (g->first_iteration == g->last_iteration) snprintf(iterations, sizeof iterations, "iteration %d", g->first_iteration);
+  else snprintf(iterations, sizeof iterations, "iterations %d to %d", g->first_iteration, g->last_iteration);
+  snprintf(out, len,
+           "%s in %d autograd graph%s kept alive: the forward%s%s ran with grad enabled and no backward (%s); what it "
+           "returned (its loss or output) is still held, and with it every tensor it saved for backward; use "
+           "torch.no_grad() for that forward, or keep loss.item() instead of the loss",
+           b1, g->graphs, g->graphs == 1 ? "" : "s", module, where, iterations);
+}
+
+/* The autograd graphs kept without a backward (kept_graphs.c), before the sites: each with the
+ * line that called its forward, what to change, and its largest site. */
+static void print_kept_graphs(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   for (size_t i = 0; i < a->ngraphs && i < 10; i++) {
-    const ms_kept_graph *g = &a->graphs[i];
-    char b1[32], b2[32], where[512] = "", module[300] = "", iterations[64];
+    char b[32], line[2048];
     if (i == 0) fprintf(out, "  autograd graphs kept alive (a forward's saved tensors, its backward never run):\n");
-    ms_format_bytes(g->bytes, b1, sizeof b1);
-    ms_format_bytes(a->sites[g->top_site].graph_bytes, b2, sizeof b2);
-    if (g->frame && g->frame < s->nframes) {
-      const ms_frame *f = &s->frames[g->frame];
-      char line[32] = "";
-      if (f->line > 0) snprintf(line, sizeof line, ":%lld", (long long)f->line);
-      snprintf(where, sizeof where, " at %s (%s%s)", f->short_name, f->file[0] ? base_name(f->file) : base_name(f->module), line);
-    }
-    if (g->module >= 0) snprintf(module, sizeof module, " of %s", ms_module_shown(a, g->module));
-    if (g->first_iteration == g->last_iteration) snprintf(iterations, sizeof iterations, "iteration %d", g->first_iteration);
-    else snprintf(iterations, sizeof iterations, "iterations %d to %d", g->first_iteration, g->last_iteration);
-    fprintf(out, "  G%zu. %s in %d autograd graph%s kept alive: the forward%s%s ran with grad enabled and no backward "
-                 "(%s); what it returned (its loss or output) is still held, and with it every tensor it saved for "
-                 "backward; use torch.no_grad() for that forward, or keep loss.item() instead of the loss\n",
-            i + 1, b1, g->graphs, g->graphs == 1 ? "" : "s", module, where, iterations);
-    fprintf(out, "       %lld blocks; the largest site holds %s of it:\n", (long long)g->blocks, b2);
-    print_site(a, g->top_site, o, "       ", out);
+    ms_kept_graph_text(a, i, line, sizeof line);
+    ms_format_bytes(a->sites[a->graphs[i].top_site].graph_bytes, b, sizeof b);
+    fprintf(out, "  G%zu. %s\n", i + 1, line);
+    fprintf(out, "       %lld blocks; the largest site holds %s of it:\n", (long long)a->graphs[i].blocks, b);
+    print_site(a, a->graphs[i].top_site, o, "       ", out);
   }
   if (a->ngraphs) fprintf(out, "  allocation sites:\n");
 }
@@ -498,12 +517,10 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     if (st->allocs) snprintf(when, sizeof when, "; first %s, last %s", t1, t2);
     fprintf(out, "  %zu. ", i + 1);
     if (st->kind == MS_LEAK_GROWING && st->every) {
-      char every[64];
-      ms_format_bytes(st->step_bytes / st->steps, b2, sizeof b2);
-      if (st->min_step_gap == st->max_step_gap) snprintf(every, sizeof every, "every %d iterations", st->min_step_gap);
-      else snprintf(every, sizeof every, "every %d to %d iterations", st->min_step_gap, st->max_step_gap);
-      fprintf(out, "growing: +%s %s (grew at %d of %zu iterations, never freed); %s live in %lld blocks", b2, every,
-              st->steps, transitions, b1, (long long)st->end_count);
+      char every[96];
+      ms_growth_text(st, every, sizeof every);
+      fprintf(out, "growing: %s (grew at %d of %zu iterations, never freed); %s live in %lld blocks", every, st->steps,
+              transitions, b1, (long long)st->end_count);
     } else if (st->kind == MS_LEAK_GROWING) {
       fprintf(out, "growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks", b2, st->increases,
               transitions, b1, (long long)st->end_count);

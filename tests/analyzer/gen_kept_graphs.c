@@ -15,6 +15,9 @@
  *                  leak (1.5 KiB in three steps is below MS_STEP_GROWTH_MIN).
  *   midstep.db     three training steps of the same model, then a fourth dumped in its backward pass
  *                  (as an out of memory there dumps): its forward's tensors alive, no graph kept.
+ *   hook.db        a forward hook keeps the last layer's output (12 MiB a step, one module's) for
+ *                  five steps; the fifth is dumped between its forward and its backward: the hook's
+ *                  site grows, and neither its outputs nor the forward in flight are a kept graph.
  *   every.db       24 steps, no model events: 300 MiB kept at steps 3, 8, 11, 16, 19, 23 (every
  *                  4 to 5: jitter) and never freed; a sawtooth of 100 MiB a step freed every 4th
  *                  step; a temporary whose size changes every step, alive at the boundaries.
@@ -178,6 +181,35 @@ static __attribute__((noipa)) void midstep_run(const char *dir) {
   memsnap_shutdown();
 }
 
+/* hook.db: a forward hook keeps the last layer's output every step (12 MiB, one module's), then a
+ * fifth step is dumped after its forward, before its backward (as an out of memory there dumps). */
+static __attribute__((noipa)) void hook_run(const char *dir) {
+  void *saved[4], *hooked[8];
+  int nh = 0;
+  memsnap_record_start(0, NULL);
+  net = memsnap_label("Net");
+  for (int l = 0; l < 4; l++) {
+    char path[32];
+    snprintf(path, sizeof path, "Net.l%d", l);
+    layer[l] = memsnap_label(path);
+  }
+  for (int i = 0; i < 5; i++) {
+    step_mark(i);
+    memsnap_module_event(net, MEMSNAP_MODULE_FORWARD);
+    for (int l = 0; l < 4; l++) saved[l] = layer_forward(l, 40 * MiB);
+    memsnap_module_event(layer[3], MEMSNAP_MODULE_FORWARD);
+    hooked[nh++] = attn_out(12 * MiB); /* the hook's copy, in the last layer's call */
+    memsnap_module_event(layer[3], MEMSNAP_MODULE_FORWARD_END);
+    memsnap_module_event(net, MEMSNAP_MODULE_FORWARD_END);
+    if (i == 4) break; /* dumped here, its backward to come */
+    backward(saved);
+  }
+  dump(dir, "hook.db");
+  for (int l = 0; l < 4; l++) memsnap_free(saved[l], 0, 0, NULL);
+  while (nh) memsnap_free(hooked[--nh], 0, 0, NULL);
+  memsnap_shutdown();
+}
+
 /* every.db: growth every 4 or 5 steps, never freed; a sawtooth; jitter. */
 static __attribute__((noipa)) void every_run(const char *dir) {
   static const int leak_at[] = {3, 8, 11, 16, 19, 23};
@@ -238,6 +270,7 @@ int main(int argc, char **argv) {
   model_run(argv[1], "eval.db", 1);
   model_run(argv[1], "eval_nograd.db", 0);
   midstep_run(argv[1]);
+  hook_run(argv[1]);
   every_run(argv[1]);
   long_run(argv[1]);
   return rc;

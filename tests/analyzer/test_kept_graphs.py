@@ -80,6 +80,14 @@ j, text = analyze("midstep")
 check("midstep: a forward whose own backward is running is no kept graph", j.get("kept_graphs") == [],
       str(j.get("kept_graphs"))[:300])
 
+# hook.db: a hook's kept outputs (one module's) and a forward in flight at the dump: no graph
+j, text = analyze("hook")
+check("hook: no kept graph beside a hook's kept outputs, though the last forward is in flight",
+      j.get("kept_graphs") == [] and "autograd graph" not in text, str(j.get("kept_graphs"))[:300])
+check("hook: the hook's site grows 12 MiB a step", j["leaks"] and j["leaks"][0]["kind"] == "growing" and
+      j["leaks"][0]["bytes_per_iteration"] == 12 * MiB and j["leaks"][0]["live_bytes"] == 5 * 12 * MiB,
+      str([(l["stack"][0]["name"], l["kind"], l["bytes_per_iteration"]) for l in j["leaks"]]))
+
 # every.db: 300 MiB kept at steps 3, 8, 11, 16, 19, 23 (every 3 to 5), a sawtooth, jitter
 j, text = analyze("every")
 l = j["leaks"][0] if j["leaks"] else {}

@@ -61,6 +61,8 @@ def training(name, steps, label="Optimizer.step#AdamW.step"):
     check("%s: no growing candidate; the report and the JSON say there is no growth" % name,
           not growing and s.get("growth") == "none" and ("no growth across %d iterations" % steps) in text,
           str([(l["kind"], frames(l)[:3]) for l in growing]))
+    check("%s: no autograd graph kept (every forward's backward ran)" % name,
+          j.get("kept_graphs") == [] and "autograd graph" not in text, str(j.get("kept_graphs"))[:300])
     cat = j.get("categories_at_peak", {})
     check("%s: the categories at the peak sum to the allocated peak, and each iteration's to its own" % name,
           sum(cat.values()) == s.get("peak_allocated_bytes") and
@@ -214,6 +216,9 @@ check("gpt2_leak_hook-cxx: the hook's leak first, growing 12 MiB a step, named a
       first.get("held_module", "").endswith("transformer.h.5") and
       "in transformer.h.5" in text, str((first.get("kind"), first.get("bytes_per_iteration"), first.get("stack", [{}])[0],
                                          first.get("held_module"))))
+check("gpt2_leak_hook-cxx: no kept autograd graph (the hook keeps outputs, whose saved tensors their backward freed; "
+      "the last step's output, held after its backward, is none either)", j.get("kept_graphs") == [],
+      str(j.get("kept_graphs"))[:300])
 inner = [f["name"] for e in j.get("leaks", []) + j.get("held", []) + j.get("live_at_peak", []) for f in e.get("stack", [])
          if f["name"].startswith("Module._call_impl")]
 check("gpt2_leak_hook-cxx: PyTorch's module-call plumbing folded, the hooked path's inner function too", not inner, str(inner[:2]))
