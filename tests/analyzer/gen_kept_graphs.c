@@ -196,10 +196,9 @@ static __attribute__((noipa)) void hook_run(const char *dir) {
   for (int i = 0; i < 5; i++) {
     step_mark(i);
     memsnap_module_event(net, MEMSNAP_MODULE_FORWARD);
-    for (int l = 0; l < 4; l++) saved[l] = layer_forward(l, 40 * MiB);
-    memsnap_module_event(layer[3], MEMSNAP_MODULE_FORWARD);
-    hooked[nh++] = attn_out(12 * MiB); /* the hook's copy, in the last layer's call */
-    memsnap_module_event(layer[3], MEMSNAP_MODULE_FORWARD_END);
+    /* the layers and the hook's copy on one line, as Python's stacks show both at the line that
+       called the model (the hook's frames are inside the module call): one forward's group */
+    for (int l = 0; l < 5; l++) *(l < 4 ? &saved[l] : &hooked[nh++]) = l < 4 ? layer_forward(l, 40 * MiB) : memsnap_malloc((ssize_t)(12 * MiB), 0, NULL);
     memsnap_module_event(net, MEMSNAP_MODULE_FORWARD_END);
     if (i == 4) break; /* dumped here, its backward to come */
     backward(saved);
