@@ -738,7 +738,7 @@ const Model = {
 
   // The first screen's three answers, from the analysis: what was live at the peak (the peak, its
   // time, the categories largest first), what grows (the first leak candidate when something grows,
-  // else the verdict and the largest held), and what would fit (an out of memory and what avoids
+  // else the verdict and the largest held; the kept autograd graphs beside), and what would fit (an out of memory and what avoids
   // it, the replay's best suggestion, or memsnap predict's line).
   glance(d) {
     const s = d.summary, at = d.categories_at_peak || {};
@@ -752,6 +752,7 @@ const Model = {
     const sw = d.suggestions_sweep || { status: "not_asked" }, best = (d.suggestions || [])[0] || null;
     const oom = (d.oom || [])[0] || null;
     const fits = { oom, suggestion: best, baseline: sw.baseline_peak_reserved_bytes || 0, swept: sw.status === "done" };
+    grows.graphs = d.kept_graphs || []; // autograd graphs kept without a backward, said beside it
     return { peak, grows, fits };
   },
 

@@ -493,6 +493,13 @@ function showDocument(d, signal, src) {
         add(grows, "span", Model.siteLabel(Model.stackFrames(d, l.stack)));
       }
     }
+    if (gr.graphs.length) { // the largest kept graph: what holds the growth, in a few words
+      const k = gr.graphs[0], a = add(grows, "a", "G1");
+      grows.insertBefore(document.createTextNode("; " + Model.formatBytes(k.live_bytes) + " in " + k.graphs + " autograd graph" + (k.graphs === 1 ? "" : "s") +
+        " kept alive without a backward" + (gr.graphs.length > 1 ? " (and " + (gr.graphs.length - 1) + " more)" : "") + ": "), a);
+      a.title = Model.keptGraphText(k);
+      on(a, "click", () => showStack("Kept graph G1: its largest site (" + Model.formatBytes(k.largest_site_bytes) + ")", k.stack, Model.keptGraphText(k) + "\n\n"));
+    }
     const fits = line("glance-fits"), f = g.fits;
     if (f.oom) {
       add(fits, "span", "out of memory at " + rel(f.oom.time_ns) + ": " + Model.formatBytes(f.oom.requested_bytes) + " requested with " +

@@ -326,6 +326,8 @@ test("kept autograd graphs: listed above the leak candidates in the text report'
   assert.match(graphs[0], /\(gen_kept_graphs\.c:\d+\) ran with grad enabled and no backward \(iterations 3 to 11\);.*torch\.no_grad\(\).*loss\.item\(\)/);
   const leaks = await page.locator("#leaks li").allTextContents();
   assert.strictEqual(leaks.filter((l) => /^growing \+40\.00 MiB every 4 iterations, 120\.00 MiB in 3 \u2014 .* \u00b7 120\.00 MiB in kept graph G1$/.test(l)).length, 4, leaks.join("\n"));
+  const glance = await page.locator("#glance-grows .glance-text").textContent();
+  assert.match(glance, /^\+40\.00 MiB every 4 iterations, 120\.00 MiB live at the end: .*; 480\.00 MiB in 3 autograd graphs kept alive without a backward: G1$/, glance);
   await page.locator("#kept-graphs li").first().click();
   assert.match(await page.locator("#details-title").textContent(), /^Kept graph G1: its largest site \(120\.00 MiB\)$/);
   assert.ok((await page.locator("#details").textContent()).startsWith("480.00 MiB in 3 autograd graphs"));

@@ -362,10 +362,11 @@ test("at a glance: the peak by category, the first growing leak or the verdict, 
     suggestions: [{ pytorch_cuda_alloc_conf: "expandable_segments:True" }], suggestions_sweep: { status: "done", baseline_peak_reserved_bytes: 12 }, oom: [] };
   const g = Model.glance(d);
   assert.deepStrictEqual(g.peak, { allocated: 10, reserved: 12, at: 3, categories: [["activation", 8], ["other", 2]] });
-  assert.deepStrictEqual(g.grows, { kind: "growing", leak: 0, candidate: leak });
+  assert.deepStrictEqual(g.grows, { kind: "growing", leak: 0, candidate: leak, graphs: [] });
+  assert.deepStrictEqual(Model.glance({ ...d, kept_graphs: [{ graphs: 3 }] }).grows.graphs, [{ graphs: 3 }]);
   assert.deepStrictEqual([g.fits.oom, g.fits.suggestion.pytorch_cuda_alloc_conf, g.fits.baseline, g.fits.swept], [null, "expandable_segments:True", 12, true]);
   const flat = Model.glance({ ...d, summary: { ...summary, growth: "none" }, leaks: [], suggestions: [], oom: [{ time_ns: 9 }] });
-  assert.deepStrictEqual(flat.grows, { kind: "none", iterations: 2, largest: held });
+  assert.deepStrictEqual(flat.grows, { kind: "none", iterations: 2, largest: held, graphs: [] });
   assert.deepStrictEqual([flat.fits.oom.time_ns, flat.fits.suggestion], [9, null]);
   assert.strictEqual(Model.glance({ summary: { ...summary, growth: "unknown" } }).grows.kind, "unknown");
 });
