@@ -254,8 +254,10 @@ static void add_kept_graphs(cJSON *root, const doc *d) {
     cJSON_AddNumberToObject(o, "live_count", (double)g->blocks);
     if (g->module >= 0) cJSON_AddStringToObject(o, "forward_module", a->modules[g->module].name);
     else cJSON_AddNullToObject(o, "forward_module");
-    if (g->frame && g->frame < s->nframes) cJSON_AddItemToObject(o, "forward_called_at", cJSON_DetachItemFromArray(json_frames(s, &g->frame, 1), 0));
+    cJSON *at = g->frame && g->frame < s->nframes ? json_frames(s, &g->frame, 1) : NULL; /* [the frame] */
+    if (at && cJSON_GetArraySize(at) == 1) cJSON_AddItemToObject(o, "forward_called_at", cJSON_DetachItemFromArray(at, 0));
     else cJSON_AddNullToObject(o, "forward_called_at");
+    cJSON_Delete(at);
     cJSON_AddNumberToObject(o, "first_iteration", g->first_iteration);
     cJSON_AddNumberToObject(o, "last_iteration", g->last_iteration);
     cJSON_AddNumberToObject(o, "saved_bytes_per_call", (double)g->saved_per_call);
