@@ -67,6 +67,7 @@ typedef struct ms_prediction_timeline {
   const ms_replay_result *result;
   bool fits;       /* on the card, as the answer says it */
   const char *why; /* why it is drawn, in words ("--at 16", "the smallest change that fits") */
+  const ms_whatif *whatif; /* names the instances its change checkpoints (NULL: no change asked) */
 } ms_prediction_timeline;
 
 typedef struct ms_prediction_page {
@@ -75,7 +76,6 @@ typedef struct ms_prediction_page {
   int64_t recorded_at;           /* its size */
   int recorded_device, recorded_devices;
   uint64_t capacity;             /* the card given (--capacity, --device); 0: the recorded one */
-  const ms_whatif *whatif;       /* names the instances checkpointed (NULL: no change asked) */
   const ms_prediction_timeline *predicted;
   int npredicted;
 } ms_prediction_page;
