@@ -2,11 +2,12 @@
  * changes a user would make, each replayed as predict.c synthesises it, smallest first.
  *
  * The candidates: the allocator's settings (the sweep's 20 rows, the recorded ones first);
- * checkpointing the fewest module instances (whatif.c's, ranked by what one call saves for
- * backward, the most first, as PyTorch's SAC estimator ranks its candidates by memory), found by
- * bisection over their number under the recorded settings and with expandable segments; each
- * optimizer lighter than the recorded one (less state per parameter), alone and with the fewest
- * checkpointed instances. Each candidate is one row on the sweep's workers (a bisection's replays
+ * for each set of modules (those --checkpoint names, or each module candidates.c found and chose
+ * to try: ms_change's `modules`), checkpointing the fewest of its instances (whatif.c's, ranked by
+ * what one call saves for backward, the most first, as PyTorch's SAC estimator ranks its
+ * candidates by memory), found by bisection over their number under the recorded settings and
+ * with expandable segments; each optimizer lighter than the recorded one (less state per
+ * parameter), alone and with the fewest checkpointed instances of each set. Each candidate is one row on the sweep's workers (a bisection's replays
  * run in its row), then, with more than one run, a second set of rows searches the largest size
  * that fits with each (predict.c's search). The bisection assumes that checkpointing one more
  * instance never raises the peak, as freeing what a forward saved does not.

@@ -4,6 +4,7 @@
  * cards.c says how much memory a card has; align.c and predict.c (prefixes ms_history_,
  * ms_predict_) replay a history synthesised at another size from runs at two or three, whatif.c
  * (ms_whatif_) makes it as if the program had changed (checkpointing, another optimizer) and
+ * candidates.c (ms_candidates_) finds the modules worth checkpointing when none is named, and
  * advise.c (ms_advise) tries the changes that make a size fit. It calls
  * down into analysis/ (the live blocks and the state before the history), read/ and libmemsnap.
  */
@@ -520,8 +521,9 @@ typedef struct ms_advice {
  * setting of the sweep; checkpointing the fewest module instances that fits (most saved bytes
  * first; bisection), under the recorded settings and with expandable segments; each optimizer
  * lighter than the recorded one, alone and with the fewest checkpointed instances; and for each,
- * the largest size that fits (with more than one run). m was made with the checkpoint patterns
- * (or none: no checkpointing tried) and the optimizer's reading. 0, or -1 with err set. */
+ * the largest size that fits (with more than one run). m was made with the checkpoint patterns,
+ * or with find_modules (the modules found and tried, each a set of instances), and the
+ * optimizer's reading. 0, or -1 with err set. */
 int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
               size_t errlen);
 void ms_advice_free(ms_advice *a);
