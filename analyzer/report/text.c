@@ -397,7 +397,8 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
   }
   char death[512];
   if (ms_snapshot_death(s, death, sizeof death))
-    fprintf(out, "  died: %s (this snapshot was written from its live mapping afterwards)\n", death);
+    fprintf(out, "  %s: %s (this snapshot was written from its live mapping afterwards)\n",
+            s->exit_status >= 0 && !s->end_signal ? "ended" : "died", death);
   ms_format_ns(s->last_ns - s->first_ns, t1, sizeof t1);
   fprintf(out, "  history: %lld events over %s, %lld dropped%s\n", (long long)s->nevents, t1, (long long)s->dropped,
           a->truncated ? " (truncated: the oldest events are gone; what they left allocated and reserved is "
