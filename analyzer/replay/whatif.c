@@ -31,6 +31,12 @@
  *     last free, before its first saved block's free, of a block that the forward made after this
  *     call (the backward of everything computed after it is done), or at the backward pass's
  *     start when there is none.
+ *   - Its forward's time: from its first allocation (its forward-begins event) to its forward's last
+ *     allocation or free (its forward-ends event), per instance the mean over its calls: the
+ *     recompute's cost, by which candidates.c ranks modules.
+ *   - With `find`, the modules that could be checkpointed (ms_whatif_found): the paths of the
+ *     forward-begins events, grouped by their parts' trailing numbers, or, without module events,
+ *     the classes of the frames CLASS.forward in forward allocations' stacks.
  *   - The optimizer: its steps (step events, else runs of events whose stacks are an optimizer's);
  *     its state (tensor events of role 3 where the history has them, else the stack rules of
  *     categories.c: made in a step and outliving it, or by _init_group), its temporaries (made in
