@@ -7,9 +7,9 @@
  * what one call saves for backward, the most first, as PyTorch's SAC estimator ranks its
  * candidates by memory), found by bisection over their number under the recorded settings and
  * with expandable segments; each optimizer lighter than the recorded one (less state per
- * parameter), alone and with the fewest checkpointed instances of each set. Each candidate is one row on the sweep's workers (a bisection's replays
- * run in its row), then, with more than one run, a second set of rows searches the largest size
- * that fits with each (predict.c's search). The bisection assumes that checkpointing one more
+ * parameter), alone and with the fewest checkpointed instances of each set. Each candidate is
+ * one row on the sweep's workers (a bisection's replays run in its row), then, with more than one
+ * run, a second set of rows searches the largest size that fits with each (predict.c's search). The bisection assumes that checkpointing one more
  * instance never raises the peak, as freeing what a forward saved does not.
  */
 #include <stddef.h>

@@ -123,7 +123,10 @@ check "resnet50 (H200) --checkpoint 'layer*' from batch 32 and 64, at 128: alloc
 # events' paths, and from the Python frames in a copy without module events (as
 # MEMSNAP_TORCH_MODULES=0 or the pluggable path records it), and advises what --checkpoint
 # GPT2Block does.
-for b in 4 8; do cp "$dir/gpt2_b$b.db" "$dir/gpt2_nm$b.db" && sqlite3 "$dir/gpt2_nm$b.db" "delete from events where kind = 15"; done
+for b in 4 8; do
+  cp "$dir/gpt2_b$b.db" "$dir/gpt2_nm$b.db" &&
+    python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('delete from events where kind = 15'); c.commit()" "$dir/gpt2_nm$b.db"
+done
 "$cli" predict --json "$dir/gpt2_b4.db=4" "$dir/gpt2_b8.db=8" --checkpoint GPT2Block --at 32 --capacity 24G --advise --jobs 2 >"$dir/ga0.json"
 "$cli" predict --json "$dir/gpt2_b4.db=4" "$dir/gpt2_b8.db=8" --at 32 --capacity 24G --advise --jobs 2 >"$dir/ga1.json"
 "$cli" predict --json "$dir/gpt2_nm4.db=4" "$dir/gpt2_nm8.db=8" --at 32 --capacity 24G --advise --jobs 2 >"$dir/ga2.json"
