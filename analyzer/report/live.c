@@ -74,25 +74,6 @@ size_t ms_live_sweep_unfinished(const char *dir) {
   return removed;
 }
 
-void ms_describe_end(const char *how, uint64_t end_ns, uint64_t last_alloc_ns, uint64_t last_event_ns, char *out,
-                     size_t len) {
-  char at[32] = "", gap[32] = "";
-  ms_format_ns((int64_t)(end_ns ? end_ns : last_event_ns), at, sizeof at);
-  if (!end_ns) snprintf(out, len, "%s (when is not known; its last event at %s)", how, at);
-  else if (last_alloc_ns && end_ns >= last_alloc_ns) {
-    ms_format_ns((int64_t)(end_ns - last_alloc_ns), gap, sizeof gap);
-    snprintf(out, len, "%s at %s, %s after its last allocation", how, at, gap);
-  } else {
-    snprintf(out, len, "%s at %s", how, at);
-  }
-}
-
-void ms_signal_name(int sig, char *out, size_t len) {
-  const char *abbrev = sig > 0 ? sigabbrev_np(sig) : NULL;
-  if (abbrev) snprintf(out, len, "SIG%s", abbrev);
-  else snprintf(out, len, "signal %d", sig);
-}
-
 void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len) {
   const char *how = "ended";
   char buf[64], name[32];
@@ -109,16 +90,6 @@ void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int e
   ms_describe_end(how, info->end_ns, info->last_alloc_ns, info->last_event_ns, out, len);
 }
 
-bool ms_snapshot_death(const ms_snapshot *s, char *out, size_t len) {
-  if (s->recovered != 1 || !strcmp(s->ended, "running")) return false; /* its own snapshot, or read while it ran */
-  char how[300], name[32];
-  if (s->ended[0]) snprintf(how, sizeof how, "%s", s->ended);
-  else if (s->end_signal) ms_signal_name((int)s->end_signal, name, sizeof name), snprintf(how, sizeof how, "killed by %s", name);
-  else if (s->exit_status >= 0) snprintf(how, sizeof how, "exited with status %lld", (long long)s->exit_status);
-  else snprintf(how, sizeof how, "ended (how is not known)");
-  ms_describe_end(how, (uint64_t)s->end_ns, (uint64_t)s->last_alloc_ns, (uint64_t)s->last_event_ns, out, len);
-  return true;
-}
 
 /* "function (file:line)" of the first frame of the stack that matters. */
 static void where(const ms_snapshot *s, uint32_t stack_id, char *out, size_t len) {

@@ -192,7 +192,7 @@ size_t ms_live_list(const char *dir, bool alive_only, ms_live_entry **out);
 size_t ms_live_sweep_unfinished(const char *dir);
 /* What is said of a process that ended without a word (no snapshot, no signal it watched). */
 #define MS_END_UNSEEN "killed by SIGKILL or ended by _exit, or by a signal it did not watch"
-/* "HOW at 41.2 s, 3 ms after its last allocation" (times since the recording's start; end_ns 0:
+/* "HOW at 41.2 s, 3 ms after its last allocation" (text.c; times since the recording's start; end_ns 0:
  * "HOW (when is not known; its last event at ...)") into out[len]. */
 void ms_describe_end(const char *how, uint64_t end_ns, uint64_t last_alloc_ns, uint64_t last_event_ns, char *out,
                      size_t len);
@@ -201,7 +201,7 @@ void ms_signal_name(int sig, char *out, size_t len);
 /* "killed by SIGKILL at 41.2 s, 3 ms after its last allocation" (times from `info`, which
  * memsnap_recover filled). */
 void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len);
-/* How the process of a snapshot written from its live mapping after it ended died, in
+/* (text.c) How the process of a snapshot written from its live mapping after it ended died, in
  * ms_describe_end's words from the snapshot's meta (ended, end_ns, last_alloc_ns), into out[len]:
  * true; false (out untouched) for a snapshot the process wrote itself (at its exit, a dump) or one
  * read while it ran. */
