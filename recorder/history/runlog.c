@@ -54,8 +54,11 @@ static int64_t role_sum[MSI_RUNLOG_ROLES];
 
 void msi_runlog_set_sampler(void (*fn)(msi_runlog_sample *out)) { sampler = fn; }
 
+/* A valid empty region. The library's own is cleared (it may hold a log from before a shutdown); a
+ * mapping's is a new file's, zeros already: its 3 MiB are not touched (a page fault each), which
+ * would keep the mapping without its ring's header for longer at the recording's start. */
 static void init_region(msi_runlog_region *r, uint64_t start_ns) {
-  memset(r, 0, sizeof *r);
+  if (r == &own) memset(r, 0, sizeof *r);
   memcpy(r->magic, MSI_RUNLOG_MAGIC, 8);
   r->version = MSI_RUNLOG_VERSION;
   r->entry_size = sizeof(msi_runlog_entry);
