@@ -93,10 +93,10 @@ static inline bool ms_event_external_segment(const ms_event *e) {
 }
 
 /* Whether an event is of the model's language (module, tensor, step, backward: PyTorch's layer's
- * record of modules, tensors' roles, optimizer steps and backward passes): it holds no memory and
- * no replay, retry or device needs it. */
+ * record of modules, tensors' roles, optimizer steps and backward passes; gc: the Python layer's
+ * garbage collector runs): it holds no memory and no replay, retry or device needs it. */
 static inline bool ms_event_is_model(int kind) {
-  return kind == MS_MODULE || kind == MS_TENSOR || kind == MS_STEP || kind == MS_BACKWARD;
+  return kind == MS_MODULE || kind == MS_TENSOR || kind == MS_STEP || kind == MS_BACKWARD || kind == MS_GC;
 }
 
 /* An annotation: what the program said about its memory (marks, ranges, the model's events),
