@@ -205,6 +205,25 @@ typedef struct ms_external {
  * ms_segments_each for fn's return and failure. */
 int ms_external_each(ms_snapshot *s, int (*fn)(const ms_external *r, void *arg), void *arg);
 
+/* A row of the holders table (read/holders.c): a block of a site the Python package walked at the
+ * snapshot, and one chain of references from a root to a tensor in it (rank 0 the first found). */
+typedef struct ms_holder_row {
+  int64_t stack_id, size, tensor_bytes;
+  uint64_t address;
+  int rank;
+  char root[16];    /* global, local, hook, optimizer, autograd, cycle, none */
+  char holder[512]; /* the chain, root first: "global `features` of train.py -> list[3] -> tensor ..." */
+} ms_holder_row;
+/* Calls fn for each holder row, by site, block and rank; 0 rows for a file without the table. */
+int ms_holders_each(ms_snapshot *s, int (*fn)(const ms_holder_row *r, void *arg), void *arg);
+/* The walk that made them (meta keys): ms -1 when none ran. */
+typedef struct ms_holders_meta {
+  int64_t ms, blocks;
+  bool cut; /* the time ran out: blocks past `blocks` were not walked */
+} ms_holders_meta;
+int ms_holders_walk(ms_snapshot *s, ms_holders_meta *out);
+
+
 typedef enum {
   MS_COUNT_SEGMENTS,
   MS_COUNT_EXTERNAL_SEGMENTS,

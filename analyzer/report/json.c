@@ -223,6 +223,7 @@ static void add_leaks(cJSON *root, const doc *d) {
     if (st->held_module) cJSON_AddStringToObject(o, "held_module", a->modules[st->held_module - 1].name);
     else cJSON_AddNullToObject(o, "held_module");
     site_keys(d, o, a->leaks[i]);
+    ms_json_causes_site(o, a, a->leaks[i]); /* what holds it (causes.c) */
     cJSON_AddItemToArray(list ? held : leaks, o);
   }
 }
@@ -441,6 +442,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   add_category_notes(root, a);
   add_iterations(root, a);
   add_leaks(root, &d);
+  ms_json_causes(root, a);
   add_modules(root, a);
   add_ooms(root, &d);
   add_invalid_frees(root, &d);

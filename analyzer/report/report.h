@@ -164,6 +164,17 @@ int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out);
 /* Adds a site's stack keys to a JSON object (stack and full_stack with frames, stack_id, and
  * stack_note for a site without a stack); a key that cannot be allocated is left out. */
 void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* ---- what holds memory (causes.c): holders and the garbage collector ------------------------ */
+/* Under a leak candidate: its holders (grouped chains) and, when only the collector frees it, the
+ * reference cycles line and its fix; each line starts with `indent`. */
+void ms_report_causes_site(const ms_analysis *a, uint32_t site, const char *indent, FILE *out);
+/* The holder walk's line and the garbage collector's section (runs, sites held by cycles); nothing
+ * for a snapshot with neither. */
+void ms_report_causes_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
+/* A site's keys `holders`, `reference_cycles`, `gc_frees` (docs/analysis-json.md). */
+void ms_json_causes_site(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* The document's keys `holders_walk` and `gc`. */
+void ms_json_causes(struct cJSON *root, const ms_analysis *a);
 /* Adds "pid" and "host" to a JSON object, null where the snapshot does not say (imported); a key
  * that cannot be allocated is left out. */
 void ms_json_process(struct cJSON *o, const ms_snapshot *s);

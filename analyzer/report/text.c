@@ -488,7 +488,9 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     if (module) fprintf(out, "; in %s", ms_module_shown(a, module - 1));
     fprintf(out, "\n");
     print_site(a, a->leaks[i], o, "       ", out);
+    ms_report_causes_site(a, a->leaks[i], "       ", out); /* what holds it (causes.c) */
   }
+  ms_report_causes_text(a, o, out);
 
   fprintf(out, "\nout of memory\n");
   if (a->nooms == 0) fprintf(out, "  none recorded\n");

@@ -361,8 +361,15 @@ class _Walk:
         if isinstance(parent, tuple):
             return ("" if parent and all(isinstance(c, types.CellType) for c in parent) else "tuple"), None
         if isinstance(parent, dict):
+            owner = self._dict_owner(parent)
             for k, v in parent.items():
                 if v is child:
+                    if owner is not None:  # an object's __dict__: its attribute
+                        name = self.module_names.get(id(owner))
+                        cls = type(owner).__name__
+                        if id(owner) in self.optimizers:
+                            return "%s of optimizer %s" % (k, cls), "optimizer"
+                        return "attribute `%s` of %s" % (k, name + " (" + cls + ")" if name else cls), None
                     return "dict[%s]" % _short(k), None
                 if k is child:
                     return "dict key", None
@@ -381,6 +388,17 @@ class _Walk:
                     owner = self.module_names.get(pid)
                     return "attribute `%s` of %s" % (k, owner + " (" + cls + ")" if owner else cls), None
         return cls, None
+
+    def _dict_owner(self, d):
+        """The object whose __dict__ `d` is, or None."""
+        for o in gc.get_referrers(d):
+            if id(o) not in self.mine and not isinstance(o, (dict, list, tuple, types.FrameType)):
+                try:
+                    if object.__getattribute__(o, "__dict__") is d:
+                        return o
+                except Exception:  # noqa: BLE001 - no __dict__
+                    continue
+        return None
 
     def chains(self, tensor):
         """Up to _MAX_CHAINS chains from a root to `tensor`: [(root kind, [root, ..., holder of the
