@@ -42,7 +42,7 @@ import types
 _lib = None
 _hook = None          # the C callback, kept alive while the library may call it
 _gc_on = False        # the gc callback is in gc.callbacks
-_MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _MAX_NODES = 12, 3, 3, 14, 4000
+_MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _FRONTIER = 12, 3, 3, 12, 512
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
                "_forward_hooks_with_kwargs", "_state_dict_hooks", "_load_state_dict_pre_hooks")
 _HOOK_NAMES = {"_forward_hooks": "forward hook", "_forward_pre_hooks": "forward pre-hook",
@@ -241,6 +241,7 @@ class _Walk:
         self.hook_dicts = {}   # id(dict) -> "forward hook of NAME"
         self.module_names = {}
         self.optimizers = set()
+        self.type_names = {}   # id -> type name of what the climb met (a cycle's words)
 
     def scan(self, index):
         """Python's tracked objects once: the tensors by the block that holds them, modules named,
@@ -400,58 +401,91 @@ class _Walk:
                     continue
         return None
 
-    def chains(self, tensor):
-        """Up to _MAX_CHAINS chains from a root to `tensor`: [(root kind, [root, ..., holder of the
-        tensor])]; a walk that ends on objects that hold each other: [("cycle", [...])]."""
-        parent_of = {id(tensor): None}
-        objs = {id(tensor): tensor}
-        self.mine.update((id(parent_of), id(objs)))
-        queue, head, out, met_again = [id(tensor)], 0, [], None
-        self.mine.add(id(queue))
-        depth = {id(tensor): 0}
-        self.mine.add(id(depth))
-
-        while head < len(queue) and len(out) < _MAX_CHAINS and len(objs) < _MAX_NODES:
+    def climb(self, sources):
+        """Walks up from every object of `sources` at once, one level a step: one gc.get_referrers
+        call a level for the whole frontier (each call reads every tracked object, so a walk costs
+        a few of them, not one per object met), each referrer's edges to the frontier named
+        (_edge). Roots end a path (a rooted object is not climbed past); _MAX_DEPTH levels, at most
+        _FRONTIER objects a level (the rest unexplored), within the deadline. Returns (up, roots):
+        up[id] = [(id of a holder, how it holds it)], roots[id] = [(kind, root text)]."""
+        up, roots, seen = {}, {}, set()
+        self.mine.update((id(up), id(roots), id(seen)))
+        frontier = []
+        for obj in sources:
+            if id(obj) not in seen:
+                seen.add(id(obj))
+                frontier.append(obj)
+        self.mine.add(id(frontier))
+        for _depth in range(_MAX_DEPTH):
+            if not frontier:
+                break
             if time.monotonic() > self.deadline:
                 self.cut = True
                 break
-            key = queue[head]
-            head += 1
-            obj = objs[key]
-            if key in self.frame_roots:
-                out.append(("local", _chain(self.frame_roots[key], parent_of, key)))
-                if len(out) >= _MAX_CHAINS:
-                    break
-            if depth[key] >= _MAX_DEPTH:
-                continue
-            referrers = gc.get_referrers(obj)
+            ids = {}
+            for obj in frontier:
+                ids[id(obj)] = obj
+                if id(obj) in self.frame_roots:
+                    roots.setdefault(id(obj), []).append(("local", self.frame_roots[id(obj)]))
+            self.mine.add(id(ids))
+            referrers = gc.get_referrers(*frontier)
             self.mine.add(id(referrers))
+            nxt = []
+            self.mine.add(id(nxt))
             for r in referrers:
                 rid = id(r)
-                if rid in self.mine or r is parent_of or r is objs:
-                    continue
-                if rid in objs:
-                    if parent_of.get(key) is None or parent_of[key][0] != rid:
-                        met_again = met_again or (rid, key)
+                if rid in self.mine:
                     continue
                 if isinstance(r, types.FrameType) and r.f_code.co_filename == __file__:
                     continue
-                text, root = self._edge(obj, r)
-                if text is None:
-                    continue
-                if root:
-                    out.append((root, _chain(text, parent_of, key)))
-                    if len(out) >= _MAX_CHAINS:
-                        break
-                    continue
-                parent_of[rid] = (key, text)
-                objs[rid] = r
-                depth[rid] = depth[key] + 1
-                queue.append(rid)
+                for child in gc.get_referents(r):
+                    cid = id(child)
+                    if ids.get(cid) is not child or cid == rid:
+                        continue
+                    text, root = self._edge(child, r)
+                    if text is None:
+                        continue
+                    if root:
+                        roots.setdefault(cid, []).append((root, text))
+                        continue
+                    up.setdefault(cid, []).append((rid, text))
+                    if rid not in seen:
+                        seen.add(rid)
+                        self.type_names[rid] = type(r).__name__
+                        if len(nxt) < _FRONTIER:
+                            nxt.append(r)
+                        else:
+                            self.cut = True
             del referrers
-        if not out and met_again and head >= len(queue) and not self.cut:
-            kinds = sorted({type(objs[k]).__name__ for k in list(objs)[1:16]} - {"dict", "list", "tuple", "cell"})
-            steps = [s for s in _chain(None, parent_of, met_again[1]) if s]
+            # a rooted object is not climbed past: its root is the answer for what it holds
+            frontier = [o for o in nxt if id(o) not in roots]
+            self.keep.extend(frontier)  # alive while ids name them
+            self.mine.add(id(frontier))
+        return up, roots
+
+    def chains(self, tensor, up, roots):
+        """Up to _MAX_CHAINS chains from a root down to `tensor` through the climbed graph, the
+        shortest first: [(root kind, [root text, ..., holder of the tensor])]; none found, the
+        climb finished and a path met itself: [("cycle", [...])]."""
+        out, start = [], id(tensor)
+        parent = {start: None}
+        queue, head, looped = [start], 0, False
+        while head < len(queue) and len(out) < _MAX_CHAINS:
+            key = queue[head]
+            head += 1
+            for kind, text in roots.get(key, ()):
+                out.append((kind, _chain(text, parent, key)))
+                if len(out) >= _MAX_CHAINS:
+                    break
+            for rid, text in up.get(key, ()):
+                if rid in parent:
+                    looped = True
+                    continue
+                parent[rid] = (key, text)
+                queue.append(rid)
+        if not out and looped and not self.cut:
+            kinds = sorted({self.type_names.get(k, "?") for k in parent if k != start} - {"dict", "list", "tuple", "cell", "?"})
+            steps = [s for s in _chain(None, parent, queue[1]) if s] if len(queue) > 1 else []
             out.append(("cycle", ["a reference cycle of %s objects that only the garbage collector frees"
                                   % ", ".join(kinds or ["container"])] + steps[-1:]))
         return out
@@ -472,16 +506,18 @@ def _cell_name(cell):
 
 def _short(k):
     text = repr(k)
+    if text.startswith("<"):  # an object's default repr: its type says enough
+        return "<%s>" % type(k).__name__
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _chain(root_text, parent_of, key):
-    """The chain from the root down to the tensor: root_text, then each holder met on the way up
-    from the tensor to `key`, in the other order."""
+def _chain(root_text, parent, key):
+    """The chain from the root down to the tensor: root_text, then how each object met on the way
+    up from the tensor holds the one below it, from `key` down. parent[k] = (id below, how k holds it)."""
     steps = []
     k = key
     while k is not None:
-        edge = parent_of.get(k)
+        edge = parent.get(k)
         if edge is None:
             break
         steps.append(edge[1])
@@ -509,17 +545,21 @@ def walk(db_path, seconds):
         for kept in saved.values():
             w.mine.add(id(kept))
             w.mine.update(id(pair) for pair in kept)
+        sources = []
+        for address, _size, _stack in blocks:
+            sources.extend(found.get(address, [])[:2])
+            sources.extend(pair[0] for pair in saved.get(address, [])[:2])
+        w.mine.add(id(sources))
+        up, roots = w.climb(sources)
+        del sources
         walked = 0
         for address, size, stack_id in blocks:
-            if time.monotonic() > deadline:
-                w.cut = True
-                break
             walked += 1
             chains = []
             tensors = found.get(address, [])
             for i in range(min(2, len(tensors))):
                 t = tensors[i]
-                for root, steps in w.chains(t):
+                for root, steps in w.chains(t, up, roots):
                     chains.append((root, steps + ["tensor %s" % _shape(t)], _nbytes(t)))
                 if len(chains) >= _MAX_CHAINS:
                     break
@@ -527,7 +567,7 @@ def walk(db_path, seconds):
                 kept = saved.get(address, [])
                 for i in range(min(2, len(kept))):
                     owner, how = kept[i]
-                    for root, steps in w.chains(owner):
+                    for root, steps in w.chains(owner, up, roots):
                         chains.append(("autograd", steps + ["tensor %s" % _shape(owner),
                                                             "its autograd graph (grad_fn %s)" % _fn_name(owner), how],
                                        0))
