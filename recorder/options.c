@@ -125,8 +125,6 @@ static const option table[] = {
      K_FRACTION, FIELD(holders_time), .lo = 0, .hi = 3600, .runtime = true},
     {{"gc_events", "1", "0: the Python package leaves the garbage collector's runs unrecorded (the gc events of a recording)"},
      K_BOOL, FIELD(gc_events), .runtime = true},
-    {{"gc_cycles", "0", "1: while recording, every cycle the garbage collector frees that holds a CUDA tensor is described in the next snapshot (its objects' types, attributes, where made; costs a gc.collect-sized walk each run)"},
-     K_BOOL, FIELD(gc_cycles), .runtime = true},
     {{"torch_allocator", "cxx", "how memsnap.enable() becomes PyTorch's allocator: cxx (a C++ allocator built for the installed PyTorch at first use and cached; the pluggable interface where it cannot be built) or pluggable"},
      K_CHOICE, FIELD(torch_allocator), .choices = {{"cxx", 0}, {"pluggable", 1}}, .runtime = false},
     {{"gil_wait_ms", "100", "how long an intercepted allocation from a Python thread that released the GIL waits for its Python frames (ms; past it, and with 0, native frames only)"},

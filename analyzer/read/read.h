@@ -211,7 +211,7 @@ typedef struct ms_holder_row {
   int64_t stack_id, size, tensor_bytes;
   uint64_t address;
   int rank;
-  char root[16];    /* global, local, hook, optimizer, autograd, cycle, none */
+  char root[16];    /* global, local, hook, module, optimizer, autograd, cycle, none */
   char holder[512]; /* the chain, root first: "global `features` of train.py -> list[3] -> tensor ..." */
 } ms_holder_row;
 /* Calls fn for each holder row, by site, block and rank; 0 rows for a file without the table. */

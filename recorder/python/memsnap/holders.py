@@ -18,7 +18,7 @@ where none does, the tensors saved for backward by the autograd graphs that Pyth
 (their grad_fn's `_saved_*`); then a breadth-first walk up gc.get_referrers from each tensor to a
 root: a module's global, a running frame's local (every thread's), a hook registered on a module
 (_forward_hooks and the others: which module, by its path as memsnap's module record names it), an
-optimizer (its state). Containers, closure cells, functions and objects' attributes on the way are
+optimizer (its state), a module of the model (its parameters, buffers, attributes: by its path). Containers, closure cells, functions and objects' attributes on the way are
 named in the chain. A walk that ends with no root, having met the same objects again, is a
 reference cycle that only the collector frees. At most three chains a block.
 
@@ -42,7 +42,7 @@ import types
 _lib = None
 _hook = None          # the C callback, kept alive while the library may call it
 _gc_on = False        # the gc callback is in gc.callbacks
-_MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _FRONTIER = 12, 3, 3, 12, 512
+_MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _FRONTIER = 12, 3, 3, 12, 128
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
                "_forward_hooks_with_kwargs", "_state_dict_hooks", "_load_state_dict_pre_hooks")
 _HOOK_NAMES = {"_forward_hooks": "forward hook", "_forward_pre_hooks": "forward pre-hook",
@@ -370,7 +370,9 @@ class _Walk:
                         cls = type(owner).__name__
                         if id(owner) in self.optimizers:
                             return "%s of optimizer %s" % (k, cls), "optimizer"
-                        return "attribute `%s` of %s" % (k, name + " (" + cls + ")" if name else cls), None
+                        if name:
+                            return "attribute `%s` of %s (%s)" % (k, name, cls), "module"
+                        return "attribute `%s` of %s" % (k, cls), None
                     return "dict[%s]" % _short(k), None
                 if k is child:
                     return "dict key", None
@@ -379,6 +381,11 @@ class _Walk:
             return "set", None
         d = getattr(parent, "__dict__", None)
         cls = type(parent).__name__
+        if pid in self.module_names:  # a module of the model: its path says where (climbing past it
+            for k, v in (d or {}).items():  # to the model's global would only add its parents)
+                if v is child:
+                    return "attribute `%s` of %s (%s)" % (k, self.module_names[pid], cls), "module"
+            return "%s (%s)" % (self.module_names[pid], cls), "module"
         if pid in self.optimizers:
             return "state of optimizer %s" % cls, "optimizer"
         if d is child:
