@@ -124,7 +124,7 @@ static const option table[] = {
     {{"holders_time", "2", "seconds the Python package spends, at each snapshot it writes, finding what holds the largest and growing sites' tensors (the holders table); 0: no walk"},
      K_FRACTION, FIELD(holders_time), .lo = 0, .hi = 3600, .runtime = true},
     {{"gc_events", "1", "0: the Python package leaves the garbage collector's runs unrecorded (the gc events of a recording)"},
-     K_BOOL, FIELD(gc_events), .runtime = true},
+     K_BOOL, FIELD(gc_events), .runtime = false},
     {{"torch_allocator", "cxx", "how memsnap.enable() becomes PyTorch's allocator: cxx (a C++ allocator built for the installed PyTorch at first use and cached; the pluggable interface where it cannot be built) or pluggable"},
      K_CHOICE, FIELD(torch_allocator), .choices = {{"cxx", 0}, {"pluggable", 1}}, .runtime = false},
     {{"gil_wait_ms", "100", "how long an intercepted allocation from a Python thread that released the GIL waits for its Python frames (ms; past it, and with 0, native frames only)"},
