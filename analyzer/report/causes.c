@@ -139,7 +139,7 @@ void ms_json_causes_site(cJSON *o, const ms_analysis *a, uint32_t site) {
   }
 }
 
-void ms_json_causes(cJSON *root, const ms_analysis *a) {
+void ms_json_causes(cJSON *root, const ms_analysis *a, void (*site_keys)(cJSON *o, const ms_analysis *a, uint32_t site)) {
   const ms_causes *c = a->causes;
   cJSON *w = cJSON_AddObjectToObject(root, "holders_walk");
   if (w) {
@@ -174,7 +174,7 @@ void ms_json_causes(cJSON *root, const ms_analysis *a) {
     cJSON_AddNumberToObject(e, "freed_bytes", (double)s->gc_bytes);
     cJSON_AddNumberToObject(e, "runs", (double)s->runs);
     cJSON_AddNumberToObject(e, "end_bytes", (double)a->sites[i].end_bytes);
-    ms_json_site_stacks(e, a, (uint32_t)i);
+    if (site_keys) site_keys(e, a, (uint32_t)i);
     cJSON_AddItemToArray(sites, e);
   }
 }

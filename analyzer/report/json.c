@@ -442,7 +442,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   add_category_notes(root, a);
   add_iterations(root, a);
   add_leaks(root, &d);
-  ms_json_causes(root, a);
+  ms_json_causes(root, a, ms_json_site_stacks);
   add_modules(root, a);
   add_ooms(root, &d);
   add_invalid_frees(root, &d);
