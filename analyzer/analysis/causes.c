@@ -54,16 +54,8 @@ void ms_causes_gc(ms_analysis *a, const ms_event *e) {
   if (c->cur.freed_blocks == 0) return;
   c->runs_freeing++;
   c->freed_bytes += c->cur.freed_bytes;
-  if (c->nruns < MS_GC_RUNS_MAX) {
-    if (c->nruns == c->runs_cap) {
-      size_t n = c->runs_cap ? c->runs_cap * 2 : 64;
-      ms_gc_run *grown = realloc(c->runs, sizeof *grown * n);
-      if (!grown) return;
-      c->runs = grown;
-      c->runs_cap = n;
-    }
+  if (c->nruns < MS_GC_RUNS_MAX && ms_grow(&c->runs, &c->runs_cap, c->nruns + 1, sizeof *c->runs))
     c->runs[c->nruns++] = c->cur;
-  }
 }
 
 void ms_causes_free(ms_analysis *a, uint32_t site, int64_t bytes, const ms_event *e) {
@@ -87,13 +79,7 @@ void ms_causes_free(ms_analysis *a, uint32_t site, int64_t bytes, const ms_event
 
 static int add_holder(const ms_holder_row *r, void *arg) {
   ms_causes *c = arg;
-  if (c->nholders == c->holders_cap) {
-    size_t n = c->holders_cap ? c->holders_cap * 2 : 64;
-    ms_holder_row *grown = realloc(c->holders, sizeof *grown * n);
-    if (!grown) return 1;
-    c->holders = grown;
-    c->holders_cap = n;
-  }
+  if (!ms_grow(&c->holders, &c->holders_cap, c->nholders + 1, sizeof *c->holders)) return 1;
   c->holders[c->nholders++] = *r;
   return 0;
 }

@@ -161,6 +161,24 @@ def pick_blocks(db_path, deadline):
 
 # ---- the walk --------------------------------------------------------------------------------
 
+_CO_OPTIMIZED = 0x0001  # inspect.CO_OPTIMIZED: a function's code, whose locals live in the frame
+
+
+def _frame_locals(frame):
+    """[(name, value)] of a running function's frame, leaving it as it was. Before Python 3.13,
+    frame.f_locals is a dict snapshot that the frame keeps (and with it its values, after the
+    function has dropped them: a walk would make leaks of its own), so it is emptied again once
+    read; from 3.13 it is a view of the frame itself (PEP 667), read as is."""
+    try:
+        local = frame.f_locals
+        items = list(local.items())
+        if sys.version_info < (3, 13) and type(local) is dict:
+            local.clear()
+        return items
+    except Exception:  # noqa: BLE001
+        return []
+
+
 class _Index:
     """The blocks by address: which one holds a pointer."""
 
@@ -224,15 +242,9 @@ class _Walk:
             f = frame
             while f is not None:
                 code = f.f_code
-                if code.co_filename != __file__ and f.f_globals is not f.f_locals:  # module level: its globals
-                    try:
-                        local = f.f_locals
-                    except Exception:  # noqa: BLE001
-                        local = {}
-                    self.mine.add(id(local))
-                    self.keep.append(local)
+                if code.co_filename != __file__ and code.co_flags & _CO_OPTIMIZED:  # a function's frame
                     thread = "" if ident == me else ", thread %s" % names.get(ident, ident)
-                    for k, v in local.items():
+                    for k, v in _frame_locals(f):
                         self.frame_roots.setdefault(id(v), "local `%s` of %s (%s:%d%s)" % (
                             k, code.co_name, os.path.basename(code.co_filename), f.f_lineno, thread))
                         self.keep.append(v)
