@@ -10,7 +10,8 @@ walk's meta keys; the gc events (begin and end, generation 2 for gc.collect, obj
 the analysis names each candidate's holder under it, the site only the collector frees as held by
 reference cycles, in text and JSON. Every way a snapshot is written in the process gets holders:
 memsnap.dump, the exit dump, the dump signal, the out-of-memory dump. MEMSNAP_HOLDERS_TIME=0
-writes no table; a tiny limit cuts the walk and says so; MEMSNAP_GC_EVENTS=0 records no gc
+writes no table; a tiny limit cuts the walk and says so; the walk leaves no cycle that would keep a
+tensor the program drops; MEMSNAP_GC_EVENTS=0 records no gc
 event; a long run whose ring wrapped (MEMSNAP_MAX_ENTRIES small) still gets its holders.
 """
 import json
@@ -159,6 +160,29 @@ meta = dict(rows(db, "select key, value from meta where key like 'holders%'"))
 text = subprocess.run([cli, "analyze", db], capture_output=True, text=True).stdout
 check("a walk cut by its time limit says so (meta and report)",
       int(meta.get("holders_cut", 0)) == 1 and "the time ran out" in text, (meta, text[-600:]))
+
+# the walk leaves nothing behind: a tensor dropped right after a snapshot is freed at once (no
+# frame of the walk, nor a frame's snapshot of its locals, keeps it until the collector runs)
+after = os.path.join(work, "after.py")
+with open(after, "w") as f:
+    f.write("""import gc, memsnap
+memsnap.enable()
+import torch
+kept = {}
+def step():
+    kept["a"] = torch.empty(8 << 20)
+    x = torch.empty(1 << 20)
+    memsnap.dump(%r)
+    del x
+gc.disable()
+step()
+kept.clear()
+print("allocated after", memsnap.memory_stats()["allocated_bytes.all.current"])
+""" % os.path.join(work, "after.db"))
+p = subprocess.run([sys.executable, after], env=env, capture_output=True, text=True, timeout=60)
+check("after a snapshot's walk, the tensors the program drops are freed at once (gc off)",
+      "allocated after 0" in p.stdout and rows(os.path.join(work, "after.db"), "select count(*) from holders")[0][0] >= 2,
+      p.stdout + p.stderr[-500:])
 
 # a long run: the ring wrapped many times; the snapshot's blocks still get their holders
 db, p = train("long", "60", MEMSNAP_MAX_ENTRIES="400")

@@ -249,6 +249,9 @@ class _Walk:
                             k, code.co_name, os.path.basename(code.co_filename), f.f_lineno, thread))
                         self.keep.append(v)
                 f = f.f_back
+        # this frame is among them: a local naming it would keep it (and every frame below, with
+        # their tensors) in a cycle until the collector's next run
+        frame = f = None
         self.mine.add(id(self.keep))
         self.hook_dicts = {}   # id(dict) -> "forward hook of NAME"
         self.module_names = {}
