@@ -436,7 +436,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     if (module) fprintf(out, "; in %s", ms_module_shown(a, module - 1));
     fprintf(out, "\n");
     print_site(a, a->leaks[i], o, "       ", out);
-    ms_report_causes_site(a, a->leaks[i], "       ", out); /* what holds it (causes.c) */
+    ms_report_causes_site(a, a->leaks[i], "     ", out); /* what holds it (causes.c), under its stack */
   }
   ms_report_causes_text(a, o, out);
 
