@@ -168,11 +168,14 @@ def _frame_locals(frame):
     """[(name, value)] of a running function's frame, leaving it as it was. Before Python 3.13,
     frame.f_locals is a dict snapshot that the frame keeps (and with it its values, after the
     function has dropped them: a walk would make leaks of its own), so it is emptied again once
-    read; from 3.13 it is a view of the frame itself (PEP 667), read as is."""
+    read, unless a trace function runs (a tracer writes that dict back into the frame after each
+    call: an emptied one would delete the function's locals); from 3.13 it is a view of the frame
+    itself (PEP 667), read as is."""
     try:
         local = frame.f_locals
         items = list(local.items())
-        if sys.version_info < (3, 13) and type(local) is dict:
+        traced = sys.gettrace() is not None or getattr(threading, "gettrace", lambda: None)() is not None
+        if sys.version_info < (3, 13) and type(local) is dict and not traced:
             local.clear()
         return items
     except Exception:  # noqa: BLE001
