@@ -98,6 +98,7 @@ want python && run test_hostile "${py_env[@]}" python3 "$here/test_hostile.py" "
 want python && run test_judgements python3 "$here/gpu/test_judgements.py"
 want run && run test_run env PY_PRELOAD="${PY_PRELOAD:-}" "$here/intercept/test_run.sh" "$build"
 want crash && run test_crash env KILLS="${KILLS:-10}" "$here/intercept/test_crash.sh" "$build"
+want crash && run test_live_security "$here/intercept/test_live_security.sh" "$build"
 want run && run test_torch_ranges "${py_env[@]}" python3 "$here/intercept/test_torch_ranges.py" "$build"
 want run && run test_torch_model "${py_env[@]}" python3 "$here/recorder/test_torch_model.py" "$build"
 

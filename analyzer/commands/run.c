@@ -255,8 +255,18 @@ preload:
 static volatile sig_atomic_t pending_signal;
 static void on_signal(int sig) { pending_signal = sig; }
 
+/* The manifest, to read: made by mkstemp (O_EXCL, 0600) and read only through a descriptor
+ * opened without following a link, when it is still this user's regular file. NULL otherwise. */
+static FILE *open_manifest(const char *manifest) {
+  int fd = open(manifest, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  FILE *f = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() ? fdopen(fd, "r") : NULL;
+  if (!f && fd >= 0) close(fd);
+  return f;
+}
+
 static long manifest_lines(const char *manifest) {
-  FILE *f = fopen(manifest, "r");
+  FILE *f = open_manifest(manifest);
   long n = 0;
   int c;
   if (!f) return 0;
@@ -283,7 +293,7 @@ static void forward(pid_t child, int sig, int dump_sig, const char *manifest) {
 /* The live mappings the manifest names so far ("live<TAB>path<TAB>pid" lines), into paths[max]
  * (each PATH_MAX long); returns how many. */
 static size_t manifest_live(const char *manifest, char (*paths)[PATH_MAX], size_t max) {
-  FILE *in = fopen(manifest, "r");
+  FILE *in = open_manifest(manifest);
   char line[3 * PATH_MAX];
   size_t n = 0;
   if (!in) return 0;
@@ -426,7 +436,7 @@ static void add_xla(found *f, char *fields) {
 /* Reads the manifest: the snapshots written, (torch-native) the pickles to import, and the
  * processes that imported JAX. */
 static void read_manifest(const char *manifest, found *f) {
-  FILE *in = fopen(manifest, "r");
+  FILE *in = open_manifest(manifest);
   char line[3 * PATH_MAX];
   if (!in) return;
   while (fgets(line, sizeof line, in)) {

@@ -67,8 +67,10 @@ size_t ms_live_sweep_unfinished(const char *dir) {
     long pid = strtol(e->d_name + 8, &end, 10);
     if (pid <= 0 || strcmp(end, ".live.new") != 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
     char path[PATH_MAX];
+    struct stat st;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    removed += unlink(path) == 0;
+    /* only this user's own regular files (in a shared folder MEMSNAP_LIVE_DIR names, others' stay) */
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) removed += unlink(path) == 0;
   }
   closedir(d);
   return removed;
@@ -122,14 +124,26 @@ static int by_end_bytes(const void *a, const void *b, void *arg) {
   return x > y ? -1 : x < y;
 }
 
+/* A new folder of this user's alone for the frame's snapshot (never a predictable name in a shared
+ * one, where a link planted by another user would be followed): its path into dir[len], 0 or -1. */
+static int private_dir(char *dir, size_t len) {
+  const char *t = getenv("TMPDIR");
+  snprintf(dir, len, "%s/memsnap-top-XXXXXX", t && *t ? t : "/tmp");
+  return mkdtemp(dir) ? 0 : -1;
+}
+
 int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errlen) {
   memset(v, 0, sizeof *v);
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s/memsnap-top-%d.db", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-           (int)getpid());
+  char dir[1100], tmp[1200];
+  if (private_dir(dir, sizeof dir) != 0) {
+    snprintf(err, errlen, "cannot make a folder in '%s': %s", dir, strerror(errno));
+    return -1;
+  }
+  snprintf(tmp, sizeof tmp, "%s/frame.db", dir);
   memsnap_recover_options o = {0, -1, 0, 1, 1};
   if (memsnap_recover(live_path, tmp, &o, &v->info) != MEMSNAP_OK) {
     snprintf(err, errlen, "%s", memsnap_last_error());
+    rmdir(dir);
     return -1;
   }
   ms_snapshot s;
@@ -137,6 +151,7 @@ int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errl
   if (ms_open_analyzed(&s, &a, tmp, NULL, NULL) != 0) {
     snprintf(err, errlen, "%s", s.error);
     unlink(tmp);
+    rmdir(dir);
     return -1;
   }
   v->allocated = a.end_allocated;
@@ -172,6 +187,7 @@ int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errl
   ms_analysis_free(&a);
   ms_close(&s);
   unlink(tmp);
+  rmdir(dir);
   return 0;
 }
 

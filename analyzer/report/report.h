@@ -189,8 +189,8 @@ void ms_print_best_suggestion(const ms_analysis *a, const char *indent, FILE *ou
 
 #include "memsnap.h"
 
-/* The directory that live mappings are in: MEMSNAP_LIVE_DIR, else /dev/shm, else TMPDIR or /tmp
- * (as libmemsnap chooses it). */
+/* The directory that live mappings are in: MEMSNAP_LIVE_DIR, else this user's /dev/shm/memsnap-UID
+ * (else under TMPDIR or /tmp), as libmemsnap chooses it. */
 const char *ms_live_dir(void);
 typedef struct ms_live_entry {
   char path[1100];
@@ -198,11 +198,11 @@ typedef struct ms_live_entry {
 } ms_live_entry;
 /* The live mappings in `dir` (only those of running processes with `alive_only`), running ones
  * first, by rank then pid, into a new array (caller frees); returns how many (0: none, or no
- * directory). */
+ * directory). Links, and other users' files, are not listed (memsnap_live_info refuses them). */
 size_t ms_live_list(const char *dir, bool alive_only, ms_live_entry **out);
 /* Removes the mappings in `dir` that a process which no longer runs was still making when it
  * died (memsnap-PID.live.new: killed between creating and naming it; they hold nothing to
- * recover). Returns how many. */
+ * recover), this user's own regular files only. Returns how many. */
 size_t ms_live_sweep_unfinished(const char *dir);
 /* "killed by SIGKILL at 41.2 s, 3 ms after its last allocation" (times from `info`, which
  * memsnap_recover filled). */
