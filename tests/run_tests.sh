@@ -79,6 +79,7 @@ want analyze && run test_categories "${py_env[@]}" python3 "$here/analyzer/test_
 want analyze && run test_causes "${py_env[@]}" python3 "$here/analyzer/test_causes.py" "$build"
 want analyze && run test_zoo python3 "$here/analyzer/test_zoo.py" "$build"
 want analyze && run test_modules "${py_env[@]}" python3 "$here/analyzer/test_modules.py" "$build"
+want analyze && run test_kept_graphs python3 "$here/analyzer/test_kept_graphs.py" "$build"
 want import && run test_pickle "$build/tests/test_pickle" "${SNAPSHOTS:-$here/data}"
 want import && run test_import "$here/analyzer/test_import.sh" "$build"
 want web && run test_web "$here/web/run.sh" "$build"

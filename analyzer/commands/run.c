@@ -588,26 +588,32 @@ static void print_summary(const char *path, bool html, bool brief, const found *
   const ms_site *leak = a.nleaks ? &a.sites[a.leaks[0]] : NULL;
   ms_growth growth = ms_analysis_growth(&a);
   bool growing = growth == MS_GROWTH_GROWING || growth == MS_GROWTH_RELEASED;
-  char per[32] = "";
-  if (leak) ms_format_bytes((int64_t)leak->bytes_per_iteration, per, sizeof per);
+  char per[96] = "", graph[2048] = "";
+  if (leak && leak->every) ms_growth_text(leak, per, sizeof per); /* "+40.00 MiB every 4 iterations" */
+  else if (leak) {
+    ms_format_bytes((int64_t)leak->bytes_per_iteration, per, sizeof per);
+    strncat(per, " per iteration", sizeof per - strlen(per) - 1);
+  }
+  if (a.ngraphs) ms_kept_graph_text(&a, 0, graph, sizeof graph);
   ms_report_options o = {.max_frames = brief ? 1 : 3};
   if (brief) {
     if (growing)
-      printf("%s: peak %s allocated, %s at the snapshot; leak: %s, %s per iteration\n", shown, b1, b3,
-             ms_leak_kind_name(leak->kind), per);
+      printf("%s: peak %s allocated, %s at the snapshot; leak: %s, %s\n", shown, b1, b3, ms_leak_kind_name(leak->kind), per);
     else if (growth == MS_GROWTH_NONE)
       printf("%s: peak %s allocated, %s at the snapshot; no growth across %zu iterations\n", shown, b1, b3, a.niters);
     else
       printf("%s: peak %s allocated, %s at the snapshot; no leak candidate\n", shown, b1, b3);
     if (growing) ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "    ", stdout);
+    if (graph[0]) printf("    %s\n", graph);
     ms_print_best_suggestion(&a, "    ", stdout);
   } else {
     printf("\nsnapshot %s\n", shown);
     printf("  peak %s allocated, %s reserved; %s allocated at the snapshot\n", b1, b2, b3);
     print_paths(&a, f, s.import_source[0] != '\0', "  ");
     if (growing) {
-      printf("  first leak candidate: %s, %s per iteration, %lld blocks live at the snapshot\n",
-             ms_leak_kind_name(leak->kind), per, (long long)leak->end_count);
+      if (graph[0]) printf("  %s\n", graph);
+      printf("  first leak candidate: %s, %s, %lld blocks live at the snapshot\n", ms_leak_kind_name(leak->kind), per,
+             (long long)leak->end_count);
       ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "      ", stdout);
     } else {
       /* nothing grows: say so, then what is held, without calling it a leak */

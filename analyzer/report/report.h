@@ -184,6 +184,12 @@ void ms_json_process(struct cJSON *o, const ms_snapshot *s);
 /* One line on the best suggestion of the replay (a->suggestions), after `indent`, for `memsnap
  * run`'s summary (text.c; nothing when there is none and the sweep did not stop early). */
 void ms_print_best_suggestion(const ms_analysis *a, const char *indent, FILE *out);
+/* How a growing candidate grew, into out[len]: "+40.00 MiB every 4 iterations" (growth in steps),
+ * else "+1.00 MiB per iteration". */
+void ms_growth_text(const ms_site *st, char *out, size_t len);
+/* Kept graph candidate i of a (a->graphs) in a sentence, into out[len]: "480.00 MiB in 3 autograd
+ * graphs kept alive: the forward of Net at evaluate (train.py:15) ran with grad enabled ...". */
+void ms_kept_graph_text(const ms_analysis *a, size_t i, char *out, size_t len);
 
 /* ---- live mappings (live.c): `memsnap top`, `memsnap run`, `memsnap recover` ------------- */
 

@@ -43,6 +43,15 @@ before(async () => {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
+  // autograd graphs kept without a backward (gen_kept_graphs.c's eval.db), the model's name and the
+  // evaluating function's hostile
+  execFileSync(path.join(build, "tests/gen_kept_graphs"), [dir], { stdio: "ignore" });
+  execFileSync("python3", ["-c", "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n" +
+    "c.execute(\"update labels set text = replace(text, 'Net', ?)\", (sys.argv[2],))\n" +
+    "c.execute(\"update frames set name = ? where name = 'evaluate'\", (sys.argv[3],))\nc.commit()",
+    path.join(dir, "eval.db"), HOSTILE_MODULE, HOSTILE.keep_history]);
+  pages.kept = path.join(dir, "kept.html");
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.kept, path.join(dir, "eval.db")]);
   pages.misuse = path.join(dir, "misuse.html"); // invalid frees
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.misuse, path.join(dir, "misuse.db")]);
   // Real PyTorch snapshots (tests/data): resnet50_leak (C++ names hundreds of characters long,
@@ -305,6 +314,28 @@ test("out of memory: listed with its report; selecting it moves the cursor to it
   assert.ok(await page.locator("#oom-predict").isVisible());
   assert.deepStrictEqual(seen.errors, []);
   await shot(page, "oom");
+  await page.close();
+});
+
+test("kept autograd graphs: listed above the leak candidates in the text report's words, hostile names as text", async () => {
+  const { page, seen } = await open("kept");
+  const graphs = await page.locator("#kept-graphs li").allTextContents();
+  assert.strictEqual(graphs.length, 1, graphs.join("\n"));
+  assert.ok(graphs[0].startsWith("G1. 480.00 MiB in 3 autograd graphs kept alive: the forward of " + HOSTILE_MODULE + " at "), graphs[0]);
+  assert.ok(graphs[0].includes(" at <script>alert()</script> (gen_kept_graphs.c:"), graphs[0]); // its caller, renamed
+  assert.match(graphs[0], /\(gen_kept_graphs\.c:\d+\) ran with grad enabled and no backward \(iterations 3 to 11\);.*torch\.no_grad\(\).*loss\.item\(\)/);
+  const leaks = await page.locator("#leaks li").allTextContents();
+  assert.strictEqual(leaks.filter((l) => /^growing \+40\.00 MiB every 4 iterations, 120\.00 MiB in 3 \u2014 .* \u00b7 120\.00 MiB in kept graph G1$/.test(l)).length, 4, leaks.join("\n"));
+  const glance = await page.locator("#glance-grows .glance-text").textContent();
+  assert.match(glance, /^\+40\.00 MiB every 4 iterations, 120\.00 MiB live at the end: .*; 480\.00 MiB in 3 autograd graphs kept alive without a backward: G1$/, glance);
+  await page.locator("#kept-graphs li").first().click();
+  assert.match(await page.locator("#details-title").textContent(), /^Kept graph G1: its largest site \(120\.00 MiB\)$/);
+  assert.ok((await page.locator("#details").textContent()).startsWith("480.00 MiB in 3 autograd graphs"));
+  await shot(page, "kept-graphs");
+  assert.deepStrictEqual(seen.dialogs, []);
+  assert.deepStrictEqual(seen.errors, []);
+  assert.strictEqual(await page.locator("img").count(), 0);
+  assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.kept)), []);
   await page.close();
 });
 
@@ -881,7 +912,10 @@ test("real GPT-2 with the module record: the leak and its module, what is held a
   const { page, seen } = await open("modules");
   const leaks = await page.locator("#leaks li").allTextContents();
   assert.strictEqual(leaks.length, 1, leaks.join("\n"));
-  assert.match(leaks[0], /^growing \+12\.00 MiB\/iteration, 72\.00 MiB in 6 \u2014 GPT2Block\.forward .* \u00b7 in GPT2LMHeadModel\.transformer\.h\.5$/);
+  // the operator first (the block's residual add, named from at::_ops::add_Tensor::call), then the
+  // program's line; no kept graph (the last step's output, held after its backward, is none)
+  assert.match(leaks[0], /^growing \+12\.00 MiB\/iteration, 72\.00 MiB in 6 \u2014 aten::add \u2190 \(gpt2_train\.py:51\) \u00b7 in GPT2LMHeadModel\.transformer\.h\.5$/);
+  assert.strictEqual(await page.locator("#kept-graphs li").count(), 0);
   const held = page.locator("#held li");
   assert.strictEqual(await held.count(), 11); // ten, and "show all"
   assert.match(await held.nth(10).textContent(), /^show all 19 \(9 more\)$/);
