@@ -17,8 +17,9 @@ What "named first" means for each cause (the JSON's keys: docs/analysis-json.md)
                                     `history`; the global `_cache`; Trainer's attribute `history`
   kept_loss, eval_every_k           the first candidate (`leaks[0]`, else `held[0]`) has a holder
                                     naming the list that keeps the loss (`val_losses`,
-                                    `eval_outputs`): the autograd graph through it; a candidate that
-                                    says it is a graph kept without a backward counts as named
+                                    `eval_outputs`): the autograd graph through it; or the first
+                                    candidate is in the first graph kept without a backward
+                                    (`kept_graph` 0 of `kept_graphs`)
   node_cycle, awaitable             the first site the collector alone frees (`gc.cycle_sites[0]`)
                                     or the first candidate marked `reference_cycles` is the cause's
                                     line in leak_program.py
@@ -88,9 +89,13 @@ def judge(cause, js):
         return ok, "cycle site at " + (where or "-"), how
     words = HOLDER_WORDS[cause]
     if cause in ("kept_loss", "eval_every_k"):
-        graph = any(k for k in first if "graph" in k) or "graph" in str(first.get("kind", ""))
+        graphs = js.get("kept_graphs") or []
+        graph = bool(graphs) and first.get("kept_graph") == 0  # the first candidate is in kept graph G1
+        every = first.get("every")
         text = holders_text(first)
-        return (any(w in text for w in words) or graph), said, (text[:160] or "no holder") + (" [graph candidate]" if graph else "")
+        return (any(w in text for w in words) or graph), said, (text[:140] or "no holder") + (
+            " [in kept graph G1: %s in %s graphs]" % (_mib(graphs[0].get("live_bytes", 0)), graphs[0].get("graphs")) if graph else "") + (
+            " [every %s iterations]" % every.get("iterations") if every else "")
     first = leaks[0] if leaks else {}
     text = holders_text(first)
     return bool(leaks) and any(w in text for w in words), said, text[:160] or "no holder"
