@@ -81,6 +81,12 @@ function showDocument(d, signal, src) {
     "; " + d.detail.alloc.length + " of " + d.detail.allocations + " allocations listed one by one" +
     (d.detail.min_size ? " (those of " + Model.formatBytes(d.detail.min_size) + " or more)" : ""));
 
+  // how the process died, when this snapshot was written from its live mapping afterwards
+  const death = $("death");
+  death.hidden = !d.summary.death;
+  const exited = d.summary.death && d.summary.death.exit_status !== null && d.summary.death.signal === null; // ended without its snapshot
+  text(death, d.summary.death ? (exited ? "ended: " : "died: ") + d.summary.death.description + " (this snapshot was written from its live mapping afterwards)" : "");
+
   const palette = ["#1e88e5", "#43a047", "#fb8c00", "#8e24aa", "#00897b", "#6d4c41", "#3949ab", "#c0ca33", "#d81b60", "#546e7a", "#7cb342", "#5e35b1"];
   function bandColor(k, selected) {
     if (selected) return "#e53935";

@@ -114,6 +114,38 @@ static void add_before_history(cJSON *o, const ms_analysis *a) {
   cJSON_AddNumberToObject(b, "segments", (double)h->nsegments);
 }
 
+/* "death": how the process died, for a snapshot written from its live mapping after it ended;
+ * null for the process's own snapshot (docs/analysis-json.md). */
+static void add_death(cJSON *summary, const ms_snapshot *s) {
+  char text[512], name[32];
+  if (!ms_snapshot_death(s, text, sizeof text)) {
+    cJSON_AddNullToObject(summary, "death");
+    return;
+  }
+  cJSON *d = cJSON_AddObjectToObject(summary, "death");
+  cJSON_AddStringToObject(d, "description", text);
+  if (s->ended[0]) cJSON_AddStringToObject(d, "how", s->ended);
+  else cJSON_AddNullToObject(d, "how");
+  if (s->end_signal) {
+    ms_signal_name((int)s->end_signal, name, sizeof name);
+    cJSON_AddNumberToObject(d, "signal", (double)s->end_signal);
+    cJSON_AddStringToObject(d, "signal_name", name);
+  } else {
+    cJSON_AddNullToObject(d, "signal");
+    cJSON_AddNullToObject(d, "signal_name");
+  }
+  if (s->exit_status >= 0) cJSON_AddNumberToObject(d, "exit_status", (double)s->exit_status);
+  else cJSON_AddNullToObject(d, "exit_status");
+  if (s->end_ns) cJSON_AddNumberToObject(d, "end_ns", (double)s->end_ns);
+  else cJSON_AddNullToObject(d, "end_ns");
+  if (s->last_alloc_ns) cJSON_AddNumberToObject(d, "last_allocation_ns", (double)s->last_alloc_ns);
+  else cJSON_AddNullToObject(d, "last_allocation_ns");
+  if (s->end_ns && s->last_alloc_ns && s->end_ns >= s->last_alloc_ns)
+    cJSON_AddNumberToObject(d, "after_last_allocation_ns", (double)(s->end_ns - s->last_alloc_ns));
+  else cJSON_AddNullToObject(d, "after_last_allocation_ns");
+  cJSON_AddNumberToObject(d, "last_event_ns", (double)s->last_event_ns);
+}
+
 static void add_summary(cJSON *root, const ms_analysis *a) {
   const ms_snapshot *s = a->snap;
   cJSON *summary = cJSON_AddObjectToObject(root, "summary");
@@ -121,6 +153,7 @@ static void add_summary(cJSON *root, const ms_analysis *a) {
   cJSON_AddNumberToObject(summary, "format_version", s->format_version);
   ms_json_process(summary, s);
   cJSON_AddStringToObject(summary, "backend", s->backend);
+  add_death(summary, s);
   cJSON_AddNumberToObject(summary, "events", (double)s->nevents);
   cJSON_AddNumberToObject(summary, "recorded_events", (double)s->recorded);
   cJSON_AddNumberToObject(summary, "dropped_events", (double)s->dropped);

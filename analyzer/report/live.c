@@ -77,33 +77,21 @@ size_t ms_live_sweep_unfinished(const char *dir) {
 }
 
 void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len) {
-  char at[32] = "", gap[32] = "";
-  uint64_t end = info->end_ns ? info->end_ns : info->last_event_ns;
-  ms_format_ns((int64_t)end, at, sizeof at);
   const char *how = "ended";
-  char buf[64];
+  char buf[64], name[32];
   if (end_signal) {
-    const char *abbrev = sigabbrev_np(end_signal);
-    if (abbrev) snprintf(buf, sizeof buf, "killed by SIG%s", abbrev);
-    else snprintf(buf, sizeof buf, "killed by signal %d", end_signal);
+    ms_signal_name(end_signal, name, sizeof name);
+    snprintf(buf, sizeof buf, "killed by %s", name);
     how = buf;
   } else if (exit_status >= 0) {
     snprintf(buf, sizeof buf, "exited with status %d", exit_status);
     how = buf;
   } else if (info->no_word) { /* no snapshot, no signal it watched */
-    how = "killed by SIGKILL or ended by _exit, or by a signal it did not watch";
+    how = MS_END_UNSEEN;
   }
-  if (!info->end_ns) {
-    snprintf(out, len, "%s (when is not known; its last event at %s)", how, at);
-    return;
-  }
-  if (info->last_alloc_ns && info->end_ns >= info->last_alloc_ns) {
-    ms_format_ns((int64_t)(info->end_ns - info->last_alloc_ns), gap, sizeof gap);
-    snprintf(out, len, "%s at %s, %s after its last allocation", how, at, gap);
-  } else {
-    snprintf(out, len, "%s at %s", how, at);
-  }
+  ms_describe_end(how, info->end_ns, info->last_alloc_ns, info->last_event_ns, out, len);
 }
+
 
 /* "function (file:line)" of the first frame of the stack that matters. */
 static void where(const ms_snapshot *s, uint32_t stack_id, char *out, size_t len) {

@@ -68,6 +68,7 @@ typedef struct ms_prediction_timeline {
   const ms_replay_result *result;
   bool fits;       /* on the card, as the answer says it */
   const char *why; /* why it is drawn, in words ("--at 16", "the smallest change that fits") */
+  const ms_whatif *whatif; /* names the instances its change checkpoints (NULL: no change asked) */
 } ms_prediction_timeline;
 
 typedef struct ms_prediction_page {
@@ -76,7 +77,6 @@ typedef struct ms_prediction_page {
   int64_t recorded_at;           /* its size */
   int recorded_device, recorded_devices;
   uint64_t capacity;             /* the card given (--capacity, --device); 0: the recorded one */
-  const ms_whatif *whatif;       /* names the instances checkpointed (NULL: no change asked) */
   const ms_prediction_timeline *predicted;
   int npredicted;
 } ms_prediction_page;
@@ -210,9 +210,22 @@ size_t ms_live_list(const char *dir, bool alive_only, ms_live_entry **out);
  * died (memsnap-PID.live.new: killed between creating and naming it; they hold nothing to
  * recover), this user's own regular files only. Returns how many. */
 size_t ms_live_sweep_unfinished(const char *dir);
+/* What is said of a process that ended without a word (no snapshot, no signal it watched). */
+#define MS_END_UNSEEN "killed by SIGKILL or ended by _exit, or by a signal it did not watch"
+/* "HOW at 41.2 s, 3 ms after its last allocation" (text.c; times since the recording's start; end_ns 0:
+ * "HOW (when is not known; its last event at ...)") into out[len]. */
+void ms_describe_end(const char *how, uint64_t end_ns, uint64_t last_alloc_ns, uint64_t last_event_ns, char *out,
+                     size_t len);
+/* "SIGKILL" ("signal 70" for one without a name) into out[len]. */
+void ms_signal_name(int sig, char *out, size_t len);
 /* "killed by SIGKILL at 41.2 s, 3 ms after its last allocation" (times from `info`, which
  * memsnap_recover filled). */
 void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len);
+/* (text.c) How the process of a snapshot written from its live mapping after it ended died, in
+ * ms_describe_end's words from the snapshot's meta (ended, end_ns, last_alloc_ns), into out[len]:
+ * true; false (out untouched) for a snapshot the process wrote itself (at its exit, a dump) or one
+ * read while it ran. */
+bool ms_snapshot_death(const ms_snapshot *s, char *out, size_t len);
 
 #define MS_LIVE_SITES 5
 #define MS_LIVE_ITERS 8

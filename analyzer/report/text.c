@@ -1,11 +1,13 @@
-/* text.c: an analysis as a text report for a terminal (the JSON is json.c's), and the one line
- * of the replay's best suggestion that `memsnap run`'s summary prints.
+/* text.c: an analysis as a text report for a terminal (the JSON is json.c's), the one line
+ * of the replay's best suggestion that `memsnap run`'s summary prints, and how a process ended in
+ * words (ms_describe_end: memsnap run's summary, memsnap recover, a recovered snapshot's reports).
  *
  * Stacks are shortened to the frames that matter and C++ names to their short form (frames.c),
  * so that a PyTorch stack reads as its operator and the Python line, and an autograd thread's as
  * its operator and backward node. The full stack and whole names stay available (--full-stacks,
  * --full-names, and always in JSON's `full_stack` and `name`).
  */
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,6 +380,38 @@ static void print_kept_graphs(const ms_analysis *a, const ms_report_options *o, 
   if (a->ngraphs) fprintf(out, "  allocation sites:\n");
 }
 
+/* ---- how a process ended (memsnap run, recover, and a recovered snapshot's reports) ---------- */
+
+void ms_describe_end(const char *how, uint64_t end_ns, uint64_t last_alloc_ns, uint64_t last_event_ns, char *out,
+                     size_t len) {
+  char at[32] = "", gap[32] = "";
+  ms_format_ns((int64_t)(end_ns ? end_ns : last_event_ns), at, sizeof at);
+  if (!end_ns) snprintf(out, len, "%s (when is not known; its last event at %s)", how, at);
+  else if (last_alloc_ns && end_ns >= last_alloc_ns) {
+    ms_format_ns((int64_t)(end_ns - last_alloc_ns), gap, sizeof gap);
+    snprintf(out, len, "%s at %s, %s after its last allocation", how, at, gap);
+  } else {
+    snprintf(out, len, "%s at %s", how, at);
+  }
+}
+
+void ms_signal_name(int sig, char *out, size_t len) {
+  const char *abbrev = sig > 0 ? sigabbrev_np(sig) : NULL;
+  if (abbrev) snprintf(out, len, "SIG%s", abbrev);
+  else snprintf(out, len, "signal %d", sig);
+}
+
+bool ms_snapshot_death(const ms_snapshot *s, char *out, size_t len) {
+  if (s->recovered != 1 || !strcmp(s->ended, "running")) return false; /* its own snapshot, or read while it ran */
+  char how[300], name[32];
+  if (s->ended[0]) snprintf(how, sizeof how, "%s", s->ended);
+  else if (s->end_signal) ms_signal_name((int)s->end_signal, name, sizeof name), snprintf(how, sizeof how, "killed by %s", name);
+  else if (s->exit_status >= 0) snprintf(how, sizeof how, "exited with status %lld", (long long)s->exit_status);
+  else snprintf(how, sizeof how, "ended (how is not known)");
+  ms_describe_end(how, (uint64_t)s->end_ns, (uint64_t)s->last_alloc_ns, (uint64_t)s->last_event_ns, out, len);
+  return true;
+}
+
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   const ms_snapshot *s = a->snap;
   char b1[32], b2[32], b3[32], t1[32], t2[32];
@@ -391,6 +425,10 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     fprintf(out, "  snapshot of %s, %s backend, memsnap %s, stacks %s\n", process, s->backend, s->tool_version,
             s->stacks_mode);
   }
+  char death[512];
+  if (ms_snapshot_death(s, death, sizeof death))
+    fprintf(out, "  %s: %s (this snapshot was written from its live mapping afterwards)\n",
+            s->exit_status >= 0 && !s->end_signal ? "ended" : "died", death);
   ms_format_ns(s->last_ns - s->first_ns, t1, sizeof t1);
   fprintf(out, "  history: %lld events over %s, %lld dropped%s\n", (long long)s->nevents, t1, (long long)s->dropped,
           a->truncated ? " (truncated: the oldest events are gone; what they left allocated and reserved is "

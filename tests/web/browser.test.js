@@ -28,6 +28,8 @@ const HOSTILE = { keep_history: "<script>alert(1)</script>", activation: "\"><im
 const HOSTILE_FILE = "<img src=x onerror=alert(4)>oom.db";
 const HOSTILE_MODULE = "<img src=x onerror=alert(5)>&Model", HOSTILE_RUN = "<svg onload=alert(6)>e"; // a prediction's (no "/": a file name)
 const ZOO = ["gpt2_eager-leak", "fsdp2-cxx-r1", "gpt2_oom_backward"];
+// How a process died, as a snapshot written from its live mapping keeps it in its meta (untrusted text).
+const HOSTILE_DEATH = "killed by <img src=x onerror=alert(7)>SIGKILL";
 let dir, browser;
 const pages = {};
 
@@ -52,6 +54,14 @@ before(async () => {
     path.join(dir, "eval.db"), HOSTILE_MODULE, HOSTILE.keep_history]);
   pages.kept = path.join(dir, "kept.html");
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.kept, path.join(dir, "eval.db")]);
+  // leak.db as if written from its live mapping after its process died (meta's recovered, ended...)
+  fs.copyFileSync(path.join(dir, "leak.db"), path.join(dir, "died.db"));
+  execFileSync("python3", ["-c", "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n" +
+    "c.executemany('insert or replace into meta values (?, ?)', [('recovered', 1), ('ended', sys.argv[2]), ('end_signal', 9), " +
+    "('end_ns', 2500000000), ('last_alloc_ns', 2000000000), ('last_event_ns', 2100000000)])\nc.commit()",
+    path.join(dir, "died.db"), HOSTILE_DEATH]);
+  pages.died = path.join(dir, "died.html");
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.died, path.join(dir, "died.db")]);
   pages.misuse = path.join(dir, "misuse.html"); // invalid frees
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.misuse, path.join(dir, "misuse.db")]);
   // Real PyTorch snapshots (tests/data): resnet50_leak (C++ names hundreds of characters long,
@@ -337,6 +347,25 @@ test("kept autograd graphs: listed above the leak candidates in the text report'
   assert.strictEqual(await page.locator("img").count(), 0);
   assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.kept)), []);
   await page.close();
+});
+
+test("a snapshot written after its process died says how and when in the header; its own snapshot says nothing", async () => {
+  const { page, seen } = await open("died");
+  const death = page.locator("#death");
+  assert.ok(await death.isVisible());
+  assert.strictEqual(await death.textContent(), "died: " + HOSTILE_DEATH + " at 2.50 s, 500.0 ms after its last allocation " +
+    "(this snapshot was written from its live mapping afterwards)");
+  await page.waitForTimeout(300);
+  assert.deepStrictEqual(seen.dialogs, []);
+  assert.deepStrictEqual(seen.errors, []);
+  assert.strictEqual(await page.locator("img").count(), 0); // the meta's markup shows as text
+  assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.died)), []);
+  await shot(page, "died");
+  await page.close();
+  const plain = await open("leak");
+  assert.ok(await plain.page.locator("#death").isHidden());
+  assert.strictEqual(await plain.page.locator("#death").textContent(), "");
+  await plain.page.close();
 });
 
 test("hostile frame names show as text and run nothing", async () => {
