@@ -99,11 +99,13 @@ static void *signal_dumper(void *arg) {
   int fd = signal_pipe[0];
   while (read(fd, &c, 1) > 0) {
     pthread_mutex_lock(&dump_lock);
+    msi_dump_hook_defer(); /* the hook may wait for Python's lock: run it once dump_lock is free */
     if (msi_is_ready()) { /* never re-initialise a library that was shut down */
       if (!msi_dump_path(false, path, sizeof path)) snprintf(path, sizeof path, "memsnap-%%p.db");
       if (memsnap_dump(path) != MEMSNAP_OK) fprintf(stderr, "memsnap: error: %s\n", memsnap_last_error());
     }
     pthread_mutex_unlock(&dump_lock);
+    msi_dump_hook_run();
   }
   return NULL;
 }
@@ -116,6 +118,7 @@ static const char *dump_on_request(void) {
   static char path[1024];
   const char *written = NULL;
   pthread_mutex_lock(&dump_lock);
+  msi_dump_hook_defer();
   if (msi_is_ready()) {
     char pattern[1024];
     if (!msi_dump_path(false, pattern, sizeof pattern)) snprintf(pattern, sizeof pattern, "memsnap-%%p.db");
@@ -131,6 +134,7 @@ static const char *dump_on_request(void) {
     }
   }
   pthread_mutex_unlock(&dump_lock);
+  msi_dump_hook_run();
   return written;
 }
 

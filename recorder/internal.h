@@ -134,6 +134,8 @@ typedef struct msi_options {
   bool intercept_cache;        /* read by the intercept library; kept here for the snapshot's options */
   bool torch_ranges;           /* read by the Python package (memsnap.enable()); kept here likewise */
   bool torch_modules;          /* likewise (memsnap.enable(): torch_model.py) */
+  double holders_time;         /* the Python package's holder walk at a snapshot (holders.py), seconds */
+  bool gc_events;              /* the Python package's garbage collector record (holders.py) */
   int torch_allocator;         /* likewise: 0 the C++ allocator (recorder/pytorch/), 1 the pluggable interface */
   uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
   bool no_caching;             /* uncached.c serves every request: MEMSNAP_NO_CACHING, PYTORCH_NO_CUDA_MEMORY_CACHING=1 */
@@ -526,6 +528,12 @@ size_t msi_try_merge(msi_device *d, msi_block *dst, msi_block *src);
 bool msi_defer_block(msi_device *d, msi_block *b);
 
 /* ---- history (history.c), stacks (stacks.c, symbolize.c), snapshots (snapshot.c) ------- */
+
+/* memsnap_set_dump_hook's hook deferred on this thread while it holds a lock (snapshot.c): the
+ * next memsnap_dump keeps its path; msi_dump_hook_run calls the hook with it (if any) and ends
+ * the deferral. */
+void msi_dump_hook_defer(void);
+void msi_dump_hook_run(void);
 
 #define MSI_EV_(id, name) MSI_EV_##id,
 typedef enum {

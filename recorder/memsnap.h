@@ -211,6 +211,14 @@ int memsnap_record_clear(void);
  * recording (state only). Returns MEMSNAP_OK, or a negative code with the reason set. */
 int memsnap_dump(const char *path);
 
+/* Called after each snapshot this process writes (memsnap_dump, the exit dump, the dump signal's,
+ * `memsnap dump PID`'s, the out-of-memory dump), with the path written, on the thread that wrote
+ * it, with no lock of the library held (the signal thread's after its own lock is released). The
+ * Python package adds what only Python knows to the finished file (the holders table). */
+typedef void (*memsnap_dump_hook_t)(const char *path, void *arg);
+/* Sets the hook (NULL: none); `arg` is passed back. Returns MEMSNAP_OK. */
+int memsnap_set_dump_hook(memsnap_dump_hook_t fn, void *arg);
+
 /* Writes the MEMSNAP_DUMP snapshot now if one is set and not written yet; the dump at exit is
  * then skipped. For hosts whose own exit runs first (memsnap's Python module calls it from
  * Python's atexit, while Python frames can still be named). Returns MEMSNAP_OK or the dump's
@@ -276,6 +284,12 @@ int memsnap_step_event(int label, int what);
  * 16 deep); memsnap_backward_end returns MEMSNAP_EINVAL when none is open. */
 int memsnap_backward_begin(void);
 int memsnap_backward_end(void);
+
+/* A run of Python's garbage collector on the calling thread begins (what 0) or ends (what 1):
+ * `generation` the generation collected, and at its end the objects it `collected` and those it
+ * found `uncollectable` (gc.callbacks' info). Recorded while the ring records, without a stack.
+ * Returns MEMSNAP_OK, or MEMSNAP_EINVAL for another `what` or a generation outside 0..2. */
+int memsnap_gc_event(int what, int generation, int64_t collected, int64_t uncollectable);
 
 /* ---- Private pools: CUDA graph capture, torch.cuda.MemPool --------------------------------- */
 

@@ -59,14 +59,17 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
  * the tensor's bytes, requested its role: 1 parameter, 2 gradient, 3 optimizer state, 4 buffer,
  * extra the label of its module, NULL or 0 none, device its device); step an optimizer's step
  * (extra the label of the optimizer's class, size 1 begins, 2 ends, 3 skipped by GradScaler);
- * backward a backward pass (size 0 begins, 1 ends; a begin's stack is the call's).
+ * backward a backward pass (size 0 begins, 1 ends; a begin's stack is the call's);
+ * gc a run of Python's garbage collector on the event's thread (size 0 begins, 1 ends; extra its
+ * generation; an end's requested the objects it collected, address the uncollectable ones).
  * A new kind goes at the end: ids are part of the format. */
 #define MEMSNAP_EVENT_KIND_LIST(X)                                                              \
   X(ALLOC, "alloc") X(FREE_REQUESTED, "free_requested") X(FREE_COMPLETED, "free_completed")      \
   X(SEGMENT_ALLOC, "segment_alloc") X(SEGMENT_FREE, "segment_free") X(OOM, "oom")                 \
   X(SNAPSHOT, "snapshot") X(MARK, "mark") X(RANGE_PUSH, "range_push") X(RANGE_POP, "range_pop") \
   X(SEGMENT_MAP, "segment_map") X(SEGMENT_UNMAP, "segment_unmap") X(INVALID_FREE, "invalid_free")   \
-  X(IPC_SHARE, "ipc_share") X(MODULE, "module") X(TENSOR, "tensor") X(STEP, "step") X(BACKWARD, "backward")
+  X(IPC_SHARE, "ipc_share") X(MODULE, "module") X(TENSOR, "tensor") X(STEP, "step") X(BACKWARD, "backward") \
+  X(GC, "gc")
 
 /* Why a segment_free or segment_unmap happened: its `extra` (NULL, read as 0: not recorded, as
  * in imported snapshots and files written before these codes). The recorder knows the reason

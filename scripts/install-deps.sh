@@ -3,7 +3,8 @@
 # Ubuntu, naming each one it installs; does nothing for what is already there.
 #   build:  gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev zlib1g-dev
 #   fuzz:   clang and its runtime libraries (libFuzzer, sanitizers)
-#   tests:  python3 and its pip (test_install), binutils (addr2line names the file and line of native frames), nodejs and
+#   tests:  python3 and its pip (test_install), python3-nbclient and python3-ipykernel (memsnap.show()
+#           in a real Jupyter kernel: tests/recorder/test_notebook.py), binutils (addr2line names the file and line of native frames), nodejs and
 #           npm (unless a node is already on the PATH), chromium (the report page's browser
 #           tests), and from npm playwright-core into tests/web/node_modules (tests/web/package.json)
 # The CUDA toolkit (headers in $CUDA_HOME/include, default /usr/local/cuda) is not a Debian
@@ -11,7 +12,8 @@
 set -eu
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev zlib1g-dev python3 binutils; do
+for pkg in gcc g++ make pkg-config libunwind-dev libsqlite3-dev libcjson-dev zlib1g-dev python3 binutils \
+  python3-nbclient python3-ipykernel; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 have_pkg chromium || [ -n "${CHROMIUM:-}" ] || need+=(chromium) # the page's browser tests

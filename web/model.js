@@ -621,6 +621,29 @@ const Model = {
       perIteration: v.length > 1 ? (v[v.length - 1] - v[0]) / (v.length - 1) : 0 };
   },
 
+  // What holds a leak candidate, as lines of text (the JSON's holders, reference_cycles and
+  // gc_frees: docs/analysis-json.md): each holder chain with the blocks alike, then the reference
+  // cycles' line and its fix. Empty when the snapshot says nothing of it.
+  causeLines(leak) {
+    const out = [];
+    (leak && leak.holders || []).forEach((h, i) => {
+      out.push((i ? "also held by: " : "held by: ") + h.holder + (h.blocks > 1 ? " (" + h.blocks + " blocks alike)" : ""));
+    });
+    if (leak && leak.reference_cycles) {
+      const g = leak.gc_frees || {};
+      out.push("held by reference cycles: " + (g.by_collector ? "only the garbage collector freed it (" + g.by_collector + " of " +
+        g.frees + " frees, " + Model.formatBytes(g.bytes) + ", in " + g.runs + " runs)" : "its tensors are reachable only from objects that refer to each other") +
+        "; fix: break the cycle where it is made, or call gc.collect() every N steps");
+    }
+    return out;
+  },
+
+  // The garbage collector's runs that freed device memory, for the timeline's markers: [{t, label}].
+  gcMarkers(d) {
+    const runs = d.gc && d.gc.freeing_runs || [];
+    return runs.map((r) => ({ t: r.start_ns, label: "gc " + r.generation + ": " + Model.formatBytes(r.freed_bytes) }));
+  },
+
   // Detailed allocations whose address range holds the number `text` (hex with 0x, or decimal).
   searchAddress(d, text) {
     const q = String(text).trim().toLowerCase();

@@ -166,6 +166,7 @@ function showDocument(d, signal, src) {
     };
     retries.forEach((r) => marker(r.time_ns, "#ef6c00", 3, "retry", 20, 40)); // the allocator released its cache for a request (under an OOM's)
     d.oom.forEach((o) => marker(o.time_ns, "#c62828", 3, "OOM", 2, 34));
+    Model.gcMarkers(d).forEach((g) => marker(g.t, "#2e7d32", 2, "gc", 38, 24)); // the collector's runs that freed memory
     if (withBands && hovered !== null && hovered !== st.pin) { // the allocation under the pointer: outlined
       const a = Model.allocation(d, hovered), end = a.free >= 0 ? a.free : full.t1;
       ctx.strokeStyle = "#37474f";
@@ -622,7 +623,9 @@ function showDocument(d, signal, src) {
   function selectCandidate(i, toggle) {
     const l = d.candidates[i];
     st.leak = st.leak === i && toggle ? null : i;
-    showStack(candidateTitle(i), l.stack, (l.held_module || l.module) ? "in module " + (l.held_module || l.module) + "\n\n" : undefined);
+    const causes = Model.causeLines(l).join("\n");
+    showStack(candidateTitle(i), l.stack, ((l.held_module || l.module) ? "in module " + (l.held_module || l.module) + "\n" : "") +
+      (causes ? causes + "\n" : "") + ((l.held_module || l.module || causes) ? "\n" : "") || undefined);
     fillLists(search.value);
     redraw();
     if (st.leak !== null && selectedBand() < 0) // only the largest sites have a band of their own
@@ -656,6 +659,7 @@ function showDocument(d, signal, src) {
         (l.kept_graph !== null && l.kept_graph !== undefined ? " \u00b7 " + Model.formatBytes(l.kept_graph_bytes) + " in kept graph G" + (l.kept_graph + 1) : ""),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
+      for (const line of Model.causeLines(l)) add(li, "div", line, "holder"); // what holds it (text only)
       if (l.held_category) li.dataset.category = l.held_category;
       on(li, "click", () => selectCandidate(i, true));
     });

@@ -535,6 +535,7 @@ typedef struct ms_whole_run {
 } ms_whole_run;
 
 struct ms_suggestions;
+struct ms_causes;
 typedef struct ms_analysis {
   ms_snapshot *snap;
   ms_curve *allocated_curve, *reserved_curve;
@@ -591,6 +592,7 @@ typedef struct ms_analysis {
   size_t ninvalid_frees;
   int64_t invalid_free_total, invalid_free_by_kind[4];
   ms_releases releases; /* the allocator's own releases of cached memory: retries, empty_cache... */
+  struct ms_causes *causes; /* holders and the garbage collector's runs (causes.c); NULL: none seen */
   /* What the replay suggests (replay/suggest.c): the command that runs it fills this for the
      reports; NULL: not asked (the analysis never calls the replay: it sits above). Not owned. */
   const struct ms_suggestions *suggestions;
@@ -732,6 +734,45 @@ void ms_categories_at_peak(const ms_analysis *a, int64_t bytes[MS_CATEGORIES]);
  * are classified). Unreadable or out of memory: none. */
 void ms_whole_run_read(ms_analysis *a);
 void ms_whole_run_free(ms_whole_run *r);
+
+/* ---- what holds memory (causes.c): holders, the garbage collector's runs -------------------- */
+
+#define MS_GC_RUNS_MAX 4096 /* runs that freed device memory kept, the earliest */
+typedef struct ms_gc_run {
+  int64_t start_ns, end_ns, thread, collected; /* objects the collector collected */
+  int64_t freed_bytes, freed_blocks;           /* device memory freed during it */
+  int generation;
+} ms_gc_run;
+typedef struct ms_site_gc {
+  int64_t frees, gc_frees, gc_bytes; /* frees of the site's blocks, those during a run, their bytes */
+  int64_t runs, last_run;            /* runs that freed some of it; the last one's number */
+  int64_t first_run_ns, last_run_ns; /* when the first and the last of them began */
+} ms_site_gc;
+typedef struct ms_causes {
+  ms_holder_row *holders; /* by stack id, block, rank */
+  size_t nholders, holders_cap;
+  ms_holders_meta walk;
+  ms_gc_run *runs; /* those that freed device memory, in time order */
+  size_t nruns, runs_cap;
+  int64_t runs_total, runs_freeing, freed_bytes; /* every run recorded; those that freed; what they freed */
+  ms_site_gc *sites; /* by site index */
+  size_t nsites;
+  ms_gc_run cur;   /* the run open */
+  int64_t open;    /* its thread, -1 none */
+} ms_causes;
+/* The pass's calls: a gc event; a free of `bytes` of `site`'s block. */
+void ms_causes_gc(ms_analysis *a, const ms_event *e);
+void ms_causes_free(ms_analysis *a, uint32_t site, int64_t bytes, const ms_event *e);
+/* After the pass: the holders table read (a file without it: none). */
+void ms_causes_load(ms_analysis *a);
+void ms_causes_free_all(ms_analysis *a);
+/* The holder rows of `site` (*first the first), 0 when none. */
+size_t ms_site_holders(const ms_analysis *a, uint32_t site, const ms_holder_row **first);
+/* The site's frees and the collector's share of them; NULL when none were seen. */
+const ms_site_gc *ms_site_gc_counts(const ms_analysis *a, uint32_t site);
+/* Whether the site's memory is held by reference cycles: the collector's runs freed it all (90% of
+ * its frees at least), or a holder chain ended on a cycle. */
+bool ms_site_cycles(const ms_analysis *a, uint32_t site);
 
 /* ---- leak candidates (leaks.c) ----------------------------------------------------------- */
 

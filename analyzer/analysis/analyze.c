@@ -246,6 +246,7 @@ static int pass1_event(const ms_event *e, void *arg) {
     p->next_bound++;
   }
   ms_lifetimes_event(&a->stacked_events, &a->kinds, &p->life, e);
+  if (e->kind == MS_GC) ms_causes_gc(a, e); /* the garbage collector's runs (causes.c) */
   if ((e->kind == MS_MODULE || e->kind == MS_TENSOR || e->kind == MS_BACKWARD) &&
       ms_modules_event(a, &p->modules, e, &p->live, p->allocated) != 0) {
     p->failed = true;
@@ -320,6 +321,7 @@ static int pass1_event(const ms_event *e, void *arg) {
         s->live_bytes += delta;
         s->live_count--;
         p->allocated += delta;
+        ms_causes_free(a, site, -delta, e);
         /* fallen below halfway from the first boundary's level to the highest since: released, if
            it still is at the next boundary (close_iteration) */
         if (s->released_ns < 0 && s->peak_iter_live > s->first_iter_live &&
@@ -491,6 +493,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   ms_external_each(s, add_external, a); /* unreadable: the groups read */
   ms_leaks_classify(a);
   ms_whole_run_read(a);
+  ms_causes_load(a);
   ms_modules_end(a, &p.modules, p.life.peak_mark);
   ms_graphs_finish(a, &p.graphs);
   ms_lifetimes_end(a, &p.life);
@@ -560,5 +563,6 @@ void ms_analysis_free(ms_analysis *a) {
   free(a->graphs);
   free(a->leaks);
   free(a->top);
+  ms_causes_free_all(a);
   memset(a, 0, sizeof *a);
 }

@@ -100,10 +100,10 @@ static inline bool ms_event_external_segment(const ms_event *e) {
 }
 
 /* Whether an event is of the model's language (module, tensor, step, backward: PyTorch's layer's
- * record of modules, tensors' roles, optimizer steps and backward passes): it holds no memory and
- * no replay, retry or device needs it. */
+ * record of modules, tensors' roles, optimizer steps and backward passes; gc: the Python layer's
+ * garbage collector runs): it holds no memory and no replay, retry or device needs it. */
 static inline bool ms_event_is_model(int kind) {
-  return kind == MS_MODULE || kind == MS_TENSOR || kind == MS_STEP || kind == MS_BACKWARD;
+  return kind == MS_MODULE || kind == MS_TENSOR || kind == MS_STEP || kind == MS_BACKWARD || kind == MS_GC;
 }
 
 /* An annotation: what the program said about its memory (marks, ranges, the model's events),
@@ -227,6 +227,25 @@ typedef struct ms_external {
 /* The groups of external segments, largest first (then by source and library); as
  * ms_segments_each for fn's return and failure. */
 int ms_external_each(ms_snapshot *s, int (*fn)(const ms_external *r, void *arg), void *arg);
+
+/* A row of the holders table (read/holders.c): a block of a site the Python package walked at the
+ * snapshot, and one chain of references from a root to a tensor in it (rank 0 the first found). */
+typedef struct ms_holder_row {
+  int64_t stack_id, size, tensor_bytes;
+  uint64_t address;
+  int rank;
+  char root[16];    /* global, local, hook, module, optimizer, autograd, cycle, none */
+  char holder[512]; /* the chain, root first: "global `features` of train.py -> list[3] -> tensor ..." */
+} ms_holder_row;
+/* Calls fn for each holder row, by site, block and rank; 0 rows for a file without the table. */
+int ms_holders_each(ms_snapshot *s, int (*fn)(const ms_holder_row *r, void *arg), void *arg);
+/* The walk that made them (meta keys): ms -1 when none ran. */
+typedef struct ms_holders_meta {
+  int64_t ms, blocks;
+  bool cut; /* the time ran out: blocks past `blocks` were not walked */
+} ms_holders_meta;
+int ms_holders_walk(ms_snapshot *s, ms_holders_meta *out);
+
 
 typedef enum {
   MS_COUNT_SEGMENTS,

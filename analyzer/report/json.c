@@ -271,6 +271,7 @@ static void add_leaks(cJSON *root, const doc *d) {
     else cJSON_AddNullToObject(o, "kept_graph");
     cJSON_AddNumberToObject(o, "kept_graph_bytes", (double)st->graph_bytes);
     site_keys(d, o, a->leaks[i]);
+    ms_json_causes_site(o, a, a->leaks[i]); /* what holds it (causes.c) */
     cJSON_AddItemToArray(list ? held : leaks, o);
   }
 }
@@ -517,6 +518,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   ms_json_whole_run(root, cJSON_GetObjectItemCaseSensitive(root, "iterations"), a);
   add_leaks(root, &d);
   add_kept_graphs(root, &d);
+  ms_json_causes(root, a, ms_json_site_stacks);
   add_modules(root, a);
   add_ooms(root, &d);
   add_invalid_frees(root, &d);

@@ -1,5 +1,6 @@
-/* report.h: an analysis written out (prefix ms_): as text for a terminal (text.c), as JSON
- * (json.c; docs/analysis-json.md) and as the report page (page.c, page_more.c, and page_set.c for
+/* report.h: an analysis written out (prefix ms_): as text for a terminal (text.c, its numbers and
+ * stacks written by format.c), as JSON (json.c; docs/analysis-json.md), what holds a candidate in
+ * both (causes.c) and as the report page (page.c, page_more.c, and page_set.c for
  * the page's documents: a snapshot on several devices gives one per device); a prediction's page
  * (page_predict.c). Reports format what the analysis and the replay computed; they call down
  * into replay/, analysis/, read/ and util/ only.
@@ -171,6 +172,19 @@ int ms_report_json_matched(const ms_analysis *a, size_t n, FILE *out);
 /* Adds a site's stack keys to a JSON object (stack and full_stack with frames, stack_id, and
  * stack_note for a site without a stack); a key that cannot be allocated is left out. */
 void ms_json_site_stacks(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* ---- what holds memory (causes.c): holders and the garbage collector ------------------------ */
+/* Under a leak candidate: its holders (grouped chains) and, when only the collector frees it, the
+ * reference cycles line and its fix; each line starts with `indent`. */
+void ms_report_causes_site(const ms_analysis *a, uint32_t site, const char *indent, FILE *out);
+/* The holder walk's line and the garbage collector's section (runs, sites held by cycles); nothing
+ * for a snapshot with neither. */
+void ms_report_causes_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
+/* A site's keys `holders`, `reference_cycles`, `gc_frees` (docs/analysis-json.md). */
+void ms_json_causes_site(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* The document's keys `holders_walk` and `gc`; site_keys (json.c's, as page.c hands page_more.c its
+ * tables: causes.c never calls back into json.c) adds a cycle site's stack keys. */
+void ms_json_causes(struct cJSON *root, const ms_analysis *a,
+                    void (*site_keys)(struct cJSON *o, const ms_analysis *a, uint32_t site));
 /* Adds "pid" and "host" to a JSON object, null where the snapshot does not say (imported); a key
  * that cannot be allocated is left out. */
 void ms_json_process(struct cJSON *o, const ms_snapshot *s);

@@ -13,6 +13,8 @@
  *             (MEMSNAP_TENSOR_*), aux the label of its module (0: none), device the tensor's
  *   step      aux the label (the optimizer's class), size what (MEMSNAP_STEP_*), device -1
  *   backward  size 0 begins, 1 ends, device -1; a begin carries the calling thread's stack
+ *   gc        size 0 begins, 1 ends, aux the generation, requested the objects collected, addr the
+ *             uncollectable ones, device -1 (the Python package's gc.callbacks hook)
  * Only a backward's begin captures a stack; the others carry none.
  *
  * memsnap_backward_begin/end also lend the calling thread's Python frames to the threads that
@@ -119,5 +121,20 @@ int memsnap_backward_end(void) {
     return MEMSNAP_EINVAL;
   }
   if (msi_ring_recording()) msi_history_add_unobserved(MSI_EV_BACKWARD, -1, NULL, 0, 1, 0, 0, 0);
+  return MEMSNAP_OK;
+}
+
+int memsnap_gc_event(int what, int generation, int64_t collected, int64_t uncollectable) {
+  if (what != 0 && what != 1) {
+    msi_error("memsnap_gc_event: what %d is not 0 (begins) or 1 (ends)", what);
+    return MEMSNAP_EINVAL;
+  }
+  if (generation < 0 || generation > 2) {
+    msi_error("memsnap_gc_event: generation %d is not 0, 1 or 2", generation);
+    return MEMSNAP_EINVAL;
+  }
+  if (msi_ring_recording())
+    msi_history_add_unobserved(MSI_EV_GC, -1, NULL, (uint64_t)(uncollectable > 0 ? uncollectable : 0),
+                               (uint64_t)what, (uint64_t)(collected > 0 ? collected : 0), (uint64_t)generation, 0);
   return MEMSNAP_OK;
 }

@@ -561,7 +561,7 @@ static void put_event(event_writer *x, uint64_t i, int64_t id, int64_t t) {
   for (int k = 0; k < 11; k++) {
     bool null = (k == 3 && e->device < 0) || (k == 10 && e->stack_id == 0) ||
                 (k == 8 && e->kind != MSI_EV_OOM && e->kind != MSI_EV_MARK && e->kind != MSI_EV_RANGE_PUSH &&
-                 e->kind != MSI_EV_INVALID_FREE && !names_label(e->kind) && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux) &&
+                 e->kind != MSI_EV_INVALID_FREE && e->kind != MSI_EV_GC && !names_label(e->kind) && !(e->kind == MSI_EV_SEGMENT_ALLOC && e->aux) &&
                  !((e->kind == MSI_EV_SEGMENT_FREE || e->kind == MSI_EV_SEGMENT_UNMAP) && e->aux));
     if (null) sqlite3_bind_null(target, base + k + 1);
     else sqlite3_bind_int64(target, base + k + 1, v[k]);
@@ -781,6 +781,37 @@ int msi_snapshot_write(const char *path, const msi_snapshot *s, msi_symbolized *
   return rc;
 }
 
+/* The dump hook (memsnap_set_dump_hook), and a thread's deferral of it while it holds a lock
+ * (api.c's signal thread and `memsnap dump PID`: msi_dump_hook_defer, then msi_dump_hook_run). */
+static _Atomic(memsnap_dump_hook_t) dump_hook;
+static void *_Atomic dump_hook_arg;
+static __thread bool hook_deferred;
+static __thread char hook_path[1024];
+
+int memsnap_set_dump_hook(memsnap_dump_hook_t fn, void *arg) {
+  atomic_store(&dump_hook_arg, arg);
+  atomic_store(&dump_hook, fn);
+  return MEMSNAP_OK;
+}
+
+void msi_dump_hook_defer(void) {
+  hook_deferred = true;
+  hook_path[0] = 0;
+}
+
+void msi_dump_hook_run(void) {
+  hook_deferred = false;
+  memsnap_dump_hook_t fn = atomic_load(&dump_hook);
+  if (fn && hook_path[0]) fn(hook_path, atomic_load(&dump_hook_arg));
+  hook_path[0] = 0;
+}
+
+/* After a snapshot is written to `path`: the hook now, or once the thread's lock is released. */
+static void after_dump(const char *path) {
+  snprintf(hook_path, sizeof hook_path, "%s", path);
+  if (!hook_deferred) msi_dump_hook_run();
+}
+
 int memsnap_dump(const char *pattern) {
   char path[1024];
   if (!pattern) {
@@ -814,5 +845,6 @@ cleanup:
   free(s.segs);
   free(s.blocks);
   free(run);
+  if (rc == MEMSNAP_OK) after_dump(path);
   return rc;
 }

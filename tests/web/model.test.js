@@ -457,3 +457,19 @@ test("runStrip: the whole run's bars, the window placed; nothing when the window
     { first_second: 1, count: 2, start_ns: 20, end_ns: 30, peak_allocated_bytes: 3, peak_reserved_bytes: 4, end_allocated_bytes: 1 }] }), 300);
   assert.deepStrictEqual([t.kind, t.total, t.window], ["seconds", 3, { x0: 0, x1: 100 }]);
 });
+
+test("what holds a leak: holder chains, reference cycles and the collector's runs on the timeline", () => {
+  const leak = { holders: [{ root: "global", holder: "global `features` of train.py -> list[3] -> tensor", blocks: 3 },
+    { root: "hook", holder: "forward hook of GPT2LMHeadModel.transformer.h.5 -> <img src=x onerror=alert(1)>", blocks: 1 }],
+  reference_cycles: true, gc_frees: { frees: 4, by_collector: 4, bytes: 20 << 20, runs: 2 } };
+  const lines = Model.causeLines(leak);
+  assert.deepStrictEqual(lines.slice(0, 2), ["held by: global `features` of train.py -> list[3] -> tensor (3 blocks alike)",
+    "also held by: forward hook of GPT2LMHeadModel.transformer.h.5 -> <img src=x onerror=alert(1)>"]); // text, shown with textContent
+  assert.ok(lines[2].startsWith("held by reference cycles: only the garbage collector freed it (4 of 4 frees, 20.00 MiB, in 2 runs)"), lines[2]);
+  assert.ok(lines[2].includes("gc.collect()"), lines[2]);
+  assert.deepStrictEqual(Model.causeLines({ holders: [], reference_cycles: false }), []);
+  assert.deepStrictEqual(Model.causeLines({}), []); // a page of an older snapshot
+  assert.deepStrictEqual(Model.gcMarkers({ gc: { freeing_runs: [{ start_ns: 5, generation: 2, freed_bytes: 1 << 20 }] } }),
+    [{ t: 5, label: "gc 2: 1.00 MiB" }]);
+  assert.deepStrictEqual(Model.gcMarkers({}), []);
+});

@@ -28,6 +28,8 @@ import ctypes
 import itertools
 import os
 
+from . import holders
+
 _builtin_range = builtins.range  # the module defines memsnap.range (a context manager)
 
 __all__ = [
@@ -127,6 +129,9 @@ def _declare(lib):
         "memsnap_step_event": (c.c_int, [c.c_int, c.c_int]),
         "memsnap_backward_begin": (c.c_int, []),
         "memsnap_backward_end": (c.c_int, []),
+        # the Python layer's own record (holders.py)
+        "memsnap_set_dump_hook": (c.c_int, [holders.DUMP_HOOK, c.c_void_p]),
+        "memsnap_gc_event": (c.c_int, [c.c_int, c.c_int, c.c_int64, c.c_int64]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)
@@ -147,10 +152,10 @@ def load(path=None):
         lib = ctypes.PyDLL(path or library_path())
         _declare(lib)
         _lib = lib
-        import atexit
-        # MEMSNAP_DUMP: write it while Python frames can still be named (the library's own
-        # exit handler runs after the interpreter is gone).
-        atexit.register(lib.memsnap_dump_exit)
+        # MEMSNAP_DUMP at Python's exit, while Python frames can still be named (the library's
+        # own exit handler runs after the interpreter is gone); the holders of each snapshot
+        # written, and the garbage collector's runs recorded (holders.py)
+        holders.install(lib)
     return _lib
 
 

@@ -1,7 +1,9 @@
 """The stand-in's torch.nn.modules.module: Module, whose __call__ runs the global forward
 pre-hooks and forward hooks around forward as PyTorch's _call_impl does (a pre-hook may replace
 the arguments, a hook the result; hooks registered with always_call run even when forward
-raises), and the registration functions of those global hooks."""
+raises), then the module's own forward hooks (register_forward_hook: its _forward_hooks, an
+OrderedDict by handle id, as PyTorch keeps them), and the registration functions of those global
+hooks."""
 import collections
 
 import torch
@@ -30,7 +32,13 @@ class Module:
         object.__setattr__(self, "_parameters", collections.OrderedDict())
         object.__setattr__(self, "_buffers", collections.OrderedDict())
         object.__setattr__(self, "_modules", collections.OrderedDict())
+        object.__setattr__(self, "_forward_hooks", collections.OrderedDict())
         self.training = True
+
+    def register_forward_hook(self, hook):
+        handle = torch.RemovableHandle(self._forward_hooks)
+        self._forward_hooks[handle.id] = hook
+        return handle
 
     def __setattr__(self, name, value):
         if isinstance(value, torch.nn.Parameter):
@@ -95,6 +103,10 @@ class Module:
         called = set()
         try:
             result = self.forward(*args, **kwargs)
+            for hook in list(self.__dict__.get("_forward_hooks", {}).values()):
+                out = hook(self, args, result)
+                if out is not None:
+                    result = out
             for key, hook in list(_global_forward_hooks.items()):
                 if key in _global_forward_hooks_always_called:
                     called.add(key)
