@@ -41,6 +41,8 @@
 
 #define LOG_INITIAL (1u << 20)
 #define LOG_RESERVE (1ull << 32) /* 4 GiB of address space; the file holds what is used */
+#define STATE_RESERVE (1ull << 32) /* each state slot's address space (some 100 million blocks) */
+#define STATE_INITIAL (64u << 10)
 
 typedef struct mapping {
   char *base;
@@ -284,6 +286,32 @@ static void log_options(void) {
   }
 }
 
+/* ---- the state's slots ---------------------------------------------------------------------- */
+
+void *msi_live_state_slot(int k, uint64_t need) {
+  if (k < 0 || k > 1 || !atomic_load_explicit(&live_on, memory_order_acquire)) return NULL;
+  void *slot = NULL;
+  pthread_mutex_lock(&log_lock);
+  msi_live_header *h = live ? header_of(live) : NULL;
+  if (h && need <= h->state_reserve) {
+    uint64_t cap = atomic_load_explicit(&h->state_capacity[k], memory_order_relaxed);
+    uint64_t at = h->state_offset + (uint64_t)k * h->state_reserve;
+    if (cap < need) {
+      uint64_t grown = cap ? cap : STATE_INITIAL;
+      while (grown < need) grown *= 2;
+      if (grown > h->state_reserve) grown = h->state_reserve;
+      /* every page backed before it is written (a full tmpfs: no state, never a SIGBUS) */
+      if (posix_fallocate(live_fd, (off_t)(at + cap), (off_t)(grown - cap)) == 0) {
+        atomic_store_explicit(&h->state_capacity[k], grown, memory_order_release);
+        cap = grown;
+      }
+    }
+    if (cap >= need) slot = live->base + at;
+  }
+  pthread_mutex_unlock(&log_lock);
+  return slot;
+}
+
 /* ---- the request watcher ---------------------------------------------------------------- */
 
 static void *watch(void *arg) {
@@ -370,6 +398,8 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
   h->ring_cap = cap;
   h->log_offset = log_offset;
   h->log_reserve = LOG_RESERVE;
+  h->state_offset = log_offset + LOG_RESERVE;
+  h->state_reserve = STATE_RESERVE;
   h->pid = (int32_t)getpid();
   h->ppid = (int32_t)getppid();
   h->rank = -1;
@@ -533,7 +563,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
     warn_once("cannot reserve the live mapping's memory (is its folder full? MEMSNAP_LIVE_DIR moves it)", tmp);
     goto fail;
   }
-  m->length = log_offset + LOG_RESERVE;
+  m->length = log_offset + LOG_RESERVE + 2 * STATE_RESERVE;
   m->base = mmap(NULL, m->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (m->base == MAP_FAILED) {
     m->base = NULL;
