@@ -174,10 +174,10 @@ void msi_live_state_fork(int phase) {
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-bool msi_live_state_read(const char *base, uint64_t len, msi_state_head *head, char **payload) {
+bool msi_live_state_read(const char *base, uint64_t len, msi_state_head *head, char **payload, bool *torn) {
   const msi_live_header *h = (const msi_live_header *)base;
   *payload = NULL;
-  uint64_t best = 0;
+  uint64_t best = 0, torn_gen = 0;
   for (int k = 0; k < 2; k++) {
     uint64_t cap = atomic_load((_Atomic uint64_t *)&h->state_capacity[k]);
     if (h->state_offset > len || h->state_reserve > len || cap < sizeof(msi_state_head) || cap > h->state_reserve ||
@@ -187,6 +187,7 @@ bool msi_live_state_read(const char *base, uint64_t len, msi_state_head *head, c
     const char *slot = base + h->state_offset + (uint64_t)k * h->state_reserve;
     const msi_state_head *sh = (const msi_state_head *)slot;
     uint64_t gen = atomic_load_explicit((_Atomic uint64_t *)&sh->gen, memory_order_acquire);
+    if (gen & 1) torn_gen = gen;
     if (gen == 0 || gen & 1 || gen <= best) continue;
     msi_state_head got;
     memcpy(&got, sh, sizeof got);
@@ -198,6 +199,7 @@ bool msi_live_state_read(const char *base, uint64_t len, msi_state_head *head, c
     if (atomic_load_explicit((_Atomic uint64_t *)&sh->gen, memory_order_relaxed) != gen ||
         state_sum(bytes, got.bytes) != got.checksum) {
       free(bytes); /* torn: written meanwhile, or killed half way */
+      torn_gen = gen + 1;
       continue;
     }
     free(*payload);
@@ -205,5 +207,6 @@ bool msi_live_state_read(const char *base, uint64_t len, msi_state_head *head, c
     *head = got;
     best = gen;
   }
+  *torn = torn_gen > best;
   return best != 0;
 }

@@ -76,8 +76,10 @@ void msi_live_state_fork(int phase);
 /* ---- reading, in any process (livestate.c) ------------------------------------------------ */
 
 /* The newest whole state in a mapping of `len` bytes at `base` (its header checked already):
- * its head copied into *head and its bytes into a new array (*payload, caller frees). true when
- * one is found; false when none is (never written, torn, damaged) or out of host memory. */
-bool msi_live_state_read(const char *base, uint64_t len, msi_state_head *head, char **payload);
+ * its head copied into *head and its bytes into a new array (*payload, caller frees); *torn says
+ * whether a newer slot was found half written (a process killed while it wrote it, or one that
+ * writes it now). true when one is found; false when none is (never written, torn, damaged) or
+ * out of host memory. */
+bool msi_live_state_read(const char *base, uint64_t len, msi_state_head *head, char **payload, bool *torn);
 
 #endif

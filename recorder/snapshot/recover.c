@@ -804,7 +804,8 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
   char *payload = NULL;
   uint64_t from = 0; /* the first event applied: absolute index */
   const char *how = "window";
-  if (msi_live_state_read(m.base, m.len, &head, &payload)) {
+  bool torn = false;
+  if (msi_live_state_read(m.base, m.len, &head, &payload, &torn)) {
     state fresh;
     memset(&fresh, 0, sizeof fresh);
     if (head.ring_index >= base + before && load_state(&st, &head, payload)) {
@@ -863,7 +864,7 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
   msi_snap_origin origin = {h->pid, h->rank, host, cmd, backend, (int)h->stacks, (uint64_t)start_unix, snapshot_ns,
                             d.labels, d.nlabels, d.opt_names, d.opt_values, d.nopts, ended, end_signal,
                             opts->exit_status, end_ns, last_event, last_alloc ? last_alloc - start_ns : 0,
-                            opts->live != 0, how};
+                            opts->live != 0, how, torn};
   s.origin = &origin;
 
   msi_symbolize_source src = {d.recs, d.words, d.nrecs ? d.nrecs : 1, d.syms, python_name, &d, true, opts->live != 0};

@@ -343,6 +343,7 @@ static void write_origin_meta(writer *w, const msi_snapshot *s, sqlite3_stmt *st
   insert_kv(w, st, "snapshot_ns", NULL, (int64_t)o->snapshot_ns, false);
   insert_kv(w, st, "recovered", NULL, o->live ? 2 : 1, false);
   if (o->state) insert_kv(w, st, "recovered_state", o->state, 0, true);
+  if (o->state_torn) insert_kv(w, st, "recovered_state_torn", NULL, 1, false);
   if (o->ended) insert_kv(w, st, "ended", o->ended, 0, true);
   if (o->end_signal) insert_kv(w, st, "end_signal", NULL, o->end_signal, false);
   if (o->exit_status >= 0) insert_kv(w, st, "exit_status", NULL, o->exit_status, false);

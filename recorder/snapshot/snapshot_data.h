@@ -54,6 +54,7 @@ typedef struct msi_snap_origin {
   bool live;                   /* read while the process ran */
   const char *state;           /* "exact": the mapping's state and the events since; "window": the
                                   ring's events alone (no state, or one older than the window) */
+  bool state_torn;             /* a newer state was found half written (the older one was used) */
 } msi_snap_origin;
 
 typedef struct msi_snapshot {
