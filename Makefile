@@ -58,7 +58,7 @@ WEB_ASSETS := web/viewer.html web/predict.html web/viewer.css web/model.js web/v
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload \
   $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
-  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so $(BUILD)/tests/crash_stress
+  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so $(BUILD)/tests/crash_stress $(BUILD)/tests/bench_livestate
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: readme-picture all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall torch-allocator

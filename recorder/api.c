@@ -504,7 +504,7 @@ int memsnap_tensor_events(size_t n, const uint64_t *storage, const uint64_t *byt
 int memsnap_step_event(int label, int what) {
   ensure_ready();
   int rc = msi_step_event(label, what);
-  if (rc == MEMSNAP_OK && what != MEMSNAP_STEP_BEGIN) msi_live_state_take(); /* an iteration's end */
+  if (rc == MEMSNAP_OK && what != MEMSNAP_STEP_BEGIN) msi_live_state_iteration_end();
   return rc;
 }
 

@@ -13,18 +13,20 @@
  * kept from one state to the next (host memory is allocated only when the state outgrows its
  * largest size yet). The locks released, the copy goes into the older slot: its generation made
  * odd, the bytes written, the checksum, the generation made even. The next state is wanted once
- * the ring has claimed a quarter of its capacity more (history.c raises msi_state_wanted; the
- * entry point that added the event takes it after releasing its device lock: api.c), so the ring
- * always still holds every event after the newer state, and after the older one too (a process
- * killed while it writes a slot: the other is a quarter of a ring older at most, plus what the
- * threads claimed while the state was being copied).
+ * the ring has claimed half its capacity more (history.c raises msi_state_wanted; the entry point
+ * that added the event takes it after releasing its device lock: api.c), so the ring always still
+ * holds every event after the newer state, and after the older one too (a process killed while it
+ * writes a slot: the other is half a ring older, plus what the threads claimed between the event
+ * that asked for the state and its copy, and while it was written: far less than the other half;
+ * were it more, recover.c finds the older state's events gone from the window and says so).
  *
  * Taken also when recording starts (what was allocated before: no event tells it), after a
  * clear (the events before it leave the log), and at an iteration's end when an eighth of the
- * ring was claimed since (api.c: memsnap_step_event).
+ * ring was claimed since, or a second passed and an event was (api.c: memsnap_step_event).
  *
  * MEMSNAP_TEST_STATE_STALL_MS (tests only, read once): each write stalls that long half way
- * through its slot, so a kill from outside lands in a torn update (tests/intercept/test_crash.sh).
+ * through its slot, and every iteration's end takes one, so a kill from outside lands in a torn
+ * update (tests/intercept/test_crash.sh).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -40,6 +42,7 @@ static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static msi_snapshot copy;  /* the buffers, reused (state_lock) */
 static uint64_t written;   /* slots written by this process */
 static int stall_ms = -1;  /* MEMSNAP_TEST_STATE_STALL_MS; -1: not read yet */
+static uint64_t last_index, last_ns; /* the last state's ring index and time */
 
 /* A 64-bit checksum of n bytes (n a multiple of 8): a multiply-xor per word, fast enough for a
  * state of a million blocks (40 MB) in some milliseconds. */
@@ -125,20 +128,35 @@ static uint64_t size_of(const msi_snapshot *s) {
   return n;
 }
 
-void msi_live_state_take(void) {
+static void take(bool iteration_end);
+
+void msi_live_state_take(void) { take(false); }
+
+void msi_live_state_iteration_end(void) { take(true); }
+
+static void take(bool iteration_end) {
   if (!msi_live_state_slot(0, 0) || pthread_mutex_trylock(&state_lock) != 0) return; /* none, or being taken */
-  atomic_store_explicit(&msi_state_wanted, false, memory_order_relaxed);
   if (stall_ms < 0) {
     const char *v = getenv("MEMSNAP_TEST_STATE_STALL_MS");
     stall_ms = v ? atoi(v) : 0;
   }
+  if (iteration_end && stall_ms <= 0) { /* an eighth of the ring since the last, or a second and any event */
+    uint64_t cap, at = msi_history_position(&cap);
+    if (at == last_index || (at - last_index < cap / 8 && msi_now_ns() - last_ns < 1000000000ull)) {
+      pthread_mutex_unlock(&state_lock);
+      return;
+    }
+  }
+  atomic_store_explicit(&msi_state_wanted, false, memory_order_relaxed);
   copy.nsegs = copy.nblocks = 0;
   copy.ndevs = 0;
   copy.failed = false;
   taking t = {&copy, 0, 0};
   msi_devices_locked(under_locks, &t);
-  /* the next one a quarter of the ring on (the ring holds every event after the older slot's) */
-  atomic_store(&msi_state_due_at, t.cap ? t.ring_index + (t.cap / 4 ? t.cap / 4 : 1) : UINT64_MAX);
+  last_index = t.ring_index;
+  last_ns = msi_now_ns();
+  /* the next one half a ring on (the ring holds every event after the older slot's) */
+  atomic_store(&msi_state_due_at, t.cap ? t.ring_index + (t.cap / 2 ? t.cap / 2 : 1) : UINT64_MAX);
   if (!copy.failed) {
     if (copy.nsegs > 1) qsort(copy.segs, copy.nsegs, sizeof *copy.segs, msi_snapshot_segment_order);
     uint64_t bytes = size_of(&copy);

@@ -62,8 +62,11 @@ _Static_assert(sizeof(msi_state_block) == 40, "a state block is 40 bytes");
 
 /* Takes the state now unless another thread is taking it: every device locked for the copy
  * (msi_devices_locked, as memsnap_dump), written into the older slot with no lock of the
- * allocator held, the next one wanted a quarter of the ring later. Nothing without a live mapping. */
+ * allocator held, the next one wanted half a ring later. Nothing without a live mapping. */
 void msi_live_state_take(void);
+/* At an iteration's end: the state, when an eighth of the ring was claimed since the last one, or a
+ * second passed and any event was. */
+void msi_live_state_iteration_end(void);
 /* The allocation path's test, its device lock released: the state, when the ring has claimed
  * enough events since the last one (history.h: msi_state_wanted). One load when not. */
 static inline void msi_live_state_check(void) {
