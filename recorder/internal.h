@@ -630,6 +630,22 @@ int msi_history_mark(const char *label);
 int msi_history_range_push(const char *label);
 int msi_history_range_pop(void);
 
+/* ---- the process's facts (history/process.c), for its snapshot and its live mapping ---------- */
+
+/* Its rank in a job as the variable a launcher set says it (digits only; torchrun's RANK first,
+ * then LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID): the text, or NULL when none does. */
+const char *msi_process_rank(void);
+/* Its command line, arguments joined by spaces, into buf[len] ("" when it cannot be read). */
+void msi_process_cmdline(char *buf, size_t len);
+/* Its executable's path into buf[len]: the length, or 0 ("") when it cannot be read. */
+size_t msi_process_exe(char *buf, size_t len);
+/* Appends `line` to `memsnap run`'s manifest (MEMSNAP_RUN_MANIFEST) with one write; nothing
+ * without one. */
+void msi_manifest_append(const char *line);
+/* Calls fn(path, lo, hi, load bias, arg) for each executable range of each loaded module (the main
+ * program by its path), until fn returns non-zero; returns that, or 0. */
+int msi_modules_each(int (*fn)(const char *path, uint64_t lo, uint64_t hi, uint64_t bias, void *arg), void *arg);
+
 /* memsnap_tensor_events in two (model_events.c), the roles kept between them (api.c): the
  * tensors' arrays checked (MEMSNAP_OK, or MEMSNAP_EINVAL with the error set, nothing done), and
  * their events added while the ring records. */

@@ -13,7 +13,7 @@ file of the library calls into api.c but pytorch/torch_hooks.cc, PyTorch's adapt
 
 The recorder's rooms (recorder/README.md), bottom to top, each using only itself and what is
 below it: the foundation (error.c, options.c) and the allocator's primitives (blocks.c,
-blocktree.c, ptrmap.c, stats.c) at the top of recorder/ use only each other; backends/ uses only
+blocktree.c, ptrmap.c, stats.c, roles.c) at the top of recorder/ use only each other; backends/ uses only
 the foundation; history/ only backends/ and the foundation (it records, it never asks the
 allocator, and never names a frame: that is snapshot/'s, at a dump); modes/ only history/,
 backends/, the primitives and the foundation (never the policy above them); snapshot/ anything
@@ -121,7 +121,7 @@ check("msi_be, the active backend, lives in backends/backend.c", "msi_be" in def
 # The recorder's rooms (recorder/README.md): a room is a folder of recorder/; a file at its top is
 # a room of its own. Each room uses only itself and the rooms named for it here.
 FOUNDATION = {"error.o", "options.o"}
-PRIMITIVES = {"blocks.o", "blocktree.o", "ptrmap.o", "stats.o"}
+PRIMITIVES = {"blocks.o", "blocktree.o", "ptrmap.o", "stats.o", "roles.o"}
 ROOMS = ("backends", "history", "modes", "snapshot", "pytorch")
 room = lambda o: o.split("/")[0] if "/" in o else o
 check("every recorder object is at recorder/'s top or in a room (%s)" % ", ".join(ROOMS),
@@ -132,7 +132,7 @@ for r in ROOMS:
 in_room = lambda r: {o for o in objects if room(o) == r}
 rules = [  # (what, its files, the rooms it may use besides its own files)
     ("the foundation (error.c, options.c) uses nothing else of the recorder", FOUNDATION, set()),
-    ("the allocator's primitives (blocks.c, blocktree.c, ptrmap.c, stats.c) use only each other and the foundation",
+    ("the allocator's primitives (blocks.c, blocktree.c, ptrmap.c, stats.c, roles.c) use only each other and the foundation",
      PRIMITIVES, FOUNDATION),
     ("backends/ uses only the foundation", in_room("backends"), FOUNDATION),
     ("history/ uses only backends/ and the foundation: it never asks the allocator, and names no frame (snapshot/ does)",

@@ -22,7 +22,6 @@
  * memory) and runs api.c's dump when `memsnap dump PID` asks; header.watching says it runs
  * (start_watcher: not in a single-threaded process unless MEMSNAP_LIVE_WATCH=1).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -206,39 +205,26 @@ static int first_adds(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
-/* Each executable range of each loaded module not recorded yet: recorded. log_lock held. */
-static int list_module(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
+/* An executable range of a loaded module, recorded unless it is already. log_lock held. */
+static int list_module(const char *name, uint64_t lo, uint64_t hi, uint64_t bias, void *arg) {
   (void)arg;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    uint64_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (mod_known(lo)) continue;
-    char exe[4096];
-    const char *name = info->dlpi_name;
-    if (!name || !name[0]) { /* the main program */
-      ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-      exe[n > 0 ? n : 0] = '\0';
-      name = exe;
-    }
-    uint64_t head[3] = {lo, hi, (uint64_t)info->dlpi_addr};
-    const void *parts[] = {head, name};
-    size_t lens[] = {sizeof head, strlen(name) + 1};
-    if (!append(MSI_LOG_MODULE, parts, lens, 2)) return 1;
-    if (nmods == mods_cap) {
-      size_t cap = mods_cap ? mods_cap * 2 : 64;
-      range *g = realloc(mods, sizeof *g * cap);
-      if (!g) return 1;
-      mods = g;
-      mods_cap = cap;
-    }
-    size_t at = nmods;
-    while (at > 0 && mods[at - 1].lo > lo) at--;
-    memmove(&mods[at + 1], &mods[at], sizeof *mods * (nmods - at));
-    mods[at] = (range){lo, hi};
-    nmods++;
+  if (mod_known(lo)) return 0;
+  uint64_t head[3] = {lo, hi, bias};
+  const void *parts[] = {head, name};
+  size_t lens[] = {sizeof head, strlen(name) + 1};
+  if (!append(MSI_LOG_MODULE, parts, lens, 2)) return 1;
+  if (nmods == mods_cap) {
+    size_t cap = mods_cap ? mods_cap * 2 : 64;
+    range *g = realloc(mods, sizeof *g * cap);
+    if (!g) return 1;
+    mods = g;
+    mods_cap = cap;
   }
+  size_t at = nmods;
+  while (at > 0 && mods[at - 1].lo > lo) at--;
+  memmove(&mods[at + 1], &mods[at], sizeof *mods * (nmods - at));
+  mods[at] = (range){lo, hi};
+  nmods++;
   return 0;
 }
 
@@ -248,7 +234,7 @@ static void list_modules(void) {
   dl_iterate_phdr(first_adds, &adds);
   if (adds == mods_adds) return;
   mods_adds = adds;
-  dl_iterate_phdr(list_module, NULL);
+  msi_modules_each(list_module, NULL);
 }
 
 void msi_live_note_pc(uint64_t pc) {
@@ -375,17 +361,6 @@ static void start_watcher(void) {
 
 /* ---- making the mapping ----------------------------------------------------------------- */
 
-static void read_cmdline(char *buf, size_t len) {
-  buf[0] = '\0';
-  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t n = read(fd, buf, len - 1);
-  close(fd);
-  for (ssize_t i = 0; i + 1 < n; i++)
-    if (buf[i] == '\0') buf[i] = ' ';
-  buf[n > 0 ? n : 0] = '\0';
-}
-
 static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes, uint64_t cap, uint32_t events_offset,
                         uint64_t log_offset) {
   memcpy(h->magic, MSI_LIVE_MAGIC, 8);
@@ -402,12 +377,8 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
   h->state_reserve = STATE_RESERVE;
   h->pid = (int32_t)getpid();
   h->ppid = (int32_t)getppid();
-  h->rank = -1;
-  static const char *const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars && h->rank < 0; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v && strlen(v) < 9 && strspn(v, "0123456789") == strlen(v)) h->rank = atoi(v);
-  }
+  const char *rank = msi_process_rank();
+  h->rank = rank && strlen(rank) < 9 ? atoi(rank) : -1;
   h->stacks = (uint32_t)msi_opt.stacks;
   struct timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
@@ -417,8 +388,7 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
   snprintf(h->backend, sizeof h->backend, "%s", msi_be ? msi_be->name : msi_opt.backend);
   gethostname(h->host, sizeof h->host - 1);
   char exe[1024];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = '\0';
+  msi_process_exe(exe, sizeof exe);
   const char *slash = strrchr(exe, '/');
   snprintf(h->program, sizeof h->program, "%.255s", slash ? slash + 1 : exe);
   char dump[1024], cwd[1024];
@@ -428,23 +398,14 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
     snprintf(h->dump_path, sizeof h->dump_path, "%.500s/%.500s", cwd, dump);
   else if (msi_dump_path(false, dump, sizeof dump))
     snprintf(h->dump_path, sizeof h->dump_path, "%s", dump);
-  read_cmdline(h->command_line, sizeof h->command_line);
+  msi_process_cmdline(h->command_line, sizeof h->command_line);
 }
 
 /* `memsnap run` learns of the mapping from its manifest: "live<TAB>path<TAB>pid". */
 static void note_in_manifest(const char *path) {
-  const char *manifest = getenv("MEMSNAP_RUN_MANIFEST");
-  if (!manifest || !*manifest) return;
   char line[1300];
   int n = snprintf(line, sizeof line, "live\t%s\t%d\n", path, (int)getpid());
-  int fd = open(manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0 || n <= 0 || (size_t)n >= sizeof line) {
-    if (fd >= 0) close(fd);
-    return;
-  }
-  ssize_t ignored = write(fd, line, (size_t)n);
-  (void)ignored;
-  close(fd);
+  if (n > 0 && (size_t)n < sizeof line) msi_manifest_append(line);
 }
 
 const char *memsnap_live_dir(void) {

@@ -402,6 +402,10 @@ typedef struct state {
   int64_t ooms[MSI_MAX_DEVICES], allocs[MSI_MAX_DEVICES], nsegs[MSI_MAX_DEVICES];
   bool used[MSI_MAX_DEVICES];
   bool async_pool; /* segment_map events: a pool's ranges (expandable, async) */
+  /* the mapped ranges (expandable segments, the async pool), by (device, address), adjacent ones of
+     one stream merged: an unmap finds its ranges by binary search (into the tree at the end) */
+  item *exp;
+  size_t nexp, exp_cap;
   bool failed;
   /* the state's statistics (livestate.c), where it had the device */
   bool have_stats[MSI_MAX_DEVICES];
@@ -466,6 +470,78 @@ static item **collect_tree(void *tree, size_t *n) {
   return walk_out; /* in order: by device, then address */
 }
 
+/* The first mapped range of `device` that ends after `lo` (or where one would go): binary search. */
+static size_t exp_at(const state *st, int device, uint64_t lo) {
+  size_t a = 0, b = st->nexp;
+  while (a < b) {
+    size_t mid = (a + b) / 2;
+    const item *x = &st->exp[mid];
+    if (x->device < device || (x->device == device && x->address + x->size <= lo)) a = mid + 1;
+    else b = mid;
+  }
+  return a;
+}
+
+/* Replaces exp[at, at + n) by the k ranges in `with`. */
+static void exp_splice(state *st, size_t at, size_t n, const item *with, size_t k) {
+  if (st->nexp - n + k > st->exp_cap && !grow((void **)&st->exp, &st->exp_cap, st->nexp - n + k, sizeof *st->exp)) {
+    st->failed = true;
+    return;
+  }
+  memmove(&st->exp[at + k], &st->exp[at + n], sizeof *st->exp * (st->nexp - at - n));
+  memcpy(&st->exp[at], with, sizeof *with * k);
+  st->nexp = st->nexp - n + k;
+}
+
+/* A range mapped: inserted in order, merged with a neighbour of its stream that it touches. */
+static void map_range(state *st, item r) {
+  size_t at = exp_at(st, r.device, r.address);
+  item *prev = at > 0 ? &st->exp[at - 1] : NULL, *next = at < st->nexp ? &st->exp[at] : NULL;
+  bool left = prev && prev->device == r.device && prev->stream == r.stream && prev->address + prev->size == r.address;
+  bool right = next && next->device == r.device && next->stream == r.stream && r.address + r.size == next->address;
+  if (left && right) {
+    prev->size += r.size + next->size;
+    prev->requested = prev->size;
+    exp_splice(st, at, 1, NULL, 0);
+  } else if (left) {
+    prev->size += r.size;
+    prev->requested = prev->size;
+  } else if (right) {
+    next->address = r.address;
+    next->size += r.size;
+    next->requested = next->size;
+  } else {
+    exp_splice(st, at, 0, &r, 1);
+  }
+}
+
+/* The mapped ranges of `device` inside [lo, hi) removed, a range cut where it sticks out; the
+ * bytes removed. */
+static uint64_t unmap_range(state *st, int device, uint64_t lo, uint64_t hi) {
+  size_t at = exp_at(st, device, lo), end = at;
+  uint64_t removed = 0;
+  item keep[2];
+  size_t k = 0;
+  while (end < st->nexp && st->exp[end].device == device && st->exp[end].address < hi) {
+    const item *x = &st->exp[end++];
+    uint64_t a = x->address, b = x->address + x->size;
+    removed += (b < hi ? b : hi) - (a > lo ? a : lo);
+    if (a < lo) { /* only the first may start before lo */
+      keep[k] = *x;
+      keep[k].size = keep[k].requested = lo - a;
+      k++;
+    }
+    if (b > hi) { /* only the last may end after hi */
+      keep[k] = *x;
+      keep[k].address = hi;
+      keep[k].size = keep[k].requested = b - hi;
+      k++;
+    }
+  }
+  exp_splice(st, at, end - at, keep, k);
+  return removed;
+}
+
 static void bump(int64_t *cur, int64_t *peak, int64_t delta) {
   *cur += delta;
   if (*cur > *peak) *peak = *cur;
@@ -488,8 +564,8 @@ static void apply(state *st, const msi_event *e) {
       break;
     case MSI_EV_SEGMENT_MAP:
       st->async_pool = true;
-      insert(st, &st->segs, (item){.device = dv, .address = e->addr, .size = e->size, .requested = e->size,
-                                   .stream = e->stream, .stack_id = e->stack_id, .expandable = true, .pool = "large"});
+      map_range(st, (item){.device = dv, .address = e->addr, .size = e->size, .requested = e->size,
+                           .stream = e->stream, .stack_id = e->stack_id, .expandable = true, .pool = "large"});
       bump(&st->reserved[dv], &st->peak_reserved[dv], (int64_t)e->size);
       break;
     case MSI_EV_SEGMENT_FREE:
@@ -501,34 +577,9 @@ static void apply(state *st, const msi_event *e) {
         drop(&st->segs, it);
       }
       break;
-    case MSI_EV_SEGMENT_UNMAP: {
-      /* the mapped ranges inside [addr, addr + size): removed, a range cut where it sticks out */
-      size_t n;
-      item **all = collect_tree(st->segs, &n);
-      uint64_t lo = e->addr, hi = e->addr + e->size;
-      for (size_t i = 0; i < n; i++) {
-        item *s = all[i];
-        if (s->device != dv || !s->expandable || s->address >= hi || s->address + s->size <= lo) continue;
-        uint64_t a = s->address, b = s->address + s->size;
-        item keep = *s;
-        st->reserved[dv] -= (int64_t)s->size;
-        drop(&st->segs, s);
-        if (a < lo) {
-          keep.address = a;
-          keep.size = keep.requested = lo - a;
-          insert(st, &st->segs, keep);
-          st->reserved[dv] += (int64_t)keep.size;
-        }
-        if (b > hi) {
-          keep.address = hi;
-          keep.size = keep.requested = b - hi;
-          insert(st, &st->segs, keep);
-          st->reserved[dv] += (int64_t)keep.size;
-        }
-      }
-      free(all);
+    case MSI_EV_SEGMENT_UNMAP:
+      st->reserved[dv] -= (int64_t)unmap_range(st, dv, e->addr, e->addr + e->size);
       break;
-    }
     case MSI_EV_ALLOC: {
       if ((it = find(st->blocks, dv, e->addr)) && !it->external) { /* its free was lost: counted once */
         st->allocated[dv] -= (int64_t)it->size;
@@ -616,9 +667,11 @@ static bool load_state(state *st, const msi_state_head *head, const char *p) {
     bool external = g.pool == MSI_STATE_EXTERNAL;
     st->used[g.device] = true;
     if (g.pool == MSI_STATE_ASYNC) st->async_pool = true;
-    insert(st, &st->segs, (item){g.device, g.address, g.size, g.size, g.stream, 0, g.source, 0,
+    item seg = (item){g.device, g.address, g.size, g.size, g.stream, 0, g.source, 0,
                                  (g.flags & MSI_STATE_EXPANDABLE) != 0, pools[g.pool], external, 0, 0,
-                                 (g.flags & MSI_STATE_PRIVATE) != 0, {g.pool_id[0], g.pool_id[1]}, 0});
+                                 (g.flags & MSI_STATE_PRIVATE) != 0, {g.pool_id[0], g.pool_id[1]}, 0};
+    if (seg.expandable) map_range(st, seg);
+    else insert(st, &st->segs, seg);
     for (uint32_t b = 0; b < g.nblocks; b++) {
       msi_state_block k;
       memcpy(&k, p, sizeof k);
@@ -814,6 +867,7 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
     } else {
       free_tree(&st.segs);
       free_tree(&st.blocks);
+      free(st.exp);
       st = fresh;
     }
   }
@@ -826,6 +880,7 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
     if (base + before + e->seq >= from) apply(&st, e);
     if (e->kind == MSI_EV_ALLOC) last_alloc = e->time_ns;
   }
+  for (size_t i = 0; i < st.nexp; i++) insert(&st, &st.segs, st.exp[i]); /* the mapped ranges, as segments */
   if (st.failed || !layout(&st, &d, &s)) {
     msi_error("recover: out of host memory");
     rc = MEMSNAP_ENOMEM;
@@ -895,6 +950,7 @@ cleanup:
   if (symbolized || sym.stacks) msi_symbolized_free(&sym);
   free_tree(&st.segs);
   free_tree(&st.blocks);
+  free(st.exp);
   free(s.ev);
   free(s.segs);
   free(s.blocks);

@@ -181,17 +181,6 @@ static void gather(msi_device **devs, int n, void *arg) {
 
 /* ---- paths ----------------------------------------------------------------------------- */
 
-/* The process's rank in its job, as the variable a launcher set says it (digits only; torchrun's
- * RANK first): the text, or NULL when none does. */
-static const char *rank_variable(void) {
-  static const char *const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v && strspn(v, "0123456789") == strlen(v)) return v;
-  }
-  return NULL;
-}
-
 int msi_expand_path_for(const char *pattern, int pid, const char *rank, const char *host, char *out, size_t len) {
   size_t o = 0;
   for (const char *p = pattern; *p; p++) {
@@ -232,7 +221,7 @@ int msi_expand_path_for(const char *pattern, int pid, const char *rank, const ch
 int msi_expand_path(const char *pattern, char *out, size_t len) {
   char host[256] = "";
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return msi_expand_path_for(pattern, (int)getpid(), rank_variable(), host, out, len);
+  return msi_expand_path_for(pattern, (int)getpid(), msi_process_rank(), host, out, len);
 }
 
 /* The file name of the module holding `pc` (libnccl.so.2, the program), or "" if none does. */
@@ -243,9 +232,7 @@ static void library_of(uint64_t pc, char *out, size_t len) {
   const char *name = info.dli_fname;
   char exe[1024];
   if (!name[0]) { /* the main program */
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return;
-    exe[n] = '\0';
+    if (!msi_process_exe(exe, sizeof exe)) return;
     name = exe;
   }
   const char *slash = strrchr(name, '/');
@@ -309,17 +296,6 @@ static void insert_kv(writer *w, sqlite3_stmt *st, const char *key, const char *
   sqlite3_reset(st);
 }
 
-static void read_cmdline(char *buf, size_t len) {
-  buf[0] = '\0';
-  FILE *f = fopen("/proc/self/cmdline", "rb");
-  if (!f) return;
-  size_t n = fread(buf, 1, len - 1, f);
-  fclose(f);
-  for (size_t i = 0; i + 1 < n; i++)
-    if (buf[i] == '\0') buf[i] = ' ';
-  buf[n] = '\0';
-}
-
 /* meta: the format, the process, the recording. */
 /* meta of another process (recover.c): what its live mapping said, and how it ended. */
 static void write_origin_meta(writer *w, const msi_snapshot *s, sqlite3_stmt *st) {
@@ -361,7 +337,7 @@ static void write_meta(writer *w, const msi_snapshot *s) {
   }
   char host[256] = "", cmd[4096];
   gethostname(host, sizeof host - 1);
-  read_cmdline(cmd, sizeof cmd);
+  msi_process_cmdline(cmd, sizeof cmd);
   struct timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
   uint64_t now = msi_now_ns(), unix_now = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
@@ -371,7 +347,7 @@ static void write_meta(writer *w, const msi_snapshot *s) {
   insert_kv(w, st, "tool_version", MEMSNAP_VERSION, 0, true);
   insert_kv(w, st, "pid", NULL, getpid(), false);
   insert_kv(w, st, "host", host, 0, true);
-  const char *rank = rank_variable();
+  const char *rank = msi_process_rank();
   if (rank && strlen(rank) < 19) insert_kv(w, st, "rank", NULL, strtoll(rank, NULL, 10), false);
   insert_kv(w, st, "command_line", cmd, 0, true);
   insert_kv(w, st, "backend", msi_be->name, 0, true);
@@ -713,16 +689,10 @@ static atomic_uint tmp_counter;
 /* `memsnap run` learns which snapshots its program's processes wrote from the file named by
  * MEMSNAP_RUN_MANIFEST: one line "db<TAB>path" per snapshot, each appended with one write. */
 static void note_in_manifest(const char *path) {
-  const char *manifest = getenv("MEMSNAP_RUN_MANIFEST");
-  if (!manifest || !*manifest) return;
   char line[1200], abs_path[1100] = "";
   if (path[0] != '/' && getcwd(abs_path, 1024)) strcat(abs_path, "/");
   snprintf(line, sizeof line, "db\t%s%s\n", abs_path, path);
-  int fd = open(manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t ignored = write(fd, line, strlen(line));
-  (void)ignored;
-  close(fd);
+  msi_manifest_append(line);
 }
 
 /* fsyncs a file or directory by path; returns 0 or -1. */

@@ -198,7 +198,8 @@ check "recover FILE: writes the snapshot, says so and removes the mapping" \
 #           (recovered_state exact), its statistics add up to its blocks and segments, each device
 #           holds what the program had counted (give or take one allocation or free in flight a
 #           thread), and every block it kept is told a parameter or an optimizer's state
-#   dump    the same, stopped at a random pair: every thread parked, a memsnap_dump written, the
+#   dump    the same (every other one with expandable segments), stopped at a random pair: every
+#           thread parked, a memsnap_dump written, the
 #           state taken again (stalled 30 ms) and SIGKILL within it: the recovered snapshot equals
 #           the dump in allocated and reserved bytes, statistics, segments, blocks (each allocated
 #           one's address, size, stack, role and module) and categories
@@ -266,6 +267,7 @@ for i in $(seq 1 "$kills"); do
     state) MEMSNAP_RECORD=1 MEMSNAP_MAX_ENTRIES=2000 MEMSNAP_SIM_DEVICES=2 MEMSNAP_TEST_STATE_STALL_MS=3 \
              "${pre[@]}" "$stress" "$work/prog$i" 4000 4 2 >/dev/null 2>&1 & ;;
     dump) MEMSNAP_RECORD=1 MEMSNAP_MAX_ENTRIES=2000 MEMSNAP_SIM_DEVICES=2 MEMSNAP_TEST_STATE_STALL_MS=30 \
+            MEMSNAP_EXPANDABLE_SEGMENTS=$((i / 3 % 2)) \
             "${pre[@]}" "$stress" "$work/prog$i" 4000 4 2 $((RANDOM % 2500 + 800)) "$work/d$i.db" >/dev/null 2>&1 & ;;
   esac
   sp=$!

@@ -8,7 +8,8 @@
  * it keeps is told once as a parameter of module "layer.T" (one in four as an optimizer's state),
  * as PyTorch's layer tells a model's tensors, so the roles must outlive the ring's wraps. Whatever
  * kills the process, every allocation and free counted there had recorded its events before.
- * After the pairs it prints "done" and waits for its end. It sleeps 1 ms every 16 pairs.
+ * After the pairs it prints "done" and waits for its end. It sleeps 1 ms every 16 pairs; thread 0
+ * empties the cache every 700 pairs (a gc run: segments freed, or unmapped with expandable ones).
  *
  * With DUMP_AT and DUMP_PATH: once thread 0 has made DUMP_AT pairs, every thread stops after its
  * current pair, thread 0 writes memsnap_dump(DUMP_PATH), sets word 255 of the progress file to 1,
@@ -76,6 +77,7 @@ static void *worker(void *arg) {
     progress[4 * t + 1]++;
     progress[4 * t + 2] -= (uint64_t)size;
     if (i % 16 == 15) nanosleep(&(struct timespec){0, 1000000}, NULL); /* a run of a second or so, to kill at any instant */
+    if (t == 0 && i % 700 == 699) memsnap_empty_cache(); /* a gc run now and then: segments freed (unmapped) */
   }
   (void)kept;
   atomic_fetch_add(&stopped, 1);
