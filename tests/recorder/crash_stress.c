@@ -11,7 +11,8 @@
  * After the pairs it prints "done" and waits for its end. It sleeps 1 ms every 16 pairs; thread 0
  * empties the cache every 700 pairs (a gc run: segments freed, or unmapped with expandable ones).
  *
- * With DUMP_AT and DUMP_PATH: once thread 0 has made DUMP_AT pairs, every thread stops after its
+ * With DUMP_AT and DUMP_PATH: once thread 0 has made DUMP_AT pairs, it frees the blocks it kept and
+ * empties the cache (segments freed, or unmapped), every thread stops after its
  * current pair, thread 0 writes memsnap_dump(DUMP_PATH), sets word 255 of the progress file to 1,
  * ends an iteration (memsnap_step_event: the live mapping's state taken again, which
  * MEMSNAP_TEST_STATE_STALL_MS stalls half way) and waits: killed now, its recovered snapshot must
@@ -58,7 +59,12 @@ static void *worker(void *arg) {
   int nkept = 0;
   for (long i = 0; i < pairs; i++) {
     if (atomic_load(&stop)) break;
-    if (t == 0 && i == dump_at) {
+    if (t == 0 && i == dump_at) { /* its blocks freed and the cache emptied: segments freed (unmapped) */
+      for (int k = 0; k < nkept; k++) memsnap_free(kept[k], 0, device, NULL);
+      progress[4 * t + 1] += (uint64_t)nkept;
+      progress[4 * t + 2] = 0;
+      nkept = 0;
+      memsnap_empty_cache();
       atomic_store(&stop, 1);
       break;
     }
