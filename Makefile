@@ -40,13 +40,13 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
-# The library's sources: the allocator core at recorder/'s top, its layers in folders
+# The library's sources: the foundation and entry points at recorder/'s top, its layers in folders
 # (recorder/README.md). Listed in the order they were linked before the folders came: the
 # library's constructors (api.c, history/stacks.c, history/unwind.c) run in link order.
-LIB_SRCS := recorder/alloc.c recorder/api.c recorder/modes/async_alloc.c recorder/backends/backend.c recorder/backends/backend_cuda.c recorder/backends/backend_sim.c \
-  recorder/blocks.c recorder/blocktree.c recorder/modes/capture.c recorder/check.c recorder/checkpoint.c recorder/error.c recorder/modes/expandable.c recorder/external.c recorder/history/gil_helper.c recorder/history/history.c recorder/devices.c recorder/history/ehframe.c \
-  recorder/ipc.c recorder/history/livemap.c recorder/misuse.c recorder/snapshot/recover.c recorder/snapshot/livestate.c recorder/history/model_events.c recorder/options.c recorder/modes/pools.c recorder/ptrmap.c recorder/roles.c recorder/history/process.c recorder/history/pyframes.c recorder/segments.c recorder/snapshot/snapshot.c recorder/history/stacks.c recorder/stats.c \
-  recorder/snapshot/symbolize.c recorder/snapshot/symbols.c recorder/uncached.c recorder/history/unwind.c
+LIB_SRCS := recorder/allocator/alloc.c recorder/api.c recorder/modes/async_alloc.c recorder/backends/backend.c recorder/backends/backend_cuda.c recorder/backends/backend_sim.c \
+  recorder/allocator/blocks.c recorder/allocator/blocktree.c recorder/modes/capture.c recorder/allocator/check.c recorder/allocator/checkpoint.c recorder/error.c recorder/modes/expandable.c recorder/allocator/external.c recorder/history/gil_helper.c recorder/history/history.c recorder/allocator/devices.c recorder/history/ehframe.c \
+  recorder/allocator/ipc.c recorder/history/livemap.c recorder/allocator/misuse.c recorder/snapshot/recover.c recorder/snapshot/livestate.c recorder/history/model_events.c recorder/options.c recorder/modes/pools.c recorder/allocator/ptrmap.c recorder/allocator/roles.c recorder/history/process.c recorder/history/pyframes.c recorder/allocator/segments.c recorder/snapshot/snapshot.c recorder/history/stacks.c recorder/allocator/stats.c \
+  recorder/snapshot/symbolize.c recorder/snapshot/symbols.c recorder/allocator/uncached.c recorder/history/unwind.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/pytorch/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
 # folder and the folders before it.

@@ -18,7 +18,7 @@
  * A call made inside another recorded call (cudaMalloc calling cuMemAlloc through cudart's
  * table) is passed through unrecorded: only the outermost call is recorded, so each allocation
  * is seen once, under the API the program used. Recording goes through libmemsnap's public
- * header only (memsnap_external_alloc/free, recorder/external.c), with the caller's return
+ * header only (memsnap_external_alloc/free, recorder/allocator/external.c), with the caller's return
  * address so the snapshot names the library that allocated.
  *
  * With MEMSNAP_BACKEND=sim there is no driver: the allocation functions answer from memsnap's

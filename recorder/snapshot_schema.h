@@ -64,7 +64,7 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
 
 /* Why a segment_free or segment_unmap happened: its `extra` (NULL, read as 0: not recorded, as
  * in imported snapshots and files written before these codes). The recorder knows the reason
- * where it releases (recorder/alloc.c); the analyzer infers it where a file does not say
+ * where it releases (recorder/allocator/alloc.c); the analyzer infers it where a file does not say
  * (analyzer/analysis/retries.c). Codes are part of the format: a new one gets the next number. */
 enum {
   MEMSNAP_RELEASE_RETRY = 1,       /* a request the device refused: the whole cache released, then retried */

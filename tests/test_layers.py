@@ -6,20 +6,22 @@ A file uses another when it references a symbol the other defines: a function it
 variable it reads or writes (nm types T, D, B, R and C; the active backend pointer, msi_be, counts
 like a call). No file of the recorder uses a file that uses it back, directly or through others:
 the files form layers, each using only those below it. The allocator's, bottom to top: the
-active backend (backends/backend.c), the block and pool primitives (blocks.c), the modes
+active backend (backends/backend.c), the block and pool primitives (allocator/blocks.c), the modes
 (modes/expandable.c, modes/pools.c, modes/async_alloc.c), the caching policy with the dispatch to
-the modes (alloc.c), the device table (devices.c), and the public entry points (api.c) on top: no
+the modes (allocator/alloc.c), the device table (allocator/devices.c), and the public entry points (api.c) on top: no
 file of the library calls into api.c but pytorch/torch_hooks.cc, PyTorch's adapter above them.
 
 The recorder's rooms (recorder/README.md), bottom to top, each using only itself and what is
-below it: the foundation (error.c, options.c) and the allocator's primitives (blocks.c,
-blocktree.c, ptrmap.c, stats.c, roles.c) at the top of recorder/ use only each other; backends/ uses only
+below it: the foundation (error.c, options.c) at the top of recorder/ uses nothing else; the
+allocator's primitives (allocator/blocks.c, blocktree.c, ptrmap.c, stats.c, roles.c) use only each other
+and the foundation; allocator/ as a whole (the policy, the device table and what hosts ask of
+them) uses only modes/, history/, backends/ and the foundation; backends/ uses only
 the foundation; history/ only backends/ and the foundation (it records, it never asks the
 allocator, and never names a frame: that is snapshot/'s, at a dump); modes/ only history/,
 backends/, the primitives and the foundation (never the policy above them); snapshot/ anything
 but api.c, oom_throw.cc and pytorch/, and only api.c calls into it; pytorch/ only api.c, and
-nothing of the library calls into it. Every object of the library is at recorder/'s top or in
-one of those rooms.
+nothing of the library calls into it. Every object of the library is in one of those rooms but
+the foundation and the entry points (api.c, oom_throw.cc) at recorder/'s top.
 
 The analyzer (analyzer/README.md): no loop among its files either, and each folder is a stage
 that uses only itself and the stages below it (util, read, analysis, replay, report, pytorch,
@@ -81,7 +83,7 @@ objects, defined, used, uses = read_objects(os.path.join(build, "recorder"))
 callers_of_api = sorted(a for a in objects if "api.o" in uses[a])
 check("nothing below the entry points calls into api.c (only PyTorch's adapter, pytorch/torch_hooks.cc)",
       callers_of_api == ["pytorch/torch_hooks.o"], str(callers_of_api))
-for o in ("history/history.o", "stats.o", "snapshot/snapshot.o", "devices.o"):
+for o in ("history/history.o", "allocator/stats.o", "snapshot/snapshot.o", "allocator/devices.o"):
     check(o[:-2] + ".c calls nothing in api.c", o in uses and "api.o" not in uses[o], str(sorted(uses.get(o, []))))
 
 
@@ -98,18 +100,18 @@ def reaches(start, goal):
     return False
 
 
-for o in ("devices.o", "history/history.o", "stats.o", "snapshot/snapshot.o", "api.o"):
+for o in ("allocator/devices.o", "history/history.o", "allocator/stats.o", "snapshot/snapshot.o", "api.o"):
     loops = sorted(w for w in uses.get(o, []) if reaches(w, o))
     check(o[:-2] + ".c is in no loop of calls", not loops, "calls back from " + str(loops))
-check("the device state has a file of its own below api.c", "devices.o" in uses["api.o"] and "msi_device_get" in defined.get("devices.o", ()))
+check("the device state has a file of its own below api.c", "allocator/devices.o" in uses["api.o"] and "msi_device_get" in defined.get("allocator/devices.o", ()))
 
 loops = loops_of(objects, defined, used, uses)
 check("no loop among the recorder's files: none uses a file that uses it back (%d objects)" % len(objects),
       objects and not loops, "\n  ".join([""] + loops))
 
 # The allocator's layers, named: each file uses none of the layers above it.
-layers = [["backends/backend.o"], ["blocks.o"], ["modes/expandable.o", "modes/pools.o", "modes/async_alloc.o"], ["alloc.o"],
-          ["devices.o"], ["api.o"]]
+layers = [["backends/backend.o"], ["allocator/blocks.o"], ["modes/expandable.o", "modes/pools.o", "modes/async_alloc.o"], ["allocator/alloc.o"],
+          ["allocator/devices.o"], ["api.o"]]
 for i, layer in enumerate(layers):
     above = {o for higher in layers[i + 1:] for o in higher}
     for o in layer:
@@ -121,12 +123,13 @@ check("msi_be, the active backend, lives in backends/backend.c", "msi_be" in def
 # The recorder's rooms (recorder/README.md): a room is a folder of recorder/; a file at its top is
 # a room of its own. Each room uses only itself and the rooms named for it here.
 FOUNDATION = {"error.o", "options.o"}
-PRIMITIVES = {"blocks.o", "blocktree.o", "ptrmap.o", "stats.o", "roles.o"}
-ROOMS = ("backends", "history", "modes", "snapshot", "pytorch")
+PRIMITIVES = {"allocator/blocks.o", "allocator/blocktree.o", "allocator/ptrmap.o", "allocator/stats.o", "allocator/roles.o"}
+ROOMS = ("allocator", "backends", "history", "modes", "snapshot", "pytorch")
 room = lambda o: o.split("/")[0] if "/" in o else o
-check("every recorder object is at recorder/'s top or in a room (%s)" % ", ".join(ROOMS),
-      all("/" not in o or (o.count("/") == 1 and room(o) in ROOMS) for o in objects),
-      str([o for o in objects if "/" in o and (o.count("/") > 1 or room(o) not in ROOMS)]))
+TOP = {"api.o", "error.o", "options.o", "oom_throw.o"}
+check("every recorder object is in a room (%s) but the foundation and the entry points (%s)" % (", ".join(ROOMS), ", ".join(sorted(TOP))),
+      all(o in TOP or (o.count("/") == 1 and room(o) in ROOMS) for o in objects),
+      str([o for o in objects if o not in TOP and (o.count("/") != 1 or room(o) not in ROOMS)]))
 for r in ROOMS:
     check("recorder/%s/ has objects" % r, any(room(o) == r for o in objects))
 in_room = lambda r: {o for o in objects if room(o) == r}
@@ -139,13 +142,15 @@ rules = [  # (what, its files, the rooms it may use besides its own files)
      in_room("history"), {"backends"} | FOUNDATION),
     ("modes/ uses only history/, backends/, the primitives and the foundation: nothing of the policy above it",
      in_room("modes"), {"history", "backends"} | PRIMITIVES | FOUNDATION),
+    ("allocator/ (the caching policy, its primitives, the device table and what hosts ask of them) uses only modes/, "
+     "history/, backends/ and the foundation", in_room("allocator"), {"modes", "history", "backends"} | FOUNDATION),
     ("snapshot/ uses nothing above it (api.c, oom_throw.cc, pytorch/)", in_room("snapshot"),
      {room(o) for o in objects} - {"api.o", "oom_throw.o", "pytorch"}),
     ("pytorch/ uses only api.c", in_room("pytorch"), {"api.o"}),
 ]
 for what, members, may in rules:
     wrong = sorted("%s -> %s: %s" % (o, b, ", ".join(sorted(used[o] & defined[b]))) for o in members & set(objects)
-                   for b in uses[o] if b not in members and room(b) not in may)
+                   for b in uses[o] if b not in members and b not in may and room(b) not in may)
     check(what, members and members <= set(objects) and not wrong,
           "\n  ".join(["missing: %s" % sorted(members - set(objects))] * bool(members - set(objects)) + [""] + wrong))
 for r, callers in (("snapshot", {"api.o"}), ("pytorch", set())):

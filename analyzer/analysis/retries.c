@@ -3,7 +3,7 @@
  * private pools emptied, expandable segments' pages unmapped (ms_releases in analysis.h).
  *
  * When the device refuses a request, the caching allocator (PyTorch's, and memsnap's in
- * recorder/alloc.c) releases oversize cached blocks and retries, then every unsplit cached
+ * recorder/allocator/alloc.c) releases oversize cached blocks and retries, then every unsplit cached
  * segment and retries, then fails; with a memory fraction and garbage_collection_threshold it
  * releases the oldest cached segments before asking at all. The snapshot holds the
  * segment_free and segment_unmap events each release caused, with the stack of the call that

@@ -373,7 +373,7 @@ static void test_api_edges(void) {
 }
 
 
-/* ---- invalid frees (recorder/misuse.c) ---------------------------------------------------- */
+/* ---- invalid frees (recorder/allocator/misuse.c) ---------------------------------------------------- */
 
 /* Whether two statistics are equal but for the invalid-free counter. */
 static bool same_state(memsnap_stats_t a, memsnap_stats_t b) {
