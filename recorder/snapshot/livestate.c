@@ -62,10 +62,14 @@ typedef struct taking {
   uint64_t ring_index, cap;
 } taking;
 
+/* The ring's index first: no device's event can come meanwhile (every device is locked); an
+ * external allocation's (external.c, under its own lock) may, between the index and the copy of
+ * the external ones, and is then both in the state and after it: applied twice, which leaves it
+ * as once (recover.c counts no statistic for it, and a block or segment at an address is one). */
 static void under_locks(msi_device **devs, int n, void *arg) {
   taking *t = arg;
-  msi_snapshot_gather(devs, n, t->s, false);
   t->ring_index = msi_history_position(&t->cap);
+  msi_snapshot_gather(devs, n, t->s, false);
 }
 
 static uint8_t pool_code(const char *pool) {

@@ -255,6 +255,12 @@ for name, sql in q.items():
     a, b = d.execute(sql).fetchall(), r.execute(sql).fetchall()
     assert a == b, (name, len(a), len(b), [x for x in a if x not in b][:3], [x for x in b if x not in a][:3])
 assert d.execute("select count(*) from blocks where role is not null").fetchone()[0] > 100
+# roles told before the ring wrapped 10 times and more: their tensor events long gone, kept in both
+meta = dict(d.execute('select key, value from meta').fetchall())
+assert int(meta['dropped_events']) > 10 * int(meta['max_entries']), meta['dropped_events']
+old = r.execute("select count(*) from blocks b where b.role is not null and not exists "
+                "(select 1 from events e join event_kinds k on k.id = e.kind where k.name = 'tensor' and e.address = b.address)").fetchone()[0]
+assert old > 50, old
 PY
 }
 for i in $(seq 1 "$kills"); do
