@@ -451,6 +451,10 @@ int msi_history_read_mapped(const void *ring, uint64_t bytes, uint64_t cap, uint
   const ring_t *r = ring;
   *out = NULL;
   *n_out = *dropped = *before = *base = 0;
+  *start_ns = 0;
+  if (events_offset == offsetof(ring_t, ev) && bytes >= sizeof(ring_t) && r->cap == 0 &&
+      atomic_load_explicit((_Atomic uint64_t *)&r->total, memory_order_acquire) == 0)
+    return MEMSNAP_OK; /* the process died between making its mapping and starting its ring: no event */
   if (events_offset != offsetof(ring_t, ev) || bytes < sizeof(ring_t) || cap < 16 ||
       cap > (bytes - sizeof(ring_t)) / sizeof(msi_event) || r->cap != cap) {
     msi_error("the ring's sizes do not match its header (another version of memsnap, or a damaged file)");

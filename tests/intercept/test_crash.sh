@@ -274,7 +274,7 @@ for i in $(seq 1 "$kills"); do
              "${pre[@]}" "$stress" "$work/prog$i" 4000 4 2 >/dev/null 2>&1 & ;;
     dump) MEMSNAP_RECORD=1 MEMSNAP_MAX_ENTRIES=2000 MEMSNAP_SIM_DEVICES=2 MEMSNAP_TEST_STATE_STALL_MS=30 \
             MEMSNAP_EXPANDABLE_SEGMENTS=$((i / 3 % 2)) \
-            "${pre[@]}" "$stress" "$work/prog$i" 4000 4 2 $((RANDOM % 2500 + 800)) "$work/d$i.db" >/dev/null 2>&1 & ;;
+            "${pre[@]}" "$stress" "$work/prog$i" 4000 4 2 $((RANDOM % 1400 + 2400)) "$work/d$i.db" >/dev/null 2>&1 & ;;
   esac
   sp=$!
   if [ "$kind" = dump ]; then # once it has dumped: within the state's update after it
