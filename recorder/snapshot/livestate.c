@@ -24,9 +24,9 @@
  * clear (the events before it leave the log), and at an iteration's end when an eighth of the
  * ring was claimed since, or a second passed and an event was (api.c: memsnap_step_event).
  *
- * MEMSNAP_TEST_STATE_STALL_MS (tests only, read once): each write stalls that long half way
- * through its slot, and every iteration's end takes one, so a kill from outside lands in a torn
- * update (tests/intercept/test_crash.sh).
+ * MEMSNAP_TEST_STATE_STALL_MS (tests only, read at each state: a test may set it when it wants):
+ * each write stalls that long half way through its slot, and every iteration's end takes one, so
+ * a kill from outside lands in a torn update (tests/intercept/test_crash.sh).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -41,7 +41,7 @@
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static msi_snapshot copy;  /* the buffers, reused (state_lock) */
 static uint64_t written;   /* slots written by this process */
-static int stall_ms = -1;  /* MEMSNAP_TEST_STATE_STALL_MS; -1: not read yet */
+static int stall_ms;       /* MEMSNAP_TEST_STATE_STALL_MS (state_lock) */
 static uint64_t last_index, last_ns; /* the last state's ring index and time */
 
 /* A 64-bit checksum of n bytes (n a multiple of 8): a multiply-xor per word, fast enough for a
@@ -140,10 +140,8 @@ void msi_live_state_iteration_end(void) { take(true); }
 
 static void take(bool iteration_end) {
   if (!msi_live_state_slot(0, 0) || pthread_mutex_trylock(&state_lock) != 0) return; /* none, or being taken */
-  if (stall_ms < 0) {
-    const char *v = getenv("MEMSNAP_TEST_STATE_STALL_MS");
-    stall_ms = v ? atoi(v) : 0;
-  }
+  const char *stall = getenv("MEMSNAP_TEST_STATE_STALL_MS"); /* read each time: a test sets it when it wants */
+  stall_ms = stall ? atoi(stall) : 0;
   if (iteration_end && stall_ms <= 0) { /* an eighth of the ring since the last, or a second and any event */
     uint64_t cap, at = msi_history_position(&cap);
     if (at == last_index || (at - last_index < cap / 8 && msi_now_ns() - last_ns < 1000000000ull)) {

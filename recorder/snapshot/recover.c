@@ -872,6 +872,7 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
     }
   }
   free(payload);
+  if (!strcmp(how, "window") && before == 0 && dropped == 0) how = "events"; /* no state, but every event since the start */
   uint64_t last_alloc = 0;
   for (uint64_t i = 0; i < nev; i++) {
     msi_event *e = &s.ev[i];

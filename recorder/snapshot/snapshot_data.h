@@ -52,7 +52,8 @@ typedef struct msi_snap_origin {
   uint64_t end_ns;             /* when it ended, since the start (0 unknown) */
   uint64_t last_event_ns, last_alloc_ns; /* the last event's and last allocation's times */
   bool live;                   /* read while the process ran */
-  const char *state;           /* "exact": the mapping's state and the events since; "window": the
+  const char *state;           /* "exact": the mapping's state and the events since; "events": no
+                                  state yet, every event since the recording's start; "window": the
                                   ring's events alone (no state, or one older than the window) */
   bool state_torn;             /* a newer state was found half written (the older one was used) */
 } msi_snap_origin;

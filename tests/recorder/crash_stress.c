@@ -14,8 +14,8 @@
  * With DUMP_AT and DUMP_PATH: once thread 0 has made DUMP_AT pairs, it frees the blocks it kept and
  * empties the cache (segments freed, or unmapped), every thread stops after its
  * current pair, thread 0 writes memsnap_dump(DUMP_PATH), sets word 255 of the progress file to 1,
- * ends an iteration (memsnap_step_event: the live mapping's state taken again, which
- * MEMSNAP_TEST_STATE_STALL_MS stalls half way) and waits: killed now, its recovered snapshot must
+ * ends an iteration (memsnap_step_event: the live mapping's state taken again, stalled half way
+ * for CRASH_STRESS_STALL_MS: MEMSNAP_TEST_STATE_STALL_MS set for it alone) and waits: killed now, its recovered snapshot must
  * say what the dump says.
  *
  * usage: MEMSNAP_BACKEND=sim MEMSNAP_RECORD=1 crash_stress PROGRESS_FILE [PAIRS [THREADS [DEVICES [DUMP_AT DUMP_PATH]]]]
@@ -91,6 +91,8 @@ static void *worker(void *arg) {
     while (atomic_load(&stopped) < nthreads) nanosleep(&(struct timespec){0, 100000}, NULL);
     if (memsnap_dump(dump_path) != MEMSNAP_OK) fprintf(stderr, "crash_stress: dump: %s\n", memsnap_last_error());
     progress[255] = 1;
+    if (getenv("CRASH_STRESS_STALL_MS")) /* this state's write stalled: the kill lands in it */
+      setenv("MEMSNAP_TEST_STATE_STALL_MS", getenv("CRASH_STRESS_STALL_MS"), 1);
     memsnap_step_event(memsnap_label("crash_stress.step"), MEMSNAP_STEP_END); /* the state taken again: killed in it */
     progress[255] = 2;
   }
