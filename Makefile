@@ -45,7 +45,7 @@ LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 # library's constructors (api.c, history/stacks.c, history/unwind.c) run in link order.
 LIB_SRCS := recorder/allocator/alloc.c recorder/api.c recorder/modes/async_alloc.c recorder/backends/backend.c recorder/backends/backend_cuda.c recorder/backends/backend_sim.c \
   recorder/allocator/blocks.c recorder/allocator/blocktree.c recorder/modes/capture.c recorder/allocator/check.c recorder/allocator/checkpoint.c recorder/error.c recorder/modes/expandable.c recorder/allocator/external.c recorder/history/gil_helper.c recorder/history/history.c recorder/allocator/devices.c recorder/history/ehframe.c \
-  recorder/allocator/ipc.c recorder/history/livemap.c recorder/allocator/misuse.c recorder/snapshot/recover.c recorder/snapshot/livestate.c recorder/history/model_events.c recorder/options.c recorder/modes/pools.c recorder/allocator/ptrmap.c recorder/allocator/roles.c recorder/history/process.c recorder/history/pyframes.c recorder/allocator/segments.c recorder/snapshot/snapshot.c recorder/history/stacks.c recorder/allocator/stats.c \
+  recorder/allocator/ipc.c recorder/history/livefile.c recorder/history/livemap.c recorder/allocator/misuse.c recorder/snapshot/recover.c recorder/snapshot/livestate.c recorder/history/model_events.c recorder/options.c recorder/modes/pools.c recorder/allocator/ptrmap.c recorder/allocator/roles.c recorder/history/process.c recorder/history/pyframes.c recorder/allocator/segments.c recorder/snapshot/snapshot.c recorder/history/stacks.c recorder/allocator/stats.c \
   recorder/snapshot/symbolize.c recorder/snapshot/symbols.c recorder/allocator/uncached.c recorder/history/unwind.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/pytorch/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
@@ -57,7 +57,7 @@ ANALYZER_HEADERS := $(wildcard analyzer/*/*.h)
 WEB_ASSETS := web/viewer.html web/predict.html web/viewer.css web/model.js web/view.js web/predict.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload \
-  $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
+  $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/gen_kept_graphs $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
   $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so $(BUILD)/tests/crash_stress $(BUILD)/tests/bench_livestate
 SAMPLES := $(BUILD)/samples/train_loop
 
@@ -68,7 +68,7 @@ check-deps:
 	@test -f $(CUDA_HOME)/include/cuda.h || { echo "error: CUDA headers not found in $(CUDA_HOME)/include (install the CUDA toolkit or set CUDA_HOME)"; exit 1; }
 	@pkg-config --exists $(PKGS) || { echo "error: missing development packages for: $$(for p in $(PKGS); do pkg-config --exists $$p || printf '%s ' $$p; done)(run 'make deps')"; exit 1; }
 
-$(BUILD)/%.o: %.c recorder/internal.h recorder/history/history.h recorder/history/livemap.h recorder/snapshot/snapshot_data.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
+$(BUILD)/%.o: %.c recorder/internal.h recorder/history/history.h recorder/history/livemap.h recorder/history/livefile.h recorder/snapshot/snapshot_data.h recorder/memsnap.h recorder/snapshot_schema.h $(ANALYZER_HEADERS) | check-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) $(EXTRA_CFLAGS) -c $< -o $@
 
@@ -331,7 +331,7 @@ clean:
 # build-fuzz/, each run for FUZZ_SECONDS from its corpus (tests/fuzz/corpus/NAME, kept in the
 # repository; what it finds new goes to build-fuzz/corpus/NAME, crashes to build-fuzz/crashes/).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle
+FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle fuzz_livemap
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LINK := -fsanitize=fuzzer,address,undefined
 ANALYZER_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(call stage_srcs,util read analysis replay report)) $(BUILD)/web_assets.o
@@ -344,6 +344,11 @@ fuzz-programs: $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
 
 # fuzz_snapshot replays through libmemsnap (C++ inside: linked by the C++ driver, for UBSan's runtime).
 $(BUILD)/fuzz/fuzz_snapshot: $(BUILD)/tests/fuzz/fuzz_snapshot.o $(ANALYZER_OBJS) $(BUILD)/libmemsnap.so
+	@mkdir -p $(dir $@)
+	$(CXX) $(FUZZ_LINK) -o $@ $(filter %.o,$^) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $(PKG_LIBS)
+
+# fuzz_livemap reads hostile live mappings through libmemsnap's recover.c (the same C++ driver).
+$(BUILD)/fuzz/fuzz_livemap: $(BUILD)/tests/fuzz/fuzz_livemap.o $(BUILD)/libmemsnap.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(FUZZ_LINK) -o $@ $(filter %.o,$^) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $(PKG_LIBS)
 

@@ -639,9 +639,6 @@ const char *msi_process_rank(void);
 void msi_process_cmdline(char *buf, size_t len);
 /* Its executable's path into buf[len]: the length, or 0 ("") when it cannot be read. */
 size_t msi_process_exe(char *buf, size_t len);
-/* Appends `line` to `memsnap run`'s manifest (MEMSNAP_RUN_MANIFEST) with one write; nothing
- * without one. */
-void msi_manifest_append(const char *line);
 /* Calls fn(path, lo, hi, load bias, arg) for each executable range of each loaded module (the main
  * program by its path), until fn returns non-zero; returns that, or 0. */
 int msi_modules_each(int (*fn)(const char *path, uint64_t lo, uint64_t hi, uint64_t bias, void *arg), void *arg);

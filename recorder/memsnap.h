@@ -585,12 +585,19 @@ typedef struct memsnap_recover_options {
   int keep;             /* keep the mapping after the snapshot is written */
 } memsnap_recover_options;
 
-/* The folder of live mappings: MEMSNAP_LIVE_DIR, else /dev/shm where it is writable, else $TMPDIR,
- * else /tmp. Never NULL. */
+/* The folder of live mappings: MEMSNAP_LIVE_DIR, else this user's own folder memsnap-UID (made
+ * 0700 when recording starts) under /dev/shm where it is writable, else under $TMPDIR, else /tmp.
+ * Never NULL. */
 const char *memsnap_live_dir(void);
 
+/* The readers below (memsnap_live_info, memsnap_recover, memsnap_live_request_dump) refuse a file
+ * that is a symbolic link, not a regular file, or owned by another user than the caller; with
+ * `on` nonzero, from now on in this process, they read a file of any owner (memsnap recover
+ * --any-owner: a file named on purpose; its bytes are checked as always). */
+void memsnap_live_any_owner(int on);
+
 /* Reads a live mapping's header into *out. MEMSNAP_OK, or MEMSNAP_EINVAL (message set: not a
- * mapping, another version's, damaged, unreadable). */
+ * mapping, another version's, damaged, unreadable, a link, another user's). */
 int memsnap_live_info(const char *live_path, memsnap_live_info_t *out);
 
 /* Writes the snapshot of a live mapping, as the process would have written it: every event the

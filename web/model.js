@@ -106,6 +106,26 @@ const Model = {
     return user === top ? where(top) : top.name + " \u2190 " + where(user);
   },
 
+  // How a growing candidate grew, as the text report says it: "+40.00 MiB every 4 iterations"
+  // (growth in steps, leaks.c: its `every`), else "+1.00 MiB per iteration".
+  growthText(l) {
+    const e = l.every;
+    if (!e) return "+" + Model.formatBytes(l.bytes_per_iteration) + " per iteration";
+    return "+" + Model.formatBytes(e.bytes_per_step) + " every " + (e.min_iterations === e.max_iterations ? e.min_iterations : e.min_iterations + " to " + e.max_iterations) + " iterations";
+  },
+
+  // An autograd graph candidate (the JSON's kept_graphs: kept_graphs.c) in the text report's words:
+  // its bytes and graphs, the forward's module and the line that called it, what to change.
+  keptGraphText(g) {
+    const at = g.forward_called_at, file = at ? (at.file || at.module || "") : "";
+    const where = at ? " at " + at.short_name + " (" + file.slice(file.lastIndexOf("/") + 1) + (at.line > 0 ? ":" + at.line : "") + ")" : "";
+    const module = g.forward_module ? " of " + g.forward_module.slice(g.forward_module.indexOf(".") + 1) : "";
+    const iterations = g.first_iteration === g.last_iteration ? "iteration " + g.first_iteration : "iterations " + g.first_iteration + " to " + g.last_iteration;
+    return Model.formatBytes(g.live_bytes) + " in " + g.graphs + " autograd graph" + (g.graphs === 1 ? "" : "s") + " kept alive: the forward" + module + where +
+      " ran with grad enabled and no backward (" + iterations + "); what it returned (its loss or output) is still held, and with it every tensor it saved for backward;" +
+      " use torch.no_grad() for that forward, or keep loss.item() instead of the loss";
+  },
+
   // Re-buckets a min/max curve for `width` pixels between t0 and t1, keeping every peak: each
   // pixel gets the lowest lo and the highest hi of the buckets it covers.
   resample(curve, t0, t1, width) {
@@ -718,7 +738,7 @@ const Model = {
 
   // The first screen's three answers, from the analysis: what was live at the peak (the peak, its
   // time, the categories largest first), what grows (the first leak candidate when something grows,
-  // else the verdict and the largest held), and what would fit (an out of memory and what avoids
+  // else the verdict and the largest held; the kept autograd graphs beside), and what would fit (an out of memory and what avoids
   // it, the replay's best suggestion, or memsnap predict's line).
   glance(d) {
     const s = d.summary, at = d.categories_at_peak || {};
@@ -732,6 +752,7 @@ const Model = {
     const sw = d.suggestions_sweep || { status: "not_asked" }, best = (d.suggestions || [])[0] || null;
     const oom = (d.oom || [])[0] || null;
     const fits = { oom, suggestion: best, baseline: sw.baseline_peak_reserved_bytes || 0, swept: sw.status === "done" };
+    grows.graphs = d.kept_graphs || []; // autograd graphs kept without a backward, said beside it
     return { peak, grows, fits };
   },
 

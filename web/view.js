@@ -81,6 +81,12 @@ function showDocument(d, signal, src) {
     "; " + d.detail.alloc.length + " of " + d.detail.allocations + " allocations listed one by one" +
     (d.detail.min_size ? " (those of " + Model.formatBytes(d.detail.min_size) + " or more)" : ""));
 
+  // how the process died, when this snapshot was written from its live mapping afterwards
+  const death = $("death");
+  death.hidden = !d.summary.death;
+  const exited = d.summary.death && d.summary.death.exit_status !== null && d.summary.death.signal === null; // ended without its snapshot
+  text(death, d.summary.death ? (exited ? "ended: " : "died: ") + d.summary.death.description + " (this snapshot was written from its live mapping afterwards)" : "");
+
   const palette = ["#1e88e5", "#43a047", "#fb8c00", "#8e24aa", "#00897b", "#6d4c41", "#3949ab", "#c0ca33", "#d81b60", "#546e7a", "#7cb342", "#5e35b1"];
   function bandColor(k, selected) {
     if (selected) return "#e53935";
@@ -479,7 +485,7 @@ function showDocument(d, signal, src) {
     const grows = line("glance-grows"), gr = g.grows;
     if (gr.kind === "growing") {
       const l = gr.candidate;
-      add(grows, "span", "+" + Model.formatBytes(l.bytes_per_iteration) + " per iteration" + (l.kind === "growing_released" ? ", released at " + rel(l.released_ns) : "") + ", " +
+      add(grows, "span", Model.growthText(l) + (l.kind === "growing_released" ? ", released at " + rel(l.released_ns) : "") + ", " +
         Model.formatBytes(l.live_bytes) + " live at the end: ");
       const a = add(grows, "a", Model.siteLabel(Model.stackFrames(d, l.stack)));
       a.title = "select the first leak candidate";
@@ -492,6 +498,13 @@ function showDocument(d, signal, src) {
         add(grows, "span", "; the largest held: " + (l.held_category ? l.held_category + " " : "") + Model.formatBytes(l.live_bytes) + " at ");
         add(grows, "span", Model.siteLabel(Model.stackFrames(d, l.stack)));
       }
+    }
+    if (gr.graphs.length) { // the largest kept graph: what holds the growth, in a few words
+      const k = gr.graphs[0], a = add(grows, "a", "G1");
+      grows.insertBefore(document.createTextNode("; " + Model.formatBytes(k.live_bytes) + " in " + k.graphs + " autograd graph" + (k.graphs === 1 ? "" : "s") +
+        " kept alive without a backward" + (gr.graphs.length > 1 ? " (and " + (gr.graphs.length - 1) + " more)" : "") + ": "), a);
+      a.title = Model.keptGraphText(k);
+      on(a, "click", () => showStack("Kept graph G1: its largest site (" + Model.formatBytes(k.largest_site_bytes) + ")", k.stack, Model.keptGraphText(k) + "\n\n"));
     }
     const fits = line("glance-fits"), f = g.fits;
     if (f.oom) {
@@ -598,7 +611,7 @@ function showDocument(d, signal, src) {
     redraw();
   }
 
-  const leakList = $("leaks"), heldList = $("held"), oomList = $("ooms"), results = $("results");
+  const leakList = $("leaks"), graphList = $("kept-graphs"), heldList = $("held"), oomList = $("ooms"), results = $("results");
   const shownAll = { leaks: false, held: false }; // lists show their first ten until "show all" is clicked
   // the verdict over the list: nothing grows (what is listed is held, not leaking), or too few
   // iterations to tell
@@ -616,6 +629,14 @@ function showDocument(d, signal, src) {
   }
   function fillLists(filter) {
     leakList.textContent = "";
+    graphList.textContent = "";
+    (d.kept_graphs || []).forEach((g, i) => { // autograd graphs kept without a backward, before the sites
+      const li = add(graphList, "li", undefined, "kept-graph");
+      add(li, "strong", "G" + (i + 1) + ". ");
+      add(li, "span", Model.keptGraphText(g));
+      li.title = "the site that holds most of it: " + Model.siteLabel(Model.stackFrames(d, g.stack));
+      on(li, "click", () => showStack("Kept graph G" + (i + 1) + ": its largest site (" + Model.formatBytes(g.largest_site_bytes) + ")", g.stack, Model.keptGraphText(g) + "\n\n"));
+    });
     heldList.textContent = "";
     oomList.textContent = "";
     results.textContent = "";
@@ -626,11 +647,12 @@ function showDocument(d, signal, src) {
       const which = i < d.leaks.length ? "leaks" : "held";
       if (!only && !shownAll[which] && listed[which] >= 10) { more[which]++; return; }
       listed[which]++;
-      const frames = Model.stackFrames(d, l.stack), top = frames[0], grew = "growing +" + Model.formatBytes(l.bytes_per_iteration) + "/iteration, ";
+      const frames = Model.stackFrames(d, l.stack), top = frames[0], grew = "growing " + (l.every ? Model.growthText(l) : "+" + Model.formatBytes(l.bytes_per_iteration) + "/iteration") + ", ";
       const held = l.held_category ? l.kind + " " + l.held_category + ", " : l.kind + ", ";
       const what = l.kind === "growing" ? grew : l.kind === "growing_released" ? grew + "released at " + rel(l.released_ns) + ", " : held;
       const li = add(which === "leaks" ? leakList : heldList, "li", what + Model.formatBytes(l.live_bytes) + " in " + l.live_count + " \u2014 " +
-        Model.siteLabel(frames) + ((l.held_module || l.module) ? " \u00b7 in " + (l.held_module || l.module) : ""),
+        Model.siteLabel(frames) + ((l.held_module || l.module) ? " \u00b7 in " + (l.held_module || l.module) : "") +
+        (l.kept_graph !== null && l.kept_graph !== undefined ? " \u00b7 " + Model.formatBytes(l.kept_graph_bytes) + " in kept graph G" + (l.kept_graph + 1) : ""),
         (l.kind === "growing_released" ? "growing released" : l.kind) + (st.leak === i ? " selected" : ""));
       if (top) li.title = Model.frameLine(top, true);
       if (l.held_category) li.dataset.category = l.held_category;

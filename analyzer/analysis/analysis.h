@@ -1,6 +1,7 @@
 /* analysis.h: what the analyzer computes from a snapshot (prefix ms_): the live blocks every
  * pass replays (livemap.c), the state when the history starts (prehistory.c), the analysis
- * itself (analyze.c: peaks, iterations, leak candidates, OOMs), the allocator's own releases
+ * itself (analyze.c: peaks, iterations, leak candidates, OOMs; autograd graphs kept without a
+ * backward: kept_graphs.c), the allocator's own releases
  * and retries (retries.c), invalid frees (misuse.c), sites matched across snapshots (match.c)
  * and what the page draws beyond the analysis (timeline.c).
  * It calls down into the reader (read/) and the helpers (util/) only; reports format what it
@@ -29,6 +30,9 @@ typedef struct ms_birth {
   uint32_t module;   /* the module whose forward or backward made it (index + 1; 0: none) */
   uint32_t call;     /* that module call's serial (modules.c) */
   uint32_t slack;    /* its size less the bytes asked for (rounding, an unsplit remainder) */
+  uint32_t forward;  /* the outermost module forward call open when it was made: its serial (0: none) */
+  uint32_t forward_module; /* that call's module, index + 1 */
+  uint32_t backward_passes; /* backward passes recorded (backward events) by then */
 } ms_birth;
 
 /* The roles tensor events give blocks (the snapshot format's `tensor` event, requested_size). */
@@ -362,6 +366,49 @@ int32_t ms_module_common(const struct ms_analysis *a, int32_t x, int32_t y);
  * a root as its class. */
 const char *ms_module_shown(const struct ms_analysis *a, int32_t m);
 
+/* ---- autograd graphs kept without a backward (kept_graphs.c) ------------------------------ */
+
+/* Forwards of one module called from one line of the program whose graphs are kept alive: the
+ * tensors they saved for backward outlive their iteration, and no backward freed them. */
+typedef struct ms_kept_graph {
+  int32_t module;        /* the module whose forward it was (index; -1: none) */
+  uint32_t frame;        /* the program's line that called the forward: the innermost program frame
+                            all its blocks' stacks share (a frame id; 0: none known) */
+  uint32_t stack_id;     /* the stack of its largest block (for the program's frames around it) */
+  int graphs;            /* the forwards kept */
+  int64_t bytes, blocks; /* what they hold at the history's end */
+  int first_iteration, last_iteration; /* the iterations of the first and last of them (-1: before) */
+  int64_t saved_per_call; /* what the module's forwards saved for backward, per call (0: unknown) */
+  uint32_t top_site;     /* the site that holds most of it */
+  int modules;           /* the distinct modules whose calls made its blocks (the first forward's) */
+} ms_kept_graph;
+#define MS_KEPT_GRAPHS_MAX 32 /* kept graph candidates listed (the largest) */
+
+/* The pass's state: the blocks alive at the history's end that forwards made (analyze.c holds
+ * it, kept_graphs.c owns it). */
+typedef struct ms_graph_block {
+  uint32_t forward, forward_module, site, stack_id, module;
+  int32_t iteration;
+  int64_t size;
+  uint32_t after; /* backward passes begun after it: 1 its own (what is left is no saved tensor),
+                     2 or more its own and another (it survived), 0 none (its backward never ran) */
+} ms_graph_block;
+typedef struct ms_graph_pass {
+  ms_graph_block *blocks;
+  size_t n, cap;
+  bool failed;
+} ms_graph_pass;
+struct ms_analysis;
+/* A block alive at the history's end (their births in order), `backward_begins` the backward
+ * phases begun by then (ms_lifetimes', from the stacks; a->backward_passes the recorded ones, which
+ * count when recorded): kept when a forward made it and it is no parameter,
+ * gradient, workspace or backward's. */
+void ms_graphs_block(struct ms_analysis *a, ms_graph_pass *p, const ms_live_slot *b, uint32_t backward_begins);
+/* After the modules are summed (ms_modules_end): the kept graph candidates into a->graphs, the
+ * sites' graph bytes; frees p. Out of memory: none. */
+void ms_graphs_finish(struct ms_analysis *a, ms_graph_pass *p);
+void ms_graphs_free_pass(ms_graph_pass *p);
+
 /* ---- the analysis (analyze.c) ----------------------------------------------------------- */
 
 typedef enum { MS_LEAK_GROWING, MS_LEAK_GROWING_RELEASED, MS_LEAK_RETAINED, MS_LEAK_ALIVE } ms_leak_kind;
@@ -383,6 +430,11 @@ typedef struct ms_site {
      boundary's and that peak (-1: they did not): the evidence of growth released later */
   int64_t peak_iter_live, released_ns;
   int peak_boundary, increases_at_peak, decreases_at_peak;
+  /* steps: the evidence of growth every k iterations (leaks.c). Bytes live bytes rose and fell by
+     over the boundaries; the large rises (a quarter of the largest one at least: the others are
+     jitter), the boundaries of the first and last of them and the gaps between them */
+  int64_t rise_bytes, fall_bytes, max_rise, step_bytes;
+  int steps, first_step, last_step, min_step_gap, max_step_gap;
   int first_iteration;                /* iteration of the first allocation (-1: before) */
   int last_iteration;                 /* iteration of the last allocation */
   int newest_live_iteration;          /* latest iteration that allocated a block still live at the end
@@ -399,6 +451,10 @@ typedef struct ms_site {
   uint8_t held_category;              /* the same of its blocks alive at the history's end */
   ms_leak_kind kind;
   double score, bytes_per_iteration;
+  bool every;                         /* growing in steps every few iterations (leaks.c), not at most */
+  double step_every;                  /* every: the iterations between its steps, on average */
+  int64_t graph_bytes;                /* of what it holds at the history's end, in kept autograd graphs */
+  int32_t graph;                      /* the kept graph candidate that holds most of it, index + 1 (0: none) */
 } ms_site;
 
 /* Memory by category (categories.c): the built-in ones, then the user's (--category). */
@@ -513,6 +569,8 @@ typedef struct ms_analysis {
   /* the evidence each category rests on, over the blocks it holds: bit 0 tensor events (their
      roles), bit 1 the stacks and lifetimes */
   uint8_t category_evidence[MS_CATEGORIES];
+  ms_kept_graph *graphs;       /* autograd graphs kept without a backward, largest first (kept_graphs.c) */
+  size_t ngraphs;
   ms_module *modules;          /* memory by module (modules.c); NULL without a module record */
   size_t nmodules;
   int64_t module_events, tensor_events, tensors_unmatched; /* tensor events naming no live block */
@@ -640,7 +698,7 @@ static inline ms_birth ms_lifetimes_birth(const ms_code_kinds *k, const ms_lifet
   int64_t slack = e->requested > 0 && e->requested <= e->size ? e->size - e->requested : 0;
   return (ms_birth){ordinal + 1, l->backward_begins, l->optimizer_begins, l->optimizer_ends,
                     l->cur < (int)l->niters ? l->cur : (int)l->niters - 1, phase, 0, 0, 0, 0, 0,
-                    slack > UINT32_MAX ? UINT32_MAX : (uint32_t)slack};
+                    slack > UINT32_MAX ? UINT32_MAX : (uint32_t)slack, 0, 0, 0};
 }
 /* A block died: freed by e (NULL: alive at the history's end). */
 void ms_lifetimes_death(ms_analysis *a, ms_lifetimes *l, const ms_live_slot *b, const ms_event *e);
@@ -664,9 +722,14 @@ void ms_categories_at_peak(const ms_analysis *a, int64_t bytes[MS_CATEGORIES]);
  * a->leaks (best first) and a->top (most bytes allocated first); on out of memory they stay
  * empty. */
 void ms_leaks_classify(ms_analysis *a);
+/* A site's live bytes changed by `change` from one iteration boundary to the next (boundary the
+ * iteration it ends, from 1): the evidence of growth in steps (the pass calls it). */
+void ms_leak_step(ms_site *s, int boundary, int64_t change);
+/* The fewest bytes growth in steps adds up to before it counts: less is a cache finding its size. */
+#define MS_STEP_GROWTH_MIN ((int64_t)1 << 20)
 
 /* What the iterations say of growth, the verdict reports open with: a site grows (the first
- * candidate is growing), grew and was released, nothing grows across two iterations or more, or
+ * candidate is growing, or autograd graphs were kept one after another), grew and was released, nothing grows across two iterations or more, or
  * there are too few iterations to tell. */
 typedef enum { MS_GROWTH_UNKNOWN, MS_GROWTH_NONE, MS_GROWTH_RELEASED, MS_GROWTH_GROWING } ms_growth;
 ms_growth ms_analysis_growth(const ms_analysis *a);

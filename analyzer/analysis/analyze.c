@@ -46,6 +46,7 @@ typedef struct pass {
   uint64_t external_at; /* the address of an external segment just made: its block is external */
   ms_release_pass *releases; /* the allocator's own releases (retries.c): apart, the pass stays small */
   ms_module_pass modules;    /* memory by module (modules.c) */
+  ms_graph_pass graphs;      /* the blocks forwards made alive at the end (kept_graphs.c) */
   bool failed;
 } pass;
 
@@ -131,6 +132,7 @@ static void close_iteration(pass *p, int64_t end_ns) {
         s->observed++;
         if (s->live_bytes > s->prev_iter_live) s->increases++;
         else if (s->live_bytes < s->prev_iter_live) s->decreases++;
+        ms_leak_step(s, p->cur_iter, s->live_bytes - s->prev_iter_live);
         if (s->live_bytes > s->peak_iter_live) {
           s->peak_iter_live = s->live_bytes;
           s->peak_boundary = p->cur_iter;
@@ -405,6 +407,7 @@ static bool end_of_history(pass *p) {
     }
     ms_lifetimes_death(p->a, &p->life, &v[i], NULL);
     ms_modules_death(p->a, &p->modules, &v[i], p->life.peak_mark);
+    ms_graphs_block(p->a, &p->graphs, &v[i], p->life.backward_begins);
   }
   free(v);
   return true;
@@ -492,6 +495,7 @@ int ms_analyze(ms_snapshot *s, ms_analysis *a, const ms_analyze_options *o) {
   ms_external_each(s, add_external, a); /* unreadable: the groups read */
   ms_leaks_classify(a);
   ms_modules_end(a, &p.modules, p.life.peak_mark);
+  ms_graphs_finish(a, &p.graphs);
   ms_lifetimes_end(a, &p.life);
   ms_misuse_finish(a);
   /* What was live at the allocated peak, as the pass kept it (the history's first instant when
@@ -524,6 +528,7 @@ fail:
   free(p.releases);
   ms_lifetimes_free(&p.life);
   ms_modules_free_pass(&p.modules);
+  ms_graphs_free_pass(&p.graphs);
   ms_analysis_free(a);
   a->snap = s;
   return -1;
@@ -554,6 +559,7 @@ void ms_analysis_free(ms_analysis *a) {
   free(a->invalid_frees);
   for (size_t i = 0; i < a->nmodules; i++) free(a->modules[i].name);
   free(a->modules);
+  free(a->graphs);
   free(a->leaks);
   free(a->top);
   memset(a, 0, sizeof *a);

@@ -232,9 +232,10 @@ static bool in_backward(const ms_module_pass *p) {
 }
 
 void ms_modules_alloc(ms_analysis *a, ms_module_pass *p, ms_birth *b, int64_t size, int64_t allocated) {
-  (void)a;
+  b->backward_passes = (uint32_t)a->backward_passes;
   b->in_backward = (uint8_t)in_backward(p);
   if (!p->nopen) return;
+  if (!p->open[0].backward) b->forward = p->open[0].serial, b->forward_module = p->open[0].module + 1;
   ms_module_call *c = &p->open[p->nopen - 1];
   b->module = c->module + 1;
   b->call = c->serial;

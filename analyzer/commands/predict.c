@@ -298,9 +298,40 @@ static void print_capacity(const ms_sweep *sw, uint64_t capacity) {
   printf("\n");
 }
 
+/* The modules --advise found to checkpoint when none was named, as candidates.c ranks them. */
+static void print_candidates(const ms_candidates *f) {
+  char b[32], d[32], r[32];
+  printf("\nmodules that may be checkpointed: none named, so the %d found in %s, ranked as PyTorch's SAC estimator ranks "
+         "its candidates: the most memory freed per second of recompute first (no time known: by memory)\n", f->n,
+         f->module_events ? "the module events' paths (those differing only in their numbers as one)" : "the Python frames CLASS.forward");
+  if (f->n == 0) {
+    printf("  none: %s\n", f->module_events ? "no module's forward in the module events" : "no frame CLASS.forward in the stacks of forward allocations");
+    return;
+  }
+  printf("  %4s  %-36s  %9s  %6s  %12s  %12s  %10s  %12s  %s\n", "rank", "module", "instances", "calls", "saved", "freed",
+         "forward", "freed/s", "tried");
+  for (int i = 0; i < f->n; i++) {
+    const ms_candidate *c = &f->c[i];
+    char fw[32] = "-", rate[40] = "-";
+    ms_format_bytes(c->saved_bytes, b, sizeof b);
+    ms_format_bytes(c->freed_bytes, d, sizeof d);
+    if (c->forward_ns > 0) snprintf(fw, sizeof fw, "%.2f ms", (double)c->forward_ns / 1e6);
+    if (c->forward_ns > 0 && c->freed_bytes > 0) {
+      ms_format_bytes((int64_t)c->bytes_per_s, r, sizeof r);
+      snprintf(rate, sizeof rate, "%s/s", r);
+    }
+    printf("  %4d  %-36s  %9d  %6lld  %12s  %12s  %10s  %12s  %s\n", i + 1, c->module.shown, c->instances,
+           (long long)c->calls, c->instances ? b : "-", c->instances ? d : "-", c->instances ? fw : "-", c->instances ? rate : "-",
+           c->tried ? "yes" : c->instances == 0 ? "no (no call with a backward after it)" : c->freed_bytes <= 0 ? "no (frees nothing)" : "no");
+  }
+  if (f->ntried == 0) printf("  none frees anything: no checkpointing tried\n");
+}
+
 /* What the change acts on: the module calls found and what each saved, the optimizer's state. */
-static void print_change(const ms_whatif *w, const ms_change *c, const ms_predict_info *in, const predict_args *a) {
+static void print_change(const ms_predict *m, const ms_change *c, const ms_predict_info *in, const predict_args *a) {
+  const ms_whatif *w = ms_predict_whatif(m);
   if (!w) return;
+  if (ms_predict_candidates(m)) print_candidates(ms_predict_candidates(m));
   const ms_whatif_info *wi = ms_whatif_info_of(w);
   char b[32], d[32];
   if (wi->checkpointing) {
@@ -340,7 +371,7 @@ static const char *const advice_kinds[MS_ADVICE_KINDS] = {"none", "setting", "ch
 static void advice_text(const ms_predict *m, const ms_advice_row *r, char *out, size_t len) {
   char conf[1200], change[2048];
   ms_replay_describe_config(&r->at.config, conf, sizeof conf);
-  ms_change_describe(ms_predict_whatif(m), &r->at.change, change, sizeof change);
+  ms_change_describe(ms_predict_whatif_for(m, &r->at.change), &r->at.change, change, sizeof change);
   if (r->kind == MS_ADVICE_NONE) snprintf(out, len, "nothing (the recorded settings, %s)", conf);
   else if (!ms_change_any(&r->at.change)) snprintf(out, len, "PYTORCH_CUDA_ALLOC_CONF %s", conf);
   else if (r->kind == MS_ADVICE_CHECKPOINT_SETTING) snprintf(out, len, "%s, with %s", change, conf);
@@ -460,11 +491,13 @@ static cJSON *json_model(const ms_predict_info *in, uint64_t card, const char *r
  * instances' names), "optimizer" (null: the recorded one). */
 static void add_change(cJSON *j, const ms_predict *m, const ms_change *c) {
   char text[2048];
-  const ms_whatif *w = ms_predict_whatif(m);
+  const ms_whatif *w = ms_predict_whatif_for(m, c);
   ms_change_describe(w, c, text, sizeof text);
   cJSON_AddStringToObject(j, "change", text);
   cJSON *list = cJSON_AddArrayToObject(j, "checkpointed");
   const ms_whatif_info *wi = w ? ms_whatif_info_of(w) : NULL;
+  if (c->checkpoint > 0 && c->modules > 0 && wi) cJSON_AddStringToObject(j, "checkpoint_module", wi->name);
+  else cJSON_AddNullToObject(j, "checkpoint_module");
   for (int i = 0; wi && i < wi->ninstances && i < c->checkpoint; i++)
     cJSON_AddItemToArray(list, cJSON_CreateString(wi->instance[i].name));
   if (c->optimizer == MS_OPT_KEEP) {
@@ -548,8 +581,35 @@ static cJSON *json_advice_row(const ms_predict *m, const ms_advice *adv, int i) 
   return j;
 }
 
+/* The modules found to checkpoint (advice's "modules"; null when --checkpoint named them). */
+static cJSON *json_candidates(const ms_candidates *f) {
+  if (!f) return cJSON_CreateNull();
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "found_in", f->module_events ? "module events" : "python frames");
+  cJSON *list = cJSON_AddArrayToObject(o, "considered");
+  for (int i = 0; i < f->n; i++) {
+    const ms_candidate *c = &f->c[i];
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddItemToArray(list, x);
+    cJSON_AddNumberToObject(x, "rank", i + 1);
+    cJSON_AddStringToObject(x, "module", c->module.shown);
+    cJSON_AddStringToObject(x, "pattern", c->module.pattern);
+    cJSON_AddNumberToObject(x, "paths", c->module.paths);
+    cJSON_AddNumberToObject(x, "instances", c->instances);
+    cJSON_AddNumberToObject(x, "calls", (double)c->calls);
+    cJSON_AddNumberToObject(x, "saved_bytes", (double)c->saved_bytes);
+    cJSON_AddNumberToObject(x, "freed_bytes", (double)c->freed_bytes);
+    cJSON_AddNumberToObject(x, "forward_ns", (double)c->forward_ns);
+    if (c->forward_ns > 0) cJSON_AddNumberToObject(x, "freed_bytes_per_s", c->bytes_per_s);
+    else cJSON_AddNullToObject(x, "freed_bytes_per_s");
+    cJSON_AddBoolToObject(x, "tried", c->tried > 0);
+  }
+  return o;
+}
+
 static cJSON *json_advice(const ms_predict *m, const ms_advice *adv) {
   cJSON *o = cJSON_CreateObject();
+  cJSON_AddItemToObject(o, "modules", json_candidates(ms_predict_candidates(m)));
   cJSON_AddNumberToObject(o, "at", (double)adv->at);
   cJSON_AddNumberToObject(o, "capacity_bytes", (double)adv->capacity);
   cJSON_AddBoolToObject(o, "searched", adv->searched);
@@ -688,7 +748,7 @@ static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer,
       fprintf(stderr, "error: predict: the replay at %lld drawn for the page: %s\n", (long long)rows[i]->at, res[i].error);
       goto cleanup;
     }
-    drawn[i] = (ms_prediction_timeline){&tl[i], &res[i], ms_replay_fits(&res[i]), why[i]};
+    drawn[i] = (ms_prediction_timeline){&tl[i], &res[i], ms_replay_fits(&res[i]), why[i], ms_predict_whatif_for(m, &rows[i]->change)};
   }
   const ms_predict_run *base = &in->run[in->base];
   int device = n ? tl[0].device : 0;
@@ -705,7 +765,7 @@ static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer,
   analyzed = true;
   const char *inputs[MS_PREDICT_MAX_RUNS];
   for (int r = 0; r < in->nruns; r++) inputs[r] = in->run[r].path;
-  ms_prediction_page pg = {answer, &rec, base->at, device, base->devices, a->base.capacity, ms_predict_whatif(m), drawn, n};
+  ms_prediction_page pg = {answer, &rec, base->at, device, base->devices, a->base.capacity, drawn, n};
   rc = ms_write_prediction_html(a->html, &pg, inputs, (size_t)in->nruns);
 
 cleanup:
@@ -754,7 +814,7 @@ static int cmd_predict(int argc, char **argv) {
     goto cleanup;
   }
   bool progress = isatty(2);
-  ms_predict_options po = {a.checkpoint, a.ncheckpoint, a.change.optimizer != MS_OPT_KEEP || a.advise, progress};
+  ms_predict_options po = {a.checkpoint, a.ncheckpoint, a.change.optimizer != MS_OPT_KEEP || a.advise, a.advise, progress};
   m = ms_predict_new(a.runs, a.nruns, &po, err, sizeof err);
   if (!m) {
     fprintf(stderr, "error: %s\n", err);
@@ -791,7 +851,7 @@ static int cmd_predict(int argc, char **argv) {
   }
   ms_rows_options o = {a.jobs, 0, progress ? "predict: replays" : NULL};
   bool changed = ms_change_any(&a.change);
-  ms_change changes[2] = {{0, MS_OPT_KEEP, 0}, a.change};
+  ms_change changes[2] = {{0, 0, MS_OPT_KEEP, 0}, a.change};
   int nchange = changed && !a.sweep ? 2 : 1; /* without the sweep: as recorded beside the change */
   const ms_change *row_changes = nchange == 2 ? changes : &changes[1];
   if (a.advise) {
@@ -839,7 +899,7 @@ static int cmd_predict(int argc, char **argv) {
     if (rc != 0) goto cleanup;
   } else {
     print_model(in, card, a.base.capacity != 0, rec);
-    print_change(w, &a.change, in, &a);
+    print_change(m, &a.change, in, &a);
     if (have_pred) print_predictions(&pred, a.at, a.nat, nconf, nchange);
     if (have_fit) print_capacity(&fit, a.base.capacity);
     if (have_adv) print_advice(m, &adv);
@@ -885,7 +945,8 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  --optimizer NAME    as if another optimizer held the state: sgd, sgd-momentum, adam, adamw,\n"
      "                      adagrad, rmsprop, adafactor, or bytes per parameter (8B)\n"
      "  --advise            with one --at N and a card: the smallest changes that make N fit (settings,\n"
-     "                      the fewest --checkpoint modules, lighter optimizers), and the largest size with each\n"
+     "                      the fewest instances checkpointed of the modules it finds, or of those\n"
+     "                      --checkpoint names; lighter optimizers), and the largest size with each\n"
      "  --json              the answer as JSON (docs/predict.md)\n"
      "  --html OUT.html     the answer as a self-contained page: its table above the recorded run's\n"
      "                      memory over time and, one above the other on the same scale, each\n"

@@ -255,8 +255,18 @@ preload:
 static volatile sig_atomic_t pending_signal;
 static void on_signal(int sig) { pending_signal = sig; }
 
+/* The manifest, to read: made by mkstemp (O_EXCL, 0600) and read only through a descriptor
+ * opened without following a link, when it is still this user's regular file. NULL otherwise. */
+static FILE *open_manifest(const char *manifest) {
+  int fd = open(manifest, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  FILE *f = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() ? fdopen(fd, "r") : NULL;
+  if (!f && fd >= 0) close(fd);
+  return f;
+}
+
 static long manifest_lines(const char *manifest) {
-  FILE *f = fopen(manifest, "r");
+  FILE *f = open_manifest(manifest);
   long n = 0;
   int c;
   if (!f) return 0;
@@ -283,7 +293,7 @@ static void forward(pid_t child, int sig, int dump_sig, const char *manifest) {
 /* The live mappings the manifest names so far ("live<TAB>path<TAB>pid" lines), into paths[max]
  * (each PATH_MAX long); returns how many. */
 static size_t manifest_live(const char *manifest, char (*paths)[PATH_MAX], size_t max) {
-  FILE *in = fopen(manifest, "r");
+  FILE *in = open_manifest(manifest);
   char line[3 * PATH_MAX];
   size_t n = 0;
   if (!in) return 0;
@@ -426,7 +436,7 @@ static void add_xla(found *f, char *fields) {
 /* Reads the manifest: the snapshots written, (torch-native) the pickles to import, and the
  * processes that imported JAX. */
 static void read_manifest(const char *manifest, found *f) {
-  FILE *in = fopen(manifest, "r");
+  FILE *in = open_manifest(manifest);
   char line[3 * PATH_MAX];
   if (!in) return;
   while (fgets(line, sizeof line, in)) {
@@ -578,26 +588,32 @@ static void print_summary(const char *path, bool html, bool brief, const found *
   const ms_site *leak = a.nleaks ? &a.sites[a.leaks[0]] : NULL;
   ms_growth growth = ms_analysis_growth(&a);
   bool growing = growth == MS_GROWTH_GROWING || growth == MS_GROWTH_RELEASED;
-  char per[32] = "";
-  if (leak) ms_format_bytes((int64_t)leak->bytes_per_iteration, per, sizeof per);
+  char per[96] = "", graph[2048] = "";
+  if (leak && leak->every) ms_growth_text(leak, per, sizeof per); /* "+40.00 MiB every 4 iterations" */
+  else if (leak) {
+    ms_format_bytes((int64_t)leak->bytes_per_iteration, per, sizeof per);
+    strncat(per, " per iteration", sizeof per - strlen(per) - 1);
+  }
+  if (a.ngraphs) ms_kept_graph_text(&a, 0, graph, sizeof graph);
   ms_report_options o = {.max_frames = brief ? 1 : 3};
   if (brief) {
     if (growing)
-      printf("%s: peak %s allocated, %s at the snapshot; leak: %s, %s per iteration\n", shown, b1, b3,
-             ms_leak_kind_name(leak->kind), per);
+      printf("%s: peak %s allocated, %s at the snapshot; leak: %s, %s\n", shown, b1, b3, ms_leak_kind_name(leak->kind), per);
     else if (growth == MS_GROWTH_NONE)
       printf("%s: peak %s allocated, %s at the snapshot; no growth across %zu iterations\n", shown, b1, b3, a.niters);
     else
       printf("%s: peak %s allocated, %s at the snapshot; no leak candidate\n", shown, b1, b3);
     if (growing) ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "    ", stdout);
+    if (graph[0]) printf("    %s\n", graph);
     ms_print_best_suggestion(&a, "    ", stdout);
   } else {
     printf("\nsnapshot %s\n", shown);
     printf("  peak %s allocated, %s reserved; %s allocated at the snapshot\n", b1, b2, b3);
     print_paths(&a, f, s.import_source[0] != '\0', "  ");
     if (growing) {
-      printf("  first leak candidate: %s, %s per iteration, %lld blocks live at the snapshot\n",
-             ms_leak_kind_name(leak->kind), per, (long long)leak->end_count);
+      if (graph[0]) printf("  %s\n", graph);
+      printf("  first leak candidate: %s, %s, %lld blocks live at the snapshot\n", ms_leak_kind_name(leak->kind), per,
+             (long long)leak->end_count);
       ms_print_stack(&s, leak->stack_id, ms_site_note(&a, leak), &o, "      ", stdout);
     } else {
       /* nothing grows: say so, then what is held, without calling it a leak */

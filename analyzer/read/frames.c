@@ -2,7 +2,10 @@
  *
  *   - Short names (ms_short_name), as heaptrack and profilers show C++ functions: no return type,
  *     template arguments and parameter lists collapsed to <> and (), qualifiers after the
- *     parameters and GCC's clone suffixes ([clone .isra.0]) dropped. The whole name stays in the
+ *     parameters and GCC's clone suffixes ([clone .isra.0]) dropped. An autograd node's apply reads
+ *     as its node (MulBackward0); an operator's entry in PyTorch's dispatcher as the operator
+ *     (at::_ops::mul_Tensor::call is aten::mul), no machinery then, so that a site whose other
+ *     native frames are all dispatch machinery starts at its operator. The whole name stays in the
  *     frame (--full-names, JSON's `name`, the page's hover).
  *   - Machinery: frames that say nothing about the program (the allocator and PyTorch's stack
  *     capture, tensor creation, operator dispatch, autograd's engine, the interpreter and its
@@ -141,6 +144,49 @@ static const char *node_name(const char *short_name, size_t *n) {
   return node;
 }
 
+/* Overload names of ATen's operators that start with a lower-case letter (the others start with
+ * an upper-case one: Tensor, Scalar, Tensor_Scalar, IntList...). */
+static const char *const lower_overloads[] = {"dim", "int", "out", "self", "dtype", "default", "using_ints", "using_sizes",
+                                              "names", "correction", "vec", "input", "other", "start", "device",
+                                              "memory_format", "src", "source", "value", "values", "generator", "float",
+                                              "bool", "str", "mode"};
+/* ATen's factories, which every operator calls for its output: the operator that called one names
+ * the allocation better (at::_ops::empty_like inside clone is clone's output). */
+static const char *const factories[] = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                                        "empty_permuted", "_empty_affine_quantized"};
+
+/* "aten::mul" for the short C++ name of an operator's entry in PyTorch's dispatcher
+ * ("at::_ops::mul_Tensor::call()", whose struct is the operator's name and its overload's), into
+ * out[len]; false for any other name and for the factories. The overload is what follows the
+ * first '_' (not the name's first character) that starts an upper-case word or a lower-case
+ * overload of the list above: mul_Tensor is mul, add__Tensor add_, sum_dim_IntList sum,
+ * native_layer_norm itself. */
+static bool operator_name(const char *short_name, char *out, size_t len) {
+  static const char prefix[] = "at::_ops::", suffix[] = "::call()";
+  size_t n = strlen(short_name);
+  if (strncmp(short_name, prefix, sizeof prefix - 1) != 0 || n < sizeof prefix + sizeof suffix ||
+      strcmp(short_name + n - (sizeof suffix - 1), suffix) != 0)
+    return false;
+  const char *op = short_name + sizeof prefix - 1;
+  size_t oplen = n - (sizeof prefix - 1) - (sizeof suffix - 1);
+  if (memchr(op, ':', oplen) || memchr(op, '<', oplen)) return false;
+  size_t cut = oplen;
+  for (size_t i = 1; i + 1 < oplen && cut == oplen; i++) {
+    if (op[i] != '_') continue;
+    const char *rest = op + i + 1;
+    size_t restlen = oplen - i - 1;
+    if (*rest >= 'A' && *rest <= 'Z') cut = i;
+    for (size_t k = 0; cut == oplen && k < sizeof lower_overloads / sizeof *lower_overloads; k++) {
+      size_t w = strlen(lower_overloads[k]);
+      if (restlen >= w && strncmp(rest, lower_overloads[k], w) == 0 && (restlen == w || rest[w] == '_')) cut = i;
+    }
+  }
+  for (size_t k = 0; k < sizeof factories / sizeof *factories; k++)
+    if (strlen(factories[k]) == cut && strncmp(op, factories[k], cut) == 0) return false;
+  snprintf(out, len, "aten::%.*s", (int)cut, op);
+  return true;
+}
+
 void ms_frame_short_name(const ms_frame *f, char *out, size_t len) {
   if (f->python) snprintf(out, len, "%s", f->name);
   else if (unnamed(f) && f->module[0]) snprintf(out, len, "0x%llx", (unsigned long long)f->offset); /* in its module */
@@ -148,7 +194,9 @@ void ms_frame_short_name(const ms_frame *f, char *out, size_t len) {
     ms_short_name(f->name, out, len);
     size_t n;
     const char *node = node_name(out, &n);
+    char op[MS_TEXT_MAX + 8];
     if (node) memmove(out, node, n), out[n] = '\0';
+    else if (operator_name(out, op, sizeof op)) snprintf(out, len, "%s", op);
   }
 }
 

@@ -72,6 +72,13 @@ typedef struct ms_snapshot {
   int only_device;
   char host[256], backend[32], tool_version[32], stacks_mode[16], command_line[4096];
   char import_file[256], import_source[128]; /* set when `memsnap import` made it */
+  /* written from a live mapping (meta's recovered, docs/snapshot-format.md): 1 after the process
+   * ended, 2 while it ran; 0 its own snapshot (an exit snapshot, a dump). How it ended: */
+  int recovered;
+  char ended[256];           /* "killed by SIGKILL", ... (neutralised); "" not said */
+  int64_t end_signal;        /* 0 none */
+  int64_t exit_status;       /* -1 none */
+  int64_t end_ns, last_event_ns, last_alloc_ns; /* since the start; 0 not known */
   ms_frame *frames; /* by id; [0] unused */
   size_t nframes;
   ms_stack *stacks; /* by id; [0] is "no stack" */

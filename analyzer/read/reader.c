@@ -178,7 +178,19 @@ int ms_open(ms_snapshot *s, const char *path) {
   meta_text(st, "stacks", s->stacks_mode, sizeof s->stacks_mode);
   meta_text(st, "import_file", s->import_file, sizeof s->import_file);
   meta_text(st, "import_source", s->import_source, sizeof s->import_source);
+  s->recovered = (int)meta_int(st, "recovered", 0);
+  meta_text(st, "ended", s->ended, sizeof s->ended);
+  s->end_signal = meta_int(st, "end_signal", 0);
+  s->exit_status = meta_int(st, "exit_status", -1);
+  s->end_ns = meta_int(st, "end_ns", 0);
+  s->last_event_ns = meta_int(st, "last_event_ns", 0);
+  s->last_alloc_ns = meta_int(st, "last_alloc_ns", 0);
+  if (s->end_signal < 0 || s->end_signal > 64) s->end_signal = 0; /* the file is untrusted */
+  if (s->end_ns < 0) s->end_ns = 0;
+  if (s->last_event_ns < 0) s->last_event_ns = 0;
+  if (s->last_alloc_ns < 0) s->last_alloc_ns = 0;
   sqlite3_finalize(st);
+  ms_neutralise(s->ended);
   ms_neutralise(s->import_file);
   ms_neutralise(s->import_source);
   ms_neutralise(s->host);

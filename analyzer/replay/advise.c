@@ -2,13 +2,14 @@
  * changes a user would make, each replayed as predict.c synthesises it, smallest first.
  *
  * The candidates: the allocator's settings (the sweep's 20 rows, the recorded ones first);
- * checkpointing the fewest module instances (whatif.c's, ranked by what one call saves for
- * backward, the most first, as PyTorch's SAC estimator ranks its candidates by memory), found by
- * bisection over their number under the recorded settings and with expandable segments; each
- * optimizer lighter than the recorded one (less state per parameter), alone and with the fewest
- * checkpointed instances. Each candidate is one row on the sweep's workers (a bisection's replays
- * run in its row), then, with more than one run, a second set of rows searches the largest size
- * that fits with each (predict.c's search). The bisection assumes that checkpointing one more
+ * for each set of modules (those --checkpoint names, or each module candidates.c found and chose
+ * to try: ms_change's `modules`), checkpointing the fewest of its instances (whatif.c's, ranked by
+ * what one call saves for backward, the most first, as PyTorch's SAC estimator ranks its
+ * candidates by memory), found by bisection over their number under the recorded settings and
+ * with expandable segments; each optimizer lighter than the recorded one (less state per
+ * parameter), alone and with the fewest checkpointed instances of each set. Each candidate is
+ * one row on the sweep's workers (a bisection's replays run in its row), then, with more than one
+ * run, a second set of rows searches the largest size that fits with each (predict.c's search). The bisection assumes that checkpointing one more
  * instance never raises the peak, as freeing what a forward saved does not.
  */
 #include <stddef.h>
@@ -30,8 +31,13 @@ typedef struct advise_ctx {
   const candidate *cand;
   const ms_advice_row *rows; /* the second set: the changes the first found */
   int64_t at;
-  int ninstances;
 } advise_ctx;
+
+/* The module instances a change may checkpoint (those of the modules its `modules` names). */
+static int instances_of(const ms_predict *m, const ms_change *c) {
+  const ms_whatif *w = ms_predict_whatif_for(m, c);
+  return w ? ms_whatif_info_of(w)->ninstances : 0;
+}
 
 /* A candidate at the size asked; with `fewest`, the fewest instances checkpointed that fit (all
  * of them when none does). */
@@ -40,12 +46,13 @@ static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   const candidate *k = &x->cand[row];
   ms_change ch = k->change;
   if (!k->fewest) return ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
-  ch.checkpoint = x->ninstances;
+  int ninstances = instances_of(x->m, &ch);
+  ch.checkpoint = ninstances;
   int rc = ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
   if (rc != 0 || !ms_replay_fits(r)) return rc;
   ms_replay_result *probe = malloc(sizeof *probe);
   if (!probe) return rc; /* the answer with every instance stands */
-  int lo = 0, hi = x->ninstances;
+  int lo = 0, hi = ninstances;
   while (hi - lo > 1) {
     int mid = lo + (hi - lo) / 2;
     ch.checkpoint = mid;
@@ -96,23 +103,35 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
   }
   int ngrid = ms_replay_grid(p, base, grid, err, errlen);
   if (ngrid < 0) goto cleanup;
-  const ms_change none = {0, MS_OPT_KEEP, 0};
+  const ms_change none = {0, 0, MS_OPT_KEEP, 0};
   for (int i = 0; i < ngrid; i++) cand[n++] = (candidate){i ? MS_ADVICE_SETTING : MS_ADVICE_NONE, grid[i], none, false};
-  int ninst = in ? in->ninstances : 0;
+  /* the modules whose instances may be checkpointed: those --checkpoint names (0), or those found
+     and tried (1, 2, ...) */
+  const ms_candidates *found = ms_predict_candidates(m);
+  int32_t sets[MS_CANDIDATES_TRIED + 1];
+  int nsets = 0;
+  if (found)
+    for (int k = 1; k <= found->ntried; k++) sets[nsets++] = k;
+  else if (in && in->ninstances > 0)
+    sets[nsets++] = 0;
   ms_replay_config expandable = grid[0];
   ms_replay_config_set(&expandable, "expandable_segments", "True", NULL, 0);
-  if (ninst > 0) {
-    cand[n++] = (candidate){MS_ADVICE_CHECKPOINT, grid[0], none, true};
-    cand[n++] = (candidate){MS_ADVICE_CHECKPOINT_SETTING, expandable, none, true};
+  for (int k = 0; k < nsets; k++) {
+    ms_change ch = {0, sets[k], MS_OPT_KEEP, 0};
+    cand[n++] = (candidate){MS_ADVICE_CHECKPOINT, grid[0], ch, true};
+    cand[n++] = (candidate){MS_ADVICE_CHECKPOINT_SETTING, expandable, ch, true};
   }
   if (in && in->optimizer && in->steps > 0) {
     static const int lighter[] = {MS_OPT_ADAFACTOR, MS_OPT_SGD_MOMENTUM, MS_OPT_SGD};
     static const int lighter_than[] = {1, 2, 1}; /* the recorded state tensors per parameter each is lighter than */
     for (int i = 0; i < 3; i++) {
       if (in->tensors_per_param < lighter_than[i]) continue;
-      ms_change ch = {0, lighter[i], 0};
+      ms_change ch = {0, 0, lighter[i], 0};
       cand[n++] = (candidate){MS_ADVICE_OPTIMIZER, grid[0], ch, false};
-      if (ninst > 0) cand[n++] = (candidate){MS_ADVICE_OPTIMIZER_CHECKPOINT, grid[0], ch, true};
+      for (int k = 0; k < nsets; k++) {
+        ch.modules = sets[k];
+        cand[n++] = (candidate){MS_ADVICE_OPTIMIZER_CHECKPOINT, grid[0], ch, true};
+      }
     }
   }
   ms_replay_config *configs = malloc(sizeof *configs * (size_t)n);
@@ -121,7 +140,7 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
     goto cleanup;
   }
   for (int i = 0; i < n; i++) configs[i] = cand[i].config;
-  advise_ctx x = {m, cand, NULL, at, ninst};
+  advise_ctx x = {m, cand, NULL, at};
   ms_rows_options ro = o ? *o : (ms_rows_options){0};
   if (ms_replay_rows(ms_predict_base(m), p, configs, n, at_row, &x, &ro, &first, err, errlen) != 0) {
     free(configs);

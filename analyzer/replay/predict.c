@@ -37,6 +37,8 @@
 struct ms_predict {
   ms_predict_info info;
   ms_whatif *whatif; /* what a change to the program acts on (NULL: none asked) */
+  ms_candidates found; /* the modules advise may checkpoint, when none is named (find_modules) */
+  bool finding;
   ms_change current; /* the change being synthesised */
   ms_snapshot base; /* the run at the largest size: opened, stacks loaded */
   bool base_open;
@@ -135,7 +137,7 @@ static int64_t law_size(void *arg, size_t k) {
 /* The history at m->at, as if the program had changed by m->current (whatif.c makes it). */
 static int synth_each(ms_snapshot *s, void *arg, int (*fn)(const ms_event *e, void *fnarg), void *fnarg) {
   ms_predict *m = arg;
-  return ms_whatif_each(m->whatif, &m->current, s, law_size, m, &m->dropped, fn, fnarg);
+  return ms_whatif_each(ms_predict_whatif_for(m, &m->current), &m->current, s, law_size, m, &m->dropped, fn, fnarg);
 }
 
 /* ---- reading and aligning the runs -------------------------------------------------------- */
@@ -296,13 +298,18 @@ ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, const ms_predi
   if (n > 1 && check_alignment(m, al, err, errlen) != 0) goto cleanup;
   classify(m);
   in->quadratic_fit = n == 3;
-  if (opt->ncheckpoint > 0 || opt->optimizer) {
+  bool find = opt->find_modules && opt->ncheckpoint == 0;
+  if (opt->ncheckpoint > 0 || opt->optimizer || find) {
     if (progress) fprintf(stderr, "\rpredict: finding what the change acts on%40s", "");
-    if (!(m->whatif = ms_whatif_new(&m->base, opt->checkpoint, opt->ncheckpoint, opt->optimizer, err, errlen))) goto cleanup;
+    ms_whatif_options wo = {opt->checkpoint, opt->ncheckpoint, NULL, opt->optimizer, find};
+    if (!(m->whatif = ms_whatif_new(&m->base, &wo, err, errlen))) goto cleanup;
     if (ms_whatif_info_of(m->whatif)->allocations != (int64_t)m->nalloc) {
       snprintf(err, errlen, "'%s' changed while it was read", br->shown);
       goto cleanup;
     }
+    if (find && ms_candidates_find(&m->base, m->whatif, opt->optimizer, m->nalloc, progress, &m->found, err, errlen) != 0)
+      goto cleanup;
+    m->finding = find;
   }
   ms_replay_plan_set_source(m->plan, synth_each, m);
 
@@ -353,6 +360,7 @@ cleanup:
 void ms_predict_free(ms_predict *m) {
   if (!m) return;
   ms_whatif_free(m->whatif);
+  ms_candidates_free(&m->found);
   ms_replay_plan_free(m->plan);
   if (m->base_open) ms_close(&m->base);
   for (int r = 0; r < MS_PREDICT_MAX_RUNS; r++) free(m->size[r]);
@@ -361,6 +369,10 @@ void ms_predict_free(ms_predict *m) {
 
 const ms_predict_info *ms_predict_info_of(const ms_predict *m) { return &m->info; }
 const ms_whatif *ms_predict_whatif(const ms_predict *m) { return m->whatif; }
+const ms_whatif *ms_predict_whatif_for(const ms_predict *m, const ms_change *c) {
+  return c && c->modules > 0 && c->modules <= m->found.ntried ? m->found.tried[c->modules - 1] : m->whatif;
+}
+const ms_candidates *ms_predict_candidates(const ms_predict *m) { return m->finding ? &m->found : NULL; }
 ms_snapshot *ms_predict_base(ms_predict *m) { return &m->base; }
 
 void ms_predict_far_note(const ms_predict *m, const int64_t *sizes, int n, char *out, size_t len) {

@@ -4,6 +4,7 @@
  * cards.c says how much memory a card has; align.c and predict.c (prefixes ms_history_,
  * ms_predict_) replay a history synthesised at another size from runs at two or three, whatif.c
  * (ms_whatif_) makes it as if the program had changed (checkpointing, another optimizer) and
+ * candidates.c (ms_candidates_) finds the modules worth checkpointing when none is named, and
  * advise.c (ms_advise) tries the changes that make a size fit. It calls
  * down into analysis/ (the live blocks and the state before the history), read/ and libmemsnap.
  */
@@ -69,6 +70,8 @@ enum {
 #define MS_CHANGE_ALL INT32_MAX /* every module call found */
 typedef struct ms_change {
   int32_t checkpoint;     /* the module instances checkpointed: the first N by saved bytes (0: none) */
+  int32_t modules;        /* whose instances: 0 those --checkpoint names; k > 0 the k-th module advise
+                             tried of those it found (ms_predict_candidates' tried) */
   int32_t optimizer;      /* MS_OPT_* (MS_OPT_KEEP: as recorded) */
   double optimizer_bytes; /* MS_OPT_BYTES: the state's bytes per parameter */
 } ms_change;
@@ -273,11 +276,24 @@ typedef struct ms_whatif_instance {
   int64_t saved_bytes;   /* the most one of its calls saved for backward (requests, at the base's size) */
   int64_t saved_blocks;  /* the blocks of that call */
   int64_t first_event;   /* its first call's first allocation (event id) */
+  int64_t forward_ns;    /* its calls' forwards' recorded time, per call: first event to last (the
+                            forward-begins and -ends events with module events) */
 } ms_whatif_instance;
+
+#define MS_WHATIF_FOUND 64 /* modules listed for advise to choose from */
+
+/* A module whose calls could be checkpointed, found in a history (ms_whatif_options' find). */
+typedef struct ms_whatif_module {
+  char pattern[256]; /* as --checkpoint takes it: a class ("GPT2Block"), or module paths that differ only in
+                        their parts' trailing numbers, with the root's class ("GPT2LMHeadModel.transformer.h.*") */
+  char shown[256];   /* as reports show it: a path without the root's class ("transformer.h.*"); neutralised */
+  int paths;         /* module events: the paths it groups (0: a class) */
+} ms_whatif_module;
 
 typedef struct ms_whatif_info {
   /* checkpointing */
   bool checkpointing, module_events; /* module events: the snapshot has them */
+  char name[256];                    /* the modules as the change's words name them ("" the patterns) */
   int ninstances;
   ms_whatif_instance *instance;      /* ranked: the most saved bytes first (owned by the whatif) */
   int64_t allocations;               /* the history's, numbered as align.c numbers them */
@@ -305,17 +321,29 @@ void ms_optimizer_name(int32_t opt, double bytes, char *out, size_t len);
 void ms_change_describe(const ms_whatif *w, const ms_change *c, char *out, size_t len);
 /* Whether c changes anything. */
 bool ms_change_any(const ms_change *c);
+typedef struct ms_whatif_options {
+  const char *const *patterns; /* the modules whose calls may be checkpointed (NULL: none) */
+  int npatterns;
+  const char *name;            /* those modules in the change's words: "checkpoint every NAME call found" (NULL: "module") */
+  bool optimizer;              /* the optimizer's state, its temporaries and the parameters */
+  bool find;                   /* list the modules that could be checkpointed (ms_whatif_found) */
+} ms_whatif_options;
 /* Reads s's history (opened, stacks loaded) once and finds what the changes act on: the calls of
  * the modules patterns[0..n) name (class names: "GPT2Block", globs allowed, matched against the
  * Python frames CLASS.forward; module paths: "transformer.h.*", with a dot, matched against the
  * module events' paths, with and without their root class), what each saved for backward, where
  * its backward begins; with `optimizer`, the blocks of the optimizer's state, its temporaries and
- * the parameters. Returns the whatif, or NULL with err set (a message for the user: nothing
- * found, no module events for a path, unreadable events, out of memory). */
-ms_whatif *ms_whatif_new(ms_snapshot *s, const char *const *patterns, int npatterns, bool optimizer, char *err,
-                         size_t errlen);
+ * the parameters; with `find`, the modules that could be checkpointed. Returns the whatif, or NULL
+ * with err set (a message for the user: nothing found, "cannot checkpoint ..."; no module events
+ * for a path; unreadable events; out of memory). */
+ms_whatif *ms_whatif_new(ms_snapshot *s, const ms_whatif_options *o, char *err, size_t errlen);
 void ms_whatif_free(ms_whatif *w);
 const ms_whatif_info *ms_whatif_info_of(const ms_whatif *w);
+/* The modules found (when built with find): with module events, the paths of their forward-begins
+ * events grouped as ms_whatif_module says, the root left out; else the classes of the Python
+ * frames CLASS.forward in forward allocations' stacks; at most MS_WHATIF_FOUND, in the order
+ * found. Their number, *out pointing at them (owned by w). */
+int ms_whatif_found(const ms_whatif *w, const ms_whatif_module **out);
 /* Allocation k's request (the k-th allocation of the history, as align.c numbers them) at the
  * size being synthesised; 0 or less: left out; INT64_MIN: the recorded request. */
 typedef int64_t (*ms_whatif_size_fn)(void *arg, size_t k);
@@ -327,6 +355,37 @@ typedef int64_t (*ms_whatif_size_fn)(void *arg, size_t k);
  * or -1 with s->error set, also when out of host memory). */
 int ms_whatif_each(const ms_whatif *w, const ms_change *c, ms_snapshot *s, ms_whatif_size_fn size, void *size_arg,
                    int64_t *dropped, int (*fn)(const ms_event *e, void *fnarg), void *fnarg);
+
+/* ---- the modules advise may checkpoint when none is named (candidates.c) ------------------ */
+
+#define MS_CANDIDATES_TRIED 3 /* tried in the SAC estimator's order, and the one that frees the most besides */
+
+/* A module found, measured. */
+typedef struct ms_candidate {
+  ms_whatif_module module;
+  int instances;       /* with a backward pass after them (0: none, not measured further) */
+  int64_t calls;
+  int64_t saved_bytes; /* what its instances saved for backward, one call each, summed */
+  int64_t freed_bytes; /* less the most one saved: what checkpointing every call frees while the backward runs */
+  int64_t forward_ns;  /* its instances' forward times (per call), summed: the recompute's */
+  double bytes_per_s;  /* freed over that time (0: no time known) */
+  int32_t tried;       /* ms_change's `modules` that checkpoints it (1, 2, ...); 0: not tried */
+} ms_candidate;
+
+typedef struct ms_candidates {
+  bool module_events;  /* found in the module events' paths; else the classes of the Python frames */
+  int n;
+  ms_candidate *c;     /* ranked: those that free something first, the most per second of recompute first */
+  int ntried;
+  ms_whatif **tried;   /* the readings of those tried, by `modules` - 1 (owned) */
+} ms_candidates;
+
+/* Measures each module found_in found (ms_whatif_found; its reading of s: stacks loaded, nalloc
+ * allocations) by a reading of its own (with the optimizer's, for changes that combine them),
+ * ranks them and keeps the readings of those to try, into *out. 0, or -1 with err set (out empty). */
+int ms_candidates_find(ms_snapshot *s, const ms_whatif *found_in, bool optimizer, size_t nalloc, bool progress,
+                       ms_candidates *out, char *err, size_t errlen);
+void ms_candidates_free(ms_candidates *c);
 
 #define MS_PREDICT_MAX_RUNS 3
 #define MS_PREDICT_MAX_SIZE 16777216           /* sizes of runs and predictions: 1 to 2^24 */
@@ -376,6 +435,7 @@ typedef struct ms_predict_options {
   const char *const *checkpoint; /* module patterns whose calls may be checkpointed (--checkpoint) */
   int ncheckpoint;
   bool optimizer; /* find the optimizer's state, so that another optimizer may replace it */
+  bool find_modules; /* without patterns: find the modules that could be checkpointed (candidates.c) */
   bool progress;  /* what it reads, on stderr */
 } ms_predict_options;
 /* Reads the runs inputs[0..n) (one to three, distinct sizes; one: its history as recorded, for a
@@ -388,6 +448,10 @@ void ms_predict_free(ms_predict *m);
 const ms_predict_info *ms_predict_info_of(const ms_predict *m);
 /* What the changes act on (NULL when none was asked for). */
 const ms_whatif *ms_predict_whatif(const ms_predict *m);
+/* What change c acts on: the reading of the modules its `modules` names (ms_predict_whatif for 0). */
+const ms_whatif *ms_predict_whatif_for(const ms_predict *m, const ms_change *c);
+/* The modules found to checkpoint (find_modules; NULL when none was asked for). */
+const ms_candidates *ms_predict_candidates(const ms_predict *m);
 /* The base's snapshot (opened, stacks loaded): what rows replay. */
 ms_snapshot *ms_predict_base(ms_predict *m);
 /* One row's work, for callers that make their own rows (advise.c; s and p: the worker's): the
@@ -434,7 +498,7 @@ int ms_predict_capacity(ms_predict *m, const ms_change *change, const ms_replay_
 /* The kinds of change advise.c tries, smallest first. */
 enum { MS_ADVICE_NONE, MS_ADVICE_SETTING, MS_ADVICE_CHECKPOINT, MS_ADVICE_CHECKPOINT_SETTING, MS_ADVICE_OPTIMIZER,
        MS_ADVICE_OPTIMIZER_CHECKPOINT, MS_ADVICE_KINDS };
-#define MS_ADVICE_MAX 40
+#define MS_ADVICE_MAX 64 /* 20 settings, 3 optimizers, 5 rows for each set of modules (4 at most) */
 
 typedef struct ms_advice_row {
   int kind;                 /* MS_ADVICE_* */
@@ -457,8 +521,9 @@ typedef struct ms_advice {
  * setting of the sweep; checkpointing the fewest module instances that fits (most saved bytes
  * first; bisection), under the recorded settings and with expandable segments; each optimizer
  * lighter than the recorded one, alone and with the fewest checkpointed instances; and for each,
- * the largest size that fits (with more than one run). m was made with the checkpoint patterns
- * (or none: no checkpointing tried) and the optimizer's reading. 0, or -1 with err set. */
+ * the largest size that fits (with more than one run). m was made with the checkpoint patterns,
+ * or with find_modules (the modules found and tried, each a set of instances), and the
+ * optimizer's reading. 0, or -1 with err set. */
 int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
               size_t errlen);
 void ms_advice_free(ms_advice *a);

@@ -31,6 +31,12 @@
  *     last free, before its first saved block's free, of a block that the forward made after this
  *     call (the backward of everything computed after it is done), or at the backward pass's
  *     start when there is none.
+ *   - Its forward's time: from its first allocation (its forward-begins event) to its forward's last
+ *     allocation or free (its forward-ends event), per instance the mean over its calls: the
+ *     recompute's cost, by which candidates.c ranks modules.
+ *   - With `find`, the modules that could be checkpointed (ms_whatif_found): the paths of the
+ *     forward-begins events, grouped by their parts' trailing numbers, or, without module events,
+ *     the classes of the frames CLASS.forward in forward allocations' stacks.
  *   - The optimizer: its steps (step events, else runs of events whose stacks are an optimizer's);
  *     its state (tensor events of role 3 where the history has them, else the stack rules of
  *     categories.c: made in a step and outliving it, or by _init_group), its temporaries (made in
@@ -94,6 +100,7 @@ typedef struct call {
   size_t saved0, nsaved; /* in saved[] */
   int64_t saved_bytes;
   int32_t instance;      /* ranked */
+  int64_t t0, t1;        /* its forward's first and last events' times (ns) */
   bool has_backward, open;
 } call;
 
@@ -125,6 +132,8 @@ struct ms_whatif {
   size_t *state_k, nstate; /* state blocks (no counters), in order */
   size_t *params, nparams; /* parameters alive at the first step */
   int64_t first_step;      /* event id, -1 none */
+  ms_whatif_module *found; /* the modules that could be checkpointed (ms_whatif_options' find) */
+  int nfound;
 };
 
 /* ---- optimizers ---------------------------------------------------------------------------- */
@@ -179,7 +188,9 @@ void ms_change_describe(const ms_whatif *w, const ms_change *c, char *out, size_
   }
   if (c->checkpoint > 0) {
     int n = w ? w->info.ninstances : 0, k = c->checkpoint < n ? c->checkpoint : n;
-    if (c->checkpoint == MS_CHANGE_ALL || k == n) o += (size_t)snprintf(out + o, len - o, "checkpoint every module call found (%d)", n);
+    if ((c->checkpoint == MS_CHANGE_ALL || k == n) && w && w->info.name[0])
+      o += (size_t)snprintf(out + o, len - o, "checkpoint every %s call found (%d)", w->info.name, n);
+    else if (c->checkpoint == MS_CHANGE_ALL || k == n) o += (size_t)snprintf(out + o, len - o, "checkpoint every module call found (%d)", n);
     else {
       o += (size_t)snprintf(out + o, len - o, "checkpoint %d of %d (", k, n);
       for (int i = 0; i < k && o < len; i++)
@@ -280,10 +291,12 @@ typedef struct build {
   size_t nbw_ev, nbw_ph, nst_ev, nst_ph, bw_ev_cap, bw_ph_cap, st_ev_cap, st_ph_cap;
   int bw_depth;
   bool ph_open, st_open, st_ev_open;
-  int64_t step_label, last_id;
+  int64_t step_label, last_id, now; /* now: the time of the event being read */
   size_t *freed; /* allocations in the order of their frees */
   size_t nfreed, freed_cap;
   bool any_role_state, any_role_param, host_oom;
+  bool find;          /* list the modules that could be checkpointed */
+  uint8_t *label_fwd; /* by label id: a module's forward-begins event names it (find) */
 } build;
 
 static bool add_span(span **v, size_t *n, size_t *cap, int64_t begin) {
@@ -336,6 +349,7 @@ static long new_call(build *b, int32_t pattern, int64_t label, size_t k0) {
   call *c = &w->calls[w->ncalls];
   memset(c, 0, sizeof *c);
   c->pattern = pattern, c->label = label, c->k0 = k0, c->k1 = k0 - 1, c->op0 = c->op1 = w->nops, c->open = true;
+  c->t0 = c->t1 = b->now;
   return (long)w->ncalls++;
 }
 
@@ -419,7 +433,7 @@ static void on_alloc(build *b, const ms_event *e) {
     w->flags[k] |= F_PARAM;
   if (b->mopen >= 0) { /* inside a module path's forward */
     call *c = &w->calls[b->mopen];
-    c->k1 = k, w->callof[k] = (int32_t)b->mopen;
+    c->k1 = k, w->callof[k] = (int32_t)b->mopen, c->t1 = b->now;
     if (!add_op(b, 2 * (int64_t)k)) b->host_oom = true;
     c->op1 = w->nops;
     return;
@@ -429,7 +443,7 @@ static void on_alloc(build *b, const ms_event *e) {
   if (b->open >= 0) {
     call *c = &w->calls[b->open];
     if (forward && p == c->pattern && !(line < b->open_line || e->stack_id == b->open_first_stack)) {
-      c->k1 = k, w->callof[k] = (int32_t)b->open, b->open_line = line;
+      c->k1 = k, w->callof[k] = (int32_t)b->open, b->open_line = line, c->t1 = b->now;
       if (!add_op(b, 2 * (int64_t)k)) b->host_oom = true;
       c->op1 = w->nops;
       return;
@@ -466,6 +480,7 @@ static void on_free(build *b, const ms_event *e) {
   if (open >= 0 && w->callof[k] == (int32_t)open) {
     if (!add_op(b, 2 * (int64_t)k + 1)) b->host_oom = true;
     w->calls[open].op1 = w->nops;
+    w->calls[open].t1 = b->now;
   }
 }
 
@@ -485,6 +500,7 @@ static void on_module(build *b, const ms_event *e) {
   int64_t label = e->extra;
   bool matched = label > 0 && (size_t)label < b->nlabel && b->label_match[label];
   b->w->info.module_events = true;
+  if (b->label_fwd && e->size == MEMSNAP_MODULE_FORWARD && label > 0 && (size_t)label < b->nlabel) b->label_fwd[label] = 1;
   switch (e->size) {
     case MEMSNAP_MODULE_FORWARD:
       if (b->mopen >= 0) {
@@ -496,7 +512,10 @@ static void on_module(build *b, const ms_event *e) {
       }
       break;
     case MEMSNAP_MODULE_FORWARD_END:
-      if (b->mopen >= 0 && b->w->calls[b->mopen].label == label && --b->mdepth == 0) close_call(b, &b->mopen, 2 * e->id + 1);
+      if (b->mopen >= 0 && b->w->calls[b->mopen].label == label && --b->mdepth == 0) {
+        b->w->calls[b->mopen].t1 = b->now;
+        close_call(b, &b->mopen, 2 * e->id + 1);
+      }
       break;
     case MEMSNAP_MODULE_BACKWARD:
       if (matched) {
@@ -517,6 +536,7 @@ static void on_module(build *b, const ms_event *e) {
 static int pass_event(const ms_event *e, void *arg) {
   build *b = arg;
   b->last_id = e->id;
+  b->now = e->time_ns;
   switch (e->kind) {
     case MS_ALLOC: on_alloc(b, e); break;
     case MS_FREE_REQUESTED: on_free(b, e); break;
@@ -751,6 +771,7 @@ static int finish_calls(build *b, const span *bw, size_t nbw) {
     }
     ms_whatif_instance *n = &inst[id];
     n->calls++;
+    n->forward_ns += c->t1 > c->t0 ? c->t1 - c->t0 : 0; /* a sum here, a mean per call below */
     if (c->saved_bytes > n->saved_bytes) n->saved_bytes = c->saved_bytes, n->saved_blocks = (int64_t)c->nsaved;
     c->instance = (int32_t)id;
   }
@@ -761,7 +782,7 @@ static int finish_calls(build *b, const span *bw, size_t nbw) {
     free(rank);
     goto cleanup;
   }
-  for (size_t i = 0; i < ninst; i++) order[i] = (int32_t)i;
+  for (size_t i = 0; i < ninst; i++) order[i] = (int32_t)i, inst[i].forward_ns /= inst[i].calls > 0 ? inst[i].calls : 1;
   rank_base = inst;
   qsort(order, ninst, sizeof *order, cmp_instance);
   in->instance = malloc(sizeof *in->instance * (ninst + 1));
@@ -877,13 +898,100 @@ static int finish_optimizer(build *b) {
   return 0;
 }
 
-ms_whatif *ms_whatif_new(ms_snapshot *s, const char *const *patterns, int npatterns, bool optimizer, char *err,
-                         size_t errlen) {
+/* ---- building: the modules that could be checkpointed (find) -------------------------------- */
+
+/* A module path's group into out[len]: each part's trailing digits made one '*'
+ * ("GPT2LMHeadModel.transformer.h.3" -> "GPT2LMHeadModel.transformer.h.*", "ResNet.layer1.0" ->
+ * "ResNet.layer*.*"): paths that differ only there (a ModuleList's blocks, a model's stages) are
+ * one module. */
+static void path_group(const char *path, char *out, size_t len) {
+  size_t o = 0;
+  for (const char *p = path; *p;) {
+    const char *end = strchr(p, '.');
+    if (!end) end = p + strlen(p);
+    const char *d = end;
+    while (d > p && isdigit((unsigned char)d[-1])) d--;
+    for (const char *c = p; c < d && o + 1 < len; c++) out[o++] = *c;
+    if (d < end && o + 1 < len) out[o++] = '*';
+    if (*end == '.' && o + 1 < len) out[o++] = '.';
+    p = *end ? end + 1 : end;
+  }
+  out[o] = '\0';
+}
+
+/* Adds a found module (pattern; shown as `shown`) unless there, counting its paths. 0, or -1 (out of memory). */
+static int add_found(ms_whatif *w, const char *pattern, const char *shown, bool path) {
+  for (int i = 0; i < w->nfound; i++)
+    if (!strcmp(w->found[i].pattern, pattern)) {
+      w->found[i].paths += path;
+      return 0;
+    }
+  if (w->nfound == MS_WHATIF_FOUND) return 0;
+  if (!(w->nfound % 16)) {
+    ms_whatif_module *f = realloc(w->found, sizeof *f * (size_t)(w->nfound + 16));
+    if (!f) return -1;
+    w->found = f;
+  }
+  ms_whatif_module *f = &w->found[w->nfound++];
+  memset(f, 0, sizeof *f);
+  snprintf(f->pattern, sizeof f->pattern, "%s", pattern);
+  snprintf(f->shown, sizeof f->shown, "%s", shown);
+  ms_neutralise(f->shown);
+  f->paths = path;
+  return 0;
+}
+
+/* Whether a name can be given to --checkpoint as itself: no glob characters, not too long. */
+static bool nameable(const char *name, size_t max) {
+  return name[0] && strlen(name) < max && !strpbrk(name, "*?[]\\");
+}
+
+/* The modules whose calls could be checkpointed: with module events, their forward-begins
+ * events' paths grouped (path_group), the root left out; else the classes of the Python frames
+ * CLASS.forward in the stacks of forward allocations (no qualified names: "Outer.Inner"). 0, or -1. */
+static int find_modules(build *b) {
+  ms_whatif *w = b->w;
+  char group[256];
+  if (w->info.module_events) {
+    for (size_t id = 1; id < b->nlabel; id++) {
+      const char *path = b->label[id], *dot = path ? strchr(path, '.') : NULL;
+      if (!b->label_fwd[id] || !dot || !nameable(path, sizeof group - 8)) continue;
+      path_group(path, group, sizeof group);
+      if (add_found(w, group, strchr(group, '.') + 1, true) != 0) return -1;
+    }
+    return 0;
+  }
+  uint8_t *seen = calloc(b->s->nstacks ? b->s->nstacks : 1, 1);
+  if (!seen) return -1;
+  int rc = 0;
+  for (size_t k = 0; k < w->nalloc && rc == 0; k++) {
+    uint32_t id = w->stack[k];
+    int phase = phase_of(b, id);
+    if (id == 0 || id >= b->s->nstacks || seen[id] || phase == MS_PHASE_BACKWARD || phase == MS_PHASE_OPTIMIZER) continue;
+    seen[id] = 1;
+    const ms_stack *st = &b->s->stacks[id];
+    for (uint32_t j = 0; j < st->depth && rc == 0; j++) {
+      const ms_frame *f = st->frames[j] < b->s->nframes ? &b->s->frames[st->frames[j]] : NULL;
+      size_t n = f && f->python && f->name ? strlen(f->name) : 0;
+      if (n < 9 || strcmp(f->name + n - 8, ".forward") || n - 8 >= sizeof group) continue;
+      snprintf(group, sizeof group, "%.*s", (int)(n - 8), f->name);
+      if (nameable(group, sizeof group) && !strchr(group, '.')) rc = add_found(w, group, group, false);
+    }
+  }
+  free(seen);
+  return rc;
+}
+
+ms_whatif *ms_whatif_new(ms_snapshot *s, const ms_whatif_options *opt, char *err, size_t errlen) {
   build b;
   memset(&b, 0, sizeof b);
   ms_whatif *w = calloc(1, sizeof *w);
-  b.w = w, b.s = s, b.pattern = patterns, b.npattern = npatterns, b.open = b.mopen = -1;
+  const char *const *patterns = opt->patterns;
+  int npatterns = opt->patterns ? opt->npatterns : 0;
+  bool optimizer = opt->optimizer;
+  b.w = w, b.s = s, b.pattern = patterns, b.npattern = npatterns, b.open = b.mopen = -1, b.find = opt->find;
   if (!w) goto oom;
+  if (opt->name) snprintf(w->info.name, sizeof w->info.name, "%s", opt->name);
   w->recorded = MS_OPT_KEEP;
   w->first_step = -1;
   for (int p = 0; p < npatterns; p++) {
@@ -900,6 +1008,7 @@ ms_whatif *ms_whatif_new(ms_snapshot *s, const char *const *patterns, int npatte
     snprintf(err, errlen, "%s", s->error[0] ? s->error : "out of memory reading the labels");
     goto fail;
   }
+  if (b.find && !(b.label_fwd = calloc(b.nlabel ? b.nlabel : 1, 1))) goto oom;
   int rc = ms_events_each(s, pass_event, &b);
   if (b.host_oom) goto oom;
   if (rc != 0) {
@@ -918,6 +1027,7 @@ ms_whatif *ms_whatif_new(ms_snapshot *s, const char *const *patterns, int npatte
   w->info.backward_passes = (int64_t)nbw;
   w->info.allocations = (int64_t)w->nalloc;
   if (npatterns && finish_calls(&b, bw, nbw) != 0) goto oom;
+  if (b.find && find_modules(&b) != 0) goto oom;
   if (optimizer && finish_optimizer(&b) != 0) goto oom;
   if (npatterns && w->info.calls == 0) {
     char list[512] = "";
@@ -952,6 +1062,7 @@ done:
   for (size_t i = 0; i < b.nlabel; i++) free(b.label[i]);
   free(b.label);
   free(b.label_match);
+  free(b.label_fwd);
   ms_live_free(&b.live);
   free(b.bw_ev), free(b.bw_ph), free(b.st_ev), free(b.st_ph), free(b.freed);
   return w;
@@ -963,10 +1074,16 @@ void ms_whatif_free(ms_whatif *w) {
   free(w->flags), free(w->callof), free(w->calls), free(w->ops), free(w->saved), free(w->inj);
   free(w->state_k), free(w->params);
   free(w->info.instance);
+  free(w->found);
   free(w);
 }
 
 const ms_whatif_info *ms_whatif_info_of(const ms_whatif *w) { return &w->info; }
+
+int ms_whatif_found(const ms_whatif *w, const ms_whatif_module **out) {
+  *out = w->found;
+  return w->nfound;
+}
 
 /* ---- synthesising ---------------------------------------------------------------------------- */
 

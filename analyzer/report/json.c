@@ -114,6 +114,38 @@ static void add_before_history(cJSON *o, const ms_analysis *a) {
   cJSON_AddNumberToObject(b, "segments", (double)h->nsegments);
 }
 
+/* "death": how the process died, for a snapshot written from its live mapping after it ended;
+ * null for the process's own snapshot (docs/analysis-json.md). */
+static void add_death(cJSON *summary, const ms_snapshot *s) {
+  char text[512], name[32];
+  if (!ms_snapshot_death(s, text, sizeof text)) {
+    cJSON_AddNullToObject(summary, "death");
+    return;
+  }
+  cJSON *d = cJSON_AddObjectToObject(summary, "death");
+  cJSON_AddStringToObject(d, "description", text);
+  if (s->ended[0]) cJSON_AddStringToObject(d, "how", s->ended);
+  else cJSON_AddNullToObject(d, "how");
+  if (s->end_signal) {
+    ms_signal_name((int)s->end_signal, name, sizeof name);
+    cJSON_AddNumberToObject(d, "signal", (double)s->end_signal);
+    cJSON_AddStringToObject(d, "signal_name", name);
+  } else {
+    cJSON_AddNullToObject(d, "signal");
+    cJSON_AddNullToObject(d, "signal_name");
+  }
+  if (s->exit_status >= 0) cJSON_AddNumberToObject(d, "exit_status", (double)s->exit_status);
+  else cJSON_AddNullToObject(d, "exit_status");
+  if (s->end_ns) cJSON_AddNumberToObject(d, "end_ns", (double)s->end_ns);
+  else cJSON_AddNullToObject(d, "end_ns");
+  if (s->last_alloc_ns) cJSON_AddNumberToObject(d, "last_allocation_ns", (double)s->last_alloc_ns);
+  else cJSON_AddNullToObject(d, "last_allocation_ns");
+  if (s->end_ns && s->last_alloc_ns && s->end_ns >= s->last_alloc_ns)
+    cJSON_AddNumberToObject(d, "after_last_allocation_ns", (double)(s->end_ns - s->last_alloc_ns));
+  else cJSON_AddNullToObject(d, "after_last_allocation_ns");
+  cJSON_AddNumberToObject(d, "last_event_ns", (double)s->last_event_ns);
+}
+
 static void add_summary(cJSON *root, const ms_analysis *a) {
   const ms_snapshot *s = a->snap;
   cJSON *summary = cJSON_AddObjectToObject(root, "summary");
@@ -121,6 +153,7 @@ static void add_summary(cJSON *root, const ms_analysis *a) {
   cJSON_AddNumberToObject(summary, "format_version", s->format_version);
   ms_json_process(summary, s);
   cJSON_AddStringToObject(summary, "backend", s->backend);
+  add_death(summary, s);
   cJSON_AddNumberToObject(summary, "events", (double)s->nevents);
   cJSON_AddNumberToObject(summary, "recorded_events", (double)s->recorded);
   cJSON_AddNumberToObject(summary, "dropped_events", (double)s->dropped);
@@ -222,8 +255,48 @@ static void add_leaks(cJSON *root, const doc *d) {
     cJSON_AddStringToObject(o, "held_category", ms_category_name(a, st->held_category));
     if (st->held_module) cJSON_AddStringToObject(o, "held_module", a->modules[st->held_module - 1].name);
     else cJSON_AddNullToObject(o, "held_module");
+    if (st->every) { /* growth in steps every few iterations */
+      cJSON *e = cJSON_AddObjectToObject(o, "every");
+      cJSON_AddNumberToObject(e, "iterations", st->step_every);
+      cJSON_AddNumberToObject(e, "min_iterations", st->min_step_gap);
+      cJSON_AddNumberToObject(e, "max_iterations", st->max_step_gap);
+      cJSON_AddNumberToObject(e, "steps", st->steps);
+      cJSON_AddNumberToObject(e, "bytes_per_step", (double)(st->step_bytes / st->steps));
+      cJSON_AddNumberToObject(e, "fell_bytes", (double)st->fall_bytes);
+    } else {
+      cJSON_AddNullToObject(o, "every");
+    }
+    if (st->graph) cJSON_AddNumberToObject(o, "kept_graph", st->graph - 1);
+    else cJSON_AddNullToObject(o, "kept_graph");
+    cJSON_AddNumberToObject(o, "kept_graph_bytes", (double)st->graph_bytes);
     site_keys(d, o, a->leaks[i]);
     cJSON_AddItemToArray(list ? held : leaks, o);
+  }
+}
+
+/* Autograd graphs kept without a backward (kept_graphs.c), the largest first. */
+static void add_kept_graphs(cJSON *root, const doc *d) {
+  const ms_analysis *a = d->a;
+  const ms_snapshot *s = a->snap;
+  cJSON *graphs = cJSON_AddArrayToObject(root, "kept_graphs");
+  for (size_t i = 0; graphs && i < a->ngraphs; i++) {
+    const ms_kept_graph *g = &a->graphs[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "graphs", g->graphs);
+    cJSON_AddNumberToObject(o, "live_bytes", (double)g->bytes);
+    cJSON_AddNumberToObject(o, "live_count", (double)g->blocks);
+    if (g->module >= 0) cJSON_AddStringToObject(o, "forward_module", a->modules[g->module].name);
+    else cJSON_AddNullToObject(o, "forward_module");
+    cJSON *at = g->frame && g->frame < s->nframes ? json_frames(s, &g->frame, 1) : NULL; /* [the frame] */
+    if (at && cJSON_GetArraySize(at) == 1) cJSON_AddItemToObject(o, "forward_called_at", cJSON_DetachItemFromArray(at, 0));
+    else cJSON_AddNullToObject(o, "forward_called_at");
+    cJSON_Delete(at);
+    cJSON_AddNumberToObject(o, "first_iteration", g->first_iteration);
+    cJSON_AddNumberToObject(o, "last_iteration", g->last_iteration);
+    cJSON_AddNumberToObject(o, "saved_bytes_per_call", (double)g->saved_per_call);
+    cJSON_AddNumberToObject(o, "largest_site_bytes", (double)a->sites[g->top_site].graph_bytes);
+    site_keys(d, o, g->top_site);
+    cJSON_AddItemToArray(graphs, o);
   }
 }
 
@@ -441,6 +514,7 @@ int ms_json_analysis(cJSON *root, const ms_analysis *a, const ms_json_options *o
   add_category_notes(root, a);
   add_iterations(root, a);
   add_leaks(root, &d);
+  add_kept_graphs(root, &d);
   add_modules(root, a);
   add_ooms(root, &d);
   add_invalid_frees(root, &d);

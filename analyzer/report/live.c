@@ -67,41 +67,31 @@ size_t ms_live_sweep_unfinished(const char *dir) {
     long pid = strtol(e->d_name + 8, &end, 10);
     if (pid <= 0 || strcmp(end, ".live.new") != 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
     char path[PATH_MAX];
+    struct stat st;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    removed += unlink(path) == 0;
+    /* only this user's own regular files (in a shared folder MEMSNAP_LIVE_DIR names, others' stay) */
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) removed += unlink(path) == 0;
   }
   closedir(d);
   return removed;
 }
 
 void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len) {
-  char at[32] = "", gap[32] = "";
-  uint64_t end = info->end_ns ? info->end_ns : info->last_event_ns;
-  ms_format_ns((int64_t)end, at, sizeof at);
   const char *how = "ended";
-  char buf[64];
+  char buf[64], name[32];
   if (end_signal) {
-    const char *abbrev = sigabbrev_np(end_signal);
-    if (abbrev) snprintf(buf, sizeof buf, "killed by SIG%s", abbrev);
-    else snprintf(buf, sizeof buf, "killed by signal %d", end_signal);
+    ms_signal_name(end_signal, name, sizeof name);
+    snprintf(buf, sizeof buf, "killed by %s", name);
     how = buf;
   } else if (exit_status >= 0) {
     snprintf(buf, sizeof buf, "exited with status %d", exit_status);
     how = buf;
   } else if (info->no_word) { /* no snapshot, no signal it watched */
-    how = "killed by SIGKILL or ended by _exit, or by a signal it did not watch";
+    how = MS_END_UNSEEN;
   }
-  if (!info->end_ns) {
-    snprintf(out, len, "%s (when is not known; its last event at %s)", how, at);
-    return;
-  }
-  if (info->last_alloc_ns && info->end_ns >= info->last_alloc_ns) {
-    ms_format_ns((int64_t)(info->end_ns - info->last_alloc_ns), gap, sizeof gap);
-    snprintf(out, len, "%s at %s, %s after its last allocation", how, at, gap);
-  } else {
-    snprintf(out, len, "%s at %s", how, at);
-  }
+  ms_describe_end(how, info->end_ns, info->last_alloc_ns, info->last_event_ns, out, len);
 }
+
 
 /* "function (file:line)" of the first frame of the stack that matters. */
 static void where(const ms_snapshot *s, uint32_t stack_id, char *out, size_t len) {
@@ -122,14 +112,26 @@ static int by_end_bytes(const void *a, const void *b, void *arg) {
   return x > y ? -1 : x < y;
 }
 
+/* A new folder of this user's alone for the frame's snapshot (never a predictable name in a shared
+ * one, where a link planted by another user would be followed): its path into dir[len], 0 or -1. */
+static int private_dir(char *dir, size_t len) {
+  const char *t = getenv("TMPDIR");
+  snprintf(dir, len, "%s/memsnap-top-XXXXXX", t && *t ? t : "/tmp");
+  return mkdtemp(dir) ? 0 : -1;
+}
+
 int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errlen) {
   memset(v, 0, sizeof *v);
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s/memsnap-top-%d.db", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-           (int)getpid());
+  char dir[1100], tmp[1200];
+  if (private_dir(dir, sizeof dir) != 0) {
+    snprintf(err, errlen, "cannot make a folder in '%s': %s", dir, strerror(errno));
+    return -1;
+  }
+  snprintf(tmp, sizeof tmp, "%s/frame.db", dir);
   memsnap_recover_options o = {0, -1, 0, 1, 1};
   if (memsnap_recover(live_path, tmp, &o, &v->info) != MEMSNAP_OK) {
     snprintf(err, errlen, "%s", memsnap_last_error());
+    rmdir(dir);
     return -1;
   }
   ms_snapshot s;
@@ -137,6 +139,7 @@ int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errl
   if (ms_open_analyzed(&s, &a, tmp, NULL, NULL) != 0) {
     snprintf(err, errlen, "%s", s.error);
     unlink(tmp);
+    rmdir(dir);
     return -1;
   }
   v->allocated = a.end_allocated;
@@ -172,6 +175,7 @@ int ms_live_frame(const char *live_path, ms_live_view *v, char *err, size_t errl
   ms_analysis_free(&a);
   ms_close(&s);
   unlink(tmp);
+  rmdir(dir);
   return 0;
 }
 

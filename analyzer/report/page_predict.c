@@ -29,12 +29,12 @@ static cJSON *curves_json(const ms_curve *allocated, const ms_curve *reserved) {
   return o;
 }
 
-static cJSON *predicted_json(const ms_prediction_page *pg, const ms_prediction_timeline *p) {
+static cJSON *predicted_json(const ms_prediction_timeline *p) {
   const ms_replay_result *r = p->result;
   const ms_replay_device *d = &r->dev[p->timeline->device];
   char conf[1200], change[2048];
   ms_replay_describe_config(&r->config, conf, sizeof conf);
-  ms_change_describe(pg->whatif, &r->change, change, sizeof change);
+  ms_change_describe(p->whatif, &r->change, change, sizeof change);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "at", (double)r->at);
   cJSON_AddStringToObject(o, "why", p->why);
@@ -78,7 +78,7 @@ static char *prediction_json(const ms_prediction_page *pg) {
   cJSON_AddNumberToObject(rec, "peak_reserved_bytes", (double)a->peak_reserved);
   cJSON_AddItemToObject(rec, "curves", curves_json(a->allocated_curve, a->reserved_curve));
   cJSON_AddItemToObject(root, "predicted", list);
-  for (int i = 0; i < pg->npredicted; i++) cJSON_AddItemToArray(list, predicted_json(pg, &pg->predicted[i]));
+  for (int i = 0; i < pg->npredicted; i++) cJSON_AddItemToArray(list, predicted_json(&pg->predicted[i]));
   char *text = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   return text;

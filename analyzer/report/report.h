@@ -67,6 +67,7 @@ typedef struct ms_prediction_timeline {
   const ms_replay_result *result;
   bool fits;       /* on the card, as the answer says it */
   const char *why; /* why it is drawn, in words ("--at 16", "the smallest change that fits") */
+  const ms_whatif *whatif; /* names the instances its change checkpoints (NULL: no change asked) */
 } ms_prediction_timeline;
 
 typedef struct ms_prediction_page {
@@ -75,7 +76,6 @@ typedef struct ms_prediction_page {
   int64_t recorded_at;           /* its size */
   int recorded_device, recorded_devices;
   uint64_t capacity;             /* the card given (--capacity, --device); 0: the recorded one */
-  const ms_whatif *whatif;       /* names the instances checkpointed (NULL: no change asked) */
   const ms_prediction_timeline *predicted;
   int npredicted;
 } ms_prediction_page;
@@ -170,13 +170,19 @@ void ms_json_process(struct cJSON *o, const ms_snapshot *s);
 /* One line on the best suggestion of the replay (a->suggestions), after `indent`, for `memsnap
  * run`'s summary (text.c; nothing when there is none and the sweep did not stop early). */
 void ms_print_best_suggestion(const ms_analysis *a, const char *indent, FILE *out);
+/* How a growing candidate grew, into out[len]: "+40.00 MiB every 4 iterations" (growth in steps),
+ * else "+1.00 MiB per iteration". */
+void ms_growth_text(const ms_site *st, char *out, size_t len);
+/* Kept graph candidate i of a (a->graphs) in a sentence, into out[len]: "480.00 MiB in 3 autograd
+ * graphs kept alive: the forward of Net at evaluate (train.py:15) ran with grad enabled ...". */
+void ms_kept_graph_text(const ms_analysis *a, size_t i, char *out, size_t len);
 
 /* ---- live mappings (live.c): `memsnap top`, `memsnap run`, `memsnap recover` ------------- */
 
 #include "memsnap.h"
 
-/* The directory that live mappings are in: MEMSNAP_LIVE_DIR, else /dev/shm, else TMPDIR or /tmp
- * (as libmemsnap chooses it). */
+/* The directory that live mappings are in: MEMSNAP_LIVE_DIR, else this user's /dev/shm/memsnap-UID
+ * (else under TMPDIR or /tmp), as libmemsnap chooses it. */
 const char *ms_live_dir(void);
 typedef struct ms_live_entry {
   char path[1100];
@@ -184,15 +190,28 @@ typedef struct ms_live_entry {
 } ms_live_entry;
 /* The live mappings in `dir` (only those of running processes with `alive_only`), running ones
  * first, by rank then pid, into a new array (caller frees); returns how many (0: none, or no
- * directory). */
+ * directory). Links, and other users' files, are not listed (memsnap_live_info refuses them). */
 size_t ms_live_list(const char *dir, bool alive_only, ms_live_entry **out);
 /* Removes the mappings in `dir` that a process which no longer runs was still making when it
  * died (memsnap-PID.live.new: killed between creating and naming it; they hold nothing to
- * recover). Returns how many. */
+ * recover), this user's own regular files only. Returns how many. */
 size_t ms_live_sweep_unfinished(const char *dir);
+/* What is said of a process that ended without a word (no snapshot, no signal it watched). */
+#define MS_END_UNSEEN "killed by SIGKILL or ended by _exit, or by a signal it did not watch"
+/* "HOW at 41.2 s, 3 ms after its last allocation" (text.c; times since the recording's start; end_ns 0:
+ * "HOW (when is not known; its last event at ...)") into out[len]. */
+void ms_describe_end(const char *how, uint64_t end_ns, uint64_t last_alloc_ns, uint64_t last_event_ns, char *out,
+                     size_t len);
+/* "SIGKILL" ("signal 70" for one without a name) into out[len]. */
+void ms_signal_name(int sig, char *out, size_t len);
 /* "killed by SIGKILL at 41.2 s, 3 ms after its last allocation" (times from `info`, which
  * memsnap_recover filled). */
 void ms_live_describe_end(const memsnap_live_info_t *info, int end_signal, int exit_status, char *out, size_t len);
+/* (text.c) How the process of a snapshot written from its live mapping after it ended died, in
+ * ms_describe_end's words from the snapshot's meta (ended, end_ns, last_alloc_ns), into out[len]:
+ * true; false (out untouched) for a snapshot the process wrote itself (at its exit, a dump) or one
+ * read while it ran. */
+bool ms_snapshot_death(const ms_snapshot *s, char *out, size_t len);
 
 #define MS_LIVE_SITES 5
 #define MS_LIVE_ITERS 8

@@ -1,11 +1,13 @@
-/* text.c: an analysis as a text report for a terminal (the JSON is json.c's), and the one line
- * of the replay's best suggestion that `memsnap run`'s summary prints.
+/* text.c: an analysis as a text report for a terminal (the JSON is json.c's), the one line
+ * of the replay's best suggestion that `memsnap run`'s summary prints, and how a process ended in
+ * words (ms_describe_end: memsnap run's summary, memsnap recover, a recovered snapshot's reports).
  *
  * Stacks are shortened to the frames that matter and C++ names to their short form (frames.c),
  * so that a PyTorch stack reads as its operator and the Python line, and an autograd thread's as
  * its operator and backward node. The full stack and whole names stay available (--full-stacks,
  * --full-names, and always in JSON's `full_stack` and `name`).
  */
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,6 +384,86 @@ void ms_print_best_suggestion(const ms_analysis *a, const char *indent, FILE *ou
   fprintf(out, ")\n");
 }
 
+void ms_growth_text(const ms_site *st, char *out, size_t len) {
+  char b[32];
+  if (!st->every) {
+    ms_format_bytes((int64_t)st->bytes_per_iteration, b, sizeof b);
+    snprintf(out, len, "+%s per iteration", b);
+    return;
+  }
+  ms_format_bytes(st->step_bytes / st->steps, b, sizeof b);
+  if (st->min_step_gap == st->max_step_gap) snprintf(out, len, "+%s every %d iterations", b, st->min_step_gap);
+  else snprintf(out, len, "+%s every %d to %d iterations", b, st->min_step_gap, st->max_step_gap);
+}
+
+void ms_kept_graph_text(const ms_analysis *a, size_t i, char *out, size_t len) {
+  const ms_snapshot *s = a->snap;
+  const ms_kept_graph *g = &a->graphs[i];
+  char b1[32], where[512] = "", module[300] = "", iterations[64];
+  ms_format_bytes(g->bytes, b1, sizeof b1);
+  if (g->frame && g->frame < s->nframes) {
+    const ms_frame *f = &s->frames[g->frame];
+    char line[32] = "";
+    if (f->line > 0) snprintf(line, sizeof line, ":%lld", (long long)f->line);
+    snprintf(where, sizeof where, " at %s (%s%s)", f->short_name, f->file[0] ? base_name(f->file) : base_name(f->module), line);
+  }
+  if (g->module >= 0) snprintf(module, sizeof module, " of %s", ms_module_shown(a, g->module));
+  if (g->first_iteration == g->last_iteration) snprintf(iterations, sizeof iterations, "iteration %d", g->first_iteration);
+  else snprintf(iterations, sizeof iterations, "iterations %d to %d", g->first_iteration, g->last_iteration);
+  snprintf(out, len,
+           "%s in %d autograd graph%s kept alive: the forward%s%s ran with grad enabled and no backward (%s); what it "
+           "returned (its loss or output) is still held, and with it every tensor it saved for backward; use "
+           "torch.no_grad() for that forward, or keep loss.item() instead of the loss",
+           b1, g->graphs, g->graphs == 1 ? "" : "s", module, where, iterations);
+}
+
+/* The autograd graphs kept without a backward (kept_graphs.c), before the sites: each with the
+ * line that called its forward, what to change, and its largest site. */
+static void print_kept_graphs(const ms_analysis *a, const ms_report_options *o, FILE *out) {
+  for (size_t i = 0; i < a->ngraphs && i < 10; i++) {
+    char b[32], line[2048];
+    if (i == 0) fprintf(out, "  autograd graphs kept alive (a forward's saved tensors, its backward never run):\n");
+    ms_kept_graph_text(a, i, line, sizeof line);
+    ms_format_bytes(a->sites[a->graphs[i].top_site].graph_bytes, b, sizeof b);
+    fprintf(out, "  G%zu. %s\n", i + 1, line);
+    fprintf(out, "       %lld blocks; the largest site holds %s of it:\n", (long long)a->graphs[i].blocks, b);
+    print_site(a, a->graphs[i].top_site, o, "       ", out);
+  }
+  if (a->ngraphs) fprintf(out, "  allocation sites:\n");
+}
+
+/* ---- how a process ended (memsnap run, recover, and a recovered snapshot's reports) ---------- */
+
+void ms_describe_end(const char *how, uint64_t end_ns, uint64_t last_alloc_ns, uint64_t last_event_ns, char *out,
+                     size_t len) {
+  char at[32] = "", gap[32] = "";
+  ms_format_ns((int64_t)(end_ns ? end_ns : last_event_ns), at, sizeof at);
+  if (!end_ns) snprintf(out, len, "%s (when is not known; its last event at %s)", how, at);
+  else if (last_alloc_ns && end_ns >= last_alloc_ns) {
+    ms_format_ns((int64_t)(end_ns - last_alloc_ns), gap, sizeof gap);
+    snprintf(out, len, "%s at %s, %s after its last allocation", how, at, gap);
+  } else {
+    snprintf(out, len, "%s at %s", how, at);
+  }
+}
+
+void ms_signal_name(int sig, char *out, size_t len) {
+  const char *abbrev = sig > 0 ? sigabbrev_np(sig) : NULL;
+  if (abbrev) snprintf(out, len, "SIG%s", abbrev);
+  else snprintf(out, len, "signal %d", sig);
+}
+
+bool ms_snapshot_death(const ms_snapshot *s, char *out, size_t len) {
+  if (s->recovered != 1 || !strcmp(s->ended, "running")) return false; /* its own snapshot, or read while it ran */
+  char how[300], name[32];
+  if (s->ended[0]) snprintf(how, sizeof how, "%s", s->ended);
+  else if (s->end_signal) ms_signal_name((int)s->end_signal, name, sizeof name), snprintf(how, sizeof how, "killed by %s", name);
+  else if (s->exit_status >= 0) snprintf(how, sizeof how, "exited with status %lld", (long long)s->exit_status);
+  else snprintf(how, sizeof how, "ended (how is not known)");
+  ms_describe_end(how, (uint64_t)s->end_ns, (uint64_t)s->last_alloc_ns, (uint64_t)s->last_event_ns, out, len);
+  return true;
+}
+
 void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out) {
   const ms_snapshot *s = a->snap;
   char b1[32], b2[32], b3[32], t1[32], t2[32];
@@ -395,6 +477,10 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     fprintf(out, "  snapshot of %s, %s backend, memsnap %s, stacks %s\n", process, s->backend, s->tool_version,
             s->stacks_mode);
   }
+  char death[512];
+  if (ms_snapshot_death(s, death, sizeof death))
+    fprintf(out, "  %s: %s (this snapshot was written from its live mapping afterwards)\n",
+            s->exit_status >= 0 && !s->end_signal ? "ended" : "died", death);
   ms_format_ns(s->last_ns - s->first_ns, t1, sizeof t1);
   fprintf(out, "  history: %lld events over %s, %lld dropped%s\n", (long long)s->nevents, t1, (long long)s->dropped,
           a->truncated ? " (truncated: the oldest events are gone; what they left allocated and reserved is "
@@ -456,6 +542,7 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     fprintf(out, "  growth cannot be told: %s (two are needed); what is alive at the snapshot, the largest first\n",
             a->niters ? "one iteration" : "no iterations");
   }
+  print_kept_graphs(a, o, out);
   if (a->nleaks == 0) fprintf(out, "  none: nothing is alive at the snapshot\n");
   for (size_t i = 0; i < a->nleaks && i < 10; i++) {
     const ms_site *st = &a->sites[a->leaks[i]];
@@ -467,7 +554,12 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     ms_format_bytes((int64_t)st->bytes_per_iteration, b2, sizeof b2);
     if (st->allocs) snprintf(when, sizeof when, "; first %s, last %s", t1, t2);
     fprintf(out, "  %zu. ", i + 1);
-    if (st->kind == MS_LEAK_GROWING) {
+    if (st->kind == MS_LEAK_GROWING && st->every) {
+      char every[96];
+      ms_growth_text(st, every, sizeof every);
+      fprintf(out, "growing: %s (grew at %d of %zu iterations, never freed); %s live in %lld blocks", every, st->steps,
+              transitions, b1, (long long)st->end_count);
+    } else if (st->kind == MS_LEAK_GROWING) {
       fprintf(out, "growing: +%s per iteration (grew at %d of %zu iterations); %s live in %lld blocks", b2, st->increases,
               transitions, b1, (long long)st->end_count);
     } else if (st->kind == MS_LEAK_GROWING_RELEASED) {
@@ -486,6 +578,10 @@ void ms_report_text(const ms_analysis *a, const ms_report_options *o, FILE *out)
     fprintf(out, "%s; score %.2f", when, st->score);
     int32_t module = st->held_module ? st->held_module : st->module; /* what it holds was made there */
     if (module) fprintf(out, "; in %s", ms_module_shown(a, module - 1));
+    if (st->graph) {
+      ms_format_bytes(st->graph_bytes, b3, sizeof b3);
+      fprintf(out, "; %s of it in kept graph G%d", b3, st->graph);
+    }
     fprintf(out, "\n");
     print_site(a, a->leaks[i], o, "       ", out);
   }

@@ -1,8 +1,10 @@
 /* livemap.c: the live mapping, a file-backed shared mapping that holds the event ring and the names
  * its events need, so that the history outlives the process (recover.c reads it back).
  *
- * The layout is livemap.h's. The file is MEMSNAP_LIVE_DIR/memsnap-PID.live (default /dev/shm),
- * made when recording first starts (history.c asks for its ring here). Writing the ring is
+ * The layout is livemap.h's. The file is memsnap_live_dir()/memsnap-PID.live (MEMSNAP_LIVE_DIR, by
+ * default this user's own folder /dev/shm/memsnap-UID), made and published by livefile.c's safe
+ * steps (no link followed, nothing planted used: refused with the reason, once, and the ring kept
+ * on the heap), when recording first starts (history.c asks for its ring here). Writing the ring is
  * history.c's, exactly as on the heap: stores into memory, no system call per event (the pages
  * are the page cache's; the kernel writes them back, on tmpfs never). What an event refers to is
  * appended to the log once, on cold paths: a stack when it is interned (stacks.c), a label
@@ -35,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "history/livefile.h"
 #include "internal.h"
 #include "livemap.h"
 
@@ -405,16 +408,7 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
 static void note_in_manifest(const char *path) {
   char line[1300];
   int n = snprintf(line, sizeof line, "live\t%s\t%d\n", path, (int)getpid());
-  if (n > 0 && (size_t)n < sizeof line) msi_manifest_append(line);
-}
-
-const char *memsnap_live_dir(void) {
-  const char *d = getenv("MEMSNAP_LIVE_DIR");
-  if (d && *d) return d;
-  struct stat st;
-  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) return "/dev/shm";
-  d = getenv("TMPDIR");
-  return d && *d ? d : "/tmp";
+  if (n > 0 && (size_t)n < sizeof line) msi_live_manifest_append(line, (size_t)n);
 }
 
 static void warn_once(const char *what, const char *path) {
@@ -422,6 +416,14 @@ static void warn_once(const char *what, const char *path) {
   warned = true;
   fprintf(stderr, "memsnap: warning: %s '%s': %s; the history is kept in memory only (a process that dies loses it)\n",
           what, path, strerror(errno));
+}
+
+/* A refusal of livefile.c's (the reason in `why`), said once. */
+static void refuse_once(const char *why) {
+  if (warned) return;
+  warned = true;
+  fprintf(stderr, "memsnap: warning: no live mapping: %s; the history is kept in memory only (a process that dies "
+          "loses it)\n", why);
 }
 
 /* ---- how the process died ------------------------------------------------------------------ */
@@ -501,8 +503,15 @@ static void release_fatal_signals(void) {
 void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   const char *on = getenv("MEMSNAP_LIVE");
   if (on && !strcmp(on, "0")) return NULL;
-  char path[1100], tmp[1200];
-  snprintf(path, sizeof path, "%s/memsnap-%d.live", memsnap_live_dir(), (int)getpid());
+  char path[1100], tmp[1200], name[48], tmp_name[64], why[1400];
+  int dfd = msi_live_dir_open(why, sizeof why); /* refused: a folder another user could plant in */
+  if (dfd < 0) {
+    refuse_once(why);
+    return NULL;
+  }
+  snprintf(name, sizeof name, "memsnap-%d.live", (int)getpid());
+  snprintf(tmp_name, sizeof tmp_name, "%s.new", name);
+  snprintf(path, sizeof path, "%s/%s", memsnap_live_dir(), name);
   snprintf(tmp, sizeof tmp, "%s.new", path);
   uint64_t ring_offset = MSI_LIVE_HEADER;
   uint64_t log_offset = (ring_offset + bytes + 4095) & ~(uint64_t)4095;
@@ -513,9 +522,9 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   while (log_cap < old_used) log_cap *= 2;
   void *ring = NULL;
   mapping *m = calloc(1, sizeof *m);
-  int fd = m ? open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+  int fd = m ? msi_live_file_create(dfd, tmp_name, why, sizeof why) : -1; /* exclusive, no link followed, checked */
   if (fd < 0) {
-    warn_once("cannot create the live mapping", tmp);
+    if (m) refuse_once(why);
     goto fail;
   }
   /* every page backed now: a store into a sparse file on a full tmpfs (/dev/shm is 64 MiB in a
@@ -536,8 +545,8 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   atomic_store(&h->log_capacity, log_cap);
   if (old_used) memcpy(m->base + log_offset, old_log, old_used);
   atomic_store(&h->log_used, old_used);
-  if (rename(tmp, path) != 0) {
-    warn_once("cannot rename the live mapping into place", path);
+  if (msi_live_file_publish(dfd, tmp_name, name, why, sizeof why) != 0) { /* never onto a link or another user's file */
+    refuse_once(why);
     goto fail;
   }
   if (live) {
@@ -562,6 +571,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   }
   ring = m->base + ring_offset;
   pthread_mutex_unlock(&log_lock);
+  close(dfd);
   if (fresh) note_in_manifest(path);
   start_watcher();
   catch_fatal_signals();
@@ -570,8 +580,9 @@ fail:
   if (m && m->base) munmap(m->base, m->length);
   if (fd >= 0) {
     close(fd);
-    unlink(tmp);
+    unlinkat(dfd, tmp_name, 0); /* the one it made */
   }
+  close(dfd);
   free(m);
   pthread_mutex_unlock(&log_lock);
   return NULL;

@@ -1,7 +1,7 @@
 /* process.c: the facts about this process that its snapshot (snapshot/snapshot.c) and its live
  * mapping (livemap.c) both write, found one way: its rank in a job, its command line, its
- * executable's path, the loaded modules' executable ranges, and the line each appends to
- * `memsnap run`'s manifest. Cold paths only (a snapshot, the mapping's making, a native frame in
+ * executable's path, the loaded modules' executable ranges (`memsnap run`'s manifest is
+ * livefile.c's). Cold paths only (a snapshot, the mapping's making, a native frame in
  * no module recorded yet): they read /proc and take the loader's lock.
  */
 #include <fcntl.h>
@@ -37,16 +37,6 @@ size_t msi_process_exe(char *buf, size_t len) {
   ssize_t n = readlink("/proc/self/exe", buf, len - 1);
   buf[n > 0 ? n : 0] = '\0';
   return n > 0 ? (size_t)n : 0;
-}
-
-void msi_manifest_append(const char *line) {
-  const char *manifest = getenv("MEMSNAP_RUN_MANIFEST");
-  if (!manifest || !*manifest) return;
-  int fd = open(manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t ignored = write(fd, line, strlen(line)); /* one write: lines of several processes never interleave */
-  (void)ignored;
-  close(fd);
 }
 
 typedef struct each {

@@ -3,8 +3,10 @@
  * process's own state.
  *
  * Steps:
- *   1. map the file read-only and check its header (magic, version, sizes, offsets against the
- *      file's size): a mapping of another version or a damaged one is refused, nothing written;
+ *   1. read the file (history/livefile.c: no link followed, the caller's own regular file, copied
+ *      into private memory, so that a file truncated meanwhile cannot raise SIGBUS) and check its
+ *      header (magic, version, sizes, offsets against the bytes read): a mapping of another
+ *      version or a damaged one is refused, nothing written;
  *   2. read the log's whole records (stacks, labels, Python frames' names, modules, devices,
  *      options), each checked against its length, and the ring's published events
  *      (history.c's msi_history_read_mapped: a torn last event is dropped);
@@ -26,6 +28,7 @@
 #include <fcntl.h>
 #include <search.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "history/livefile.h"
 #include "history/livemap.h"
 #include "internal.h"
 #include "livestate.h"
@@ -45,35 +49,25 @@ typedef struct mapped {
   const msi_live_header *h;
 } mapped;
 
-/* 1. Maps and checks. MEMSNAP_OK or MEMSNAP_EINVAL (error set). */
+/* 1. Reads and checks (every offset below is checked against m->len, the bytes read). MEMSNAP_OK
+ * or MEMSNAP_EINVAL (error set). */
 static int map_file(const char *path, mapped *m) {
   memset(m, 0, sizeof *m);
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    msi_error("cannot open '%s': %s", path, strerror(errno));
-    return MEMSNAP_EINVAL;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)MSI_LIVE_HEADER) {
-    close(fd);
-    msi_error("'%s' is not a memsnap live mapping (too short, or not a file)", path);
-    return MEMSNAP_EINVAL;
-  }
-  m->len = (size_t)st.st_size;
-  void *p = mmap(NULL, m->len, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    msi_error("cannot map '%s': %s", path, strerror(errno));
+  char *p = msi_live_file_read(path, &m->len);
+  if (!p) return MEMSNAP_EINVAL;
+  if (m->len < MSI_LIVE_HEADER) {
+    free(p);
+    msi_error("'%s' is not a memsnap live mapping (too short)", path);
     return MEMSNAP_EINVAL;
   }
   m->base = p;
-  const msi_live_header *h = m->h = p;
+  const msi_live_header *h = m->h = (const msi_live_header *)p;
   const char *why = NULL;
   if (memcmp(h->magic, MSI_LIVE_MAGIC, 8) != 0) why = "not a memsnap live mapping (bad magic)";
   else if (h->version != MSI_LIVE_VERSION) {
     msi_error("'%s' was written by another version of memsnap (live mapping version %u; this memsnap reads version %d)",
               path, h->version, MSI_LIVE_VERSION);
-    munmap(p, m->len);
+    free(p);
     return MEMSNAP_EINVAL;
   } else if (h->header_size != MSI_LIVE_HEADER || h->event_size != sizeof(msi_event))
     why = "its header's sizes are not this version's";
@@ -85,14 +79,14 @@ static int map_file(const char *path, mapped *m) {
     why = "its log's size is damaged";
   if (why) {
     msi_error("'%s' is refused: %s", path, why);
-    munmap(p, m->len);
+    free(p);
     return MEMSNAP_EINVAL;
   }
   return MEMSNAP_OK;
 }
 
 static void unmap_file(mapped *m) {
-  if (m->base) munmap((void *)m->base, m->len);
+  free((void *)m->base);
   m->base = NULL;
 }
 
@@ -140,56 +134,64 @@ int memsnap_live_info(const char *live_path, memsnap_live_info_t *out) {
   return MEMSNAP_OK;
 }
 
+/* The header as it is now, read with pread (a copy: a file truncated meanwhile is a short read,
+ * never a SIGBUS). False when it cannot be read whole. */
+static bool read_header(int fd, msi_live_header *h) {
+  return pread(fd, h, sizeof *h, 0) == (ssize_t)sizeof *h;
+}
+
 int memsnap_live_request_dump(const char *live_path, int timeout_ms, char *written, size_t len) {
   if (written && len) written[0] = '\0';
-  int fd = live_path ? open(live_path, O_RDWR | O_CLOEXEC) : -1;
-  if (fd < 0) {
-    msi_error("cannot open '%s': %s", live_path ? live_path : "", strerror(errno));
+  if (!live_path) {
+    msi_error("memsnap_live_request_dump: no path");
     return MEMSNAP_EINVAL;
   }
   mapped m;
-  int rc = map_file(live_path, &m);
-  if (rc != MEMSNAP_OK) {
-    close(fd);
-    return rc;
-  }
-  msi_live_header *h = mmap(NULL, MSI_LIVE_HEADER, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  int rc = map_file(live_path, &m); /* checked as every reader checks it */
+  if (rc != MEMSNAP_OK) return rc;
   int pid = m.h->pid;
   bool alive = process_alive(live_path, pid);
   unmap_file(&m);
-  if (h == MAP_FAILED) {
-    msi_error("cannot map '%s' for writing: %s", live_path, strerror(errno));
-    return MEMSNAP_EINVAL;
-  }
-  if (!alive) {
-    munmap(h, MSI_LIVE_HEADER);
+  struct stat st;
+  int fd = msi_live_file_open(live_path, O_RDWR, &st); /* the same checks again: the request goes through it */
+  if (fd < 0) return MEMSNAP_EINVAL;
+  msi_live_header h;
+  if (!alive || !read_header(fd, &h)) {
+    close(fd);
     msi_error("process %d is not running (memsnap recover '%s' writes its snapshot)", pid, live_path);
     return MEMSNAP_EINVAL;
   }
-  if (!atomic_load(&h->watching)) {
-    munmap(h, MSI_LIVE_HEADER);
+  if (!atomic_load(&h.watching)) {
+    close(fd);
     msi_error("process %d does not answer dump requests: it was single-threaded when it started recording "
               "(MEMSNAP_LIVE_WATCH=1 makes it answer; MEMSNAP_DUMP_SIGNAL takes a snapshot by a signal)", pid);
     return MEMSNAP_EINVAL;
   }
-  uint64_t want = atomic_fetch_add(&h->dump_requests, 1) + 1;
+  /* one more request, written through the file (the process's mapping shares its pages); two
+     asking at once may write the same count: one snapshot then answers both */
+  uint64_t want = atomic_load(&h.dump_requests) + 1;
+  if (pwrite(fd, &want, sizeof want, (off_t)offsetof(msi_live_header, dump_requests)) != (ssize_t)sizeof want) {
+    msi_error("cannot write to '%s': %s", live_path, strerror(errno));
+    close(fd);
+    return MEMSNAP_EINVAL;
+  }
   rc = MEMSNAP_EINVAL;
-  for (int waited = 0; waited <= timeout_ms; waited += 50) {
-    if (atomic_load(&h->dumps_done) >= want) {
-      if (!h->last_dump[0]) {
+  bool answered = false;
+  for (int waited = 0; waited <= timeout_ms && !answered; waited += 50) {
+    if (read_header(fd, &h) && atomic_load(&h.dumps_done) >= want) {
+      answered = true;
+      if (!h.last_dump[0]) {
         msi_error("process %d could not write its snapshot (its standard error says why)", pid);
         break;
       }
-      if (written && len) snprintf(written, len, "%.*s", (int)sizeof h->last_dump - 1, h->last_dump);
+      if (written && len) snprintf(written, len, "%.*s", (int)sizeof h.last_dump - 1, h.last_dump);
       rc = MEMSNAP_OK;
       break;
     }
     nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
   }
-  if (rc != MEMSNAP_OK && atomic_load(&h->dumps_done) < want)
-    msi_error("process %d did not answer within %d ms", pid, timeout_ms);
-  munmap(h, MSI_LIVE_HEADER);
+  if (!answered) msi_error("process %d did not answer within %d ms", pid, timeout_ms);
+  close(fd);
   return rc;
 }
 
@@ -945,7 +947,7 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
     out->last_event_ns = last_event;
     out->last_alloc_ns = last_alloc ? last_alloc - start_ns : 0;
     out->end_ns = end_ns;
-    if (!opts->live && !opts->keep && !out->alive) unlink(live_path);
+    if (!opts->live && !opts->keep && !out->alive && msi_live_file_ours(live_path)) unlink(live_path); /* another user's stays */
   }
 cleanup:
   if (symbolized || sym.stacks) msi_symbolized_free(&sym);

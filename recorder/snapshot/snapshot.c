@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "history/history.h"
+#include "history/livefile.h"
 #include "internal.h"
 #include "snapshot_data.h"
 #include "snapshot_schema.h"
@@ -687,12 +688,13 @@ static void write_all(writer *w, const msi_snapshot *s, msi_symbolized *sym) {
 static atomic_uint tmp_counter;
 
 /* `memsnap run` learns which snapshots its program's processes wrote from the file named by
- * MEMSNAP_RUN_MANIFEST: one line "db<TAB>path" per snapshot, each appended with one write. */
+ * MEMSNAP_RUN_MANIFEST: one line "db<TAB>path" per snapshot, each appended with one write
+ * (history/livefile.c). */
 static void note_in_manifest(const char *path) {
   char line[1200], abs_path[1100] = "";
   if (path[0] != '/' && getcwd(abs_path, 1024)) strcat(abs_path, "/");
   snprintf(line, sizeof line, "db\t%s%s\n", abs_path, path);
-  msi_manifest_append(line);
+  msi_live_manifest_append(line, strlen(line)); /* only into a regular file of this user's, no link followed */
 }
 
 /* fsyncs a file or directory by path; returns 0 or -1. */

@@ -11,7 +11,10 @@
 # snapshot: checkpointing found by class names (stacks) and by module paths (module events),
 # another optimizer's state found by the stack rules and by tensor events; every setting of the
 # sweep; the fewest blocks --advise checkpoints, and the largest size it gives, against the
-# changed programs replayed on the same card. Then the refusals and usage errors.
+# changed programs replayed on the same card; --advise without --checkpoint finding the blocks
+# itself (Python frames, module events; gen_model.py, the real GPT-2 with and without its module
+# events, a stand-in torch's loop recorded on the simulated device) and advising what
+# --checkpoint Block does. Then the refusals and usage errors.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../checks.sh"
@@ -115,6 +118,39 @@ check "... at 24 (a forward that held all it saved to its end took an extra 4.6 
 check "resnet50 (H200) --checkpoint 'layer*' from batch 32 and 64, at 128: allocated within 3% (reserved: cuDNN's workspaces are no law of the batch)" \
   "near $dir/rr.json 128 6623061504 8646557696 25"
 
+# --advise for 32 on 24 GiB without --checkpoint, on the real GPT-2 (natively, with every block
+# checkpointed, 33 fits and 34 does not: run 64): it finds the blocks itself, from the module
+# events' paths, and from the Python frames in a copy without module events (as
+# MEMSNAP_TORCH_MODULES=0 or the pluggable path records it), and advises what --checkpoint
+# GPT2Block does.
+for b in 4 8; do
+  cp "$dir/gpt2_b$b.db" "$dir/gpt2_nm$b.db" &&
+    python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('delete from events where kind = 15'); c.commit()" "$dir/gpt2_nm$b.db"
+done
+"$cli" predict --json "$dir/gpt2_b4.db=4" "$dir/gpt2_b8.db=8" --checkpoint GPT2Block --at 32 --capacity 24G --advise --jobs 2 >"$dir/ga0.json"
+"$cli" predict --json "$dir/gpt2_b4.db=4" "$dir/gpt2_b8.db=8" --at 32 --capacity 24G --advise --jobs 2 >"$dir/ga1.json"
+"$cli" predict --json "$dir/gpt2_nm4.db=4" "$dir/gpt2_nm8.db=8" --at 32 --capacity 24G --advise --jobs 2 >"$dir/ga2.json"
+advised() {  # advised AUTO.json MODULE FOUND_IN: AUTO's best checkpoints MODULE's 12 calls with --checkpoint GPT2Block's largest size
+  python3 - "$dir/ga0.json" "$@" <<'PY'
+import json, sys
+named, auto = (json.load(open(f))["advice"] for f in sys.argv[1:3])
+module, found_in = sys.argv[3], sys.argv[4]
+b, f = auto["best"], auto["modules"]
+tried = [c["module"] for c in f["considered"] if c["tried"]]
+once = [c for c in f["considered"] if c["instances"] == 1]
+print("found in %s: %d modules, tried %s; best: %s, largest %s (--checkpoint GPT2Block: %s)" % (
+    f["found_in"], len(f["considered"]), tried, b and b["description"], b and b["largest_that_fits"]["at"],
+    named["best"]["largest_that_fits"]["at"]), file=sys.stderr)
+ok = f["found_in"] == found_in and module in tried and once and not any(c["tried"] for c in once) and \
+    b["fits"] and b["kind"] == "checkpoint" and b["checkpoint_module"] == module and len(b["checkpointed"]) == 12 and \
+    b["largest_that_fits"]["at"] == named["best"]["largest_that_fits"]["at"] and 33 <= b["largest_that_fits"]["at"] <= 34
+sys.exit(0 if ok else 1)
+PY
+}
+check "GPT-2 (H200), --advise at 32 on 24G without --checkpoint, module events: the blocks (transformer.h.*) found and checkpointed, the largest size --checkpoint GPT2Block gives" \
+  "advised $dir/ga1.json transformer.h.* 'module events'"
+check "... without module events: GPT2Block found from the Python frames, the same answer" "advised $dir/ga2.json GPT2Block 'python frames'"
+
 # With the sweep: each of the 20 settings as the replay of the checkpointed program under it.
 "$cli" predict --json --sweep --jobs 2 "$dir/p8.db=8" --checkpoint Block >"$dir/ks.json"
 "$cli" replay --json --sweep --jobs 2 "$dir/c8.db" >"$dir/c8.sweep.json"
@@ -183,9 +219,73 @@ check "the largest size with it ($largest): that program fits there and not one 
 check "--advise, text: the changes ranked and the smallest that fits" \
   "grep -q '^what makes 16 fit 200.00 MiB per device' $dir/a.txt && grep -qE '^smallest change that fits: checkpoint [0-9]+ of 6 \\(Block #6' $dir/a.txt"
 "$cli" predict --json "$dir/p8.db=8" --at 8 --capacity 100M --advise --jobs 2 >"$dir/a1.json"
-check "--advise from one run, without --checkpoint: settings and optimizers only, no largest size" \
-  "json $dir/a1.json \"(a := j['advice']) and not a['searched'] and {c['kind'] for c in a['changes']} == {'none', 'setting', 'optimizer'}
-    and all(c['largest_that_fits'] is None for c in a['changes'])\""
+check "--advise from one run: no largest size; without --checkpoint it checkpoints the modules it finds (Block)" \
+  "json $dir/a1.json \"(a := j['advice']) and not a['searched'] and all(c['largest_that_fits'] is None for c in a['changes'])
+    and {c['checkpoint_module'] for c in a['changes'] if c['kind'] == 'checkpoint'} == {'Block'}\""
+
+# --advise without --checkpoint finds what to checkpoint: the classes of the frames CLASS.forward
+# (no module events) or the module events' paths, measured and ranked (memory freed per second of
+# recompute, as PyTorch's SAC estimator ranks), and advises what --checkpoint Block would.
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --at 16 --capacity 200M --advise --jobs 2 >"$dir/f.json" 2>"$dir/f.err"
+check "--advise without --checkpoint: exit 0; the modules considered: Block (6 instances, tried), Model (once a step: frees nothing, not tried); Block's saved bytes the sum of its instances', freed that less the most one saved" \
+  "[ $? -eq 0 ] && json $dir/f.json \"(f := j['advice']['modules']) and f['found_in'] == 'python frames' and
+    [(c['module'], c['instances'], c['tried']) for c in f['considered']] == [('Block', 6, True), ('Model', 1, False)] and
+    f['considered'][1]['freed_bytes'] == 0 and f['considered'][0]['forward_ns'] > 0\" &&
+   python3 -c \"
+import json, sys
+b = json.load(open('$dir/f.json'))['advice']['modules']['considered'][0]
+saved = [i['saved_bytes'] for i in json.load(open('$dir/k1.json'))['what_if']['checkpoint']['instances']]
+sys.exit(0 if (b['saved_bytes'], b['freed_bytes']) == (sum(saved), sum(saved) - max(saved)) else 1)\""
+check "... the best change is --checkpoint Block's best: the same blocks, peaks and largest size" \
+  "python3 -c \"
+import json, sys
+f, a = (json.load(open(x))['advice']['best'] for x in ('$dir/f.json', '$dir/a.json'))
+key = lambda b: (b['kind'], b['checkpointed'], b['peak_allocated_bytes'], b['peak_reserved_bytes'], b['largest_that_fits'])
+sys.exit(0 if key(f) == key(a) and f['checkpoint_module'] == 'Block' else 1)\""
+"$cli" predict --json "$dir/g8.db=8" --at 8 --capacity 100M --advise --jobs 2 >"$dir/f2.json"
+check "with GELU in a class of its own: GELU and Block both measured and tried, Block freeing more" \
+  "json $dir/f2.json \"(c := {x['module']: x for x in j['advice']['modules']['considered']}) and c['Block']['tried'] and c['GELU']['tried']
+    and c['Block']['freed_bytes'] > c['GELU']['freed_bytes'] > 0 and not c['Model']['tried']\""
+"$cli" predict --json "$dir/g8.db=8" --checkpoint GELU --at 8 --capacity 100M --advise --jobs 2 >"$dir/f3.json"
+check "--checkpoint still restricts the choice: only GELU's instances checkpointed, no modules found" \
+  "json $dir/f3.json \"j['advice']['modules'] is None and all(n.startswith('GELU #') for c in j['advice']['changes'] for n in c['checkpointed'])
+    and any(c['checkpointed'] for c in j['advice']['changes'])\""
+"$cli" predict --json "$dir/e8.db=8" --at 8 --capacity 100M --advise --jobs 2 >"$dir/f4.json"
+"$cli" predict --json "$dir/e8.db=8" --checkpoint 'blocks.*' --at 8 --capacity 100M --advise --jobs 2 >"$dir/f5.json"
+check "with module events: the paths found (Model.blocks.* as blocks.*), and the advice of --checkpoint 'blocks.*'" \
+  "json $dir/f4.json \"(f := j['advice']['modules']) and f['found_in'] == 'module events' and
+    [(c['module'], c['pattern'], c['paths'], c['tried']) for c in f['considered']] == [('blocks.*', 'Model.blocks.*', 6, True)]\" &&
+   python3 -c \"
+import json, sys
+f, a = (json.load(open(x))['advice']['best'] for x in ('$dir/f4.json', '$dir/f5.json'))
+sys.exit(0 if (f['checkpointed'], f['peak_allocated_bytes'], f['peak_reserved_bytes']) == (a['checkpointed'], a['peak_allocated_bytes'], a['peak_reserved_bytes']) and f['checkpointed'] else 1)\""
+"$cli" predict "$dir/p4.db=4" "$dir/p8.db=8" --at 16 --capacity 200M --advise --jobs 2 >"$dir/f.txt"
+check "text: the modules considered, ranked, which were tried, and the smallest change names Block" \
+  "grep -q '^modules that may be checkpointed: none named, so the 2 found in the Python frames CLASS.forward' $dir/f.txt &&
+   grep -qE '^ +1  Block +6 .* yes$' $dir/f.txt && grep -qE '^ +2  Model +1 .*no \\(frees nothing\\)$' $dir/f.txt &&
+   grep -qE '^smallest change that fits: checkpoint [0-9]+ of 6 \\(Block #6' $dir/f.txt"
+
+# On the simulated device: a training loop of the stand-in torch (tests/data/fake_torch) recorded
+# by the library with its module record, and without it (MEMSNAP_TORCH_MODULES=0: no module
+# events); --advise finds the blocks in the paths, then in the Python frames.
+top=$(cd "$here/../.." && pwd)
+sim_train() {  # sim_train DB [VAR=VALUE...]
+  local db=$1; shift
+  env MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=1G MEMSNAP_TORCH_ALLOCATOR=pluggable MEMSNAP_RECORD=1 \
+    MEMSNAP_LIB="$(cd "$(dirname "$cli")" && pwd)/libmemsnap.so" \
+    PYTHONPATH="$top/tests/data/fake_torch:$top/recorder/python" "$@" python3 "$top/tests/data/run/model_train.py" "$db" 4 >/dev/null 2>&1
+}
+sim_train "$dir/sim1.db" && sim_train "$dir/sim0.db" MEMSNAP_TORCH_MODULES=0
+"$cli" predict --json "$dir/sim1.db" --at 1 --capacity 2M --advise --jobs 2 >"$dir/s1.json"
+"$cli" predict --json "$dir/sim0.db" --at 1 --capacity 2M --advise --jobs 2 >"$dir/s0.json"
+check "simulated device, module record: the blocks' paths found (blocks.*, 2 instances) and tried; the head, once a step, not" \
+  "json $dir/s1.json \"(c := {x['module']: x for x in j['advice']['modules']['considered']}) and j['advice']['modules']['found_in'] == 'module events'
+    and c['blocks.*']['tried'] and c['blocks.*']['instances'] == 2 and c['blocks.*']['freed_bytes'] > 0 and not c['head']['tried']
+    and any(r['checkpoint_module'] == 'blocks.*' for r in j['advice']['changes'])\""
+check "... MEMSNAP_TORCH_MODULES=0 (no module events): Block found in the Python frames and tried; Net, once a step, not" \
+  "json $dir/s0.json \"(c := {x['module']: x for x in j['advice']['modules']['considered']}) and j['advice']['modules']['found_in'] == 'python frames'
+    and c['Block']['tried'] and c['Block']['instances'] == 2 and not c['Net']['tried'] and c['Net']['freed_bytes'] == 0
+    and any(r['checkpoint_module'] == 'Block' for r in j['advice']['changes'])\""
 
 # Refusals (exit 1) and usage errors (exit 2).
 status() { "$cli" predict "$@" >/dev/null 2>"$dir/s.err"; echo $?; }

@@ -61,6 +61,8 @@ def training(name, steps, label="Optimizer.step#AdamW.step"):
     check("%s: no growing candidate; the report and the JSON say there is no growth" % name,
           not growing and s.get("growth") == "none" and ("no growth across %d iterations" % steps) in text,
           str([(l["kind"], frames(l)[:3]) for l in growing]))
+    check("%s: no autograd graph kept (every forward's backward ran)" % name,
+          j.get("kept_graphs") == [] and "autograd graph" not in text, str(j.get("kept_graphs"))[:300])
     cat = j.get("categories_at_peak", {})
     check("%s: the categories at the peak sum to the allocated peak, and each iteration's to its own" % name,
           sum(cat.values()) == s.get("peak_allocated_bytes") and
@@ -204,11 +206,19 @@ check("two_linear_adamw-cxx: the gradients' site reads as its autograd node (MmB
 # named by the code that made them (GPT2Block.forward's residual add) in transformer.h.5
 j, text = analyze("gpt2_leak_hook-cxx")
 first = (j.get("leaks") or [{}])[0]
-check("gpt2_leak_hook-cxx: the hook's leak first, growing 12 MiB a step, named GPT2Block.forward in transformer.h.5",
+# its first frame the operator (the block's last residual add, at::_ops::add_Tensor::call in the
+# native stack), then the line that called it
+check("gpt2_leak_hook-cxx: the hook's leak first, growing 12 MiB a step, named aten::add at GPT2Block.forward "
+      "(modeling_gpt2.py:307) in transformer.h.5",
       first.get("kind") == "growing" and near(first.get("bytes_per_iteration", 0), 12 * MiB, 0.01) and
-      first["stack"][0]["short_name"] == "GPT2Block.forward" and first.get("held_module", "").endswith("transformer.h.5") and
+      [f["short_name"] for f in first["stack"][:2]] == ["aten::add", "GPT2Block.forward"] and
+      first["stack"][0]["name"].startswith("at::_ops::add_Tensor::call(") and first["stack"][1]["line"] == 307 and
+      first.get("held_module", "").endswith("transformer.h.5") and
       "in transformer.h.5" in text, str((first.get("kind"), first.get("bytes_per_iteration"), first.get("stack", [{}])[0],
                                          first.get("held_module"))))
+check("gpt2_leak_hook-cxx: no kept autograd graph (the hook keeps outputs, whose saved tensors their backward freed; "
+      "the last step's output, held after its backward, is none either)", j.get("kept_graphs") == [],
+      str(j.get("kept_graphs"))[:300])
 inner = [f["name"] for e in j.get("leaks", []) + j.get("held", []) + j.get("live_at_peak", []) for f in e.get("stack", [])
          if f["name"].startswith("Module._call_impl")]
 check("gpt2_leak_hook-cxx: PyTorch's module-call plumbing folded, the hooked path's inner function too", not inner, str(inner[:2]))

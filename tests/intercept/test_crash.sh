@@ -3,7 +3,9 @@
 # (docs/recover.md), on the simulated device, with no GPU:
 #   - a CUDA program (tests/intercept/run_cudart.c) that keeps 300 blocks of 64 KiB and then dies by
 #     SIGKILL, a segmentation fault, abort or SIGTERM under `memsnap run`: the snapshot holds the
-#     300 blocks, the summary says how and when it died, and no live mapping is left;
+#     300 blocks, the summary says how and when it died, and so does the snapshot's own report
+#     (memsnap analyze, text and JSON; an exit snapshot's and a dump's say nothing of a death), and
+#     no live mapping is left;
 #   - `memsnap top --once --json` beside one that holds 400 blocks; `memsnap dump PID`; `memsnap top`
 #     in tmux (the pane captured: the numbers and the leaking function on screen, q quits);
 #   - `memsnap recover`: a mapping from another version, and a damaged one, refused;
@@ -69,6 +71,16 @@ else
       check "die $how: the snapshot says how it ended (meta ended, end_signal)" \
         test "$(sql "$work/die_$how.db" "select value from meta where key in ('ended', 'recovered') order by key")" = "killed by SIG$how
 1"
+      # the snapshot's own report says it, in the summary's words: a day later, no summary at hand
+      said=$(grep -o "killed by SIG$how at [0-9.]* [mun]*s, [0-9.]* [mun]*s after its last allocation" "$work/die_$how.out")
+      check "die $how: memsnap analyze says how and when it died near the top, as memsnap run's summary did" \
+        bash -c "$clis analyze '$work/die_$how.db' | head -4 | grep -qxF '  died: $said (this snapshot was written from its live mapping afterwards)'"
+      check "die $how: analyze --json's summary.death: the signal, when, how long after the last allocation" \
+        bash -c "$clis analyze --json '$work/die_$how.db' | python3 -c \"
+import json, sys
+d = json.load(sys.stdin)['summary']['death']
+assert d['description'] == '$said' and d['signal_name'] == 'SIG$how' and d['how'] == 'killed by SIG$how' and d['exit_status'] is None, d
+assert d['end_ns'] > d['last_allocation_ns'] > 0 and d['after_last_allocation_ns'] == d['end_ns'] - d['last_allocation_ns'], d\""
     fi
     check "die $how: the analysis names the leak at keep_for_later" \
       bash -c "$clis analyze '$work/die_$how.db' | grep -q keep_for_later"
@@ -94,6 +106,12 @@ else
     else
       check "grandchild KILL: the summary says SIGKILL or _exit (no signal it watched), and its last event" \
         grep -q "process $grand (run_cudart) killed by SIGKILL or ended by _exit, or by a signal it did not watch (when is not known; its last event at" "$work/grand_$how.out"
+      check "grandchild KILL: the report says the same of its snapshot; JSON: no signal, no time known" \
+        bash -c "$clis analyze '$db' | grep -q '^  died: killed by SIGKILL or ended by _exit, or by a signal it did not watch (when is not known; its last event at' &&
+          $clis analyze --json '$db' | python3 -c \"
+import json, sys
+d = json.load(sys.stdin)['summary']['death']
+assert d['signal'] is None and d['end_ns'] is None and d['after_last_allocation_ns'] is None and d['last_event_ns'] > 0, d\""
     fi
     check "grandchild $how: no live mapping left behind" bash -c "! ls '$work/live' | grep -q ."
   done
@@ -119,6 +137,12 @@ else
       test \"$(sql "$work/exit_fail.db" "select count(*) from blocks where state = 'allocated' and size = 65536")\" = 300 &&
       ! ls '$work/live' | grep -q ."
 
+  # an exit snapshot says nothing of a death
+  (cd "$work" && "${pre[@]}" "$cli" run --no-suggest -o "$work/exit_ok.db" -- "$prog" 300) >"$work/exit_ok.out" 2>&1
+  check "exit snapshot: its report says nothing of a death (no 'died:' line; JSON summary.death null)" \
+    bash -c "$clis analyze '$work/exit_ok.db' >'$work/exit_ok.txt' && ! grep -q 'died' '$work/exit_ok.txt' &&
+      $clis analyze --json '$work/exit_ok.db' | python3 -c \"import json, sys; d = json.load(sys.stdin)['summary']; assert 'death' in d and d['death'] is None\""
+
   # ---- live: top, dump, tmux -----------------------------------------------------------------
   # single-threaded, it answers `memsnap dump` only when asked to (MEMSNAP_LIVE_WATCH=1)
   if MEMSNAP_LIVE_WATCH=1 start live -o "$work/live-%p.db" -- "$prog" 400 wait; then
@@ -135,6 +159,8 @@ assert t['iterations'] >= 2 and 'keep_for_later' in t['growing'][0]['where'], t"
     check "dump PID: the program writes a snapshot of its 400 blocks and the path is printed" \
       bash -c "test \"\$(cat '$work/dump.out')\" = '$work/live-$child.db' &&
         test \"\$(sqlite3 '$work/live-$child.db' \"select count(*) from blocks where state = 'allocated' and size = 65536\")\" = 400"
+    check "dump PID: the dump's report says nothing of a death" \
+      bash -c "$clis analyze --json '$work/live-$child.db' | python3 -c \"import json, sys; assert json.load(sys.stdin)['summary']['death'] is None\""
     if command -v tmux >/dev/null; then
       sock=$work/tmux.sock
       env -u LD_PRELOAD tmux -S "$sock" new-session -d -s top -x 132 -y 40 \
@@ -187,6 +213,9 @@ check "recover: a file that is not a mapping is refused" bash -c "! $clis recove
 check "recover FILE: writes the snapshot, says so and removes the mapping" \
   bash -c "grep -q '^recovered $work/s0.db: process $sp (crash_stress)' '$work/s0r.out' && test ! -e '$work/live/memsnap-$sp.live' &&
     test \"\$(sqlite3 '$work/s0.db' 'select count(*) from events where kind = 1')\" = 200"
+said=$(sed -n "s/^recovered .*: process $sp (crash_stress) //p" "$work/s0r.out")
+check "recover FILE: the recovered snapshot's report says how the process died, in memsnap recover's words ($said)" \
+  bash -c "test -n \"$said\" && $clis analyze '$work/s0.db' | head -4 | grep -qxF '  died: $said (this snapshot was written from its live mapping afterwards)'"
 
 # ---- random kills of a recorded stress run ----------------------------------------------------
 # Three kinds of run in turn, all killed from outside:

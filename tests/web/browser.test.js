@@ -28,6 +28,8 @@ const HOSTILE = { keep_history: "<script>alert(1)</script>", activation: "\"><im
 const HOSTILE_FILE = "<img src=x onerror=alert(4)>oom.db";
 const HOSTILE_MODULE = "<img src=x onerror=alert(5)>&Model", HOSTILE_RUN = "<svg onload=alert(6)>e"; // a prediction's (no "/": a file name)
 const ZOO = ["gpt2_eager-leak", "fsdp2-cxx-r1", "gpt2_oom_backward"];
+// How a process died, as a snapshot written from its live mapping keeps it in its meta (untrusted text).
+const HOSTILE_DEATH = "killed by <img src=x onerror=alert(7)>SIGKILL";
 let dir, browser;
 const pages = {};
 
@@ -43,6 +45,23 @@ before(async () => {
     pages[name] = path.join(dir, name + ".html");
     execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages[name], path.join(dir, name + ".db")]);
   }
+  // autograd graphs kept without a backward (gen_kept_graphs.c's eval.db), the model's name and the
+  // evaluating function's hostile
+  execFileSync(path.join(build, "tests/gen_kept_graphs"), [dir], { stdio: "ignore" });
+  execFileSync("python3", ["-c", "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n" +
+    "c.execute(\"update labels set text = replace(text, 'Net', ?)\", (sys.argv[2],))\n" +
+    "c.execute(\"update frames set name = ? where name = 'evaluate'\", (sys.argv[3],))\nc.commit()",
+    path.join(dir, "eval.db"), HOSTILE_MODULE, HOSTILE.keep_history]);
+  pages.kept = path.join(dir, "kept.html");
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.kept, path.join(dir, "eval.db")]);
+  // leak.db as if written from its live mapping after its process died (meta's recovered, ended...)
+  fs.copyFileSync(path.join(dir, "leak.db"), path.join(dir, "died.db"));
+  execFileSync("python3", ["-c", "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n" +
+    "c.executemany('insert or replace into meta values (?, ?)', [('recovered', 1), ('ended', sys.argv[2]), ('end_signal', 9), " +
+    "('end_ns', 2500000000), ('last_alloc_ns', 2000000000), ('last_event_ns', 2100000000)])\nc.commit()",
+    path.join(dir, "died.db"), HOSTILE_DEATH]);
+  pages.died = path.join(dir, "died.html");
+  execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.died, path.join(dir, "died.db")]);
   pages.misuse = path.join(dir, "misuse.html"); // invalid frees
   execFileSync(path.join(build, "memsnap"), ["analyze", "--html", pages.misuse, path.join(dir, "misuse.db")]);
   // Real PyTorch snapshots (tests/data): resnet50_leak (C++ names hundreds of characters long,
@@ -306,6 +325,47 @@ test("out of memory: listed with its report; selecting it moves the cursor to it
   assert.deepStrictEqual(seen.errors, []);
   await shot(page, "oom");
   await page.close();
+});
+
+test("kept autograd graphs: listed above the leak candidates in the text report's words, hostile names as text", async () => {
+  const { page, seen } = await open("kept");
+  const graphs = await page.locator("#kept-graphs li").allTextContents();
+  assert.strictEqual(graphs.length, 1, graphs.join("\n"));
+  assert.ok(graphs[0].startsWith("G1. 480.00 MiB in 3 autograd graphs kept alive: the forward of " + HOSTILE_MODULE + " at "), graphs[0]);
+  assert.ok(graphs[0].includes(" at <script>alert()</script> (gen_kept_graphs.c:"), graphs[0]); // its caller, renamed
+  assert.match(graphs[0], /\(gen_kept_graphs\.c:\d+\) ran with grad enabled and no backward \(iterations 3 to 11\);.*torch\.no_grad\(\).*loss\.item\(\)/);
+  const leaks = await page.locator("#leaks li").allTextContents();
+  assert.strictEqual(leaks.filter((l) => /^growing \+40\.00 MiB every 4 iterations, 120\.00 MiB in 3 \u2014 .* \u00b7 120\.00 MiB in kept graph G1$/.test(l)).length, 4, leaks.join("\n"));
+  const glance = await page.locator("#glance-grows .glance-text").textContent();
+  assert.match(glance, /^\+40\.00 MiB every 4 iterations, 120\.00 MiB live at the end: .*; 480\.00 MiB in 3 autograd graphs kept alive without a backward: G1$/, glance);
+  await page.locator("#kept-graphs li").first().click();
+  assert.match(await page.locator("#details-title").textContent(), /^Kept graph G1: its largest site \(120\.00 MiB\)$/);
+  assert.ok((await page.locator("#details").textContent()).startsWith("480.00 MiB in 3 autograd graphs"));
+  await shot(page, "kept-graphs");
+  assert.deepStrictEqual(seen.dialogs, []);
+  assert.deepStrictEqual(seen.errors, []);
+  assert.strictEqual(await page.locator("img").count(), 0);
+  assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.kept)), []);
+  await page.close();
+});
+
+test("a snapshot written after its process died says how and when in the header; its own snapshot says nothing", async () => {
+  const { page, seen } = await open("died");
+  const death = page.locator("#death");
+  assert.ok(await death.isVisible());
+  assert.strictEqual(await death.textContent(), "died: " + HOSTILE_DEATH + " at 2.50 s, 500.0 ms after its last allocation " +
+    "(this snapshot was written from its live mapping afterwards)");
+  await page.waitForTimeout(300);
+  assert.deepStrictEqual(seen.dialogs, []);
+  assert.deepStrictEqual(seen.errors, []);
+  assert.strictEqual(await page.locator("img").count(), 0); // the meta's markup shows as text
+  assert.deepStrictEqual(seen.requests.filter((u) => !u.startsWith("file://" + pages.died)), []);
+  await shot(page, "died");
+  await page.close();
+  const plain = await open("leak");
+  assert.ok(await plain.page.locator("#death").isHidden());
+  assert.strictEqual(await plain.page.locator("#death").textContent(), "");
+  await plain.page.close();
 });
 
 test("hostile frame names show as text and run nothing", async () => {
@@ -881,7 +941,10 @@ test("real GPT-2 with the module record: the leak and its module, what is held a
   const { page, seen } = await open("modules");
   const leaks = await page.locator("#leaks li").allTextContents();
   assert.strictEqual(leaks.length, 1, leaks.join("\n"));
-  assert.match(leaks[0], /^growing \+12\.00 MiB\/iteration, 72\.00 MiB in 6 \u2014 GPT2Block\.forward .* \u00b7 in GPT2LMHeadModel\.transformer\.h\.5$/);
+  // the operator first (the block's residual add, named from at::_ops::add_Tensor::call), then the
+  // program's line; no kept graph (the last step's output, held after its backward, is none)
+  assert.match(leaks[0], /^growing \+12\.00 MiB\/iteration, 72\.00 MiB in 6 \u2014 aten::add \u2190 \(gpt2_train\.py:51\) \u00b7 in GPT2LMHeadModel\.transformer\.h\.5$/);
+  assert.strictEqual(await page.locator("#kept-graphs li").count(), 0);
   const held = page.locator("#held li");
   assert.strictEqual(await held.count(), 11); // ten, and "show all"
   assert.match(await held.nth(10).textContent(), /^show all 19 \(9 more\)$/);

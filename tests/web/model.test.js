@@ -362,12 +362,31 @@ test("at a glance: the peak by category, the first growing leak or the verdict, 
     suggestions: [{ pytorch_cuda_alloc_conf: "expandable_segments:True" }], suggestions_sweep: { status: "done", baseline_peak_reserved_bytes: 12 }, oom: [] };
   const g = Model.glance(d);
   assert.deepStrictEqual(g.peak, { allocated: 10, reserved: 12, at: 3, categories: [["activation", 8], ["other", 2]] });
-  assert.deepStrictEqual(g.grows, { kind: "growing", leak: 0, candidate: leak });
+  assert.deepStrictEqual(g.grows, { kind: "growing", leak: 0, candidate: leak, graphs: [] });
+  assert.deepStrictEqual(Model.glance({ ...d, kept_graphs: [{ graphs: 3 }] }).grows.graphs, [{ graphs: 3 }]);
   assert.deepStrictEqual([g.fits.oom, g.fits.suggestion.pytorch_cuda_alloc_conf, g.fits.baseline, g.fits.swept], [null, "expandable_segments:True", 12, true]);
   const flat = Model.glance({ ...d, summary: { ...summary, growth: "none" }, leaks: [], suggestions: [], oom: [{ time_ns: 9 }] });
-  assert.deepStrictEqual(flat.grows, { kind: "none", iterations: 2, largest: held });
+  assert.deepStrictEqual(flat.grows, { kind: "none", iterations: 2, largest: held, graphs: [] });
   assert.deepStrictEqual([flat.fits.oom.time_ns, flat.fits.suggestion], [9, null]);
   assert.strictEqual(Model.glance({ summary: { ...summary, growth: "unknown" } }).grows.kind, "unknown");
+});
+
+test("growth read as the text report has it: per iteration, or in steps every k iterations", () => {
+  const MiB = 1048576;
+  assert.strictEqual(Model.growthText({ bytes_per_iteration: MiB, every: null }), "+1.00 MiB per iteration");
+  const every = (min, max) => ({ bytes_per_iteration: 3, every: { iterations: 4, min_iterations: min, max_iterations: max, steps: 3, bytes_per_step: 700 * MiB } });
+  assert.strictEqual(Model.growthText(every(4, 4)), "+700.00 MiB every 4 iterations");
+  assert.strictEqual(Model.growthText(every(3, 5)), "+700.00 MiB every 3 to 5 iterations");
+});
+
+test("a kept autograd graph in the text report's words: bytes, graphs, the forward's module and caller, the fix", () => {
+  const g = { graphs: 3, live_bytes: 480 * 1048576, forward_module: "GPT2LMHeadModel.transformer", first_iteration: 3, last_iteration: 11,
+    forward_called_at: { short_name: "evaluate", file: "/home/u/train.py", line: 15 } };
+  assert.strictEqual(Model.keptGraphText(g), "480.00 MiB in 3 autograd graphs kept alive: the forward of transformer at evaluate (train.py:15) ran with " +
+    "grad enabled and no backward (iterations 3 to 11); what it returned (its loss or output) is still held, and with it every tensor it saved " +
+    "for backward; use torch.no_grad() for that forward, or keep loss.item() instead of the loss");
+  const one = Model.keptGraphText({ ...g, graphs: 1, forward_module: "Net", last_iteration: 3, forward_called_at: null });
+  assert.ok(one.startsWith("480.00 MiB in 1 autograd graph kept alive: the forward of Net ran with grad enabled and no backward (iteration 3);"), one);
 });
 
 // The page of a prediction (memsnap predict --html): its document's parts the data code reads.

@@ -126,5 +126,7 @@ echo "part 3: $(($(date +%s) - start)) s"
 echo
 printf '%-22s %-5s %-8s %-58s %-6s %-6s %s\n' case rank pid "how it ended (memsnap run)" kept steps verdict
 for r in "${rows[@]}"; do echo "$r"; done
-ls /dev/shm | grep -q 'memsnap-.*\.live' && echo "note: live mappings left in /dev/shm: $(ls /dev/shm | grep 'memsnap-.*\.live' | tr '\n' ' ')"
+live_folder=${MEMSNAP_LIVE_DIR:-/dev/shm/memsnap-$(id -u)} # the user's own folder (docs/RELIABILITY.md)
+ls "$live_folder" 2>/dev/null | grep -q 'memsnap-.*\.live' &&
+  echo "note: live mappings left in $live_folder: $(ls "$live_folder" | grep 'memsnap-.*\.live' | tr '\n' ' ')"
 exit "$fail"

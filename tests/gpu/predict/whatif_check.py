@@ -15,16 +15,19 @@ changed"; docs/BENCHMARKS.md, "Predict: the program changed, on a GPU").
                the two Linear with SGD, resnet50 with torch.utils.checkpoint on each of its four
                stages at 64, 128 and 192, each in its own process under PyTorch's own allocator:
                torch.cuda.max_memory_allocated() and max_memory_reserved();
+               The same --advise without --checkpoint (issue 53: it finds the modules itself);
   4. the cap:  --advise's smallest change that fits (its PYTORCH_CUDA_ALLOC_CONF, memory fraction,
                the GPT-2 blocks it checkpoints: all of them by gradient_checkpointing_enable(),
                some by torch.utils.checkpoint on those blocks' forward, and its optimizer) applied
                natively under a 24 GiB cap (torch.cuda.set_per_process_memory_fraction(24 GiB / the
                card)): batch 32 first, then the largest batch, probed one at a time from the one
-               --advise gives (the boundary: one batch fits, the next runs out of memory).
+               --advise gives (the boundary: one batch fits, the next runs out of memory); the
+               same for the change --advise finds without --checkpoint (the probes shared where
+               the change is the same).
 A table comes last. What must hold (issue 43): checkpointed GPT-2's peak allocated within 3% of
 native at batch 8, 16, 24 and 32 and peak reserved within 10%; the two Linear's SGD peak allocated
 within 2%; --advise names a change that makes batch 32 fit, and the largest batch it gives with
-it is native's or one below.
+it is native's or one below, with --checkpoint GPT2Block and without it.
 
 Nothing is fetched and nothing is built: run from the repository root with build/ (build/memsnap
 and the libraries beside it) already there, PyTorch and transformers installed, on one GPU with
@@ -118,7 +121,11 @@ def change_of(row):
     """The native form of an advice row: (conf, memory fraction, CKPT, optimizer); None when it
     cannot be made natively (a bytes-per-parameter optimizer)."""
     names = row.get("checkpointed") or []
-    blocks = sorted(int(n.split("#")[1]) - 1 for n in names if "#" in n)
+    # GPT2Block #N (Python frames) is block N - 1; GPT2LMHeadModel.transformer.h.N (module paths) block N
+    blocks = sorted(int(n.split("#")[1]) - 1 if "#" in n else int(n.rsplit(".", 1)[1]) for n in names)
+    module = row.get("checkpoint_module")
+    if names and module not in (None, "GPT2Block", "transformer.h.*"):
+        return None  # another module than the blocks: train_child.py checkpoints blocks only
     ckpt = "all" if len(blocks) == 12 else ",".join(str(b) for b in blocks)
     opt = row.get("optimizer") or "adamw"
     if opt.endswith("B"):
@@ -159,6 +166,8 @@ def main():
                  timeout=300)
     predict_text(runs + ["--checkpoint", "GPT2Block", "--at", str(a.advise_at), "--capacity", str(cap), "--advise"], "advise",
                  timeout=300)
+    fj = predict(runs + ["--at", str(a.advise_at), "--capacity", str(cap), "--advise"], "advise_found", timeout=300)
+    predict_text(runs + ["--at", str(a.advise_at), "--capacity", str(cap), "--advise"], "advise_found", timeout=300)
 
     def predicted(j, n, changed=True):
         for r in (j or {}).get("predictions", []):
@@ -172,26 +181,35 @@ def main():
     r_measured = {n: native(script, "resnet50 stages checkpointed", model="resnet50", batch=n, steps=a.steps, ckpt="all")
                   for n in rats}
 
-    # 4. --advise's change under the cap
-    best = (aj or {}).get("advice", {}).get("best")
-    fit_native, probes, at_fits = None, {}, None
-    change = change_of(best) if best else None
-    if change:
-        conf, fraction, ckpt, opt = change
+    # 4. --advise's change under the cap, with --checkpoint GPT2Block and without (found)
+    all_probes = {}  # (change, batch) -> fits natively
 
-        def probe(n):
-            if n not in probes:
-                r = native(script, "advised change under the cap", model="gpt2", batch=n, steps=a.steps, ckpt=ckpt, opt=opt,
-                           conf=conf, cap=cap, fraction=fraction)
-                probes[n] = None if r is None else not r["oom"]
-            return probes[n]
+    def under_cap(j, kind):
+        best = (j or {}).get("advice", {}).get("best")
+        fit_native, at_fits = None, None
+        change = change_of(best) if best else None
+        probes = {}
+        if change:
+            conf, fraction, ckpt, opt = change
 
-        at_fits = probe(a.advise_at)
-        guess = (best.get("largest_that_fits") or {}).get("at") or a.advise_at
-        fit_native = boundary(probe, guess)
-    record({"kind": "cap", "cap_bytes": cap, "best": best, "native_change": change, "fits_at": at_fits,
-            "predicted_largest": (best or {}).get("largest_that_fits", {}) and best["largest_that_fits"].get("at"),
-            "native_largest": fit_native, "probes": {str(k): v for k, v in sorted(probes.items())}})
+            def probe(n):
+                if (change, n) not in all_probes:
+                    r = native(script, "advised change under the cap", model="gpt2", batch=n, steps=a.steps, ckpt=ckpt,
+                               opt=opt, conf=conf, cap=cap, fraction=fraction)
+                    all_probes[(change, n)] = None if r is None else not r["oom"]
+                probes[n] = all_probes[(change, n)]
+                return probes[n]
+
+            at_fits = probe(a.advise_at)
+            guess = (best.get("largest_that_fits") or {}).get("at") or a.advise_at
+            fit_native = boundary(probe, guess)
+        pl = ((best or {}).get("largest_that_fits") or {}).get("at")
+        record({"kind": kind, "cap_bytes": cap, "best": best, "native_change": change, "fits_at": at_fits,
+                "predicted_largest": pl, "native_largest": fit_native, "probes": {str(k): v for k, v in sorted(probes.items())}})
+        return best, at_fits, pl, fit_native
+
+    best, at_fits, pl, fit_native = under_cap(aj, "cap")
+    fbest, f_at_fits, fpl, f_native = under_cap(fj, "cap_found")
 
     # the table
     f = lambda v: "%.2f GiB" % (v / GiB) if v is not None else "-"
@@ -243,21 +261,31 @@ def main():
           (a.linear_batch, o.get("recorded"), o.get("state_evidence")))
     print("  peak allocated: predicted %s, native SGD %s, %s%%; reserved: predicted %s, native %s" %
           (f(pa), f(ma), e(lin_row["err_allocated_pct"]), f(lin_row["predicted_reserved"]), f(lin_row["native_reserved"])))
-    print("\n--advise --capacity %.4g GiB --at %d" % (cap / GiB, a.advise_at))
-    print("  smallest change that fits: %s" % ((best or {}).get("description") or "none"))
-    pl = ((best or {}).get("largest_that_fits") or {}).get("at")
-    print("  natively under the cap: batch %d %s; largest batch: predicted %s, native %s" %
-          (a.advise_at, {True: "fits", False: "does not fit", None: "-"}[at_fits], pl if pl is not None else "-",
-           fit_native if fit_native is not None else "-"))
+    def advice_lines(title, b, fits, largest, nat):
+        print("\n%s" % title)
+        print("  smallest change that fits: %s" % ((b or {}).get("description") or "none"))
+        print("  natively under the cap: batch %d %s; largest batch: predicted %s, native %s" %
+              (a.advise_at, {True: "fits", False: "does not fit", None: "-"}[fits], largest if largest is not None else "-",
+               nat if nat is not None else "-"))
+    advice_lines("--advise --checkpoint GPT2Block --capacity %.4g GiB --at %d" % (cap / GiB, a.advise_at), best, at_fits, pl,
+                 fit_native)
+    mods = ((fj or {}).get("advice") or {}).get("modules") or {}
+    tried = [c["module"] for c in mods.get("considered", []) if c.get("tried")]
+    advice_lines("--advise without --checkpoint: %d modules found in the %s, tried %s" %
+                 (len(mods.get("considered", [])), mods.get("found_in", "-"), ", ".join(tried) or "none"),
+                 fbest, f_at_fits, fpl, f_native)
     held = [r for r in rows if r["err_allocated_pct"] is not None and abs(r["err_allocated_pct"]) <= 3 and
             r["err_reserved_pct"] is not None and abs(r["err_reserved_pct"]) <= 10]
     v_ckpt = len(held) == len(ats)
     v_opt = lin_row["err_allocated_pct"] is not None and abs(lin_row["err_allocated_pct"]) <= 2
     v_adv = bool(best) and at_fits is True and pl is not None and fit_native is not None and fit_native - 1 <= pl <= fit_native
+    v_found = bool(fbest) and f_at_fits is True and fpl is not None and f_native is not None and f_native - 1 <= fpl <= f_native
     record({"kind": "verdict", "checkpoint_within_3_and_10_pct": v_ckpt, "optimizer_within_2_pct": v_opt,
-            "advise_fits_and_largest_native_or_one_below": v_adv, "wall_s": round(time.time() - START, 1)})
-    print("\ncheckpoint within 3%% / 10%%: %s; optimizer within 2%%: %s; advise: %s; %.0f s; $OUT: %s" %
-          ("yes" if v_ckpt else "no", "yes" if v_opt else "no", "yes" if v_adv else "no", time.time() - START, OUT))
+            "advise_fits_and_largest_native_or_one_below": v_adv, "advise_found_fits_and_largest_native_or_one_below": v_found,
+            "wall_s": round(time.time() - START, 1)})
+    print("\ncheckpoint within 3%% / 10%%: %s; optimizer within 2%%: %s; advise: %s; advise without --checkpoint: %s; %.0f s; "
+          "$OUT: %s" % ("yes" if v_ckpt else "no", "yes" if v_opt else "no", "yes" if v_adv else "no",
+                        "yes" if v_found else "no", time.time() - START, OUT))
 
 
 if __name__ == "__main__":

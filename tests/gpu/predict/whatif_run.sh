@@ -11,4 +11,4 @@ OUT=$W PYTHONUNBUFFERED=1 timeout -k 10 560 python3 tests/gpu/predict/whatif_che
 echo "[whatif_check.py: exit $?]" >>"$W/whatif.txt"
 rm -f "$W"/*.db
 tests/gpu/pack_out.sh "$W" whatif >/dev/null
-tail -45 "$W/whatif.txt"
+tail -50 "$W/whatif.txt"

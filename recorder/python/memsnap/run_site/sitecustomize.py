@@ -40,13 +40,21 @@ def _note(kind, *paths):
 
 
 def _tell(kind, *fields):
-    """Appends a line of tab-separated fields to `memsnap run`'s manifest (MEMSNAP_RUN_MANIFEST)."""
+    """Appends a line of tab-separated fields to `memsnap run`'s manifest (MEMSNAP_RUN_MANIFEST),
+    only into a regular file of this user's, opened without following a link (as the library
+    does: docs/RELIABILITY.md); anything else there is left alone."""
     manifest = os.environ.get("MEMSNAP_RUN_MANIFEST")
     if manifest:
+        import stat
         line = "\t".join((kind,) + fields) + "\n"
-        fd = os.open(manifest, os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, line.encode("utf-8", "surrogateescape"))
+            fd = os.open(manifest, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.write(fd, line.encode("utf-8", "surrogateescape"))
         finally:
             os.close(fd)
 
