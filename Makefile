@@ -45,7 +45,7 @@ LIB_PKG_LIBS = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 # library's constructors (api.c, history/stacks.c, history/unwind.c) run in link order.
 LIB_SRCS := recorder/allocator/alloc.c recorder/api.c recorder/modes/async_alloc.c recorder/backends/backend.c recorder/backends/backend_cuda.c recorder/backends/backend_sim.c \
   recorder/allocator/blocks.c recorder/allocator/blocktree.c recorder/modes/capture.c recorder/allocator/check.c recorder/allocator/checkpoint.c recorder/error.c recorder/modes/expandable.c recorder/allocator/external.c recorder/history/gil_helper.c recorder/history/history.c recorder/allocator/devices.c recorder/history/ehframe.c \
-  recorder/allocator/ipc.c recorder/history/livefile.c recorder/history/livemap.c recorder/allocator/misuse.c recorder/snapshot/recover.c recorder/history/model_events.c recorder/options.c recorder/modes/pools.c recorder/allocator/ptrmap.c recorder/history/pyframes.c recorder/history/runlog.c recorder/allocator/segments.c recorder/snapshot/snapshot.c recorder/history/stacks.c recorder/allocator/stats.c \
+  recorder/allocator/ipc.c recorder/history/livefile.c recorder/history/livemap.c recorder/allocator/misuse.c recorder/snapshot/recover.c recorder/snapshot/livestate.c recorder/history/model_events.c recorder/options.c recorder/modes/pools.c recorder/allocator/ptrmap.c recorder/allocator/roles.c recorder/history/process.c recorder/history/pyframes.c recorder/history/runlog.c recorder/allocator/segments.c recorder/snapshot/snapshot.c recorder/history/stacks.c recorder/allocator/stats.c \
   recorder/snapshot/symbolize.c recorder/snapshot/symbols.c recorder/allocator/uncached.c recorder/history/unwind.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/recorder/oom_throw.o $(BUILD)/recorder/pytorch/torch_hooks.o
 # The analyzer's stages, bottom up (analyzer/README.md): a folder's files call only into their own
@@ -58,7 +58,7 @@ WEB_ASSETS := web/viewer.html web/predict.html web/viewer.css web/model.js web/v
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
   $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload \
   $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/gen_runlog $(BUILD)/tests/gen_kept_graphs $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
-  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so $(BUILD)/tests/crash_stress
+  $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so $(BUILD)/tests/crash_stress $(BUILD)/tests/bench_livestate
 SAMPLES := $(BUILD)/samples/train_loop
 
 .PHONY: readme-picture all test test-programs test-web-deps sanitize stress fuzz fuzz-programs demo deps check-deps clean gpu-bench phase-timing regen-golden install uninstall torch-allocator

@@ -20,6 +20,7 @@
 #include "history/livemap.h"
 #include "history/runlog.h"
 #include "internal.h"
+#include "snapshot/livestate.h"
 
 /* Declared in oom_throw.cc: raise the out-of-memory error, or another failure as a RuntimeError,
  * in the calling C++ frame. */
@@ -28,7 +29,9 @@ void msi_throw_error(const char *message);
 
 /* The mode of a device: the caching allocator, or the stream-ordered one (d->async). */
 static inline int device_free(msi_device *d, void *ptr, uint32_t stack) {
-  return MSI_UNLIKELY(d->async != NULL) ? msi_async_free(d, ptr, stack) : msi_device_free(d, ptr, stack);
+  int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_free(d, ptr, stack) : msi_device_free(d, ptr, stack);
+  msi_live_state_check();
+  return rc;
 }
 
 /* The stack of a free, a release or an empty_cache while recording (0 otherwise, and with
@@ -164,6 +167,7 @@ static void start_signal_dumper(void) {
 static void fork_phase(int phase) {
   if (phase == MSI_FORK_PREPARE) {
     msi_runlog_fork(phase); /* its sampler takes the device locks under its own */
+    msi_live_state_fork(phase); /* its lock comes before the devices' */
     msi_devices_fork(phase);
     msi_external_fork(phase);
     msi_history_fork(phase);
@@ -187,6 +191,7 @@ static void fork_phase(int phase) {
   }
   msi_devices_fork(phase);
   msi_runlog_fork(phase);
+  msi_live_state_fork(phase);
 }
 static void fork_prepare(void) { fork_phase(MSI_FORK_PREPARE); }
 static void fork_parent(void) { fork_phase(MSI_FORK_PARENT); }
@@ -270,6 +275,7 @@ static int alloc_on(void **out, size_t size, int device, memsnap_stream_t stream
                    : foreign ? msi_stack_capture_from((uint64_t)(uintptr_t)caller, false) : msi_stack_capture();
   int rc = MSI_UNLIKELY(d->async != NULL) ? msi_async_malloc(d, size, stream, stack, out)
                                          : msi_device_malloc(d, size, stream, stack, out);
+  msi_live_state_check(); /* the live mapping's state, when the ring has moved on enough since (livestate.c) */
   if (MSI_UNLIKELY(rc == MEMSNAP_ENOMEM)) {
     msi_dump_on_oom();
     notify_oom();
@@ -355,6 +361,7 @@ int memsnap_record_start(size_t max_entries, const char *stacks) {
   int rc = msi_history_start(max_entries ? max_entries : msi_opt.max_entries);
   for (int i = 0; rc == MEMSNAP_OK && i < msi_device_count_ready(); i++)
     if (msi_device_peek(i)) msi_live_note_device(i); /* in use before the live mapping was made */
+  if (rc == MEMSNAP_OK) msi_live_state_take(); /* what was allocated before: the state, at once */
   return rc;
 }
 
@@ -365,6 +372,7 @@ int memsnap_record_stop(void) {
 
 int memsnap_record_clear(void) {
   msi_history_clear();
+  msi_live_state_take(); /* the events before the clear are no log for the state any more */
   return MEMSNAP_OK;
 }
 
@@ -479,6 +487,34 @@ int memsnap_get_stats_flat(int device, int64_t *values, int capacity) {
   memsnap_stats_t s;
   int rc = memsnap_get_stats(device, &s);
   return rc != MEMSNAP_OK ? rc : msi_stats_flatten(&s, values, capacity);
+}
+
+/* A role told once holds for the block's life: kept by address under the device lock (roles.c)
+ * before the events are added, so a state taken between the two has it already. */
+int memsnap_tensor_events(size_t n, const uint64_t *storage, const uint64_t *bytes, const uint8_t *role,
+                          const int32_t *label, const int16_t *device) {
+  ensure_ready();
+  int rc = msi_tensor_events_check(n, storage, bytes, role, label, device);
+  if (rc != MEMSNAP_OK || n == 0) return rc;
+  msi_runlog_tensors(n, storage, bytes, role); /* the run log's roles, whether the ring records or not */
+  if (!msi_ring_recording()) return MEMSNAP_OK;
+  for (size_t i = 0; i < n; i++) {
+    msi_device *d = device[i] >= 0 ? msi_device_peek(device[i]) : NULL;
+    if (!d) continue;
+    pthread_mutex_lock(&d->lock);
+    msi_block *b = msi_ptrmap_get(&d->live, (uintptr_t)storage[i]);
+    if (b && msi_roles_set(&d->roles, b->ptr, role[i], (uint32_t)label[i]) == 0) b->told = true;
+    pthread_mutex_unlock(&d->lock);
+  }
+  msi_tensor_events_add(n, storage, bytes, role, label, device);
+  return MEMSNAP_OK;
+}
+
+int memsnap_step_event(int label, int what) {
+  ensure_ready();
+  int rc = msi_step_event(label, what);
+  if (rc == MEMSNAP_OK && what != MEMSNAP_STEP_BEGIN) msi_live_state_iteration_end();
+  return rc;
 }
 
 /* A first mark before any allocation still sees MEMSNAP_RECORD: the library comes up first. */

@@ -300,8 +300,9 @@ struct msi_block {
   uint32_t stack_id;      /* stack that allocated it, while recording (0: none) */
   uint32_t nuses;
   uint16_t uses_cap;
-  bool mapped;            /* backed by memory; false only for the unmapped ranges of an expandable segment */
-  bool captured;          /* async mode: allocated while a capture was underway */
+  bool mapped : 1;        /* backed by memory; false only for the unmapped ranges of an expandable segment */
+  bool captured : 1;      /* async mode: allocated while a capture was underway */
+  bool told : 1;          /* allocated, and a framework told its role (roles.c holds it, by address) */
   memsnap_stream_t *uses; /* streams from record_stream, until the block is freed */
   msi_expseg *seg;        /* the expandable segment it lies in, or NULL for a classic segment */
 } __attribute__((aligned(64)));
@@ -420,6 +421,25 @@ typedef struct msi_capture {
 
 #define MSI_ENDED_CAPTURES 8 /* captures memsnap found ended without their end call, remembered */
 
+/* ---- the roles a framework told of live blocks (roles.c), a primitive ------------------------ */
+
+/* What a tensor event said of the block at an address: its role (MEMSNAP_TENSOR_*) and its
+ * module's label (0: none). Kept while the block lives, whatever the ring forgets. */
+typedef struct msi_role { uint64_t address; uint32_t label; uint8_t role; } msi_role;
+/* Open addressing by address (0: an empty slot); the device lock guards it. */
+typedef struct msi_roles {
+  msi_role *slots;
+  size_t mask, count;
+} msi_roles;
+/* Sets (or replaces) the role of the block at `address`. 0, or -1 when out of host memory (the
+ * role is then not kept). */
+int msi_roles_set(msi_roles *t, uint64_t address, uint8_t role, uint32_t label);
+/* The role told of `address`, or NULL. */
+const msi_role *msi_roles_get(const msi_roles *t, uint64_t address);
+/* Forgets `address` (its block is freed). */
+void msi_roles_forget(msi_roles *t, uint64_t address);
+void msi_roles_free(msi_roles *t);
+
 typedef struct msi_device {
   pthread_mutex_t lock;
   int index;
@@ -458,6 +478,7 @@ typedef struct msi_device {
   /* the run log's (history/runlog.c): allocated and reserved bytes' highest since its last sample
      (devices.c's sampler reads them and starts them again; msi_run_peak keeps them) */
   int64_t run_peak_allocated, run_peak_reserved;
+  msi_roles roles;                 /* the roles told of its live blocks (roles.c), by address */
 } msi_device;
 
 /* ---- blocks and the free sets of pools (blocks.c), below the modes and alloc.c ---------- */
@@ -491,6 +512,7 @@ static inline msi_block *msi_block_new(msi_device *d, uintptr_t ptr, size_t size
   b->uses = NULL; /* msi_block_put freed it */
   b->stack_id = 0;
   b->mapped = true;
+  b->told = false;
   b->seg = NULL;
   return b;
 }
@@ -605,15 +627,44 @@ uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *before, 
 const char *msi_label(uint32_t id);
 /* Reads a ring that msi_history_start put in a live mapping (another process's, perhaps dead,
  * perhaps running: read as it is, never waited for), as msi_history_copy copies one: the events
- * published and not overwritten, oldest first, into *out (caller frees). `cap` and
- * `events_offset` are what the mapping's header says. MEMSNAP_OK; MEMSNAP_EINVAL (error set) when
- * the ring does not match them; MEMSNAP_ENOMEM. */
+ * published and not overwritten, oldest first, into *out (caller frees); *base is the ring's
+ * first event of the recording (absolute: event e of the window is base + before + e->seq).
+ * `cap` and `events_offset` are what the mapping's header says. MEMSNAP_OK; MEMSNAP_EINVAL (error
+ * set) when the ring does not match them; MEMSNAP_ENOMEM. */
 int msi_history_read_mapped(const void *ring, uint64_t bytes, uint64_t cap, uint32_t events_offset, msi_event **out,
-                            uint64_t *n_out, uint64_t *dropped, uint64_t *before, uint64_t *start_ns);
+                            uint64_t *n_out, uint64_t *dropped, uint64_t *before, uint64_t *start_ns, uint64_t *base);
+/* The ring's count of events ever claimed (the next event's absolute index; 0 with no ring), and
+ * its capacity into *cap (0: none). */
+uint64_t msi_history_position(uint64_t *cap);
 /* memsnap_mark, memsnap_range_push and memsnap_range_pop once the library is up. */
 int msi_history_mark(const char *label);
 int msi_history_range_push(const char *label);
 int msi_history_range_pop(void);
+
+/* ---- the process's facts (history/process.c), for its snapshot and its live mapping ---------- */
+
+/* Its rank in a job as the variable a launcher set says it (digits only; torchrun's RANK first,
+ * then LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID): the text, or NULL when none does. */
+const char *msi_process_rank(void);
+/* Its command line, arguments joined by spaces, into buf[len] ("" when it cannot be read). */
+void msi_process_cmdline(char *buf, size_t len);
+/* Its executable's path into buf[len]: the length, or 0 ("") when it cannot be read. */
+size_t msi_process_exe(char *buf, size_t len);
+/* Calls fn(path, lo, hi, load bias, arg) for each executable range of each loaded module (the main
+ * program by its path), until fn returns non-zero; returns that, or 0. */
+int msi_modules_each(int (*fn)(const char *path, uint64_t lo, uint64_t hi, uint64_t bias, void *arg), void *arg);
+
+/* memsnap_tensor_events in two (model_events.c), the roles kept between them (api.c): the
+ * tensors' arrays checked (MEMSNAP_OK, or MEMSNAP_EINVAL with the error set, nothing done), and
+ * their events added while the ring records. */
+int msi_tensor_events_check(size_t n, const uint64_t *storage, const uint64_t *bytes, const uint8_t *role,
+                            const int32_t *label, const int16_t *device);
+void msi_tensor_events_add(size_t n, const uint64_t *storage, const uint64_t *bytes, const uint8_t *role,
+                           const int32_t *label, const int16_t *device);
+
+/* memsnap_step_event's check and event (model_events.c); api.c's adds the live state's update at
+ * an iteration's end. */
+int msi_step_event(int label, int what);
 
 /* Interns a label (each distinct text is kept once, for the life of the recording). Returns its
  * id, or UINT32_MAX when out of host memory. */

@@ -25,7 +25,7 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     "CREATE TABLE segments(id INTEGER PRIMARY KEY, device INTEGER, address INTEGER, size INTEGER, pool TEXT,"
     " stream INTEGER, expandable INTEGER, pool_id0 INTEGER, pool_id1 INTEGER, source TEXT, library TEXT);"
     "CREATE TABLE blocks(id INTEGER PRIMARY KEY, segment_id INTEGER, address INTEGER, size INTEGER,"
-    " requested_size INTEGER, state TEXT, stack_id INTEGER);"
+    " requested_size INTEGER, state TEXT, stack_id INTEGER, role INTEGER, module_label_id INTEGER);"
     "CREATE TABLE event_kinds(id INTEGER PRIMARY KEY, name TEXT);"
     "CREATE TABLE events(id INTEGER PRIMARY KEY, time_ns INTEGER, kind INTEGER, device INTEGER, stream INTEGER,"
     " address INTEGER, size INTEGER, requested_size INTEGER, extra INTEGER, thread INTEGER, stack_id INTEGER);"

@@ -13,7 +13,7 @@ file of the library calls into api.c but pytorch/torch_hooks.cc, PyTorch's adapt
 
 The recorder's rooms (recorder/README.md), bottom to top, each using only itself and what is
 below it: the foundation (error.c, options.c) at the top of recorder/ uses nothing else; the
-allocator's primitives (allocator/blocks.c, blocktree.c, ptrmap.c, stats.c) use only each other
+allocator's primitives (allocator/blocks.c, blocktree.c, ptrmap.c, stats.c, roles.c) use only each other
 and the foundation; allocator/ as a whole (the policy, the device table and what hosts ask of
 them) uses only modes/, history/, backends/ and the foundation; backends/ uses only
 the foundation; history/ only backends/ and the foundation (it records, it never asks the
@@ -123,7 +123,7 @@ check("msi_be, the active backend, lives in backends/backend.c", "msi_be" in def
 # The recorder's rooms (recorder/README.md): a room is a folder of recorder/; a file at its top is
 # a room of its own. Each room uses only itself and the rooms named for it here.
 FOUNDATION = {"error.o", "options.o"}
-PRIMITIVES = {"allocator/blocks.o", "allocator/blocktree.o", "allocator/ptrmap.o", "allocator/stats.o"}
+PRIMITIVES = {"allocator/blocks.o", "allocator/blocktree.o", "allocator/ptrmap.o", "allocator/stats.o", "allocator/roles.o"}
 ROOMS = ("allocator", "backends", "history", "modes", "snapshot", "pytorch")
 room = lambda o: o.split("/")[0] if "/" in o else o
 TOP = {"api.o", "error.o", "options.o", "oom_throw.o"}
@@ -135,7 +135,7 @@ for r in ROOMS:
 in_room = lambda r: {o for o in objects if room(o) == r}
 rules = [  # (what, its files, the rooms it may use besides its own files)
     ("the foundation (error.c, options.c) uses nothing else of the recorder", FOUNDATION, set()),
-    ("the allocator's primitives (blocks.c, blocktree.c, ptrmap.c, stats.c) use only each other and the foundation",
+    ("the allocator's primitives (blocks.c, blocktree.c, ptrmap.c, stats.c, roles.c) use only each other and the foundation",
      PRIMITIVES, FOUNDATION),
     ("backends/ uses only the foundation", in_room("backends"), FOUNDATION),
     ("history/ uses only backends/ and the foundation: it never asks the allocator, and names no frame (snapshot/ does)",

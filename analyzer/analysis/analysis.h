@@ -102,6 +102,8 @@ typedef struct ms_prior_block {
   uint32_t site;     /* the analysis's site for it (set by ms_analyze) */
   bool alive_at_end;
   uint8_t category;  /* its category by lifetime (set by ms_analyze) */
+  uint8_t role;      /* alive at the end: the role the snapshot says a framework told (MS_ROLE_*; 0 none) */
+  int64_t module_label; /* and its module's label (0: none) */
 } ms_prior_block;
 
 typedef struct ms_prior_segment {
@@ -340,6 +342,10 @@ typedef struct ms_module_pass {
 struct ms_analysis;
 /* Starts the state (labels read); 0, or -1 (s->error set; out of memory: "out of memory"). */
 int ms_modules_begin(struct ms_analysis *a, ms_module_pass *p);
+/* A block from before the history whose role and module the snapshot's blocks table gives (its
+ * tensor events left the ring): its bytes count for the module and role until a tensor event of
+ * the history sets them. -1 when out of memory. */
+int ms_modules_told(struct ms_analysis *a, ms_module_pass *p, int64_t label, int role, int64_t size);
 /* A module, tensor or backward event, in order (`live` the pass's blocks, `allocated` the
  * allocated total now). 0, or -1 when out of memory. */
 int ms_modules_event(struct ms_analysis *a, ms_module_pass *p, const ms_event *e, ms_live_map *live, int64_t allocated);

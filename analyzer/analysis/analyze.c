@@ -220,6 +220,10 @@ static bool seed_prehistory(pass *p) {
     a->sites[b->site].live_count++;
   }
   ms_prehistory_seed(&a->before, &p->live, &p->failed);
+  for (size_t i = 0; i < a->before.nblocks && !p->failed; i++) { /* roles told before the history */
+    const ms_prior_block *b = &a->before.blocks[i];
+    if (b->alive_at_end && b->role && ms_modules_told(a, &p->modules, b->module_label, b->role, b->size) != 0) p->failed = true;
+  }
   const ms_code_kinds *k = &a->kinds; /* their phase, from their stacks (those still allocated) */
   for (size_t i = 0; i < a->before.nblocks && !p->failed && k->phase; i++) {
     const ms_prior_block *b = &a->before.blocks[i];

@@ -156,6 +156,16 @@ static void close_calls(ms_analysis *a, ms_module_pass *p, size_t k) {
   }
 }
 
+int ms_modules_told(ms_analysis *a, ms_module_pass *p, int64_t label, int role, int64_t size) {
+  if (role <= MS_ROLE_NONE || role >= MS_ROLES) return 0;
+  int32_t m = module_of_label(a, p, label);
+  if (m < 0) return p->failed ? -1 : 0;
+  int64_t *batch = &p->role_batch[(size_t)m * MS_ROLES + (size_t)role];
+  if (*batch != 0) *batch = 0, a->modules[m].own_role[role] = 0; /* batch 0: the snapshot's, before any event's */
+  a->modules[m].own_role[role] += size;
+  return 0;
+}
+
 int ms_modules_event(ms_analysis *a, ms_module_pass *p, const ms_event *e, ms_live_map *live, int64_t allocated) {
   if (e->kind != MS_TENSOR) p->in_batch = false;
   switch (e->kind) {

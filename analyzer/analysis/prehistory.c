@@ -81,7 +81,7 @@ static int prior_event(const ms_event *e, void *arg) {
     case MS_FREE_REQUESTED:
       if (e->address && !ms_live_take(&p->blocks, e->address, &taken) &&
           (replay ? !ms_live_take(&p->seen, e->address, &taken) : e->size > 0))
-        add_block(p, (ms_prior_block){e->address, e->stream, e->size, e->requested, e->device, e->stack_id, 0, false, 0});
+        add_block(p, (ms_prior_block){e->address, e->stream, e->size, e->requested, e->device, e->stack_id, 0, false, 0, 0, 0});
       break;
     case MS_SEGMENT_ALLOC:
     case MS_SEGMENT_MAP:
@@ -106,7 +106,8 @@ static int prior_block_row(const ms_block_row *r, void *arg) {
   prior_pass *p = arg;
   ms_live_slot taken;
   if (r->state != MS_BLOCK_ALLOCATED || r->size <= 0 || ms_live_take(&p->blocks, r->address, &taken)) return 0;
-  add_block(p, (ms_prior_block){r->address, r->stream, r->size, r->requested, r->device, r->stack_id, 0, true, 0});
+  add_block(p, (ms_prior_block){r->address, r->stream, r->size, r->requested, r->device, r->stack_id, 0, true, 0,
+                                r->role, r->module_label});
   return p->failed;
 }
 
@@ -159,7 +160,8 @@ int ms_prehistory_build(ms_snapshot *s, ms_prehistory_view view, ms_prehistory *
 void ms_prehistory_seed(const ms_prehistory *h, ms_live_map *live, bool *failed) {
   for (size_t i = 0; i < h->nblocks && !*failed; i++)
     if (ms_live_put(live, (ms_live_slot){.key = h->blocks[i].address, .site = h->blocks[i].site, .size = h->blocks[i].size,
-                                         .birth = {.ordinal = -(int64_t)i - 1, .iteration = -1, .category = h->blocks[i].category}}) != 0)
+                                         .birth = {.ordinal = -(int64_t)i - 1, .iteration = -1, .category = h->blocks[i].category,
+                                                   .role = h->blocks[i].role}}) != 0)
       *failed = true;
 }
 

@@ -36,7 +36,7 @@ int imp_stage_begin(importer *im) {
   struct { sqlite3_stmt **st; const char *sql; } stmts[] = {
       {&im->stage, "INSERT INTO temp.stage VALUES(NULL,?,?,?,?,?,?,?,?,?)"},
       {&im->segment, memsnap_insert_segment_sql},
-      {&im->block, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)"},
+      {&im->block, "INSERT INTO blocks(id, segment_id, address, size, requested_size, state, stack_id) VALUES(NULL,?,?,?,?,?,?)"},
       {&im->frame, "INSERT INTO frames VALUES(?,?,?,?,?,?,NULL,NULL,0)"},
       {&im->stack, "INSERT INTO stacks VALUES(?,?)"},
       {&im->stack_frame, "INSERT INTO stack_frames VALUES(?,?,?)"},

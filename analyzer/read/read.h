@@ -164,6 +164,9 @@ typedef struct ms_block_row {
   int64_t size, requested;
   ms_block_state state;
   uint32_t stack_id; /* 0: none (or one the stacks table lacks) */
+  uint8_t role;      /* the role a framework told of it, kept for its life (MEMSNAP_TENSOR_*, 1 to 4;
+                        0: none, or a file older than the column) */
+  int64_t module_label; /* its module's label id (0: none) */
 } ms_block_row;
 
 /* A device the snapshot describes; total_bytes -1 when unknown (imported snapshots). */

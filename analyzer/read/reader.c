@@ -412,6 +412,10 @@ static int block_row(sqlite3_stmt *st, void *arg) {
   r.stream = (uint64_t)sqlite3_column_int64(st, 6);
   int64_t stack = sqlite3_column_int64(st, 7);
   r.stack_id = stack > 0 && (size_t)stack < c->s->nstacks ? (uint32_t)stack : 0;
+  int64_t role = sqlite3_column_int64(st, 8);
+  r.role = role >= 1 && role <= 4 ? (uint8_t)role : 0;
+  r.module_label = sqlite3_column_int64(st, 9);
+  if (r.module_label < 0) r.module_label = 0;
   if (dev < 0 || dev >= MS_MAX_DEVICES || !PLAUSIBLE_SIZE(r.size) || !PLAUSIBLE_SIZE(r.requested)) return 0;
   r.device = (int)dev;
   r.state = state && !strcmp((const char *)state, "allocated") ? MS_BLOCK_ALLOCATED
@@ -422,11 +426,14 @@ static int block_row(sqlite3_stmt *st, void *arg) {
 
 int ms_blocks_each(ms_snapshot *s, int (*fn)(const ms_block_row *r, void *arg), void *arg) {
   ms_row_call c = {s, (void *)fn, arg};
-  return ms_read_rows(s,
-                      "select b.segment_id, coalesce(g.device, -1), coalesce(b.address, 0), coalesce(b.size, -1), "
-                      "coalesce(b.requested_size, 0), b.state, coalesce(g.stream, 0), coalesce(b.stack_id, 0) "
-                      "from blocks b join segments g on g.id = b.segment_id where " MS_ON_DEVICE("g.device") " order by b.id",
-                      "blocks", block_row, &c);
+  char sql[768];
+  bool roles = ms_has_column(s, "blocks", "role"); /* a later column: older files have none */
+  snprintf(sql, sizeof sql,
+           "select b.segment_id, coalesce(g.device, -1), coalesce(b.address, 0), coalesce(b.size, -1), "
+           "coalesce(b.requested_size, 0), b.state, coalesce(g.stream, 0), coalesce(b.stack_id, 0), %s "
+           "from blocks b join segments g on g.id = b.segment_id where " MS_ON_DEVICE("g.device") " order by b.id",
+           roles ? "coalesce(b.role, 0), coalesce(b.module_label_id, 0)" : "0, 0");
+  return ms_read_rows(s, sql, "blocks", block_row, &c);
 }
 
 static int device_row(sqlite3_stmt *st, void *arg) {

@@ -698,6 +698,10 @@ cleanup:
 static void free_taken(msi_device *d, msi_block *b) {
   int k = b->pool->stat_kind;
   b->allocated = false;
+  if (MSI_UNLIKELY(b->told)) { /* a role told of it (roles.c) ends with it */
+    msi_roles_forget(&d->roles, b->ptr);
+    b->told = false;
+  }
   bool at_once = !b->nuses; /* no other stream used it: completed now */
   if (msi_is_recording()) {
     msi_history_add_free(at_once, d->index, b->stream, b->ptr, b->size, b->requested_size, d->event_stack);
@@ -962,6 +966,7 @@ void msi_device_destroy(msi_device *d) {
   free(d->captures);
   free(d->deferred);
   msi_ptrmap_destroy(&d->live);
+  msi_roles_free(&d->roles);
   pthread_mutex_unlock(&d->lock);
   pthread_mutex_destroy(&d->lock);
 }

@@ -55,6 +55,8 @@
 #include "runlog.h"
 
 atomic_int msi_recording; /* read on the hot path: MSI_REC_RING | MSI_REC_OBSERVER */
+_Atomic uint64_t msi_state_due_at = UINT64_MAX;
+atomic_bool msi_state_wanted;
 
 /* The trace observer (memsnap_set_trace_observer) with its argument, swapped as one pointer; a
  * replaced one is never freed (a writer may still be calling it), and observers are set rarely:
@@ -238,6 +240,8 @@ int msi_history_start(uint64_t max_entries) {
     grown->cap = max_entries;
     grown->inv = UINT64_MAX / max_entries;
     grown->retired = r; /* a writer may still hold it */
+    /* a ring in a new mapping: its state is wanted at once (none is there yet) */
+    atomic_store(&msi_state_due_at, mem ? UINT64_MAX : 0);
     atomic_store_explicit(&grown->start_ns, msi_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&cur, grown, memory_order_release);
   } else if (atomic_load(&r->total) == atomic_load(&r->base)) {
@@ -264,6 +268,7 @@ void msi_history_clear(void) {
 
 void msi_history_reset(void) {
   atomic_store(&msi_recording, 0);
+  atomic_store(&msi_state_due_at, UINT64_MAX);
   atomic_store(&cur_observer, NULL);
   pthread_mutex_lock(&admin_lock);
   ring_t *r = atomic_exchange(&cur, NULL);
@@ -299,6 +304,8 @@ static void add_events(const uint8_t *kinds, int n, int device, memsnap_stream_t
   uint32_t tid = tid_of(th);
   uint64_t time = event_time(th);
   uint64_t idx = atomic_fetch_add_explicit(&r->total, (uint64_t)n, memory_order_acquire);
+  if (MSI_UNLIKELY(idx + (uint64_t)n > atomic_load_explicit(&msi_state_due_at, memory_order_relaxed)))
+    atomic_store_explicit(&msi_state_wanted, true, memory_order_relaxed);
   uint64_t slot = slot_of(r, idx);
   for (int i = 0; i < n; i++, idx++, slot = slot + 1 == r->cap ? 0 : slot + 1) {
     msi_event *e = &r->ev[slot];
@@ -355,13 +362,21 @@ uint64_t msi_history_total(void) {
   return r ? atomic_load(&r->total) - atomic_load(&r->base) : 0;
 }
 
-/* Event idx from its slot in r into *out, as its writer published it: 1, or 0 when it was not
- * published in time (a writer that claimed it has not finished after some milliseconds) or its
- * slot was claimed meanwhile for a newer event (the ring went round during the copy). */
-static int read_event(ring_t *r, uint64_t idx, msi_event *out) {
-  const msi_event *e = &r->ev[slot_of(r, idx)];
+uint64_t msi_history_position(uint64_t *cap) {
+  ring_t *r = atomic_load_explicit(&cur, memory_order_acquire);
+  if (cap) *cap = r ? r->cap : 0;
+  return r ? atomic_load(&r->total) : 0;
+}
+
+/* Event idx from its slot (slot idx % cap of r) into *out, as its writer published it: 1, or 0
+ * when it was not published (a `patient` reader, this process's, waits some milliseconds for a
+ * writer between its claim and its publication; a mapped ring is read as it is), its slot was
+ * claimed meanwhile for a newer event (the ring went round during the copy), or it is of no kind
+ * this version writes (a damaged file). */
+static int read_event(const ring_t *r, uint64_t cap, uint64_t slot, uint64_t idx, bool patient, msi_event *out) {
+  const msi_event *e = &r->ev[slot];
   uint32_t want = seq_of(idx);
-  for (int tries = 0; tries < 10000; tries++) {
+  for (int tries = 0; tries < (patient ? 10000 : 1); tries++) {
     uint32_t s1 = atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_acquire);
     if (s1 == want) {
       /* a newer event's writer may be writing it meanwhile: then its claim shows */
@@ -378,8 +393,9 @@ static int read_event(ring_t *r, uint64_t idx, msi_event *out) {
       GET(kind);
 #undef GET
       atomic_thread_fence(memory_order_acquire);
-      return atomic_load_explicit(&r->total, memory_order_relaxed) <= idx + r->cap &&
-             atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_relaxed) == want;
+      return atomic_load_explicit((_Atomic uint64_t *)&r->total, memory_order_relaxed) <= idx + cap &&
+             atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_relaxed) == want && out->kind != 0 &&
+             out->kind < MSI_EV_KINDS;
     }
     if ((int32_t)(s1 - want) > 0) return 0; /* a newer event is there */
     if (tries >= 100) sched_yield();        /* its writer is between claim and publish */
@@ -387,23 +403,24 @@ static int read_event(ring_t *r, uint64_t idx, msi_event *out) {
   return 0;
 }
 
-uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *before, uint64_t *max_entries,
-                          uint64_t *start_ns) {
-  pthread_mutex_lock(&admin_lock);
-  ring_t *r = atomic_load_explicit(&cur, memory_order_acquire);
-  uint64_t total = r ? atomic_load(&r->total) : 0, base = r ? atomic_load(&r->base) : 0;
-  uint64_t n = total - base < (r ? r->cap : 0) ? total - base : (r ? r->cap : 0);
+/* The window of the recording that ring r holds, copied into a new array (*out), oldest first,
+ * times made non-decreasing and never before the start, each event's seq its place in the window:
+ * msi_history_copy's and msi_history_read_mapped's one loop. `own`: this process's ring (slots by
+ * Barrett's reduction; writers waited for), else a mapped one (slots by division: its header is
+ * untrusted). The count kept, or UINT64_MAX when out of host memory. */
+static uint64_t copy_window(const ring_t *r, uint64_t cap, bool own, msi_event **out, uint64_t *dropped,
+                            uint64_t *before, uint64_t *start_ns) {
+  uint64_t total = atomic_load_explicit((_Atomic uint64_t *)&r->total, memory_order_acquire);
+  uint64_t base = atomic_load_explicit((_Atomic uint64_t *)&r->base, memory_order_relaxed);
+  uint64_t n = total - base < cap ? total - base : cap;
   *out = n ? malloc(n * sizeof **out) : NULL;
-  if (n && !*out) {
-    pthread_mutex_unlock(&admin_lock);
-    msi_error("snapshot: out of host memory copying %llu events", (unsigned long long)n);
-    return UINT64_MAX;
-  }
+  if (n && !*out) return UINT64_MAX;
   uint64_t first = total - n, kept = 0; /* oldest kept */
-  uint64_t start = r ? atomic_load(&r->start_ns) : 0, last = start;
+  uint64_t start = atomic_load_explicit((_Atomic uint64_t *)&r->start_ns, memory_order_relaxed), last = start;
   for (uint64_t i = 0; i < n; i++) {
     msi_event *e = &(*out)[kept];
-    if (!read_event(r, first + i, e)) continue;
+    uint64_t idx = first + i;
+    if (!read_event(r, cap, own ? slot_of(r, idx) : idx % cap, idx, own, e)) continue;
     if (e->time_ns < last) e->time_ns = last; /* non-decreasing in order, never before the start */
     last = e->time_ns;
     e->seq = (uint32_t)i; /* its place in the window, for its id */
@@ -411,60 +428,54 @@ uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *before, 
   }
   *dropped = first - base + (n - kept);
   *before = first - base;
-  *max_entries = r ? r->cap : 0;
   *start_ns = start;
+  return kept;
+}
+
+uint64_t msi_history_copy(msi_event **out, uint64_t *dropped, uint64_t *before, uint64_t *max_entries,
+                          uint64_t *start_ns) {
+  pthread_mutex_lock(&admin_lock);
+  ring_t *r = atomic_load_explicit(&cur, memory_order_acquire);
+  uint64_t kept = 0;
+  *out = NULL;
+  *dropped = *before = *max_entries = 0;
+  *start_ns = 0;
+  if (r) {
+    kept = copy_window(r, r->cap, true, out, dropped, before, start_ns);
+    *max_entries = r->cap;
+  }
   pthread_mutex_unlock(&admin_lock);
+  if (kept == UINT64_MAX) msi_error("snapshot: out of host memory copying %llu events", (unsigned long long)r->cap);
   return kept;
 }
 
 int msi_history_read_mapped(const void *ring, uint64_t bytes, uint64_t cap, uint32_t events_offset, msi_event **out,
-                            uint64_t *n_out, uint64_t *dropped, uint64_t *before, uint64_t *start_ns) {
+                            uint64_t *n_out, uint64_t *dropped, uint64_t *before, uint64_t *start_ns, uint64_t *base) {
   const ring_t *r = ring;
   *out = NULL;
-  *n_out = *dropped = *before = 0;
+  *n_out = *dropped = *before = *base = 0;
+  *start_ns = 0;
+  if (events_offset == offsetof(ring_t, ev) && bytes >= sizeof(ring_t) && r->cap == 0 &&
+      atomic_load_explicit((_Atomic uint64_t *)&r->total, memory_order_acquire) == 0)
+    return MEMSNAP_OK; /* the process died between making its mapping and starting its ring: no event */
   if (events_offset != offsetof(ring_t, ev) || bytes < sizeof(ring_t) || cap < 16 ||
       cap > (bytes - sizeof(ring_t)) / sizeof(msi_event) || r->cap != cap) {
     msi_error("the ring's sizes do not match its header (another version of memsnap, or a damaged file)");
     return MEMSNAP_EINVAL;
   }
   uint64_t total = atomic_load_explicit((_Atomic uint64_t *)&r->total, memory_order_acquire);
-  uint64_t base = atomic_load_explicit((_Atomic uint64_t *)&r->base, memory_order_relaxed);
-  if (base > total) {
-    msi_error("the ring's counts are damaged (base %llu after total %llu)", (unsigned long long)base,
+  *base = atomic_load_explicit((_Atomic uint64_t *)&r->base, memory_order_relaxed);
+  if (*base > total) {
+    msi_error("the ring's counts are damaged (base %llu after total %llu)", (unsigned long long)*base,
               (unsigned long long)total);
     return MEMSNAP_EINVAL;
   }
-  uint64_t n = total - base < cap ? total - base : cap;
-  msi_event *ev = n ? malloc(n * sizeof *ev) : NULL;
-  if (n && !ev) {
-    msi_error("out of host memory reading %llu events", (unsigned long long)n);
+  uint64_t kept = copy_window(r, cap, false, out, dropped, before, start_ns);
+  if (kept == UINT64_MAX) {
+    msi_error("out of host memory reading %llu events", (unsigned long long)cap);
     return MEMSNAP_ENOMEM;
   }
-  uint64_t first = total - n, kept = 0, start = atomic_load_explicit((_Atomic uint64_t *)&r->start_ns, memory_order_relaxed);
-  uint64_t last = start;
-  for (uint64_t i = 0; i < n; i++) {
-    uint64_t idx = first + i;
-    const msi_event *e = &r->ev[idx % cap];
-    uint32_t want = seq_of(idx);
-    /* published, and not claimed again meanwhile (a running process may be overwriting it) */
-    if (atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_acquire) != want) continue;
-    msi_event *o = &ev[kept];
-    memcpy(o, e, sizeof *o);
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit((_Atomic uint32_t *)&e->seq, memory_order_relaxed) != want ||
-        atomic_load_explicit((_Atomic uint64_t *)&r->total, memory_order_relaxed) > idx + cap)
-      continue;
-    if (o->kind == 0 || o->kind >= MSI_EV_KINDS) continue; /* not an event this version writes */
-    if (o->time_ns < last) o->time_ns = last;
-    last = o->time_ns;
-    o->seq = (uint32_t)i;
-    kept++;
-  }
-  *out = ev;
   *n_out = kept;
-  *dropped = first - base + (n - kept);
-  *before = first - base;
-  *start_ns = start;
   return MEMSNAP_OK;
 }
 

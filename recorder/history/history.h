@@ -6,6 +6,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* history.c: MSI_REC_RING while the ring records, MSI_REC_OBSERVER while a trace observer is
  * attached (memsnap_set_trace_observer). */
@@ -21,5 +22,12 @@ static inline bool msi_is_recording(void) { return atomic_load_explicit(&msi_rec
 static inline bool msi_ring_recording(void) {
   return (atomic_load_explicit(&msi_recording, memory_order_relaxed) & MSI_REC_RING) != 0;
 }
+
+/* The live mapping's state (snapshot/livestate.c) is taken again once the ring has claimed event
+ * msi_state_due_at (an absolute index; UINT64_MAX: never, the ring is not in a mapping): the
+ * event's writer raises msi_state_wanted, and the entry point that made it, its device lock
+ * released, takes the state (api.c: msi_live_state_check). */
+extern _Atomic uint64_t msi_state_due_at;
+extern atomic_bool msi_state_wanted;
 
 #endif

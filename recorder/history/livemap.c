@@ -26,7 +26,6 @@
  * run log's sample each time it wakes (runlog.c: the seconds log), and the run log lives in the
  * mapping (msi_runlog_move, once the mapping is made).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -47,6 +46,8 @@
 
 #define LOG_INITIAL (1u << 20)
 #define LOG_RESERVE (1ull << 32) /* 4 GiB of address space; the file holds what is used */
+#define STATE_RESERVE (1ull << 32) /* each state slot's address space (some 100 million blocks) */
+#define STATE_INITIAL (64u << 10)
 
 typedef struct mapping {
   char *base;
@@ -210,39 +211,26 @@ static int first_adds(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
-/* Each executable range of each loaded module not recorded yet: recorded. log_lock held. */
-static int list_module(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
+/* An executable range of a loaded module, recorded unless it is already. log_lock held. */
+static int list_module(const char *name, uint64_t lo, uint64_t hi, uint64_t bias, void *arg) {
   (void)arg;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    uint64_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (mod_known(lo)) continue;
-    char exe[4096];
-    const char *name = info->dlpi_name;
-    if (!name || !name[0]) { /* the main program */
-      ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-      exe[n > 0 ? n : 0] = '\0';
-      name = exe;
-    }
-    uint64_t head[3] = {lo, hi, (uint64_t)info->dlpi_addr};
-    const void *parts[] = {head, name};
-    size_t lens[] = {sizeof head, strlen(name) + 1};
-    if (!append(MSI_LOG_MODULE, parts, lens, 2)) return 1;
-    if (nmods == mods_cap) {
-      size_t cap = mods_cap ? mods_cap * 2 : 64;
-      range *g = realloc(mods, sizeof *g * cap);
-      if (!g) return 1;
-      mods = g;
-      mods_cap = cap;
-    }
-    size_t at = nmods;
-    while (at > 0 && mods[at - 1].lo > lo) at--;
-    memmove(&mods[at + 1], &mods[at], sizeof *mods * (nmods - at));
-    mods[at] = (range){lo, hi};
-    nmods++;
+  if (mod_known(lo)) return 0;
+  uint64_t head[3] = {lo, hi, bias};
+  const void *parts[] = {head, name};
+  size_t lens[] = {sizeof head, strlen(name) + 1};
+  if (!append(MSI_LOG_MODULE, parts, lens, 2)) return 1;
+  if (nmods == mods_cap) {
+    size_t cap = mods_cap ? mods_cap * 2 : 64;
+    range *g = realloc(mods, sizeof *g * cap);
+    if (!g) return 1;
+    mods = g;
+    mods_cap = cap;
   }
+  size_t at = nmods;
+  while (at > 0 && mods[at - 1].lo > lo) at--;
+  memmove(&mods[at + 1], &mods[at], sizeof *mods * (nmods - at));
+  mods[at] = (range){lo, hi};
+  nmods++;
   return 0;
 }
 
@@ -252,7 +240,7 @@ static void list_modules(void) {
   dl_iterate_phdr(first_adds, &adds);
   if (adds == mods_adds) return;
   mods_adds = adds;
-  dl_iterate_phdr(list_module, NULL);
+  msi_modules_each(list_module, NULL);
 }
 
 void msi_live_note_pc(uint64_t pc) {
@@ -288,6 +276,32 @@ static void log_options(void) {
     size_t lens[] = {strlen(var) + 1, strlen(value) + 1};
     append(MSI_LOG_OPTION, parts, lens, 2);
   }
+}
+
+/* ---- the state's slots ---------------------------------------------------------------------- */
+
+void *msi_live_state_slot(int k, uint64_t need) {
+  if (k < 0 || k > 1 || !atomic_load_explicit(&live_on, memory_order_acquire)) return NULL;
+  void *slot = NULL;
+  pthread_mutex_lock(&log_lock);
+  msi_live_header *h = live ? header_of(live) : NULL;
+  if (h && need <= h->state_reserve) {
+    uint64_t cap = atomic_load_explicit(&h->state_capacity[k], memory_order_relaxed);
+    uint64_t at = h->state_offset + (uint64_t)k * h->state_reserve;
+    if (cap < need) {
+      uint64_t grown = cap ? cap : STATE_INITIAL;
+      while (grown < need) grown *= 2;
+      if (grown > h->state_reserve) grown = h->state_reserve;
+      /* every page backed before it is written (a full tmpfs: no state, never a SIGBUS) */
+      if (posix_fallocate(live_fd, (off_t)(at + cap), (off_t)(grown - cap)) == 0) {
+        atomic_store_explicit(&h->state_capacity[k], grown, memory_order_release);
+        cap = grown;
+      }
+    }
+    if (cap >= need) slot = live->base + at;
+  }
+  pthread_mutex_unlock(&log_lock);
+  return slot;
 }
 
 /* ---- the request watcher ---------------------------------------------------------------- */
@@ -354,17 +368,6 @@ static void start_watcher(void) {
 
 /* ---- making the mapping ----------------------------------------------------------------- */
 
-static void read_cmdline(char *buf, size_t len) {
-  buf[0] = '\0';
-  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t n = read(fd, buf, len - 1);
-  close(fd);
-  for (ssize_t i = 0; i + 1 < n; i++)
-    if (buf[i] == '\0') buf[i] = ' ';
-  buf[n > 0 ? n : 0] = '\0';
-}
-
 static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes, uint64_t cap, uint32_t events_offset,
                         uint64_t log_offset) {
   memcpy(h->magic, MSI_LIVE_MAGIC, 8);
@@ -377,14 +380,12 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
   h->ring_cap = cap;
   h->log_offset = log_offset;
   h->log_reserve = LOG_RESERVE;
+  h->state_offset = log_offset + LOG_RESERVE;
+  h->state_reserve = STATE_RESERVE;
   h->pid = (int32_t)getpid();
   h->ppid = (int32_t)getppid();
-  h->rank = -1;
-  static const char *const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars && h->rank < 0; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v && strlen(v) < 9 && strspn(v, "0123456789") == strlen(v)) h->rank = atoi(v);
-  }
+  const char *rank = msi_process_rank();
+  h->rank = rank && strlen(rank) < 9 ? atoi(rank) : -1;
   h->stacks = (uint32_t)msi_opt.stacks;
   struct timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
@@ -394,8 +395,7 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
   snprintf(h->backend, sizeof h->backend, "%s", msi_be ? msi_be->name : msi_opt.backend);
   gethostname(h->host, sizeof h->host - 1);
   char exe[1024];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = '\0';
+  msi_process_exe(exe, sizeof exe);
   const char *slash = strrchr(exe, '/');
   snprintf(h->program, sizeof h->program, "%.255s", slash ? slash + 1 : exe);
   char dump[1024], cwd[1024];
@@ -405,7 +405,7 @@ static void fill_header(msi_live_header *h, uint64_t ring_offset, uint64_t bytes
     snprintf(h->dump_path, sizeof h->dump_path, "%.500s/%.500s", cwd, dump);
   else if (msi_dump_path(false, dump, sizeof dump))
     snprintf(h->dump_path, sizeof h->dump_path, "%s", dump);
-  read_cmdline(h->command_line, sizeof h->command_line);
+  msi_process_cmdline(h->command_line, sizeof h->command_line);
 }
 
 /* `memsnap run` learns of the mapping from its manifest: "live<TAB>path<TAB>pid". */
@@ -538,7 +538,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
     warn_once("cannot reserve the live mapping's memory (is its folder full? MEMSNAP_LIVE_DIR moves it)", tmp);
     goto fail;
   }
-  m->length = log_offset + LOG_RESERVE;
+  m->length = log_offset + LOG_RESERVE + 2 * STATE_RESERVE;
   m->base = mmap(NULL, m->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (m->base == MAP_FAILED) {
     m->base = NULL;

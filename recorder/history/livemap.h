@@ -9,6 +9,9 @@
  *                            run by iteration and by second, bounded; 0 in a mapping without one
  *   header.log_offset        the log: records appended once each, when what they name is first
  *                            seen (never per event), published by header.log_used
+ *   header.state_offset      the allocator's state, two slots of header.state_reserve bytes each
+ *                            (snapshot/livestate.h has their layout), the file holding
+ *                            header.state_capacity[k] bytes of slot k
  *
  * A log record is a uint32 type, a uint32 payload length, the payload, padded to 8 bytes:
  *   STACK   uint32 id, uint16 n_native, uint16 n_python, uint64 words[n_native + 2 n_python]
@@ -30,7 +33,7 @@
 #include <stdint.h>
 
 #define MSI_LIVE_MAGIC "MSNPLIVE"
-#define MSI_LIVE_VERSION 1
+#define MSI_LIVE_VERSION 2 /* 2: the state slots */
 #define MSI_LIVE_HEADER 8192
 
 enum { MSI_LOG_STACK = 1, MSI_LOG_LABEL, MSI_LOG_PYFRAME, MSI_LOG_MODULE, MSI_LOG_DEVICE, MSI_LOG_OPTION };
@@ -67,6 +70,10 @@ typedef struct msi_live_header {
   _Atomic uint64_t fatal_mono_ns;
   /* the run log's region (runlog.h), between the ring and the log; 0 and 0: none */
   uint64_t runlog_offset, runlog_bytes;
+  /* the allocator's state (livestate.c), two slots written in turn: slot k at
+     state_offset + k * state_reserve, of which the file holds state_capacity[k] bytes */
+  uint64_t state_offset, state_reserve;
+  _Atomic uint64_t state_capacity[2];
 } msi_live_header;
 _Static_assert(sizeof(msi_live_header) <= MSI_LIVE_HEADER, "the header fits its page");
 enum { MSI_LIVE_RECORDING = 1, MSI_LIVE_EXITED = 2 };
@@ -92,6 +99,11 @@ bool msi_live_wants_pyframe(uint64_t code, uint64_t pos);
 void msi_live_note_pc(uint64_t pc);
 /* A device in use (devices.c, external.c): its name and memory recorded once. */
 void msi_live_note_device(int device);
+/* State slot k (0 or 1) of the current mapping, the file holding at least `need` bytes of it
+ * (grown by doubling, every page backed first: posix_fallocate, a system call, only when the
+ * state outgrows its largest size yet); NULL without a mapping or when the file cannot grow. The
+ * caller (livestate.c) is the slots' only writer. */
+void *msi_live_state_slot(int k, uint64_t need);
 /* Removes the file (the process exits normally, or its exit snapshot is written); the memory
  * stays mapped for writers still running. */
 void msi_live_unlink(void);

@@ -3,7 +3,9 @@
  * roles, optimizer steps, backward passes. PyTorch's layer of the Python package calls these
  * (recorder/python/memsnap/torch_model.py); docs/snapshot-format.md gives the events' columns.
  *
- * Each entry point checks its arguments first (a bad one: MEMSNAP_EINVAL, nothing recorded), then
+ * memsnap_tensor_events is api.c's: it checks the tensors here (msi_tensor_events_check), keeps
+ * each role for its block's life (roles.c, under the device lock), then adds the events here
+ * (msi_tensor_events_add). Each entry point checks its arguments first (a bad one: MEMSNAP_EINVAL, nothing recorded), then
  * adds its events to the ring while the ring records (msi_ring_recording), on the calling thread,
  * as marks are, and for the ring only (a trace observer, PyTorch's recorder, sees the allocator's
  * events, not these). Labels are interned in history.c's table, the one of marks and ranges, and
@@ -68,8 +70,8 @@ int memsnap_module_event(int label, int what) {
   return MEMSNAP_OK;
 }
 
-int memsnap_tensor_events(size_t n, const uint64_t *storage, const uint64_t *bytes, const uint8_t *role,
-                          const int32_t *label, const int16_t *device) {
+int msi_tensor_events_check(size_t n, const uint64_t *storage, const uint64_t *bytes, const uint8_t *role,
+                            const int32_t *label, const int16_t *device) {
   if (n == 0) return MEMSNAP_OK;
   if (!storage || !bytes || !role || !label || !device) {
     msi_error("memsnap_tensor_events: %zu tensors without their arrays", n);
@@ -87,15 +89,18 @@ int memsnap_tensor_events(size_t n, const uint64_t *storage, const uint64_t *byt
     }
     if (!label_ok("memsnap_tensor_events", label[i], true, count)) return MEMSNAP_EINVAL;
   }
-  msi_runlog_tensors(n, storage, bytes, role); /* the run log's roles, whether the ring records or not */
-  if (!msi_ring_recording()) return MEMSNAP_OK;
-  for (size_t i = 0; i < n; i++)
-    msi_history_add_unobserved(MSI_EV_TENSOR, device[i], NULL, (uintptr_t)storage[i], bytes[i], role[i],
-                               (uint64_t)label[i], 0);
   return MEMSNAP_OK;
 }
 
-int memsnap_step_event(int label, int what) {
+void msi_tensor_events_add(size_t n, const uint64_t *storage, const uint64_t *bytes, const uint8_t *role,
+                           const int32_t *label, const int16_t *device) {
+  if (!msi_ring_recording()) return;
+  for (size_t i = 0; i < n; i++)
+    msi_history_add_unobserved(MSI_EV_TENSOR, device[i], NULL, (uintptr_t)storage[i], bytes[i], role[i],
+                               (uint64_t)label[i], 0);
+}
+
+int msi_step_event(int label, int what) {
   if (what < MEMSNAP_STEP_BEGIN || what > MEMSNAP_STEP_SKIPPED) {
     msi_error("memsnap_step_event: what %d is not a MEMSNAP_STEP_* (1 to 3)", what);
     return MEMSNAP_EINVAL;

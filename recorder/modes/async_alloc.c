@@ -185,6 +185,10 @@ int msi_async_free(msi_device *d, void *ptr, uint32_t stack) {
     pthread_mutex_unlock(&d->lock);
     return MEMSNAP_EINVAL;
   }
+  if (MSI_UNLIKELY(b->told)) { /* a role told of it (roles.c) ends with it */
+    msi_roles_forget(&d->roles, b->ptr);
+    b->told = false;
+  }
   if (MSI_UNLIKELY(d->ncaptures)) msi_captures_drop_ended(d);
   if (MSI_UNLIKELY(d->ncaptures) && !b->captured && msi_defer_block(d, b)) { /* allocated outside the capture */
     pthread_mutex_unlock(&d->lock);

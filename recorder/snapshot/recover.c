@@ -10,11 +10,16 @@
  *   2. read the log's whole records (stacks, labels, Python frames' names, modules, devices,
  *      options), each checked against its length, and the ring's published events
  *      (history.c's msi_history_read_mapped: a torn last event is dropped);
- *   3. rebuild the allocator's state from the events, in order: segments from segment_alloc /
+ *   3. rebuild the allocator's state: the newest whole state the mapping holds (livestate.c: the
+ *      segments, their allocated and pending blocks with roles, the statistics, at one instant),
+ *      then the ring's events from that instant on, in order: segments from segment_alloc /
  *      segment_map, less segment_free / segment_unmap; blocks from alloc, less free_completed
- *      (free_requested alone: pending_free); the gaps of a segment are its free blocks; a block
- *      whose segment is not in the window is a segment of its own; the statistics that the
- *      events give (allocated and reserved, current and peak; out-of-memory errors);
+ *      (free_requested alone: pending_free); roles from tensor events; the gaps of a segment are
+ *      its free blocks; the statistics the events change (allocated and reserved, current and
+ *      peak; allocations, segments, out-of-memory errors), the others as the state has them.
+ *      Without a state, or one older than the ring's window (events lost between: never while
+ *      the process took its states), the window's events alone, a block whose segment is not in
+ *      the window a segment of its own: meta `recovered_state` says which;
  *   4. name the stacks' frames from the modules the mapping recorded (their files are read again,
  *      as for a live snapshot) and the Python frames' names it holds (symbolize.c);
  *   5. write it with snapshot.c, with the process's facts (msi_snap_origin) in meta.
@@ -35,6 +40,7 @@
 #include "history/livefile.h"
 #include "history/livemap.h"
 #include "internal.h"
+#include "livestate.h"
 #include "snapshot_data.h"
 
 typedef struct mapped {
@@ -379,6 +385,10 @@ typedef struct item { /* a segment or a block, by (device, address) */
   bool expandable;
   const char *pool;
   bool external; /* memsnap's allocator did not make it: outside its statistics, as in a live snapshot */
+  uint8_t role;  /* blocks: the role told of it (MEMSNAP_TENSOR_*; 0: none) */
+  uint32_t module_label;
+  bool private_pool; /* segments: the state's facts events do not carry */
+  uint64_t pool_id[2], caller;
 } item;
 
 static int cmp_item(const void *a, const void *b) {
@@ -394,7 +404,16 @@ typedef struct state {
   int64_t ooms[MSI_MAX_DEVICES], allocs[MSI_MAX_DEVICES], nsegs[MSI_MAX_DEVICES];
   bool used[MSI_MAX_DEVICES];
   bool async_pool; /* segment_map events: a pool's ranges (expandable, async) */
+  /* the mapped ranges (expandable segments, the async pool), by (device, address), adjacent ones of
+     one stream merged: an unmap finds its ranges by binary search (into the tree at the end) */
+  item *exp;
+  size_t nexp, exp_cap;
   bool failed;
+  /* the state's statistics (livestate.c), where it had the device */
+  bool have_stats[MSI_MAX_DEVICES];
+  int nstats[MSI_MAX_DEVICES];
+  int64_t stats[MSI_MAX_DEVICES][256];
+  uint64_t cap[MSI_MAX_DEVICES];
 } state;
 
 static item *find(void *tree, int device, uint64_t address) {
@@ -453,6 +472,78 @@ static item **collect_tree(void *tree, size_t *n) {
   return walk_out; /* in order: by device, then address */
 }
 
+/* The first mapped range of `device` that ends after `lo` (or where one would go): binary search. */
+static size_t exp_at(const state *st, int device, uint64_t lo) {
+  size_t a = 0, b = st->nexp;
+  while (a < b) {
+    size_t mid = (a + b) / 2;
+    const item *x = &st->exp[mid];
+    if (x->device < device || (x->device == device && x->address + x->size <= lo)) a = mid + 1;
+    else b = mid;
+  }
+  return a;
+}
+
+/* Replaces exp[at, at + n) by the k ranges in `with`. */
+static void exp_splice(state *st, size_t at, size_t n, const item *with, size_t k) {
+  if (st->nexp - n + k > st->exp_cap && !grow((void **)&st->exp, &st->exp_cap, st->nexp - n + k, sizeof *st->exp)) {
+    st->failed = true;
+    return;
+  }
+  memmove(&st->exp[at + k], &st->exp[at + n], sizeof *st->exp * (st->nexp - at - n));
+  memcpy(&st->exp[at], with, sizeof *with * k);
+  st->nexp = st->nexp - n + k;
+}
+
+/* A range mapped: inserted in order, merged with a neighbour of its stream that it touches. */
+static void map_range(state *st, item r) {
+  size_t at = exp_at(st, r.device, r.address);
+  item *prev = at > 0 ? &st->exp[at - 1] : NULL, *next = at < st->nexp ? &st->exp[at] : NULL;
+  bool left = prev && prev->device == r.device && prev->stream == r.stream && prev->address + prev->size == r.address;
+  bool right = next && next->device == r.device && next->stream == r.stream && r.address + r.size == next->address;
+  if (left && right) {
+    prev->size += r.size + next->size;
+    prev->requested = prev->size;
+    exp_splice(st, at, 1, NULL, 0);
+  } else if (left) {
+    prev->size += r.size;
+    prev->requested = prev->size;
+  } else if (right) {
+    next->address = r.address;
+    next->size += r.size;
+    next->requested = next->size;
+  } else {
+    exp_splice(st, at, 0, &r, 1);
+  }
+}
+
+/* The mapped ranges of `device` inside [lo, hi) removed, a range cut where it sticks out; the
+ * bytes removed. */
+static uint64_t unmap_range(state *st, int device, uint64_t lo, uint64_t hi) {
+  size_t at = exp_at(st, device, lo), end = at;
+  uint64_t removed = 0;
+  item keep[2];
+  size_t k = 0;
+  while (end < st->nexp && st->exp[end].device == device && st->exp[end].address < hi) {
+    const item *x = &st->exp[end++];
+    uint64_t a = x->address, b = x->address + x->size;
+    removed += (b < hi ? b : hi) - (a > lo ? a : lo);
+    if (a < lo) { /* only the first may start before lo */
+      keep[k] = *x;
+      keep[k].size = keep[k].requested = lo - a;
+      k++;
+    }
+    if (b > hi) { /* only the last may end after hi */
+      keep[k] = *x;
+      keep[k].address = hi;
+      keep[k].size = keep[k].requested = b - hi;
+      k++;
+    }
+  }
+  exp_splice(st, at, end - at, keep, k);
+  return removed;
+}
+
 static void bump(int64_t *cur, int64_t *peak, int64_t delta) {
   *cur += delta;
   if (*cur > *peak) *peak = *cur;
@@ -465,15 +556,18 @@ static void apply(state *st, const msi_event *e) {
   item *it;
   switch (e->kind) {
     case MSI_EV_SEGMENT_ALLOC:
-      insert(st, &st->segs, (item){dv, e->addr, e->size, e->size, e->stream, e->stack_id, (uint32_t)e->aux, 0, false,
-                                   e->aux ? "external" : e->size <= (2u << 20) ? "small" : "large", e->aux != 0});
+      insert(st, &st->segs, (item){.device = dv, .address = e->addr, .size = e->size, .requested = e->size,
+                                   .stream = e->stream, .stack_id = e->stack_id, .source = (uint32_t)e->aux,
+                                   .pool = e->aux ? "external" : e->size <= (2u << 20) ? "small" : "large",
+                                   .external = e->aux != 0});
       if (e->aux) break;
       bump(&st->reserved[dv], &st->peak_reserved[dv], (int64_t)e->size);
       st->nsegs[dv]++;
       break;
     case MSI_EV_SEGMENT_MAP:
       st->async_pool = true;
-      insert(st, &st->segs, (item){dv, e->addr, e->size, e->size, e->stream, e->stack_id, 0, 0, true, "large", false});
+      map_range(st, (item){.device = dv, .address = e->addr, .size = e->size, .requested = e->size,
+                           .stream = e->stream, .stack_id = e->stack_id, .expandable = true, .pool = "large"});
       bump(&st->reserved[dv], &st->peak_reserved[dv], (int64_t)e->size);
       break;
     case MSI_EV_SEGMENT_FREE:
@@ -485,34 +579,9 @@ static void apply(state *st, const msi_event *e) {
         drop(&st->segs, it);
       }
       break;
-    case MSI_EV_SEGMENT_UNMAP: {
-      /* the mapped ranges inside [addr, addr + size): removed, a range cut where it sticks out */
-      size_t n;
-      item **all = collect_tree(st->segs, &n);
-      uint64_t lo = e->addr, hi = e->addr + e->size;
-      for (size_t i = 0; i < n; i++) {
-        item *s = all[i];
-        if (s->device != dv || !s->expandable || s->address >= hi || s->address + s->size <= lo) continue;
-        uint64_t a = s->address, b = s->address + s->size;
-        item keep = *s;
-        st->reserved[dv] -= (int64_t)s->size;
-        drop(&st->segs, s);
-        if (a < lo) {
-          keep.address = a;
-          keep.size = keep.requested = lo - a;
-          insert(st, &st->segs, keep);
-          st->reserved[dv] += (int64_t)keep.size;
-        }
-        if (b > hi) {
-          keep.address = hi;
-          keep.size = keep.requested = b - hi;
-          insert(st, &st->segs, keep);
-          st->reserved[dv] += (int64_t)keep.size;
-        }
-      }
-      free(all);
+    case MSI_EV_SEGMENT_UNMAP:
+      st->reserved[dv] -= (int64_t)unmap_range(st, dv, e->addr, e->addr + e->size);
       break;
-    }
     case MSI_EV_ALLOC: {
       if ((it = find(st->blocks, dv, e->addr)) && !it->external) { /* its free was lost: counted once */
         st->allocated[dv] -= (int64_t)it->size;
@@ -520,7 +589,8 @@ static void apply(state *st, const msi_event *e) {
       }
       item *seg = find(st->segs, dv, e->addr);
       bool external = seg && seg->external;
-      insert(st, &st->blocks, (item){dv, e->addr, e->size, e->requested, e->stream, e->stack_id, 0, 0, false, NULL, external});
+      insert(st, &st->blocks, (item){dv, e->addr, e->size, e->requested, e->stream, e->stack_id, 0, 0, false, NULL, external,
+                                     0, 0, false, {0, 0}, 0});
       if (external) break;
       bump(&st->allocated[dv], &st->peak_allocated[dv], (int64_t)e->size);
       st->allocs[dv]++;
@@ -539,8 +609,81 @@ static void apply(state *st, const msi_event *e) {
       }
       break;
     case MSI_EV_OOM: st->ooms[dv]++; break;
+    case MSI_EV_TENSOR: /* a role told: the block's for its life (roles.c) */
+      if ((it = find(st->blocks, dv, e->addr)) && e->requested >= MEMSNAP_TENSOR_PARAMETER &&
+          e->requested <= MEMSNAP_TENSOR_BUFFER) {
+        it->role = (uint8_t)e->requested;
+        it->module_label = (uint32_t)e->aux;
+      }
+      break;
     default: break;
   }
+}
+
+/* The stat key's index in memsnap_stat_key's table (-1 none). */
+static int stat_index(const char *key) {
+  for (int i = 0; i < memsnap_stat_count() && i < 256; i++)
+    if (!strcmp(memsnap_stat_key(i), key)) return i;
+  return -1;
+}
+
+/* The state livestate.c wrote (`head`, its bytes `p`) into the trees and the statistics. false
+ * when its counts do not fit its bytes (a damaged file: then it is not used) or out of memory. */
+static bool load_state(state *st, const msi_state_head *head, const char *p) {
+  static const char *const pools[] = {"small", "large", "async", "external"};
+  const char *end = p + head->bytes;
+  int ia = stat_index("allocated_bytes.all.current"), ipa = stat_index("allocated_bytes.all.peak");
+  int ir = stat_index("reserved_bytes.all.current"), ipr = stat_index("reserved_bytes.all.peak");
+  int in = stat_index("allocation.all.current"), is = stat_index("segment.all.current"), io = stat_index("num_ooms");
+  for (uint32_t i = 0; i < head->ndevs; i++) {
+    int32_t v[2];
+    if (end - p < 16) return false;
+    memcpy(v, p, 8);
+    if (v[0] < 0 || v[0] >= MSI_MAX_DEVICES || v[1] < 0 || v[1] > 256 || (size_t)(end - p - 16) < 8 * (size_t)v[1])
+      return false;
+    int dv = v[0];
+    st->used[dv] = st->have_stats[dv] = true;
+    st->nstats[dv] = v[1];
+    memcpy(&st->cap[dv], p + 8, 8);
+    memcpy(st->stats[dv], p + 16, 8 * (size_t)v[1]);
+    p += 16 + 8 * (size_t)v[1];
+    int64_t *x = st->stats[dv];
+#define TAKE(index, into) if ((index) >= 0 && (index) < v[1]) (into)[dv] = x[index]
+    TAKE(ia, st->allocated);
+    TAKE(ipa, st->peak_allocated);
+    TAKE(ir, st->reserved);
+    TAKE(ipr, st->peak_reserved);
+    TAKE(in, st->allocs);
+    TAKE(is, st->nsegs);
+    TAKE(io, st->ooms);
+#undef TAKE
+  }
+  for (uint32_t i = 0; i < head->nsegs; i++) {
+    msi_state_segment g;
+    if ((size_t)(end - p) < sizeof g) return false;
+    memcpy(&g, p, sizeof g);
+    p += sizeof g;
+    if (g.device < 0 || g.device >= MSI_MAX_DEVICES || g.pool > MSI_STATE_EXTERNAL ||
+        (size_t)(end - p) / sizeof(msi_state_block) < g.nblocks)
+      return false;
+    bool external = g.pool == MSI_STATE_EXTERNAL;
+    st->used[g.device] = true;
+    if (g.pool == MSI_STATE_ASYNC) st->async_pool = true;
+    item seg = (item){g.device, g.address, g.size, g.size, g.stream, 0, g.source, 0,
+                                 (g.flags & MSI_STATE_EXPANDABLE) != 0, pools[g.pool], external, 0, 0,
+                                 (g.flags & MSI_STATE_PRIVATE) != 0, {g.pool_id[0], g.pool_id[1]}, 0};
+    if (seg.expandable) map_range(st, seg);
+    else insert(st, &st->segs, seg);
+    for (uint32_t b = 0; b < g.nblocks; b++) {
+      msi_state_block k;
+      memcpy(&k, p, sizeof k);
+      p += sizeof k;
+      insert(st, &st->blocks, (item){g.device, k.address, k.size, k.requested, g.stream, k.stack_id, 0,
+                                     k.state == 2 ? 2 : 0, false, NULL, external,
+                                     k.role <= MEMSNAP_TENSOR_BUFFER ? k.role : 0, k.module_label, false, {0, 0}, 0});
+    }
+  }
+  return !st->failed;
 }
 
 static void free_tree(void **tree) {
@@ -602,25 +745,27 @@ static bool layout(state *st, const log_data *d, msi_snapshot *s) {
       const char *lib = NULL;
       ok = push_seg(s, (msi_snap_segment){bl->device, bl->address, bl->size, bl->stream, st->async_pool ? "async" : "large",
                                           0, 0, false, false, {0, 0}, s->nblocks, 1, lib}) &&
-           push_blk(s, (msi_snap_block){bl->address, bl->size, bl->requested, bl->stack_id, bl->state});
+           push_blk(s, (msi_snap_block){bl->address, bl->size, bl->requested, bl->stack_id, bl->state, bl->role,
+                                        bl->module_label});
       b++;
       continue;
     }
     const char *lib = NULL;
     if (g->source && g->stack_id < d->nrecs && d->recs[g->stack_id].n_native)
       lib = module_of(d, d->words[d->recs[g->stack_id].offset]);
-    msi_snap_segment seg = {g->device, g->address, g->size, g->stream, g->pool, g->source, 0, g->expandable, false,
-                            {0, 0}, s->nblocks, 0, lib};
+    msi_snap_segment seg = {g->device, g->address, g->size, g->stream, g->pool, g->source, g->caller, g->expandable,
+                            g->private_pool, {g->pool_id[0], g->pool_id[1]}, s->nblocks, 0, lib};
     uint64_t at = g->address, end = g->address + g->size;
     while (ok && b < nblk && blks[b]->device == g->device && blks[b]->address < end) {
       const item *x = blks[b++];
       if (x->address < at) continue; /* overlapping what came before: a window that began mid-way */
-      if (x->address > at) ok = push_blk(s, (msi_snap_block){at, x->address - at, 0, 0, 1}) && ++seg.nblocks;
+      if (x->address > at) ok = push_blk(s, (msi_snap_block){at, x->address - at, 0, 0, 1, 0, 0}) && ++seg.nblocks;
       uint64_t size = x->address + x->size > end ? end - x->address : x->size;
-      ok = ok && push_blk(s, (msi_snap_block){x->address, size, x->requested, x->stack_id, x->state}) && ++seg.nblocks;
+      ok = ok && push_blk(s, (msi_snap_block){x->address, size, x->requested, x->stack_id, x->state, x->role,
+                                              x->module_label}) && ++seg.nblocks;
       at = x->address + size;
     }
-    if (ok && at < end) ok = push_blk(s, (msi_snap_block){at, end - at, 0, 0, 1}) && ++seg.nblocks;
+    if (ok && at < end) ok = push_blk(s, (msi_snap_block){at, end - at, 0, 0, 1, 0, 0}) && ++seg.nblocks;
     ok = ok && push_seg(s, seg);
     i++;
   }
@@ -648,6 +793,10 @@ static void devices(state *st, log_data *d, msi_snapshot *s) {
     sd->free_bytes = sd->total > (uint64_t)st->reserved[dv] && st->reserved[dv] >= 0 ? sd->total - (uint64_t)st->reserved[dv] : 0;
     sd->nstats = nstats;
     memset(sd->stats, 0, sizeof sd->stats);
+    if (st->have_stats[dv]) { /* the state's, then what the events changed since */
+      memcpy(sd->stats, st->stats[dv], 8 * (size_t)(st->nstats[dv] < nstats ? st->nstats[dv] : nstats));
+      sd->cap = st->cap[dv];
+    }
     for (int i = 0; i < nstats; i++)
       for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
         if (!strcmp(memsnap_stat_key(i), keys[k].key)) sd->stats[i] = keys[k].v[dv] > 0 ? keys[k].v[dv] : 0;
@@ -655,25 +804,6 @@ static void devices(state *st, log_data *d, msi_snapshot *s) {
 }
 
 /* ---- the whole -------------------------------------------------------------------------- */
-
-/* `pattern` with %p, %r, %h as the process's pid, rank and host, %t as now, %% as % (snapshot.c's
- * patterns, for another process). */
-static void expand_for(const char *pattern, const msi_live_header *h, char *out, size_t len) {
-  size_t o = 0;
-  for (const char *p = pattern; *p && o + 80 < len; p++) {
-    if (p[0] != '%' || !p[1]) {
-      out[o++] = *p;
-      continue;
-    }
-    p++;
-    if (*p == 'p') o += (size_t)snprintf(out + o, len - o, "%d", h->pid);
-    else if (*p == 'r') o += (size_t)snprintf(out + o, len - o, "%d", h->rank >= 0 ? h->rank : 0);
-    else if (*p == 'h') o += (size_t)snprintf(out + o, len - o, "%.63s", h->host);
-    else if (*p == 't') o += (size_t)snprintf(out + o, len - o, "%lld", (long long)time(NULL));
-    else out[o++] = *p; /* %% and the rest */
-  }
-  out[o] = '\0';
-}
 
 static const char *signal_name(int sig) {
   static char buf[32];
@@ -707,9 +837,9 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
   msi_symbolized sym = {0};
   bool symbolized = false;
   if ((rc = read_log(&m, &d)) != MEMSNAP_OK) goto cleanup;
-  uint64_t dropped, before, start_ns, nev;
+  uint64_t dropped, before, start_ns, nev, base;
   rc = msi_history_read_mapped(m.base + h->ring_offset, h->ring_bytes, h->ring_cap, h->ring_events_offset, &s.ev, &nev,
-                               &dropped, &before, &start_ns);
+                               &dropped, &before, &start_ns, &base);
   if (rc != MEMSNAP_OK) {
     if (rc == MEMSNAP_EINVAL) {
       char why[512];
@@ -729,14 +859,37 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
     s.runlog = m.base + h->runlog_offset;
     s.runlog_bytes = h->runlog_bytes;
   }
+  /* the newest whole state, and the events from its instant on; without one, or with events lost
+     between it and the window, the window alone */
+  msi_state_head head;
+  char *payload = NULL;
+  uint64_t from = 0; /* the first event applied: absolute index */
+  const char *how = "window";
+  bool torn = false;
+  if (msi_live_state_read(m.base, m.len, &head, &payload, &torn)) {
+    state fresh;
+    memset(&fresh, 0, sizeof fresh);
+    if (head.ring_index >= base + before && load_state(&st, &head, payload)) {
+      from = head.ring_index; /* every event from it on is in the window (but one torn by the kill) */
+      how = "exact";
+    } else {
+      free_tree(&st.segs);
+      free_tree(&st.blocks);
+      free(st.exp);
+      st = fresh;
+    }
+  }
+  free(payload);
+  if (!strcmp(how, "window") && before == 0 && dropped == 0) how = "events"; /* no state, but every event since the start */
   uint64_t last_alloc = 0;
   for (uint64_t i = 0; i < nev; i++) {
     msi_event *e = &s.ev[i];
     if (e->stack_id >= d.nrecs || (e->stack_id && !d.recs[e->stack_id].n_native && !d.recs[e->stack_id].n_python))
       e->stack_id = 0; /* a stack the log lacks (never: it is logged before its events) */
-    apply(&st, e);
+    if (base + before + e->seq >= from) apply(&st, e);
     if (e->kind == MSI_EV_ALLOC) last_alloc = e->time_ns;
   }
+  for (size_t i = 0; i < st.nexp; i++) insert(&st, &st.segs, st.exp[i]); /* the mapped ranges, as segments */
   if (st.failed || !layout(&st, &d, &s)) {
     msi_error("recover: out of host memory");
     rc = MEMSNAP_ENOMEM;
@@ -775,7 +928,7 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
   msi_snap_origin origin = {h->pid, h->rank, host, cmd, backend, (int)h->stacks, (uint64_t)start_unix, snapshot_ns,
                             d.labels, d.nlabels, d.opt_names, d.opt_values, d.nopts, ended, end_signal,
                             opts->exit_status, end_ns, last_event, last_alloc ? last_alloc - start_ns : 0,
-                            opts->live != 0};
+                            opts->live != 0, how, torn};
   s.origin = &origin;
 
   msi_symbolize_source src = {d.recs, d.words, d.nrecs ? d.nrecs : 1, d.syms, python_name, &d, true, opts->live != 0};
@@ -789,7 +942,9 @@ int memsnap_recover(const char *live_path, const char *snapshot_path, const mems
 
   char path[1024];
   const char *pattern = snapshot_path && *snapshot_path ? snapshot_path : out->dump_path[0] ? out->dump_path : "memsnap-%p.db";
-  expand_for(pattern, h, path, sizeof path);
+  char rank[16];
+  snprintf(rank, sizeof rank, "%d", h->rank >= 0 ? h->rank : 0);
+  if ((rc = msi_expand_path_for(pattern, h->pid, rank, host, path, sizeof path)) != MEMSNAP_OK) goto cleanup;
   rc = msi_snapshot_write(path, &s, &sym);
   if (rc == MEMSNAP_OK) {
     snprintf(out->snapshot, sizeof out->snapshot, "%s", path);
@@ -804,6 +959,7 @@ cleanup:
   if (symbolized || sym.stacks) msi_symbolized_free(&sym);
   free_tree(&st.segs);
   free_tree(&st.blocks);
+  free(st.exp);
   free(s.ev);
   free(s.segs);
   free(s.blocks);

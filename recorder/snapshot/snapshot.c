@@ -47,11 +47,13 @@ static bool grow_blocks(msi_snapshot *s) {
   return true;
 }
 
-static bool push_block(msi_snapshot *s, const msi_block *b) {
+static bool push_block(msi_snapshot *s, msi_device *d, const msi_block *b) {
   if (s->nblocks == s->blocks_cap && !grow_blocks(s)) return false;
   uint8_t state = b->allocated ? 0 : b->in_tree ? 1 : 2;
   bool in_use = b->allocated || state == 2; /* a free block's stack_id is a stale leftover */
-  s->blocks[s->nblocks++] = (msi_snap_block){b->ptr, b->size, in_use ? b->requested_size : 0, in_use ? b->stack_id : 0, state};
+  const msi_role *told = b->told ? msi_roles_get(&d->roles, b->ptr) : NULL;
+  s->blocks[s->nblocks++] = (msi_snap_block){b->ptr, b->size, in_use ? b->requested_size : 0, in_use ? b->stack_id : 0,
+                                             state, told ? told->role : 0, told ? told->label : 0};
   return true;
 }
 
@@ -73,7 +75,7 @@ static msi_snap_segment *push_segment(msi_snapshot *s, msi_snap_segment seg) {
 
 /* Appends one segment holding one allocated block (the async mode's live blocks, external
  * allocations). */
-static void push_whole(msi_snapshot *s, msi_snap_segment seg, uint32_t stack_id) {
+static void push_whole(msi_snapshot *s, msi_snap_segment seg, uint32_t stack_id, const msi_role *told) {
   seg.first_block = s->nblocks;
   seg.nblocks = 1;
   if (!push_segment(s, seg)) return;
@@ -81,11 +83,12 @@ static void push_whole(msi_snapshot *s, msi_snap_segment seg, uint32_t stack_id)
     s->failed = true;
     return;
   }
-  s->blocks[s->nblocks++] = (msi_snap_block){seg.address, seg.size, seg.size, stack_id, 0};
+  s->blocks[s->nblocks++] = (msi_snap_block){seg.address, seg.size, seg.size, stack_id, 0, told ? told->role : 0,
+                                             told ? told->label : 0};
 }
 
 /* Allocations memsnap's allocator did not make (external.c): one segment each, pool "external". */
-static void gather_external(msi_snapshot *s) {
+static void gather_external(msi_snapshot *s, bool facts) {
   msi_external_block *v;
   size_t n = msi_external_copy(&v);
   if (n == SIZE_MAX) {
@@ -94,13 +97,14 @@ static void gather_external(msi_snapshot *s) {
   }
   for (size_t i = 0; i < n && !s->failed; i++) {
     push_whole(s, (msi_snap_segment){v[i].device, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "external",
-                                 v[i].source, v[i].caller, false, false, {0, 0}, 0, 0, NULL}, v[i].stack_id);
+                                 v[i].source, v[i].caller, false, false, {0, 0}, 0, 0, NULL}, v[i].stack_id, NULL);
     /* a device with external allocations is listed even when memsnap's allocator never ran on it */
     bool listed = false;
     for (int k = 0; k < s->ndevs; k++) listed |= s->devs[k].index == v[i].device;
     if (!listed && v[i].device >= 0 && v[i].device < MSI_MAX_DEVICES && s->ndevs < MSI_MAX_DEVICES) {
       msi_snap_device *sd = &s->devs[s->ndevs++];
       sd->index = v[i].device;
+      if (!facts) continue;
       if (v[i].device >= msi_device_count_ready() ||
           msi_be->device_info(v[i].device, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name) != MSI_BE_OK)
         snprintf(sd->name, sizeof sd->name, "device %d", v[i].device);
@@ -120,18 +124,17 @@ static void gather_async(msi_snapshot *s, msi_device *d) {
   }
   for (size_t i = 0; i < n && !s->failed; i++)
     push_whole(s, (msi_snap_segment){d->index, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "async", 0, 0,
-                                 false, false, {0, 0}, 0, 0, NULL}, v[i].stack_id);
+                                 false, false, {0, 0}, 0, 0, NULL}, v[i].stack_id, msi_roles_get(&d->roles, v[i].ptr));
   free(v);
 }
 
-static void gather(msi_device **devs, int n, void *arg) {
-  msi_snapshot *s = arg;
+void msi_snapshot_gather(msi_device **devs, int n, msi_snapshot *s, bool facts) {
   for (int i = 0; i < n; i++) {
     msi_device *d = devs[i];
     if (!d) continue;
     msi_snap_device *sd = &s->devs[s->ndevs++];
     sd->index = d->index;
-    msi_be->device_info(d->index, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name);
+    if (facts) msi_be->device_info(d->index, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name);
     sd->cap = d->set_fraction ? d->allowed_memory_maximum : 0;
     memsnap_stats_t st = d->stats;
     if (d->async) msi_async_stats(d, &st); /* the stream-ordered pool's counters */
@@ -156,7 +159,7 @@ static void gather(msi_device **devs, int n, void *arg) {
                                                          s->nblocks, 0, NULL});
       /* An expandable segment's mapped runs are one segment each, as PyTorch lists them. */
       for (const msi_block *b = head; seg && b && b->mapped; b = b->next) {
-        if (!push_block(s, b)) {
+        if (!push_block(s, d, b)) {
           s->failed = true;
           break;
         }
@@ -166,7 +169,12 @@ static void gather(msi_device **devs, int n, void *arg) {
     }
     free(heads);
   }
-  gather_external(s);
+  gather_external(s, facts);
+}
+
+static void gather(msi_device **devs, int n, void *arg) {
+  msi_snapshot *s = arg;
+  msi_snapshot_gather(devs, n, s, true);
   /* Still under every device lock: the snapshot event and the ring copy see the same instant
    * as the blocks (lock order: device locks, then the ring's). */
   if (msi_ring_recording()) msi_history_add_unobserved(MSI_EV_SNAPSHOT, -1, NULL, 0, 0, 0, 0, 0);
@@ -175,18 +183,7 @@ static void gather(msi_device **devs, int n, void *arg) {
 
 /* ---- paths ----------------------------------------------------------------------------- */
 
-/* The process's rank in its job, as the variable a launcher set says it (digits only; torchrun's
- * RANK first): the text, or NULL when none does. */
-static const char *rank_variable(void) {
-  static const char *const vars[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v && strspn(v, "0123456789") == strlen(v)) return v;
-  }
-  return NULL;
-}
-
-int msi_expand_path(const char *pattern, char *out, size_t len) {
+int msi_expand_path_for(const char *pattern, int pid, const char *rank, const char *host, char *out, size_t len) {
   size_t o = 0;
   for (const char *p = pattern; *p; p++) {
     char buf[256] = "";
@@ -197,11 +194,11 @@ int msi_expand_path(const char *pattern, char *out, size_t len) {
     } else {
       p++;
       switch (*p) {
-        case 'p': snprintf(buf, sizeof buf, "%d", (int)getpid()); break;
-        case 'h': if (gethostname(buf, sizeof buf - 1) != 0) snprintf(buf, sizeof buf, "host"); break;
+        case 'p': snprintf(buf, sizeof buf, "%d", pid); break;
+        case 'h': snprintf(buf, sizeof buf, "%s", host && *host ? host : "host"); break;
         case 't': snprintf(buf, sizeof buf, "%lld", (long long)time(NULL)); break;
         case '%': snprintf(buf, sizeof buf, "%%"); break;
-        case 'r': snprintf(buf, sizeof buf, "%s", rank_variable() ? rank_variable() : "0"); break;
+        case 'r': snprintf(buf, sizeof buf, "%s", rank ? rank : "0"); break;
         default:
           msi_error("snapshot path '%s': unknown pattern '%%%c' (use %%p, %%r, %%h, %%t or %%%%)", pattern, *p ? *p : ' ');
           return MEMSNAP_EINVAL;
@@ -223,6 +220,12 @@ int msi_expand_path(const char *pattern, char *out, size_t len) {
   return MEMSNAP_OK;
 }
 
+int msi_expand_path(const char *pattern, char *out, size_t len) {
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return msi_expand_path_for(pattern, (int)getpid(), msi_process_rank(), host, out, len);
+}
+
 /* The file name of the module holding `pc` (libnccl.so.2, the program), or "" if none does. */
 static void library_of(uint64_t pc, char *out, size_t len) {
   Dl_info info;
@@ -231,9 +234,7 @@ static void library_of(uint64_t pc, char *out, size_t len) {
   const char *name = info.dli_fname;
   char exe[1024];
   if (!name[0]) { /* the main program */
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return;
-    exe[n] = '\0';
+    if (!msi_process_exe(exe, sizeof exe)) return;
     name = exe;
   }
   const char *slash = strrchr(name, '/');
@@ -248,7 +249,7 @@ static const char *label_text(const msi_snapshot *s, uint32_t id) {
 
 /* By device, then address, as the format lists segments (external allocations interleave with
  * the allocator's). */
-static int segment_order(const void *a, const void *b) {
+int msi_snapshot_segment_order(const void *a, const void *b) {
   const msi_snap_segment *x = a, *y = b;
   if (x->device != y->device) return x->device < y->device ? -1 : 1;
   return x->address < y->address ? -1 : x->address > y->address;
@@ -297,17 +298,6 @@ static void insert_kv(writer *w, sqlite3_stmt *st, const char *key, const char *
   sqlite3_reset(st);
 }
 
-static void read_cmdline(char *buf, size_t len) {
-  buf[0] = '\0';
-  FILE *f = fopen("/proc/self/cmdline", "rb");
-  if (!f) return;
-  size_t n = fread(buf, 1, len - 1, f);
-  fclose(f);
-  for (size_t i = 0; i + 1 < n; i++)
-    if (buf[i] == '\0') buf[i] = ' ';
-  buf[n] = '\0';
-}
-
 /* meta: the format, the process, the recording. */
 /* meta of another process (recover.c): what its live mapping said, and how it ended. */
 static void write_origin_meta(writer *w, const msi_snapshot *s, sqlite3_stmt *st) {
@@ -330,6 +320,8 @@ static void write_origin_meta(writer *w, const msi_snapshot *s, sqlite3_stmt *st
   insert_kv(w, st, "start_unix_ns", NULL, (int64_t)o->start_unix_ns, false);
   insert_kv(w, st, "snapshot_ns", NULL, (int64_t)o->snapshot_ns, false);
   insert_kv(w, st, "recovered", NULL, o->live ? 2 : 1, false);
+  if (o->state) insert_kv(w, st, "recovered_state", o->state, 0, true);
+  if (o->state_torn) insert_kv(w, st, "recovered_state_torn", NULL, 1, false);
   if (o->ended) insert_kv(w, st, "ended", o->ended, 0, true);
   if (o->end_signal) insert_kv(w, st, "end_signal", NULL, o->end_signal, false);
   if (o->exit_status >= 0) insert_kv(w, st, "exit_status", NULL, o->exit_status, false);
@@ -347,7 +339,7 @@ static void write_meta(writer *w, const msi_snapshot *s) {
   }
   char host[256] = "", cmd[4096];
   gethostname(host, sizeof host - 1);
-  read_cmdline(cmd, sizeof cmd);
+  msi_process_cmdline(cmd, sizeof cmd);
   struct timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
   uint64_t now = msi_now_ns(), unix_now = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
@@ -357,7 +349,7 @@ static void write_meta(writer *w, const msi_snapshot *s) {
   insert_kv(w, st, "tool_version", MEMSNAP_VERSION, 0, true);
   insert_kv(w, st, "pid", NULL, getpid(), false);
   insert_kv(w, st, "host", host, 0, true);
-  const char *rank = rank_variable();
+  const char *rank = msi_process_rank();
   if (rank && strlen(rank) < 19) insert_kv(w, st, "rank", NULL, strtoll(rank, NULL, 10), false);
   insert_kv(w, st, "command_line", cmd, 0, true);
   insert_kv(w, st, "backend", msi_be->name, 0, true);
@@ -436,7 +428,7 @@ static void insert_segment(writer *w, const msi_snapshot *s, sqlite3_stmt *st, i
   if (g->source) {
     sqlite3_bind_text(st, 10, label_text(s, g->source), -1, SQLITE_TRANSIENT);
     if (g->library) snprintf(library, sizeof library, "%s", g->library);
-    else library_of(g->caller, library, sizeof library);
+    else if (!s->origin) library_of(g->caller, library, sizeof library); /* another process's: not this one's modules */
   } else {
     sqlite3_bind_null(st, 10);
   }
@@ -450,7 +442,7 @@ static void insert_segment(writer *w, const msi_snapshot *s, sqlite3_stmt *st, i
 static void write_segments(writer *w, const msi_snapshot *s) {
   static const char *const states[] = {"allocated", "free", "pending_free"};
   sqlite3_stmt *st = prepare(w, memsnap_insert_segment_sql);
-  sqlite3_stmt *st2 = prepare(w, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?)");
+  sqlite3_stmt *st2 = prepare(w, "INSERT INTO blocks VALUES(NULL,?,?,?,?,?,?,?,?)");
   for (size_t i = 0; i < s->nsegs && !w->rc; i++) {
     const msi_snap_segment *g = &s->segs[i];
     insert_segment(w, s, st, (int64_t)i + 1, g);
@@ -463,6 +455,10 @@ static void write_segments(writer *w, const msi_snapshot *s) {
       sqlite3_bind_text(st2, 5, states[k->state], -1, SQLITE_STATIC);
       if (k->stack_id) sqlite3_bind_int64(st2, 6, k->stack_id);
       else sqlite3_bind_null(st2, 6);
+      if (k->role) sqlite3_bind_int64(st2, 7, k->role);
+      else sqlite3_bind_null(st2, 7);
+      if (k->module_label) sqlite3_bind_int64(st2, 8, k->module_label);
+      else sqlite3_bind_null(st2, 8);
       ok(w, sqlite3_step(st2), "insert block");
       sqlite3_reset(st2);
     }
@@ -617,6 +613,8 @@ static uint32_t write_events(writer *w, const msi_snapshot *s) {
 static void write_labels(writer *w, const msi_snapshot *s, uint32_t max_label) {
   for (size_t i = 0; i < s->nsegs; i++)
     if (s->segs[i].source > max_label) max_label = s->segs[i].source;
+  for (size_t i = 0; i < s->nblocks; i++) /* the modules of the blocks' roles */
+    if (s->blocks[i].module_label > max_label) max_label = s->blocks[i].module_label;
   sqlite3_stmt *st = prepare(w, "INSERT INTO labels VALUES(?,?)");
   for (uint32_t i = 0; i <= max_label && !w->rc; i++) {
     sqlite3_bind_int(st, 1, (int)i);
@@ -716,8 +714,6 @@ static atomic_uint tmp_counter;
  * MEMSNAP_RUN_MANIFEST: one line "db<TAB>path" per snapshot, each appended with one write
  * (history/livefile.c). */
 static void note_in_manifest(const char *path) {
-  const char *manifest = getenv("MEMSNAP_RUN_MANIFEST");
-  if (!manifest || !*manifest) return;
   char line[1200], abs_path[1100] = "";
   if (path[0] != '/' && getcwd(abs_path, 1024)) strcat(abs_path, "/");
   snprintf(line, sizeof line, "db\t%s%s\n", abs_path, path);
@@ -835,7 +831,7 @@ int memsnap_dump(const char *pattern) {
     goto cleanup;
   }
   if (!s.max_entries) s.start_ns = msi_now_ns(); /* never recorded: times count from now */
-  if (s.nsegs > 1) qsort(s.segs, s.nsegs, sizeof *s.segs, segment_order);
+  if (s.nsegs > 1) qsort(s.segs, s.nsegs, sizeof *s.segs, msi_snapshot_segment_order);
   rc = msi_stacks_symbolize(&sym);
   if (rc != MEMSNAP_OK) goto cleanup;
   rc = msi_snapshot_write(path, &s, &sym);

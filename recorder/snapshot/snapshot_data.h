@@ -10,6 +10,8 @@ typedef struct msi_snap_block {
   uint64_t address, size, requested;
   uint32_t stack_id;
   uint8_t state; /* 0 allocated, 1 free (cached), 2 pending_free (waiting on stream events) */
+  uint8_t role;  /* the role a framework told of it (MEMSNAP_TENSOR_*; 0: none: roles.c) */
+  uint32_t module_label; /* its module's label (0: none) */
 } msi_snap_block;
 
 typedef struct msi_snap_segment {
@@ -50,6 +52,10 @@ typedef struct msi_snap_origin {
   uint64_t end_ns;             /* when it ended, since the start (0 unknown) */
   uint64_t last_event_ns, last_alloc_ns; /* the last event's and last allocation's times */
   bool live;                   /* read while the process ran */
+  const char *state;           /* "exact": the mapping's state and the events since; "events": no
+                                  state yet, every event since the recording's start; "window": the
+                                  ring's events alone (no state, or one older than the window) */
+  bool state_torn;             /* a newer state was found half written (the older one was used) */
 } msi_snap_origin;
 
 typedef struct msi_snapshot {
@@ -67,6 +73,20 @@ typedef struct msi_snapshot {
   const void *runlog;            /* the run log's region (history/runlog.h; a copy, or a mapping's, untrusted), NULL none */
   size_t runlog_bytes;
 } msi_snapshot;
+
+/* snapshot.c: appends to `s` the allocator's state on the devices given, whose locks the caller
+ * holds (msi_devices_locked): each device's statistics, its segments with their blocks (and
+ * roles), then the allocations memsnap did not make. With `facts`, each device's name, free and
+ * total memory too (a backend call: the dump's; the live mapping's state leaves them). s->failed
+ * when out of host memory. The ring is not copied. */
+void msi_snapshot_gather(msi_device **devs, int n, msi_snapshot *s, bool facts);
+/* By device, then address, as the format lists segments (qsort). */
+int msi_snapshot_segment_order(const void *a, const void *b);
+
+/* snapshot.c: `pattern` expanded as memsnap_dump's paths are (%p, %r, %h, %t, %%) into out[len],
+ * with the pid, rank (NULL: 0) and host given (recover.c: another process's). MEMSNAP_OK, or
+ * MEMSNAP_EINVAL (error set) for an unknown pattern, an empty or a too long result. */
+int msi_expand_path_for(const char *pattern, int pid, const char *rank, const char *host, char *out, size_t len);
 
 /* snapshot.c: writes `s` with its symbolized stacks to `path` (expanded already) as memsnap_dump
  * does: a temporary file renamed into place. MEMSNAP_OK, or an error code (error set). The

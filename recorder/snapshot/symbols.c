@@ -46,41 +46,13 @@ struct msi_symbols {
   size_t nmods, cap;
 };
 
-static int collect(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  msi_symbols *s = arg;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    if (s->nmods == s->cap) {
-      size_t cap = s->cap ? s->cap * 2 : 32;
-      module *g = realloc(s->mods, sizeof *g * cap);
-      if (!g) return 1;
-      s->mods = g;
-      s->cap = cap;
-    }
-    char exe[4096];
-    const char *name = info->dlpi_name;
-    if (!name || !name[0]) { /* the main program */
-      ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-      exe[n > 0 ? n : 0] = '\0';
-      name = n > 0 ? exe : "/proc/self/exe";
-    }
-    module *m = &s->mods[s->nmods];
-    memset(m, 0, sizeof *m);
-    m->path = strdup(name);
-    if (!m->path) return 1;
-    m->lo = info->dlpi_addr + ph->p_vaddr;
-    m->hi = m->lo + ph->p_memsz;
-    m->bias = info->dlpi_addr;
-    s->nmods++;
-  }
-  return 0;
+static int collect(const char *path, uint64_t lo, uint64_t hi, uint64_t bias, void *arg) {
+  return msi_symbols_add(arg, path, lo, hi, bias) != 0;
 }
 
 msi_symbols *msi_symbols_open(void) {
   msi_symbols *s = calloc(1, sizeof *s);
-  if (s) dl_iterate_phdr(collect, s);
+  if (s) msi_modules_each(collect, s);
   return s;
 }
 

@@ -106,7 +106,7 @@ c.executemany("insert into events values (?,?,?,?,?,?,?,?,?,?,?)", rows)
 for event_id, what in steps:
     c.execute("insert into steps values (?, ?, ?, ?)", (event_id, rows[event_id - 1][1], L["SGD"], what))
 c.execute("insert into segments(id, device, address, size, pool, stream) values (1, 0, ?, ?, 'large', 0)", P)
-c.execute("insert into blocks values (1, 1, ?, ?, ?, 'allocated', NULL)", (P[0], P[1], P[1]))
+c.execute("insert into blocks(id, segment_id, address, size, requested_size, state, stack_id) values (1, 1, ?, ?, ?, 'allocated', NULL)", (P[0], P[1], P[1]))
 c.execute("update meta set value = ? where key in ('recorded_events')", (len(rows),))
 c.commit()
 c.close()

@@ -11,7 +11,9 @@
 #   - `memsnap recover`: a mapping from another version, and a damaged one, refused;
 #   - KILLS kills (default 10; `make stress`: 100) at random instants of a recorded stress run
 #     (tests/recorder/crash_stress.c, seeded by SEED): every recovered snapshot opens, analyzes,
-#     and holds every allocation and free that the program had counted as done.
+#     and holds every allocation and free that the program had counted as done; where the ring
+#     wrapped 10 times and more, on 2 devices, killed in the middle of the state's updates, the
+#     program's state, and the dump it wrote just before the kill (random kills, below).
 # usage: test_crash.sh BUILD_DIR   (prints "N passed, N failed")
 set -u
 build=$(cd "$1" && pwd)
@@ -199,7 +201,7 @@ cp "$work/live/memsnap-$sp.live" "$work/other.live"
 printf '\x07\x00\x00\x00' | dd of="$work/other.live" bs=1 seek=8 conv=notrunc status=none
 "${pre[@]}" "$cli" recover --keep -o "$work/other.db" "$work/other.live" >"$work/other.out" 2>&1
 check "recover: a mapping of another version is refused, naming both versions (exit 1)" \
-  bash -c "test $? -eq 1 && grep -q 'another version of memsnap (live mapping version 7; this memsnap reads version 1)' '$work/other.out' && test ! -e '$work/other.db'"
+  bash -c "test $? -eq 1 && grep -q 'another version of memsnap (live mapping version 7; this memsnap reads version 2)' '$work/other.out' && test ! -e '$work/other.db'"
 cp "$work/live/memsnap-$sp.live" "$work/damaged.live"
 printf '\xff\xff\xff\xff\xff\xff\xff\x7f' | dd of="$work/damaged.live" bs=1 seek=32 conv=notrunc status=none
 "${pre[@]}" "$cli" recover --keep -o "$work/damaged.db" "$work/damaged.live" >"$work/damaged.out" 2>&1
@@ -216,21 +218,112 @@ check "recover FILE: the recovered snapshot's report says how the process died, 
   bash -c "test -n \"$said\" && $clis analyze '$work/s0.db' | head -4 | grep -qxF '  died: $said (this snapshot was written from its live mapping afterwards)'"
 
 # ---- random kills of a recorded stress run ----------------------------------------------------
+# Three kinds of run in turn, all killed from outside:
+#   events  a ring that never wraps (60000 events), SIGKILL, SIGSEGV, SIGBUS, SIGABRT or SIGTERM at
+#           a random instant: every allocation and free the program had counted is in the snapshot
+#   state   a ring of 4000 events that wraps 10 times and more, 4 threads on 2 simulated devices,
+#           each update of the live mapping's state stalled 1 ms half way (so many kills land in a
+#           torn one; a longer stall lets the other threads claim more than half a ring meanwhile,
+#           and the older state's events leave the ring: recovered_state window, docs/recover.md),
+#           SIGKILL at a random instant: the recovered state is the mapping's
+#           (recovered_state exact), its statistics add up to its blocks and segments, each device
+#           holds what the program had counted (give or take one allocation or free in flight a
+#           thread), and every block it kept is told a parameter or an optimizer's state
+#   dump    a ring of 2000 (every other one with expandable segments), stopped at a random pair: every
+#           thread parked, a memsnap_dump written, the
+#           state taken again (stalled 30 ms) and SIGKILL within it: the recovered snapshot equals
+#           the dump in allocated and reserved bytes, statistics, segments, blocks (each allocated
+#           one's address, size, stack, role and module) and categories
 kills=${KILLS:-10}
 seed=${SEED:-44}
 RANDOM=$seed
 good=0
+torn=0 # recovered from the older state: killed while it wrote the newer one
+# state_check PROGRESS DB: the state checks of a wrapped run
+state_check() {
+  python3 - "$1" "$2" <<'PY'
+import sqlite3, struct, sys
+v = struct.unpack('128Q', open(sys.argv[1], 'rb').read(1024))
+db = sqlite3.connect(sys.argv[2])
+meta = dict(db.execute('select key, value from meta').fetchall())
+# exact; or, killed while writing its first state, every event since the start (none dropped)
+assert meta.get('recovered_state') == 'exact' or (meta.get('recovered_state') == 'events' and
+                                                  int(meta['dropped_events']) == 0), meta.get('recovered_state')
+stat = {(d, k): val for d, k, val in db.execute('select device, key, value from stats')}
+for dev in (0, 1):
+    threads = [t for t in range(4) if v[4 * t + 3] == dev and v[4 * t] > 0]
+    if not threads:
+        continue
+    held = sum(v[4 * t + 2] for t in threads)
+    kept = sum(v[4 * t] - v[4 * t + 1] for t in threads)
+    alloc = db.execute("select count(*), coalesce(sum(b.size), 0), coalesce(sum(b.requested_size), 0), count(b.role) "
+                       "from blocks b join segments g on g.id = b.segment_id where g.device = ? and b.state = 'allocated'",
+                       (dev,)).fetchone()
+    reserved = db.execute('select coalesce(sum(size), 0), count(*) from segments where device = ?', (dev,)).fetchone()
+    assert stat[(dev, 'allocated_bytes.all.current')] == alloc[1], (dev, stat[(dev, 'allocated_bytes.all.current')], alloc)
+    assert stat[(dev, 'reserved_bytes.all.current')] == reserved[0], (dev, reserved)
+    assert stat[(dev, 'segment.all.current')] == reserved[1], (dev, reserved)
+    assert reserved[0] >= alloc[1] and stat[(dev, 'reserved_bytes.all.peak')] >= reserved[0], (dev, reserved, alloc)
+    assert abs(alloc[2] - held) <= len(threads) * (2 << 20), (dev, alloc, held)  # one op in flight a thread
+    assert abs(alloc[0] - kept) <= len(threads), (dev, alloc, kept)
+    assert alloc[3] >= kept - len(threads), (dev, alloc, kept)  # each block kept is told (one in flight a thread)
+PY
+}
+# dump_check DUMP DB: the recovered snapshot equals the dump
+dump_check() {
+  python3 - "$1" "$2" <<'PY' && bash -c "diff <($clis analyze --json '$1' | python3 -c 'import json, sys; print(json.load(sys.stdin)[\"categories\"])' 2>&1) \
+    <($clis analyze --json '$2' | python3 -c 'import json, sys; print(json.load(sys.stdin)[\"categories\"])' 2>&1)"
+import sqlite3, sys
+d, r = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
+assert dict(r.execute('select key, value from meta').fetchall()).get('recovered_state') == 'exact'
+keys = "('allocated_bytes.all.current', 'allocated_bytes.all.peak', 'reserved_bytes.all.current', " \
+       "'reserved_bytes.all.peak', 'segment.all.current', 'allocation.all.current', 'num_ooms')"
+q = {'stats': 'select device, key, value from stats where key in ' + keys + ' order by 1, 2',
+     'segments': 'select device, address, size, pool, stream, expandable from segments order by device, address',
+     'blocks': 'select g.device, b.address, b.size, b.requested_size, b.state, b.role, l.text from blocks b '
+               'join segments g on g.id = b.segment_id left join labels l on l.id = b.module_label_id '
+               'order by g.device, b.address',
+     'stacks': "select count(distinct b.stack_id) from blocks b where b.state = 'allocated'"}
+for name, sql in q.items():
+    a, b = d.execute(sql).fetchall(), r.execute(sql).fetchall()
+    assert a == b, (name, len(a), len(b), [x for x in a if x not in b][:3], [x for x in b if x not in a][:3])
+assert d.execute("select count(*) from blocks where role is not null").fetchone()[0] > 100
+# roles told before the ring wrapped 10 times and more: their tensor events long gone, kept in both
+meta = dict(d.execute('select key, value from meta').fetchall())
+assert int(meta['dropped_events']) > 10 * int(meta['max_entries']), meta['dropped_events']
+old = r.execute("select count(*) from blocks b where b.role is not null and not exists "
+                "(select 1 from events e join event_kinds k on k.id = e.kind where k.name = 'tensor' and e.address = b.address)").fetchone()[0]
+assert old > 50, old
+PY
+}
 for i in $(seq 1 "$kills"); do
-  sig=$(echo KILL SEGV BUS ABRT TERM | cut -d' ' -f$((RANDOM % 5 + 1)))
+  kind=$(echo events state dump | cut -d' ' -f$((i % 3 + 1)))
+  sig=KILL
+  [ "$kind" = events ] && sig=$(echo KILL SEGV BUS ABRT TERM | cut -d' ' -f$((RANDOM % 5 + 1)))
   delay=$(printf '0.%03d' $((RANDOM % 400)))
-  MEMSNAP_RECORD=1 MEMSNAP_MAX_ENTRIES=60000 "${pre[@]}" "$stress" "$work/prog$i" 4000 2 >/dev/null 2>&1 &
+  case $kind in
+    events) MEMSNAP_RECORD=1 MEMSNAP_MAX_ENTRIES=60000 "${pre[@]}" "$stress" "$work/prog$i" 4000 2 >/dev/null 2>&1 & ;;
+    state) MEMSNAP_RECORD=1 MEMSNAP_MAX_ENTRIES=4000 MEMSNAP_SIM_DEVICES=2 MEMSNAP_TEST_STATE_STALL_MS=1 \
+             "${pre[@]}" "$stress" "$work/prog$i" 4000 4 2 >/dev/null 2>&1 & ;;
+    dump) MEMSNAP_RECORD=1 MEMSNAP_MAX_ENTRIES=2000 MEMSNAP_SIM_DEVICES=2 CRASH_STRESS_STALL_MS=30 \
+            MEMSNAP_EXPANDABLE_SEGMENTS=$((i / 3 % 2)) \
+            "${pre[@]}" "$stress" "$work/prog$i" 4000 4 2 $((RANDOM % 900 + 3000)) "$work/d$i.db" >/dev/null 2>&1 & ;;
+  esac
   sp=$!
+  if [ "$kind" = dump ]; then # once it has dumped: within the state's update after it
+    for _ in $(seq 1 1000); do
+      [ "$(od -An -t u8 -j 2040 -N 8 "$work/prog$i" 2>/dev/null | tr -d ' ')" = 1 ] && break
+      sleep 0.01
+    done
+    delay=$(printf '0.%03d' $((RANDOM % 25)))
+  fi
   sleep "$delay"
   kill -"$sig" "$sp"
   wait "$sp" 2>/dev/null
-  if [ ! -e "$work/live/memsnap-$sp.live" ] && python3 -c 'import os, struct, sys
+  what="kill $i ($kind, SIG$sig at ${delay} s)"
+  if [ ! -e "$work/live/memsnap-$sp.live" ] && [ "$kind" != dump ] && python3 -c 'import os, struct, sys
 p = sys.argv[1]
-sys.exit(0 if not os.path.exists(p) or os.path.getsize(p) < 64 or sum(struct.unpack("8Q", open(p, "rb").read(64))) == 0 else 1)' \
+sys.exit(0 if not os.path.exists(p) or os.path.getsize(p) < 128 or sum(struct.unpack("16Q", open(p, "rb").read(128))[0::4]) == 0 else 1)' \
     "$work/prog$i"; then
     good=$((good + 1)) # killed before it recorded anything (starting up): nothing completed, nothing to recover
     "${pre[@]}" "$cli" recover >/dev/null 2>&1 # (it sweeps a mapping the kill left half made: memsnap-PID.live.new)
@@ -238,13 +331,13 @@ sys.exit(0 if not os.path.exists(p) or os.path.getsize(p) < 64 or sum(struct.unp
     continue
   fi
   if ! "${pre[@]}" "$cli" recover -o "$work/k$i.db" "$work/live/memsnap-$sp.live" >"$work/k$i.out" 2>&1; then
-    bad "kill $i (SIG$sig at ${delay} s): recover failed" "$work/k$i.out"
+    bad "$what: recover failed" "$work/k$i.out"
     continue
   fi
-  if ! python3 - "$work/prog$i" "$work/k$i.db" >"$work/k$i.check" 2>&1 <<'PY'
+  if [ "$kind" = events ] && ! python3 - "$work/prog$i" "$work/k$i.db" >"$work/k$i.check" 2>&1 <<'PY'
 import sqlite3, struct, sys
 v = struct.unpack('8Q', open(sys.argv[1], 'rb').read(64))
-allocs, frees = v[0] + v[2], v[1] + v[3]
+allocs, frees = v[0] + v[4], v[1] + v[5]
 db = sqlite3.connect(sys.argv[2])
 got = dict(db.execute('select kind, count(*) from events group by kind').fetchall())
 dropped = int(db.execute("select value from meta where key = 'dropped_events'").fetchone()[0])
@@ -256,16 +349,23 @@ live = db.execute("select count(*) from blocks where state = 'allocated'").fetch
 assert got.get(1, 0) - got.get(2, 0) <= live <= got.get(1, 0) - got.get(3, 0), (live, got)
 PY
   then
-    bad "kill $i (SIG$sig at ${delay} s): the snapshot lacks events the program had completed" "$work/k$i.check"
+    bad "$what: the snapshot lacks events the program had completed" "$work/k$i.check"
+  elif [ "$kind" = state ] && ! state_check "$work/prog$i" "$work/k$i.db" >"$work/k$i.check" 2>&1; then
+    bad "$what: the recovered state is not the program's" "$work/k$i.check"
+  elif [ "$kind" = dump ] && ! dump_check "$work/d$i.db" "$work/k$i.db" >"$work/k$i.check" 2>&1; then
+    bad "$what: the recovered snapshot is not its dump" "$work/k$i.check"
   elif ! "${pre[@]}" "$cli" analyze "$work/k$i.db" >/dev/null 2>"$work/k$i.err"; then
-    bad "kill $i (SIG$sig at ${delay} s): the snapshot does not analyze" "$work/k$i.err"
+    bad "$what: the snapshot does not analyze" "$work/k$i.err"
   else
     good=$((good + 1))
+    [ "$(sql "$work/k$i.db" "select value from meta where key = 'recovered_state_torn'")" = 1 ] && torn=$((torn + 1))
   fi
-  rm -f "$work/k$i.db" "$work/prog$i"
+  rm -f "$work/k$i.db" "$work/d$i.db" "$work/prog$i"
 done
-check "random kills: $good of $kills recovered snapshots open, analyze and hold every completed event (seed $seed)" \
+check "random kills: $good of $kills recovered snapshots open, analyze, hold every completed event, the program's state, or its dump (seed $seed)" \
   test "$good" -eq "$kills"
+echo "random kills: $torn of $kills killed in the middle of a state's update (the older state used)"
+[ "$kills" -ge 10 ] && check "random kills: some ($torn) killed in the middle of a state's update" test "$torn" -gt 0
 check "random kills: no live mapping left behind" bash -c "! ls -la '$work/live' | grep 'memsnap-'"
 
 echo
