@@ -538,6 +538,7 @@ typedef struct ms_whole_run {
   int64_t window_first;       /* the run's number of the window's first iteration (-1: not known) */
   double growth_per_iteration;/* allocated at iteration ends, first to last, per iteration */
   int64_t leak_from;          /* the iteration the leading growing candidate's growth goes back to */
+  double leak_rate;           /* allocated at iteration ends' growth per iteration from it to the last (0: none) */
 } ms_whole_run;
 
 struct ms_suggestions;

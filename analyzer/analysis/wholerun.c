@@ -14,18 +14,26 @@
 /* The last iteration an entry covers. */
 static int64_t last_of(const ms_run_entry *e) { return e->first + e->count - 1; }
 
-/* The iteration from which the ends of completed entries follow a growth of `rate` bytes per
- * iteration back from the last one: each within two iterations' growth and 2% of the growth
- * between them of the line through the last end. -1 when fewer than two entries. */
-static int64_t growth_start(const ms_run_entry *e, size_t n, double rate) {
+/* The iteration from which allocated memory at the ends of completed entries grew the way the
+ * leading candidate grows in the window (`rate` bytes per iteration), walking back from the last
+ * entry: an entry stays on the growth while its end is no more than two iterations' growth above
+ * the next entry's (no fall the growth did not make up) and, once 8 iterations or more lie between
+ * it and the last, the average growth from it to the last is between half and twice `rate`. The
+ * window's rate is measured over its iterations alone (a few of them, their blocks rounded): the
+ * whole run's is *run_rate, (last end - its end) / iterations between them. -1 when fewer than
+ * two entries. */
+static int64_t growth_start(const ms_run_entry *e, size_t n, double rate, double *run_rate) {
+  *run_rate = 0;
   if (n < 2 || rate <= 0) return -1;
   const ms_run_entry *last = &e[n - 1];
   int64_t from = last->first;
   for (size_t i = n - 1; i-- > 0;) {
+    if ((double)e[i].end_allocated > (double)e[i + 1].end_allocated + 2 * rate * (double)e[i + 1].count) break;
     double span = (double)(last_of(last) - last_of(&e[i]));
-    double predicted = (double)last->end_allocated - rate * span;
-    if (fabs((double)e[i].end_allocated - predicted) > 2 * rate + 0.02 * rate * span) break;
+    double avg = span > 0 ? (double)(last->end_allocated - e[i].end_allocated) / span : 0;
+    if (span >= 8 && (avg < rate / 2 || avg > rate * 2)) break;
     from = e[i].first;
+    if (span > 0) *run_rate = avg;
   }
   return from;
 }
@@ -71,7 +79,7 @@ void ms_whole_run_read(ms_analysis *a) {
     if (span > 0) r->growth_per_iteration = (double)(last->end_allocated - first->end_allocated) / (double)span;
     /* the leading leak candidate's growth, traced back over the whole run */
     if (a->nleaks && ms_leak_grows(&a->sites[a->leaks[0]]))
-      r->leak_from = growth_start(r->iters, done, a->sites[a->leaks[0]].bytes_per_iteration);
+      r->leak_from = growth_start(r->iters, done, a->sites[a->leaks[0]].bytes_per_iteration, &r->leak_rate);
   }
 }
 

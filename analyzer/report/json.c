@@ -247,7 +247,10 @@ static void add_leaks(cJSON *root, const doc *d) {
     cJSON_AddNumberToObject(o, "live_count", (double)st->end_count);
     cJSON_AddNumberToObject(o, "bytes_per_iteration", st->kind == MS_LEAK_GROWING || released ? st->bytes_per_iteration : 0);
     cJSON_AddNumberToObject(o, "iterations_grown", released ? st->increases_at_peak : st->increases);
-    if (i == 0 && list == 0 && a->run.leak_from >= 0) cJSON_AddNumberToObject(o, "from_iteration", (double)a->run.leak_from);
+    if (i == 0 && list == 0 && a->run.leak_from >= 0) {
+      cJSON_AddNumberToObject(o, "from_iteration", (double)a->run.leak_from);
+      cJSON_AddNumberToObject(o, "whole_run_bytes_per_iteration", a->run.leak_rate);
+    }
     cJSON_AddNumberToObject(o, "released_ns", released ? (double)st->released_ns : -1);
     cJSON_AddNumberToObject(o, "peak_iteration", released ? st->peak_boundary : -1);
     cJSON_AddNumberToObject(o, "peak_iteration_live_bytes", released ? (double)st->peak_iter_live : -1);

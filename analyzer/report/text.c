@@ -96,12 +96,20 @@ static void print_iterations(const ms_analysis *a, FILE *out) {
     }
 }
 
-/* The iteration the first leak candidate's growth goes back to, by the whole run's log (nothing
- * without one): "; from iteration 0, by the whole run's log of 400". */
+/* The iteration the first leak candidate's growth goes back to, by the whole run's log, and the
+ * growth over it (nothing without one): "; from iteration 0, +1.57 MiB per iteration over the
+ * whole run's log of 400". */
 static void print_leak_from(const ms_analysis *a, FILE *out) {
-  if (a->run.leak_from >= 0)
-    fprintf(out, "; from iteration %lld, by the whole run's log of %lld", (long long)a->run.leak_from,
-            (long long)a->run.iterations);
+  if (a->run.leak_from < 0) return;
+  fprintf(out, "; from iteration %lld", (long long)a->run.leak_from);
+  if (a->run.leak_rate > 0) {
+    char b[32];
+    ms_format_bytes((int64_t)(a->run.leak_rate + 0.5), b, sizeof b);
+    fprintf(out, ", +%s per iteration over", b);
+  } else {
+    fprintf(out, ", by");
+  }
+  fprintf(out, " the whole run's log of %lld", (long long)a->run.iterations);
 }
 
 /* ---- the whole run (a->run: the snapshot's run log) ------------------------------------- */

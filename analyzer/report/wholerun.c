@@ -75,6 +75,7 @@ void ms_json_whole_run(cJSON *root, cJSON *iterations, const ms_analysis *a) {
   number_or_null(o, "peak_iteration", r->peak_iteration >= 0, (double)r->peak_iteration);
   cJSON_AddNumberToObject(o, "end_allocated_growth_per_iteration_bytes", r->growth_per_iteration);
   number_or_null(o, "leak_from_iteration", r->leak_from >= 0, (double)r->leak_from);
+  number_or_null(o, "leak_bytes_per_iteration", r->leak_from >= 0 && r->leak_rate > 0, r->leak_rate);
   cJSON_AddNumberToObject(o, "seconds", (double)r->seconds);
   cJSON_AddNumberToObject(o, "seconds_per_entry", (double)(r->seconds_width ? r->seconds_width : 1));
   cJSON_AddNumberToObject(o, "peak_allocated_bytes_by_time", (double)r->peak_allocated_time);
