@@ -121,7 +121,7 @@ static const option table[] = {
      K_BOOL, FIELD(torch_ranges), .runtime = false},
     {{"torch_modules", "1", "0: memsnap.enable() leaves PyTorch's modules, tensors, optimizer steps and backward passes unrecorded (the module, tensor, step and backward events of a recording)"},
      K_BOOL, FIELD(torch_modules), .runtime = false},
-    {{"holders_time", "2", "seconds the Python package spends, at each snapshot it writes, finding what holds the largest and growing sites' tensors (the holders table); 0: no walk"},
+    {{"holders_time", "5", "seconds the Python package spends, at each snapshot it writes, finding what holds the largest and growing sites' tensors (the holders table); 0: no walk"},
      K_FRACTION, FIELD(holders_time), .lo = 0, .hi = 3600, .runtime = true},
     {{"gc_events", "1", "0: the Python package leaves the garbage collector's runs unrecorded (the gc events of a recording)"},
      K_BOOL, FIELD(gc_events), .runtime = false},

@@ -8,7 +8,7 @@ exit dump, the dump signal's, `memsnap dump PID`'s, the out-of-memory dump) with
 and adds a gc.callbacks entry that records each run of the collector (memsnap_gc_event: begins,
 ends, generation, objects collected) while the history records (MEMSNAP_GC_EVENTS=0: not).
 
-The holder walk (walk(), run by the hook within MEMSNAP_HOLDERS_TIME seconds, 2 by default; 0
+The holder walk (walk(), run by the hook within MEMSNAP_HOLDERS_TIME seconds, 5 by default; 0
 turns it off). The recorder does not know the analyzer's leak candidates, so the walk picks its
 blocks from the snapshot just written: the allocated blocks grouped by allocation site (stack),
 the sites whose live blocks were allocated in the history's second half first (most such bytes
@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 
 _lib = None
 _hook = None          # the C callback, kept alive while the library may call it
@@ -92,7 +93,7 @@ def gc_events(on):
 
 def _on_dump(path, _arg):
     try:
-        seconds = float(_option("holders_time", "2"))
+        seconds = float(_option("holders_time", "5"))
         if seconds > 0 and path:
             add_holders(os.fsdecode(path), seconds)
     except Exception:  # noqa: BLE001 - a snapshot without holders, never a broken program
@@ -633,7 +634,9 @@ def _fn_name(t):
 
 def add_holders(db_path, seconds):
     """Walks and writes the holders table (and its meta keys) into the snapshot at db_path."""
-    rows, meta = walk(db_path, seconds)
+    with warnings.catch_warnings():  # the walk's isinstance and getattr on every object: a deprecated
+        warnings.simplefilter("ignore")  # module attribute warns (torch.distributed.reduce_op), not the program's
+        rows, meta = walk(db_path, seconds)
     c = sqlite3.connect(db_path)
     try:
         with c:
