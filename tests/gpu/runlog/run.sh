@@ -12,7 +12,8 @@
 #              torch.cuda.memory_reserved() printed then (within 2 MiB);
 #   roles      parameters (the bytes the program printed) and AdamW's state (twice them) told at
 #              the peaks of the iterations after the first;
-#   leak       `memsnap analyze`: the leak of 1.57 MiB a step read from iteration 0.
+#   leak       `memsnap analyze`: the leak of 1.57 MiB a step read from iteration 0, at the whole run's
+#              rate (1.57 to 1.62 MiB: the blocks that hold it are rounded by the caching allocator).
 # Results in $OUT (or ./runlog-out).
 # usage (on the GPU machine, build/ carried): tests/gpu/runlog/run.sh [SECONDS]
 set -u
@@ -83,7 +84,10 @@ PY
   while read -r name verdict rest; do row "$name" "$verdict" "$rest"; done <"$out/checks.txt"
   "$cli" analyze "$db" >"$out/analyze.txt" 2>&1
   leak=$(grep -m1 "growing: +" "$out/analyze.txt")
-  if echo "$leak" | grep -q "+1.57 MiB per iteration" && echo "$leak" | grep -q "from iteration 0,"; then row leak ok "$leak"
+  # from iteration 0, at the whole run's rate: 1.57 MiB asked a step, held in blocks the caching
+  # allocator rounds (a large block whose rest is under 1 MiB is not split), so up to 3% more
+  rate=$(echo "$leak" | sed -n "s/.*from iteration 0, +\([0-9.]*\) MiB per iteration over the whole run's log.*/\1/p")
+  if [ -n "$rate" ] && awk -v r="$rate" 'BEGIN { exit !(r >= 1.57 && r <= 1.62) }'; then row leak ok "$leak"
   else row leak FAIL "${leak:-no growing candidate (see $out/analyze.txt)}"; fi
 fi
 echo
