@@ -112,7 +112,10 @@ function showDocument(d, signal, src) {
   let cols = null; // the band bucket drawn in each pixel of the timeline (for hover)
   // The timeline's axis: null for time, else the time at each pixel's left edge (event index).
   let edges = null, hovered = null; // hovered: the allocation under the pointer (index into d.detail)
-  function drawTimeline() { plot(tl, st.t0, st.t1, true, yTop, edges); axes(); }
+  // The axes' labels (on their light backing) go over the plot; the markers of the allocator's
+  // events (retries, OOMs, the collector's runs) then over them, so that one at the window's edge
+  // stays a full-height line.
+  function drawTimeline() { const markers = plot(tl, st.t0, st.t1, true, yTop, edges); axes(); markers(); }
   function plot(canvas, t0, t1, withBands, top, axis) {
     const ctx = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
     ctx.clearRect(0, 0, W, H);
@@ -164,9 +167,16 @@ function showDocument(d, signal, src) {
       ctx.font = "bold 11px sans-serif";
       ctx.fillText(label, fx + 5, fy + 12);
     };
-    retries.forEach((r) => marker(r.time_ns, "#ef6c00", 3, "retry", 20, 40)); // the allocator released its cache for a request (under an OOM's)
-    d.oom.forEach((o) => marker(o.time_ns, "#c62828", 3, "OOM", 2, 34));
-    Model.gcMarkers(d).forEach((g) => marker(g.t, "#2e7d32", 2, "gc", 38, 24)); // the collector's runs that freed memory
+    const cursor = () => {
+      ctx.fillStyle = "#000";
+      ctx.fillRect(x(st.cur), 0, 1, H); // the cursor
+    };
+    const markers = () => {
+      retries.forEach((r) => marker(r.time_ns, "#ef6c00", 3, "retry", 20, 40)); // the allocator released its cache for a request (under an OOM's)
+      d.oom.forEach((o) => marker(o.time_ns, "#c62828", 3, "OOM", 2, 34));
+      Model.gcMarkers(d).forEach((g) => marker(g.t, "#2e7d32", 2, "gc", 38, 24)); // the collector's runs that freed memory
+    };
+    markers();
     if (withBands && hovered !== null && hovered !== st.pin) { // the allocation under the pointer: outlined
       const a = Model.allocation(d, hovered), end = a.free >= 0 ? a.free : full.t1;
       ctx.strokeStyle = "#37474f";
@@ -186,9 +196,9 @@ function showDocument(d, signal, src) {
     if (withBands) {
       ctx.fillStyle = "#78909c"; // checkpoints: where the allocator state is known
       d.checkpoints.forEach((c) => ctx.fillRect(x(c.t) - 1, 0, 3, 4));
-      ctx.fillStyle = "#000";
-      ctx.fillRect(x(st.cur), 0, 1, H); // the cursor
+      cursor();
     }
+    return () => { markers(); if (withBands) cursor(); }; // drawn again by the caller over what it adds (drawTimeline's axes)
   }
 
   function drawOverview() {

@@ -857,8 +857,9 @@ test("the allocator's retry: listed with what it released, marked on the timelin
   await li.first().click();
   assert.strictEqual(await page.locator("#details-title").textContent(), "Retry 1");
   assert.match(await page.locator("#details").textContent(), /700\.00 MiB requested[\s\S]*big_request/);
-  assert.ok(await marked(H - 30) >= 1, "in the window around it (the retry in the middle), full height (tick labels may cover its foot)");
   await shot(page, "retry");
+  assert.ok(await marked(H - 30) >= 1, "in the window around it (the retry in the middle), full height (tick labels may cover its foot): " +
+    (await colourColumns(page, "timeline", amber, 0, 1200)).filter((c) => c > 0).join(","));
   assert.deepStrictEqual(seen.errors, []);
   await page.close();
 });
