@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -185,32 +186,57 @@ int msi_live_file_open(const char *path, int flags, struct stat *st) {
   return fd;
 }
 
-char *msi_live_file_read(const char *path, size_t *len) {
+/* Reads [from, to) of fd into buf at the same offsets; the end of what was read (less than `to`
+ * when the file shrank meanwhile), or -1 with errno. */
+static off_t read_range(int fd, char *buf, off_t from, off_t to) {
+  while (from < to) {
+    ssize_t n = pread(fd, buf + from, (size_t)(to - from), from);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    from += n;
+  }
+  return from;
+}
+
+char *msi_live_file_read(const char *path, size_t *len, size_t *cap) {
   struct stat st;
-  *len = 0;
+  *len = *cap = 0;
   int fd = msi_live_file_open(path, O_RDONLY, &st);
   if (fd < 0) return NULL;
-  size_t size = st.st_size > 0 ? (size_t)st.st_size : 0, got = 0;
-  void *mem = NULL; /* page-aligned, as a mapping is: the ring's and header's fields at their alignment */
-  char *buf = posix_memalign(&mem, 4096, size ? size : 1) == 0 ? mem : NULL;
-  if (!buf) {
+  size_t size = st.st_size > 0 ? (size_t)st.st_size : 0;
+  /* page-aligned, as a mapping is (the ring's and header's fields at their alignment), and zeros
+     where the file has holes, without touching them */
+  char *buf = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (buf == MAP_FAILED) {
     close(fd);
     msi_error("cannot read '%s': out of memory (%zu bytes)", path, size);
     return NULL;
   }
-  while (got < size) { /* what is there now: less when it shrank meanwhile, never more than fstat said */
-    ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
+  off_t at = 0, end = (off_t)size, got = 0;
+  while (at < end) { /* what is there now: less when it shrank meanwhile, never more than fstat said */
+    off_t data = lseek(fd, at, SEEK_DATA), hole;
+    if (data < 0 && errno == ENXIO) { got = end; break; } /* a hole to the end: zeros */
+    if (data < 0) data = at, hole = end;                   /* no SEEK_DATA here: read it all */
+    else if ((hole = lseek(fd, data, SEEK_HOLE)) < 0 || hole > end) hole = end;
+    if (data >= end) { got = end; break; }
+    off_t r = read_range(fd, buf, data, hole);
+    if (r < 0) {
       msi_error("cannot read '%s': %s", path, strerror(errno));
       close(fd);
-      free(buf);
+      munmap(buf, size ? size : 1);
       return NULL;
     }
-    if (n == 0) break;
-    got += (size_t)n;
+    got = r;
+    if (r < hole) break; /* it shrank */
+    at = hole;
   }
   close(fd);
-  *len = got;
+  *len = (size_t)got;
+  *cap = size ? size : 1;
   return buf;
+}
+
+void msi_live_file_free(char *buf, size_t cap) {
+  if (buf) munmap(buf, cap);
 }

@@ -38,10 +38,14 @@ void msi_live_manifest_append(const char *line, size_t n);
  * in *st; -1 with the error set ("'x' is refused: owned by another user (uid N)", "... is a
  * symbolic link"). */
 int msi_live_file_open(const char *path, int flags, struct stat *st);
-/* The whole of a live file read into a new buffer (caller frees), *len its size as read: a copy,
- * so that a file truncated while it is read (by its owner) shortens the copy instead of raising
- * SIGBUS. The buffer, or NULL with the error set. */
-char *msi_live_file_read(const char *path, size_t *len);
+/* The whole of a live file read into a new buffer (msi_live_file_free(buf, *cap) releases it),
+ * *len its size as read: a copy, so that a file truncated while it is read (by its owner)
+ * shortens the copy instead of raising SIGBUS. The buffer is an anonymous mapping of the file's
+ * size into which only the file's data is read (lseek SEEK_DATA / SEEK_HOLE): the mapping's
+ * reserved ranges (the log's 4 GiB of address space, the state's slots) are holes, zeros that
+ * take neither time nor memory. The buffer, or NULL with the error set. */
+char *msi_live_file_read(const char *path, size_t *len, size_t *cap);
+void msi_live_file_free(char *buf, size_t cap);
 /* Whether `path` is this user's own regular file (not a link): the ones a reader may remove. */
 bool msi_live_file_ours(const char *path);
 

@@ -45,7 +45,7 @@
 
 typedef struct mapped {
   const char *base;
-  size_t len;
+  size_t len, cap; /* the bytes read; the copy's size (msi_live_file_free) */
   const msi_live_header *h;
 } mapped;
 
@@ -53,10 +53,10 @@ typedef struct mapped {
  * or MEMSNAP_EINVAL (error set). */
 static int map_file(const char *path, mapped *m) {
   memset(m, 0, sizeof *m);
-  char *p = msi_live_file_read(path, &m->len);
+  char *p = msi_live_file_read(path, &m->len, &m->cap);
   if (!p) return MEMSNAP_EINVAL;
   if (m->len < MSI_LIVE_HEADER) {
-    free(p);
+    msi_live_file_free(p, m->cap);
     msi_error("'%s' is not a memsnap live mapping (too short)", path);
     return MEMSNAP_EINVAL;
   }
@@ -67,7 +67,7 @@ static int map_file(const char *path, mapped *m) {
   else if (h->version != MSI_LIVE_VERSION) {
     msi_error("'%s' was written by another version of memsnap (live mapping version %u; this memsnap reads version %d)",
               path, h->version, MSI_LIVE_VERSION);
-    free(p);
+    msi_live_file_free(p, m->cap);
     return MEMSNAP_EINVAL;
   } else if (h->header_size != MSI_LIVE_HEADER || h->event_size != sizeof(msi_event))
     why = "its header's sizes are not this version's";
@@ -79,14 +79,14 @@ static int map_file(const char *path, mapped *m) {
     why = "its log's size is damaged";
   if (why) {
     msi_error("'%s' is refused: %s", path, why);
-    free(p);
+    msi_live_file_free(p, m->cap);
     return MEMSNAP_EINVAL;
   }
   return MEMSNAP_OK;
 }
 
 static void unmap_file(mapped *m) {
-  free((void *)m->base);
+  msi_live_file_free((char *)m->base, m->cap);
   m->base = NULL;
 }
 
