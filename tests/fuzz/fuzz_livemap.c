@@ -54,14 +54,18 @@ static void make_seed(void) {
   fseek(f, 0, SEEK_END);
   seed_len = (size_t)ftell(f);
   rewind(f);
+  /* the file up to the end of what its log holds (the readers take a file of any length): small
+     inputs, and not the log's room or the state's slots past it (gigabytes of reserved holes) */
+  unsigned char head[MSI_LIVE_HEADER];
+  if (seed_len < sizeof head || fread(head, 1, sizeof head, f) != sizeof head) exit(2);
+  uint64_t log_offset, log_used;
+  memcpy(&log_offset, head + offsetof(msi_live_header, log_offset), sizeof log_offset);
+  memcpy(&log_used, head + offsetof(msi_live_header, log_used), sizeof log_used);
+  if (log_offset + log_used < seed_len) seed_len = (size_t)(log_offset + log_used);
+  rewind(f);
   seed = malloc(seed_len);
   if (!seed || fread(seed, 1, seed_len, f) != seed_len) exit(2);
   fclose(f);
-  /* the log's room past what it holds cut off (the readers take a file of any length): small inputs */
-  uint64_t log_offset, log_used;
-  memcpy(&log_offset, seed + offsetof(msi_live_header, log_offset), sizeof log_offset);
-  memcpy(&log_used, seed + offsetof(msi_live_header, log_used), sizeof log_used);
-  if (log_offset + log_used < seed_len) seed_len = (size_t)(log_offset + log_used);
   for (int i = 0; i < 8; i++)
     if (kept[i]) memsnap_free(kept[i], (ssize_t)(512u << (i * 5 % 9)), 0, NULL);
   memsnap_record_stop();
