@@ -269,9 +269,11 @@ check "text: the modules considered, ranked, which were tried, and the smallest 
 # by the library with its module record, and without it (MEMSNAP_TORCH_MODULES=0: no module
 # events); --advise finds the blocks in the paths, then in the Python frames.
 top=$(cd "$here/../.." && pwd)
-sim_train() {  # sim_train DB [VAR=VALUE...]
+sim_train() {  # sim_train DB [VAR=VALUE...]; under make sanitize, Python with the sanitizer's runtime first
   local db=$1; shift
-  env MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=1G MEMSNAP_TORCH_ALLOCATOR=pluggable MEMSNAP_RECORD=1 \
+  local pre=()
+  [ -n "${PY_PRELOAD:-}" ] && pre=(LD_PRELOAD="$PY_PRELOAD" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0")
+  env "${pre[@]}" MEMSNAP_BACKEND=sim MEMSNAP_SIM_CAPACITY=1G MEMSNAP_TORCH_ALLOCATOR=pluggable MEMSNAP_RECORD=1 \
     MEMSNAP_LIB="$(cd "$(dirname "$cli")" && pwd)/libmemsnap.so" \
     PYTHONPATH="$top/tests/data/fake_torch:$top/recorder/python" "$@" python3 "$top/tests/data/run/model_train.py" "$db" 4 >/dev/null 2>&1
 }
