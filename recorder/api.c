@@ -166,6 +166,7 @@ static void start_signal_dumper(void) {
  * CUDA does not survive fork) but not the recording, the exit dump or the signal thread. */
 static void fork_phase(int phase) {
   if (phase == MSI_FORK_PREPARE) {
+    msi_history_start_fork(phase);
     msi_runlog_fork(phase); /* its sampler takes the device locks under its own */
     msi_live_state_fork(phase); /* its lock comes before the devices' */
     msi_devices_fork(phase);
@@ -192,6 +193,7 @@ static void fork_phase(int phase) {
   msi_devices_fork(phase);
   msi_runlog_fork(phase);
   msi_live_state_fork(phase);
+  msi_history_start_fork(phase);
 }
 static void fork_prepare(void) { fork_phase(MSI_FORK_PREPARE); }
 static void fork_parent(void) { fork_phase(MSI_FORK_PARENT); }

@@ -673,6 +673,7 @@ uint32_t msi_label_id(const char *label);
 uint32_t msi_label_count(void);
 /* fork(): take (prepare), release (parent) or reset (child) the history's and stacks' locks. */
 void msi_history_fork(int phase);
+void msi_history_start_fork(int phase); /* start's lock: before every other */
 void msi_stacks_fork(int phase);
 enum { MSI_FORK_PREPARE, MSI_FORK_PARENT, MSI_FORK_CHILD };
 

@@ -135,6 +135,7 @@ static inline uint64_t slot_of(const ring_t *r, uint64_t idx) {
 
 static _Atomic(ring_t *) cur;                              /* NULL until recording first starts */
 static pthread_mutex_t admin_lock = PTHREAD_MUTEX_INITIALIZER; /* start, clear, reset, copy */
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER; /* start's, taken before any other */
 
 static char **labels;            /* label id -> text; id 0 is "" */
 static uint32_t nlabels, labels_cap;
@@ -215,6 +216,8 @@ uint32_t msi_thread_id(void) { return tid_of(&tls); }
 
 int msi_history_start(uint64_t max_entries) {
   if (max_entries < 16) max_entries = 16;
+  void *runlog_at = NULL; /* the run log's place in a new mapping */
+  pthread_mutex_lock(&start_lock);
   pthread_mutex_lock(&admin_lock);
   int rc = MEMSNAP_OK;
   ring_t *r = atomic_load_explicit(&cur, memory_order_relaxed);
@@ -223,7 +226,7 @@ int msi_history_start(uint64_t max_entries) {
        unpublished (seq 0), its pages touched only as the ring fills */
     bool fits = max_entries <= (SIZE_MAX - sizeof(ring_t) - 64) / sizeof(msi_event);
     ring_t *grown = fits ? msi_live_ring(sizeof(ring_t) + max_entries * sizeof(msi_event), max_entries,
-                                         (uint32_t)offsetof(ring_t, ev))
+                                         (uint32_t)offsetof(ring_t, ev), &runlog_at)
                          : NULL;
     void *mem = NULL;
     if (!grown && fits) {
@@ -248,9 +251,13 @@ int msi_history_start(uint64_t max_entries) {
     atomic_store_explicit(&r->start_ns, msi_now_ns(), memory_order_relaxed); /* nothing recorded yet */
   }
   atomic_fetch_or(&msi_recording, MSI_REC_RING);
-  msi_runlog_start(); /* the whole run's log (runlog.c), from the first start */
 out:
   pthread_mutex_unlock(&admin_lock);
+  /* The run log after admin_lock: its lock comes before the devices' (it samples them), which
+     come before admin_lock (a snapshot copies the ring under them) */
+  if (runlog_at) msi_runlog_move(runlog_at);
+  if (rc == MEMSNAP_OK) msi_runlog_start(); /* the whole run's log (runlog.c), from the first start */
+  pthread_mutex_unlock(&start_lock);
   return rc;
 }
 
@@ -575,6 +582,12 @@ int msi_history_range_pop(void) {
   }
   tls.range_depth--;
   return add_label_event(MSI_EV_RANGE_POP, NULL);
+}
+
+/* fork(): start's lock, taken first of all (api.c's fork_phase) and released last. */
+void msi_history_start_fork(int phase) {
+  if (phase == MSI_FORK_PREPARE) pthread_mutex_lock(&start_lock);
+  else pthread_mutex_unlock(&start_lock);
 }
 
 void msi_history_fork(int phase) {

@@ -24,7 +24,7 @@
  * memory) and runs api.c's dump when `memsnap dump PID` asks; header.watching says it runs
  * (start_watcher: not in a single-threaded process unless MEMSNAP_LIVE_WATCH=1). It also takes the
  * run log's sample each time it wakes (runlog.c: the seconds log), and the run log lives in the
- * mapping (msi_runlog_move, once the mapping is made).
+ * mapping (msi_runlog_move, by history.c once the mapping is made).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -504,7 +504,8 @@ static void release_fatal_signals(void) {
   for (int i = 0; i < 1000 && atomic_load(&fatal_in_handler) > 0; i++) nanosleep(&(struct timespec){0, 100000}, NULL);
 }
 
-void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
+void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset, void **runlog_at) {
+  *runlog_at = NULL;
   const char *on = getenv("MEMSNAP_LIVE");
   if (on && !strcmp(on, "0")) return NULL;
   char path[1100], tmp[1200], name[48], tmp_name[64], why[1400];
@@ -579,7 +580,7 @@ void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset) {
   ring = m->base + ring_offset;
   pthread_mutex_unlock(&log_lock);
   close(dfd);
-  msi_runlog_move(m->base + runlog_offset); /* not under log_lock: the run log samples under its own */
+  *runlog_at = m->base + runlog_offset; /* moved there by the caller, under no lock (see livemap.h) */
   if (fresh) note_in_manifest(path);
   start_watcher();
   catch_fatal_signals();

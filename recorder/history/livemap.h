@@ -84,8 +84,10 @@ enum { MSI_LIVE_RECORDING = 1, MSI_LIVE_EXITED = 2 };
  * starting `events_offset` bytes in; a mapping that already exists is replaced by one with the new
  * ring and the same log (the old one stays mapped: a writer may still hold its ring). NULL when
  * MEMSNAP_LIVE is 0 or the file cannot be made (the caller's ring is then on the heap; the reason
- * is printed once). The ring's memory stays mapped until msi_live_close. */
-void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset);
+ * is printed once). The ring's memory stays mapped until msi_live_close. *runlog_at: where the run
+ * log goes in the new mapping, for the caller to msi_runlog_move once it holds no lock of its own
+ * (the run log's lock is taken before the devices' and the history's: runlog.c); NULL with NULL. */
+void *msi_live_ring(uint64_t bytes, uint64_t cap, uint32_t events_offset, void **runlog_at);
 /* Appends a record (cold paths only: a stack, label, Python frame, module or device seen for the
  * first time); does nothing without a mapping (and takes no lock then). Each takes the log's own
  * lock, the innermost. */
