@@ -80,6 +80,36 @@ def run_job(name, args, memsnap, work, deadline, record):
     return name, out
 
 
+def estimators(results):
+    """What the installed estimators say for each model (no GPU): accelerate's training estimate (its
+    estimate_training_usage, as `accelerate estimate-memory` computes it) and whether DeepSpeed is
+    installed (its ZeRO formulas are applied by compare.py either way)."""
+    out = {}
+    try:
+        import deepspeed  # noqa: F401
+        out["deepspeed"] = getattr(deepspeed, "__version__", "?")
+    except Exception as e:
+        out["deepspeed"] = None
+        out["deepspeed_error"] = "%s: %s" % (type(e).__name__, str(e)[:200])
+    try:
+        import accelerate
+        from accelerate.commands import estimate
+        out["accelerate"] = accelerate.__version__
+        for model in ("gpt2", "1b"):
+            r = results.get("native_%s_fp32_single" % model) or results.get("%s_fp32" % model) or {}
+            n = r.get("parameters")
+            if not n:
+                continue
+            for prec, size in (("float32", 4 * n), ("bf16", 4 * n)):
+                try:
+                    out["accelerate_%s_%s" % (model, prec)] = estimate.estimate_training_usage(size, prec)
+                except Exception as e:
+                    out["accelerate_%s_%s" % (model, prec)] = "%s: %s" % (type(e).__name__, str(e)[:200])
+    except Exception as e:
+        out["accelerate_error"] = "%s: %s" % (type(e).__name__, str(e)[:200])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--memsnap", default=os.path.join(ROOT, "build", "memsnap"))
@@ -99,6 +129,7 @@ def main():
         for f in cf.as_completed(futs):
             name, out = f.result()
             results[name] = out
+    results["estimators"] = estimators(results)
     if a.out:
         with open(os.path.join(a.out, "shard_native.json"), "w") as f:
             json.dump(results, f, indent=1, sort_keys=True)
@@ -113,9 +144,12 @@ def main():
     print("\n%-28s %6s %10s %10s %10s  %s" % ("run", "s", "alloc GiB", "resv GiB", "tracker", "error"))
     for name in sorted(results):
         r = results[name]
+        if name == "estimators":
+            continue
         print("%-28s %6s %10s %10s %10s  %s" % (name, r.get("seconds", "-"), gib(r.get("peak_allocated")),
                                                 gib(r.get("peak_reserved")), gib(r.get("tracker_peak")),
                                                 (r.get("error") or r.get("tracker_error") or "")[:150].replace("\n", " ")))
+    print("estimators:", json.dumps(results["estimators"])[:600])
     print("total %.0f s" % (time.time() - start))
 
 
