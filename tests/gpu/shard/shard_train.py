@@ -19,7 +19,9 @@ Modes:
           fully_shard-ed, then the root (the transformer auto-wrap policy's units), to_empty on
           the GPU and initialised in place; --mp bf16: MixedPrecisionPolicy(param_dtype=bf16,
           reduce_dtype=fp32)
-  ddp     the same fake group, DistributedDataParallel(model) with its defaults (25 MiB buckets)
+  ddp     the same fake group, DistributedDataParallel(model) with its defaults (25 MiB buckets),
+          a communication hook that returns each bucket as it is (the fake group's allreduce
+          returns nothing DDP's reducer accepts)
 Each step: random tokens, loss = model(x, labels=x).loss, backward, AdamW step, zero_grad. The
 result (JSON): the peaks torch.cuda.max_memory_allocated/reserved over the whole run, the
 parameters' count, the steps' times; with --tracker (fsdp2 and single), FSDPMemTracker's peak
@@ -101,6 +103,15 @@ def main():
         if a.mode == "ddp":
             from torch.nn.parallel import DistributedDataParallel
             model = DistributedDataParallel(model, device_ids=[0])
+            # The fake group's allreduce hands DDP's reducer no tensor back (2.11: "expected the hook
+            # result is either a Tensor or a TensorList found None"): a hook that returns the bucket
+            # as reduced keeps every buffer DDP makes (its buckets, the gradients' views), only the
+            # collective skipped, as the fake group does for FSDP2.
+            def reduced(_state, bucket):
+                fut = torch.futures.Future()
+                fut.set_result(bucket.buffer())
+                return fut
+            model.register_comm_hook(None, reduced)
     model.train()
     out["parameters"] = sum(p.numel() for p in model.parameters())  # a DTensor's numel is the whole tensor's
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
