@@ -2,6 +2,7 @@
 from, and the native figures it is judged against (shard_train.py, README.md beside this file).
 
   python3 tests/gpu/shard/run.py [--memsnap build/memsnap] [--jobs 5] [--budget 450] [--out DIR]
+                                 [--only GLOB,...]   (the runs whose names match, as the table names them)
 
 From the repository root on a machine with a GPU, PyTorch 2.11 and transformers, build/ prepared by
 tests/gpu/prepare.sh and carried. It runs, five at a time on the one GPU (each process's own
@@ -19,6 +20,7 @@ made from them on the development machine (tests/gpu/shard/compare.py). A table,
 """
 import argparse
 import concurrent.futures as cf
+import fnmatch
 import json
 import os
 import subprocess
@@ -51,6 +53,9 @@ def natives():
                          (["--tracker"] if tracker else [])))
         if tag.endswith("fp32"):
             jobs.append(("native_%s_ddp_2" % tag, ["--model", model, "--mode", "ddp", "--world", "2"]))
+            if model == "gpt2":  # the fake group's DDP against two real ranks over gloo
+                jobs.append(("native_%s_ddp_2_gloo" % tag, ["--model", model, "--mode", "ddp", "--world", "2",
+                                                             "--backend", "gloo"]))
             jobs.append(("native_%s_single" % tag, ["--model", model, "--mode", "single"]))
     return jobs
 
@@ -116,14 +121,18 @@ def main():
     ap.add_argument("--jobs", type=int, default=5)
     ap.add_argument("--budget", type=float, default=450)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--only", default="*")
     a = ap.parse_args()
+    wanted = lambda name: any(fnmatch.fnmatch(name, g) for g in a.only.split(","))
     start = time.time()
     deadline = start + a.budget
     work = tempfile.mkdtemp(prefix="shard-")
     results = {}
     first = RECORDINGS[0]
-    results[first[0]] = run_job(first[0], first[1], a.memsnap, work, deadline, True)[1]
+    if wanted(first[0]):
+        results[first[0]] = run_job(first[0], first[1], a.memsnap, work, deadline, True)[1]
     jobs = [(n, x, True) for n, x in RECORDINGS[1:]] + [(n, x, False) for n, x in natives()]
+    jobs = [j for j in jobs if wanted(j[0])]
     with cf.ThreadPoolExecutor(a.jobs) as pool:
         futs = [pool.submit(run_job, n, x, a.memsnap, work, deadline, rec) for n, x, rec in jobs]
         for f in cf.as_completed(futs):

@@ -19,6 +19,8 @@ Modes:
           fully_shard-ed, then the root (the transformer auto-wrap policy's units), to_empty on
           the GPU and initialised in place; --mp bf16: MixedPrecisionPolicy(param_dtype=bf16,
           reduce_dtype=fp32)
+  --backend gloo: real ranks instead, all on this GPU (each process its own allocator), over gloo;
+          rank 0 reports
   ddp     the same fake group, DistributedDataParallel(model) with its defaults (25 MiB buckets),
           a communication hook that returns each bucket as it is (the fake group's allreduce
           returns nothing DDP's reducer accepts)
@@ -69,15 +71,32 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--tracker", action="store_true")
     ap.add_argument("--result", default="")
+    ap.add_argument("--backend", default="fake", choices=("fake", "gloo"))
     a = ap.parse_args()
+    rank = int(os.environ.get("MEMSNAP_SHARD_RANK", "0"))
+    if a.backend == "gloo" and "MEMSNAP_SHARD_RANK" not in os.environ:
+        # real ranks over gloo, every one on this GPU (each its own allocator): rank 0 reports
+        import subprocess
+        procs = []
+        for r in range(a.world):
+            argv = list(sys.argv[1:])
+            if r and "--result" in argv:
+                i = argv.index("--result")
+                del argv[i:i + 2]
+            env = dict(os.environ, MEMSNAP_SHARD_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+            procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env))
+        sys.exit(max(p.wait() for p in procs))
     from transformers import GPT2LMHeadModel
     cfg, batch, seq = config(a.model)
     batch, seq = a.batch or batch, a.seq or seq
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
-    out = {"model": a.model, "mode": a.mode, "world": a.world, "mp": a.mp, "ac": a.ac, "batch": batch, "seq": seq,
+    out = {"model": a.model, "mode": a.mode, "backend": a.backend, "world": a.world, "mp": a.mp, "ac": a.ac, "batch": batch, "seq": seq,
            "steps": a.steps}
-    if a.mode != "single":
+    if a.mode != "single" and a.backend == "gloo":
+        import torch.distributed as dist
+        dist.init_process_group("gloo", rank=rank, world_size=a.world)
+    elif a.mode != "single":
         import torch.distributed as dist
         from torch.testing._internal.distributed.fake_pg import FakeStore
         dist.init_process_group("fake", rank=0, world_size=a.world, store=FakeStore())
@@ -111,7 +130,8 @@ def main():
                 fut = torch.futures.Future()
                 fut.set_result(bucket.buffer())
                 return fut
-            model.register_comm_hook(None, reduced)
+            if a.backend == "fake":
+                model.register_comm_hook(None, reduced)
     model.train()
     out["parameters"] = sum(p.numel() for p in model.parameters())  # a DTensor's numel is the whole tensor's
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
