@@ -14,9 +14,13 @@ blocks from the snapshot just written: the allocated blocks grouped by allocatio
 the sites whose live blocks were allocated in the history's second half first (most such bytes
 first: what grew), then the rest by live bytes; the newest blocks of a site first, three a site,
 twelve sites. For each block, the Python tensors whose storage lies in it (gc.get_objects), and
-where none does, the tensors saved for backward by the autograd graphs that Python tensors keep
-(their grad_fn's `_saved_*`); then a breadth-first walk up gc.get_referrers from each tensor to a
-root: a module's global, a running frame's local (every thread's), a hook registered on a module
+the autograd graphs that reach it: the tensors saved for backward (SavedVariable, held from C++:
+no Python object refers to them) found down grad_fn -> next_functions from every Python tensor
+with a grad_fn (its nodes' `_saved_*`, a custom Function's saved_tensors, AccumulateGrad's
+`variable`), the outermost such tensor kept (the loss, not an activation inside its graph); then a
+breadth-first walk up gc.get_referrers from each tensor (a block's own, or where its own has no
+Python referrer, the graph's outer tensor: "... -> tensor () float32 -> through its autograd graph
+(grad_fn NllLossBackward0 -> ...) -> saved `result` of LogSoftmaxBackward0") to a root: a module's global, a running frame's local (every thread's), a hook registered on a module
 (_forward_hooks and the others: which module, by its path as memsnap's module record names it), an
 optimizer (its state), a module of the model (its parameters, buffers, attributes: by its path). Containers, closure cells, functions and objects' attributes on the way are
 named in the chain. A walk that ends with no root, having met the same objects again, is a
@@ -257,6 +261,8 @@ class _Walk:
         # their tensors) in a cycle until the collector's next run
         frame = f = None
         self.mine.add(id(self.keep))
+        self.nodes = []  # the autograd nodes saved() met, alive while the walk runs
+        self.mine.add(id(self.nodes))
         self.hook_dicts = {}   # id(dict) -> "forward hook of NAME"
         self.module_names = {}
         self.optimizers = set()
@@ -313,42 +319,115 @@ class _Walk:
                     self.hook_dicts[id(d)] = "%s of %s" % (_HOOK_NAMES[attr], name)
 
     def saved(self, graphs, index, wanted):
-        """Tensors saved for backward (grad_fn's `_saved_*`) by the graphs that `graphs` keep, in the
-        blocks `wanted`: {block: [(owner tensor, description)]}."""
-        out, seen, attrs = {}, set(), {}
-        for owner in graphs:
-            stack = [owner.grad_fn]
-            while stack:
-                if time.monotonic() > self.deadline:
+        """What the autograd graphs of the Python tensors `graphs` (those with a grad_fn) keep in the
+        blocks `wanted`: the tensors their nodes saved for backward (`_saved_*`, a custom
+        Function's saved_tensors, an AccumulateGrad's `variable`), which PyTorch holds from C++
+        (SavedVariable), not from Python. One breadth-first walk down grad_fn -> next_functions for
+        all of them: a node met again is not walked again; where a tensor's grad_fn was met inside
+        an earlier tensor's graph, or an earlier tensor's grad_fn inside this one's, the graphs are
+        joined (parent links), so that a block is told with the outermost tensor whose graph reaches
+        it (the loss, rather than an activation inside its graph) and the nodes between.
+        Returns {block: [(index into graphs, (node names from its grad_fn down), how it is saved)]},
+        the outermost tensor first, a few a block."""
+        parent, names, owner_of, hits = {}, {}, {}, {}
+        nodes = self.nodes  # every node object met, alive while the walk runs: PyTorch makes a node's
+        # Python object when it is asked for and frees it once unused, so an id would be reused
+        attrs, Tensor, steps = {}, self.Tensor, 0
+
+        def match(t, node_id, how):
+            if Tensor is None or not isinstance(t, Tensor):
+                return
+            ptr = _storage_ptr(t)
+            block = index.find(ptr) if ptr else None
+            if block in wanted:
+                found = hits.setdefault(block, [])
+                if len(found) < 4:
+                    found.append((node_id, how))
+
+        for i, owner in enumerate(graphs):
+            try:
+                top = owner.grad_fn
+            except Exception:  # noqa: BLE001
+                continue
+            if top is None:
+                continue
+            nodes.append(top)
+            owner_of.setdefault(id(top), []).append(i)
+            if id(top) in parent:
+                continue  # inside an earlier tensor's graph: walked with it
+            parent[id(top)] = None
+            names[id(top)] = _node_name(top)
+            queue, head = [top], 0
+            while head < len(queue):
+                steps += 1
+                if steps & 255 == 0 and time.monotonic() > self.deadline or steps > 500000:
                     self.cut = True
-                    return out
-                node = stack.pop()
-                if node is None or id(node) in seen or len(seen) > 200000:
-                    continue
-                seen.add(id(node))
+                    return self._owners(hits, parent, names, owner_of)
+                node = queue[head]
+                head += 1
+                nid = id(node)
                 kind = type(node)
-                names = attrs.get(kind)
-                if names is None:
-                    names = attrs[kind] = [a for a in dir(node) if a.startswith("_saved_")]
-                for a in names:
+                saved_names = attrs.get(kind)
+                if saved_names is None:
+                    try:
+                        listed = dir(node)
+                    except Exception:  # noqa: BLE001
+                        listed = ()
+                    saved_names = attrs[kind] = [a for a in listed if a.startswith("_saved_") or
+                                                 a in ("saved_tensors", "variable")]
+                for a in saved_names:
                     try:
                         v = getattr(node, a)
                     except Exception:  # noqa: BLE001 - freed by a backward, or not a tensor
                         continue
+                    how = ("the leaf `variable` of %s" if a == "variable" else "saved tensors of %s"
+                           if a == "saved_tensors" else "saved `" + a[7:] + "` of %s") % names[nid]
                     for t in (v if isinstance(v, (tuple, list)) else (v,)):
-                        if self.Tensor is not None and isinstance(t, self.Tensor):
-                            ptr = _storage_ptr(t)
-                            block = index.find(ptr) if ptr else None
-                            if block in wanted:
-                                name = node.name() if hasattr(node, "name") else kind.__name__
-                                out.setdefault(block, []).append((owner, "saved `%s` of %s" % (a[7:], name)))
-                for nxt in getattr(node, "next_functions", ()) or ():
-                    stack.append(nxt[0] if isinstance(nxt, tuple) else nxt)
-                for t in getattr(node, "saved", ()) or ():  # the stand-in's nodes (tests)
-                    ptr = _storage_ptr(t)
-                    block = index.find(ptr) if ptr else None
-                    if block in wanted:
-                        out.setdefault(block, []).append((owner, "saved by %s" % node.name()))
+                        match(t, nid, how)
+                    del v
+                try:
+                    edges = node.next_functions or ()
+                except Exception:  # noqa: BLE001 - a node without edges
+                    edges = ()
+                for edge in edges:
+                    nxt = edge[0] if isinstance(edge, tuple) else edge
+                    if nxt is None:
+                        continue
+                    nodes.append(nxt)
+                    xid = id(nxt)
+                    if xid in parent:
+                        if parent[xid] is None and xid != id(top) and xid in owner_of:
+                            parent[xid] = nid  # an earlier tensor's graph is inside this one
+                        continue
+                    parent[xid] = nid
+                    names[xid] = _node_name(nxt)
+                    queue.append(nxt)
+                del node, edges
+        return self._owners(hits, parent, names, owner_of)
+
+    @staticmethod
+    def _owners(hits, parent, names, owner_of):
+        """The tensors whose graphs reach each hit (walking up the parent links from the node that
+        saved it), the outermost first, with the node names between: see saved()."""
+        out = {}
+        for block, found in hits.items():
+            rows = []
+            for node_id, how in found:
+                path, k, met = [], node_id, set()
+                while k is not None and k not in met and len(met) < 100000:
+                    met.add(k)
+                    path.append((k, names.get(k, "?")))
+                    k = parent.get(k)
+                path.reverse()  # from the outermost grad_fn down to the node that saved it
+                for j, (k, _name) in enumerate(path):
+                    for i in owner_of.get(k, ()):
+                        rows.append((i, tuple(n for _k, n in path[j:]), how))
+            seen, kept = set(), []
+            for row in rows:
+                if row[0] not in seen:
+                    seen.add(row[0])
+                    kept.append(row)
+            out[block] = kept[:4]
         return out
 
     def _edge(self, child, parent):
@@ -565,16 +644,17 @@ def walk(db_path, seconds):
         w = _Walk(deadline)
         index = _Index(blocks)
         found, graphs = w.scan(index) if blocks else ({}, [])
-        wanted = {b[0] for b in blocks if b[0] not in found}
+        # every block, those with a Python tensor too: PyTorch keeps the Python object of a tensor
+        # its graph saved (an activation a module returned) alive from C++ once Python drops it, so
+        # a tensor found may have no Python referrer, and its graph's outer tensor is the answer
+        wanted = {b[0] for b in blocks}
         saved = w.saved(graphs, index, wanted) if wanted and not w.cut else {}
         w.mine.add(id(saved))
-        for kept in saved.values():
-            w.mine.add(id(kept))
-            w.mine.update(id(pair) for pair in kept)
+        w.mine.update(id(n) for n in w.nodes)  # never a holder: the walk made them
         sources = []
         for address, _size, _stack in blocks:
             sources.extend(found.get(address, [])[:2])
-            sources.extend(pair[0] for pair in saved.get(address, [])[:2])
+            sources.extend(graphs[row[0]] for row in saved.get(address, [])[:2])
         w.mine.add(id(sources))
         up, roots = w.climb(sources)
         del sources
@@ -589,21 +669,22 @@ def walk(db_path, seconds):
                     chains.append((root, steps + ["tensor %s" % _shape(t)], _nbytes(t)))
                 if len(chains) >= _MAX_CHAINS:
                     break
-            if not tensors:
-                kept = saved.get(address, [])
-                for i in range(min(2, len(kept))):
-                    owner, how = kept[i]
+            if not chains:  # no Python referrer: what the graphs that reach it hang from
+                for owner_index, path, how in saved.get(address, [])[:2]:
+                    owner = graphs[owner_index]
                     for root, steps in w.chains(owner, up, roots):
+                        if root == "cycle":
+                            continue
                         chains.append(("autograd", steps + ["tensor %s" % _shape(owner),
-                                                            "its autograd graph (grad_fn %s)" % _fn_name(owner), how],
-                                       0))
+                                                            "through its autograd graph (grad_fn %s)" % _path_text(path),
+                                                            how], 0))
+                    del owner
                     if len(chains) >= _MAX_CHAINS:
                         break
-                    del owner
             if not chains:
-                what = ("%d tensor(s), no root found" % len(tensors) if tensors else
+                what = ("%d tensor(s), no root found%s" % (len(tensors), _kept_by(saved, address)) if tensors else
                         "no Python tensor: held from C++ (an autograd graph no Python tensor keeps, a "
-                        "cache, an extension) or by a tensor made since")
+                        "cache, an extension) or by a tensor made since%s" % _kept_by(saved, address))
                 chains.append(("none", [what], 0))
             for rank, (root, steps, nbytes) in enumerate(chains[:_MAX_CHAINS]):
                 rows.append((stack_id, address, size, nbytes, rank, root, " -> ".join(s for s in steps if s)))
@@ -611,7 +692,7 @@ def walk(db_path, seconds):
                 "holders_blocks": walked, "holders_picked": len(blocks)}
     finally:
         if w is not None:
-            w.keep = None
+            w.keep = w.nodes = None
         if was_enabled:
             gc.enable()
     return rows, meta
@@ -624,12 +705,27 @@ def _shape(t):
         return "of %d bytes" % _nbytes(t)
 
 
-def _fn_name(t):
-    fn = getattr(t, "grad_fn", None)
+def _node_name(node):
     try:
-        return fn.name()
-    except Exception:  # noqa: BLE001
-        return type(fn).__name__
+        return str(node.name())
+    except Exception:  # noqa: BLE001 - a node without name()
+        return type(node).__name__
+
+
+def _path_text(names):
+    """The nodes from a tensor's grad_fn down to the one that saved a block, the middle elided."""
+    if len(names) <= 4:
+        return " -> ".join(names)
+    return "%s -> %s -> ... -> %s (%d nodes down)" % (names[0], names[1], names[-1], len(names) - 1)
+
+
+def _kept_by(saved, address):
+    """"; in the autograd graph of a tensor no root holds (grad_fn X)" where a graph reaches the
+    block but no chain was found from its tensor, else ""."""
+    rows = saved.get(address)
+    if not rows:
+        return ""
+    return "; saved in the autograd graph of a tensor no root was found for (grad_fn %s)" % _path_text(rows[0][1])
 
 
 def add_holders(db_path, seconds):
