@@ -4,6 +4,11 @@
  * own with the sites only it frees: held by reference cycles (docs/guide.md, "What holds a leak";
  * docs/analysis-json.md, `holders`, `gc`).
  *
+ * A kept autograd graph (kept_graphs.c) gets the chains of the sites it holds: those through the
+ * autograd graph of a tensor that Python holds (the loss in a list: "global `eval_outputs` -> list[2]
+ * -> tensor () float32 -> through its autograd graph (grad_fn ...) -> saved `self` of ..."), grouped
+ * by what holds that tensor.
+ *
  * A site's blocks often share one chain but for a list index or a dict key ("list[3]", "list[4]"):
  * chains are grouped by their text with every [...] read alike, the first one shown with the count
  * of blocks alike. Text from the snapshot is neutralised by the reader (read/holders.c).
@@ -51,6 +56,69 @@ static int group_chains(const ms_holder_row *h, size_t n, chain_group *g) {
     }
   }
   return ng;
+}
+
+/* ---- a kept autograd graph's holders -------------------------------------------------------- */
+
+#define THROUGH_GRAPH " -> through its autograd graph"
+
+/* What holds the tensor whose graph keeps a block: the chain before THROUGH_GRAPH (the whole chain
+ * where it has none), into out. */
+static void kept_by(const char *holder, char *out, size_t len) {
+  const char *cut = strstr(holder, THROUGH_GRAPH);
+  size_t n = cut ? (size_t)(cut - holder) : strlen(holder);
+  if (n >= len) n = len - 1;
+  memcpy(out, holder, n);
+  out[n] = 0;
+}
+
+/* The chains of kept graph i's blocks (the sites it holds), grouped: those through a tensor's
+ * autograd graph (root "autograd": the block saved for backward, held from C++) by what holds
+ * that tensor, else any other found (the graph's own output held by a variable); at most
+ * SHOWN_CHAINS groups, how many. */
+static int graph_chains(const ms_analysis *a, size_t i, chain_group *g) {
+  char keys[SHOWN_CHAINS][512], key[512], by[512];
+  int ng = 0;
+  for (int pass = 0; pass < 2 && ng == 0; pass++)
+    for (size_t s = 0; s < a->nsites; s++) {
+      if (a->sites[s].graph != (int32_t)i + 1) continue;
+      const ms_holder_row *h;
+      size_t n = ms_site_holders(a, (uint32_t)s, &h);
+      for (size_t r = 0; r < n; r++) {
+        bool through = strcmp(h[r].root, "autograd") == 0;
+        if (pass == 0 ? !through : strcmp(h[r].root, "none") == 0) continue;
+        kept_by(h[r].holder, by, sizeof by);
+        chain_key(by, key, sizeof key);
+        int k = 0;
+        while (k < ng && strcmp(keys[k], key) != 0) k++;
+        if (k < ng) {
+          g[k].blocks++;
+        } else if (ng < SHOWN_CHAINS) {
+          snprintf(keys[ng], sizeof keys[ng], "%s", key);
+          g[ng] = (chain_group){&h[r], 1};
+          ng++;
+        }
+      }
+    }
+  return ng;
+}
+
+bool ms_graph_kept_by(const ms_analysis *a, size_t i, char *out, size_t len) {
+  chain_group g[SHOWN_CHAINS];
+  if (len) *out = 0;
+  if (!len || graph_chains(a, i, g) == 0) return false;
+  kept_by(g[0].first->holder, out, len);
+  return true;
+}
+
+void ms_report_causes_graph(const ms_analysis *a, size_t i, const char *indent, FILE *out) {
+  chain_group g[SHOWN_CHAINS];
+  int ng = graph_chains(a, i, g);
+  for (int k = 0; k < ng; k++) {
+    fprintf(out, "%s%s %s", indent, k ? "        " : "held by:", g[k].first->holder);
+    if (g[k].blocks > 1) fprintf(out, " (%d blocks alike)", g[k].blocks);
+    fprintf(out, "\n");
+  }
 }
 
 /* "freed only by the garbage collector: N runs freed X" and the fix, for a site held by cycles. */
@@ -136,6 +204,22 @@ void ms_json_causes_site(cJSON *o, const ms_analysis *a, uint32_t site) {
     cJSON_AddNumberToObject(f, "by_collector", gc ? (double)gc->gc_frees : 0);
     cJSON_AddNumberToObject(f, "bytes", gc ? (double)gc->gc_bytes : 0);
     cJSON_AddNumberToObject(f, "runs", gc ? (double)gc->runs : 0);
+  }
+}
+
+void ms_json_causes_graph(cJSON *o, const ms_analysis *a, size_t i) {
+  chain_group g[SHOWN_CHAINS];
+  int ng = graph_chains(a, i, g);
+  cJSON *list = cJSON_AddArrayToObject(o, "holders");
+  for (int k = 0; list && k < ng; k++) {
+    char by[512];
+    cJSON *e = cJSON_CreateObject();
+    kept_by(g[k].first->holder, by, sizeof by);
+    cJSON_AddStringToObject(e, "root", g[k].first->root);
+    cJSON_AddStringToObject(e, "holder", g[k].first->holder);
+    cJSON_AddStringToObject(e, "kept_by", by);
+    cJSON_AddNumberToObject(e, "blocks", g[k].blocks);
+    cJSON_AddItemToArray(list, e);
   }
 }
 

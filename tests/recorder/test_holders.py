@@ -5,7 +5,9 @@ simulated device, read back with sqlite3 and through `memsnap analyze` (text and
 
 Checked: each cause's blocks carry the chain that holds them (a module's forward hook and the
 list its closure holds, a global's closure, a global cache dict, an object's attribute, a kept
-loss's graph, a frame's local, the optimizer's state, a reference cycle no root reaches); the
+loss's graph and an evaluation's, whose saved tensors only the graph's nodes hold, as PyTorch's C++
+holds them: the list holding the loss or output, then down its grad_fn; the kept graph candidate
+names that list), a frame's local, the optimizer's state, a reference cycle no root reaches); the
 walk's meta keys; the gc events (begin and end, generation 2 for gc.collect, objects collected);
 the analysis names each candidate's holder under it, the site only the collector frees as held by
 reference cycles, in text and JSON. Every way a snapshot is written in the process gets holders:
@@ -40,6 +42,7 @@ for var in ("MEMSNAP_DUMP", "MEMSNAP_DUMP_ON_OOM", "MEMSNAP_DUMP_SIGNAL", "MEMSN
 KiB = 1024
 HOOK, CLOSURE, CACHE, ATTR, CYCLE, SAVED, LOCAL = (1024 * KiB, 1088 * KiB, 1152 * KiB, 1216 * KiB, 1280 * KiB,
                                                     1344 * KiB, 1408 * KiB)
+EVAL = 512 * KiB
 GC = 19
 
 
@@ -84,8 +87,16 @@ check("a closure: the global function and its closure's list",
 check("a global cache dict, by its key", has(h, CACHE, "global", "global `_cache` of causes_train.py -> dict[5]"), h.get(CACHE))
 check("an object's attribute across steps", has(h, ATTR, "global", "global `trainer`", "attribute `last` of Trainer"),
       h.get(ATTR))
-check("a kept loss's graph: the list, the loss, its grad_fn, what it saved",
-      has(h, SAVED, "global", "global `losses`", "attribute `grad_fn`", "saved"), h.get(SAVED))
+check("a kept loss's graph (its saved tensor held only by the node, as PyTorch's C++ holds it): the list, the loss, "
+      "through its grad_fn, what it saved",
+      has(h, SAVED, "autograd", "global `losses` of causes_train.py -> list[", "-> tensor of 4 bytes -> through its autograd "
+          "graph (grad_fn EvalBackward0) -> saved `self` of EvalBackward0"), h.get(SAVED))
+check("an evaluation's kept graph: a GELU's saved input, reached from the output in `eval_outputs` down its graph "
+      "(next_functions: the nodes' Python objects made on demand, as PyTorch's are)",
+      has(h, EVAL, "autograd", "global `eval_outputs` of causes_train.py -> list[", "tensor of 524288 bytes -> through its "
+          "autograd graph (grad_fn GeluBackward0 -> AddmmBackward0 -> GeluBackward0) -> saved `self` of GeluBackward0") and
+      has(h, EVAL, "autograd", "global `eval_outputs`", "(grad_fn GeluBackward0) -> saved `self` of GeluBackward0"),
+      h.get(EVAL))
 check("a frame's local while the snapshot is written", has(h, LOCAL, "local", "local `keep` of finish (causes_train.py:"),
       h.get(LOCAL))
 check("the optimizer's state", any(r == "optimizer" and "state of optimizer AdamW" in c and "exp_avg" in c
@@ -112,6 +123,15 @@ check("analyze: the hook's leak named with its holder under it",
       "held by: forward hook of Net.head -> closure variable `store` of <lambda>" in text, text[-3000:])
 check("analyze: the cache's leak, with the blocks alike counted",
       "held by: global `_cache` of causes_train.py -> dict[" in text and "blocks alike)" in text)
+graphs_part = text[text.find("autograd graphs kept alive"):text.find("  allocation sites:")]
+check("analyze: the evaluation's kept graph candidate says what keeps it: the list holding its output, through its graph",
+      "G1. 6.00 MiB in 2 autograd graphs kept alive: the forward of Scorer" in graphs_part and
+      "what it returned is kept by global `eval_outputs` of causes_train.py -> list[" in graphs_part and
+      "     held by: global `eval_outputs` of causes_train.py -> list[" in graphs_part and
+      "through its autograd graph (grad_fn GeluBackward0" in graphs_part, graphs_part)
+check("analyze: the kept loss's candidate, its holder through the loss's graph",
+      "held by: global `losses` of causes_train.py -> list[0] -> tensor of 4 bytes -> through its autograd graph "
+      "(grad_fn EvalBackward0) -> saved `self` of EvalBackward0 (3 blocks alike)" in text)
 check("analyze: the garbage collector's section, the cycle site held by reference cycles with its fix",
       "garbage collector\n  2 runs recorded; 2 freed device memory" in text and
       "held by reference cycles: only the garbage collector freed it" in text and "gc.collect() every N steps" in text,
@@ -122,7 +142,12 @@ for entry in js.get("leaks", []) + js.get("held", []):
     for hh in entry.get("holders", []):
         by_root.setdefault(hh["root"], []).append(hh["holder"])
 check("JSON: the candidates' holders by root kind",
-      {"hook", "global", "optimizer", "cycle"} <= set(by_root), sorted(by_root))
+      {"hook", "global", "optimizer", "cycle", "autograd"} <= set(by_root), sorted(by_root))
+kg = (js.get("kept_graphs") or [{}])[0].get("holders") or [{}]
+check("JSON: the kept graph's holders: root autograd, what keeps its tensor, the blocks alike",
+      kg[0].get("root") == "autograd" and kg[0].get("kept_by", "").startswith("global `eval_outputs` of causes_train.py -> list[")
+      and kg[0].get("holder", "").startswith(kg[0].get("kept_by", "?") + " -> through its autograd graph") and
+      kg[0].get("blocks", 0) >= 4, kg)
 gcj = js.get("gc", {})
 check("JSON: the collector's runs, those that freed memory, the cycle site",
       gcj.get("runs") == 2 and gcj.get("runs_freeing") == 2 and len(gcj.get("freeing_runs", [])) == 2 and

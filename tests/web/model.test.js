@@ -387,6 +387,12 @@ test("a kept autograd graph in the text report's words: bytes, graphs, the forwa
     "for backward; use torch.no_grad() for that forward, or keep loss.item() instead of the loss");
   const one = Model.keptGraphText({ ...g, graphs: 1, forward_module: "Net", last_iteration: 3, forward_called_at: null });
   assert.ok(one.startsWith("480.00 MiB in 1 autograd graph kept alive: the forward of Net ran with grad enabled and no backward (iteration 3);"), one);
+  // its holders: what keeps the tensor whose graph it is, in the sentence and as lines under it
+  const held = { ...g, holders: [{ root: "autograd", kept_by: "global `eval_outputs` of train.py -> list[2] -> tensor () float32", blocks: 9,
+    holder: "global `eval_outputs` of train.py -> list[2] -> tensor () float32 -> through its autograd graph (grad_fn NllLossBackward0) -> saved `self` of NllLossBackward0" }] };
+  assert.ok(Model.keptGraphText(held).includes("(iterations 3 to 11); what it returned is kept by global `eval_outputs` of train.py -> list[2] -> tensor () float32, " +
+    "and with it every tensor it saved for backward;"), Model.keptGraphText(held));
+  assert.deepStrictEqual(Model.causeLines(held), ["held by: " + held.holders[0].holder + " (9 blocks alike)"]);
 });
 
 // The page of a prediction (memsnap predict --html): its document's parts the data code reads.

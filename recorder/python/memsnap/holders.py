@@ -13,7 +13,7 @@ turns it off). The recorder does not know the analyzer's leak candidates, so the
 blocks from the snapshot just written: the allocated blocks grouped by allocation site (stack),
 the sites whose live blocks were allocated in the history's second half first (most such bytes
 first: what grew), then the rest by live bytes; the newest blocks of a site first, three a site,
-twelve sites. For each block, the Python tensors whose storage lies in it (gc.get_objects), and
+sixteen sites. For each block, the Python tensors whose storage lies in it (gc.get_objects), and
 the autograd graphs that reach it: the tensors saved for backward (SavedVariable, held from C++:
 no Python object refers to them) found down grad_fn -> next_functions from every Python tensor
 with a grad_fn (its nodes' `_saved_*`, a custom Function's saved_tensors, AccumulateGrad's
@@ -47,7 +47,7 @@ import warnings
 _lib = None
 _hook = None          # the C callback, kept alive while the library may call it
 _gc_on = False        # the gc callback is in gc.callbacks
-_MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _FRONTIER = 12, 3, 3, 12, 128
+_MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _FRONTIER = 16, 3, 3, 12, 128
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
                "_forward_hooks_with_kwargs", "_state_dict_hooks", "_load_state_dict_pre_hooks")
 _HOOK_NAMES = {"_forward_hooks": "forward hook", "_forward_pre_hooks": "forward pre-hook",
@@ -327,8 +327,8 @@ class _Walk:
         an earlier tensor's graph, or an earlier tensor's grad_fn inside this one's, the graphs are
         joined (parent links), so that a block is told with the outermost tensor whose graph reaches
         it (the loss, rather than an activation inside its graph) and the nodes between.
-        Returns {block: [(index into graphs, (node names from its grad_fn down), how it is saved)]},
-        the outermost tensor first, a few a block."""
+        Returns {block: [(index into graphs, (node names from its grad_fn down), how it is saved,
+        the saved tensor's bytes)]}, the outermost tensor first, a few a block."""
         parent, names, owner_of, hits = {}, {}, {}, {}
         nodes = self.nodes  # every node object met, alive while the walk runs: PyTorch makes a node's
         # Python object when it is asked for and frees it once unused, so an id would be reused
@@ -342,7 +342,7 @@ class _Walk:
             if block in wanted:
                 found = hits.setdefault(block, [])
                 if len(found) < 4:
-                    found.append((node_id, how))
+                    found.append((node_id, how, _nbytes(t)))
 
         for i, owner in enumerate(graphs):
             try:
@@ -412,7 +412,7 @@ class _Walk:
         out = {}
         for block, found in hits.items():
             rows = []
-            for node_id, how in found:
+            for node_id, how, nbytes in found:
                 path, k, met = [], node_id, set()
                 while k is not None and k not in met and len(met) < 100000:
                     met.add(k)
@@ -421,7 +421,7 @@ class _Walk:
                 path.reverse()  # from the outermost grad_fn down to the node that saved it
                 for j, (k, _name) in enumerate(path):
                     for i in owner_of.get(k, ()):
-                        rows.append((i, tuple(n for _k, n in path[j:]), how))
+                        rows.append((i, tuple(n for _k, n in path[j:]), how, nbytes))
             seen, kept = set(), []
             for row in rows:
                 if row[0] not in seen:
@@ -670,16 +670,16 @@ def walk(db_path, seconds):
                 if len(chains) >= _MAX_CHAINS:
                     break
             if not chains:  # no Python referrer: what the graphs that reach it hang from
-                for owner_index, path, how in saved.get(address, [])[:2]:
+                for owner_index, path, how, nbytes in saved.get(address, [])[:2]:
                     owner = graphs[owner_index]
                     for root, steps in w.chains(owner, up, roots):
                         if root == "cycle":
                             continue
                         chains.append(("autograd", steps + ["tensor %s" % _shape(owner),
                                                             "through its autograd graph (grad_fn %s)" % _path_text(path),
-                                                            how], 0))
+                                                            how], nbytes))
                     del owner
-                    if len(chains) >= _MAX_CHAINS:
+                    if chains:  # the outermost tensor that a root holds: the ones inside its graph add nothing
                         break
             if not chains:
                 what = ("%d tensor(s), no root found%s" % (len(tensors), _kept_by(saved, address)) if tensors else
