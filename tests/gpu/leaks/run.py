@@ -15,11 +15,12 @@ What "named first" means for each cause (the JSON's keys: docs/analysis-json.md)
                                     chain names the cause's holder: the list `features` or the
                                     forward hook of transformer.h.5; the closure variable
                                     `history`; the global `_cache`; Trainer's attribute `history`
-  kept_loss, eval_every_k           the first candidate (`leaks[0]`, else `held[0]`) has a holder
-                                    naming the list that keeps the loss (`val_losses`,
-                                    `eval_outputs`): the autograd graph through it; or the first
-                                    candidate is in the first graph kept without a backward
-                                    (`kept_graph` 0 of `kept_graphs`)
+  kept_loss, eval_every_k           the first graph kept without a backward (`kept_graphs[0]`) has
+                                    a holder through the loss's autograd graph (root `autograd`)
+                                    whose `kept_by` names the list that keeps the loss
+                                    (`val_losses`, `eval_outputs`), and the first candidate
+                                    (`leaks[0]`, else `held[0]`) is in that graph (`kept_graph` 0)
+                                    or has a holder naming the list
   node_cycle, awaitable             the first site the collector alone frees (`gc.cycle_sites[0]`)
                                     or the first candidate marked `reference_cycles` is the cause's
                                     line in leak_program.py
@@ -93,8 +94,15 @@ def judge(cause, js):
         graph = bool(graphs) and first.get("kept_graph") == 0  # the first candidate is in kept graph G1
         every = first.get("every")
         text = holders_text(first)
-        return (any(w in text for w in words) or graph), said, (text[:140] or "no holder") + (
-            " [in kept graph G1: %s in %s graphs]" % (_mib(graphs[0].get("live_bytes", 0)), graphs[0].get("graphs")) if graph else "") + (
+        # what keeps G1: the list holding the loss, found down the loss's autograd graph (the saved
+        # tensors are held from C++: no Python referrer leads to them)
+        kept = [h for h in (graphs[0].get("holders", []) if graphs else []) if h.get("root") == "autograd"]
+        by = kept[0].get("kept_by", "") if kept else ""
+        named = any(w in by for w in words) and "through its autograd graph (grad_fn " in kept[0].get("holder", "")
+        return (named and (graph or any(w in text for w in words))), said, (
+            "G1 kept by %s" % by[:90] if by else "G1 with no holder" if graphs else "no kept graph") + (
+            " [G1: %s in %s graphs; first candidate %s]" % (_mib(graphs[0].get("live_bytes", 0)), graphs[0].get("graphs"),
+                                                           "in it" if graph else "not in it") if graphs else "") + (
             " [every %s iterations]" % every.get("iterations") if every else "")
     first = leaks[0] if leaks else {}
     text = holders_text(first)
