@@ -6,7 +6,10 @@ install(lib) is called once by memsnap.load(). It sets the library's dump hook
 (memsnap_set_dump_hook), called after every snapshot this process writes (memsnap.dump(), the
 exit dump, the dump signal's, `memsnap dump PID`'s, the out-of-memory dump) with the path written,
 and adds a gc.callbacks entry that records each run of the collector (memsnap_gc_event: begins,
-ends, generation, objects collected) while the history records (MEMSNAP_GC_EVENTS=0: not).
+ends, generation, objects collected) while the history records (MEMSNAP_GC_EVENTS=0: not), and
+with MEMSNAP_GC_CYCLES=1 keeps the reference cycles holding CUDA tensors that each run freed
+(cycles.py: the run's end then comes after the second collection that frees them; the gc_cycles
+table of each snapshot).
 
 The holder walk (walk(), run by the hook within MEMSNAP_HOLDERS_TIME seconds, 5 by default; 0
 turns it off). The recorder does not know the analyzer's leak candidates, so the walk picks its
@@ -44,9 +47,13 @@ import time
 import types
 import warnings
 
+from . import cycles
+
 _lib = None
 _hook = None          # the C callback, kept alive while the library may call it
 _gc_on = False        # the gc callback is in gc.callbacks
+_events_on = False    # it records the collector's runs (MEMSNAP_GC_EVENTS)
+_cycles_on = False    # it keeps the cycles holding CUDA tensors each run freed (MEMSNAP_GC_CYCLES: cycles.py)
 _MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _FRONTIER = 16, 3, 3, 12, 128
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
                "_forward_hooks_with_kwargs", "_state_dict_hooks", "_load_state_dict_pre_hooks")
@@ -71,21 +78,37 @@ def _option(name, default):
 
 # ---- the garbage collector's runs ------------------------------------------------------------
 
+def _event(what, generation, collected, uncollectable):
+    if _events_on:
+        _lib.memsnap_gc_event(what, generation, collected, uncollectable)
+
+
 def _gc_callback(phase, info):
     try:
-        _lib.memsnap_gc_event(0 if phase == "start" else 1, int(info.get("generation", 0)),
-                              int(info.get("collected", 0)), int(info.get("uncollectable", 0)))
+        generation = int(info.get("generation", 0))
+        if _cycles_on:  # the run's end comes after cycles.py freed what it saved
+            if phase == "start":
+                cycles.start(info, lambda: _event(0, generation, 0, 0))
+            else:
+                uncollectable = int(info.get("uncollectable", 0))
+                cycles.stop(info, lambda collected: _event(1, generation, collected, uncollectable))
+            return
+        _event(0 if phase == "start" else 1, generation, int(info.get("collected", 0)), int(info.get("uncollectable", 0)))
     except Exception:  # noqa: BLE001 - never break a collection for an event
         pass
 
 
-def gc_events(on):
-    """Adds (on) or removes the gc.callbacks entry that records the collector's runs."""
-    global _gc_on
-    if on and not _gc_on and _lib is not None and hasattr(_lib, "memsnap_gc_event"):
+def gc_events(on, keep_cycles=False):
+    """Adds (on) or removes the gc.callbacks entry that records the collector's runs, and with
+    keep_cycles, the cycles holding CUDA tensors that each run freed (cycles.py)."""
+    global _gc_on, _events_on, _cycles_on
+    usable = _lib is not None and hasattr(_lib, "memsnap_gc_event")
+    _events_on = bool(on) and usable
+    _cycles_on = bool(keep_cycles) and usable
+    if (_events_on or _cycles_on) and not _gc_on:
         gc.callbacks.append(_gc_callback)
         _gc_on = True
-    elif not on and _gc_on:
+    elif not (_events_on or _cycles_on) and _gc_on:
         try:
             gc.callbacks.remove(_gc_callback)
         except ValueError:
@@ -98,7 +121,7 @@ def gc_events(on):
 def _on_dump(path, _arg):
     try:
         seconds = float(_option("holders_time", "5"))
-        if seconds > 0 and path:
+        if path and (seconds > 0 or _cycles_on):
             add_holders(os.fsdecode(path), seconds)
     except Exception:  # noqa: BLE001 - a snapshot without holders, never a broken program
         pass
@@ -125,7 +148,7 @@ def install(lib):
     if hasattr(lib, "memsnap_set_dump_hook"):
         _hook = DUMP_HOOK(_on_dump)
         lib.memsnap_set_dump_hook(_hook, None)
-    gc_events(_option("gc_events", "1") == "1")
+    gc_events(_option("gc_events", "1") == "1", _option("gc_cycles", "0") == "1")
     atexit.register(_at_exit)
 
 
@@ -729,18 +752,24 @@ def _kept_by(saved, address):
 
 
 def add_holders(db_path, seconds):
-    """Walks and writes the holders table (and its meta keys) into the snapshot at db_path."""
-    with warnings.catch_warnings():  # the walk's isinstance and getattr on every object: a deprecated
-        warnings.simplefilter("ignore")  # module attribute warns (torch.distributed.reduce_op), not the program's
-        rows, meta = walk(db_path, seconds)
+    """Walks (seconds > 0) and writes the holders table (and its meta keys) into the snapshot at
+    db_path, and with MEMSNAP_GC_CYCLES the cycles kept so far (the gc_cycles table: cycles.py)."""
+    rows, meta = [], {}
+    if seconds > 0:
+        with warnings.catch_warnings():  # the walk's isinstance and getattr on every object: a deprecated
+            warnings.simplefilter("ignore")  # module attribute warns (torch.distributed.reduce_op), not the program's
+            rows, meta = walk(db_path, seconds)
     c = sqlite3.connect(db_path)
     try:
         with c:
-            c.execute(HOLDERS_SQL)
-            c.execute("DELETE FROM holders")
-            c.executemany("INSERT INTO holders(stack_id, address, size, tensor_bytes, rank, root, holder) "
-                          "VALUES(?,?,?,?,?,?,?)", rows)
-            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", sorted(meta.items()))
+            if seconds > 0:
+                c.execute(HOLDERS_SQL)
+                c.execute("DELETE FROM holders")
+                c.executemany("INSERT INTO holders(stack_id, address, size, tensor_bytes, rank, root, holder) "
+                              "VALUES(?,?,?,?,?,?,?)", rows)
+                c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", sorted(meta.items()))
+            if _cycles_on:
+                cycles.write(c)
     finally:
         c.close()
     return rows, meta
