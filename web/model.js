@@ -623,9 +623,9 @@ const Model = {
       perIteration: v.length > 1 ? (v[v.length - 1] - v[0]) / (v.length - 1) : 0 };
   },
 
-  // What holds a leak candidate, as lines of text (the JSON's holders, reference_cycles and
-  // gc_frees: docs/analysis-json.md): each holder chain with the blocks alike, then the reference
-  // cycles' line and its fix. Empty when the snapshot says nothing of it.
+  // What holds a leak candidate, as lines of text (the JSON's holders, reference_cycles, gc_frees
+  // and cycles: docs/analysis-json.md): each holder chain with the blocks alike, then the reference
+  // cycles' line and its fix, then the cycles the collector found holding its tensors. Empty when the snapshot says nothing of it.
   causeLines(leak) {  // a kept graph (kept_graphs) too: its holders alone
     const out = [];
     (leak && leak.holders || []).forEach((h, i) => {
@@ -637,6 +637,10 @@ const Model = {
         g.frees + " frees, " + Model.formatBytes(g.bytes) + ", in " + g.runs + " runs)" : "its tensors are reachable only from objects that refer to each other") +
         "; fix: break the cycle where it is made, or call gc.collect() every N steps");
     }
+    (leak && leak.cycles || []).forEach((c) => { // the cycles the collector found (MEMSNAP_GC_CYCLES)
+      out.push("cycle: " + c.types + ": " + c.edges + " (" + c.cycles + " cycle" + (c.cycles === 1 ? "" : "s") + ", " + c.tensors +
+        " CUDA tensor" + (c.tensors === 1 ? "" : "s") + ", " + Model.formatBytes(c.tensor_bytes) + ")");
+    });
     return out;
   },
 

@@ -473,6 +473,10 @@ test("what holds a leak: holder chains, reference cycles and the collector's run
     "also held by: forward hook of GPT2LMHeadModel.transformer.h.5 -> <img src=x onerror=alert(1)>"]); // text, shown with textContent
   assert.ok(lines[2].startsWith("held by reference cycles: only the garbage collector freed it (4 of 4 frees, 20.00 MiB, in 2 runs)"), lines[2]);
   assert.ok(lines[2].includes("gc.collect()"), lines[2]);
+  // the cycles the collector found holding its tensors (MEMSNAP_GC_CYCLES), after the cycles' line
+  const cyc = { ...leak, cycles: [{ types: "2 Node, 1 Tensor", edges: "Node.data -> Tensor; Node.next -> Node", objects: 3, cycles: 4, tensors: 4,
+    tensor_bytes: 20 << 20, generation: 2 }] };
+  assert.deepStrictEqual(Model.causeLines(cyc).slice(3), ["cycle: 2 Node, 1 Tensor: Node.data -> Tensor; Node.next -> Node (4 cycles, 4 CUDA tensors, 20.00 MiB)"]);
   assert.deepStrictEqual(Model.causeLines({ holders: [], reference_cycles: false }), []);
   assert.deepStrictEqual(Model.causeLines({}), []); // a page of an older snapshot
   assert.deepStrictEqual(Model.gcMarkers({ gc: { freeing_runs: [{ start_ns: 5, generation: 2, freed_bytes: 1 << 20 }] } }),

@@ -2,24 +2,25 @@
 collector (MEMSNAP_GC_CYCLES=1, off by default: docs/options.md says its cost; docs/pytorch.md,
 "Holders and reference cycles"; the gc_cycles table of docs/snapshot-format.md).
 
-How (as torch.utils.viz._cycles.observe_garbage does it): when a run starts, gc.DEBUG_SAVEALL is
-set, so the collector puts what it found unreachable into gc.garbage instead of freeing it; when it
-stops, a profile function (sys.setprofile, this thread only) is set that runs at the thread's first
-call or return outside the collector (no gc callback's frame on the stack: a collection started
-from within one finds one in progress and does nothing):
-there the new entries of gc.garbage are described (the CUDA tensors among them and the objects
-that reach them: their types, the attributes and items joining them, the tensors' storage
-pointers and bytes, grouped into cycles), taken out of gc.garbage and dropped, DEBUG_SAVEALL
-reset, and the objects freed for real by a collection of the next older generation (where the
-collector moved them; a full one when that found fewer than were saved). The tensors' memory is
-freed in that collection: the run's end event (memsnap_gc_event, holders.py) is recorded after it,
-so that its frees count as the run's. Collections this module runs itself record nothing, and a
-run that starts before the profile function ran joins the run pending.
+How: when a run starts, gc.DEBUG_SAVEALL is set, so the collector puts what it found unreachable
+into gc.garbage instead of freeing it (as torch.utils.viz._cycles.observe_garbage does). When it
+stops, still inside its callbacks: the new entries of gc.garbage are described (the CUDA tensors
+among them and the objects that reach them: their types, the attributes and items joining them,
+the tensors' storage pointers and bytes, grouped into cycles), then freed here, as the collector
+would have: DEBUG_SAVEALL reset, the references among them cleared (an object's attributes, a
+list's, dict's or set's items, a closure cell's contents: nothing outside the garbage can see
+them), and they are taken out of gc.garbage: they go at once, their tensors with them, on the
+run's thread before its end event (holders.py records it after this), so that the analysis counts
+those frees as the run's. PyTorch's way runs a second collection from a profile function set in
+the callback; replacing the profile function there crashed Python 3.11 here, and a thread of our
+own made the runs' order depend on the scheduler. What this cannot clear (a cycle only through
+tuples or C objects) stays unreachable, and the collector's next run of the next generation frees
+it.
 
 Rows are kept in memory (CYCLES_MAX of them, then counted as dropped) and written into each
-snapshot the process writes (write()). The cost: the second collection of each run, the
-description of runs whose garbage holds a CUDA tensor, and the saved objects' memory until the
-second collection; BENCHMARKS.md measures it on a GPT-2 step (tests/gpu/leaks/cost.py).
+snapshot the process writes (write()). The cost: each run's garbage held until its end and walked
+once (cleared), and the description of runs whose garbage holds a CUDA tensor; BENCHMARKS.md
+measures it on a GPT-2 step (tests/gpu/leaks/cost.py).
 """
 import gc
 import os
@@ -35,87 +36,62 @@ CYCLES_SQL = ("CREATE TABLE IF NOT EXISTS gc_cycles(id INTEGER PRIMARY KEY, run 
 
 _rows = []           # (run, generation, objects, tensors, tensor_bytes, address, addresses, types, edges)
 _lock = threading.Lock()
-_state = {"runs": 0, "described": 0, "dropped": 0, "ns": 0, "busy": False, "pending": None}
+_state = {"runs": 0, "described": 0, "dropped": 0, "ns": 0, "mark": None}
 
 
-def start(info, begin):
-    """A run begins (gc.callbacks' "start"). Returns False when it is one of this module's own
-    collections or joins a pending run (no begin event then); else saves what the run finds and
-    calls begin()."""
-    if _state["busy"]:
-        return False
-    if _state["pending"] is not None and _state["pending"]["thread"] == threading.get_ident():
-        return False  # the last run's profile function has not run yet: this one joins it
-    _state["mark"] = len(gc.garbage)
-    gc.set_debug(gc.get_debug() | gc.DEBUG_SAVEALL)
-    begin()
-    return True
-
-
-def stop(info, end):
-    """A run stops (gc.callbacks' "stop"): its objects are in gc.garbage; the profile function that
-    describes and frees them, then calls end(collected), is set (once a pending run)."""
-    if _state["busy"]:
+def phase(what, info):
+    """A run begins (what "start") or stops ("stop"), as gc.callbacks say: at its start the
+    collector is told to save what it finds; at its stop that is described and freed. A run that
+    starts with DEBUG_SAVEALL set already (the program's own) is left alone."""
+    if what == "start":
+        _state["mark"] = None
+        if not gc.get_debug() & gc.DEBUG_SAVEALL:
+            _state["mark"] = len(gc.garbage)
+            gc.set_debug(gc.get_debug() | gc.DEBUG_SAVEALL)
         return
-    if _state["pending"] is not None:
-        if _state["pending"]["thread"] != threading.get_ident():  # another thread's run, begun and
-            end(int(info.get("collected", 0)))  # ended here: what it saved goes with the pending run
+    mark, _state["mark"] = _state["mark"], None
+    if mark is None:
         return
-    pending = {"thread": threading.get_ident(), "generation": int(info.get("generation", 0)),
-               "mark": _state.get("mark", 0), "end": end, "previous": sys.getprofile()}
-    _state["pending"] = pending
-    # the collection is over once no gc callback's frame is on the stack (the first events are the
-    # callbacks' own returns: a collection started from there would find one in progress and do nothing)
-    codes = set()
-    for cb in gc.callbacks:
-        code = getattr(getattr(cb, "__func__", cb), "__code__", None)
-        if code is not None:
-            codes.add(code)
-
-    def after(frame, event, arg):
-        previous = pending["previous"]
-        f = frame
-        while f is not None:
-            if f.f_code in codes:
-                return previous(frame, event, arg) if previous is not None else None
-            f = f.f_back
-        del f
-        sys.setprofile(previous)
-        _finish(pending)
-        if previous is not None:
-            return previous(frame, event, arg)
-        return None
-    sys.setprofile(after)
-
-
-def _finish(pending):
-    _state["busy"] = True
     t0 = time.monotonic_ns()
-    collected = 0
+    gc.set_debug(gc.get_debug() & ~gc.DEBUG_SAVEALL)
+    garbage = gc.garbage[mark:]
     try:
-        garbage = gc.garbage[pending["mark"]:]
-        del gc.garbage[pending["mark"]:]
-        gc.set_debug(gc.get_debug() & ~gc.DEBUG_SAVEALL)
         _state["runs"] += 1
-        saved = len(garbage)
-        try:
-            if garbage:
-                _describe(garbage, _state["runs"], pending["generation"])
-        except Exception:  # noqa: BLE001 - a run without its cycles, never a broken program
-            pass
-        del garbage
-        generation = min(pending["generation"] + 1, 2)
-        collected = gc.collect(generation)  # the saved objects, freed for real: their tensors' frees
-        if collected < saved and generation < 2:
-            collected += gc.collect()
+        if garbage:
+            try:
+                _describe(garbage, _state["runs"], int(info.get("generation", 0)))
+            except Exception:  # noqa: BLE001 - a run without its cycles, never a broken program
+                pass
+            _clear(garbage)
     finally:
-        _state["pending"] = None
-        _state["busy"] = False
+        del gc.garbage[mark:]
+        del garbage  # the objects go here, their tensors with them
         _state["ns"] += time.monotonic_ns() - t0
+
+
+def _clear(objects):
+    """Clears the references among `objects` (a collection's unreachable objects, saved): what the
+    collector's tp_clear would do, for the objects Python can clear."""
+    for o in objects:
         try:
-            pending["end"](collected)
-        except Exception:  # noqa: BLE001
-            pass
+            if isinstance(o, (dict, list, set)):
+                o.clear()
+            elif isinstance(o, types.CellType):
+                o.cell_contents = None
+            elif isinstance(o, (type, types.ModuleType, types.FrameType, tuple, frozenset, str, bytes)):
+                continue
+            else:
+                d = object.__getattribute__(o, "__dict__") if hasattr(type(o), "__dict__") else None
+                if isinstance(d, dict):
+                    d.clear()
+                for slot in getattr(type(o), "__slots__", ()) or ():
+                    if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+                        try:
+                            object.__delattr__(o, slot)
+                        except (AttributeError, TypeError):
+                            pass
+        except Exception:  # noqa: BLE001 - one that cannot be cleared: the next collection frees it
+            continue
 
 
 def _cuda_tensor(obj, Tensor):

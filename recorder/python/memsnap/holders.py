@@ -8,8 +8,8 @@ exit dump, the dump signal's, `memsnap dump PID`'s, the out-of-memory dump) with
 and adds a gc.callbacks entry that records each run of the collector (memsnap_gc_event: begins,
 ends, generation, objects collected) while the history records (MEMSNAP_GC_EVENTS=0: not), and
 with MEMSNAP_GC_CYCLES=1 keeps the reference cycles holding CUDA tensors that each run freed
-(cycles.py: the run's end then comes after the second collection that frees them; the gc_cycles
-table of each snapshot).
+(cycles.py: the collector saves what it finds, which is described and freed at the run's stop,
+before its end event; the gc_cycles table of each snapshot).
 
 The holder walk (walk(), run by the hook within MEMSNAP_HOLDERS_TIME seconds, 5 by default; 0
 turns it off). The recorder does not know the analyzer's leak candidates, so the walk picks its
@@ -86,13 +86,8 @@ def _event(what, generation, collected, uncollectable):
 def _gc_callback(phase, info):
     try:
         generation = int(info.get("generation", 0))
-        if _cycles_on:  # the run's end comes after cycles.py freed what it saved
-            if phase == "start":
-                cycles.start(info, lambda: _event(0, generation, 0, 0))
-            else:
-                uncollectable = int(info.get("uncollectable", 0))
-                cycles.stop(info, lambda collected: _event(1, generation, collected, uncollectable))
-            return
+        if _cycles_on:  # at the stop, what the run saved is described and freed before its end event
+            cycles.phase(phase, info)
         _event(0 if phase == "start" else 1, generation, int(info.get("collected", 0)), int(info.get("uncollectable", 0)))
     except Exception:  # noqa: BLE001 - never break a collection for an event
         pass

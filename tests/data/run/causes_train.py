@@ -40,6 +40,7 @@ db = args[0]
 steps = int(args[1]) if len(args) > 1 and args[1].isdigit() else 6
 how = next((a for a in args[1:] if a in ("dump", "exit", "signal", "oom")), "dump")
 
+gc.disable()  # the collector runs where the loop says: every 3 steps (steps 1, 4...), never by itself
 memsnap.enable()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -106,7 +107,6 @@ optimizer = torch.optim.AdamW(model.parameters())
 trainer = Trainer()
 w = torch.empty(64, requires_grad=True)
 
-gc.disable()  # the collector runs where the loop says: every 3 steps (steps 1, 4...), never by itself
 for step in range(steps):
     memsnap.mark("step")
     out = model(torch.empty(4096))

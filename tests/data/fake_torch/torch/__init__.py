@@ -42,6 +42,7 @@ It mirrors PyTorch 2.11's layering, written from its sources, for what memsnap t
   when its stand-in flag `found_inf` is set, as PyTorch's does when gradients hold inf or NaN.
 """
 import ctypes
+import gc
 import itertools
 import os
 import sys
@@ -105,7 +106,7 @@ class _PluggableAllocator(_CUDAAllocator):
         self._malloc = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(alloc_fn)
         self._free = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(free_fn)
         self._metadata = {}  # allocation_metadata_: ptr -> (size, device, stream)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered where a collection inside it frees a tensor
         self._fns = {}
         self.initialized_ = False
 
@@ -567,7 +568,11 @@ class RemovableHandle:
 
 class _Storage:
     """A tensor's memory (c10::StorageImpl): freed when the last tensor or saved variable holding it
-    goes, as PyTorch's is."""
+    goes, as PyTorch's is. Python's collector runs __del__ on what it finds unreachable before
+    freeing it, even when it saves it instead (gc.DEBUG_SAVEALL, as torch.utils.viz._cycles and
+    MEMSNAP_GC_CYCLES set); PyTorch's tensors have no such finalizer and are freed only when the
+    objects holding them are cleared. So a storage finalized by a saving collection is freed later,
+    when the collection that clears it runs (a weak reference's callback)."""
 
     def __init__(self, nbytes):
         self.alloc = _allocator()
@@ -575,9 +580,20 @@ class _Storage:
         self.ptr = self.alloc.malloc(nbytes)
 
     def __del__(self):
-        if getattr(self, "ptr", None):
-            self.alloc.free(self.ptr, self.nbytes)
-            self.ptr = None
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if not ptr:
+            return
+        alloc, nbytes = self.alloc, self.nbytes
+        if gc.get_debug() & gc.DEBUG_SAVEALL:  # saved, not freed: freed once the collector clears it
+            def free(ref):
+                _deferred.discard(ref)
+                alloc.free(ptr, nbytes)
+            _deferred.add(weakref.ref(self, free))
+            return
+        alloc.free(ptr, nbytes)
+
+
+_deferred = set()  # the weak references to storages a saving collection found, until they are freed
 
 
 class Tensor:
