@@ -21,9 +21,11 @@ What "named first" means for each cause (the JSON's keys: docs/analysis-json.md)
                                     (`val_losses`, `eval_outputs`), and the first candidate
                                     (`leaks[0]`, else `held[0]`) is in that graph (`kept_graph` 0)
                                     or has a holder naming the list
-  node_cycle, awaitable             the first site the collector alone frees (`gc.cycle_sites[0]`)
-                                    or the first candidate marked `reference_cycles` is the cause's
-                                    line in leak_program.py
+  node_cycle, awaitable             recorded with MEMSNAP_GC_CYCLES=1: the first site the collector
+                                    alone frees (`gc.cycle_sites[0]`) or the first candidate marked
+                                    `reference_cycles` is the cause's line in leak_program.py, and
+                                    its `cycles` name the objects joining the cycle (Node.data ->
+                                    Tensor and Node.next -> Node; Awaitable.result -> Tensor)
   control                           no growing candidate (`leaks` empty) and no cycle site
 Exit status: the number of causes not named as said.
 """
@@ -44,6 +46,9 @@ HOLDER_WORDS = {"hook": ("`features`", "forward hook of GPT2LMHeadModel.transfor
                 "attribute": ("attribute `history` of Trainer",), "kept_loss": ("val_losses",),
                 "eval_every_k": ("eval_outputs",)}
 CYCLE_LINES = {"node_cycle": "Node(torch.empty", "awaitable": "Awaitable(torch.empty"}
+# the reference-cycle causes run with MEMSNAP_GC_CYCLES=1: the cycles each collector run freed, with
+# their objects' types and the attributes joining them, under the cycle site
+CYCLE_WORDS = {"node_cycle": ("Node.data -> Tensor", "Node.next -> Node"), "awaitable": ("Awaitable.result -> Tensor",)}
 
 
 def program_line(entry):
@@ -83,9 +88,13 @@ def judge(cause, js):
         marked = [e for e in leaks + held if e.get("reference_cycles") and program_line(e)]
         site = sites[0] if sites else (marked[0] if marked else None)
         where = program_line(site) if site else ""
-        ok = bool(where) and CYCLE_LINES[cause] in source_line(where)
-        how = ("held by reference cycles: %s freed by %s gc runs" % (_mib(site.get("freed_bytes", site.get("gc_frees", {}).get("bytes", 0))),
-                                                                     site.get("runs", site.get("gc_frees", {}).get("runs", "?")))
+        cycles = (site or {}).get("cycles") or []
+        edges = " | ".join("%s: %s (%s cycles)" % (c.get("types"), c.get("edges"), c.get("cycles")) for c in cycles)
+        ok = (bool(where) and CYCLE_LINES[cause] in source_line(where) and
+              any(all(w in c.get("edges", "") for w in CYCLE_WORDS[cause]) for c in cycles))
+        how = ("held by reference cycles: %s freed by %s gc runs; %s" % (
+            _mib(site.get("freed_bytes", site.get("gc_frees", {}).get("bytes", 0))),
+            site.get("runs", site.get("gc_frees", {}).get("runs", "?")), edges[:120] or "no cycle kept (MEMSNAP_GC_CYCLES)")
                if site else "no cycle site (%d gc runs)" % gcj.get("runs", 0))
         return ok, "cycle site at " + (where or "-"), how
     words = HOLDER_WORDS[cause]
@@ -131,8 +140,9 @@ def main():
             continue
         db = os.path.join(out, cause + ".db")
         t0 = time.time()
+        env = dict(os.environ, MEMSNAP_GC_CYCLES="1") if cause in CYCLE_LINES else None
         rec = subprocess.run([args.memsnap, "run", "-q", "--no-suggest", "-o", db, "--", sys.executable, PROGRAM, cause,
-                              "--steps", str(args.steps)], capture_output=True, text=True, timeout=300)
+                              "--steps", str(args.steps)], capture_output=True, text=True, timeout=300, env=env)
         with open(os.path.join(out, cause + ".log"), "w") as f:
             f.write(rec.stdout + rec.stderr)
         an = subprocess.run([args.memsnap, "analyze", "--json", "--no-suggest", db], capture_output=True, text=True,
