@@ -2,7 +2,8 @@
 tests/data/run/causes_train.py, 6 steps, recorded with the stand-in torch on the simulated
 device, MEMSNAP_STACKS=python): its holders table and gc events through `memsnap analyze` as text,
 JSON and the page; the same file with the table and the events removed (a snapshot of an older
-version) analyzed as before; a holder's text that is HTML stays text in the page.
+version) analyzed as before; a holder's text that is HTML stays text in the page; a gc_cycles
+table added (MEMSNAP_GC_CYCLES) linked to the cycle site's freed blocks, its HTML kept text.
 """
 import json
 import lzma
@@ -97,6 +98,35 @@ rc, _, err = analyze("--html", page, hostile)
 html = open(page, encoding="utf-8").read() if rc == 0 else ""
 check("a holder's HTML stays text: escaped in the page's data", rc == 0 and "<img src=x" not in html and
       "\\u003c/script\\u003e\\u003cimg src=x onerror=alert(1)" in html, err)
+
+# The cycles the collector found (MEMSNAP_GC_CYCLES: the gc_cycles table, absent from this older
+# file): a row linked to a cycle block a run freed, its untrusted text kept text
+cyc = os.path.join(work, "cycles.db")
+shutil.copy(db, cyc)
+c = sqlite3.connect(cyc)
+c.execute("CREATE TABLE gc_cycles(id INTEGER PRIMARY KEY, run INTEGER, generation INTEGER, objects INTEGER, tensors INTEGER,"
+          " tensor_bytes INTEGER, address INTEGER, addresses TEXT, types TEXT, edges TEXT)")
+freed = c.execute("select address from events where kind = 3 and requested_size = 1310720 order by id").fetchall()
+c.executemany("insert into gc_cycles(run, generation, objects, tensors, tensor_bytes, address, addresses, types, edges)"
+              " values(1, 2, 3, 1, 1310720, ?, '', '2 Node, 1 Tensor', 'Node.data -> Tensor; <img src=x onerror=alert(2)>')",
+              freed[:2])
+c.execute("insert into gc_cycles(run, generation, objects, tensors, tensor_bytes, address, addresses, types, edges)"
+          " values(9, 2, 3, 1, 64, 12345, '', 'Other', 'none')")  # a block no run freed: not linked
+c.commit()
+c.close()
+rc, text, err = analyze(cyc)
+check("cycles: the rows linked to the cycle site, shown under it, alike ones counted",
+      rc == 0 and len(freed) >= 2 and "cycles: 2 Node, 1 Tensor: Node.data -> Tensor; <img src=x onerror=alert(2)> (2 cycles, 2 CUDA "
+      "tensors, 2.50 MiB)" in text, (err, text[text.find("garbage collector"):][:900]))
+rc, out, err = analyze("--json", cyc)
+js = json.loads(out) if rc == 0 else {}
+check("cycles in JSON: under the cycle site and its candidate; one row unlinked",
+      js["gc"]["cycles_recorded"] == 3 and js["gc"]["cycles_unlinked"] == 1 and
+      js["gc"]["cycle_sites"][0]["cycles"][0]["cycles"] == 2, js.get("gc", {}).get("cycle_sites", [{}])[0].get("cycles"))
+rc, _, err = analyze("--html", page, cyc)
+html = open(page, encoding="utf-8").read() if rc == 0 else ""
+check("cycles in the page: text, escaped", rc == 0 and "<img src=x" not in html and "\\u003cimg src=x onerror=alert(2)" in html,
+      err)
 
 # An older snapshot: no holders table, no gc events
 old = os.path.join(work, "old.db")
