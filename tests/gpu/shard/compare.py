@@ -38,8 +38,12 @@ for n in (2, 4, 8):
               ("1B bf16", "1b_bf16", ["--param-dtype", "bf16", "--reduce-dtype", "fp32"], "fsdp2", n,
                "native_1b_bf16_fsdp2_%d" % n)]
 for n in (4, 8):
-    CASES.append(("GPT-2 fp32 from FSDP2 at 2", "gpt2_fsdp2_2", ["--recorded-shard", "fsdp2:2"], "fsdp2", n,
-                  "native_gpt2_fp32_fsdp2_%d" % n))
+    CASES += [("GPT-2 fp32 from FSDP2 at 2", "gpt2_fsdp2_2", ["--recorded-shard", "fsdp2:2"], "fsdp2", n,
+               "native_gpt2_fp32_fsdp2_%d" % n),
+              ("GPT-2 bf16 from FSDP2 at 2", "gpt2_bf16_fsdp2_2", ["--recorded-shard", "fsdp2:2"], "fsdp2", n,
+               "native_gpt2_bf16_fsdp2_%d" % n),
+              ("1B bf16 from FSDP2 at 2", "1b_bf16_fsdp2_2", ["--recorded-shard", "fsdp2:2"], "fsdp2", n,
+               "native_1b_bf16_fsdp2_%d" % n)]
 CASES += [("GPT-2 fp32", "gpt2_fp32", [], "ddp", 2, "native_gpt2_fp32_ddp_2"),
           ("GPT-2 fp32 (gloo ranks)", "gpt2_fp32", [], "ddp", 2, "native_gpt2_fp32_ddp_2_gloo"),
           ("1B fp32", "1b_fp32", [], "ddp", 2, "native_1b_fp32_ddp_2")]
