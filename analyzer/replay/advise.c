@@ -103,7 +103,7 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
   }
   int ngrid = ms_replay_grid(p, base, grid, err, errlen);
   if (ngrid < 0) goto cleanup;
-  const ms_change none = {0, 0, MS_OPT_KEEP, 0};
+  const ms_change none = {0, 0, MS_OPT_KEEP, 0, MS_SHARD_NONE, 0};
   for (int i = 0; i < ngrid; i++) cand[n++] = (candidate){i ? MS_ADVICE_SETTING : MS_ADVICE_NONE, grid[i], none, false};
   /* the modules whose instances may be checkpointed: those --checkpoint names (0), or those found
      and tried (1, 2, ...) */
@@ -117,7 +117,7 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
   ms_replay_config expandable = grid[0];
   ms_replay_config_set(&expandable, "expandable_segments", "True", NULL, 0);
   for (int k = 0; k < nsets; k++) {
-    ms_change ch = {0, sets[k], MS_OPT_KEEP, 0};
+    ms_change ch = {0, sets[k], MS_OPT_KEEP, 0, MS_SHARD_NONE, 0};
     cand[n++] = (candidate){MS_ADVICE_CHECKPOINT, grid[0], ch, true};
     cand[n++] = (candidate){MS_ADVICE_CHECKPOINT_SETTING, expandable, ch, true};
   }
@@ -126,7 +126,7 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
     static const int lighter_than[] = {1, 2, 1}; /* the recorded state tensors per parameter each is lighter than */
     for (int i = 0; i < 3; i++) {
       if (in->tensors_per_param < lighter_than[i]) continue;
-      ms_change ch = {0, 0, lighter[i], 0};
+      ms_change ch = {0, 0, lighter[i], 0, MS_SHARD_NONE, 0};
       cand[n++] = (candidate){MS_ADVICE_OPTIMIZER, grid[0], ch, false};
       for (int k = 0; k < nsets; k++) {
         ch.modules = sets[k];
