@@ -136,6 +136,7 @@ typedef struct bld {
   size_t nlabel;
   bool step_open, any_role_state, host_oom;
   int64_t step_begin;
+  int bw_depth; /* backward passes open (reentrant checkpointing nests them) */
 } bld;
 
 static int label_row(const ms_label_row *r, void *arg) {
@@ -216,8 +217,9 @@ static int pass_event(const ms_event *e, void *arg) {
       if (e->size == MEMSNAP_STEP_BEGIN) b->step_open = true, b->step_begin = e->id, b->h->info.steps++;
       else if (e->size == MEMSNAP_STEP_END) b->step_open = false;
       break;
-    case MS_BACKWARD:
-      if (e->size == 1) {
+    case MS_BACKWARD: /* the outermost passes' ends */
+      if (e->size == 0) b->bw_depth++;
+      if (e->size == 1 && b->bw_depth > 0 && --b->bw_depth == 0) {
         if (!ms_grow(&b->pass_end, &b->pass_cap, b->npass_end + 1, sizeof *b->pass_end)) return b->host_oom = true, 1;
         b->pass_end[b->npass_end++] = e->id;
       }
@@ -255,15 +257,35 @@ static int add_unit(ms_shard *h, const char *path) {
   return h->info.nunits++;
 }
 
+/* By label id: whether a module's forward-begins event names it (NULL: out of memory). */
+static uint8_t *forward_labels(const bld *b) {
+  uint8_t *fwd = calloc(b->nlabel ? b->nlabel : 1, 1);
+  for (size_t i = 0; fwd && i < b->nmods; i++)
+    if (b->mods[i].what == MEMSNAP_MODULE_FORWARD && b->mods[i].label > 0 && (size_t)b->mods[i].label < b->nlabel)
+      fwd[b->mods[i].label] = 1;
+  return fwd;
+}
+
+/* ZeRO-3's unit of a parameter of module `path`: the innermost module holding it (itself first)
+ * whose forward the module events show; its label id, 0 none. */
+static int64_t owner_label(const bld *b, const uint8_t *fwd, const char *path) {
+  char p[512];
+  snprintf(p, sizeof p, "%s", path);
+  for (;;) {
+    for (size_t id = 1; id < b->nlabel; id++)
+      if (fwd[id] && b->labels[id] && !strcmp(b->labels[id], p)) return (int64_t)id;
+    char *dot = strrchr(p, '.');
+    if (!dot) return 0;
+    *dot = '\0';
+  }
+}
+
 /* FSDP2's units: the root, and the modules --units names or the outermost groups of repeated
  * blocks (module paths that end in a number, two or more in a group). 0, or -1 with err set. */
 static int choose_units(bld *b, char *err, size_t errlen) {
   ms_shard *h = b->h;
-  uint8_t *fwd = calloc(b->nlabel ? b->nlabel : 1, 1);
+  uint8_t *fwd = forward_labels(b);
   if (!fwd) return snprintf(err, errlen, "out of memory"), -1;
-  for (size_t i = 0; i < b->nmods; i++)
-    if (b->mods[i].what == MEMSNAP_MODULE_FORWARD && b->mods[i].label > 0 && (size_t)b->mods[i].label < b->nlabel)
-      fwd[b->mods[i].label] = 1;
   int rc = -1;
   char (*groups)[256] = NULL;
   int ngroups = 0, *count = NULL;
@@ -389,6 +411,7 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
   memset(&b, 0, sizeof b);
   ms_shard *h = calloc(1, sizeof *h);
   int32_t *label_unit = NULL, *label_owner = NULL;
+  uint8_t *fwd = NULL;
   if (!h) return snprintf(err, errlen, "out of memory"), NULL;
   h->o = *o;
   if (h->o.recorded_bytes <= 0) h->o.recorded_bytes = 4;
@@ -430,6 +453,7 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     goto fail;
   }
   if (choose_units(&b, err, errlen) != 0) goto fail;
+  if (!(fwd = forward_labels(&b))) goto oom;
   /* the parameters, their units and owning modules */
   if (!(h->params = calloc(b.nparam_k + 1, sizeof *h->params)) || !(label_unit = malloc(sizeof *label_unit * (b.nlabel + 1))) ||
       !(label_owner = malloc(sizeof *label_owner * (b.nlabel + 1))))
@@ -448,8 +472,8 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     size_t best = 0;
     for (int u = 0; u < in->nunits; u++)
       if (inside(path, h->unit_path[u]) && strlen(h->unit_path[u]) > best) best = strlen(h->unit_path[u]), p->unit = u;
-    int64_t l = b.label[k];
-    if (l > 0 && (size_t)l < b.nlabel) {
+    int64_t l = owner_label(&b, fwd, path);
+    if (l > 0) {
       if (label_owner[l] < 0) label_owner[l] = h->nowners++;
       p->owner = label_owner[l];
     } else {
@@ -503,6 +527,7 @@ fail:
 done:
   free(label_unit);
   free(label_owner);
+  free(fwd);
   ms_live_free(&b.live);
   free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.param_k);
   free(b.mods), free(b.pass_end);

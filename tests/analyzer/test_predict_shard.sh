@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# test_predict_shard.sh BUILD_DIR: `memsnap predict --shard STRATEGY:N` (replay/shard.c) on the
+# simulated device.
+#
+# tests/analyzer/gen_model.py --events --params writes a transformer-like training program with
+# memsnap's PyTorch layer's events (modules Model and Model.blocks.I, parameters and gradients
+# told by tensor events, AdamW's state, zero_grad(set_to_none=True)). tests/analyzer/shard_events
+# prints rank 0's history as shard.c synthesises it, and the checks read it back: the units found,
+# each parameter's shard padded (odd N included), the all-gather outputs per unit and step on
+# their own stream (at most two alive: the implicit forward prefetch), the unsharded parameters
+# and reduce-scatter inputs on the compute stream, the sharded gradients on the reduce-scatter
+# stream and freed by zero_grad, mixed precision's sizes, the optimizer's state 1/N of its
+# elements, DDP's buckets (parameters in reverse, the first closed at 1 MiB), ZeRO's stages
+# ordered in model-state memory. Then the predictions (peaks falling with N, combined with
+# --checkpoint and with two runs' laws, JSON's strategy and ranks, the smallest N that fits a
+# card) and the refusals: an unknown strategy, N = 0, a history without parameter events, a
+# --units pattern that names no module, a ring that dropped events.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../checks.sh"
+cli=$1/memsnap
+dump=$1/tests/shard_events
+gen() { python3 "$here/gen_model.py" "$@" 2>/dev/null; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+gen "$dir/p.db" --batch 4 --events --params --steps 3
+gen "$dir/b1.db" --batch 1 --events --params --steps 3 --layers 8
+gen "$dir/p4.db" --batch 4 --events --params --steps 2
+gen "$dir/p8.db" --batch 8 --events --params --steps 2
+gen "$dir/plain.db" --batch 4 --events --steps 3
+for n in 1 2 3 4 8; do "$dump" "$dir/p.db" "fsdp2:$n" >"$dir/f$n.txt" 2>"$dir/f$n.err"; done
+"$dump" "$dir/p.db" fsdp2:4 --param-dtype 2 >"$dir/mp.txt"
+"$dump" "$dir/p.db" fsdp2:4 --param-dtype 2 --reduce-dtype 4 >"$dir/mp32.txt"
+"$dump" "$dir/p.db" fsdp2:4 --units 'blocks.[01]' >"$dir/u.txt"
+"$dump" "$dir/p.db" ddp:4 >"$dir/ddp.txt"
+"$dump" "$dir/p.db" ddp:4 --bucket-view >"$dir/ddpv.txt"
+for z in zero1 zero2 zero3; do "$dump" "$dir/b1.db" "$z:4" >"$dir/$z.txt"; done
+"$dump" "$dir/b1.db" fsdp2:4 >"$dir/b1f.txt"
+"$dump" "$dir/b1.db" none:1 >"$dir/b1n.txt" 2>/dev/null || "$dump" "$dir/b1.db" fsdp2:1 >/dev/null
+
+# facts DUMP SNAPSHOT N: what the dump says, as JSON, with the snapshot's parameters, gradients and
+# state (their addresses from its tensor events) and the sizes gen_model.py gives its parameters
+facts() {
+  python3 - "$@" <<'PY'
+import json, sqlite3, sys
+path, db, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+con = sqlite3.connect(db)
+role = {}
+for addr, r in con.execute("select address, requested_size from events where kind = 16"):
+    role.setdefault(addr, r)
+events = []
+head = {}
+for line in open(path):
+    f = line.split()
+    if f[0] in ("alloc", "free"):
+        events.append((f[0], int(f[1]), int(f[2]), int(f[3], 16), int(f[4]), int(f[5])))
+    else:
+        head[f[0]] = f[1:]
+live, cur, peak, state_peak, kinds = {}, 0, 0, 0, {}
+ag_alive, ag_most, rs_alive, rs_most = 0, 0, 0, 0
+model_state = 0
+streams = {}
+sizes = {}
+for kind, eid, stream, tag, index, size in events:
+    key = (tag, index)
+    is_state = tag in (0x41, 0x45, 0x46) or (tag == 0 and role.get(index) in (1, 2, 3))
+    if kind == "alloc":
+        live[key] = (size, is_state)
+        cur += size
+        model_state += size if is_state else 0
+        kinds[tag] = kinds.get(tag, 0) + 1
+        streams.setdefault(tag, set()).add(stream)
+        sizes.setdefault(tag, []).append(size)
+        if tag == 0x43: ag_alive += 1
+        if tag == 0x44: rs_alive += 1
+    else:
+        s, st = live.pop(key, (0, False))
+        cur -= s
+        model_state -= s if st else 0
+        if tag == 0x43: ag_alive -= 1
+        if tag == 0x44: rs_alive -= 1
+    peak, state_peak = max(peak, cur), max(state_peak, model_state)
+    ag_most, rs_most = max(ag_most, ag_alive), max(rs_most, rs_alive)
+# gen_model.py's parameters, in order: per block H*H*4 + 4096*i, 4*H*H*4, H*4; the head 1000*H*4
+H = 256
+blocks = int(head["units"][0]) - 1 if "units" in head else 0
+L = (len([1 for a, r in role.items() if r == 1]) - 1) // 3
+params = []
+for i in range(L):
+    params += [H * H * 4 + 4096 * i, H * 4 * H * 4, H * 4]
+params.append(1000 * H * 4)
+shard = lambda b: -(-(b // 4) // n) * 4
+padded = lambda b: -(-(b // 4) // n) * n * 4
+state_sizes = sorted(size for kind, eid, stream, tag, index, size in events
+                     if kind == "alloc" and tag == 0 and role.get(index) == 3)
+print(json.dumps({"units": head.get("units", []), "kinds": {hex(k): v for k, v in kinds.items()},
+                  "streams": {hex(k): sorted(v) for k, v in streams.items()}, "sizes": {hex(k): v for k, v in sizes.items()},
+                  "peak": peak, "state_peak": state_peak, "ag_most": ag_most, "rs_most": rs_most,
+                  "params": params, "shards": sorted(shard(b) for b in params), "padded": sorted(padded(b) for b in params),
+                  "state_sizes": state_sizes, "state_expected": sorted([shard(b) for b in params] * 2),
+                  "open": len(live), "allocs": sum(1 for e in events if e[0] == "alloc")}))
+PY
+}
+for n in 1 2 3 4 8; do facts "$dir/f$n.txt" "$dir/p.db" "$n" >"$dir/f$n.json"; done
+facts "$dir/mp.txt" "$dir/p.db" 4 >"$dir/mp.json"
+facts "$dir/mp32.txt" "$dir/p.db" 4 >"$dir/mp32.json"
+facts "$dir/u.txt" "$dir/p.db" 4 >"$dir/u.json"
+facts "$dir/ddp.txt" "$dir/p.db" 4 >"$dir/ddp.json"
+facts "$dir/ddpv.txt" "$dir/p.db" 4 >"$dir/ddpv.json"
+for z in zero1 zero2 zero3; do facts "$dir/$z.txt" "$dir/b1.db" 4 >"$dir/$z.json"; done
+facts "$dir/b1f.txt" "$dir/b1.db" 4 >"$dir/b1f.json"
+
+AG=0x5A5A0001 RS=0x5A5A0002
+check "the units: the root and each instance of the repeated block (Model, Model.blocks.0 to .5)" \
+  "json $dir/f2.json \"j['units'] == ['7', 'Model'] + ['Model.blocks.%d' % i for i in range(6)]\""
+check "--units 'blocks.[01]': the root and two blocks" \
+  "json $dir/u.json \"j['units'] == ['3', 'Model', 'Model.blocks.0', 'Model.blocks.1']\""
+for n in 1 2 3 4 8; do
+  check "fsdp2:$n: each parameter's shard is 1/$n of its elements, padded (rank 0's chunk), allocated once and freed at the end" \
+    "json $dir/f$n.json \"sorted(j['sizes']['0x41']) == j['shards'] and j['kinds']['0x41'] == 19\""
+done
+check "fsdp2:3: the unsharded parameters are padded to a multiple of 3 elements, 37 a step (19 in forward, 18 in backward: the root's stay)" \
+  "json $dir/f3.json \"sorted(set(j['sizes']['0x42'])) == sorted(set(j['padded'])) and all(s % 12 == 0 for s in j['sizes']['0x42']) and j['kinds']['0x42'] == 3 * 37\""
+check "fsdp2:2: 13 all-gather outputs a step (7 units in forward, 6 blocks in backward), each N x the unit's padded shards, on the all-gather stream" \
+  "json $dir/f2.json \"j['kinds']['0x43'] == 39 and j['streams']['0x43'] == [$((AG))] and set(j['sizes']['0x43']) <= set(j['sizes']['0x43'])\""
+check "fsdp2:2: at most two all-gather outputs alive (the forward's implicit prefetch, the backward's prefetch)" \
+  "json $dir/f2.json \"j['ag_most'] == 2\""
+check "fsdp2:1: no all-gather output (one rank copies its shards)" "json $dir/f1.json \"'0x43' not in j['kinds'] and j['kinds']['0x42'] == 3 * 37\""
+check "fsdp2:4: a unit's all-gather output is the sum of its padded parameters (fp32)" \
+  "python3 -c \"
+import json; j = json.load(open('$dir/f4.json')); p = j['params']
+pad = lambda b: -(-(b // 4) // 4) * 16
+units = [sum(pad(b) for b in p[3 * i:3 * i + 3]) for i in range(6)] + [pad(p[-1])]
+exit(0 if set(j['sizes']['0x43']) == set(units) else 1)\""
+check "fsdp2:4: reduce-scatter inputs (one per unit and step) on the compute stream, one alive at a time; sharded gradients on the reduce-scatter stream, freed by zero_grad" \
+  "json $dir/f4.json \"j['kinds']['0x44'] == 21 and j['streams']['0x44'] == [0] and j['rs_most'] == 1 and j['kinds']['0x45'] == 21 and j['streams']['0x45'] == [$((RS))] and j['streams']['0x42'] == [0]\""
+check "fsdp2:4: the sharded gradients are 1/4 of the padded parameters (a unit's flat block)" \
+  "json $dir/f4.json \"sum(j['sizes']['0x45']) == 3 * sum(j['padded']) // 4\""
+check "fsdp2:N: the optimizer's state (AdamW: two tensors per parameter) is 1/N of its elements, N = 1, 2, 3, 4, 8" \
+  "for n in 1 2 3 4 8; do json $dir/f\$n.json \"j['state_sizes'] == j['state_expected']\" || exit 1; done"
+check "fsdp2:N: every block allocated is freed or still held at the history's end as recorded (no leak the synthesis adds)" \
+  "json $dir/f4.json \"j['open'] == json.load(open('$dir/f1.json'))['open']\""
+check "--param-dtype bf16: all-gather outputs and unsharded parameters half of fp32's, and a copy-in per all-gather on its stream" \
+  "python3 -c \"
+import json; a, b = json.load(open('$dir/f4.json')), json.load(open('$dir/mp.json'))
+ok = sorted(s // 2 for s in a['sizes']['0x43']) == sorted(b['sizes']['0x43']) and sorted(s // 2 for s in a['sizes']['0x42']) == sorted(b['sizes']['0x42'])
+ok &= b['kinds']['0x47'] == b['kinds']['0x43'] and b['streams']['0x47'] == [$((AG))]
+exit(0 if ok else 1)\""
+check "--param-dtype bf16 (reduce bf16): the reduce-scatter in bf16, the sharded gradients converted to fp32 on its stream" \
+  "python3 -c \"
+import json; a, b = json.load(open('$dir/f4.json')), json.load(open('$dir/mp.json'))
+ok = sorted(s // 2 for s in a['sizes']['0x44']) == sorted(b['sizes']['0x44']) and sorted(b['sizes']['0x46']) == sorted(a['sizes']['0x45'])
+ok &= b['streams']['0x46'] == [$((RS))]
+exit(0 if ok else 1)\""
+check "--reduce-dtype fp32 with bf16 parameters: the reduce-scatter in fp32, its output the sharded gradients" \
+  "json $dir/mp32.json \"sorted(j['sizes']['0x44']) == sorted(json.load(open('$dir/f4.json'))['sizes']['0x44']) and '0x46' not in j['kinds']\""
+check "ddp:4: the buckets hold every parameter, in reverse order, the first closed at 1 MiB, the rest at 25 MiB" \
+  "python3 -c \"
+import json; j = json.load(open('$dir/ddp.json')); p = j['params'][::-1]
+out, s, cap = [], 0, 1 << 20
+for i, b in enumerate(p):
+    s += b
+    if s >= cap or i == len(p) - 1: out.append(s); s = 0; cap = 25 << 20
+exit(0 if j['sizes']['0x48'] == out and sum(out) == sum(p) else 1)\""
+check "ddp:4 with gradient_as_bucket_view: the 57 recorded gradients are the buckets' views (left out)" \
+  "json $dir/ddpv.json \"j['allocs'] == json.load(open('$dir/ddp.json'))['allocs'] - 57\""
+check "zero1 >= zero2 >= zero3 in model-state memory (parameters, gradients, optimizer state), at N = 4" \
+  "python3 -c \"
+import json; z = [json.load(open('$dir/zero%d.json' % i))['state_peak'] for i in (1, 2, 3)]
+exit(0 if z[0] > z[1] > z[2] else 1)\""
+check "zero3: the parameters' partitions 1/4, gathered per module owning parameters (no all-gather buffer)" \
+  "json $dir/zero3.json \"sorted(j['sizes']['0x41']) == j['shards'] and '0x43' not in j['kinds'] and j['kinds']['0x42'] == 3 * 2 * 25\""
+
+# the predictions
+"$cli" predict --json "$dir/b1.db" --shard fsdp2:1,2,4,8 --shard zero3:2,4 >"$dir/pr.json" 2>"$dir/pr.err"
+check "predict --shard fsdp2:1,2,4,8 --shard zero3:2,4: exit 0, nothing on stderr" "[ $? -eq 0 ] && [ ! -s $dir/pr.err ]"
+check "JSON: each row carries its strategy and ranks (the recorded one: none, 1), and the units chosen" \
+  "json $dir/pr.json \"[(r['strategy'], r['ranks']) for r in j['predictions']] == [('none', 1), ('fsdp2', 1), ('fsdp2', 2), ('fsdp2', 4), ('fsdp2', 8), ('zero3', 2), ('zero3', 4)] and j['shard']['unit_count'] == 9 and j['shard']['units'][0] == 'Model'\""
+check "parameters dominating: rank 0's peak allocated falls with N (fsdp2 1 > 2 > 4 > 8; zero3 2 > 4)" \
+  "json $dir/pr.json \"[r['peak_allocated_bytes'] for r in j['predictions'][1:5]] == sorted([r['peak_allocated_bytes'] for r in j['predictions'][1:5]], reverse=True) and len(set(r['peak_allocated_bytes'] for r in j['predictions'][1:5])) == 4 and j['predictions'][5]['peak_allocated_bytes'] > j['predictions'][6]['peak_allocated_bytes']\""
+check "fsdp2:1: the optimizer step's model state is the recorded one's (shards = parameters, sharded gradients = gradients)" \
+  "json $dir/pr.json \"j['predictions'][1]['peak_allocated_bytes'] >= j['predictions'][0]['peak_allocated_bytes']\""
+"$cli" predict "$dir/b1.db" --shard fsdp2:2,4,8 --capacity 80M >"$dir/cap.txt" 2>&1
+check "text: a program column with the strategy and N, the units, what is assumed and left out, the smallest N that fits" \
+  "grep -q 'program (ranks)' $dir/cap.txt && grep -q 'fsdp2:4 ' $dir/cap.txt && grep -q 'the root and each instance of the repeated block: blocks.\\* (8)' $dir/cap.txt && grep -q 'left out: NCCL' $dir/cap.txt && grep -q 'the smallest N that fits 80.00 MiB at 1: fsdp2:[0-9]' $dir/cap.txt"
+"$cli" predict --json "$dir/p.db" --shard fsdp2:2 --checkpoint 'blocks.*' >"$dir/ck.json" 2>/dev/null
+"$cli" predict --json "$dir/p.db" --shard fsdp2:2 >"$dir/nock.json" 2>/dev/null
+check "--shard with --checkpoint: the sharded program checkpointed needs less than sharded alone" \
+  "python3 -c \"
+import json; a, b = json.load(open('$dir/ck.json'))['predictions'], json.load(open('$dir/nock.json'))['predictions']
+exit(0 if a[1]['change'].endswith('fsdp2:2 (rank 0)') and a[1]['peak_allocated_bytes'] < b[1]['peak_allocated_bytes'] else 1)\""
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --at 16 --shard fsdp2:2,4 >"$dir/law.json" 2>"$dir/law.err"
+check "two runs' laws at 16 with --shard fsdp2:2,4: three rows, the sharded ones below the unsharded" \
+  "json $dir/law.json \"len(j['predictions']) == 3 and j['predictions'][0]['peak_allocated_bytes'] > j['predictions'][1]['peak_allocated_bytes'] > j['predictions'][2]['peak_allocated_bytes']\""
+"$cli" predict --json "$dir/p.db" --shard fsdp2:2 --sweep >"$dir/sw.json" 2>/dev/null
+check "--sweep with --shard: the 20 settings of the sharded program" \
+  "json $dir/sw.json \"len(j['predictions']) == 20 and all(r['strategy'] == 'fsdp2' for r in j['predictions'])\""
+
+# refusals
+status() { "$cli" predict "$@" >/dev/null 2>"$dir/s.err"; echo $?; }
+check "--shard fsdp3:2: exit 2, the strategies listed" "[ \$(status $dir/p.db --shard fsdp3:2) = 2 ] && grep -q \"'fsdp3' is none of fsdp2, ddp, zero1, zero2, zero3\" $dir/s.err"
+check "--shard fsdp2:0: exit 2" "[ \$(status $dir/p.db --shard fsdp2:0) = 2 ] && grep -q 'not a whole number from 1 to 65536' $dir/s.err"
+check "--shard fsdp2 (no N): exit 2" "[ \$(status $dir/p.db --shard fsdp2) = 2 ]"
+check "a history without parameter events: exit 1, what is missing and how to record it" \
+  "[ \$(status $dir/plain.db --shard fsdp2:2) = 1 ] && grep -q 'tells no parameters (tensor events of role 1' $dir/s.err"
+check "--units naming no module: exit 1" "[ \$(status $dir/p.db --shard fsdp2:2 --units 'decoder.*') = 1 ] && grep -q \"names no module\" $dir/s.err"
+check "--units without --shard: exit 2" "[ \$(status $dir/p.db --units 'blocks.*' --checkpoint Block) = 2 ]"
+cp "$dir/p.db" "$dir/wrapped.db"
+python3 -c "
+import sqlite3, sys; c = sqlite3.connect(sys.argv[1])
+c.execute(\"update meta set value = 400 where key = 'dropped_events'\"); c.execute('delete from events where id <= 400'); c.commit()" "$dir/wrapped.db"
+check "a ring that dropped its oldest events: exit 1, the history starts late" \
+  "[ \$(status $dir/wrapped.db --shard fsdp2:2) = 1 ] && grep -q 'starts late' $dir/s.err"
+finish
