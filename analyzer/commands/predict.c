@@ -164,6 +164,17 @@ static int parse_args(int argc, char **argv, predict_args *a) {
                               "adagrad, rmsprop, adafactor, or bytes per parameter (8B)", argv[i]);
     } else if (!strcmp(arg, "--advise")) {
       a->advise = true;
+    } else if (!strcmp(arg, "--recorded-shard") && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (strncmp(v, "fsdp2:", 6))
+        return ms_usage_error(&ms_predict_command, "--recorded-shard: '%.64s': only a recorded FSDP2 run is read (fsdp2:N)", v);
+      int64_t n = 0;
+      const char *c = v + 6;
+      for (; *c >= '0' && *c <= '9' && n <= MS_SHARD_MAX_RANKS; c++) n = n * 10 + (*c - '0');
+      if (*c || c == v + 6 || n < 1 || n > MS_SHARD_MAX_RANKS)
+        return ms_usage_error(&ms_predict_command, "--recorded-shard: the number of ranks '%.64s' is not a whole number from 1 to %d",
+                              v + 6, MS_SHARD_MAX_RANKS);
+      a->so.recorded_ranks = (int32_t)n;
     } else if (!strcmp(arg, "--shard") && i + 1 < argc) {
       if (parse_shard(argv[++i], a) != 0) return 2;
     } else if (!strcmp(arg, "--units") && i + 1 < argc) {
@@ -224,6 +235,12 @@ static int parse_args(int argc, char **argv, predict_args *a) {
   if (a->html && a->json) return ms_usage_error(&ms_predict_command, "--html and --json: choose one");
   bool changed = ms_change_any(&a->change) || a->nshards > 0;
   if (a->nunits && !a->nshards) return ms_usage_error(&ms_predict_command, "--units names FSDP2's units: give --shard too");
+  if (a->so.recorded_ranks && !a->nshards)
+    return ms_usage_error(&ms_predict_command, "--recorded-shard says how the run was sharded: give --shard fsdp2:N too");
+  for (int k = 0; a->so.recorded_ranks && k < a->nshards; k++)
+    if (a->shard[k].strategy != MS_SHARD_FSDP2)
+      return ms_usage_error(&ms_predict_command, "from a recorded FSDP2 run (--recorded-shard) only fsdp2:N is predicted, not %s",
+                            ms_shard_name(a->shard[k].strategy));
   if (a->advise && a->nshards) return ms_usage_error(&ms_predict_command, "--advise does not try strategies yet: leave --shard out");
   if (a->nruns == 1 && !changed && !a->advise)
     return ms_usage_error(&ms_predict_command, "one run ('%.200s') cannot tell how memory grows with the size: give the "

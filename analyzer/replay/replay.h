@@ -376,6 +376,7 @@ typedef struct ms_shard_options {
   bool bucket_view;              /* DDP's gradient_as_bucket_view */
   int64_t reduce_bucket, allgather_bucket; /* DeepSpeed's reduce_bucket_size, allgather_bucket_size (elements) */
   bool overlap_comm;             /* DeepSpeed's overlap_comm: two reduce buckets */
+  int32_t recorded_ranks;        /* the recording is of rank 0 of an FSDP2 run at this N (0: unsharded) */
 } ms_shard_options;
 
 #define MS_SHARD_UNITS_SHOWN 8
@@ -390,6 +391,8 @@ typedef struct ms_shard_info {
   int64_t param_modules;          /* modules owning parameters (ZeRO-3's units) */
   bool state_from_events;         /* state told by tensor events of role 3 (else: made in a step, outliving it) */
   int64_t module_events, backward_passes, steps;
+  bool looks_sharded;             /* several gradient tensors in one block: FSDP2's flat sharded gradients */
+  int64_t rescaled_blocks;        /* a recorded FSDP2 run: the blocks 1/N of the parameters' (shards, state, gradients) */
 } ms_shard_info;
 
 typedef struct ms_shard ms_shard;

@@ -42,6 +42,14 @@
  *     module owning parameters a unit gathered (no separate all-gather buffer) at its forward and
  *     backward and released after each; the reduce buckets (reduce_bucket_size elements, or the
  *     parameters' elements if fewer; two with overlap_comm) allocated with the partitions.
+ *   From a recorded FSDP2 run at N (--recorded-shard fsdp2:N) to another N': the history keeps
+ *     its events, and the blocks whose size is 1/N of the parameters' are resized to 1/N' (their
+ *     elements times N / N', rounded up): the parameters' shards (role 1), the optimizer's state
+ *     and temporaries, the sharded gradients (role 2: several gradient tensors in one block) and
+ *     whatever else the reduce-scatter stream (the sharded gradients' stream) allocates; the
+ *     all-gather outputs, unsharded parameters and gradients, reduce-scatter inputs and
+ *     activations do not change with N (but for padding); at N' = 1 the all-gather streams'
+ *     blocks (every stream but the compute and the reduce-scatter ones) are left out.
  * Blocks that exist only in the sharded history are tagged with high bits (0x41.. to 0x49..)
  * that neither device addresses nor whatif.c's tags have. Left out: NCCL's own buffers and the
  * communicator's workspace (outside PyTorch's allocator), the collectives' timing (each stream's
@@ -94,6 +102,7 @@ struct ms_shard {
   uint64_t device_stream;
   int16_t device;
   char **unit_path; /* by unit */
+  uint64_t rs_stream; /* a recorded FSDP2 run: the sharded gradients' stream (0 none seen) */
 };
 
 int ms_shard_strategy(const char *name) {
@@ -124,7 +133,7 @@ typedef struct bld {
   uint64_t *stream;
   int16_t *dev;
   uint8_t *flags;
-  int64_t *label;
+  int64_t *label, *label_step; /* label_step: the step whose gradient event told it */
   size_t nalloc, cap;
   size_t *param_k; /* allocation index of each parameter, in their events' order */
   size_t nparam_k, param_cap;
@@ -162,7 +171,7 @@ static bool grow(bld *b) {
   if (b->nalloc < b->cap) return true;
   size_t cap = b->cap ? 2 * b->cap : 4096;
 #define G(f) if (!(b->f = realloc(b->f, sizeof *b->f * cap))) return false;
-  G(a_id) G(req) G(stream) G(dev) G(flags) G(label)
+  G(a_id) G(req) G(stream) G(dev) G(flags) G(label) G(label_step)
 #undef G
   b->cap = cap;
   return true;
@@ -185,7 +194,7 @@ static int pass_event(const ms_event *e, void *arg) {
       if (!grow(b)) return b->host_oom = true, 1;
       size_t k = b->nalloc++;
       b->a_id[k] = e->id, b->req[k] = size, b->stream[k] = e->stream, b->dev[k] = (int16_t)e->device;
-      b->flags[k] = b->step_open ? F_IN_STEP : 0, b->label[k] = 0;
+      b->flags[k] = b->step_open ? F_IN_STEP : 0, b->label[k] = 0, b->label_step[k] = -1;
       ms_live_take(&b->live, e->address, &slot);
       if (ms_live_put(&b->live, (ms_live_slot){.key = e->address, .aux = (uint32_t)k}) != 0) b->host_oom = true;
       break;
@@ -203,7 +212,8 @@ static int pass_event(const ms_event *e, void *arg) {
         b->param_k[b->nparam_k++] = (size_t)k;
         b->flags[k] |= F_PARAM, b->label[k] = e->extra;
       } else if (e->requested == MEMSNAP_TENSOR_GRADIENT && !(b->flags[k] & F_PARAM)) {
-        b->flags[k] |= F_GRAD, b->label[k] = e->extra;
+        if ((b->flags[k] & F_GRAD) && b->label_step[k] == b->h->info.steps) b->h->info.looks_sharded = true;
+        b->flags[k] |= F_GRAD, b->label[k] = e->extra, b->label_step[k] = b->h->info.steps;
       } else if (e->requested == MEMSNAP_TENSOR_OPTIMIZER_STATE && !(b->flags[k] & (F_PARAM | F_GRAD))) {
         b->flags[k] |= F_ROLE_STATE, b->any_role_state = true;
       }
@@ -438,6 +448,16 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
              "MEMSNAP_TORCH_MODULES left on)", s->shown_path);
     goto fail;
   }
+  if (in->looks_sharded && !h->o.recorded_ranks) {
+    snprintf(err, errlen, "'%s' looks like a sharded run's (several gradients in one block: FSDP2's flat sharded gradients, or DDP's bucket views): "
+             "give the N it ran at, --recorded-shard fsdp2:N, to predict another N from it", s->shown_path);
+    goto fail;
+  }
+  if (h->o.recorded_ranks && !in->looks_sharded) {
+    snprintf(err, errlen, "'%s' does not look like an FSDP2 run's (each gradient is a block of its own, where FSDP2's are "
+             "views into one block per unit): leave --recorded-shard out to shard it", s->shown_path);
+    goto fail;
+  }
   if (b.nmods == 0) {
     snprintf(err, errlen, "cannot shard '%s': its history has no module events (each module's forward and backward, "
              "which memsnap's PyTorch layer records): the units' all-gathers and reduce-scatters have no place",
@@ -512,6 +532,7 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     }
     if (ms_live_put(&h->flagged, (ms_live_slot){.key = (uint64_t)b.a_id[k], .aux = (uint32_t)f | ((uint32_t)(unit + 1) << 8)}) != 0)
       goto oom;
+    if (f == F_GRAD && !h->rs_stream) h->rs_stream = b.stream[k];
   }
   for (size_t i = 0; i < h->nparams; i++) h->params[i].address = 0;
   if (make_actions(&b, label_unit, &h->act, &h->nact) != 0) goto oom;
@@ -529,7 +550,7 @@ done:
   free(label_owner);
   free(fwd);
   ms_live_free(&b.live);
-  free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.param_k);
+  free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.label_step), free(b.param_k);
   free(b.mods), free(b.pass_end);
   for (size_t i = 0; i < b.nlabel; i++) free(b.labels[i]);
   free(b.labels);
@@ -815,12 +836,18 @@ static void pass_end(sst *st) {
   st->held_rs = false, st->in_backward = false, st->nfwd = 0;
 }
 
+/* The actions due before position pos; what they allocate and free carries the id of the event
+ * they stand at (a module event, a backward pass's end, the last parameter's allocation) and the
+ * time of the event about to pass. */
 static void actions_due(sst *st, int64_t pos) {
+  int64_t id = st->now.id;
   while (st->next < st->nact && st->act[st->next].pos <= pos && st->rc == 0) {
     const action *a = &st->act[st->next++];
+    st->now.id = a->pos / 2;
     if (a->type == A_PASS_END) pass_end(st);
     else do_action(st, a);
   }
+  st->now.id = id;
 }
 
 static bool put_block(sst *st, uint64_t address, uint32_t aux, int64_t size) {
@@ -932,10 +959,55 @@ static int shard_event(const ms_event *e, void *arg) {
   return st->fn(e, st->fnarg);
 }
 
+/* A recorded FSDP2 run at N as one at N' (st->n): the blocks 1/N of the parameters' resized. */
+static int rescale_event(const ms_event *e, void *arg) {
+  sst *st = arg;
+  const ms_shard *h = st->h;
+  ms_live_slot f;
+  int64_t from = h->o.recorded_ranks;
+  if (e->kind == MS_ALLOC) {
+    bool recorded = (e->address >> 63) == 0; /* not whatif.c's (their tags have the top bit) */
+    bool scale = h->rs_stream && e->stream == h->rs_stream && recorded;
+    bool gather = e->stream != h->device_stream && !(h->rs_stream && e->stream == h->rs_stream);
+    if (st->n == 1 && gather) {
+      if (ms_live_put(&st->blocks, (ms_live_slot){.key = e->address, .aux = B_DROP}) != 0) return st->host_oom = true, 1;
+      return 0;
+    }
+    if (!scale && recorded && ms_live_take((ms_live_map *)&h->flagged, (uint64_t)e->id, &f)) {
+      ms_live_put((ms_live_map *)&h->flagged, f);
+      scale = (f.aux & 0xFF) != 0;
+    }
+    if (!scale) return st->fn(e, st->fnarg);
+    ms_event c = *e;
+    int64_t req = e->requested > 0 ? e->requested : e->size, elems = (req + st->ob - 1) / st->ob;
+    c.requested = c.size = (elems * from + st->n - 1) / st->n * st->ob;
+    return st->fn(&c, st->fnarg);
+  }
+  if ((e->kind == MS_FREE_REQUESTED || e->kind == MS_FREE_COMPLETED) && st->blocks.count) {
+    ms_live_slot slot;
+    if (ms_live_take(&st->blocks, e->address, &slot)) {
+      if (e->kind == MS_FREE_REQUESTED && ms_live_put(&st->blocks, slot) != 0) return st->host_oom = true, 1;
+      return 0;
+    }
+  }
+  return st->fn(e, st->fnarg);
+}
+
 int ms_shard_each(const ms_shard *h, const ms_whatif *w, const ms_change *c, ms_snapshot *s, ms_whatif_size_fn size,
                   void *size_arg, int64_t *dropped, int (*fn)(const ms_event *e, void *fnarg), void *fnarg) {
   if (!h || !c || c->strategy == MS_SHARD_NONE || c->ranks < 1)
     return ms_whatif_each(w, c, s, size, size_arg, dropped, fn, fnarg);
+  if (h->o.recorded_ranks > 0) {
+    sst st;
+    memset(&st, 0, sizeof st);
+    st.h = h, st.n = c->ranks, st.ob = h->o.recorded_bytes, st.fn = fn, st.fnarg = fnarg;
+    ms_change below = *c;
+    below.strategy = MS_SHARD_NONE, below.ranks = 0;
+    int rc = ms_whatif_each(w, &below, s, size, size_arg, dropped, rescale_event, &st);
+    if (st.host_oom) snprintf(s->error, sizeof s->error, "out of host memory sharding the history"), rc = -1;
+    ms_live_free(&st.blocks);
+    return rc;
+  }
   sst st;
   memset(&st, 0, sizeof st);
   st.h = h, st.c = *c, st.n = c->ranks, st.strategy = c->strategy, st.fn = fn, st.fnarg = fnarg;

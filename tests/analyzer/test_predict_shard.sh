@@ -197,6 +197,74 @@ check "two runs' laws at 16 with --shard fsdp2:2,4: three rows, the sharded ones
 check "--sweep with --shard: the 20 settings of the sharded program" \
   "json $dir/sw.json \"len(j['predictions']) == 20 and all(r['strategy'] == 'fsdp2' for r in j['predictions'])\""
 
+# From a recorded FSDP2 run at 2: the history synthesised at 2 written as a snapshot (a stand-in for
+# rank 0's recording: the shards told as parameters, the sharded gradients' blocks as gradients,
+# several in one block as FSDP2's views are), then --recorded-shard fsdp2:2 --shard fsdp2:N against
+# the synthesis at N from the unsharded run.
+python3 - "$dir/f2.txt" "$dir/p.db" "$dir/rec2.db" <<'PY'
+import shutil, sqlite3, sys
+dump, orig, out = sys.argv[1:]
+shutil.copy(orig, out)
+c = sqlite3.connect(out)
+model = c.execute("select id, time_ns, kind, device, stream, address, size, requested_size, extra, thread, stack_id "
+                  "from events where kind >= 15 order by id").fetchall()
+c.execute("delete from events")
+rows = []  # (sort key, event)
+params = 0
+for e in model:
+    e = list(e)
+    if e[2] == 16 and e[7] == 1:  # a parameter: its shard
+        e[5] = (0x41 << 56) | params
+        params += 1
+    if e[2] == 16 and e[7] == 2:
+        continue  # gradients: told below, at each step's beginning, by their sharded blocks
+    rows.append(((e[0], 0, len(rows)), e))
+flats = {}
+seq = 0
+for line in open(dump):
+    f = line.split()
+    if f[0] not in ("alloc", "free"):
+        continue
+    tag, index, eid = int(f[3], 16), int(f[4]), int(f[1])
+    addr = (tag << 56) | index if tag else index
+    kinds = [1] if f[0] == "alloc" else [2, 3]
+    for k in kinds:
+        seq += 1
+        rows.append(((eid, 1, seq), [eid, 0, k, 0, int(f[2]), addr, int(f[5]), int(f[5]), None, 1, 0]))
+rows.sort(key=lambda r: r[0])
+live_flats, events = set(), []
+for key, e in rows:
+    if e[2] == 1 and (e[5] >> 56) in (0x45, 0x46):
+        live_flats.add(e[5])
+    if e[2] == 2 and e[5] in live_flats:
+        live_flats.discard(e[5])
+    events.append(e)
+    if e[2] == 17 and e[6] == 1:  # a step begins: each sharded gradients' block told twice (two parameters' views)
+        for a in sorted(live_flats):
+            events += [[0, 0, 16, 0, 0, a, 1024, 2, 0, 1, 0] for _ in range(2)]
+for i, e in enumerate(events):
+    e[0], e[1] = i + 1, (i + 1) * 1000
+c.executemany("insert into events values (?,?,?,?,?,?,?,?,?,?,?)", events)
+c.execute("update meta set value = ? where key = 'recorded_events'", (len(events),))
+c.commit()
+PY
+"$cli" predict --json "$dir/rec2.db" --recorded-shard fsdp2:2 --shard fsdp2:1,2,4,8 >"$dir/re.json" 2>"$dir/re.err"
+check "--recorded-shard fsdp2:2 --shard fsdp2:1,2,4,8: exit 0, nothing on stderr" "[ $? -eq 0 ] && [ ! -s $dir/re.err ]"
+"$cli" predict --json "$dir/p.db" --shard fsdp2:1,2,4,8 >"$dir/un.json" 2>/dev/null
+check "from the run at 2, fsdp2:2 is the run as recorded: the synthesis at 2's peaks, exactly" \
+  "python3 -c \"
+import json; a, b = json.load(open('$dir/re.json'))['predictions'], json.load(open('$dir/un.json'))['predictions']
+exit(0 if (a[2]['peak_allocated_bytes'], a[2]['peak_reserved_bytes']) == (b[2]['peak_allocated_bytes'], b[2]['peak_reserved_bytes']) else 1)\""
+check "from the run at 2, fsdp2:1, 4 and 8: the synthesis from the unsharded run's peaks, within 0.5% (padding)" \
+  "python3 -c \"
+import json; a, b = json.load(open('$dir/re.json'))['predictions'], json.load(open('$dir/un.json'))['predictions']
+ok = all(abs(a[i][k] - b[i][k]) <= 0.005 * b[i][k] for i in (1, 3, 4) for k in ('peak_allocated_bytes', 'peak_reserved_bytes'))
+exit(0 if ok else 1)\""
+check "a sharded recording without --recorded-shard: exit 1, give the N it ran at" \
+  "[ \$(\"$cli\" predict $dir/rec2.db --shard fsdp2:4 >/dev/null 2>$dir/s.err; echo \$?) = 1 ] && grep -q 'recorded-shard fsdp2:N' $dir/s.err"
+check "--recorded-shard on an unsharded recording: exit 1" \
+  "[ \$(\"$cli\" predict $dir/p.db --recorded-shard fsdp2:2 --shard fsdp2:4 >/dev/null 2>$dir/s.err; echo \$?) = 1 ] && grep -q 'does not look like an FSDP2 run' $dir/s.err"
+
 # refusals
 status() { "$cli" predict "$@" >/dev/null 2>"$dir/s.err"; echo $?; }
 check "--shard fsdp3:2: exit 2, the strategies listed" "[ \$(status $dir/p.db --shard fsdp3:2) = 2 ] && grep -q \"'fsdp3' is none of fsdp2, ddp, zero1, zero2, zero3\" $dir/s.err"
