@@ -241,7 +241,6 @@ static int parse_args(int argc, char **argv, predict_args *a) {
     if (a->shard[k].strategy != MS_SHARD_FSDP2)
       return ms_usage_error(&ms_predict_command, "from a recorded FSDP2 run (--recorded-shard) only fsdp2:N is predicted, not %s",
                             ms_shard_name(a->shard[k].strategy));
-  if (a->advise && a->nshards) return ms_usage_error(&ms_predict_command, "--advise does not try strategies yet: leave --shard out");
   if (a->nruns == 1 && !changed && !a->advise)
     return ms_usage_error(&ms_predict_command, "one run ('%.200s') cannot tell how memory grows with the size: give the "
                           "program recorded at two sizes (or three), as small.db=4 large.db=8 (or change the program at "
@@ -523,7 +522,7 @@ static void print_change(const ms_predict *m, const ms_change *c, const ms_predi
 }
 
 static const char *const advice_kinds[MS_ADVICE_KINDS] = {"none", "setting", "checkpoint", "checkpoint+setting", "optimizer",
-                                                          "optimizer+checkpoint"};
+                                                          "optimizer+checkpoint", "shard"};
 
 /* A row of the advice in words: its settings and its change. */
 static void advice_text(const ms_predict *m, const ms_advice_row *r, char *out, size_t len) {
@@ -531,6 +530,9 @@ static void advice_text(const ms_predict *m, const ms_advice_row *r, char *out, 
   ms_replay_describe_config(&r->at.config, conf, sizeof conf);
   ms_change_describe(ms_predict_whatif_for(m, &r->at.change), &r->at.change, change, sizeof change);
   if (r->kind == MS_ADVICE_NONE) snprintf(out, len, "nothing (the recorded settings, %s)", conf);
+  else if (r->kind == MS_ADVICE_SHARD)
+    snprintf(out, len, "%s:%d (the fewest ranks of those --shard gives%s)", ms_shard_name(r->at.change.strategy),
+             (int)r->at.change.ranks, r->fits ? " that fit" : ": none fits");
   else if (!ms_change_any(&r->at.change)) snprintf(out, len, "PYTORCH_CUDA_ALLOC_CONF %s", conf);
   else if (r->kind == MS_ADVICE_CHECKPOINT_SETTING) snprintf(out, len, "%s, with %s", change, conf);
   else snprintf(out, len, "%s", change);
@@ -564,6 +566,10 @@ static void print_advice(const ms_predict *m, const ms_advice *adv) {
   printf("\nsmallest change that fits: %s", text);
   if (adv->searched && best->largest.at) printf("; with it the largest size that fits is %lld", (long long)best->largest.at);
   printf("\n");
+  for (int i = 0; i < adv->n; i++)
+    if (adv->row[i].kind == MS_ADVICE_SHARD && adv->row[i].fits)
+      printf("the smallest N that fits %s: %s:%d\n", cap, ms_shard_name(adv->row[i].at.change.strategy),
+             (int)adv->row[i].at.change.ranks);
 }
 
 /* Every note once: the model's, the sizes far from the recorded ones, then the replays'. */
@@ -645,13 +651,16 @@ static cJSON *json_model(const ms_predict_info *in, uint64_t card, const char *r
   return o;
 }
 
-/* The change a row makes, for its JSON: "change" (in words, "none"), "checkpointed" (the
- * instances' names), "optimizer" (null: the recorded one). */
+/* The change a row makes, for its JSON: "change" (in words, "none"), "strategy" and "ranks"
+ * (--shard's; "none" and 1), "checkpointed" (the instances' names), "optimizer" (null: the
+ * recorded one). */
 static void add_change(cJSON *j, const ms_predict *m, const ms_change *c) {
   char text[2048];
   const ms_whatif *w = ms_predict_whatif_for(m, c);
   ms_change_describe(w, c, text, sizeof text);
   cJSON_AddStringToObject(j, "change", text);
+  cJSON_AddStringToObject(j, "strategy", ms_shard_name(c->strategy));
+  cJSON_AddNumberToObject(j, "ranks", c->strategy ? c->ranks : 1);
   cJSON *list = cJSON_AddArrayToObject(j, "checkpointed");
   const ms_whatif_info *wi = w ? ms_whatif_info_of(w) : NULL;
   if (c->checkpoint > 0 && c->modules > 0 && wi) cJSON_AddStringToObject(j, "checkpoint_module", wi->name);
@@ -815,8 +824,6 @@ static cJSON *json_prediction(const ms_predict *m, const ms_replay_result *r, bo
   add_setting(j, &r->config, recorded);
   add_change(j, m, &r->change);
   cJSON_AddBoolToObject(j, "changed", ms_change_any(&r->change));
-  cJSON_AddStringToObject(j, "strategy", ms_shard_name(r->change.strategy));
-  cJSON_AddNumberToObject(j, "ranks", r->change.strategy ? r->change.ranks : 1);
   int64_t pk = ms_replay_worst_peak(r), at_peak = r->ndevices > 0 ? r->dev[ms_replay_worst_device(r)].allocated_at_peak : 0;
   cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(r));
   cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)pk);
@@ -1058,7 +1065,7 @@ static int cmd_predict(int argc, char **argv) {
   if (a.nshards) nchange = a.sweep ? a.nshards : 1 + a.nshards, row_changes = a.sweep ? &changes[1] : changes;
   if (a.advise) {
     o.progress = progress ? "predict: changes tried" : NULL;
-    if (ms_advise(m, a.at[0], &configs[0], &o, &adv, err, sizeof err) != 0) {
+    if (ms_advise_shards(m, a.at[0], &configs[0], a.shard, a.nshards, &o, &adv, err, sizeof err) != 0) {
       fprintf(stderr, "error: predict: %s\n", err);
       rc = 1;
       goto cleanup;

@@ -559,8 +559,8 @@ int ms_predict_capacity(ms_predict *m, const ms_change *change, const ms_replay_
 
 /* The kinds of change advise.c tries, smallest first. */
 enum { MS_ADVICE_NONE, MS_ADVICE_SETTING, MS_ADVICE_CHECKPOINT, MS_ADVICE_CHECKPOINT_SETTING, MS_ADVICE_OPTIMIZER,
-       MS_ADVICE_OPTIMIZER_CHECKPOINT, MS_ADVICE_KINDS };
-#define MS_ADVICE_MAX 64 /* 20 settings, 3 optimizers, 5 rows for each set of modules (4 at most) */
+       MS_ADVICE_OPTIMIZER_CHECKPOINT, MS_ADVICE_SHARD, MS_ADVICE_KINDS };
+#define MS_ADVICE_MAX 64 /* 20 settings, 3 optimizers, 5 rows for each set of modules (4 at most), 5 strategies */
 
 typedef struct ms_advice_row {
   int kind;                 /* MS_ADVICE_* */
@@ -588,6 +588,10 @@ typedef struct ms_advice {
  * optimizer's reading. 0, or -1 with err set. */
 int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
               size_t errlen);
+/* ms_advise, and, for each strategy of shards[0..nshards) (--shard's, made with m's shard
+ * reading), the smallest of its Ns that fits (MS_ADVICE_SHARD: the most ranks given when none does). */
+int ms_advise_shards(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_change *shards, int nshards,
+                     const ms_rows_options *o, ms_advice *out, char *err, size_t errlen);
 void ms_advice_free(ms_advice *a);
 
 /* ---- suggestions for the analysis (suggest.c) ------------------------------------------- */

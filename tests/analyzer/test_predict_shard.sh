@@ -197,6 +197,20 @@ check "two runs' laws at 16 with --shard fsdp2:2,4: three rows, the sharded ones
 check "--sweep with --shard: the 20 settings of the sharded program" \
   "json $dir/sw.json \"len(j['predictions']) == 20 and all(r['strategy'] == 'fsdp2' for r in j['predictions'])\""
 
+"$cli" predict --json "$dir/b1.db" --at 1 --capacity 80M --advise --shard fsdp2:2,4,8 --shard zero3:2,4 >"$dir/adv.json" 2>"$dir/adv.err"
+"$cli" predict --json "$dir/b1.db" --capacity 80M --shard fsdp2:2,4,8 --shard zero3:2,4 >"$dir/fits.json" 2>/dev/null
+check "--advise with --shard: each strategy a change, its fewest ranks that fit, as the rows of --shard on the card say" \
+  "python3 -c \"
+import json; a, p = json.load(open('$dir/adv.json'))['advice']['changes'], json.load(open('$dir/fits.json'))['predictions']
+ok = True
+for s in ('fsdp2', 'zero3'):
+    rows = [r for r in a if r['kind'] == 'shard' and r['strategy'] == s]
+    fit = sorted(r['ranks'] for r in p if r['strategy'] == s and r['fits'])
+    ok &= len(rows) == 1 and rows[0]['fits'] == bool(fit) and (not fit or rows[0]['ranks'] == fit[0])
+exit(0 if ok else 1)\""
+"$cli" predict "$dir/b1.db" --at 1 --capacity 80M --advise --shard fsdp2:2,4,8 >"$dir/adv.txt" 2>&1
+check "--advise's text: the smallest N that fits the card" "grep -q '^the smallest N that fits 80.00 MiB: fsdp2:[248]\$' $dir/adv.txt"
+
 # From a recorded FSDP2 run at 2: the history synthesised at 2 written as a snapshot (a stand-in for
 # rank 0's recording: the shards told as parameters, the sharded gradients' blocks as gradients,
 # several in one block as FSDP2's views are), then --recorded-shard fsdp2:2 --shard fsdp2:N against
