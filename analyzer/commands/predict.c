@@ -907,11 +907,12 @@ static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t c
 
 /* ---- the answer, as a page ---------------------------------------------------------------- */
 
-#define PAGE_MAX (MAX_AT + 1) /* histories drawn: one per size, or the advice's two */
+#define PAGE_MAX 48 /* histories drawn: one per size (with --shard one per size, strategy and N), or the advice's two */
 
 /* The page (--html): the base run's memory over time above each history the answer is about,
  * replayed again in this process to draw it (engine.c's timeline), on the device whose peaks the
- * answer gives. Which histories: each --at size as changed, under the first setting (the recorded
+ * answer gives. Which histories: each --at size as changed (with --shard: as recorded, then rank
+ * 0's under each strategy and N), under the first setting (the recorded
  * ones with --set over them); with --advise, the size as recorded and with the smallest change
  * that fits; with only a card, the largest size that fits under its best setting. 0, or 1. */
 static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer, int nconf, int nchange, const ms_sweep *pred, const ms_sweep *fit, const ms_advice *adv) {
@@ -920,10 +921,15 @@ static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer,
   const char *why[PAGE_MAX];
   char whys[PAGE_MAX][64];
   int n = 0;
-  for (int k = 0; pred && k < a->nat; k++, n++) {
-    rows[n] = &pred->results[(k * nchange + nchange - 1) * nconf]; /* by row: the first setting, the change */
-    snprintf(whys[n], sizeof whys[n], "--at %lld", (long long)a->at[k]);
-    why[n] = whys[n];
+  for (int k = 0; pred && k < a->nat; k++) {
+    /* by row: the first setting, the change; with --shard each strategy and N, the program on one GPU above them */
+    for (int h = a->nshards ? 0 : nchange - 1; h < nchange && n < PAGE_MAX - 2; h++, n++) {
+      rows[n] = &pred->results[(k * nchange + h) * nconf];
+      char prog[40] = "";
+      if (a->nshards) program_label(&rows[n]->change, prog, sizeof prog);
+      snprintf(whys[n], sizeof whys[n], "--at %lld%s%s", (long long)a->at[k], prog[0] ? ", " : "", prog);
+      why[n] = whys[n];
+    }
   }
   for (int i = 0; adv && i < adv->n; i++) /* the size as recorded, then the smallest change that fits */
     if (adv->row[i].kind == MS_ADVICE_NONE) rows[n] = &adv->row[i].at, why[n++] = "--advise: the size as recorded";

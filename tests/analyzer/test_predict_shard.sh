@@ -211,6 +211,23 @@ exit(0 if ok else 1)\""
 "$cli" predict "$dir/b1.db" --at 1 --capacity 80M --advise --shard fsdp2:2,4,8 >"$dir/adv.txt" 2>&1
 check "--advise's text: the smallest N that fits the card" "grep -q '^the smallest N that fits 80.00 MiB: fsdp2:[248]\$' $dir/adv.txt"
 
+"$cli" predict "$dir/p4.db=4" "$dir/p8.db=8" --at 8 --at 16 --shard fsdp2:2,4 --html "$dir/page.html" >"$dir/page.out" 2>&1
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --at 8 --at 16 --shard fsdp2:2,4 >"$dir/page.json" 2>/dev/null
+check "--html: per size, the program on one GPU then rank 0 at each N drawn over time, each with its row's peaks" \
+  "python3 - $dir/page.html $dir/page.json <<'PY'
+import json, re, sys
+html = open(sys.argv[1]).read()
+doc = json.loads(re.search(r'<script type=\"application/json\" id=\"memsnap-prediction\">(.*?)</script>', html, re.S).group(1))
+rows = json.load(open(sys.argv[2]))['predictions']
+drawn = doc['predicted']
+whys = [p['why'] for p in drawn]
+ok = whys == ['--at 8, as recorded', '--at 8, fsdp2:2', '--at 8, fsdp2:4', '--at 16, as recorded', '--at 16, fsdp2:2', '--at 16, fsdp2:4']
+ok = ok and all((p['peak_allocated_bytes'], p['peak_reserved_bytes']) == (r['peak_allocated_bytes'], r['peak_reserved_bytes'])
+                for p, r in zip(drawn, rows))
+ok = ok and all(max(p['curves']['reserved']['hi']) == p['peak_reserved_bytes'] for p in drawn) and doc['answer'] == json.load(open(sys.argv[2]))
+sys.exit(0 if ok else 1)
+PY"
+
 # From a recorded FSDP2 run at 2: the history synthesised at 2 written as a snapshot (a stand-in for
 # rank 0's recording: the shards told as parameters, the sharded gradients' blocks as gradients,
 # several in one block as FSDP2's views are), then --recorded-shard fsdp2:2 --shard fsdp2:N against
