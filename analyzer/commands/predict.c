@@ -384,6 +384,9 @@ static void print_shard(const ms_predict *m, const predict_args *a) {
          "FSDP2's param dtype %s, reduce dtype %s; DDP's buckets %g MiB%s; ZeRO's reduce bucket %lld elements%s\n",
          dt[rec], dt[pb], dt[rb], a->so.bucket_mb, a->so.bucket_view ? " (gradient_as_bucket_view)" : "",
          (long long)a->so.reduce_bucket, a->so.overlap_comm ? " (two: overlap_comm)" : "");
+  if (si->cast_blocks)
+    printf("  autocast's casts of the parameters in the recording (%lld blocks of a parameter's elements in the param dtype, "
+           "made in its unit's forward): left out under fsdp2, whose parameters are in that dtype\n", (long long)si->cast_blocks);
   printf("  left out: NCCL's own buffers and the communicator's workspace (outside PyTorch's allocator)\n");
 }
 
@@ -742,6 +745,7 @@ static cJSON *json_shard(const ms_predict *m, const predict_args *a) {
   cJSON_AddNumberToObject(o, "state_blocks", (double)si->state_blocks);
   cJSON_AddNumberToObject(o, "state_bytes", (double)si->state_bytes);
   cJSON_AddBoolToObject(o, "state_from_events", si->state_from_events);
+  cJSON_AddNumberToObject(o, "autocast_cast_blocks", (double)si->cast_blocks);
   int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, pb = a->so.param_bytes ? a->so.param_bytes : rec;
   cJSON_AddNumberToObject(o, "recorded_element_bytes", rec);
   cJSON_AddNumberToObject(o, "param_element_bytes", pb);

@@ -392,7 +392,7 @@ typedef struct ms_shard_info {
   bool state_from_events;         /* state told by tensor events of role 3 (else: made in a step, outliving it) */
   int64_t module_events, backward_passes, steps;
   bool looks_sharded;             /* several gradient tensors in one block: FSDP2's flat sharded gradients */
-  int64_t rescaled_blocks;        /* a recorded FSDP2 run: the blocks 1/N of the parameters' (shards, state, gradients) */
+  int64_t cast_blocks;            /* with a param dtype: autocast's casts of parameters found (left out under FSDP2) */
 } ms_shard_info;
 
 typedef struct ms_shard ms_shard;

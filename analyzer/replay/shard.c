@@ -32,7 +32,10 @@
  *     on the reduce-scatter stream; in reduce dtype, converted to the parameters' dtype when that
  *     differs) kept until the recorded gradients are freed (zero_grad); at the backward pass's
  *     end the last reduce-scatter input freed. The optimizer's state and temporaries: 1/N of
- *     their elements (rank 0's chunk). Activations as recorded (the same batch per rank).
+ *     their elements (rank 0's chunk). Activations as recorded (the same batch per rank). With a
+ *     param dtype other than the recorded one, autocast's casts of the parameters (blocks of a
+ *     parameter's elements in the param dtype, made while its unit's forward runs) are left out:
+ *     FSDP2's parameters are in that dtype already.
  *   DDP: after the last parameter's allocation, the gradient buckets (the parameters in reverse
  *     order, the first bucket closed at 1 MiB, the others at --bucket-mb), kept; with
  *     gradient_as_bucket_view the recorded gradients are views into them (left out).
@@ -69,7 +72,7 @@ enum { T_SHARD = 0x41, T_UNSHARD, T_AG, T_RS, T_RO, T_FG, T_CI, T_BUCKET, T_IPG 
 #define FIRST_BUCKET (1 << 20) /* DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES) */
 #define COUNTER_BYTES 64       /* a state block this small is a step count */
 
-enum { F_PARAM = 1, F_GRAD = 2, F_STATE = 4, F_TEMP = 8, F_IN_STEP = 16, F_ROLE_STATE = 32 };
+enum { F_PARAM = 1, F_GRAD = 2, F_STATE = 4, F_TEMP = 8, F_IN_STEP = 16, F_ROLE_STATE = 32, F_CAST = 64 };
 enum { A_INIT, A_FWD, A_FWD_END, A_BWD, A_BWD_END, A_PASS_END }; /* actions */
 
 typedef struct action {
@@ -134,6 +137,9 @@ typedef struct bld {
   int16_t *dev;
   uint8_t *flags;
   int64_t *label, *label_step; /* label_step: the step whose gradient event told it */
+  int64_t *in_module;          /* the innermost module whose forward was open when it was made (0 none) */
+  int64_t *open;               /* the modules whose forward is open, innermost last */
+  size_t nopen, open_cap;
   size_t nalloc, cap;
   size_t *param_k; /* allocation index of each parameter, in their events' order */
   size_t nparam_k, param_cap;
@@ -171,7 +177,7 @@ static bool grow(bld *b) {
   if (b->nalloc < b->cap) return true;
   size_t cap = b->cap ? 2 * b->cap : 4096;
 #define G(f) if (!(b->f = realloc(b->f, sizeof *b->f * cap))) return false;
-  G(a_id) G(req) G(stream) G(dev) G(flags) G(label) G(label_step)
+  G(a_id) G(req) G(stream) G(dev) G(flags) G(label) G(label_step) G(in_module)
 #undef G
   b->cap = cap;
   return true;
@@ -195,6 +201,7 @@ static int pass_event(const ms_event *e, void *arg) {
       size_t k = b->nalloc++;
       b->a_id[k] = e->id, b->req[k] = size, b->stream[k] = e->stream, b->dev[k] = (int16_t)e->device;
       b->flags[k] = b->step_open ? F_IN_STEP : 0, b->label[k] = 0, b->label_step[k] = -1;
+      b->in_module[k] = b->nopen ? b->open[b->nopen - 1] : 0;
       ms_live_take(&b->live, e->address, &slot);
       if (ms_live_put(&b->live, (ms_live_slot){.key = e->address, .aux = (uint32_t)k}) != 0) b->host_oom = true;
       break;
@@ -220,6 +227,16 @@ static int pass_event(const ms_event *e, void *arg) {
       break;
     }
     case MS_MODULE:
+      if (e->size == MEMSNAP_MODULE_FORWARD) {
+        if (!ms_grow(&b->open, &b->open_cap, b->nopen + 1, sizeof *b->open)) return b->host_oom = true, 1;
+        b->open[b->nopen++] = e->extra;
+      } else if (e->size == MEMSNAP_MODULE_FORWARD_END) {
+        for (size_t i = b->nopen; i-- > 0;)
+          if (b->open[i] == e->extra) {
+            b->nopen = i;
+            break;
+          }
+      }
       if (!ms_grow(&b->mods, &b->mods_cap, b->nmods + 1, sizeof *b->mods)) return b->host_oom = true, 1;
       b->mods[b->nmods++] = (modev){e->id, e->extra, (uint8_t)e->size};
       break;
@@ -508,11 +525,34 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
   if (group_params(h, in->nunits, false, &h->unit_first, &h->unit_count, &h->order_by_unit) != 0 ||
       group_params(h, h->nowners, true, &h->owner_first, &h->owner_count, &h->order_by_owner) != 0)
     goto oom;
+  /* with a param dtype other than the recorded one: autocast's casts of the parameters (a block of
+     a parameter's elements in the param dtype, made while its unit's forward runs), which FSDP2's
+     parameters in that dtype do not need */
+  int32_t *module_unit = NULL;
+  if (h->o.param_bytes != h->o.recorded_bytes) {
+    if (!(module_unit = malloc(sizeof *module_unit * (b.nlabel + 1)))) goto oom;
+    for (size_t id = 0; id < b.nlabel; id++) {
+      size_t best = 0;
+      module_unit[id] = -1;
+      for (int u = 0; u < in->nunits && b.labels[id]; u++)
+        if (inside(b.labels[id], h->unit_path[u]) && strlen(h->unit_path[u]) >= best) best = strlen(h->unit_path[u]), module_unit[id] = u;
+    }
+    for (size_t k = 0; k < b.nalloc; k++) {
+      int64_t l = b.in_module[k];
+      int32_t u = l > 0 && (size_t)l < b.nlabel ? module_unit[l] : -1;
+      if (u < 0 || (b.flags[k] & (F_PARAM | F_GRAD | F_ROLE_STATE | F_IN_STEP))) continue;
+      for (size_t i = 0; i < h->nparams && !(b.flags[k] & F_CAST); i++)
+        if (h->params[i].unit == u && h->params[i].bytes / h->o.recorded_bytes * h->o.param_bytes == b.req[k])
+          b.flags[k] |= F_CAST, in->cast_blocks++;
+    }
+    free(module_unit);
+  }
   /* the blocks sharding changes, by their allocation's event id */
   for (size_t k = 0; k < b.nalloc; k++) {
     uint8_t f = b.flags[k];
     int32_t unit = -1;
     if (f & F_PARAM) f = F_PARAM;
+    else if (f & F_CAST) f = F_CAST;
     else if (f & F_GRAD) {
       f = F_GRAD;
       const char *path = label_of(&b, b.label[k]);
@@ -550,7 +590,8 @@ done:
   free(label_owner);
   free(fwd);
   ms_live_free(&b.live);
-  free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.label_step), free(b.param_k);
+  free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.label_step), free(b.in_module), free(b.param_k);
+  free(b.open);
   free(b.mods), free(b.pass_end);
   for (size_t i = 0; i < b.nlabel; i++) free(b.labels[i]);
   free(b.labels);
@@ -877,6 +918,10 @@ static int shard_event(const ms_event *e, void *arg) {
       if (state) flags = F_STATE;
       int64_t req = e->requested > 0 ? e->requested : e->size;
       ms_event c = *e;
+      if (flags == F_CAST && st->strategy == MS_SHARD_FSDP2 && st->pb != st->ob) { /* autocast's cast: not made */
+        put_block(st, e->address, B_DROP, req);
+        return st->host_oom;
+      }
       if (flags == F_PARAM) {
         for (size_t i = 0; i < st->h->nparams; i++) /* its index: parameters are few, once each */
           if (st->h->params[i].id == e->id) ((ms_shard *)st->h)->params[i].address = e->address;

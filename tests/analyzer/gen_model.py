@@ -10,13 +10,15 @@ the replay of the changed program's snapshot, computed independently.
 
   python3 gen_model.py OUT.db --batch B [--steps S] [--layers L] [--checkpoint all|none|I,J,...]
       [--optimizer adamw|sgd|sgd-momentum] [--events] [--gelu-fn] [--capacity BYTES] [--root CLASS]
-      [--params]
+      [--params [--autocast]]
 
 --params (with --events) also tells the parameters (tensor events of role 1 at the first forward,
 labelled Model.blocks.I.attn, Model.blocks.I.mlp, Model.head) and the gradients (role 2 at each
 step's beginning), records the root's module events (Model), and runs zero_grad(set_to_none=True):
 the gradients are made in every backward and freed after each step, as PyTorch's default does
-(`memsnap predict --shard`'s tests, tests/analyzer/test_predict_shard.sh).
+(`memsnap predict --shard`'s tests, tests/analyzer/test_predict_shard.sh). --autocast adds what
+torch.autocast does to a block's parameters: a bf16 copy of each made in its forward, saved for its
+backward and freed there.
 
 Stacks: Python frames (Block.forward in model.py, Model.forward, main in train.py; AdamW.step
 and _init_group in torch/optim/adamw.py; Linear.__init__ in torch/nn/modules/linear.py) and
@@ -193,8 +195,11 @@ def generate(a):
                     p.free(s[name], p.stack(*blk(24)))
             return s, out
 
+        casts = []
         for i in range(L):
             p.module("blocks.%d" % i, 0)
+            if a.autocast:
+                casts.append([p.alloc(p.live[params[3 * i + j]] // 2, p.stack(op("at::_to_copy"), *blk(21)[1:])) for j in range(3)])
             s, out = forward(i, inp, drop=i in ckpt)
             if i in ckpt:  # checkpointed: it saved nothing
                 s = None
@@ -242,6 +247,8 @@ def generate(a):
             p.free(s["mean"], bw)
             if out_again is not None:
                 p.free(out_again, bw)
+            for c in casts[i] if a.autocast else []:
+                p.free(c, bw)
             p.module("blocks.%d" % i, 3)
         p.free(g, bw)
         if a.params:
@@ -314,6 +321,7 @@ def main():
     ap.add_argument("--capacity", type=int, default=8 << 30)
     ap.add_argument("--root", default="Model", help="the root module's class in the module events' paths (no dot)")
     ap.add_argument("--params", action="store_true", help="parameter and gradient events, the root's module events, zero_grad")
+    ap.add_argument("--autocast", action="store_true", help="with --params: bf16 copies of each block's parameters, as autocast makes")
     a = ap.parse_args()
     p = generate(a)
     write(p, a.out, a.capacity)

@@ -155,6 +155,11 @@ ok &= b['streams']['0x46'] == [$((RS))]
 exit(0 if ok else 1)\""
 check "--reduce-dtype fp32 with bf16 parameters: the reduce-scatter in fp32, its output the sharded gradients" \
   "json $dir/mp32.json \"sorted(j['sizes']['0x44']) == sorted(json.load(open('$dir/f4.json'))['sizes']['0x44']) and '0x46' not in j['kinds']\""
+gen "$dir/ac.db" --batch 4 --events --params --steps 3 --autocast
+"$dump" "$dir/ac.db" fsdp2:4 --param-dtype 2 >"$dir/ac.txt"
+"$dump" "$dir/ac.db" fsdp2:4 >"$dir/ac32.txt"
+check "a recording under autocast with --param-dtype bf16: its 54 casts of the blocks' parameters left out (FSDP2's parameters are bf16), and kept in fp32" \
+  "[ \$(grep -c '^alloc .* 0 0 ' $dir/ac.txt) = \$((\$(grep -c '^alloc .* 0 0 ' $dir/mp.txt) + 0)) ] && [ \$(grep -c '^alloc .* 0 0 ' $dir/ac32.txt) = \$((\$(grep -c '^alloc .* 0 0 ' $dir/f4.txt) + 54)) ]"
 check "ddp:4: the buckets hold every parameter, in reverse order, the first closed at 1 MiB, the rest at 25 MiB" \
   "python3 -c \"
 import json; j = json.load(open('$dir/ddp.json')); p = j['params'][::-1]
