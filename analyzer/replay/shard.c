@@ -36,9 +36,12 @@
  *     param dtype other than the recorded one, autocast's casts of the parameters (blocks of a
  *     parameter's elements in the param dtype, made while its unit's forward runs) are left out:
  *     FSDP2's parameters are in that dtype already.
- *   DDP: after the last parameter's allocation, the gradient buckets (the parameters in reverse
- *     order, the first bucket closed at 1 MiB, the others at --bucket-mb), kept; with
- *     gradient_as_bucket_view the recorded gradients are views into them (left out).
+ *   DDP: after the last parameter's allocation, _sync_module_states' flat broadcast buckets
+ *     (250 MiB, two in flight, freed), then the Reducer's one bucket of every parameter (the first
+ *     iteration's, find_unused_parameters off), rebuilt at the root's second forward: freed, then
+ *     the buckets in the order the gradients came (the parameters in reverse, the first bucket
+ *     closed at 1 MiB, the others at --bucket-mb), kept; with gradient_as_bucket_view the
+ *     recorded gradients are views into them (left out).
  *   ZeRO (DeepSpeed): stage 1 the optimizer's state and temporaries 1/N; stage 2 also the
  *     gradients (each recorded one copied into a reduce bucket and freed at once, a flat
  *     partition of 1/N of them kept until they are freed); stage 3 also the parameters, each
@@ -70,6 +73,7 @@ enum { T_SHARD = 0x41, T_UNSHARD, T_AG, T_RS, T_RO, T_FG, T_CI, T_BUCKET, T_IPG 
 #define STREAM_AG 0x5A5A0001ull /* FSDP2's all-gather copy-in stream */
 #define STREAM_RS 0x5A5A0002ull /* its reduce-scatter stream */
 #define FIRST_BUCKET (1 << 20) /* DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES) */
+#define BROADCAST_BUCKET ((int64_t)250 << 20) /* DDP's _sync_module_states broadcast_bucket_size */
 #define COUNTER_BYTES 64       /* a state block this small is a step count */
 
 enum { F_PARAM = 1, F_GRAD = 2, F_STATE = 4, F_TEMP = 8, F_IN_STEP = 16, F_ROLE_STATE = 32, F_CAST = 64 };
@@ -645,6 +649,8 @@ typedef struct sst {
   bool in_backward, inited;
   ms_live_map blocks;  /* recorded addresses changed: key address, aux kind | unit << 8, size */
   uint64_t partition;  /* ZeRO-2/3's flat gradient partition (0 none) */
+  int64_t ddp_bucket;  /* DDP's first iteration's one bucket */
+  int ddp_forwards;    /* the root's forwards so far (DDP rebuilds its buckets at the second) */
   int64_t partition_refs;
   uint64_t seq;
   ms_event now;        /* the time and id the injected events carry */
@@ -753,6 +759,23 @@ static int64_t flat_bytes(const sst *st, int32_t u, uint64_t flat) {
   return (flat >> 56) == T_FG ? unit_sum(st, u, true, st->ob) / st->n : unit_sum(st, u, true, st->rb) / st->n;
 }
 
+/* DDP's bucket rebuild at the second forward: the first iteration's one bucket freed, the
+ * buckets in the order the gradients came (the parameters in reverse), the first closed at 1 MiB,
+ * the others at --bucket-mb. */
+static void ddp_rebuild(sst *st) {
+  const ms_shard *h = st->h;
+  ev_free(st, TAG(T_BUCKET, 0), st->ddp_bucket, st->compute);
+  int64_t cap = FIRST_BUCKET, sum = 0, limit = (int64_t)(h->o.bucket_mb * 1048576.0);
+  int nb = 1;
+  for (size_t i = h->nparams; i-- > 0;) {
+    sum += h->params[i].bytes;
+    if (sum >= cap || i == 0) {
+      ev_alloc(st, TAG(T_BUCKET, nb++), sum, st->compute);
+      sum = 0, cap = limit > 0 ? limit : 25 << 20;
+    }
+  }
+}
+
 static void do_init(sst *st) {
   const ms_shard *h = st->h;
   st->inited = true;
@@ -776,16 +799,23 @@ static void do_init(sst *st) {
         }
       }
   }
-  if (st->strategy == MS_SHARD_DDP) { /* the buckets: parameters in reverse order */
-    int64_t cap = FIRST_BUCKET, sum = 0, limit = (int64_t)(st->h->o.bucket_mb * 1048576.0);
-    int nb = 0;
-    for (size_t i = h->nparams; i-- > 0;) {
+  if (st->strategy == MS_SHARD_DDP) {
+    /* _sync_module_states: the parameters broadcast in flat buckets of 250 MiB, two in flight */
+    int64_t sum = 0, flat[2] = {0, 0};
+    int nf = 0;
+    for (size_t i = 0; i < h->nparams; i++) {
       sum += h->params[i].bytes;
-      if (sum >= cap || i == 0) {
-        ev_alloc(st, TAG(T_BUCKET, nb++), sum, st->compute);
-        sum = 0, cap = limit > 0 ? limit : 25 << 20;
-      }
+      if (sum < BROADCAST_BUCKET && i + 1 < h->nparams) continue;
+      if (nf >= 2) ev_free(st, TAG(T_CI, nf - 2), flat[nf % 2], st->compute);
+      ev_alloc(st, TAG(T_CI, nf), sum, st->compute);
+      flat[nf++ % 2] = sum, sum = 0;
     }
+    for (int j = nf > 2 ? nf - 2 : 0; j < nf; j++) ev_free(st, TAG(T_CI, j), flat[j % 2], st->compute);
+    /* the Reducer's first buckets: one of every parameter (rebuilt at the second forward) */
+    st->ddp_bucket = 0;
+    for (size_t i = 0; i < h->nparams; i++) st->ddp_bucket += h->params[i].bytes;
+    ev_alloc(st, TAG(T_BUCKET, 0), st->ddp_bucket, st->compute);
+    st->ddp_forwards = 0;
   }
   if (st->strategy >= MS_SHARD_ZERO1) { /* the reduce buckets */
     int64_t all = 0;
@@ -804,6 +834,8 @@ static void do_action(sst *st, const action *a) {
     do_init(st);
     return;
   }
+  if (st->strategy == MS_SHARD_DDP && a->type == A_FWD && u == st->h->root_unit && !st->in_backward && ++st->ddp_forwards == 2)
+    ddp_rebuild(st);
   if (!fsdp && !z3) return;
   bool root = fsdp && u == st->h->root_unit;
   switch (a->type) {
