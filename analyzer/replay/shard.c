@@ -112,6 +112,11 @@ struct ms_shard {
   uint64_t rs_stream; /* a recorded FSDP2 run: the sharded gradients' stream (0 none seen) */
 };
 
+/* A request as sharding computes with it: held to MS_PREDICT_MAX_BYTES (a hostile file's sizes
+ * cannot overflow the sums); sums saturate there too. */
+static int64_t clamp(int64_t bytes) { return bytes < 0 ? 0 : bytes > MS_PREDICT_MAX_BYTES ? MS_PREDICT_MAX_BYTES : bytes; }
+static int64_t sat_add(int64_t a, int64_t b) { return a > MS_PREDICT_MAX_BYTES - b ? MS_PREDICT_MAX_BYTES : a + b; }
+
 int ms_shard_strategy(const char *name) {
   static const char *const names[] = {"fsdp2", "ddp", "zero1", "zero2", "zero3"};
   for (int i = 0; i < 5; i++)
@@ -335,9 +340,12 @@ static int choose_units(bld *b, char *err, size_t errlen) {
         char shown[200];
         snprintf(shown, sizeof shown, "%s", h->o.units[p]);
         ms_neutralise(shown);
+        char root[256];
+        snprintf(root, sizeof root, "%s", h->info.root);
+        ms_neutralise(root);
         snprintf(err, errlen, "--units '%s' names no module of '%s' (module paths, with or without the root's class "
                  "'%s', globs allowed: 'transformer.h.*'; a name without a dot: a child of the root)", shown,
-                 b->s->shown_path, h->info.root);
+                 b->s->shown_path, root);
         goto done;
       }
     }
@@ -509,7 +517,7 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     size_t k = b.param_k[i];
     param *p = &h->params[h->nparams++];
     const char *path = label_of(&b, b.label[k]);
-    p->id = b.a_id[k], p->bytes = b.req[k], p->unit = h->root_unit;
+    p->id = b.a_id[k], p->bytes = clamp(b.req[k]), p->unit = h->root_unit;
     size_t best = 0;
     for (int u = 0; u < in->nunits; u++)
       if (inside(path, h->unit_path[u]) && strlen(h->unit_path[u]) > best) best = strlen(h->unit_path[u]), p->unit = u;
@@ -521,7 +529,7 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
       p->owner = -1;
     }
     if (b.a_id[k] > h->last_param_id) h->last_param_id = b.a_id[k];
-    in->params++, in->param_bytes += p->bytes;
+    in->params++, in->param_bytes = sat_add(in->param_bytes, p->bytes);
   }
   for (size_t i = 0; i < h->nparams; i++)
     if (h->params[i].owner < 0) h->params[i].owner = h->nowners++;
@@ -564,10 +572,10 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
       unit = h->root_unit;
       for (int u = 0; u < in->nunits; u++)
         if (inside(path, h->unit_path[u]) && strlen(h->unit_path[u]) > best) best = strlen(h->unit_path[u]), unit = u;
-      in->grads++, in->grad_bytes += b.req[k];
+      in->grads++, in->grad_bytes = sat_add(in->grad_bytes, clamp(b.req[k]));
     } else if ((b.any_role_state ? (f & F_ROLE_STATE) : ((f & F_IN_STEP) && !(f & F_TEMP))) && b.req[k] > COUNTER_BYTES) {
       f = F_STATE;
-      in->state_blocks++, in->state_bytes += b.req[k];
+      in->state_blocks++, in->state_bytes = sat_add(in->state_bytes, clamp(b.req[k]));
     } else if ((f & F_TEMP) && !(f & F_ROLE_STATE)) {
       f = F_TEMP;
       in->temp_blocks++;
@@ -689,9 +697,23 @@ static int64_t unit_sum(const sst *st, int32_t u, bool padded, int64_t elem) {
   int64_t sum = 0;
   for (int32_t j = 0; j < st->count[u]; j++) {
     int64_t b = st->h->params[st->order[st->first[u] + j]].bytes;
-    sum += padded ? padded_bytes(st, b, elem) : shard_bytes(st, b, elem);
+    sum = sat_add(sum, padded ? padded_bytes(st, b, elem) : shard_bytes(st, b, elem));
   }
   return sum;
+}
+
+/* Every parameter's bytes, as recorded. */
+static int64_t params_sum(const ms_shard *h) {
+  int64_t all = 0;
+  for (size_t i = 0; i < h->nparams; i++) all = sat_add(all, h->params[i].bytes);
+  return all;
+}
+
+/* ZeRO-2/3's flat gradient partition: 1/N of every parameter's elements. */
+static int64_t partition_bytes(const sst *st) {
+  int64_t all = 0;
+  for (size_t i = 0; i < st->h->nparams; i++) all = sat_add(all, shard_bytes(st, st->h->params[i].bytes, st->ob));
+  return all;
 }
 
 /* The unit's unsharded parameters allocated (FSDP2's copy-out; ZeRO-3's gather). */
@@ -768,7 +790,7 @@ static void ddp_rebuild(sst *st) {
   int64_t cap = FIRST_BUCKET, sum = 0, limit = (int64_t)(h->o.bucket_mb * 1048576.0);
   int nb = 1;
   for (size_t i = h->nparams; i-- > 0;) {
-    sum += h->params[i].bytes;
+    sum = sat_add(sum, h->params[i].bytes);
     if (sum >= cap || i == 0) {
       ev_alloc(st, TAG(T_BUCKET, nb++), sum, st->compute);
       sum = 0, cap = limit > 0 ? limit : 25 << 20;
@@ -804,7 +826,7 @@ static void do_init(sst *st) {
     int64_t sum = 0, flat[2] = {0, 0};
     int nf = 0;
     for (size_t i = 0; i < h->nparams; i++) {
-      sum += h->params[i].bytes;
+      sum = sat_add(sum, h->params[i].bytes);
       if (sum < BROADCAST_BUCKET && i + 1 < h->nparams) continue;
       if (nf >= 2) ev_free(st, TAG(T_CI, nf - 2), flat[nf % 2], st->compute);
       ev_alloc(st, TAG(T_CI, nf), sum, st->compute);
@@ -812,14 +834,12 @@ static void do_init(sst *st) {
     }
     for (int j = nf > 2 ? nf - 2 : 0; j < nf; j++) ev_free(st, TAG(T_CI, j), flat[j % 2], st->compute);
     /* the Reducer's first buckets: one of every parameter (rebuilt at the second forward) */
-    st->ddp_bucket = 0;
-    for (size_t i = 0; i < h->nparams; i++) st->ddp_bucket += h->params[i].bytes;
+    st->ddp_bucket = params_sum(h);
     ev_alloc(st, TAG(T_BUCKET, 0), st->ddp_bucket, st->compute);
     st->ddp_forwards = 0;
   }
   if (st->strategy >= MS_SHARD_ZERO1) { /* the reduce buckets */
-    int64_t all = 0;
-    for (size_t i = 0; i < h->nparams; i++) all += h->params[i].bytes;
+    int64_t all = params_sum(h);
     int64_t bucket = h->o.reduce_bucket * st->ob;
     if (bucket <= 0 || bucket > all) bucket = all;
     for (int j = 0; j < (h->o.overlap_comm ? 2 : 1); j++) ev_alloc(st, TAG(T_IPG, j), bucket, st->compute);
@@ -948,7 +968,7 @@ static int shard_event(const ms_event *e, void *arg) {
         flags = f.aux & 0xFF, u = (int32_t)(f.aux >> 8) - 1;
       }
       if (state) flags = F_STATE;
-      int64_t req = e->requested > 0 ? e->requested : e->size;
+      int64_t req = clamp(e->requested > 0 ? e->requested : e->size);
       ms_event c = *e;
       if (flags == F_CAST && st->strategy == MS_SHARD_FSDP2 && st->pb != st->ob) { /* autocast's cast: not made */
         put_block(st, e->address, B_DROP, req);
@@ -971,10 +991,8 @@ static int shard_event(const ms_event *e, void *arg) {
           put_block(st, e->address, B_GRAD_LIVE | ((uint32_t)u << 8), c.size);
         } else if (st->strategy == MS_SHARD_ZERO2 || st->strategy == MS_SHARD_ZERO3) {
           if (!st->partition) {
-            int64_t all = 0;
-            for (size_t i = 0; i < st->h->nparams; i++) all += shard_bytes(st, st->h->params[i].bytes, st->ob);
             st->partition = TAG(T_FG, st->seq++ & 0xFFFFFF);
-            ev_alloc(st, st->partition, all, st->compute);
+            ev_alloc(st, st->partition, partition_bytes(st), st->compute);
           }
           st->rc = st->fn(&c, st->fnarg); /* copied into the reduce bucket, then freed */
           ev_free(st, e->address, req, e->stream);
@@ -1011,9 +1029,7 @@ static int shard_event(const ms_event *e, void *arg) {
         }
         if (u == 0xFFFFFF) {
           if (--st->partition_refs == 0 && st->partition) {
-            int64_t all = 0;
-            for (size_t i = 0; i < st->h->nparams; i++) all += shard_bytes(st, st->h->params[i].bytes, st->ob);
-            ev_free(st, st->partition, all, st->compute);
+            ev_free(st, st->partition, partition_bytes(st), st->compute);
             st->partition = 0;
           }
         } else if (u >= 0 && u < st->nunits && --st->u[u].flat_refs == 0 && st->u[u].flat) {
@@ -1056,7 +1072,7 @@ static int rescale_event(const ms_event *e, void *arg) {
     }
     if (!scale) return st->fn(e, st->fnarg);
     ms_event c = *e;
-    int64_t req = e->requested > 0 ? e->requested : e->size, elems = (req + st->ob - 1) / st->ob;
+    int64_t req = clamp(e->requested > 0 ? e->requested : e->size), elems = (req + st->ob - 1) / st->ob;
     c.requested = c.size = (elems * from + st->n - 1) / st->n * st->ob;
     return st->fn(&c, st->fnarg);
   }
