@@ -327,7 +327,7 @@ static void print_row(const ms_replay_result *r, const char *lead, const char *v
     return;
   }
   char prog[48] = "";
-  if (program) snprintf(prog, sizeof prog, "%-16s", program);
+  if (program) snprintf(prog, sizeof prog, "%-20s", program);
   printf("%s  %14s  %14s%s  %13s  %10lld  %-4s  %s%s%s\n", lead, a, b, vs_cell, frag,
          (long long)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)), ms_replay_fits(r) ? "yes" : "no", prog, conf,
          recorded && vs ? "  [recorded]" : "");
@@ -394,7 +394,7 @@ static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, i
   bool sweep = nconf > 1, over = false;
   if (!sweep)
     printf("\n%6s  %14s  %14s  %13s  %10s  %-4s  %s%s\n", "at", "peak allocated", "peak reserved", "fragmentation",
-           "cudaMalloc", "fits", nchange > 1 || sw->results[0].change.strategy ? "program (ranks) " : "",
+           "cudaMalloc", "fits", nchange > 1 || sw->results[0].change.strategy ? "program (ranks)     " : "",
            "PYTORCH_CUDA_ALLOC_CONF");
   for (int a = 0; a < nat; a++)
     for (int h = 0; h < nchange; h++) {
