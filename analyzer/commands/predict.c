@@ -370,6 +370,10 @@ static void print_shard(const ms_predict *m, const predict_args *a) {
   ms_format_bytes(si->grad_bytes, g, sizeof g);
   ms_format_bytes(si->state_bytes, st, sizeof st);
   printf("\nsharding (rank 0's memory; every rank holds as much or less):\n");
+  if (si->recorded_ranks)
+    printf("  recorded: rank 0 of an FSDP2 run at %d ranks (%s); the blocks 1/N of the parameters' resized to each N asked\n",
+           (int)si->recorded_ranks, a->so.recorded_ranks && si->detected_ranks != si->recorded_ranks ? "as --recorded-shard says"
+                                    : "its all-gather outputs over its units' shards say so");
   printf("  parameters: %lld blocks (%s) in %lld modules, told by tensor events; gradients: %lld blocks (%s); "
          "optimizer state: %lld blocks (%s, %s)\n", (long long)si->params, b, (long long)si->param_modules,
          (long long)si->grads, g, (long long)si->state_blocks, st,
@@ -402,10 +406,13 @@ static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, i
       int order[MS_SWEEP_GRID_ROWS];
       ms_replay_rank(rows, nconf, order);
       int64_t rec = ms_replay_worst_peak(&rows[0]);
+      char label[40] = "";
+      if (rows[0].change.strategy) program_label(&rows[0].change, label, sizeof label);
+      else if (ms_change_any(&rows[0].change)) snprintf(label, sizeof label, "changed");
       if (sweep)
-        printf("\nat %lld%s: %d settings, best first\n%6s  %14s  %14s  %8s  %13s  %10s  %-4s  %s\n", (long long)ats[a],
-               ms_change_any(&rows[0].change) ? ", changed" : "", nconf, "rank", "peak allocated", "peak reserved", "vs rec.",
-               "fragmentation", "cudaMalloc", "fits", "PYTORCH_CUDA_ALLOC_CONF");
+        printf("\nat %lld%s%s: %d settings, best first\n%6s  %14s  %14s  %8s  %13s  %10s  %-4s  %s\n", (long long)ats[a],
+               label[0] ? ", " : "", label, nconf, "rank", "peak allocated", "peak reserved", "vs rec.", "fragmentation",
+               "cudaMalloc", "fits", "PYTORCH_CUDA_ALLOC_CONF");
       for (int k = 0; k < nconf; k++) {
         const ms_replay_result *r = &rows[order[k]];
         char lead[64], vs[16] = "-";
@@ -746,6 +753,8 @@ static cJSON *json_shard(const ms_predict *m, const predict_args *a) {
   cJSON_AddNumberToObject(o, "state_bytes", (double)si->state_bytes);
   cJSON_AddBoolToObject(o, "state_from_events", si->state_from_events);
   cJSON_AddNumberToObject(o, "autocast_cast_blocks", (double)si->cast_blocks);
+  cJSON_AddNumberToObject(o, "recorded_ranks", si->recorded_ranks);
+  cJSON_AddNumberToObject(o, "detected_ranks", si->detected_ranks);
   int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, pb = a->so.param_bytes ? a->so.param_bytes : rec;
   cJSON_AddNumberToObject(o, "recorded_element_bytes", rec);
   cJSON_AddNumberToObject(o, "param_element_bytes", pb);

@@ -392,6 +392,8 @@ typedef struct ms_shard_info {
   bool state_from_events;         /* state told by tensor events of role 3 (else: made in a step, outliving it) */
   int64_t module_events, backward_passes, steps;
   bool looks_sharded;             /* several gradient tensors in one block: FSDP2's flat sharded gradients */
+  int32_t detected_ranks;         /* a sharded recording: the N its all-gather outputs say it ran at (0: not told) */
+  int32_t recorded_ranks;         /* the N it is taken to have run at (--recorded-shard, else detected_ranks) */
   int64_t cast_blocks;            /* with a param dtype: autocast's casts of parameters found (left out under FSDP2) */
 } ms_shard_info;
 

@@ -161,6 +161,15 @@ typedef struct bld {
   bool step_open, any_role_state, host_oom;
   int64_t step_begin;
   int bw_depth; /* backward passes open (reentrant checkpointing nests them) */
+  /* a sharded recording's all-gathers: the first blocks another stream than the parameters'
+     allocates after each module's first forward-begins event, before the parameters' stream
+     allocates again (FSDP2's copy-in and all-gather output) */
+  int64_t gather_label; /* the module whose first forward began (0: not collecting) */
+  int64_t (*gathered)[2]; /* by label: up to two such blocks' bytes */
+  uint8_t *gathered_n, *forward_seen;
+  size_t ngathered;
+  uint64_t param_stream;
+  bool param_stream_known;
 } bld;
 
 static int label_row(const ms_label_row *r, void *arg) {
@@ -213,6 +222,11 @@ static int pass_event(const ms_event *e, void *arg) {
       b->in_module[k] = b->nopen ? b->open[b->nopen - 1] : 0;
       ms_live_take(&b->live, e->address, &slot);
       if (ms_live_put(&b->live, (ms_live_slot){.key = e->address, .aux = (uint32_t)k}) != 0) b->host_oom = true;
+      if (b->gather_label && b->param_stream_known) {
+        int64_t l = b->gather_label;
+        if (e->stream == b->param_stream) b->gather_label = 0;
+        else if (b->gathered_n[l] < 2) b->gathered[l][b->gathered_n[l]++] = size;
+      }
       break;
     }
     case MS_FREE_REQUESTED:
@@ -227,6 +241,7 @@ static int pass_event(const ms_event *e, void *arg) {
         if (!ms_grow(&b->param_k, &b->param_cap, b->nparam_k + 1, sizeof *b->param_k)) return b->host_oom = true, 1;
         b->param_k[b->nparam_k++] = (size_t)k;
         b->flags[k] |= F_PARAM, b->label[k] = e->extra;
+        if (!b->param_stream_known) b->param_stream = b->stream[k], b->param_stream_known = true;
       } else if (e->requested == MEMSNAP_TENSOR_GRADIENT && !(b->flags[k] & F_PARAM)) {
         if ((b->flags[k] & F_GRAD) && b->label_step[k] == b->h->info.steps) b->h->info.looks_sharded = true;
         b->flags[k] |= F_GRAD, b->label[k] = e->extra, b->label_step[k] = b->h->info.steps;
@@ -236,6 +251,11 @@ static int pass_event(const ms_event *e, void *arg) {
       break;
     }
     case MS_MODULE:
+      b->gather_label = 0;
+      if (e->size == MEMSNAP_MODULE_FORWARD && e->extra > 0 && (size_t)e->extra < b->ngathered && !b->forward_seen[e->extra]) {
+        b->forward_seen[e->extra] = 1;
+        b->gather_label = e->extra;
+      }
       if (e->size == MEMSNAP_MODULE_FORWARD) {
         if (!ms_grow(&b->open, &b->open_cap, b->nopen + 1, sizeof *b->open)) return b->host_oom = true, 1;
         b->open[b->nopen++] = e->extra;
@@ -314,6 +334,29 @@ static int64_t owner_label(const bld *b, const uint8_t *fwd, const char *path) {
     if (!dot) return 0;
     *dot = '\0';
   }
+}
+
+/* A sharded recording's N: for each unit whose first forward allocated on another stream than
+ * the parameters' (FSDP2's all-gather output, after the copy-in's flat input with mixed
+ * precision), the output over the copy-in (two blocks) or over the unit's shards (one); the N
+ * most units agree on, 0 when none says or they disagree as often. */
+static int32_t detect_ranks(const bld *b, const ms_shard *h, const int32_t *label_unit) {
+  int32_t votes[64] = {0}, best = 0;
+  for (size_t l = 1; l < b->nlabel; l++) {
+    int32_t u = label_unit[l];
+    if (u < 0 || b->gathered_n[l] == 0) continue;
+    int64_t shards = 0;
+    for (int32_t j = 0; j < h->unit_count[u]; j++) shards = sat_add(shards, h->params[h->order_by_unit[h->unit_first[u] + j]].bytes);
+    int64_t over = b->gathered_n[l] == 2 ? b->gathered[l][0] : shards, out = b->gathered[l][b->gathered_n[l] - 1];
+    if (over <= 0 || out % over) continue;
+    int64_t n = out / over;
+    if (n >= 2 && n < 64) votes[n]++;
+  }
+  for (int32_t n = 2; n < 64; n++)
+    if (votes[n] > votes[best]) best = n;
+  for (int32_t n = 2; n < 64; n++)
+    if (n != best && votes[n] == votes[best]) return 0;
+  return best;
 }
 
 /* FSDP2's units: the root, and the modules --units names or the outermost groups of repeated
@@ -461,6 +504,10 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     snprintf(err, errlen, "%s", s->error[0] ? s->error : "out of memory reading the labels");
     goto fail;
   }
+  b.ngathered = b.nlabel;
+  if (!(b.gathered = calloc(b.nlabel + 1, sizeof *b.gathered)) || !(b.gathered_n = calloc(b.nlabel + 1, 1)) ||
+      !(b.forward_seen = calloc(b.nlabel + 1, 1)))
+    goto oom;
   int rc = ms_events_each(s, pass_event, &b);
   if (b.host_oom) goto oom;
   if (rc != 0) {
@@ -475,11 +522,6 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     snprintf(err, errlen, "cannot shard '%s': its history tells no parameters (tensor events of role 1, which memsnap's "
              "PyTorch layer records at the model's first forward: record with memsnap run, or memsnap.enable(), and "
              "MEMSNAP_TORCH_MODULES left on)", s->shown_path);
-    goto fail;
-  }
-  if (in->looks_sharded && !h->o.recorded_ranks) {
-    snprintf(err, errlen, "'%s' looks like a sharded run's (several gradients in one block: FSDP2's flat sharded gradients, or DDP's bucket views): "
-             "give the N it ran at, --recorded-shard fsdp2:N, to predict another N from it", s->shown_path);
     goto fail;
   }
   if (h->o.recorded_ranks && !in->looks_sharded) {
@@ -537,6 +579,17 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
   if (group_params(h, in->nunits, false, &h->unit_first, &h->unit_count, &h->order_by_unit) != 0 ||
       group_params(h, h->nowners, true, &h->owner_first, &h->owner_count, &h->order_by_owner) != 0)
     goto oom;
+  if (in->looks_sharded) { /* the N it ran at: its all-gather outputs over its units' shards */
+    in->detected_ranks = detect_ranks(&b, h, label_unit);
+    in->recorded_ranks = h->o.recorded_ranks ? h->o.recorded_ranks : in->detected_ranks;
+    h->o.recorded_ranks = in->recorded_ranks;
+    if (!in->recorded_ranks) {
+      snprintf(err, errlen, "'%s' looks like a sharded run's (several gradients in one block: FSDP2's flat sharded "
+               "gradients, or DDP's bucket views), and its all-gathers do not say at how many ranks: give the N it ran "
+               "at, --recorded-shard fsdp2:N, to predict another N from it", s->shown_path);
+      goto fail;
+    }
+  }
   /* with a param dtype other than the recorded one: autocast's casts of the parameters (a block of
      a parameter's elements in the param dtype, made while its unit's forward runs), which FSDP2's
      parameters in that dtype do not need */
@@ -603,7 +656,7 @@ done:
   free(fwd);
   ms_live_free(&b.live);
   free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.label_step), free(b.in_module), free(b.param_k);
-  free(b.open);
+  free(b.open), free(b.gathered), free(b.gathered_n), free(b.forward_seen);
   free(b.mods), free(b.pass_end);
   for (size_t i = 0; i < b.nlabel; i++) free(b.labels[i]);
   free(b.labels);
@@ -1091,6 +1144,11 @@ int ms_shard_each(const ms_shard *h, const ms_whatif *w, const ms_change *c, ms_
   if (!h || !c || c->strategy == MS_SHARD_NONE || c->ranks < 1)
     return ms_whatif_each(w, c, s, size, size_arg, dropped, fn, fnarg);
   if (h->o.recorded_ranks > 0) {
+    if (c->strategy != MS_SHARD_FSDP2) {
+      snprintf(s->error, sizeof s->error, "the recording is of an FSDP2 run at %d ranks: only fsdp2:N is predicted from it, "
+               "not %s", (int)h->o.recorded_ranks, ms_shard_name(c->strategy));
+      return -1;
+    }
     sst st;
     memset(&st, 0, sizeof st);
     st.h = h, st.n = c->ranks, st.ob = h->o.recorded_bytes, st.fn = fn, st.fnarg = fnarg;

@@ -237,7 +237,9 @@ PY"
 # rank 0's recording: the shards told as parameters, the sharded gradients' blocks as gradients,
 # several in one block as FSDP2's views are), then --recorded-shard fsdp2:2 --shard fsdp2:N against
 # the synthesis at N from the unsharded run.
-python3 - "$dir/f2.txt" "$dir/p.db" "$dir/rec2.db" <<'PY'
+# to_rec DUMP ORIGINAL.db OUT.db: the dump as a snapshot
+to_rec() {
+python3 - "$@" <<'PY'
 import shutil, sqlite3, sys
 dump, orig, out = sys.argv[1:]
 shutil.copy(orig, out)
@@ -284,6 +286,10 @@ c.executemany("insert into events values (?,?,?,?,?,?,?,?,?,?,?)", events)
 c.execute("update meta set value = ? where key = 'recorded_events'", (len(events),))
 c.commit()
 PY
+}
+to_rec "$dir/f2.txt" "$dir/p.db" "$dir/rec2.db"
+"$dump" "$dir/p.db" fsdp2:2 --param-dtype 2 >"$dir/mp2.txt"
+to_rec "$dir/mp2.txt" "$dir/p.db" "$dir/rec2mp.db"
 "$cli" predict --json "$dir/rec2.db" --recorded-shard fsdp2:2 --shard fsdp2:1,2,4,8 >"$dir/re.json" 2>"$dir/re.err"
 check "--recorded-shard fsdp2:2 --shard fsdp2:1,2,4,8: exit 0, nothing on stderr" "[ $? -eq 0 ] && [ ! -s $dir/re.err ]"
 "$cli" predict --json "$dir/p.db" --shard fsdp2:1,2,4,8 >"$dir/un.json" 2>/dev/null
@@ -296,8 +302,23 @@ check "from the run at 2, fsdp2:1, 4 and 8: the synthesis from the unsharded run
 import json; a, b = json.load(open('$dir/re.json'))['predictions'], json.load(open('$dir/un.json'))['predictions']
 ok = all(abs(a[i][k] - b[i][k]) <= 0.005 * b[i][k] for i in (1, 3, 4) for k in ('peak_allocated_bytes', 'peak_reserved_bytes'))
 exit(0 if ok else 1)\""
-check "a sharded recording without --recorded-shard: exit 1, give the N it ran at" \
-  "[ \$(\"$cli\" predict $dir/rec2.db --shard fsdp2:4 >/dev/null 2>$dir/s.err; echo \$?) = 1 ] && grep -q 'recorded-shard fsdp2:N' $dir/s.err"
+"$cli" predict --json "$dir/rec2.db" --shard fsdp2:1,2,4,8 >"$dir/det.json" 2>/dev/null
+check "without --recorded-shard: N = 2 detected (its all-gather outputs over its units' shards), the same answer" \
+  "json $dir/det.json \"j['shard']['detected_ranks'] == 2 and j['shard']['recorded_ranks'] == 2 and j['predictions'] == json.load(open('$dir/re.json'))['predictions']\""
+"$cli" predict --json "$dir/rec2mp.db" --shard fsdp2:4 >"$dir/detmp.json" 2>/dev/null
+check "with mixed precision (the copy-in's flat input before each all-gather output): N = 2 detected from their ratio" \
+  "json $dir/detmp.json \"j['shard']['detected_ranks'] == 2\""
+check "a sharded recording at 2 asked for ddp:2: exit 1, only fsdp2:N" \
+  "[ \$(\"$cli\" predict $dir/rec2.db --shard ddp:2 >/dev/null 2>$dir/s.err; echo \$?) = 1 ] && grep -q 'only fsdp2:N is predicted from it' $dir/s.err"
+python3 - "$dir/rec2.db" "$dir/rec2x.db" <<'PY'
+import shutil, sqlite3, sys
+shutil.copy(sys.argv[1], sys.argv[2])
+c = sqlite3.connect(sys.argv[2])
+c.execute("update events set stream = 0 where stream = 1515847681")  # the all-gathers on the compute stream: N not told
+c.commit()
+PY
+check "a sharded recording whose all-gathers do not say N, without --recorded-shard: exit 1, give the N it ran at" \
+  "[ \$(\"$cli\" predict $dir/rec2x.db --shard fsdp2:4 >/dev/null 2>$dir/s.err; echo \$?) = 1 ] && grep -q 'recorded-shard fsdp2:N' $dir/s.err"
 check "--recorded-shard on an unsharded recording: exit 1" \
   "[ \$(\"$cli\" predict $dir/p.db --recorded-shard fsdp2:2 --shard fsdp2:4 >/dev/null 2>$dir/s.err; echo \$?) = 1 ] && grep -q 'does not look like an FSDP2 run' $dir/s.err"
 
