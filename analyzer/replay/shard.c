@@ -164,6 +164,9 @@ typedef struct bld {
   /* a sharded recording's all-gathers: the first blocks another stream than the parameters'
      allocates after each module's first forward-begins event, before the parameters' stream
      allocates again (FSDP2's copy-in and all-gather output) */
+  uint32_t *own_stack;  /* by label: the stack of the first block made while that module ran forward (its class) */
+  uint8_t *own_depth;   /* by label: how many modules inside it were running then (its frame CLASS.forward is
+                           that many frames X.forward out from the innermost one) */
   int64_t gather_label; /* the module whose first forward began (0: not collecting) */
   int64_t (*gathered)[2]; /* by label: up to two such blocks' bytes */
   uint8_t *gathered_n, *forward_seen;
@@ -220,6 +223,11 @@ static int pass_event(const ms_event *e, void *arg) {
       b->a_id[k] = e->id, b->req[k] = size, b->stream[k] = e->stream, b->dev[k] = (int16_t)e->device;
       b->flags[k] = b->step_open ? F_IN_STEP : 0, b->label[k] = 0, b->label_step[k] = -1;
       b->in_module[k] = b->nopen ? b->open[b->nopen - 1] : 0;
+      for (size_t i = b->nopen; i-- > 0 && e->stack_id;) { /* the open modules without a stack yet */
+        int64_t l = b->open[i];
+        if (l > 0 && (size_t)l < b->ngathered && !b->own_stack[l] && b->nopen - 1 - i < 256)
+          b->own_stack[l] = e->stack_id, b->own_depth[l] = (uint8_t)(b->nopen - 1 - i);
+      }
       ms_live_take(&b->live, e->address, &slot);
       if (ms_live_put(&b->live, (ms_live_slot){.key = e->address, .aux = (uint32_t)k}) != 0) b->host_oom = true;
       if (b->gather_label && b->param_stream_known) {
@@ -291,11 +299,34 @@ static bool inside(const char *path, const char *unit) {
   return !strncmp(path, unit, n) && (path[n] == '\0' || path[n] == '.');
 }
 
-/* Whether a --units pattern names module path `path` (with its root class "Root."): the path with
- * or without its root's class; a pattern without a dot a child of the root too. */
-static bool unit_matches(const char *pattern, const char *path) {
+/* The class of module `label` into out[len] ("" unknown): in the stack of the first block made
+ * while it ran forward, the Python frame CLASS.forward as many frames X.forward out from the
+ * innermost one as modules inside it were running (stacks loaded). */
+static void class_of(const bld *b, int64_t label, char *out, size_t len) {
+  out[0] = '\0';
+  uint32_t id = label > 0 && (size_t)label < b->ngathered ? b->own_stack[label] : 0;
+  if (!id || id >= b->s->nstacks || !b->s->stacks) return;
+  const ms_stack *st = &b->s->stacks[id];
+  int skip = b->own_depth[label];
+  for (uint32_t j = 0; j < st->depth; j++) {
+    const ms_frame *f = st->frames[j] < b->s->nframes ? &b->s->frames[st->frames[j]] : NULL;
+    size_t n = f && f->python && f->name ? strlen(f->name) : 0;
+    if (n > 8 && !strcmp(f->name + n - 8, ".forward") && skip-- == 0) {
+      snprintf(out, len, "%.*s", (int)(n - 8), f->name);
+      return;
+    }
+  }
+}
+
+/* Whether a --units pattern names module `label` of path `path` (with its root class "Root."): the
+ * path with or without its root's class; a pattern without a dot its class (the Python frames
+ * CLASS.forward), or a child of the root. */
+static bool unit_matches(const bld *b, const char *pattern, int64_t label, const char *path) {
   const char *rest = strchr(path, '.');
   if (strchr(pattern, '.')) return fnmatch(pattern, path, 0) == 0 || (rest && fnmatch(pattern, rest + 1, 0) == 0);
+  char cls[256];
+  class_of(b, label, cls, sizeof cls);
+  if (cls[0] && fnmatch(pattern, cls, 0) == 0) return true;
   return rest && !strchr(rest + 1, '.') && fnmatch(pattern, rest + 1, 0) == 0;
 }
 
@@ -375,7 +406,7 @@ static int choose_units(bld *b, char *err, size_t errlen) {
       int found = 0;
       for (size_t id = 1; id < b->nlabel; id++)
         if (fwd[id] && inside(b->labels[id], h->info.root) && strcmp(b->labels[id], h->info.root) &&
-            unit_matches(h->o.units[p], b->labels[id])) {
+            unit_matches(b, h->o.units[p], (int64_t)id, b->labels[id])) {
           if (add_unit(h, b->labels[id]) < 0) goto oom;
           found++;
         }
@@ -387,8 +418,8 @@ static int choose_units(bld *b, char *err, size_t errlen) {
         snprintf(root, sizeof root, "%s", h->info.root);
         ms_neutralise(root);
         snprintf(err, errlen, "--units '%s' names no module of '%s' (module paths, with or without the root's class "
-                 "'%s', globs allowed: 'transformer.h.*'; a name without a dot: a child of the root)", shown,
-                 b->s->shown_path, root);
+                 "'%s', globs allowed: 'transformer.h.*'; a name without a dot: a class, as the Python frames CLASS.forward "
+                 "name it, or a child of the root)", shown, b->s->shown_path, root);
         goto done;
       }
     }
@@ -506,7 +537,8 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
   }
   b.ngathered = b.nlabel;
   if (!(b.gathered = calloc(b.nlabel + 1, sizeof *b.gathered)) || !(b.gathered_n = calloc(b.nlabel + 1, 1)) ||
-      !(b.forward_seen = calloc(b.nlabel + 1, 1)))
+      !(b.forward_seen = calloc(b.nlabel + 1, 1)) || !(b.own_stack = calloc(b.nlabel + 1, sizeof *b.own_stack)) ||
+      !(b.own_depth = calloc(b.nlabel + 1, 1)))
     goto oom;
   int rc = ms_events_each(s, pass_event, &b);
   if (b.host_oom) goto oom;
@@ -656,7 +688,7 @@ done:
   free(fwd);
   ms_live_free(&b.live);
   free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.label_step), free(b.in_module), free(b.param_k);
-  free(b.open), free(b.gathered), free(b.gathered_n), free(b.forward_seen);
+  free(b.open), free(b.gathered), free(b.gathered_n), free(b.forward_seen), free(b.own_stack), free(b.own_depth);
   free(b.mods), free(b.pass_end);
   for (size_t i = 0; i < b.nlabel; i++) free(b.labels[i]);
   free(b.labels);

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
   ms_change c = {0, 0, MS_OPT_KEEP, 0, ms_shard_strategy(name), atoi(colon + 1)};
   ms_snapshot s;
   char err[2048];
-  if (ms_open(&s, argv[1]) != 0) {
+  if (ms_open(&s, argv[1]) != 0 || ms_load_stacks(&s) != 0) {
     fprintf(stderr, "error: %s\n", s.error);
     return 1;
   }

@@ -116,6 +116,9 @@ check "the units: the root and each instance of the repeated block (Model, Model
   "json $dir/f2.json \"j['units'] == ['7', 'Model'] + ['Model.blocks.%d' % i for i in range(6)]\""
 check "--units 'blocks.[01]': the root and two blocks" \
   "json $dir/u.json \"j['units'] == ['3', 'Model', 'Model.blocks.0', 'Model.blocks.1']\""
+"$dump" "$dir/p.db" fsdp2:4 --units Block >"$dir/uc.txt"
+check "--units Block: a class, as the Python frames Block.forward name it: the root and the six blocks" \
+  "head -1 $dir/uc.txt | grep -qx 'units 7 Model Model.blocks.0 Model.blocks.1 Model.blocks.2 Model.blocks.3 Model.blocks.4 Model.blocks.5'"
 for n in 1 2 3 4 8; do
   check "fsdp2:$n: each parameter's shard is 1/$n of its elements, padded (rank 0's chunk), allocated once and freed at the end" \
     "json $dir/f$n.json \"sorted(j['sizes']['0x41']) == j['shards'] and j['kinds']['0x41'] == 19\""
