@@ -196,6 +196,12 @@ static int parse_args(int argc, char **argv, predict_args *a) {
       a->so.bucket_mb = strtod(argv[++i], &end);
       if (end == argv[i] || *end || !(a->so.bucket_mb > 0) || a->so.bucket_mb > 1048576)
         return ms_usage_error(&ms_predict_command, "--bucket-mb takes a number of MiB above 0");
+    } else if (!strcmp(arg, "--shard-init") && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (strcmp(v, "gpu") && strcmp(v, "meta"))
+        return ms_usage_error(&ms_predict_command, "--shard-init: '%.64s' is neither gpu (the model made on the GPU, then "
+                              "sharded) nor meta (made on the meta device, sharded, then materialised)", v);
+      a->so.meta_init = !strcmp(v, "meta");
     } else if (!strcmp(arg, "--bucket-view")) {
       a->so.bucket_view = true;
     } else if ((!strcmp(arg, "--reduce-bucket-size") || !strcmp(arg, "--allgather-bucket-size")) && i + 1 < argc) {
@@ -384,6 +390,9 @@ static void print_shard(const ms_predict *m, const predict_args *a) {
   static const char *const dt[] = {"?", "?", "bf16/fp16", "?", "fp32"};
   int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, pb = a->so.param_bytes ? a->so.param_bytes : rec;
   int rb = a->so.reduce_bytes ? a->so.reduce_bytes : pb;
+  printf("  set-up: %s\n", a->so.meta_init ? "the model made on the meta device, sharded, then materialised (--shard-init "
+         "meta): each parameter's allocation is its shard's" : "the model made on the GPU as recorded, then sharded after "
+         "its last parameter's allocation (fully_shard: per unit, the shards made, then the full parameters freed)");
   printf("  assumed: parameters recorded in %s, sharded on dim 0 with rows of one element (padding within N-1 rows); "
          "FSDP2's param dtype %s, reduce dtype %s; DDP's buckets %g MiB%s; ZeRO's reduce bucket %lld elements%s\n",
          dt[rec], dt[pb], dt[rb], a->so.bucket_mb, a->so.bucket_view ? " (gradient_as_bucket_view)" : "",
@@ -754,6 +763,7 @@ static cJSON *json_shard(const ms_predict *m, const predict_args *a) {
   cJSON_AddBoolToObject(o, "state_from_events", si->state_from_events);
   cJSON_AddNumberToObject(o, "autocast_cast_blocks", (double)si->cast_blocks);
   cJSON_AddNumberToObject(o, "recorded_ranks", si->recorded_ranks);
+  cJSON_AddStringToObject(o, "init", a->so.meta_init ? "meta" : "gpu");
   cJSON_AddNumberToObject(o, "detected_ranks", si->detected_ranks);
   int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, pb = a->so.param_bytes ? a->so.param_bytes : rec;
   cJSON_AddNumberToObject(o, "recorded_element_bytes", rec);
@@ -1185,6 +1195,8 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "                      each instance of the repeated block)\n"
      "  --param-dtype D, --reduce-dtype D  FSDP2's MixedPrecisionPolicy: fp32, bf16, fp16\n"
      "  --recorded-dtype D  the recorded parameters' dtype (fp32)\n"
+     "  --shard-init gpu|meta  the model made on the GPU then sharded (gpu, default), or on the meta\n"
+     "                      device, sharded, then materialised (meta: no full parameters at set-up)\n"
      "  --bucket-mb MB, --bucket-view  DDP's bucket_cap_mb (25), gradient_as_bucket_view\n"
      "  --reduce-bucket-size N, --allgather-bucket-size N, --overlap-comm  DeepSpeed ZeRO's\n"
      "  --recorded-shard fsdp2:N  the run was FSDP2's at N: predict --shard fsdp2:M from it\n"

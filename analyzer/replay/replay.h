@@ -377,6 +377,8 @@ typedef struct ms_shard_options {
   int64_t reduce_bucket, allgather_bucket; /* DeepSpeed's reduce_bucket_size, allgather_bucket_size (elements) */
   bool overlap_comm;             /* DeepSpeed's overlap_comm: two reduce buckets */
   int32_t recorded_ranks;        /* the recording is of rank 0 of an FSDP2 run at this N (0: unsharded) */
+  bool meta_init;                /* the model made on the meta device, sharded, then materialised (--shard-init meta):
+                                    no full parameters at set-up */
 } ms_shard_options;
 
 #define MS_SHARD_UNITS_SHOWN 8

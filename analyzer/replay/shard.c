@@ -17,7 +17,8 @@
  *     allocation, fully_shard: per unit (the blocks, then the root) each parameter's shard is
  *     allocated (its elements padded to a multiple of N, 1/N of them; the recording knows a
  *     parameter's bytes, not its dim 0: rows of one element assumed, so the padding is within
- *     N - 1 rows of PyTorch's), then the full parameters freed; at a unit's forward: the
+ *     N - 1 rows of PyTorch's), then the full parameters freed (meta_init: each parameter's
+ *     allocation is its shard's, and nothing is freed); at a unit's forward: the
  *     all-gather output (N x its padded shards, param dtype) on the all-gather stream (with mixed
  *     precision the copy-in's flat input before it, freed after), the previous unit's all-gather
  *     output freed (the implicit forward prefetch keeps it until the next copy-out), the unsharded
@@ -886,7 +887,7 @@ static void ddp_rebuild(sst *st) {
 static void do_init(sst *st) {
   const ms_shard *h = st->h;
   st->inited = true;
-  if (st->strategy == MS_SHARD_FSDP2 || st->strategy == MS_SHARD_ZERO3) {
+  if ((st->strategy == MS_SHARD_FSDP2 || st->strategy == MS_SHARD_ZERO3) && !h->o.meta_init) {
     /* fully_shard: the blocks' units, then the root's (ZeRO-3: every module's) */
     for (int pass = 0; pass < 2; pass++)
       for (int32_t u = 0; u < st->nunits; u++) {
@@ -1060,8 +1061,15 @@ static int shard_event(const ms_event *e, void *arg) {
         return st->host_oom;
       }
       if (flags == F_PARAM) {
+        size_t index = 0;
         for (size_t i = 0; i < st->h->nparams; i++) /* its index: parameters are few, once each */
-          if (st->h->params[i].id == e->id) ((ms_shard *)st->h)->params[i].address = e->address;
+          if (st->h->params[i].id == e->id) ((ms_shard *)st->h)->params[i].address = e->address, index = i;
+        if (st->h->o.meta_init && (st->strategy == MS_SHARD_FSDP2 || st->strategy == MS_SHARD_ZERO3)) {
+          /* made on the meta device and sharded: materialised as its shard */
+          put_block(st, e->address, B_PARAM, (int64_t)index);
+          ev_alloc(st, TAG(T_SHARD, index), shard_bytes(st, st->h->params[index].bytes, st->ob), e->stream);
+          return st->rc;
+        }
         put_block(st, e->address, 0, req);
       } else if (flags == F_GRAD && u >= 0) {
         if (st->strategy == MS_SHARD_DDP && st->h->o.bucket_view) {

@@ -123,6 +123,16 @@ for n in 1 2 3 4 8; do
   check "fsdp2:$n: each parameter's shard is 1/$n of its elements, padded (rank 0's chunk), allocated once and freed at the end" \
     "json $dir/f$n.json \"sorted(j['sizes']['0x41']) == j['shards'] and j['kinds']['0x41'] == 19\""
 done
+"$dump" "$dir/p.db" fsdp2:4 --meta >"$dir/meta.txt"
+check "--shard-init meta: each parameter's allocation is its shard's (no full parameter made, none freed at set-up)" \
+  "python3 -c \"
+import json, sqlite3
+full = [a for a, in sqlite3.connect('$dir/p.db').execute('select address from events where kind = 16 and requested_size = 1')]
+lines = [l.split() for l in open('$dir/meta.txt') if l.startswith(('alloc', 'free'))]
+made = [l for l in lines if l[0] == 'alloc' and l[3] == '0' and int(l[4]) in full]
+shards = [l for l in lines if l[0] == 'alloc' and l[3] == '0x41']
+f4 = [l.split() for l in open('$dir/f4.txt') if l.startswith('alloc') and l.split()[3] == '0x41']
+exit(0 if not made and sorted(int(l[5]) for l in shards) == sorted(int(l[5]) for l in f4) and len(shards) == 19 else 1)\""
 check "fsdp2:3: the unsharded parameters are padded to a multiple of 3 elements, 37 a step (19 in forward, 18 in backward: the root's stay)" \
   "json $dir/f3.json \"sorted(set(j['sizes']['0x42'])) == sorted(set(j['padded'])) and all(s % 12 == 0 for s in j['sizes']['0x42']) and j['kinds']['0x42'] == 3 * 37\""
 check "fsdp2:2: 13 all-gather outputs a step (7 units in forward, 6 blocks in backward), each N x the unit's padded shards, on the all-gather stream" \
