@@ -78,11 +78,12 @@ enum { T_SHARD = 0x41, T_UNSHARD, T_AG, T_RS, T_RO, T_FG, T_CI, T_BUCKET, T_IPG 
 #define COUNTER_BYTES 64       /* a state block this small is a step count */
 
 enum { F_PARAM = 1, F_GRAD = 2, F_STATE = 4, F_TEMP = 8, F_IN_STEP = 16, F_ROLE_STATE = 32, F_CAST = 64 };
-enum { A_INIT, A_FWD, A_FWD_END, A_BWD, A_BWD_END, A_PASS_END }; /* actions */
+enum { A_INIT, A_FWD, A_FWD_END, A_BWD, A_BWD_END, A_PASS_END, A_ROOT_FWD }; /* actions */
 
 typedef struct action {
   int64_t pos; /* 2 * event id: before it; + 1: after it */
   int32_t unit;
+  int32_t seq; /* the order made, for actions at one position */
   uint8_t type;
 } action;
 
@@ -481,26 +482,31 @@ done:
 
 static int cmp_action(const void *x, const void *y) {
   const action *a = x, *b = y;
-  return (a->pos > b->pos) - (a->pos < b->pos);
+  if (a->pos != b->pos) return (a->pos > b->pos) - (a->pos < b->pos);
+  return (a->seq > b->seq) - (a->seq < b->seq);
 }
 
 /* The actions at the module events of `label_unit`'s modules (and at each backward pass's end,
  * and after the last parameter's allocation), in order. 0, or -1 (out of memory). */
 static int make_actions(bld *b, const int32_t *label_unit, action **out, size_t *nout) {
   ms_shard *h = b->h;
-  size_t n = 0, cap = b->nmods + b->npass_end + 2;
+  size_t n = 0, cap = 2 * b->nmods + b->npass_end + 2;
   action *v = malloc(sizeof *v * cap);
   if (!v) return -1;
-  v[n++] = (action){2 * h->last_param_id + 1, -1, A_INIT};
+  v[n] = (action){2 * h->last_param_id + 1, -1, (int32_t)n, A_INIT}, n++;
   for (size_t i = 0; i < b->nmods; i++) {
     const modev *m = &b->mods[i];
-    int32_t u = m->label > 0 && (size_t)m->label < b->nlabel ? label_unit[m->label] : -1;
+    bool in = m->label > 0 && (size_t)m->label < b->nlabel;
+    /* the root's forward: a backward pass whose end the history lacks ended before it */
+    if (in && m->what == MEMSNAP_MODULE_FORWARD && b->labels[m->label] && !strcmp(b->labels[m->label], h->info.root))
+      v[n] = (action){2 * m->id, -1, (int32_t)n, A_ROOT_FWD}, n++;
+    int32_t u = in ? label_unit[m->label] : -1;
     if (u < 0 || m->what > MEMSNAP_MODULE_BACKWARD_END) continue;
     static const uint8_t type[4] = {A_FWD, A_FWD_END, A_BWD, A_BWD_END};
-    v[n++] = (action){2 * m->id, u, type[m->what]};
+    v[n] = (action){2 * m->id, u, (int32_t)n, type[m->what]}, n++;
   }
-  for (size_t i = 0; i < b->npass_end; i++) v[n++] = (action){2 * b->pass_end[i] + 1, -1, A_PASS_END};
-  qsort(v, n, sizeof *v, cmp_action); /* stable enough: positions are distinct but for INIT's */
+  for (size_t i = 0; i < b->npass_end; i++) v[n] = (action){2 * b->pass_end[i] + 1, -1, (int32_t)n, A_PASS_END}, n++;
+  qsort(v, n, sizeof *v, cmp_action);
   *out = v, *nout = n;
   return 0;
 }
@@ -748,7 +754,7 @@ typedef struct sst {
   int64_t partition_refs;
   uint64_t seq;
   ms_event now;        /* the time and id the injected events carry */
-  uint64_t compute;    /* the compute stream: the recorded allocations' latest */
+  uint64_t compute;    /* the compute stream: the parameters' (the model was made on it) */
   int rc;
   bool host_oom;
 } sst;
@@ -1023,8 +1029,8 @@ static void actions_due(sst *st, int64_t pos) {
   while (st->next < st->nact && st->act[st->next].pos <= pos && st->rc == 0) {
     const action *a = &st->act[st->next++];
     st->now.id = a->pos / 2;
-    if (a->type == A_PASS_END) pass_end(st);
-    else do_action(st, a);
+    if (a->type == A_PASS_END || (a->type == A_ROOT_FWD && st->in_backward)) pass_end(st);
+    else if (a->type != A_ROOT_FWD) do_action(st, a);
   }
   st->now.id = id;
 }
@@ -1045,7 +1051,6 @@ static int shard_event(const ms_event *e, void *arg) {
   uint64_t tag = e->address >> 56;
   switch (e->kind) {
     case MS_ALLOC: {
-      if (tag == 0) st->compute = e->stream;
       bool state = tag == 0xA0 || tag == 0xC0; /* whatif.c's new optimizer state, its copies */
       uint32_t flags = 0;
       int32_t u = -1;

@@ -139,6 +139,12 @@ check "fsdp2:2: 13 all-gather outputs a step (7 units in forward, 6 blocks in ba
   "json $dir/f2.json \"j['kinds']['0x43'] == 39 and j['streams']['0x43'] == [$((AG))] and set(j['sizes']['0x43']) <= set(j['sizes']['0x43'])\""
 check "fsdp2:2: at most two all-gather outputs alive (the forward's implicit prefetch, the backward's prefetch)" \
   "json $dir/f2.json \"j['ag_most'] == 2\""
+python3 -c "
+import shutil, sqlite3, sys; shutil.copy(sys.argv[1], sys.argv[2]); c = sqlite3.connect(sys.argv[2])
+c.execute('delete from events where kind = 18'); c.commit()" "$dir/p.db" "$dir/nobw.db"
+"$dump" "$dir/nobw.db" fsdp2:2 >"$dir/nobw.txt"
+check "without backward events (the passes' ends taken at the root's next forward, the last at the history's end): the same buffers per step" \
+  "[ \"\$(grep -c ' 0x43 ' $dir/nobw.txt) \$(grep -c ' 0x44 ' $dir/nobw.txt) \$(grep -c ' 0x45 ' $dir/nobw.txt)\" = \"\$(grep -c ' 0x43 ' $dir/f2.txt) \$(grep -c ' 0x44 ' $dir/f2.txt) \$(grep -c ' 0x45 ' $dir/f2.txt)\" ]"
 check "fsdp2:1: no all-gather output (one rank copies its shards)" "json $dir/f1.json \"'0x43' not in j['kinds'] and j['kinds']['0x42'] == 3 * 37\""
 check "fsdp2:4: a unit's all-gather output is the sum of its padded parameters (fp32)" \
   "python3 -c \"
