@@ -1231,6 +1231,7 @@ int ms_shard_each(const ms_shard *h, const ms_whatif *w, const ms_change *c, ms_
   rc = ms_whatif_each(w, &below, s, size, size_arg, dropped, shard_event, &st);
   if (rc == 0 && !st.host_oom) {
     actions_due(&st, INT64_MAX);
+    if (st.in_backward && st.rc == 0) pass_end(&st); /* a last backward pass whose end the history lacks */
     rc = st.rc;
   }
   if (st.host_oom) {
