@@ -70,7 +70,7 @@
 #include "replay.h"
 
 #define TAG(t, i) (((uint64_t)(t) << 56) | ((uint64_t)(i) & 0x00FFFFFFFFFFFFFFull))
-enum { T_SHARD = 0x41, T_UNSHARD, T_AG, T_RS, T_RO, T_FG, T_CI, T_BUCKET, T_IPG };
+enum { T_SHARD = 0x41, T_UNSHARD, T_AG, T_RS, T_RO, T_FG, T_CI, T_BUCKET, T_IPG, T_UGRAD };
 #define STREAM_AG 0x5A5A0001ull /* FSDP2's all-gather copy-in stream */
 #define STREAM_RS 0x5A5A0002ull /* its reduce-scatter stream */
 #define FIRST_BUCKET (1 << 20) /* DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES) */
@@ -718,7 +718,8 @@ const ms_shard_info *ms_shard_info_of(const ms_shard *h) { return &h->info; }
 /* ---- synthesising ---------------------------------------------------------------------------- */
 
 typedef struct unit_rt {
-  bool unsharded, forwarded, in_pass;
+  bool unsharded, in_pass;
+  int64_t grad_bytes;  /* its unsharded gradients' bytes at its last post-backward that had them */
   bool ag_pending;     /* a prefetched all-gather output (T_AG, unit) */
   int32_t fwd_index;   /* its place in this iteration's post-forward order (-1 none) */
   uint64_t flat;       /* its sharded gradients' flat block (0 none) */
@@ -746,7 +747,7 @@ typedef struct sst {
   int32_t held_unit;
   bool held_rs;        /* the last reduce-scatter input */
   int32_t rs_unit;
-  bool in_backward, inited;
+  bool in_backward;
   ms_live_map blocks;  /* recorded addresses changed: key address, aux kind | unit << 8, size */
   uint64_t partition;  /* ZeRO-2/3's flat gradient partition (0 none) */
   int64_t ddp_bucket;  /* DDP's first iteration's one bucket */
@@ -837,20 +838,29 @@ static void ag_free(sst *st, int32_t u) {
   if (st->n > 1) ev_free(st, TAG(T_AG, u), unit_sum(st, u, true, st->pb), STREAM_AG);
 }
 
-/* FSDP2's post-backward of unit u: reshard, reduce-scatter its unsharded gradients. */
+/* FSDP2's post-backward of unit u: reshard, reduce-scatter its unsharded gradients (those the
+ * recording made in this pass; with gradients kept across steps, one block of the last ones'
+ * bytes made here). */
 static void post_backward(sst *st, int32_t u) {
   unit_rt *r = &st->u[u];
   if (r->unsharded) unsharded_free(st, u);
   r->in_pass = false;
-  if (r->ngrads == 0) return;
+  /* gradients kept across steps (zero_grad(set_to_none=False)): the recording makes them once, FSDP2
+     makes its unsharded gradients in every backward: one block of the last ones' bytes here */
+  bool again = r->ngrads == 0 && r->grad_bytes > 0 && r->flat;
+  if (r->ngrads == 0 && !again) return;
   int64_t padded = unit_sum(st, u, true, st->rb), part = padded / st->n;
+  if (again) ev_alloc(st, TAG(T_UGRAD, u), r->grad_bytes, st->compute);
   if (st->held_rs) ev_free(st, TAG(T_RS, st->rs_unit), unit_sum(st, st->rs_unit, true, st->rb), st->compute);
   ev_alloc(st, TAG(T_RS, u), padded, st->compute);
   st->held_rs = true, st->rs_unit = u;
+  if (again) ev_free(st, TAG(T_UGRAD, u), r->grad_bytes, st->compute);
+  if (r->ngrads) r->grad_bytes = 0;
   for (size_t i = 0; i < r->ngrads; i++) {
     ms_live_slot slot;
     if (!ms_live_take(&st->blocks, r->grads[i], &slot)) continue;
     ev_free(st, r->grads[i], slot.size, st->compute);
+    r->grad_bytes = sat_add(r->grad_bytes, slot.size);
     slot.aux = B_GRAD_DONE | ((uint32_t)u << 8);
     if (ms_live_put(&st->blocks, slot) != 0) st->host_oom = true;
     r->flat_refs++;
@@ -892,7 +902,6 @@ static void ddp_rebuild(sst *st) {
 
 static void do_init(sst *st) {
   const ms_shard *h = st->h;
-  st->inited = true;
   if ((st->strategy == MS_SHARD_FSDP2 || st->strategy == MS_SHARD_ZERO3) && !h->o.meta_init) {
     /* fully_shard: the blocks' units, then the root's (ZeRO-3: every module's) */
     for (int pass = 0; pass < 2; pass++)

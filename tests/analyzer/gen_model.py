@@ -10,7 +10,7 @@ the replay of the changed program's snapshot, computed independently.
 
   python3 gen_model.py OUT.db --batch B [--steps S] [--layers L] [--checkpoint all|none|I,J,...]
       [--optimizer adamw|sgd|sgd-momentum] [--events] [--gelu-fn] [--capacity BYTES] [--root CLASS]
-      [--params [--autocast]]
+      [--params [--autocast] [--keep-grads]]
 
 --params (with --events) also tells the parameters (tensor events of role 1 at the first forward,
 labelled Model.blocks.I.attn, Model.blocks.I.mlp, Model.head) and the gradients (role 2 at each
@@ -18,7 +18,8 @@ step's beginning), records the root's module events (Model), and runs zero_grad(
 the gradients are made in every backward and freed after each step, as PyTorch's default does
 (`memsnap predict --shard`'s tests, tests/analyzer/test_predict_shard.sh). --autocast adds what
 torch.autocast does to a block's parameters: a bf16 copy of each made in its forward, saved for its
-backward and freed there.
+backward and freed there; --keep-grads makes the gradients once and keeps them
+(zero_grad(set_to_none=False)).
 
 Stacks: Python frames (Block.forward in model.py, Model.forward, main in train.py; AdamW.step
 and _init_group in torch/optim/adamw.py; Linear.__init__ in torch/nn/modules/linear.py) and
@@ -221,7 +222,7 @@ def generate(a):
         p.free(logits, bw)
         g = p.alloc(tok * H * 4, bw)
         p.free(g_logits, bw)
-        if step == 0 or a.params:
+        if step == 0 or (a.params and not a.keep_grads):
             grads[len(params) - 1] = p.alloc(1000 * H * 4, acc)
         p.free(outs[L - 1], bw)  # ln_f's saved input: the last block's output
         p.free(f1, bw)
@@ -233,7 +234,7 @@ def generate(a):
             else:
                 out_again = None
             g2 = p.alloc(tok * H * 16, bw)
-            if step == 0 or a.params:
+            if step == 0 or (a.params and not a.keep_grads):
                 for j in range(3):
                     grads[3 * i + j] = p.alloc([H * H * 4 + 4096 * i, H * 4 * H * 4, H * 4][j], acc)
             for name in ["m2", "m1", "r1", "scores", "q"]:
@@ -276,7 +277,7 @@ def generate(a):
                 p.free(t, opt_temp)
         if a.events:
             p.ev(STEP, 0, 2, 0, p.label(opt_cls), 0, None)
-        if a.params:  # zero_grad(set_to_none=True)
+        if a.params and not a.keep_grads:  # zero_grad(set_to_none=True)
             for k in range(len(params)):
                 p.free(grads.pop(k), p.stack(main(9)))
     p.free(loss, p.stack(*head(14)))
@@ -322,6 +323,7 @@ def main():
     ap.add_argument("--root", default="Model", help="the root module's class in the module events' paths (no dot)")
     ap.add_argument("--params", action="store_true", help="parameter and gradient events, the root's module events, zero_grad")
     ap.add_argument("--autocast", action="store_true", help="with --params: bf16 copies of each block's parameters, as autocast makes")
+    ap.add_argument("--keep-grads", action="store_true", help="with --params: zero_grad(set_to_none=False), the gradients made once")
     a = ap.parse_args()
     p = generate(a)
     write(p, a.out, a.capacity)

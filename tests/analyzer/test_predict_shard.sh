@@ -145,6 +145,10 @@ c.execute('delete from events where kind = 18'); c.commit()" "$dir/p.db" "$dir/n
 "$dump" "$dir/nobw.db" fsdp2:2 >"$dir/nobw.txt"
 check "without backward events (the passes' ends taken at the root's next forward, the last at the history's end): the same buffers per step" \
   "[ \"\$(grep -c ' 0x43 ' $dir/nobw.txt) \$(grep -c ' 0x44 ' $dir/nobw.txt) \$(grep -c ' 0x45 ' $dir/nobw.txt)\" = \"\$(grep -c ' 0x43 ' $dir/f2.txt) \$(grep -c ' 0x44 ' $dir/f2.txt) \$(grep -c ' 0x45 ' $dir/f2.txt)\" ]"
+gen "$dir/kg.db" --batch 4 --events --params --steps 3 --keep-grads
+"$dump" "$dir/kg.db" fsdp2:2 >"$dir/kg.txt"
+check "gradients kept across steps (set_to_none=False): FSDP2's unsharded gradients made again in every later backward (7 units x 2 steps), a reduce-scatter per unit and step, the sharded gradients kept, accumulated into, freed at the end" \
+  "[ \"\$(grep -c '^alloc .* 0x4a ' $dir/kg.txt) \$(grep -c '^alloc .* 0x44 ' $dir/kg.txt) \$(grep -c '^alloc .* 0x45 ' $dir/kg.txt) \$(grep -c '^free .* 0x45 ' $dir/kg.txt)\" = '14 21 21 21' ]"
 check "fsdp2:1: no all-gather output (one rank copies its shards)" "json $dir/f1.json \"'0x43' not in j['kinds'] and j['kinds']['0x42'] == 3 * 37\""
 check "fsdp2:4: a unit's all-gather output is the sum of its padded parameters (fp32)" \
   "python3 -c \"
