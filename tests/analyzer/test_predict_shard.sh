@@ -149,6 +149,14 @@ gen "$dir/kg.db" --batch 4 --events --params --steps 3 --keep-grads
 "$dump" "$dir/kg.db" fsdp2:2 >"$dir/kg.txt"
 check "gradients kept across steps (set_to_none=False): FSDP2's unsharded gradients made again in every later backward (7 units x 2 steps), a reduce-scatter per unit and step, the sharded gradients kept, accumulated into, freed at the end" \
   "[ \"\$(grep -c '^alloc .* 0x4a ' $dir/kg.txt) \$(grep -c '^alloc .* 0x44 ' $dir/kg.txt) \$(grep -c '^alloc .* 0x45 ' $dir/kg.txt) \$(grep -c '^free .* 0x45 ' $dir/kg.txt)\" = '14 21 21 21' ]"
+check "fsdp2:2, in order: a unit's forward gathers (its output), frees the previous unit's output, copies out (18: 6 blocks x 3 steps); a block's backward copies out from its prefetched output, frees it, prefetches the block before (15: 5 x 3); a post-backward reshards, frees the previous reduce-scatter input, makes its own, frees the unsharded gradients, makes the sharded ones (21: 7 units x 3)" \
+  "python3 -c \"
+import re
+tok = ' '.join(('A' if l.split()[0] == 'alloc' else 'F') + l.split()[3].replace('0x', '') for l in open('$dir/f2.txt') if l.startswith(('alloc', 'free'))) + ' '
+fwd = len(re.findall(r'A43 F43 (?:A42 )+', tok))
+bwd = len(re.findall(r'(?:A42 )+F43 A43 ', tok))
+post = len(re.findall(r'(?:F42 )+(?:F44 )?A44 (?:F0 )+A45 ', tok))
+exit(0 if (fwd, bwd, post) == (18, 15, 21) else 1)\""
 check "fsdp2:1: no all-gather output (one rank copies its shards)" "json $dir/f1.json \"'0x43' not in j['kinds'] and j['kinds']['0x42'] == 3 * 37\""
 check "fsdp2:4: a unit's all-gather output is the sum of its padded parameters (fp32)" \
   "python3 -c \"
