@@ -979,6 +979,10 @@ size_t msi_round_size(size_t size);
 /* The first block of every segment of `d`, by address, in a new array (*out, caller frees);
  * walk ->next for the rest. Lock held. Returns the count, or SIZE_MAX when out of host memory. */
 size_t msi_device_segments(msi_device *d, msi_block ***out);
+/* The same into *buf (capacity *cap, grown with realloc; NULL and 0 for a new one), which the
+ * caller keeps for the next call and frees: the live state's, taken every half ring, allocates
+ * nothing once its largest size is reached. On SIZE_MAX *buf is NULL (freed). */
+size_t msi_device_segments_into(msi_device *d, msi_block ***buf, size_t *cap);
 size_t msi_allocation_size(size_t size);
 /* Frees blocks whose cross-stream events completed, and records the events of blocks freed
  * during a capture once none is underway. Lock held. */
@@ -1152,9 +1156,9 @@ typedef struct msi_external_block {
   uint32_t source;   /* label id of the API */
   int device;
 } msi_external_block;
-/* The live ones by address, in a new array (*out, caller frees): the count, or SIZE_MAX when
- * out of host memory. */
-size_t msi_external_copy(msi_external_block **out);
+/* Calls fn on each live one, by address, under external.c's lock (fn takes no lock of the
+ * library's: a snapshot's gather runs it under the device locks, which come first). */
+void msi_external_each(void (*fn)(const msi_external_block *b, void *arg), void *arg);
 void msi_external_reset(void);
 void msi_external_fork(int phase);
 

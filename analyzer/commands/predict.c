@@ -51,6 +51,7 @@ typedef struct predict_args {
   ms_change change;
   bool advise;
   bool one_run; /* one run: its own size only */
+  bool size_given; /* one run: given with its size (run.db=8) */
   /* sharding (--shard STRATEGY:N,...) */
   ms_change shard[MAX_SHARDS]; /* strategy and ranks */
   int nshards;
@@ -257,6 +258,7 @@ static int parse_args(int argc, char **argv, predict_args *a) {
                             a->runs[x].path);
   if (a->nruns == 1) { /* its own size, the only one it can say */
     a->one_run = true;
+    a->size_given = a->runs[0].at != 0;
     int64_t own = a->runs[0].at ? a->runs[0].at : 1;
     for (int k = 0; k < a->nat; k++)
       if (a->at[k] != own)
@@ -287,18 +289,61 @@ static int parse_args(int argc, char **argv, predict_args *a) {
 
 /* ---- the answer, as text ------------------------------------------------------------------ */
 
-/* The largest peaks of a result's devices. */
+/* The peaks shown: the allocator's own, without the memory outside it (libraries' cudaMalloc,
+ * cuBLAS's workspace, seen by `memsnap run`), so that they compare with torch.cuda.max_memory_*;
+ * that memory is shown apart (external_note). Allocated: the largest device's; reserved: the
+ * device whose whole reserved memory peaked highest (the one that decides whether it fits). */
 static int64_t peak_allocated(const ms_replay_result *r) {
   int64_t m = 0;
   for (int i = 0; i < r->ndevices; i++)
-    if (r->dev[i].peak_allocated > m) m = r->dev[i].peak_allocated;
+    if (r->dev[i].allocator_peak_allocated > m) m = r->dev[i].allocator_peak_allocated;
   return m;
+}
+
+static int64_t peak_reserved(const ms_replay_result *r) {
+  return r->ndevices > 0 ? r->dev[ms_replay_worst_device(r)].allocator_peak_reserved : 0;
+}
+
+/* The most memory outside the allocator held at once on one device (0: none). */
+static int64_t external_peak(const ms_replay_result *r) {
+  int64_t m = 0;
+  for (int i = 0; i < r->ndevices; i++)
+    if (r->dev[i].external_peak > m) m = r->dev[i].external_peak;
+  return m;
+}
+
+static int64_t shown_external; /* the most of it in any row printed */
+
+static void external_note(void) {
+  if (!shown_external) return;
+  char b[32];
+  ms_format_bytes(shown_external, b, sizeof b);
+  printf("  (peaks are the allocator's, as torch.cuda.max_memory_allocated/reserved report them; besides them the\n"
+         "   program held up to %s outside the allocator (libraries' own cudaMalloc, cuBLAS's workspace), which\n"
+         "   the card must hold too: \"fits\" counts it)\n", b);
 }
 
 static double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * (double)part / (double)whole : 100.0; }
 
-static void print_model(const ms_predict_info *in, uint64_t card, bool card_given, const char *recorded) {
+/* One run: no law of the size, only the run itself, changed as asked (print_change). */
+static void print_one_run(const ms_predict_info *in, bool size_given) {
+  const ms_predict_run *run = &in->run[0];
+  char b[32], at[48] = "";
+  ms_format_bytes(run->bytes, b, sizeof b);
+  if (size_given) snprintf(at, sizeof at, " at %lld", (long long)run->at);
+  printf("prediction from one run of the program (%s%s): its own history, %lld allocations (%s in all), changed as "
+         "below and replayed; the size stays the recorded one (another size needs the program recorded at two sizes)\n",
+         run->shown, at, (long long)run->allocations, b);
+}
+
+static void print_model(const ms_predict_info *in, uint64_t card, bool card_given, const char *recorded, bool size_given) {
   char b[32], c[32];
+  if (in->nruns == 1) {
+    print_one_run(in, size_given);
+    ms_format_bytes((int64_t)card, c, sizeof c);
+    printf("  card: %s per device (%s); recorded settings: %s\n", c, card_given ? "as given" : "recorded", recorded);
+    return;
+  }
   printf("prediction from %d runs of one program: each allocation's request %s in the size\n", in->nruns,
          in->quadratic_fit ? "a polynomial of degree 2 or less" : "linear");
   for (int r = 0; r < in->nruns; r++) {
@@ -324,7 +369,8 @@ static void print_row(const ms_replay_result *r, const char *lead, const char *v
   char a[32], b[32], frag[32], conf[1200], vs_cell[24] = "";
   int64_t pk = ms_replay_worst_peak(r), at_peak = r->ndevices > 0 ? r->dev[ms_replay_worst_device(r)].allocated_at_peak : 0;
   ms_format_bytes(peak_allocated(r), a, sizeof a);
-  ms_format_bytes(pk, b, sizeof b);
+  ms_format_bytes(peak_reserved(r), b, sizeof b);
+  if (!r->failed && external_peak(r) > shown_external) shown_external = external_peak(r);
   ms_format_bytes(pk - at_peak, frag, sizeof frag);
   ms_replay_describe_config(&r->config, conf, sizeof conf);
   if (vs) snprintf(vs_cell, sizeof vs_cell, "  %8s", vs);
@@ -361,8 +407,10 @@ static void print_smallest_n(const ms_sweep *sw, const predict_args *a, int ncon
     if (!tried) continue;
     char cap[32];
     ms_format_bytes((int64_t)a->base.capacity, cap, sizeof cap);
-    if (best) printf("the smallest N that fits %s at %lld: %s:%d\n", cap, (long long)a->at[0], ms_shard_name(s), best);
-    else printf("no N tried fits %s at %lld with %s\n", cap, (long long)a->at[0], ms_shard_name(s));
+    char at[40] = "";
+    if (!a->one_run || a->size_given) snprintf(at, sizeof at, " at %lld", (long long)a->at[0]);
+    if (best) printf("the smallest N that fits %s%s: %s:%d\n", cap, at, ms_shard_name(s), best);
+    else printf("no N tried fits %s%s with %s\n", cap, at, ms_shard_name(s));
   }
 }
 
@@ -403,7 +451,7 @@ static void print_shard(const ms_predict *m, const predict_args *a) {
   printf("  left out: NCCL's own buffers and the communicator's workspace (outside PyTorch's allocator)\n");
 }
 
-static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, int nconf, int nchange) {
+static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, int nconf, int nchange, bool own_size) {
   bool sweep = nconf > 1, over = false;
   if (!sweep)
     printf("\n%6s  %14s  %14s  %13s  %10s  %-4s  %s%s\n", "at", "peak allocated", "peak reserved", "fragmentation",
@@ -426,6 +474,7 @@ static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, i
         const ms_replay_result *r = &rows[order[k]];
         char lead[64], vs[16] = "-";
         if (sweep) snprintf(lead, sizeof lead, "%6d", k + 1);
+        else if (own_size) snprintf(lead, sizeof lead, "%6s", "rec."); /* one run given without its size */
         else snprintf(lead, sizeof lead, "%6lld", (long long)ats[a]);
         if (rec > 0 && order[k] != 0) snprintf(vs, sizeof vs, "%+.1f%%", 100.0 * (double)(ms_replay_worst_peak(r) - rec) / (double)rec);
         char prog[40];
@@ -459,7 +508,8 @@ static void print_capacity(const ms_sweep *sw, uint64_t capacity) {
       continue;
     }
     ms_format_bytes(peak_allocated(r), a, sizeof a);
-    ms_format_bytes(ms_replay_worst_peak(r), b, sizeof b);
+    ms_format_bytes(peak_reserved(r), b, sizeof b);
+    if (r->at && external_peak(r) > shown_external) shown_external = external_peak(r);
     snprintf(at, sizeof at, "%lld", (long long)r->at);
     printf("%6d  %8s  %14s  %14s  %s%s\n", k + 1, r->at ? at : "none", r->at ? a : "-", r->at ? b : "-", conf,
            sw->order[k] == 0 && sw->nrows > 1 ? "  [recorded]" : "");
@@ -567,7 +617,8 @@ static void print_advice(const ms_predict *m, const ms_advice *adv) {
     const ms_advice_row *r = &adv->row[i];
     char a[32], b[32], largest[24], text[3300];
     ms_format_bytes(peak_allocated(&r->at), a, sizeof a);
-    ms_format_bytes(ms_replay_worst_peak(&r->at), b, sizeof b);
+    ms_format_bytes(peak_reserved(&r->at), b, sizeof b);
+    if (external_peak(&r->at) > shown_external) shown_external = external_peak(&r->at);
     if (!adv->searched) snprintf(largest, sizeof largest, "-");
     else if (r->largest.failed || r->largest.at == 0) snprintf(largest, sizeof largest, "none");
     else snprintf(largest, sizeof largest, "%lld", (long long)r->largest.at);
@@ -789,12 +840,14 @@ static cJSON *json_advice_row(const ms_predict *m, const ms_advice *adv, int i) 
   add_setting(j, &r->at.config, r->kind == MS_ADVICE_NONE);
   add_change(j, m, &r->at.change);
   cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(&r->at));
-  cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)ms_replay_worst_peak(&r->at));
+  cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)peak_reserved(&r->at));
+  cJSON_AddNumberToObject(j, "external_bytes", (double)external_peak(&r->at));
   if (adv->searched && !r->largest.failed && r->largest.at) {
     cJSON *l = cJSON_AddObjectToObject(j, "largest_that_fits");
     cJSON_AddNumberToObject(l, "at", (double)r->largest.at);
     cJSON_AddNumberToObject(l, "peak_allocated_bytes", (double)peak_allocated(&r->largest));
-    cJSON_AddNumberToObject(l, "peak_reserved_bytes", (double)ms_replay_worst_peak(&r->largest));
+    cJSON_AddNumberToObject(l, "peak_reserved_bytes", (double)peak_reserved(&r->largest));
+    cJSON_AddNumberToObject(l, "external_bytes", (double)external_peak(&r->largest));
   } else {
     cJSON_AddNullToObject(j, "largest_that_fits");
   }
@@ -849,13 +902,11 @@ static cJSON *json_prediction(const ms_predict *m, const ms_replay_result *r, bo
   cJSON_AddBoolToObject(j, "changed", ms_change_any(&r->change));
   int64_t pk = ms_replay_worst_peak(r), at_peak = r->ndevices > 0 ? r->dev[ms_replay_worst_device(r)].allocated_at_peak : 0;
   cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(r));
-  cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)pk);
+  cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)peak_reserved(r));
   cJSON_AddNumberToObject(j, "fragmentation_bytes", (double)(pk - at_peak));
   cJSON_AddNumberToObject(j, "device_allocs", (double)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)));
-  int64_t external = 0;
-  for (int i = 0; i < r->ndevices; i++)
-    if (r->dev[i].external_peak > external) external = r->dev[i].external_peak;
-  cJSON_AddNumberToObject(j, "external_bytes", (double)external);
+  cJSON_AddNumberToObject(j, "external_bytes", (double)external_peak(r));
+  cJSON_AddNumberToObject(j, "card_peak_bytes", (double)pk);
   cJSON_AddBoolToObject(j, "fits", ms_replay_fits(r));
   cJSON *devs = cJSON_AddArrayToObject(j, "devices");
   for (int i = 0; i < r->ndevices; i++) {
@@ -863,8 +914,9 @@ static cJSON *json_prediction(const ms_predict *m, const ms_replay_result *r, bo
     cJSON *d = cJSON_CreateObject();
     cJSON_AddItemToArray(devs, d);
     cJSON_AddNumberToObject(d, "device", i);
-    cJSON_AddNumberToObject(d, "peak_allocated_bytes", (double)r->dev[i].peak_allocated);
-    cJSON_AddNumberToObject(d, "peak_reserved_bytes", (double)r->dev[i].peak_reserved);
+    cJSON_AddNumberToObject(d, "peak_allocated_bytes", (double)r->dev[i].allocator_peak_allocated);
+    cJSON_AddNumberToObject(d, "peak_reserved_bytes", (double)r->dev[i].allocator_peak_reserved);
+    cJSON_AddNumberToObject(d, "external_bytes", (double)r->dev[i].external_peak);
   }
   if (r->failed) cJSON_AddStringToObject(j, "error", r->error);
   else cJSON_AddNullToObject(j, "error");
@@ -898,7 +950,8 @@ static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t c
     if (r->at && !r->failed) {
       cJSON_AddNumberToObject(j, "at", (double)r->at);
       cJSON_AddNumberToObject(j, "peak_allocated_bytes", (double)peak_allocated(r));
-      cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)ms_replay_worst_peak(r));
+      cJSON_AddNumberToObject(j, "peak_reserved_bytes", (double)peak_reserved(r));
+      cJSON_AddNumberToObject(j, "external_bytes", (double)external_peak(r));
     } else {
       cJSON_AddNullToObject(j, "at");
     }
@@ -1136,13 +1189,14 @@ static int cmd_predict(int argc, char **argv) {
     cJSON_Delete(answer);
     if (rc != 0) goto cleanup;
   } else {
-    print_model(in, card, a.base.capacity != 0, rec);
+    print_model(in, card, a.base.capacity != 0, rec, a.size_given);
     print_change(m, &a.change, in, &a);
     print_shard(m, &a);
-    if (have_pred) print_predictions(&pred, a.at, a.nat, nconf, nchange);
+    if (have_pred) print_predictions(&pred, a.at, a.nat, nconf, nchange, a.one_run && !a.size_given);
     if (have_pred && a.nshards && a.card_option) print_smallest_n(&pred, &a, nconf, nchange);
     if (have_fit) print_capacity(&fit, a.base.capacity);
     if (have_adv) print_advice(m, &adv);
+    external_note();
     collect_notes(m, sweeps, 2, print_note, NULL);
     if (a.one_run && a.card_option && !a.advise)
       print_note("one run: the prediction is at its own size on the card; the largest size that fits needs runs at two sizes", NULL);

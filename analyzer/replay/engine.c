@@ -948,6 +948,8 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
     update_peak(&st, i); /* a peak inside the last calls (a free's release, a failed allocation) */
     if (memsnap_get_stats(i, &stats) != MEMSNAP_OK) continue;
     if (!st.external_seen[i]) d->peak_allocated = stats.allocated_bytes[MEMSNAP_POOL_ALL].peak;
+    d->allocator_peak_allocated = st.external_seen[i] ? stats.allocated_bytes[MEMSNAP_POOL_ALL].peak : d->peak_allocated;
+    d->allocator_peak_reserved = st.external_seen[i] ? stats.reserved_bytes[MEMSNAP_POOL_ALL].peak : d->peak_reserved;
     d->device_allocs = stats.num_device_alloc - base_allocs[i];
     d->device_frees = stats.num_device_free - base_frees[i];
     d->retries = stats.num_alloc_retries;
@@ -998,7 +1000,8 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
          "before them: the trace is inconsistent, and the recorded figures are those of its events");
   if (r->external_blocks)
     ms_replay_note(r, "%lld blocks of external memory (outside the allocator: memsnap run's interposer) were held beside "
-         "the replayed allocator as the program held them, and count in both columns' peaks",
+         "the replayed allocator as the program held them: the card held them too (replay's peaks count them; "
+         "predict's show the allocator's own and them apart)",
          (long long)r->external_blocks);
   if (p->private_pools)
     ms_replay_note(r, "the snapshot holds private pools (CUDA graphs, MemPool); the history does not say which allocations "

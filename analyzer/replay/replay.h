@@ -44,6 +44,9 @@ typedef struct ms_replay_device {
   /* the replay */
   int64_t peak_allocated, peak_reserved, allocated_at_peak; /* allocated when reserved peaked */
   int64_t external_peak; /* the most external memory held at once (in both peaks) */
+  /* the allocator's own peaks, without the external memory: what torch.cuda.max_memory_allocated
+     and max_memory_reserved report (the peaks above when nothing was external) */
+  int64_t allocator_peak_allocated, allocator_peak_reserved;
   int64_t device_allocs, device_frees, retries, ooms, failed_allocs, segments_end;
   /* the first out of memory in the replay */
   bool oom;

@@ -876,8 +876,19 @@ static void add_pool_heads(head_list *h, msi_pool *p) {
 }
 
 size_t msi_device_segments(msi_device *d, msi_block ***out) {
+  size_t cap = 0;
+  *out = NULL;
+  return msi_device_segments_into(d, out, &cap);
+}
+
+size_t msi_device_segments_into(msi_device *d, msi_block ***buf, size_t *cap) {
   /* Each segment's first block is allocated, cached or waiting on events (or deferred). */
-  head_list h = {malloc(sizeof(msi_block *) * 64), 0, 64};
+  head_list h = {*buf, 0, *cap};
+  if (!h.v || h.cap < 64) {
+    free(h.v);
+    h.v = malloc(sizeof(msi_block *) * 64);
+    h.cap = 64;
+  }
   for (size_t i = 0; i <= d->live.mask; i++)
     if (d->live.slots[i].block) add_head(&h, d->live.slots[i].block);
   add_pool_heads(&h, &d->small);
@@ -896,12 +907,13 @@ size_t msi_device_segments(msi_device *d, msi_block ***out) {
           for (msi_pending_event *e2 = d->queues[q2].head; e2 && !seen; e2 = e2->next) seen = e2->block == pe->block;
         if (!seen) add_head(&h, pe->block);
       }
+  *buf = h.v;
+  *cap = h.v ? h.cap : 0;
   if (!h.v) {
     msi_error("device %d: out of host memory listing segments", d->index);
     return SIZE_MAX;
   }
   qsort(h.v, h.n, sizeof *h.v, cmp_block_ptr);
-  *out = h.v;
   return h.n;
 }
 

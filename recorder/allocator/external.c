@@ -128,17 +128,10 @@ int memsnap_external_free(void *ptr, size_t size, memsnap_stream_t stream, size_
   return MEMSNAP_OK;
 }
 
-size_t msi_external_copy(msi_external_block **out) {
+void msi_external_each(void (*fn)(const msi_external_block *b, void *arg), void *arg) {
   pthread_mutex_lock(&ext_lock);
-  size_t n = nrecords;
-  *out = malloc(sizeof **out * (n ? n : 1));
-  if (!*out) {
-    pthread_mutex_unlock(&ext_lock);
-    return SIZE_MAX;
-  }
-  if (n) memcpy(*out, records, sizeof **out * n);
+  for (size_t i = 0; i < nrecords; i++) fn(&records[i], arg);
   pthread_mutex_unlock(&ext_lock);
-  return n;
 }
 
 void msi_external_reset(void) {

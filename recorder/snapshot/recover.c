@@ -962,6 +962,7 @@ cleanup:
   free(st.exp);
   free(s.ev);
   free(s.segs);
+  free(s.heads);
   free(s.blocks);
   free_log(&d);
   unmap_file(&m);

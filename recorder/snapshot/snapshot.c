@@ -88,29 +88,33 @@ static void push_whole(msi_snapshot *s, msi_snap_segment seg, uint32_t stack_id,
 }
 
 /* Allocations memsnap's allocator did not make (external.c): one segment each, pool "external". */
+typedef struct external_gather {
+  msi_snapshot *s;
+  bool facts;
+} external_gather;
+
+static void gather_one_external(const msi_external_block *v, void *arg) {
+  external_gather *g = arg;
+  msi_snapshot *s = g->s;
+  if (s->failed) return;
+  push_whole(s, (msi_snap_segment){v->device, v->ptr, v->size, (uint64_t)(uintptr_t)v->stream, "external", v->source,
+                                   v->caller, false, false, {0, 0}, 0, 0, NULL}, v->stack_id, NULL);
+  /* a device with external allocations is listed even when memsnap's allocator never ran on it */
+  bool listed = false;
+  for (int k = 0; k < s->ndevs; k++) listed |= s->devs[k].index == v->device;
+  if (!listed && v->device >= 0 && v->device < MSI_MAX_DEVICES && s->ndevs < MSI_MAX_DEVICES) {
+    msi_snap_device *sd = &s->devs[s->ndevs++];
+    sd->index = v->device;
+    if (!g->facts) return;
+    if (v->device >= msi_device_count_ready() ||
+        msi_be->device_info(v->device, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name) != MSI_BE_OK)
+      snprintf(sd->name, sizeof sd->name, "device %d", v->device);
+  }
+}
+
 static void gather_external(msi_snapshot *s, bool facts) {
-  msi_external_block *v;
-  size_t n = msi_external_copy(&v);
-  if (n == SIZE_MAX) {
-    s->failed = true;
-    return;
-  }
-  for (size_t i = 0; i < n && !s->failed; i++) {
-    push_whole(s, (msi_snap_segment){v[i].device, v[i].ptr, v[i].size, (uint64_t)(uintptr_t)v[i].stream, "external",
-                                 v[i].source, v[i].caller, false, false, {0, 0}, 0, 0, NULL}, v[i].stack_id, NULL);
-    /* a device with external allocations is listed even when memsnap's allocator never ran on it */
-    bool listed = false;
-    for (int k = 0; k < s->ndevs; k++) listed |= s->devs[k].index == v[i].device;
-    if (!listed && v[i].device >= 0 && v[i].device < MSI_MAX_DEVICES && s->ndevs < MSI_MAX_DEVICES) {
-      msi_snap_device *sd = &s->devs[s->ndevs++];
-      sd->index = v[i].device;
-      if (!facts) continue;
-      if (v[i].device >= msi_device_count_ready() ||
-          msi_be->device_info(v[i].device, &sd->free_bytes, &sd->total, sd->name, sizeof sd->name) != MSI_BE_OK)
-        snprintf(sd->name, sizeof sd->name, "device %d", v[i].device);
-    }
-  }
-  free(v);
+  external_gather g = {s, facts};
+  msi_external_each(gather_one_external, &g); /* no copy: the live state takes this every half ring */
 }
 
 /* Async mode: the driver's pool has no segments to show, so each live allocation is a segment
@@ -144,8 +148,8 @@ void msi_snapshot_gather(msi_device **devs, int n, msi_snapshot *s, bool facts) 
       gather_async(s, d);
       continue;
     }
-    msi_block **heads;
-    size_t nh = msi_device_segments(d, &heads);
+    size_t nh = msi_device_segments_into(d, &s->heads, &s->heads_cap);
+    msi_block **heads = s->heads;
     if (nh == SIZE_MAX) {
       s->failed = true;
       continue;
@@ -167,7 +171,6 @@ void msi_snapshot_gather(msi_device **devs, int n, msi_snapshot *s, bool facts) 
         seg->nblocks++;
       }
     }
-    free(heads);
   }
   gather_external(s, facts);
 }
@@ -839,6 +842,7 @@ cleanup:
   msi_symbolized_free(&sym);
   free(s.ev);
   free(s.segs);
+  free(s.heads);
   free(s.blocks);
   free(run);
   if (rc == MEMSNAP_OK) after_dump(path);

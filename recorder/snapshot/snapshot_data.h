@@ -69,6 +69,8 @@ typedef struct msi_snapshot {
   msi_snap_device devs[MSI_MAX_DEVICES];
   int ndevs;
   bool failed;
+  struct msi_block **heads;      /* gather's list of segment heads, kept for the next gather (freed with segs) */
+  size_t heads_cap;
   const msi_snap_origin *origin; /* NULL: this process, now */
   const void *runlog;            /* the run log's region (history/runlog.h; a copy, or a mapping's, untrusted), NULL none */
   size_t runlog_bytes;

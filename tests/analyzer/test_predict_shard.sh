@@ -219,7 +219,7 @@ check "fsdp2:1: the optimizer step's model state is the recorded one's (shards =
   "json $dir/pr.json \"j['predictions'][1]['peak_allocated_bytes'] >= j['predictions'][0]['peak_allocated_bytes']\""
 "$cli" predict "$dir/b1.db" --shard fsdp2:2,4,8 --capacity 80M >"$dir/cap.txt" 2>&1
 check "text: a program column with the strategy and N, the units, what is assumed and left out, the smallest N that fits" \
-  "grep -q 'program (ranks)' $dir/cap.txt && grep -q 'fsdp2:4 ' $dir/cap.txt && grep -q 'the root and each instance of the repeated block: blocks.\\* (8)' $dir/cap.txt && grep -q 'left out: NCCL' $dir/cap.txt && grep -q 'the smallest N that fits 80.00 MiB at 1: fsdp2:[0-9]' $dir/cap.txt"
+  "grep -q 'program (ranks)' $dir/cap.txt && grep -q 'fsdp2:4 ' $dir/cap.txt && grep -q 'the root and each instance of the repeated block: blocks.\\* (8)' $dir/cap.txt && grep -q 'left out: NCCL' $dir/cap.txt && grep -q 'the smallest N that fits 80.00 MiB: fsdp2:[0-9]' $dir/cap.txt"
 "$cli" predict --json "$dir/p.db" --shard fsdp2:2 --checkpoint 'blocks.*' >"$dir/ck.json" 2>/dev/null
 "$cli" predict --json "$dir/p.db" --shard fsdp2:2 >"$dir/nock.json" 2>/dev/null
 check "--shard with --checkpoint: the sharded program checkpointed needs less than sharded alone" \

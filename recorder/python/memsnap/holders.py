@@ -129,10 +129,15 @@ def install(lib):
 
 def pick_blocks(db_path, deadline):
     """The blocks to walk from the snapshot at db_path: [(address, size, stack_id)], the sites
-    that grew first (live bytes allocated in the history's second half), then by live bytes."""
+    that grew first (live bytes allocated in the history's second half), then by live bytes; the
+    allocator's blocks only (external memory is no tensor's)."""
     c = sqlite3.connect("file:%s?mode=ro" % db_path, uri=True)
     try:
-        live = c.execute("SELECT address, size, coalesce(stack_id, 0) FROM blocks WHERE state = 'allocated'").fetchall()
+        # not memory outside the allocator (pool 'external': cuBLAS's own cudaMalloc, a library's):
+        # no tensor owns it, and no Python reference keeps it
+        live = c.execute("SELECT b.address, b.size, coalesce(b.stack_id, 0) FROM blocks b LEFT JOIN segments g "
+                         "ON g.id = b.segment_id WHERE b.state = 'allocated' AND coalesce(g.pool, '') != 'external'"
+                         ).fetchall()
         if not live:
             return []
         by_address = {a: (a, s, k) for a, s, k in live}

@@ -227,11 +227,10 @@ def main():
         out = []
         for n in sizes:
             p, m = predicted(j, n), measured_at.get(n)
-            # the prediction counts the external memory held beside the allocator (cuBLAS's own cudaMalloc,
-            # which memsnap run's interposer sees); torch.cuda.max_memory_* do not: it is left out
-            ext = (p or {}).get("external_bytes", 0)
-            pa = p["peak_allocated_bytes"] - ext if p else None
-            pr = p["peak_reserved_bytes"] - ext if p else None
+            # the prediction's peaks are the allocator's, as torch.cuda.max_memory_* (the external memory
+            # held beside it, cuBLAS's own cudaMalloc, is its external_bytes)
+            pa = p["peak_allocated_bytes"] if p else None
+            pr = p["peak_reserved_bytes"] if p else None
             ma = m["peak_allocated"] if m and not m["oom"] else None
             mr = m["peak_reserved"] if m and not m["oom"] else None
             row = {"kind": "compare", "what": what, "batch": n, "predicted_allocated": pa, "native_allocated": ma,
@@ -248,11 +247,10 @@ def main():
           "measured with torch.utils.checkpoint on each stage")
     table("resnet50 checkpoint", rj, r_measured, rats)
     p = predicted(oj, a.linear_batch) or next((r for r in (oj or {}).get("predictions", []) if r["changed"]), None)
-    ext = (p or {}).get("external_bytes", 0)  # as above: what torch's counters do not see
-    pa = p["peak_allocated_bytes"] - ext if p else None
+    pa = p["peak_allocated_bytes"] if p else None  # as above: the allocator's, as torch's counters
     ma = lin_sgd["peak_allocated"] if lin_sgd and not lin_sgd["oom"] else None
     lin_row = {"kind": "compare", "what": "optimizer sgd", "predicted_allocated": pa, "native_allocated": ma,
-               "err_allocated_pct": pct(pa, ma), "predicted_reserved": p["peak_reserved_bytes"] - ext if p else None,
+               "err_allocated_pct": pct(pa, ma), "predicted_reserved": p["peak_reserved_bytes"] if p else None,
                "native_reserved": lin_sgd["peak_reserved"] if lin_sgd and not lin_sgd["oom"] else None}
     record(lin_row)
     o = (oj or {}).get("what_if", {}) or {}
