@@ -149,6 +149,7 @@ typedef struct bld {
   uint8_t *flags;
   int64_t *label, *label_step; /* label_step: the step whose gradient event told it */
   int64_t *in_module;          /* the innermost module whose forward was open when it was made (0 none) */
+  uint32_t *stack;             /* its stack */
   int64_t *open;               /* the modules whose forward is open, innermost last */
   size_t nopen, open_cap;
   size_t nalloc, cap;
@@ -200,7 +201,7 @@ static bool grow(bld *b) {
   if (b->nalloc < b->cap) return true;
   size_t cap = b->cap ? 2 * b->cap : 4096;
 #define G(f) if (!(b->f = realloc(b->f, sizeof *b->f * cap))) return false;
-  G(a_id) G(req) G(stream) G(dev) G(flags) G(label) G(label_step) G(in_module)
+  G(a_id) G(req) G(stream) G(dev) G(flags) G(label) G(label_step) G(in_module) G(stack)
 #undef G
   b->cap = cap;
   return true;
@@ -225,6 +226,7 @@ static int pass_event(const ms_event *e, void *arg) {
       b->a_id[k] = e->id, b->req[k] = size, b->stream[k] = e->stream, b->dev[k] = (int16_t)e->device;
       b->flags[k] = b->step_open ? F_IN_STEP : 0, b->label[k] = 0, b->label_step[k] = -1;
       b->in_module[k] = b->nopen ? b->open[b->nopen - 1] : 0;
+      b->stack[k] = e->stack_id;
       for (size_t i = b->nopen; i-- > 0 && e->stack_id;) { /* the open modules without a stack yet */
         int64_t l = b->open[i];
         if (l > 0 && (size_t)l < b->ngathered && !b->own_stack[l] && b->nopen - 1 - i < 256)
@@ -641,14 +643,37 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
       for (int u = 0; u < in->nunits && b.labels[id]; u++)
         if (inside(b.labels[id], h->unit_path[u]) && strlen(h->unit_path[u]) >= best) best = strlen(h->unit_path[u]), module_unit[id] = u;
     }
+    /* with native frames, a cast is made under autocast's cached_cast (an activation of a weight's
+       size is not one); without them, by its size and place alone */
+    int8_t *cast_stack = NULL;
+    bool frames = false;
+    for (size_t f = 0; f < s->nframes && !frames; f++)
+      frames = s->frames[f].name && !strncmp(s->frames[f].name, "at::autocast::cached_cast", 25);
+    if (frames && !(cast_stack = calloc(s->nstacks + 1, 1))) {
+      free(module_unit);
+      goto oom;
+    }
     for (size_t k = 0; k < b.nalloc; k++) {
       int64_t l = b.in_module[k];
       int32_t u = l > 0 && (size_t)l < b.nlabel ? module_unit[l] : -1;
       if (u < 0 || (b.flags[k] & (F_PARAM | F_GRAD | F_ROLE_STATE | F_IN_STEP))) continue;
+      if (frames) {
+        uint32_t id = b.stack[k];
+        if (!id || id >= s->nstacks) continue;
+        if (!cast_stack[id]) {
+          cast_stack[id] = 2;
+          for (uint32_t j = 0; j < s->stacks[id].depth; j++) {
+            uint32_t f = s->stacks[id].frames[j];
+            if (f < s->nframes && s->frames[f].name && !strncmp(s->frames[f].name, "at::autocast::cached_cast", 25)) cast_stack[id] = 1;
+          }
+        }
+        if (cast_stack[id] != 1) continue;
+      }
       for (size_t i = 0; i < h->nparams && !(b.flags[k] & F_CAST); i++)
         if (h->params[i].unit == u && h->params[i].bytes / h->o.recorded_bytes * h->o.param_bytes == b.req[k])
           b.flags[k] |= F_CAST, in->cast_blocks++;
     }
+    free(cast_stack);
     free(module_unit);
   }
   /* the blocks sharding changes, by their allocation's event id */
@@ -694,7 +719,7 @@ done:
   free(label_owner);
   free(fwd);
   ms_live_free(&b.live);
-  free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.label_step), free(b.in_module), free(b.param_k);
+  free(b.a_id), free(b.req), free(b.stream), free(b.dev), free(b.flags), free(b.label), free(b.label_step), free(b.in_module), free(b.stack), free(b.param_k);
   free(b.open), free(b.gathered), free(b.gathered_n), free(b.forward_seen), free(b.own_stack), free(b.own_depth);
   free(b.mods), free(b.pass_end);
   for (size_t i = 0; i < b.nlabel; i++) free(b.labels[i]);
