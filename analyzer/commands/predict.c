@@ -186,11 +186,13 @@ static int parse_args(int argc, char **argv, predict_args *a) {
         if (a->nunits == MS_WHATIF_PATTERNS) return ms_usage_error(&ms_predict_command, "at most %d --units patterns", MS_WHATIF_PATTERNS);
         a->units[a->nunits++] = piece;
       }
-    } else if ((!strcmp(arg, "--param-dtype") || !strcmp(arg, "--reduce-dtype") || !strcmp(arg, "--recorded-dtype")) && i + 1 < argc) {
+    } else if ((!strcmp(arg, "--param-dtype") || !strcmp(arg, "--reduce-dtype") || !strcmp(arg, "--recorded-dtype") ||
+                !strcmp(arg, "--orig-dtype")) && i + 1 < argc) {
       int bytes = dtype_bytes(argv[++i]);
       if (bytes <= 0) return ms_usage_error(&ms_predict_command, "%s: '%.64s' is none of fp32, bf16, fp16", arg, argv[i]);
       if (!strcmp(arg, "--param-dtype")) a->so.param_bytes = bytes;
       else if (!strcmp(arg, "--reduce-dtype")) a->so.reduce_bytes = bytes;
+      else if (!strcmp(arg, "--orig-dtype")) a->so.orig_bytes = bytes;
       else a->so.recorded_bytes = bytes;
     } else if (!strcmp(arg, "--bucket-mb") && i + 1 < argc) {
       char *end;
@@ -436,14 +438,14 @@ static void print_shard(const ms_predict *m, const predict_args *a) {
   for (int i = 0; i < si->nunits && i < MS_SHARD_UNITS_SHOWN; i++) printf(" %s", si->unit_names[i]);
   printf("%s\n", si->nunits > MS_SHARD_UNITS_SHOWN ? " ..." : "");
   static const char *const dt[] = {"?", "?", "bf16/fp16", "?", "fp32"};
-  int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, pb = a->so.param_bytes ? a->so.param_bytes : rec;
-  int rb = a->so.reduce_bytes ? a->so.reduce_bytes : pb;
+  int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, orig = a->so.orig_bytes ? a->so.orig_bytes : rec;
+  int pb = a->so.param_bytes ? a->so.param_bytes : orig, rb = a->so.reduce_bytes ? a->so.reduce_bytes : pb;
   printf("  set-up: %s\n", a->so.meta_init ? "the model made on the meta device, sharded, then materialised (--shard-init "
          "meta): each parameter's allocation is its shard's" : "the model made on the GPU as recorded, then sharded after "
          "its last parameter's allocation (fully_shard: per unit, the shards made, then the full parameters freed)");
   printf("  assumed: parameters recorded in %s, sharded on dim 0 with rows of one element (padding within N-1 rows); "
-         "FSDP2's param dtype %s, reduce dtype %s; DDP's buckets %g MiB%s; ZeRO's reduce bucket %lld elements%s\n",
-         dt[rec], dt[pb], dt[rb], a->so.bucket_mb, a->so.bucket_view ? " (gradient_as_bucket_view)" : "",
+         "FSDP2's sharded dtype %s, param dtype %s, reduce dtype %s; DDP's buckets %g MiB%s; ZeRO's reduce bucket %lld "
+         "elements%s\n", dt[rec], dt[orig], dt[pb], dt[rb], a->so.bucket_mb, a->so.bucket_view ? " (gradient_as_bucket_view)" : "",
          (long long)a->so.reduce_bucket, a->so.overlap_comm ? " (two: overlap_comm)" : "");
   if (si->cast_blocks)
     printf("  autocast's casts of the parameters in the recording (%lld blocks of a parameter's elements in the param dtype, "
@@ -816,8 +818,10 @@ static cJSON *json_shard(const ms_predict *m, const predict_args *a) {
   cJSON_AddNumberToObject(o, "recorded_ranks", si->recorded_ranks);
   cJSON_AddStringToObject(o, "init", a->so.meta_init ? "meta" : "gpu");
   cJSON_AddNumberToObject(o, "detected_ranks", si->detected_ranks);
-  int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, pb = a->so.param_bytes ? a->so.param_bytes : rec;
+  int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, orig = a->so.orig_bytes ? a->so.orig_bytes : rec;
+  int pb = a->so.param_bytes ? a->so.param_bytes : orig;
   cJSON_AddNumberToObject(o, "recorded_element_bytes", rec);
+  cJSON_AddNumberToObject(o, "orig_element_bytes", orig);
   cJSON_AddNumberToObject(o, "param_element_bytes", pb);
   cJSON_AddNumberToObject(o, "reduce_element_bytes", a->so.reduce_bytes ? a->so.reduce_bytes : pb);
   cJSON_AddNumberToObject(o, "bucket_mb", a->so.bucket_mb);
@@ -1249,6 +1253,7 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "                      each instance of the repeated block)\n"
      "  --param-dtype D, --reduce-dtype D  FSDP2's MixedPrecisionPolicy: fp32, bf16, fp16\n"
      "  --recorded-dtype D  the recorded parameters' dtype (fp32)\n"
+     "  --orig-dtype D      FSDP2's sharded parameters' dtype (the model's at fully_shard; default: recorded)\n"
      "  --shard-init gpu|meta  the model made on the GPU then sharded (gpu, default), or on the meta\n"
      "                      device, sharded, then materialised (meta: no full parameters at set-up)\n"
      "  --bucket-mb MB, --bucket-view  DDP's bucket_cap_mb (25), gradient_as_bucket_view\n"

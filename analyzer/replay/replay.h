@@ -375,6 +375,8 @@ typedef struct ms_shard_options {
   int nunits;
   int param_bytes, reduce_bytes; /* element bytes of MixedPrecisionPolicy's param_dtype and reduce_dtype (0: as recorded) */
   int recorded_bytes;            /* element bytes of the recorded parameters (4: fp32) */
+  int orig_bytes;                /* of FSDP2's sharded parameters, optimizer state and gradients (the model's dtype when
+                                    fully_shard was called; 0: the recorded dtype) */
   double bucket_mb;              /* DDP's bucket_cap_mb (25) */
   bool bucket_view;              /* DDP's gradient_as_bucket_view */
   int64_t reduce_bucket, allgather_bucket; /* DeepSpeed's reduce_bucket_size, allgather_bucket_size (elements) */

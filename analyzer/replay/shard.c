@@ -537,7 +537,8 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
   if (!h) return snprintf(err, errlen, "out of memory"), NULL;
   h->o = *o;
   if (h->o.recorded_bytes <= 0) h->o.recorded_bytes = 4;
-  if (h->o.param_bytes <= 0) h->o.param_bytes = h->o.recorded_bytes;
+  if (h->o.orig_bytes <= 0) h->o.orig_bytes = h->o.recorded_bytes;
+  if (h->o.param_bytes <= 0) h->o.param_bytes = h->o.orig_bytes;
   if (h->o.reduce_bytes <= 0) h->o.reduce_bytes = h->o.param_bytes;
   b.h = h, b.s = s;
   if (ms_labels_each(s, label_row, &b) != 0) {
@@ -757,7 +758,7 @@ typedef struct sst {
   const ms_shard *h;
   ms_change c;
   int n, strategy;
-  int64_t pb, rb, ob; /* element bytes: param dtype, reduce dtype, recorded */
+  int64_t pb, rb, ob, sb; /* element bytes: param dtype, reduce dtype, recorded, sharded (FSDP2's original dtype) */
   int (*fn)(const ms_event *e, void *arg);
   void *fnarg;
   const action *act;
@@ -830,7 +831,7 @@ static int64_t params_sum(const ms_shard *h) {
 /* ZeRO-2/3's flat gradient partition: 1/N of every parameter's elements. */
 static int64_t partition_bytes(const sst *st) {
   int64_t all = 0;
-  for (size_t i = 0; i < st->h->nparams; i++) all = sat_add(all, shard_bytes(st, st->h->params[i].bytes, st->ob));
+  for (size_t i = 0; i < st->h->nparams; i++) all = sat_add(all, shard_bytes(st, st->h->params[i].bytes, st->sb));
   return all;
 }
 
@@ -854,9 +855,9 @@ static void unsharded_free(sst *st, int32_t u) {
 /* FSDP2's all-gather output of unit u (with mixed precision the copy-in's flat input first). */
 static void all_gather(sst *st, int32_t u) {
   if (st->n == 1) return;
-  if (st->pb != st->ob) ev_alloc(st, TAG(T_CI, u), unit_sum(st, u, false, st->pb), STREAM_AG);
+  if (st->pb != st->sb) ev_alloc(st, TAG(T_CI, u), unit_sum(st, u, false, st->pb), STREAM_AG);
   ev_alloc(st, TAG(T_AG, u), unit_sum(st, u, true, st->pb), STREAM_AG);
-  if (st->pb != st->ob) ev_free(st, TAG(T_CI, u), unit_sum(st, u, false, st->pb), STREAM_AG);
+  if (st->pb != st->sb) ev_free(st, TAG(T_CI, u), unit_sum(st, u, false, st->pb), STREAM_AG);
 }
 
 static void ag_free(sst *st, int32_t u) {
@@ -895,9 +896,9 @@ static void post_backward(sst *st, int32_t u) {
   ev_alloc(st, ro, part, STREAM_RS);
   if (r->flat) { /* accumulated into the sharded gradients there */
     ev_free(st, ro, part, STREAM_RS);
-  } else if (st->rb != st->ob) {
+  } else if (st->rb != st->sb) {
     r->flat = TAG(T_FG, ((uint64_t)u << 20) | (st->seq++ & 0xFFFFF));
-    ev_alloc(st, r->flat, unit_sum(st, u, true, st->ob) / st->n, STREAM_RS);
+    ev_alloc(st, r->flat, unit_sum(st, u, true, st->sb) / st->n, STREAM_RS);
     ev_free(st, ro, part, STREAM_RS);
   } else {
     r->flat = ro;
@@ -905,7 +906,7 @@ static void post_backward(sst *st, int32_t u) {
 }
 
 static int64_t flat_bytes(const sst *st, int32_t u, uint64_t flat) {
-  return (flat >> 56) == T_FG ? unit_sum(st, u, true, st->ob) / st->n : unit_sum(st, u, true, st->rb) / st->n;
+  return (flat >> 56) == T_FG ? unit_sum(st, u, true, st->sb) / st->n : unit_sum(st, u, true, st->rb) / st->n;
 }
 
 /* DDP's bucket rebuild at the second forward: the first iteration's one bucket freed, the
@@ -935,7 +936,7 @@ static void do_init(sst *st) {
         if (st->strategy == MS_SHARD_ZERO3 && pass == 1) continue;
         for (int32_t j = 0; j < st->count[u]; j++) {
           size_t i = st->order[st->first[u] + j];
-          ev_alloc(st, TAG(T_SHARD, i), shard_bytes(st, h->params[i].bytes, st->ob), st->compute);
+          ev_alloc(st, TAG(T_SHARD, i), shard_bytes(st, h->params[i].bytes, st->sb), st->compute);
         }
         for (int32_t j = 0; j < st->count[u]; j++) {
           size_t i = st->order[st->first[u] + j];
@@ -1106,7 +1107,7 @@ static int shard_event(const ms_event *e, void *arg) {
         if (st->h->o.meta_init && (st->strategy == MS_SHARD_FSDP2 || st->strategy == MS_SHARD_ZERO3)) {
           /* made on the meta device and sharded: materialised as its shard */
           put_block(st, e->address, B_PARAM, (int64_t)index);
-          ev_alloc(st, TAG(T_SHARD, index), shard_bytes(st, st->h->params[index].bytes, st->ob), e->stream);
+          ev_alloc(st, TAG(T_SHARD, index), shard_bytes(st, st->h->params[index].bytes, st->sb), e->stream);
           return st->rc;
         }
         put_block(st, e->address, 0, req);
@@ -1133,7 +1134,7 @@ static int shard_event(const ms_event *e, void *arg) {
           return st->rc;
         }
       } else if ((flags == F_STATE || flags == F_TEMP) && st->strategy != MS_SHARD_DDP) {
-        c.requested = c.size = shard_bytes(st, req, st->ob);
+        c.requested = c.size = shard_bytes(st, req, st->sb);
         put_block(st, e->address, B_SCALED, c.size);
       }
       return st->fn(&c, st->fnarg);
@@ -1148,7 +1149,7 @@ static int shard_event(const ms_event *e, void *arg) {
       if (kind == B_PARAM) { /* the full parameter was sharded: its shard goes */
         if (e->kind == MS_FREE_REQUESTED) {
           size_t i = (size_t)slot.size;
-          ev_free(st, TAG(T_SHARD, i), shard_bytes(st, st->h->params[i].bytes, st->ob), st->compute);
+          ev_free(st, TAG(T_SHARD, i), shard_bytes(st, st->h->params[i].bytes, st->sb), st->compute);
         } else {
           ms_live_take(&st->blocks, e->address, &slot);
         }
@@ -1242,6 +1243,7 @@ int ms_shard_each(const ms_shard *h, const ms_whatif *w, const ms_change *c, ms_
   memset(&st, 0, sizeof st);
   st.h = h, st.c = *c, st.n = c->ranks, st.strategy = c->strategy, st.fn = fn, st.fnarg = fnarg;
   st.ob = h->o.recorded_bytes;
+  st.sb = st.strategy == MS_SHARD_FSDP2 || st.strategy == MS_SHARD_ZERO3 ? h->o.orig_bytes : st.ob;
   st.pb = st.strategy == MS_SHARD_FSDP2 ? h->o.param_bytes : st.ob;
   st.rb = st.strategy == MS_SHARD_FSDP2 ? h->o.reduce_bytes : st.ob;
   st.compute = h->device_stream;

@@ -1,5 +1,6 @@
 /* shard_events.c SNAPSHOT STRATEGY:N [--param-dtype B] [--reduce-dtype B] [--bucket-view]
- * [--units PATTERN] [--overlap-comm] [--reduce-bucket-size N] [--recorded N] [--meta]: prints rank 0's history as
+ * [--units PATTERN] [--overlap-comm] [--reduce-bucket-size N] [--recorded N] [--meta] [--recorded-dtype B] [--orig-dtype B]:
+ * prints rank 0's history as
  * analyzer/replay/shard.c synthesises it (`memsnap predict --shard`), one line per allocation and
  * per free requested: "alloc|free ID STREAM TAG INDEX BYTES" (TAG: the address's high byte, 0x41 a
  * shard, 0x42 an unsharded parameter, 0x43 an all-gather output, 0x44 a reduce-scatter input,
@@ -45,8 +46,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--units") && i + 1 < argc && nunits < 8) units[nunits++] = argv[++i];
     else if (!strcmp(argv[i], "--recorded") && i + 1 < argc) o.recorded_ranks = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--meta")) o.meta_init = true;
+    else if (!strcmp(argv[i], "--recorded-dtype") && i + 1 < argc) o.recorded_bytes = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--orig-dtype") && i + 1 < argc) o.orig_bytes = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--recorded") && i + 1 < argc) o.recorded_ranks = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--meta")) o.meta_init = true;
+    else if (!strcmp(argv[i], "--recorded-dtype") && i + 1 < argc) o.recorded_bytes = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--orig-dtype") && i + 1 < argc) o.orig_bytes = atoi(argv[++i]);
   }
   o.units = nunits ? units : NULL, o.nunits = nunits;
   char name[32];

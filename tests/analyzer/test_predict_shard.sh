@@ -191,6 +191,19 @@ gen "$dir/ac.db" --batch 4 --events --params --steps 3 --autocast
 "$dump" "$dir/ac.db" fsdp2:4 >"$dir/ac32.txt"
 check "a recording under autocast with --param-dtype bf16: its 54 casts of the blocks' parameters left out (FSDP2's parameters are bf16), and kept in fp32" \
   "[ \$(grep -c '^alloc .* 0 0 ' $dir/ac.txt) = \$((\$(grep -c '^alloc .* 0 0 ' $dir/mp.txt) + 0)) ] && [ \$(grep -c '^alloc .* 0 0 ' $dir/ac32.txt) = \$((\$(grep -c '^alloc .* 0 0 ' $dir/f4.txt) + 54)) ]"
+"$dump" "$dir/p.db" fsdp2:4 --recorded-dtype 2 --param-dtype 2 --orig-dtype 4 >"$dir/bf.txt"
+check "a recording in bf16 (--recorded-dtype bf16) sharded as fp32 (--orig-dtype fp32, --param-dtype bf16): shards and state twice the bytes of the recorded elements' quarter, all-gathers in bf16 after a bf16 copy-in of the fp32 shards" \
+  "python3 -c \"
+import json, sqlite3
+p = json.load(open('$dir/f4.json'))['params']
+lines = [l.split() for l in open('$dir/bf.txt') if l.startswith('alloc')]
+sizes = lambda tag: sorted(int(l[5]) for l in lines if l[3] == tag)
+shard = sorted(-(-(b // 2) // 4) * 4 for b in p)
+pad = lambda bs: sum(-(-(b // 2) // 4) * 4 * 2 for b in bs)
+units = sorted(set([pad(p[3 * i:3 * i + 3]) for i in range(6)] + [pad(p[-1:])]))
+state = sorted(int(l[5]) for l in lines if l[3] == '0' and int(l[4]) in [a for a, in sqlite3.connect('$dir/p.db').execute('select address from events where kind = 16 and requested_size = 3')])
+cin = sorted(set(u // 4 for u in units))
+exit(0 if sizes('0x41') == shard and sorted(set(sizes('0x43'))) == units and sorted(set(sizes('0x47'))) == cin and state == sorted(shard * 2) else 1)\""
 check "ddp:4: the first iteration's one bucket of every parameter, rebuilt at the second forward: the parameters in reverse, the first closed at 1 MiB, the rest at 25 MiB; the broadcast's flat bucket" \
   "python3 -c \"
 import json; j = json.load(open('$dir/ddp.json')); p = j['params'][::-1]
