@@ -14,7 +14,8 @@
 # ordered in model-state memory. Then the predictions (peaks falling with N, combined with
 # --checkpoint and with two runs' laws, JSON's strategy and ranks, the smallest N that fits a
 # card) and the refusals: an unknown strategy, N = 0, a history without parameter events, a
-# --units pattern that names no module, a ring that dropped events.
+# --units pattern that names no module, a ring that dropped events. Then real recordings from an
+# H200 against the native FSDP2 runs of the same programs (tests/data/shard).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../checks.sh"
@@ -365,6 +366,51 @@ check "a sharded recording whose all-gathers do not say N, without --recorded-sh
   "[ \$(\"$cli\" predict $dir/rec2x.db --shard fsdp2:4 >/dev/null 2>$dir/s.err; echo \$?) = 1 ] && grep -q 'recorded-shard fsdp2:N' $dir/s.err"
 check "--recorded-shard on an unsharded recording: exit 1" \
   "[ \$(\"$cli\" predict $dir/p.db --recorded-shard fsdp2:2 --shard fsdp2:4 >/dev/null 2>$dir/s.err; echo \$?) = 1 ] && grep -q 'does not look like an FSDP2 run' $dir/s.err"
+
+# Real recordings (tests/data/shard, run 71 on an H200: the one-GPU runs and FSDP2's rank 0 at 2)
+# against the native FSDP2 runs of the same programs through PyTorch's fake process group
+# (tests/gpu/results/run71-shard-native.json), the model made on the meta device as there:
+# within the issue's bounds, allocated 3% and reserved 6%. Autocast bf16 against FSDP2's pure bf16
+# compute is off by what autocast keeps in fp32 (docs/predict.md): printed, checked at N = 2 for the
+# 1.1B model only, where the bounds hold.
+data=$here/../data/shard
+native=$here/../gpu/results/run71-shard-native.json
+for r in gpt2_fp32 gpt2_ac 1b_fp32 1b_bf16 gpt2_bf16 gpt2_fsdp2_2; do xz -dc "$data/$r.db.xz" >"$dir/$r.db"; done
+for r in gpt2_fp32 gpt2_ac 1b_fp32; do
+  "$cli" predict --json "$dir/$r.db" --shard fsdp2:2,4,8 --shard-init meta >"$dir/$r.json" 2>/dev/null
+done
+for r in gpt2_bf16 1b_bf16; do
+  "$cli" predict --json "$dir/$r.db" --shard fsdp2:2,4,8 --shard-init meta --param-dtype bf16 --reduce-dtype fp32 >"$dir/$r.json" 2>/dev/null
+done
+"$cli" predict --json "$dir/gpt2_fsdp2_2.db" --shard fsdp2:4,8 >"$dir/gpt2_fsdp2_2.json" 2>/dev/null
+# near NATIVE.json PREDICTION.json RUN NAME N...: the prediction's fsdp2:N rows against native NAME_fsdp2_N
+near() {
+  python3 - "$@" <<'PY'
+import json, sys
+native, pred, run, name = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
+ok = True
+for n in map(int, sys.argv[5:]):
+    row = [r for r in pred['predictions'] if r['strategy'] == 'fsdp2' and r['ranks'] == n]
+    nat = native.get('native_%s_fsdp2_%d' % (name, n))
+    if len(row) != 1 or not nat or row[0]['error']:
+        ok = False
+        continue
+    ea = 100.0 * (row[0]['peak_allocated_bytes'] - nat['peak_allocated']) / nat['peak_allocated']
+    er = 100.0 * (row[0]['peak_reserved_bytes'] - nat['peak_reserved']) / nat['peak_reserved']
+    print('  %-14s fsdp2:%d  allocated %+6.2f%%  reserved %+6.2f%%' % (run, n, ea, er))
+    ok &= abs(ea) <= 3 and abs(er) <= 6
+sys.exit(0 if ok else 1)
+PY
+}
+check "GPT-2 fp32 (H200), fsdp2:2,4,8 from its one-GPU run: within 3% allocated, 6% reserved of native FSDP2" \
+  "near $native $dir/gpt2_fp32.json gpt2_fp32 gpt2_fp32 2 4 8"
+check "GPT-2 checkpointed: the same" "near $native $dir/gpt2_ac.json gpt2_ac gpt2_ac 2 4 8"
+check "the 1.1B model fp32: the same" "near $native $dir/1b_fp32.json 1b_fp32 1b_fp32 2 4 8"
+check "GPT-2 from its FSDP2 run at 2 (N detected): fsdp2:4,8 the same" "near $native $dir/gpt2_fsdp2_2.json gpt2_fsdp2_2 gpt2_fp32 4 8"
+check "the 1.1B model under autocast, --param-dtype bf16 --reduce-dtype fp32, at 2: the same" "near $native $dir/1b_bf16.json 1b_bf16 1b_bf16 2"
+echo "  (outside the bounds, what autocast keeps in fp32 and FSDP2's bf16 computes in bf16:)"
+near "$native" "$dir/1b_bf16.json" 1b_bf16 1b_bf16 4 8
+near "$native" "$dir/gpt2_bf16.json" gpt2_bf16 gpt2_bf16 2 4 8
 
 # refusals
 status() { "$cli" predict "$@" >/dev/null 2>"$dir/s.err"; echo $?; }
