@@ -323,6 +323,10 @@ typedef struct ms_whatif ms_whatif;
 int ms_optimizer_parse(const char *text, int32_t *opt, double *bytes);
 /* The optimizer's name as --optimizer takes it ("8B" for MS_OPT_BYTES) into out[len]. */
 void ms_optimizer_name(int32_t opt, double bytes, char *out, size_t len);
+/* The sharding strategy named `name` (fsdp2, ddp, zero1, zero2, zero3): MS_SHARD_*, or -1. */
+int ms_shard_strategy(const char *name);
+/* The strategy's name ("none" for MS_SHARD_NONE). */
+const char *ms_shard_name(int32_t strategy);
 /* The change in words ("checkpoint 4 of 12 module instances (GPT2Block #1, ...), optimizer sgd";
  * "none") into out[len]; w may be NULL (no names). */
 void ms_change_describe(const ms_whatif *w, const ms_change *c, char *out, size_t len);
@@ -406,10 +410,6 @@ typedef struct ms_shard_info {
 
 typedef struct ms_shard ms_shard;
 
-/* The strategy named `name` (fsdp2, ddp, zero1, zero2, zero3): MS_SHARD_*, or -1. */
-int ms_shard_strategy(const char *name);
-/* The strategy's name ("none" for MS_SHARD_NONE). */
-const char *ms_shard_name(int32_t strategy);
 /* Reads s's history (opened) once for what sharding acts on: the parameters (tensor events of role
  * 1, by their modules' paths), gradients (role 2), the optimizer's state (role 3, else made in a
  * step and outliving it) and temporaries, the units' module events, backward passes. Returns it,

@@ -119,18 +119,6 @@ struct ms_shard {
 static int64_t clamp(int64_t bytes) { return bytes < 0 ? 0 : bytes > MS_PREDICT_MAX_BYTES ? MS_PREDICT_MAX_BYTES : bytes; }
 static int64_t sat_add(int64_t a, int64_t b) { return a > MS_PREDICT_MAX_BYTES - b ? MS_PREDICT_MAX_BYTES : a + b; }
 
-int ms_shard_strategy(const char *name) {
-  static const char *const names[] = {"fsdp2", "ddp", "zero1", "zero2", "zero3"};
-  for (int i = 0; i < 5; i++)
-    if (!strcmp(name, names[i])) return i + 1;
-  return -1;
-}
-
-const char *ms_shard_name(int32_t strategy) {
-  static const char *const names[MS_SHARDS] = {"none", "fsdp2", "ddp", "zero1", "zero2", "zero3"};
-  return strategy >= 0 && strategy < MS_SHARDS ? names[strategy] : "?";
-}
-
 /* ---- reading --------------------------------------------------------------------------------- */
 
 typedef struct modev {

@@ -177,6 +177,18 @@ void ms_optimizer_name(int32_t opt, double bytes, char *out, size_t len) {
   else snprintf(out, len, "%s", opt >= 0 && opt < MS_OPTIMIZERS ? optimizers[opt].name : "?");
 }
 
+int ms_shard_strategy(const char *name) {
+  static const char *const names[] = {"fsdp2", "ddp", "zero1", "zero2", "zero3"};
+  for (int i = 0; i < 5; i++)
+    if (!strcmp(name, names[i])) return i + 1;
+  return -1;
+}
+
+const char *ms_shard_name(int32_t strategy) {
+  static const char *const names[MS_SHARDS] = {"none", "fsdp2", "ddp", "zero1", "zero2", "zero3"};
+  return strategy >= 0 && strategy < MS_SHARDS ? names[strategy] : "?";
+}
+
 bool ms_change_any(const ms_change *c) {
   return c && (c->checkpoint > 0 || c->optimizer != MS_OPT_KEEP || c->strategy != MS_SHARD_NONE);
 }
