@@ -448,8 +448,9 @@ static void print_shard(const ms_predict *m, const predict_args *a) {
          "elements%s\n", dt[rec], dt[orig], dt[pb], dt[rb], a->so.bucket_mb, a->so.bucket_view ? " (gradient_as_bucket_view)" : "",
          (long long)a->so.reduce_bucket, a->so.overlap_comm ? " (two: overlap_comm)" : "");
   if (si->cast_blocks)
-    printf("  autocast's casts of the parameters in the recording (%lld blocks of a parameter's elements in the param dtype, "
-           "made in its unit's forward): left out under fsdp2, whose parameters are in that dtype\n", (long long)si->cast_blocks);
+    printf("  autocast's casts in the recording (%lld blocks made under at::autocast::cached_cast in a unit's forward, of "
+           "weights and activations; without native frames, of a parameter's elements in the param dtype): left out under "
+           "fsdp2, whose compute in the param dtype makes none\n", (long long)si->cast_blocks);
   printf("  left out: NCCL's own buffers and the communicator's workspace (outside PyTorch's allocator)\n");
 }
 

@@ -405,7 +405,7 @@ typedef struct ms_shard_info {
   bool looks_sharded;             /* several gradient tensors in one block: FSDP2's flat sharded gradients */
   int32_t detected_ranks;         /* a sharded recording: the N its all-gather outputs say it ran at (0: not told) */
   int32_t recorded_ranks;         /* the N it is taken to have run at (--recorded-shard, else detected_ranks) */
-  int64_t cast_blocks;            /* with a param dtype: autocast's casts of parameters found (left out under FSDP2) */
+  int64_t cast_blocks;            /* with a param dtype: autocast's casts found (left out under FSDP2) */
 } ms_shard_info;
 
 typedef struct ms_shard ms_shard;

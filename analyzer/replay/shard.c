@@ -34,9 +34,10 @@
  *     differs) kept until the recorded gradients are freed (zero_grad); at the backward pass's
  *     end the last reduce-scatter input freed. The optimizer's state and temporaries: 1/N of
  *     their elements (rank 0's chunk). Activations as recorded (the same batch per rank). With a
- *     param dtype other than the recorded one, autocast's casts of the parameters (blocks of a
- *     parameter's elements in the param dtype, made while its unit's forward runs) are left out:
- *     FSDP2's parameters are in that dtype already.
+ *     param dtype other than the recorded one, autocast's casts in the recording are left out
+ *     (the blocks made under at::autocast::cached_cast in a unit's forward: of the weights and of
+ *     activations; without native frames, blocks of a parameter's elements in the param dtype
+ *     made while its unit's forward runs): FSDP2's compute in that dtype makes none.
  *   DDP: after the last parameter's allocation, _sync_module_states' flat broadcast buckets
  *     (250 MiB, two in flight, freed), then the Reducer's one bucket of every parameter (the first
  *     iteration's, find_unused_parameters off), rebuilt at the root's second forward: freed, then
@@ -632,8 +633,10 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
       for (int u = 0; u < in->nunits && b.labels[id]; u++)
         if (inside(b.labels[id], h->unit_path[u]) && strlen(h->unit_path[u]) >= best) best = strlen(h->unit_path[u]), module_unit[id] = u;
     }
-    /* with native frames, a cast is made under autocast's cached_cast (an activation of a weight's
-       size is not one); without them, by its size and place alone */
+    /* with native frames, autocast's casts are the blocks made under its cached_cast: of the
+       weights, and of activations to the dtype an operation runs in (down to the param dtype for a
+       matmul, up to fp32 for a pow), none of which FSDP2's compute in the param dtype makes; without
+       native frames, the casts of the weights alone, by their size and place */
     int8_t *cast_stack = NULL;
     bool frames = false;
     for (size_t f = 0; f < s->nframes && !frames; f++)
@@ -657,6 +660,8 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
           }
         }
         if (cast_stack[id] != 1) continue;
+        b.flags[k] |= F_CAST, in->cast_blocks++; /* any autocast cast: FSDP2's compute in the param dtype makes none */
+        continue;
       }
       for (size_t i = 0; i < h->nparams && !(b.flags[k] & F_CAST); i++)
         if (h->params[i].unit == u && h->params[i].bytes / h->o.recorded_bytes * h->o.param_bytes == b.req[k])

@@ -190,7 +190,7 @@ check "--reduce-dtype fp32 with bf16 parameters: the reduce-scatter in fp32, its
 gen "$dir/ac.db" --batch 4 --events --params --steps 3 --autocast
 "$dump" "$dir/ac.db" fsdp2:4 --param-dtype 2 >"$dir/ac.txt"
 "$dump" "$dir/ac.db" fsdp2:4 >"$dir/ac32.txt"
-check "a recording under autocast with --param-dtype bf16: its 54 casts of the blocks' parameters left out (FSDP2's parameters are bf16), and kept in fp32" \
+check "a recording under autocast (without native frames) with --param-dtype bf16: its 54 casts of the blocks' parameters left out (FSDP2's parameters are bf16), and kept in fp32" \
   "[ \$(grep -c '^alloc .* 0 0 ' $dir/ac.txt) = \$((\$(grep -c '^alloc .* 0 0 ' $dir/mp.txt) + 0)) ] && [ \$(grep -c '^alloc .* 0 0 ' $dir/ac32.txt) = \$((\$(grep -c '^alloc .* 0 0 ' $dir/f4.txt) + 54)) ]"
 "$dump" "$dir/p.db" fsdp2:4 --recorded-dtype 2 --param-dtype 2 --orig-dtype 4 >"$dir/bf.txt"
 check "a recording in bf16 (--recorded-dtype bf16) sharded as fp32 (--orig-dtype fp32, --param-dtype bf16): shards and state twice the bytes of the recorded elements' quarter, all-gathers in bf16 after a bf16 copy-in of the fp32 shards" \
@@ -370,9 +370,8 @@ check "--recorded-shard on an unsharded recording: exit 1" \
 # Real recordings (tests/data/shard, run 71 on an H200: the one-GPU runs and FSDP2's rank 0 at 2)
 # against the native FSDP2 runs of the same programs through PyTorch's fake process group
 # (tests/gpu/results/run71-shard-native.json), the model made on the meta device as there:
-# within the issue's bounds, allocated 3% and reserved 6%. Autocast bf16 against FSDP2's pure bf16
-# compute is off by what autocast keeps in fp32 (docs/predict.md): printed, checked at N = 2 for the
-# 1.1B model only, where the bounds hold.
+# within the issue's bounds, allocated 3% and reserved 6%; under autocast against FSDP2's bf16
+# compute, the 1.1B model's reserved memory at 2 and 8 is outside them (printed, not checked).
 data=$here/../data/shard
 native=$here/../gpu/results/run71-shard-native.json
 for r in gpt2_fp32 gpt2_ac 1b_fp32 1b_bf16 gpt2_bf16 gpt2_fsdp2_2; do xz -dc "$data/$r.db.xz" >"$dir/$r.db"; done
@@ -407,10 +406,11 @@ check "GPT-2 fp32 (H200), fsdp2:2,4,8 from its one-GPU run: within 3% allocated,
 check "GPT-2 checkpointed: the same" "near $native $dir/gpt2_ac.json gpt2_ac gpt2_ac 2 4 8"
 check "the 1.1B model fp32: the same" "near $native $dir/1b_fp32.json 1b_fp32 1b_fp32 2 4 8"
 check "GPT-2 from its FSDP2 run at 2 (N detected): fsdp2:4,8 the same" "near $native $dir/gpt2_fsdp2_2.json gpt2_fsdp2_2 gpt2_fp32 4 8"
-check "the 1.1B model under autocast, --param-dtype bf16 --reduce-dtype fp32, at 2: the same" "near $native $dir/1b_bf16.json 1b_bf16 1b_bf16 2"
-echo "  (outside the bounds, what autocast keeps in fp32 and FSDP2's bf16 computes in bf16:)"
-near "$native" "$dir/1b_bf16.json" 1b_bf16 1b_bf16 4 8
-near "$native" "$dir/gpt2_bf16.json" gpt2_bf16 gpt2_bf16 2 4 8
+check "GPT-2 under autocast, --param-dtype bf16 --reduce-dtype fp32 (autocast's casts left out): the same" \
+  "near $native $dir/gpt2_bf16.json gpt2_bf16 gpt2_bf16 2 4 8"
+check "the 1.1B model under autocast, the same, at 4" "near $native $dir/1b_bf16.json 1b_bf16 1b_bf16 4"
+echo "  (outside the bounds in reserved memory, allocated within 0.01%:)"
+near "$native" "$dir/1b_bf16.json" 1b_bf16 1b_bf16 2 8
 
 # refusals
 status() { "$cli" predict "$@" >/dev/null 2>"$dir/s.err"; echo $?; }
