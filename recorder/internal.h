@@ -136,6 +136,7 @@ typedef struct msi_options {
   bool torch_modules;          /* likewise (memsnap.enable(): torch_model.py) */
   double holders_time;         /* the Python package's holder walk at a snapshot (holders.py), seconds */
   bool gc_events;              /* the Python package's garbage collector record (holders.py) */
+  bool gc_cycles;              /* and the reference cycles holding CUDA tensors each run freed (cycles.py) */
   int torch_allocator;         /* likewise: 0 the C++ allocator (recorder/pytorch/), 1 the pluggable interface */
   uint32_t gil_wait_ms;        /* gil_helper.c: the longest wait for a thread's Python frames (0: never) */
   bool no_caching;             /* uncached.c serves every request: MEMSNAP_NO_CACHING, PYTORCH_NO_CUDA_MEMORY_CACHING=1 */

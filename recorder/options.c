@@ -125,6 +125,8 @@ static const option table[] = {
      K_FRACTION, FIELD(holders_time), .lo = 0, .hi = 3600, .runtime = true},
     {{"gc_events", "1", "0: the Python package leaves the garbage collector's runs unrecorded (the gc events of a recording)"},
      K_BOOL, FIELD(gc_events), .runtime = false},
+    {{"gc_cycles", "0", "1: the Python package keeps, for each garbage collector run, the reference cycles that held CUDA tensors (their objects' types, the attributes joining them, the tensors' blocks: the gc_cycles table); it costs a second collection each run"},
+     K_BOOL, FIELD(gc_cycles), .runtime = false},
     {{"torch_allocator", "cxx", "how memsnap.enable() becomes PyTorch's allocator: cxx (a C++ allocator built for the installed PyTorch at first use and cached; the pluggable interface where it cannot be built) or pluggable"},
      K_CHOICE, FIELD(torch_allocator), .choices = {{"cxx", 0}, {"pluggable", 1}}, .runtime = false},
     {{"gil_wait_ms", "100", "how long an intercepted allocation from a Python thread that released the GIL waits for its Python frames (ms; past it, and with 0, native frames only)"},

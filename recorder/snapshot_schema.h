@@ -14,7 +14,10 @@
  * The steps table (the step events again, by event id, for readers that want the optimizer's
  * steps without reading every event) came later too: a file without it has none recorded. The
  * run_log table (the whole run by iteration and by second: recorder/history/runlog.h) came later
- * still: a file without it has no run log. */
+ * still: a file without it has no run log. The gc_cycles table (the reference cycles holding CUDA
+ * tensors that the garbage collector's runs freed, filled by the Python package with
+ * MEMSNAP_GC_CYCLES=1: recorder/python/memsnap/cycles.py, whose CYCLES_SQL makes it in files of an
+ * older writer) came last: a file without it, or with it empty, has none recorded. */
 __attribute__((unused)) static const char memsnap_schema_sql[] =
     "PRAGMA user_version = " MEMSNAP_STRINGIFY(MEMSNAP_FORMAT_VERSION) ";"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
@@ -43,7 +46,9 @@ __attribute__((unused)) static const char memsnap_schema_sql[] =
     "CREATE TABLE run_log(log INTEGER, first INTEGER, count INTEGER, skipped INTEGER, start_ns INTEGER, end_ns INTEGER,"
     " peak_allocated INTEGER, peak_reserved INTEGER, end_allocated INTEGER, end_reserved INTEGER, parameter_bytes INTEGER,"
     " gradient_bytes INTEGER, optimizer_bytes INTEGER, peak_ns INTEGER, in_progress INTEGER, PRIMARY KEY(log, first))"
-    " WITHOUT ROWID;";
+    " WITHOUT ROWID;"
+    "CREATE TABLE gc_cycles(id INTEGER PRIMARY KEY, run INTEGER, generation INTEGER, objects INTEGER, tensors INTEGER,"
+    " tensor_bytes INTEGER, address INTEGER, addresses TEXT, types TEXT, edges TEXT);";
 
 /* The event kinds, the one list of them: X(ID, "name") in id order from 1. The recorder
  * (MSI_EV_*, recorder/internal.h) and the CLI (MS_*, analyzer/analysis/analysis.h) spell their enums

@@ -173,14 +173,16 @@ const Model = {
   },
 
   // An autograd graph candidate (the JSON's kept_graphs: kept_graphs.c) in the text report's words:
-  // its bytes and graphs, the forward's module and the line that called it, what to change.
+  // its bytes and graphs, the forward's module and the line that called it, what keeps it (its
+  // holders: what holds the tensor whose autograd graph it is), what to change.
   keptGraphText(g) {
     const at = g.forward_called_at, file = at ? (at.file || at.module || "") : "";
     const where = at ? " at " + at.short_name + " (" + file.slice(file.lastIndexOf("/") + 1) + (at.line > 0 ? ":" + at.line : "") + ")" : "";
     const module = g.forward_module ? " of " + g.forward_module.slice(g.forward_module.indexOf(".") + 1) : "";
     const iterations = g.first_iteration === g.last_iteration ? "iteration " + g.first_iteration : "iterations " + g.first_iteration + " to " + g.last_iteration;
     return Model.formatBytes(g.live_bytes) + " in " + g.graphs + " autograd graph" + (g.graphs === 1 ? "" : "s") + " kept alive: the forward" + module + where +
-      " ran with grad enabled and no backward (" + iterations + "); what it returned (its loss or output) is still held, and with it every tensor it saved for backward;" +
+      " ran with grad enabled and no backward (" + iterations + "); what it returned " + (g.holders && g.holders.length ? "is kept by " + g.holders[0].kept_by : "(its loss or output) is still held") +
+      ", and with it every tensor it saved for backward;" +
       " use torch.no_grad() for that forward, or keep loss.item() instead of the loss";
   },
 
@@ -621,10 +623,10 @@ const Model = {
       perIteration: v.length > 1 ? (v[v.length - 1] - v[0]) / (v.length - 1) : 0 };
   },
 
-  // What holds a leak candidate, as lines of text (the JSON's holders, reference_cycles and
-  // gc_frees: docs/analysis-json.md): each holder chain with the blocks alike, then the reference
-  // cycles' line and its fix. Empty when the snapshot says nothing of it.
-  causeLines(leak) {
+  // What holds a leak candidate, as lines of text (the JSON's holders, reference_cycles, gc_frees
+  // and cycles: docs/analysis-json.md): each holder chain with the blocks alike, then the reference
+  // cycles' line and its fix, then the cycles the collector found holding its tensors. Empty when the snapshot says nothing of it.
+  causeLines(leak) {  // a kept graph (kept_graphs) too: its holders alone
     const out = [];
     (leak && leak.holders || []).forEach((h, i) => {
       out.push((i ? "also held by: " : "held by: ") + h.holder + (h.blocks > 1 ? " (" + h.blocks + " blocks alike)" : ""));
@@ -635,6 +637,10 @@ const Model = {
         g.frees + " frees, " + Model.formatBytes(g.bytes) + ", in " + g.runs + " runs)" : "its tensors are reachable only from objects that refer to each other") +
         "; fix: break the cycle where it is made, or call gc.collect() every N steps");
     }
+    (leak && leak.cycles || []).forEach((c) => { // the cycles the collector found (MEMSNAP_GC_CYCLES)
+      out.push("cycle: " + c.types + ": " + c.edges + " (" + c.cycles + " cycle" + (c.cycles === 1 ? "" : "s") + ", " + c.tensors +
+        " CUDA tensor" + (c.tensors === 1 ? "" : "s") + ", " + Model.formatBytes(c.tensor_bytes) + ")");
+    });
     return out;
   },
 

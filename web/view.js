@@ -649,6 +649,7 @@ function showDocument(d, signal, src) {
       add(li, "strong", "G" + (i + 1) + ". ");
       add(li, "span", Model.keptGraphText(g));
       li.title = "the site that holds most of it: " + Model.siteLabel(Model.stackFrames(d, g.stack));
+      for (const line of Model.causeLines(g)) add(li, "div", line, "holder"); // what keeps it (text only)
       on(li, "click", () => showStack("Kept graph G" + (i + 1) + ": its largest site (" + Model.formatBytes(g.largest_site_bytes) + ")", g.stack, Model.keptGraphText(g) + "\n\n"));
     });
     heldList.textContent = "";

@@ -755,6 +755,18 @@ typedef struct ms_site_gc {
   int64_t runs, last_run;            /* runs that freed some of it; the last one's number */
   int64_t first_run_ns, last_run_ns; /* when the first and the last of them began */
 } ms_site_gc;
+#define MS_GC_OPEN_MAX 4      /* runs open at once, on different threads */
+#define MS_GC_FREED_MAX 65536 /* blocks freed during runs kept to link cycles to (the earliest) */
+typedef struct ms_gc_freed {
+  uint64_t address;
+  uint32_t site;
+  int64_t run; /* its run's number (runs_total then) */
+} ms_gc_freed;
+typedef struct ms_gc_cycle {
+  ms_gc_cycle_row row;
+  uint32_t site; /* the site of the block of its largest tensor, freed during run `run` */
+  int64_t run;
+} ms_gc_cycle;
 typedef struct ms_causes {
   ms_holder_row *holders; /* by stack id, block, rank */
   size_t nholders, holders_cap;
@@ -764,8 +776,15 @@ typedef struct ms_causes {
   int64_t runs_total, runs_freeing, freed_bytes; /* every run recorded; those that freed; what they freed */
   ms_site_gc *sites; /* by site index */
   size_t nsites;
-  ms_gc_run cur;   /* the run open */
-  int64_t open;    /* its thread, -1 none */
+  ms_gc_run cur[MS_GC_OPEN_MAX]; /* the runs open, one a thread (MEMSNAP_GC_CYCLES's helper thread
+                                  * finishes a run while the program's threads may run others) */
+  int64_t cur_number[MS_GC_OPEN_MAX]; /* their numbers (runs_total when each began) */
+  int nopen;
+  ms_gc_freed *freed; /* blocks freed during runs, in order */
+  size_t nfreed, freed_cap;
+  ms_gc_cycle *cycles; /* the gc_cycles rows linked to the block a run freed, by site, then in order */
+  size_t ncycles, cycles_cap;
+  int64_t cycles_unlinked; /* rows whose block no run in the history freed */
 } ms_causes;
 /* The pass's calls: a gc event; a free of `bytes` of `site`'s block. */
 void ms_causes_gc(ms_analysis *a, const ms_event *e);
@@ -777,6 +796,9 @@ void ms_causes_free_all(ms_analysis *a);
 size_t ms_site_holders(const ms_analysis *a, uint32_t site, const ms_holder_row **first);
 /* The site's frees and the collector's share of them; NULL when none were seen. */
 const ms_site_gc *ms_site_gc_counts(const ms_analysis *a, uint32_t site);
+/* The reference cycles (MEMSNAP_GC_CYCLES) whose largest tensor's block, of `site`, a run freed
+ * (*first the first, in the order recorded); 0 when none. */
+size_t ms_site_gc_cycles(const ms_analysis *a, uint32_t site, const ms_gc_cycle **first);
 /* Whether the site's memory is held by reference cycles: the collector's runs freed it all (90% of
  * its frees at least), or a holder chain ended on a cycle. */
 bool ms_site_cycles(const ms_analysis *a, uint32_t site);

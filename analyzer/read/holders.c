@@ -1,9 +1,10 @@
 /* holders.c: the holders table (what the Python package found keeping the snapshot's largest and
  * growing sites' tensors alive: recorder/python/memsnap/holders.py) and its meta keys
- * (holders_ms, holders_cut, holders_blocks), read for the analysis (docs/snapshot-format.md,
- * "holders").
+ * (holders_ms, holders_cut, holders_blocks), and the reference cycles the collector's runs found
+ * (the gc_cycles table, MEMSNAP_GC_CYCLES), read for the analysis (docs/snapshot-format.md,
+ * "holders", "gc_cycles").
  *
- * The table is absent from files written without Python, by older versions, or imported: it then
+ * The tables are absent (or empty) from files written without Python, by older versions, or imported: it then
  * reads as empty (0 rows, no walk). Text is neutralised (ms_read_text_into) and cut to its field.
  * Returns what the row function returned, 0 at the end, or -1 with the message in s->error.
  */
@@ -40,6 +41,30 @@ int ms_holders_each(ms_snapshot *s, int (*fn)(const ms_holder_row *r, void *arg)
                       "select coalesce(stack_id, 0), coalesce(address, 0), coalesce(size, 0), coalesce(tensor_bytes, 0),"
                       " coalesce(rank, 0), root, holder from holders order by stack_id, address, rank, id",
                       "holders", holder_row, &c);
+}
+
+static int cycle_row(sqlite3_stmt *st, void *arg) {
+  ms_row_call *c = arg;
+  ms_gc_cycle_row r;
+  memset(&r, 0, sizeof r);
+  r.run = sqlite3_column_int64(st, 0);
+  r.generation = sqlite3_column_int64(st, 1);
+  r.objects = sqlite3_column_int64(st, 2);
+  r.tensors = sqlite3_column_int64(st, 3);
+  r.tensor_bytes = sqlite3_column_int64(st, 4);
+  r.address = (uint64_t)sqlite3_column_int64(st, 5);
+  ms_read_text_into(st, 6, r.types, sizeof r.types);
+  ms_read_text_into(st, 7, r.edges, sizeof r.edges);
+  return ((int (*)(const ms_gc_cycle_row *, void *))c->fn)(&r, c->arg);
+}
+
+int ms_gc_cycles_each(ms_snapshot *s, int (*fn)(const ms_gc_cycle_row *r, void *arg), void *arg) {
+  if (!has_table(s, "gc_cycles")) return 0;
+  ms_row_call c = {s, (void *)fn, arg};
+  return ms_read_rows(s,
+                      "select coalesce(run, 0), coalesce(generation, 0), coalesce(objects, 0), coalesce(tensors, 0),"
+                      " coalesce(tensor_bytes, 0), coalesce(address, 0), types, edges from gc_cycles order by id",
+                      "gc_cycles", cycle_row, &c);
 }
 
 static int meta_row(sqlite3_stmt *st, void *arg) {

@@ -248,6 +248,19 @@ typedef struct ms_holders_meta {
   bool cut; /* the time ran out: blocks past `blocks` were not walked */
 } ms_holders_meta;
 int ms_holders_walk(ms_snapshot *s, ms_holders_meta *out);
+/* A reference cycle holding CUDA tensors that a collector run found (the gc_cycles table,
+ * MEMSNAP_GC_CYCLES=1: recorder/python/memsnap/cycles.py): its objects, its CUDA tensors, their
+ * bytes, the storage pointer of its largest (the block it links to), its objects' types and the
+ * attributes joining them, in words. */
+typedef struct ms_gc_cycle_row {
+  int64_t run, generation, objects, tensors, tensor_bytes;
+  uint64_t address;
+  char types[256]; /* "2 Node, 1 Tensor" */
+  char edges[512]; /* "Node.tensor -> Tensor; Node.other -> Node" */
+} ms_gc_cycle_row;
+/* Calls fn for each row, in the order recorded; 0 rows for a file without the table. Returns what
+ * fn returned, 0 at the end, or -1 with the message in s->error. */
+int ms_gc_cycles_each(ms_snapshot *s, int (*fn)(const ms_gc_cycle_row *r, void *arg), void *arg);
 
 
 typedef enum {

@@ -301,6 +301,7 @@ static void add_kept_graphs(cJSON *root, const doc *d) {
     cJSON_AddNumberToObject(o, "saved_bytes_per_call", (double)g->saved_per_call);
     cJSON_AddNumberToObject(o, "largest_site_bytes", (double)a->sites[g->top_site].graph_bytes);
     site_keys(d, o, g->top_site);
+    ms_json_causes_graph(o, a, i); /* what keeps it (causes.c) */
     cJSON_AddItemToArray(graphs, o);
   }
 }

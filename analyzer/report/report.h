@@ -181,6 +181,12 @@ void ms_report_causes_site(const ms_analysis *a, uint32_t site, const char *inde
 void ms_report_causes_text(const ms_analysis *a, const ms_report_options *o, FILE *out);
 /* A site's keys `holders`, `reference_cycles`, `gc_frees` (docs/analysis-json.md). */
 void ms_json_causes_site(struct cJSON *o, const ms_analysis *a, uint32_t site);
+/* Kept graph i's holders (the chains through the autograd graph of a tensor Python holds, grouped
+ * by what holds it): printed under it, `holders` of its JSON entry, and what holds that tensor (the
+ * chain before "through its autograd graph") into out: false, out empty, when none was found. */
+void ms_report_causes_graph(const ms_analysis *a, size_t i, const char *indent, FILE *out);
+void ms_json_causes_graph(struct cJSON *o, const ms_analysis *a, size_t i);
+bool ms_graph_kept_by(const ms_analysis *a, size_t i, char *out, size_t len);
 /* The document's keys `holders_walk` and `gc`; site_keys (json.c's, as page.c hands page_more.c its
  * tables: causes.c never calls back into json.c) adds a cycle site's stack keys. */
 void ms_json_causes(struct cJSON *root, const ms_analysis *a,

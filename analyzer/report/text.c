@@ -467,11 +467,13 @@ void ms_kept_graph_text(const ms_analysis *a, size_t i, char *out, size_t len) {
   if (g->module >= 0) snprintf(module, sizeof module, " of %s", ms_module_shown(a, g->module));
   if (g->first_iteration == g->last_iteration) snprintf(iterations, sizeof iterations, "iteration %d", g->first_iteration);
   else snprintf(iterations, sizeof iterations, "iterations %d to %d", g->first_iteration, g->last_iteration);
+  char by[512], held[600] = "(its loss or output) is still held";
+  if (ms_graph_kept_by(a, i, by, sizeof by)) snprintf(held, sizeof held, "is kept by %s", by); /* the holders' chain */
   snprintf(out, len,
            "%s in %d autograd graph%s kept alive: the forward%s%s ran with grad enabled and no backward (%s); what it "
-           "returned (its loss or output) is still held, and with it every tensor it saved for backward; use "
+           "returned %s, and with it every tensor it saved for backward; use "
            "torch.no_grad() for that forward, or keep loss.item() instead of the loss",
-           b1, g->graphs, g->graphs == 1 ? "" : "s", module, where, iterations);
+           b1, g->graphs, g->graphs == 1 ? "" : "s", module, where, iterations, held);
 }
 
 /* The autograd graphs kept without a backward (kept_graphs.c), before the sites: each with the
@@ -485,6 +487,7 @@ static void print_kept_graphs(const ms_analysis *a, const ms_report_options *o, 
     fprintf(out, "  G%zu. %s\n", i + 1, line);
     fprintf(out, "       %lld blocks; the largest site holds %s of it:\n", (long long)a->graphs[i].blocks, b);
     print_site(a, a->graphs[i].top_site, o, "       ", out);
+    ms_report_causes_graph(a, i, "     ", out); /* what keeps it (causes.c), under its stack */
   }
   if (a->ngraphs) fprintf(out, "  allocation sites:\n");
 }

@@ -387,6 +387,12 @@ test("a kept autograd graph in the text report's words: bytes, graphs, the forwa
     "for backward; use torch.no_grad() for that forward, or keep loss.item() instead of the loss");
   const one = Model.keptGraphText({ ...g, graphs: 1, forward_module: "Net", last_iteration: 3, forward_called_at: null });
   assert.ok(one.startsWith("480.00 MiB in 1 autograd graph kept alive: the forward of Net ran with grad enabled and no backward (iteration 3);"), one);
+  // its holders: what keeps the tensor whose graph it is, in the sentence and as lines under it
+  const held = { ...g, holders: [{ root: "autograd", kept_by: "global `eval_outputs` of train.py -> list[2] -> tensor () float32", blocks: 9,
+    holder: "global `eval_outputs` of train.py -> list[2] -> tensor () float32 -> through its autograd graph (grad_fn NllLossBackward0) -> saved `self` of NllLossBackward0" }] };
+  assert.ok(Model.keptGraphText(held).includes("(iterations 3 to 11); what it returned is kept by global `eval_outputs` of train.py -> list[2] -> tensor () float32, " +
+    "and with it every tensor it saved for backward;"), Model.keptGraphText(held));
+  assert.deepStrictEqual(Model.causeLines(held), ["held by: " + held.holders[0].holder + " (9 blocks alike)"]);
 });
 
 // The page of a prediction (memsnap predict --html): its document's parts the data code reads.
@@ -467,6 +473,10 @@ test("what holds a leak: holder chains, reference cycles and the collector's run
     "also held by: forward hook of GPT2LMHeadModel.transformer.h.5 -> <img src=x onerror=alert(1)>"]); // text, shown with textContent
   assert.ok(lines[2].startsWith("held by reference cycles: only the garbage collector freed it (4 of 4 frees, 20.00 MiB, in 2 runs)"), lines[2]);
   assert.ok(lines[2].includes("gc.collect()"), lines[2]);
+  // the cycles the collector found holding its tensors (MEMSNAP_GC_CYCLES), after the cycles' line
+  const cyc = { ...leak, cycles: [{ types: "2 Node, 1 Tensor", edges: "Node.data -> Tensor; Node.next -> Node", objects: 3, cycles: 4, tensors: 4,
+    tensor_bytes: 20 << 20, generation: 2 }] };
+  assert.deepStrictEqual(Model.causeLines(cyc).slice(3), ["cycle: 2 Node, 1 Tensor: Node.data -> Tensor; Node.next -> Node (4 cycles, 4 CUDA tensors, 20.00 MiB)"]);
   assert.deepStrictEqual(Model.causeLines({ holders: [], reference_cycles: false }), []);
   assert.deepStrictEqual(Model.causeLines({}), []); // a page of an older snapshot
   assert.deepStrictEqual(Model.gcMarkers({ gc: { freeing_runs: [{ start_ns: 5, generation: 2, freed_bytes: 1 << 20 }] } }),

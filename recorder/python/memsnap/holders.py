@@ -6,17 +6,24 @@ install(lib) is called once by memsnap.load(). It sets the library's dump hook
 (memsnap_set_dump_hook), called after every snapshot this process writes (memsnap.dump(), the
 exit dump, the dump signal's, `memsnap dump PID`'s, the out-of-memory dump) with the path written,
 and adds a gc.callbacks entry that records each run of the collector (memsnap_gc_event: begins,
-ends, generation, objects collected) while the history records (MEMSNAP_GC_EVENTS=0: not).
+ends, generation, objects collected) while the history records (MEMSNAP_GC_EVENTS=0: not), and
+with MEMSNAP_GC_CYCLES=1 keeps the reference cycles holding CUDA tensors that each run freed
+(cycles.py: the collector saves what it finds, which is described and freed at the run's stop,
+before its end event; the gc_cycles table of each snapshot).
 
 The holder walk (walk(), run by the hook within MEMSNAP_HOLDERS_TIME seconds, 5 by default; 0
 turns it off). The recorder does not know the analyzer's leak candidates, so the walk picks its
 blocks from the snapshot just written: the allocated blocks grouped by allocation site (stack),
 the sites whose live blocks were allocated in the history's second half first (most such bytes
 first: what grew), then the rest by live bytes; the newest blocks of a site first, three a site,
-twelve sites. For each block, the Python tensors whose storage lies in it (gc.get_objects), and
-where none does, the tensors saved for backward by the autograd graphs that Python tensors keep
-(their grad_fn's `_saved_*`); then a breadth-first walk up gc.get_referrers from each tensor to a
-root: a module's global, a running frame's local (every thread's), a hook registered on a module
+sixteen sites. For each block, the Python tensors whose storage lies in it (gc.get_objects), and
+the autograd graphs that reach it: the tensors saved for backward (SavedVariable, held from C++:
+no Python object refers to them) found down grad_fn -> next_functions from every Python tensor
+with a grad_fn (its nodes' `_saved_*`, a custom Function's saved_tensors, AccumulateGrad's
+`variable`), the outermost such tensor kept (the loss, not an activation inside its graph); then a
+breadth-first walk up gc.get_referrers from each tensor (a block's own, or where its own has no
+Python referrer, the graph's outer tensor: "... -> tensor () float32 -> through its autograd graph
+(grad_fn NllLossBackward0 -> ...) -> saved `result` of LogSoftmaxBackward0") to a root: a module's global, a running frame's local (every thread's), a hook registered on a module
 (_forward_hooks and the others: which module, by its path as memsnap's module record names it), an
 optimizer (its state), a module of the model (its parameters, buffers, attributes: by its path). Containers, closure cells, functions and objects' attributes on the way are
 named in the chain. A walk that ends with no root, having met the same objects again, is a
@@ -40,10 +47,14 @@ import time
 import types
 import warnings
 
+from . import cycles
+
 _lib = None
 _hook = None          # the C callback, kept alive while the library may call it
 _gc_on = False        # the gc callback is in gc.callbacks
-_MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _FRONTIER = 12, 3, 3, 12, 128
+_events_on = False    # it records the collector's runs (MEMSNAP_GC_EVENTS)
+_cycles_on = False    # it keeps the cycles holding CUDA tensors each run freed (MEMSNAP_GC_CYCLES: cycles.py)
+_MAX_SITES, _PER_SITE, _MAX_CHAINS, _MAX_DEPTH, _FRONTIER = 16, 3, 3, 12, 128
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
                "_forward_hooks_with_kwargs", "_state_dict_hooks", "_load_state_dict_pre_hooks")
 _HOOK_NAMES = {"_forward_hooks": "forward hook", "_forward_pre_hooks": "forward pre-hook",
@@ -67,21 +78,32 @@ def _option(name, default):
 
 # ---- the garbage collector's runs ------------------------------------------------------------
 
+def _event(what, generation, collected, uncollectable):
+    if _events_on:
+        _lib.memsnap_gc_event(what, generation, collected, uncollectable)
+
+
 def _gc_callback(phase, info):
     try:
-        _lib.memsnap_gc_event(0 if phase == "start" else 1, int(info.get("generation", 0)),
-                              int(info.get("collected", 0)), int(info.get("uncollectable", 0)))
+        generation = int(info.get("generation", 0))
+        if _cycles_on:  # at the stop, what the run saved is described and freed before its end event
+            cycles.phase(phase, info)
+        _event(0 if phase == "start" else 1, generation, int(info.get("collected", 0)), int(info.get("uncollectable", 0)))
     except Exception:  # noqa: BLE001 - never break a collection for an event
         pass
 
 
-def gc_events(on):
-    """Adds (on) or removes the gc.callbacks entry that records the collector's runs."""
-    global _gc_on
-    if on and not _gc_on and _lib is not None and hasattr(_lib, "memsnap_gc_event"):
+def gc_events(on, keep_cycles=False):
+    """Adds (on) or removes the gc.callbacks entry that records the collector's runs, and with
+    keep_cycles, the cycles holding CUDA tensors that each run freed (cycles.py)."""
+    global _gc_on, _events_on, _cycles_on
+    usable = _lib is not None and hasattr(_lib, "memsnap_gc_event")
+    _events_on = bool(on) and usable
+    _cycles_on = bool(keep_cycles) and usable
+    if (_events_on or _cycles_on) and not _gc_on:
         gc.callbacks.append(_gc_callback)
         _gc_on = True
-    elif not on and _gc_on:
+    elif not (_events_on or _cycles_on) and _gc_on:
         try:
             gc.callbacks.remove(_gc_callback)
         except ValueError:
@@ -94,7 +116,7 @@ def gc_events(on):
 def _on_dump(path, _arg):
     try:
         seconds = float(_option("holders_time", "5"))
-        if seconds > 0 and path:
+        if path and (seconds > 0 or _cycles_on):
             add_holders(os.fsdecode(path), seconds)
     except Exception:  # noqa: BLE001 - a snapshot without holders, never a broken program
         pass
@@ -121,7 +143,7 @@ def install(lib):
     if hasattr(lib, "memsnap_set_dump_hook"):
         _hook = DUMP_HOOK(_on_dump)
         lib.memsnap_set_dump_hook(_hook, None)
-    gc_events(_option("gc_events", "1") == "1")
+    gc_events(_option("gc_events", "1") == "1", _option("gc_cycles", "0") == "1")
     atexit.register(_at_exit)
 
 
@@ -262,6 +284,8 @@ class _Walk:
         # their tensors) in a cycle until the collector's next run
         frame = f = None
         self.mine.add(id(self.keep))
+        self.nodes = []  # the autograd nodes saved() met, alive while the walk runs
+        self.mine.add(id(self.nodes))
         self.hook_dicts = {}   # id(dict) -> "forward hook of NAME"
         self.module_names = {}
         self.optimizers = set()
@@ -318,42 +342,115 @@ class _Walk:
                     self.hook_dicts[id(d)] = "%s of %s" % (_HOOK_NAMES[attr], name)
 
     def saved(self, graphs, index, wanted):
-        """Tensors saved for backward (grad_fn's `_saved_*`) by the graphs that `graphs` keep, in the
-        blocks `wanted`: {block: [(owner tensor, description)]}."""
-        out, seen, attrs = {}, set(), {}
-        for owner in graphs:
-            stack = [owner.grad_fn]
-            while stack:
-                if time.monotonic() > self.deadline:
+        """What the autograd graphs of the Python tensors `graphs` (those with a grad_fn) keep in the
+        blocks `wanted`: the tensors their nodes saved for backward (`_saved_*`, a custom
+        Function's saved_tensors, an AccumulateGrad's `variable`), which PyTorch holds from C++
+        (SavedVariable), not from Python. One breadth-first walk down grad_fn -> next_functions for
+        all of them: a node met again is not walked again; where a tensor's grad_fn was met inside
+        an earlier tensor's graph, or an earlier tensor's grad_fn inside this one's, the graphs are
+        joined (parent links), so that a block is told with the outermost tensor whose graph reaches
+        it (the loss, rather than an activation inside its graph) and the nodes between.
+        Returns {block: [(index into graphs, (node names from its grad_fn down), how it is saved,
+        the saved tensor's bytes)]}, the outermost tensor first, a few a block."""
+        parent, names, owner_of, hits = {}, {}, {}, {}
+        nodes = self.nodes  # every node object met, alive while the walk runs: PyTorch makes a node's
+        # Python object when it is asked for and frees it once unused, so an id would be reused
+        attrs, Tensor, steps = {}, self.Tensor, 0
+
+        def match(t, node_id, how):
+            if Tensor is None or not isinstance(t, Tensor):
+                return
+            ptr = _storage_ptr(t)
+            block = index.find(ptr) if ptr else None
+            if block in wanted:
+                found = hits.setdefault(block, [])
+                if len(found) < 4:
+                    found.append((node_id, how, _nbytes(t)))
+
+        for i, owner in enumerate(graphs):
+            try:
+                top = owner.grad_fn
+            except Exception:  # noqa: BLE001
+                continue
+            if top is None:
+                continue
+            nodes.append(top)
+            owner_of.setdefault(id(top), []).append(i)
+            if id(top) in parent:
+                continue  # inside an earlier tensor's graph: walked with it
+            parent[id(top)] = None
+            names[id(top)] = _node_name(top)
+            queue, head = [top], 0
+            while head < len(queue):
+                steps += 1
+                if steps & 255 == 0 and time.monotonic() > self.deadline or steps > 500000:
                     self.cut = True
-                    return out
-                node = stack.pop()
-                if node is None or id(node) in seen or len(seen) > 200000:
-                    continue
-                seen.add(id(node))
+                    return self._owners(hits, parent, names, owner_of)
+                node = queue[head]
+                head += 1
+                nid = id(node)
                 kind = type(node)
-                names = attrs.get(kind)
-                if names is None:
-                    names = attrs[kind] = [a for a in dir(node) if a.startswith("_saved_")]
-                for a in names:
+                saved_names = attrs.get(kind)
+                if saved_names is None:
+                    try:
+                        listed = dir(node)
+                    except Exception:  # noqa: BLE001
+                        listed = ()
+                    saved_names = attrs[kind] = [a for a in listed if a.startswith("_saved_") or
+                                                 a in ("saved_tensors", "variable")]
+                for a in saved_names:
                     try:
                         v = getattr(node, a)
                     except Exception:  # noqa: BLE001 - freed by a backward, or not a tensor
                         continue
+                    how = ("the leaf `variable` of %s" if a == "variable" else "saved tensors of %s"
+                           if a == "saved_tensors" else "saved `" + a[7:] + "` of %s") % names[nid]
                     for t in (v if isinstance(v, (tuple, list)) else (v,)):
-                        if self.Tensor is not None and isinstance(t, self.Tensor):
-                            ptr = _storage_ptr(t)
-                            block = index.find(ptr) if ptr else None
-                            if block in wanted:
-                                name = node.name() if hasattr(node, "name") else kind.__name__
-                                out.setdefault(block, []).append((owner, "saved `%s` of %s" % (a[7:], name)))
-                for nxt in getattr(node, "next_functions", ()) or ():
-                    stack.append(nxt[0] if isinstance(nxt, tuple) else nxt)
-                for t in getattr(node, "saved", ()) or ():  # the stand-in's nodes (tests)
-                    ptr = _storage_ptr(t)
-                    block = index.find(ptr) if ptr else None
-                    if block in wanted:
-                        out.setdefault(block, []).append((owner, "saved by %s" % node.name()))
+                        match(t, nid, how)
+                    del v
+                try:
+                    edges = node.next_functions or ()
+                except Exception:  # noqa: BLE001 - a node without edges
+                    edges = ()
+                for edge in edges:
+                    nxt = edge[0] if isinstance(edge, tuple) else edge
+                    if nxt is None:
+                        continue
+                    nodes.append(nxt)
+                    xid = id(nxt)
+                    if xid in parent:
+                        if parent[xid] is None and xid != id(top) and xid in owner_of:
+                            parent[xid] = nid  # an earlier tensor's graph is inside this one
+                        continue
+                    parent[xid] = nid
+                    names[xid] = _node_name(nxt)
+                    queue.append(nxt)
+                del node, edges
+        return self._owners(hits, parent, names, owner_of)
+
+    @staticmethod
+    def _owners(hits, parent, names, owner_of):
+        """The tensors whose graphs reach each hit (walking up the parent links from the node that
+        saved it), the outermost first, with the node names between: see saved()."""
+        out = {}
+        for block, found in hits.items():
+            rows = []
+            for node_id, how, nbytes in found:
+                path, k, met = [], node_id, set()
+                while k is not None and k not in met and len(met) < 100000:
+                    met.add(k)
+                    path.append((k, names.get(k, "?")))
+                    k = parent.get(k)
+                path.reverse()  # from the outermost grad_fn down to the node that saved it
+                for j, (k, _name) in enumerate(path):
+                    for i in owner_of.get(k, ()):
+                        rows.append((i, tuple(n for _k, n in path[j:]), how, nbytes))
+            seen, kept = set(), []
+            for row in rows:
+                if row[0] not in seen:
+                    seen.add(row[0])
+                    kept.append(row)
+            out[block] = kept[:4]
         return out
 
     def _edge(self, child, parent):
@@ -570,16 +667,17 @@ def walk(db_path, seconds):
         w = _Walk(deadline)
         index = _Index(blocks)
         found, graphs = w.scan(index) if blocks else ({}, [])
-        wanted = {b[0] for b in blocks if b[0] not in found}
+        # every block, those with a Python tensor too: PyTorch keeps the Python object of a tensor
+        # its graph saved (an activation a module returned) alive from C++ once Python drops it, so
+        # a tensor found may have no Python referrer, and its graph's outer tensor is the answer
+        wanted = {b[0] for b in blocks}
         saved = w.saved(graphs, index, wanted) if wanted and not w.cut else {}
         w.mine.add(id(saved))
-        for kept in saved.values():
-            w.mine.add(id(kept))
-            w.mine.update(id(pair) for pair in kept)
+        w.mine.update(id(n) for n in w.nodes)  # never a holder: the walk made them
         sources = []
         for address, _size, _stack in blocks:
             sources.extend(found.get(address, [])[:2])
-            sources.extend(pair[0] for pair in saved.get(address, [])[:2])
+            sources.extend(graphs[row[0]] for row in saved.get(address, [])[:2])
         w.mine.add(id(sources))
         up, roots = w.climb(sources)
         del sources
@@ -594,21 +692,22 @@ def walk(db_path, seconds):
                     chains.append((root, steps + ["tensor %s" % _shape(t)], _nbytes(t)))
                 if len(chains) >= _MAX_CHAINS:
                     break
-            if not tensors:
-                kept = saved.get(address, [])
-                for i in range(min(2, len(kept))):
-                    owner, how = kept[i]
+            if not chains:  # no Python referrer: what the graphs that reach it hang from
+                for owner_index, path, how, nbytes in saved.get(address, [])[:2]:
+                    owner = graphs[owner_index]
                     for root, steps in w.chains(owner, up, roots):
+                        if root == "cycle":
+                            continue
                         chains.append(("autograd", steps + ["tensor %s" % _shape(owner),
-                                                            "its autograd graph (grad_fn %s)" % _fn_name(owner), how],
-                                       0))
-                    if len(chains) >= _MAX_CHAINS:
-                        break
+                                                            "through its autograd graph (grad_fn %s)" % _path_text(path),
+                                                            how], nbytes))
                     del owner
+                    if chains:  # the outermost tensor that a root holds: the ones inside its graph add nothing
+                        break
             if not chains:
-                what = ("%d tensor(s), no root found" % len(tensors) if tensors else
+                what = ("%d tensor(s), no root found%s" % (len(tensors), _kept_by(saved, address)) if tensors else
                         "no Python tensor: held from C++ (an autograd graph no Python tensor keeps, a "
-                        "cache, an extension) or by a tensor made since")
+                        "cache, an extension) or by a tensor made since%s" % _kept_by(saved, address))
                 chains.append(("none", [what], 0))
             for rank, (root, steps, nbytes) in enumerate(chains[:_MAX_CHAINS]):
                 rows.append((stack_id, address, size, nbytes, rank, root, " -> ".join(s for s in steps if s)))
@@ -616,7 +715,7 @@ def walk(db_path, seconds):
                 "holders_blocks": walked, "holders_picked": len(blocks)}
     finally:
         if w is not None:
-            w.keep = None
+            w.keep = w.nodes = None
         if was_enabled:
             gc.enable()
     return rows, meta
@@ -629,27 +728,48 @@ def _shape(t):
         return "of %d bytes" % _nbytes(t)
 
 
-def _fn_name(t):
-    fn = getattr(t, "grad_fn", None)
+def _node_name(node):
     try:
-        return fn.name()
-    except Exception:  # noqa: BLE001
-        return type(fn).__name__
+        return str(node.name())
+    except Exception:  # noqa: BLE001 - a node without name()
+        return type(node).__name__
+
+
+def _path_text(names):
+    """The nodes from a tensor's grad_fn down to the one that saved a block, the middle elided."""
+    if len(names) <= 4:
+        return " -> ".join(names)
+    return "%s -> %s -> ... -> %s (%d nodes down)" % (names[0], names[1], names[-1], len(names) - 1)
+
+
+def _kept_by(saved, address):
+    """"; in the autograd graph of a tensor no root holds (grad_fn X)" where a graph reaches the
+    block but no chain was found from its tensor, else ""."""
+    rows = saved.get(address)
+    if not rows:
+        return ""
+    return "; saved in the autograd graph of a tensor no root was found for (grad_fn %s)" % _path_text(rows[0][1])
 
 
 def add_holders(db_path, seconds):
-    """Walks and writes the holders table (and its meta keys) into the snapshot at db_path."""
-    with warnings.catch_warnings():  # the walk's isinstance and getattr on every object: a deprecated
-        warnings.simplefilter("ignore")  # module attribute warns (torch.distributed.reduce_op), not the program's
-        rows, meta = walk(db_path, seconds)
+    """Walks (seconds > 0) and writes the holders table (and its meta keys) into the snapshot at
+    db_path, and with MEMSNAP_GC_CYCLES the cycles kept so far (the gc_cycles table: cycles.py)."""
+    rows, meta = [], {}
+    if seconds > 0:
+        with warnings.catch_warnings():  # the walk's isinstance and getattr on every object: a deprecated
+            warnings.simplefilter("ignore")  # module attribute warns (torch.distributed.reduce_op), not the program's
+            rows, meta = walk(db_path, seconds)
     c = sqlite3.connect(db_path)
     try:
         with c:
-            c.execute(HOLDERS_SQL)
-            c.execute("DELETE FROM holders")
-            c.executemany("INSERT INTO holders(stack_id, address, size, tensor_bytes, rank, root, holder) "
-                          "VALUES(?,?,?,?,?,?,?)", rows)
-            c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", sorted(meta.items()))
+            if seconds > 0:
+                c.execute(HOLDERS_SQL)
+                c.execute("DELETE FROM holders")
+                c.executemany("INSERT INTO holders(stack_id, address, size, tensor_bytes, rank, root, holder) "
+                              "VALUES(?,?,?,?,?,?,?)", rows)
+                c.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", sorted(meta.items()))
+            if _cycles_on:
+                cycles.write(c)
     finally:
         c.close()
     return rows, meta

@@ -11,8 +11,12 @@ Each cause allocates blocks of its own size, every step unless said:
             garbage collector runs (gc.collect() every 3 steps: the last steps' cycles are alive
             at the snapshot, a cycle no root reaches)
   SAVED     a loss kept in the global list `losses`, its grad_fn holding what it saved for backward
+            (as PyTorch's nodes hold it: reachable only through grad_fn and its `_saved_*`)
+  EVAL      every 3rd step (2, 5...) an evaluation of Scorer (Linear, GELU, Linear, GELU) with grad
+            enabled and no backward, its output kept in the global list `eval_outputs`: a kept
+            autograd graph whose GELUs' saved inputs (EVAL bytes each) only its nodes hold
   LOCAL     a tensor in finish()'s frame while the snapshot is written (once)
-plus AdamW's state (the optimizer of Net).
+plus AdamW's state (the optimizer of Net), and each step's backward pass through Net.
 
 Usage: causes_train.py DB [STEPS] [dump|exit|signal|oom]
   dump    memsnap.dump(DB) from finish() (the default)
@@ -36,6 +40,7 @@ db = args[0]
 steps = int(args[1]) if len(args) > 1 and args[1].isdigit() else 6
 how = next((a for a in args[1:] if a in ("dump", "exit", "signal", "oom")), "dump")
 
+gc.disable()  # the collector runs where the loop says: every 3 steps (steps 1, 4...), never by itself
 memsnap.enable()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -43,6 +48,7 @@ from torch import nn  # noqa: E402
 KiB = 1024
 HOOK, CLOSURE, CACHE, ATTR, CYCLE, SAVED, LOCAL = (1024 * KiB, 1088 * KiB, 1152 * KiB, 1216 * KiB, 1280 * KiB,
                                                     1344 * KiB, 1408 * KiB)
+EVAL = 512 * KiB
 
 
 class Net(nn.Module):
@@ -53,6 +59,18 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.head(self.body(x))
+
+
+class Scorer(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+        self.act = nn.GELU()
+        self.out = nn.Linear(d, d)
+        self.act2 = nn.GELU()
+
+    def forward(self, x):
+        return self.act2(self.out(self.act(self.proj(x))))
 
 
 class Trainer:
@@ -80,17 +98,19 @@ def keep_outputs(store):
 
 _cache = {}
 losses = []
+eval_outputs = []
 log = make_logger()
 model = Net()
+scorer = Scorer()
 model.head.register_forward_hook(keep_outputs([]))
 optimizer = torch.optim.AdamW(model.parameters())
 trainer = Trainer()
 w = torch.empty(64, requires_grad=True)
 
-gc.disable()  # the collector runs where the loop says: every 3 steps (steps 1, 4...), never by itself
 for step in range(steps):
     memsnap.mark("step")
     out = model(torch.empty(4096))
+    out.backward()
     log(out)
     _cache[step] = torch.empty(CACHE)
     trainer.last = torch.empty(ATTR)
@@ -99,6 +119,8 @@ for step in range(steps):
     del a, b
     losses.append(torch._op("EvalBackward0", 4, (w,), saved_bytes=SAVED))
     optimizer.step()
+    if step % 3 == 2:  # evaluated without torch.no_grad(), its output kept
+        eval_outputs.append(scorer(torch.empty(EVAL)))
     if step % 3 == 1:
         gc.collect()
     del out

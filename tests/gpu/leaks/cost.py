@@ -1,22 +1,26 @@
 """cost.py: what issue 52's Python-side record costs a GPT-2 training step, natively and under
-`memsnap run` with the garbage collector's runs recorded (the default) and without
-(MEMSNAP_GC_EVENTS=0), side by side in one run; and how long the holder walk takes at a snapshot
+`memsnap run` with the garbage collector's runs recorded (the default), without
+(MEMSNAP_GC_EVENTS=0) and with the cycles of each run kept (MEMSNAP_GC_CYCLES=1), side by side in
+one run; and how long the holder walk takes at a snapshot
 of that process (memsnap.dump() with the model, its optimizer state and a forward hook's kept
 outputs alive: the walk's own time, the snapshot's holders_ms).
 
   python3 tests/gpu/leaks/cost.py [--rounds 3] [--warmup 3] [--steps 20] [--budget SECONDS]
                                   [--memsnap build/memsnap] [--json PATH]
 
-The model and step of tests/gpu/model_language/gpt2_model.py (6 layers, batch 8 x 512, AdamW), one
-process per side and round, the sides' order turned each round. Each process times --steps steps
+The model and step of tests/gpu/model_language/gpt2_model.py (6 layers, batch 8 x 512, AdamW; its
+timed_steps), one process per side and round, the sides' order turned each round. Each process times --steps steps
 (torch.cuda.synchronize() around each) after --warmup and reports their median; a side's time is
 the median of its processes' medians, its spread the largest less the smallest over it. The
 memsnap sides then keep 4 steps of transformer.h.5's outputs through a forward hook (a leak for
 the walk to find), call memsnap.dump(), and report the walk's milliseconds, the blocks walked,
-whether it was cut, the dump's whole time and the gc runs the snapshot recorded per step. Prints
-one line per process, then the summary table last.
+whether it was cut, the dump's whole time, the gc runs the snapshot recorded and, with
+MEMSNAP_GC_CYCLES, the milliseconds its runs spent describing and freeing what they saved (the
+snapshot's gc_cycles_ms, all runs together). Prints one line per process, then the summary table
+last.
 """
 import argparse
+import gc
 import json
 import os
 import sqlite3
@@ -29,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 MARK = "leaks-cost "
-SIDES = ("native", "memsnap", "memsnap_no_gc")
+SIDES = ("native", "memsnap", "memsnap_no_gc", "memsnap_cycles")
 
 
 def worker(args):
@@ -37,19 +41,8 @@ def worker(args):
     sys.path.insert(0, os.path.join(HERE, "..", "model_language"))
     import gpt2_model
     config, model, opt = gpt2_model.build()
-    times = []
-    for step in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        x = gpt2_model.batch(config)
-        out = model(input_ids=x, labels=x)
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    result = {"median_s": statistics.median(times)}
+    times = gpt2_model.timed_steps(config, model, opt, args.warmup, args.steps)
+    result = {"median_s": statistics.median(times), "gc_counts": gc.get_count()}
     if args.dump:
         import memsnap
         kept = []
@@ -64,10 +57,11 @@ def worker(args):
         memsnap.dump(args.dump)
         result["dump_s"] = time.perf_counter() - t0
         c = sqlite3.connect(args.dump)
-        meta = dict(c.execute("select key, value from meta where key like 'holders%'").fetchall())
+        meta = dict(c.execute("select key, value from meta where key like 'holders%' or key like 'gc_cycles%'").fetchall())
         result.update(walk_ms=meta.get("holders_ms"), walk_blocks=meta.get("holders_blocks"), walk_cut=meta.get("holders_cut"),
                       gc_runs=c.execute("select count(*) from events where kind = 19 and size = 0").fetchone()[0],
-                      holders=[r[0] for r in c.execute("select holder from holders where rank = 0 limit 3")])
+                      holders=[r[0] for r in c.execute("select holder from holders where rank = 0 limit 3")],
+                      cycles_ms=meta.get("gc_cycles_ms"), cycles_runs=meta.get("gc_cycles_runs"))
         c.close()
     print(MARK + json.dumps(result), flush=True)
 
@@ -80,6 +74,8 @@ def one_process(args, side, work):
             "--dump", os.path.join(work, "dump.db")]
         if side == "memsnap_no_gc":
             env["MEMSNAP_GC_EVENTS"] = "0"
+        if side == "memsnap_cycles":
+            env["MEMSNAP_GC_CYCLES"] = "1"
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         text, rc = p.stdout + p.stderr, p.returncode
@@ -110,10 +106,10 @@ def main():
     work = tempfile.mkdtemp(prefix="leaks-cost-")
     results, failures, start, longest, note = {s: [] for s in SIDES}, [], time.time(), 0, ""
     for r in range(args.rounds):
-        if args.budget and time.time() - start + 3 * longest > args.budget:
+        if args.budget and time.time() - start + len(SIDES) * longest > args.budget:
             note = "stopped before round %d (budget %.0f s)" % (r, args.budget)
             break
-        order = SIDES[r % 3:] + SIDES[:r % 3]
+        order = SIDES[r % len(SIDES):] + SIDES[:r % len(SIDES)]
         for side in order:
             t = time.time()
             res, rc, tail = one_process(args, side, work)
@@ -133,18 +129,20 @@ def main():
                          "walk_cut": [x.get("walk_cut") for x in ok if "walk_cut" in x],
                          "dump_s": [round(x["dump_s"], 3) for x in ok if "dump_s" in x],
                          "gc_runs": [x.get("gc_runs") for x in ok if "gc_runs" in x],
+                         "cycles_ms": [x.get("cycles_ms") for x in ok if x.get("cycles_ms") is not None],
                          "holders": ok[0].get("holders") if ok and "holders" in ok[0] else None}
     native = summary["native"]["median_s"]
     for side in SIDES:
         m = summary[side]["median_s"]
         summary[side]["ratio"] = m / native if m and native else None
-    print("\nside            step ms   spread  ratio    walk ms (blocks, cut)     dump s        gc runs in the snapshot")
+    print("\nside            step ms   spread  ratio    walk ms (blocks, cut)     dump s        gc runs in the snapshot"
+          "  cycles ms (all runs)")
     for side in SIDES:
         s = summary[side]
-        print("%-14s %8s %7s %7s    %-25s %-13s %s" % (
+        print("%-14s %8s %7s %7s    %-25s %-13s %-24s %s" % (
             side, "%.2f" % (s["median_s"] * 1e3) if s["median_s"] else "-", "%.1f%%" % (100 * s["spread"]) if s["spread"] is not None else "-",
             "%.4f" % s["ratio"] if s["ratio"] else "-", "%s (%s, %s)" % (s["walk_ms"], s["walk_blocks"], s["walk_cut"]) if s["walk_ms"] else "-",
-            s["dump_s"] or "-", s["gc_runs"] or "-"))
+            s["dump_s"] or "-", s["gc_runs"] or "-", s["cycles_ms"] or "-"))
     if summary["memsnap"]["holders"]:
         print("first holders found:", " | ".join(h[:100] for h in summary["memsnap"]["holders"]))
     for f in failures:

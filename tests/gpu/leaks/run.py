@@ -15,14 +15,17 @@ What "named first" means for each cause (the JSON's keys: docs/analysis-json.md)
                                     chain names the cause's holder: the list `features` or the
                                     forward hook of transformer.h.5; the closure variable
                                     `history`; the global `_cache`; Trainer's attribute `history`
-  kept_loss, eval_every_k           the first candidate (`leaks[0]`, else `held[0]`) has a holder
-                                    naming the list that keeps the loss (`val_losses`,
-                                    `eval_outputs`): the autograd graph through it; or the first
-                                    candidate is in the first graph kept without a backward
-                                    (`kept_graph` 0 of `kept_graphs`)
-  node_cycle, awaitable             the first site the collector alone frees (`gc.cycle_sites[0]`)
-                                    or the first candidate marked `reference_cycles` is the cause's
-                                    line in leak_program.py
+  kept_loss, eval_every_k           the first graph kept without a backward (`kept_graphs[0]`) has
+                                    a holder through the loss's autograd graph (root `autograd`)
+                                    whose `kept_by` names the list that keeps the loss
+                                    (`val_losses`, `eval_outputs`), and the first candidate
+                                    (`leaks[0]`, else `held[0]`) is in that graph (`kept_graph` 0)
+                                    or has a holder naming the list
+  node_cycle, awaitable             recorded with MEMSNAP_GC_CYCLES=1: the first site the collector
+                                    alone frees (`gc.cycle_sites[0]`) or the first candidate marked
+                                    `reference_cycles` is the cause's line in leak_program.py, and
+                                    its `cycles` name the objects joining the cycle (Node.data ->
+                                    Tensor and Node.next -> Node; Awaitable.result -> Tensor)
   control                           no growing candidate (`leaks` empty) and no cycle site
 Exit status: the number of causes not named as said.
 """
@@ -43,6 +46,9 @@ HOLDER_WORDS = {"hook": ("`features`", "forward hook of GPT2LMHeadModel.transfor
                 "attribute": ("attribute `history` of Trainer",), "kept_loss": ("val_losses",),
                 "eval_every_k": ("eval_outputs",)}
 CYCLE_LINES = {"node_cycle": "Node(torch.empty", "awaitable": "Awaitable(torch.empty"}
+# the reference-cycle causes run with MEMSNAP_GC_CYCLES=1: the cycles each collector run freed, with
+# their objects' types and the attributes joining them, under the cycle site
+CYCLE_WORDS = {"node_cycle": ("Node.data -> Tensor", "Node.next -> Node"), "awaitable": ("Awaitable.result -> Tensor",)}
 
 
 def program_line(entry):
@@ -82,9 +88,13 @@ def judge(cause, js):
         marked = [e for e in leaks + held if e.get("reference_cycles") and program_line(e)]
         site = sites[0] if sites else (marked[0] if marked else None)
         where = program_line(site) if site else ""
-        ok = bool(where) and CYCLE_LINES[cause] in source_line(where)
-        how = ("held by reference cycles: %s freed by %s gc runs" % (_mib(site.get("freed_bytes", site.get("gc_frees", {}).get("bytes", 0))),
-                                                                     site.get("runs", site.get("gc_frees", {}).get("runs", "?")))
+        cycles = (site or {}).get("cycles") or []
+        edges = " | ".join("%s: %s (%s cycles)" % (c.get("types"), c.get("edges"), c.get("cycles")) for c in cycles)
+        ok = (bool(where) and CYCLE_LINES[cause] in source_line(where) and
+              any(all(w in c.get("edges", "") for w in CYCLE_WORDS[cause]) for c in cycles))
+        how = ("held by reference cycles: %s freed by %s gc runs; %s" % (
+            _mib(site.get("freed_bytes", site.get("gc_frees", {}).get("bytes", 0))),
+            site.get("runs", site.get("gc_frees", {}).get("runs", "?")), edges[:120] or "no cycle kept (MEMSNAP_GC_CYCLES)")
                if site else "no cycle site (%d gc runs)" % gcj.get("runs", 0))
         return ok, "cycle site at " + (where or "-"), how
     words = HOLDER_WORDS[cause]
@@ -93,8 +103,15 @@ def judge(cause, js):
         graph = bool(graphs) and first.get("kept_graph") == 0  # the first candidate is in kept graph G1
         every = first.get("every")
         text = holders_text(first)
-        return (any(w in text for w in words) or graph), said, (text[:140] or "no holder") + (
-            " [in kept graph G1: %s in %s graphs]" % (_mib(graphs[0].get("live_bytes", 0)), graphs[0].get("graphs")) if graph else "") + (
+        # what keeps G1: the list holding the loss, found down the loss's autograd graph (the saved
+        # tensors are held from C++: no Python referrer leads to them)
+        kept = [h for h in (graphs[0].get("holders", []) if graphs else []) if h.get("root") == "autograd"]
+        by = kept[0].get("kept_by", "") if kept else ""
+        named = any(w in by for w in words) and "through its autograd graph (grad_fn " in kept[0].get("holder", "")
+        return (named and (graph or any(w in text for w in words))), said, (
+            "G1 kept by %s" % by[:90] if by else "G1 with no holder" if graphs else "no kept graph") + (
+            " [G1: %s in %s graphs; first candidate %s]" % (_mib(graphs[0].get("live_bytes", 0)), graphs[0].get("graphs"),
+                                                           "in it" if graph else "not in it") if graphs else "") + (
             " [every %s iterations]" % every.get("iterations") if every else "")
     first = leaks[0] if leaks else {}
     text = holders_text(first)
@@ -123,8 +140,9 @@ def main():
             continue
         db = os.path.join(out, cause + ".db")
         t0 = time.time()
+        env = dict(os.environ, MEMSNAP_GC_CYCLES="1") if cause in CYCLE_LINES else None
         rec = subprocess.run([args.memsnap, "run", "-q", "--no-suggest", "-o", db, "--", sys.executable, PROGRAM, cause,
-                              "--steps", str(args.steps)], capture_output=True, text=True, timeout=300)
+                              "--steps", str(args.steps)], capture_output=True, text=True, timeout=300, env=env)
         with open(os.path.join(out, cause + ".log"), "w") as f:
             f.write(rec.stdout + rec.stderr)
         an = subprocess.run([args.memsnap, "analyze", "--json", "--no-suggest", db], capture_output=True, text=True,

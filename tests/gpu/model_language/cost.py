@@ -31,22 +31,10 @@ MARK = "cost-step-seconds "
 
 
 def worker(args):
-    import torch
     sys.path.insert(0, HERE)
     import gpt2_model
     config, model, opt = gpt2_model.build()
-    times, out = [], None
-    for step in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        x = gpt2_model.batch(config)
-        out = model(input_ids=x, labels=x)
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
+    times = gpt2_model.timed_steps(config, model, opt, args.warmup, args.steps)
     print(MARK + json.dumps(times), flush=True)
 
 

@@ -40,6 +40,9 @@ RECORDINGS = [
     ("gpt2_ac", ["--model", "gpt2", "--mode", "single", "--ac"]),
     ("1b_bf16", ["--model", "1b", "--mode", "single", "--mp", "bf16"]),
     ("gpt2_fsdp2_2", ["--model", "gpt2", "--mode", "fsdp2", "--world", "2"]),
+    # mixed precision's own recordings: FSDP2 with MixedPrecisionPolicy(bf16) at 2 ranks (run 72)
+    ("gpt2_bf16_fsdp2_2", ["--model", "gpt2", "--mode", "fsdp2", "--world", "2", "--mp", "bf16"]),
+    ("1b_bf16_fsdp2_2", ["--model", "1b", "--mode", "fsdp2", "--world", "2", "--mp", "bf16"]),
 ]
 
 

@@ -185,6 +185,7 @@ class _ImperativeEngine:
             order.append(t)
         for t in tensors:
             visit(t)
+        visit = None  # its closure's cell held the function itself: a cycle keeping `order`'s tensors until gc ran
         outer = _current_graph_task_id()
         _graph_task.id = next(_graph_tasks)
         try:

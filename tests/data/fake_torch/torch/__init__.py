@@ -42,12 +42,14 @@ It mirrors PyTorch 2.11's layering, written from its sources, for what memsnap t
   when its stand-in flag `found_inf` is set, as PyTorch's does when gradients hold inf or NaN.
 """
 import ctypes
+import gc
 import itertools
 import os
 import sys
 import threading
 import time
 import warnings
+import weakref
 
 __version__ = "2.11.0-fake"
 
@@ -104,7 +106,7 @@ class _PluggableAllocator(_CUDAAllocator):
         self._malloc = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(alloc_fn)
         self._free = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)(free_fn)
         self._metadata = {}  # allocation_metadata_: ptr -> (size, device, stream)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered where a collection inside it frees a tensor
         self._fns = {}
         self.initialized_ = False
 
@@ -564,9 +566,39 @@ class RemovableHandle:
             self.extra.pop(self.id, None)
 
 
+class _Storage:
+    """A tensor's memory (c10::StorageImpl): freed when the last tensor or saved variable holding it
+    goes, as PyTorch's is. Python's collector runs __del__ on what it finds unreachable before
+    freeing it, even when it saves it instead (gc.DEBUG_SAVEALL, as torch.utils.viz._cycles and
+    MEMSNAP_GC_CYCLES set); PyTorch's tensors have no such finalizer and are freed only when the
+    objects holding them are cleared. So a storage finalized by a saving collection is freed later,
+    when the collection that clears it runs (a weak reference's callback)."""
+
+    def __init__(self, nbytes):
+        self.alloc = _allocator()
+        self.nbytes = nbytes
+        self.ptr = self.alloc.malloc(nbytes)
+
+    def __del__(self):
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if not ptr:
+            return
+        alloc, nbytes = self.alloc, self.nbytes
+        if gc.get_debug() & gc.DEBUG_SAVEALL:  # saved, not freed: freed once the collector clears it
+            def free(ref):
+                _deferred.discard(ref)
+                alloc.free(ptr, nbytes)
+            _deferred.add(weakref.ref(self, free))
+            return
+        alloc.free(ptr, nbytes)
+
+
+_deferred = set()  # the weak references to storages a saving collection found, until they are freed
+
+
 class Tensor:
     """A CUDA tensor of `nbytes` uint8 elements. Autograd as PyTorch's (torch/csrc/autograd): a
-    tensor made by an op from tensors that require grad requires grad and has a grad_fn (a _Node
+    tensor made by an op from tensors that require grad requires grad and has a grad_fn (a node
     naming its inputs, holding what the op saved for backward); a leaf that requires grad gets its
     .grad from the engine (torch._C._ImperativeEngine); register_hook adds a hook called with the
     tensor's gradient once it is computed."""
@@ -574,15 +606,22 @@ class Tensor:
     dtype = uint8
     is_cuda = True
     grad = None
-    grad_fn = None
+    _node = None  # the grad_fn's C++ node (_CppNode)
     _backward_hooks = None
 
-    def __init__(self, nbytes, requires_grad=False):
+    def __init__(self, nbytes, requires_grad=False, _storage=None):
         _lazy_init()
-        self._alloc = _allocator()
+        self._storage = _storage if _storage is not None else _Storage(nbytes)
+        self._alloc = self._storage.alloc
         self.nbytes = nbytes
-        self._ptr = self._alloc.malloc(nbytes)
+        self._ptr = self._storage.ptr
         self.requires_grad = requires_grad
+
+    @property
+    def grad_fn(self):
+        """The node's Python object, made when asked for and kept only while something holds it
+        (functionToPyObject: PyTorch caches it on the node while it lives)."""
+        return _node_object(self._node)
 
     def data_ptr(self):
         return self._ptr
@@ -607,22 +646,74 @@ class Tensor:
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
-    def __del__(self):
-        if getattr(self, "_ptr", None):
-            self._alloc.free(self._ptr, self.nbytes)
-            self._ptr = None
+
+class _CppNode:
+    """An op's backward node as PyTorch's C++ holds it: its inputs that require grad (the engine's
+    edges), what it saved for backward as storages (SavedVariable: no Python tensor), its name."""
+
+    def __init__(self, name, inputs, saved):
+        self.name = name
+        self.inputs = inputs
+        self.saved = saved
+        self.pyobj = None  # a weak reference to its Python object while one lives
 
 
 class _Node:
-    """An op's backward node (grad_fn): its inputs that require grad, what it saved."""
+    """A node's Python object (THPCppFunction): name(), next_functions ((node, input_nr) pairs,
+    AccumulateGrad for a leaf), and what it saved as `_saved_self` (the first) and `_saved_other`
+    (the second), each a new tensor over the saved storage, as PyTorch unpacks a SavedVariable."""
 
-    def __init__(self, name, inputs, saved):
-        self._name = name
-        self.inputs = inputs
-        self.saved = saved
+    def __init__(self, cdata):
+        self._cdata = cdata
 
     def name(self):
-        return self._name
+        return self._cdata.name
+
+    @property
+    def next_functions(self):
+        return tuple((_node_object(t._node) if t._node is not None else
+                      _AccumulateGrad(t) if t.requires_grad else None, 0) for t in self._cdata.inputs)
+
+    def _saved(self, i):
+        saved = self._cdata.saved
+        _check(saved is not None, "Trying to backward through the graph a second time (or directly access saved "
+                                  "tensors after they have already been freed).")
+        return Tensor(saved[i].nbytes, _storage=saved[i]) if i < len(saved) else None
+
+    _saved_self = property(lambda self: self._saved(0))
+    _saved_other = property(lambda self: self._saved(1))
+
+    # what the stand-in's engine (torch/_C.py) reads and drops
+    inputs = property(lambda self: self._cdata.inputs)
+
+    @property
+    def saved(self):
+        return self._cdata.saved
+
+    @saved.setter
+    def saved(self, value):
+        self._cdata.saved = value
+
+
+class _AccumulateGrad:
+    """A leaf's node: its `variable`."""
+
+    def __init__(self, variable):
+        self.variable = variable
+        self.next_functions = ()
+
+    def name(self):
+        return "torch::autograd::AccumulateGrad"
+
+
+def _node_object(cdata):
+    if cdata is None:
+        return None
+    obj = cdata.pyobj() if cdata.pyobj is not None else None
+    if obj is None:
+        obj = _Node(cdata)
+        cdata.pyobj = weakref.ref(obj)
+    return obj
 
 
 def empty(nbytes, device="cuda", dtype=None, requires_grad=False):
@@ -639,7 +730,7 @@ def _op(name, nbytes, inputs, saved_bytes=0):
     needs = tuple(t for t in inputs if t is not None and t.requires_grad)
     if needs:
         result.requires_grad = True
-        result.grad_fn = _Node(name, needs, (Tensor(int(saved_bytes)),) if saved_bytes else ())
+        result._node = _CppNode(name, needs, (Tensor(int(saved_bytes))._storage,) if saved_bytes else ())
     return result
 
 
