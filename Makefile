@@ -56,7 +56,7 @@ CLI_SRCS := analyzer/main.c $(call stage_srcs,$(ANALYZER_STAGES))
 ANALYZER_HEADERS := $(wildcard analyzer/*/*.h)
 WEB_ASSETS := web/viewer.html web/predict.html web/viewer.css web/model.js web/view.js web/predict.js
 TEST_BINS := $(BUILD)/tests/test_alloc $(BUILD)/tests/test_modes $(BUILD)/tests/test_host_api $(BUILD)/tests/test_options $(BUILD)/tests/test_stress \
-  $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload \
+  $(BUILD)/tests/test_record $(BUILD)/tests/gen_snapshots $(BUILD)/tests/test_pickle $(BUILD)/tests/replay_workload $(BUILD)/tests/predict_workload $(BUILD)/tests/shard_events \
   $(BUILD)/tests/gen_ranks $(BUILD)/tests/gen_releases $(BUILD)/tests/gen_runlog $(BUILD)/tests/gen_kept_graphs $(BUILD)/tests/test_stacks $(BUILD)/tests/bench_stacks \
   $(BUILD)/tests/libbench_stacks.so $(BUILD)/tests/libnative_thread.so $(BUILD)/tests/crash_stress $(BUILD)/tests/bench_livestate
 SAMPLES := $(BUILD)/samples/train_loop
@@ -335,6 +335,12 @@ FUZZ_TARGETS := fuzz_snapshot fuzz_options fuzz_pickle fuzz_livemap
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LINK := -fsanitize=fuzzer,address,undefined
 ANALYZER_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(call stage_srcs,util read analysis replay report)) $(BUILD)/web_assets.o
+
+# shard_events prints a history sharded as memsnap predict --shard makes it: it links the analyzer's stages.
+$(BUILD)/tests/shard_events: tests/analyzer/shard_events.c $(ANALYZER_OBJS) $(BUILD)/libmemsnap.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(PKG_CFLAGS) -Ianalyzer $(EXTRA_CFLAGS) -o $@ $< $(ANALYZER_OBJS) -L$(BUILD) -lmemsnap -Wl,-rpath,'$$ORIGIN/..' $(PKG_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+
 fuzz: $(BUILD)/tests/gen_snapshots
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang CXX=clang++ OPT=-O1 EXTRA_CFLAGS="$(FUZZ_FLAGS)" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" fuzz-programs

@@ -31,6 +31,7 @@
 #include "report/report.h"
 
 #define MAX_AT 16 /* --at options */
+#define MAX_SHARDS 16 /* strategies and Ns (--shard) */
 
 typedef struct predict_args {
   ms_predict_input runs[MS_PREDICT_MAX_RUNS + 1];
@@ -51,6 +52,12 @@ typedef struct predict_args {
   bool advise;
   bool one_run; /* one run: its own size only */
   bool size_given; /* one run: given with its size (run.db=8) */
+  /* sharding (--shard STRATEGY:N,...) */
+  ms_change shard[MAX_SHARDS]; /* strategy and ranks */
+  int nshards;
+  const char *units[MS_WHATIF_PATTERNS]; /* pieces of --units' lists (owned by lists[]) */
+  int nunits;
+  ms_shard_options so;
 } predict_args;
 
 /* A size as the user writes it: a whole number from 1 to MS_PREDICT_MAX_SIZE. 0 or -1. */
@@ -64,6 +71,49 @@ static int parse_size(const char *text, int64_t *out) {
   }
   if (v < 1) return -1;
   *out = v;
+  return 0;
+}
+
+/* An element's bytes for a dtype's name (fp32, bf16, fp16, and PyTorch's names): 0 unknown. */
+static int dtype_bytes(const char *name) {
+  static const struct { const char *name; int bytes; } d[] = {
+      {"fp32", 4}, {"float32", 4}, {"float", 4}, {"torch.float32", 4}, {"bf16", 2}, {"bfloat16", 2},
+      {"torch.bfloat16", 2}, {"fp16", 2}, {"float16", 2}, {"half", 2}, {"torch.float16", 2}};
+  for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+    if (!strcmp(name, d[i].name)) return d[i].bytes;
+  return 0;
+}
+
+/* --shard's value: STRATEGY:N, a list of Ns (fsdp2:2,4,8) or of both (fsdp2:4,ddp:2) into a->shard.
+ * 0, or 2 after a usage error (printed). */
+static int parse_shard(const char *text, predict_args *a) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", text);
+  int32_t strategy = -1;
+  for (char *save = NULL, *piece = strtok_r(buf, ",", &save); piece; piece = strtok_r(NULL, ",", &save)) {
+    char *colon = strchr(piece, ':'), *num = piece;
+    if (colon) {
+      *colon = '\0';
+      if ((strategy = ms_shard_strategy(piece)) < 0)
+        return ms_usage_error(&ms_predict_command, "--shard: '%.64s' is none of fsdp2, ddp, zero1, zero2, zero3 (give "
+                              "STRATEGY:N, as fsdp2:4)", piece);
+      num = colon + 1;
+    } else if (strategy < 0) {
+      return ms_usage_error(&ms_predict_command, "--shard: '%.64s' needs a strategy and a number of ranks, as fsdp2:4", piece);
+    }
+    int64_t n = 0;
+    const char *c = num;
+    for (; *c >= '0' && *c <= '9' && n <= MS_SHARD_MAX_RANKS; c++) n = n * 10 + (*c - '0');
+    if (*c || c == num || n < 1 || n > MS_SHARD_MAX_RANKS)
+      return ms_usage_error(&ms_predict_command, "--shard: the number of ranks '%.64s' is not a whole number from 1 to %d",
+                            num, MS_SHARD_MAX_RANKS);
+    bool seen = false;
+    for (int k = 0; k < a->nshards; k++) seen |= a->shard[k].strategy == strategy && a->shard[k].ranks == n;
+    if (seen) continue;
+    if (a->nshards == MAX_SHARDS) return ms_usage_error(&ms_predict_command, "at most %d strategies and Ns (--shard)", MAX_SHARDS);
+    a->shard[a->nshards].strategy = strategy, a->shard[a->nshards++].ranks = (int32_t)n;
+  }
+  if (strategy < 0) return ms_usage_error(&ms_predict_command, "--shard: give STRATEGY:N, as fsdp2:4");
   return 0;
 }
 
@@ -115,6 +165,57 @@ static int parse_args(int argc, char **argv, predict_args *a) {
                               "adagrad, rmsprop, adafactor, or bytes per parameter (8B)", argv[i]);
     } else if (!strcmp(arg, "--advise")) {
       a->advise = true;
+    } else if (!strcmp(arg, "--recorded-shard") && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (strncmp(v, "fsdp2:", 6))
+        return ms_usage_error(&ms_predict_command, "--recorded-shard: '%.64s': only a recorded FSDP2 run is read (fsdp2:N)", v);
+      int64_t n = 0;
+      const char *c = v + 6;
+      for (; *c >= '0' && *c <= '9' && n <= MS_SHARD_MAX_RANKS; c++) n = n * 10 + (*c - '0');
+      if (*c || c == v + 6 || n < 1 || n > MS_SHARD_MAX_RANKS)
+        return ms_usage_error(&ms_predict_command, "--recorded-shard: the number of ranks '%.64s' is not a whole number from 1 to %d",
+                              v + 6, MS_SHARD_MAX_RANKS);
+      a->so.recorded_ranks = (int32_t)n;
+    } else if (!strcmp(arg, "--shard") && i + 1 < argc) {
+      if (parse_shard(argv[++i], a) != 0) return 2;
+    } else if (!strcmp(arg, "--units") && i + 1 < argc) {
+      if (a->nlists == MS_WHATIF_PATTERNS) return ms_usage_error(&ms_predict_command, "at most %d --checkpoint and --units options", MS_WHATIF_PATTERNS);
+      char *list = a->lists[a->nlists++] = strdup(argv[++i]);
+      if (!list) return ms_usage_error(&ms_predict_command, "out of memory");
+      for (char *save = NULL, *piece = strtok_r(list, ",", &save); piece; piece = strtok_r(NULL, ",", &save)) {
+        if (a->nunits == MS_WHATIF_PATTERNS) return ms_usage_error(&ms_predict_command, "at most %d --units patterns", MS_WHATIF_PATTERNS);
+        a->units[a->nunits++] = piece;
+      }
+    } else if ((!strcmp(arg, "--param-dtype") || !strcmp(arg, "--reduce-dtype") || !strcmp(arg, "--recorded-dtype") ||
+                !strcmp(arg, "--orig-dtype")) && i + 1 < argc) {
+      int bytes = dtype_bytes(argv[++i]);
+      if (bytes <= 0) return ms_usage_error(&ms_predict_command, "%s: '%.64s' is none of fp32, bf16, fp16", arg, argv[i]);
+      if (!strcmp(arg, "--param-dtype")) a->so.param_bytes = bytes;
+      else if (!strcmp(arg, "--reduce-dtype")) a->so.reduce_bytes = bytes;
+      else if (!strcmp(arg, "--orig-dtype")) a->so.orig_bytes = bytes;
+      else a->so.recorded_bytes = bytes;
+    } else if (!strcmp(arg, "--bucket-mb") && i + 1 < argc) {
+      char *end;
+      a->so.bucket_mb = strtod(argv[++i], &end);
+      if (end == argv[i] || *end || !(a->so.bucket_mb > 0) || a->so.bucket_mb > 1048576)
+        return ms_usage_error(&ms_predict_command, "--bucket-mb takes a number of MiB above 0");
+    } else if (!strcmp(arg, "--shard-init") && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (strcmp(v, "gpu") && strcmp(v, "meta"))
+        return ms_usage_error(&ms_predict_command, "--shard-init: '%.64s' is neither gpu (the model made on the GPU, then "
+                              "sharded) nor meta (made on the meta device, sharded, then materialised)", v);
+      a->so.meta_init = !strcmp(v, "meta");
+    } else if (!strcmp(arg, "--bucket-view")) {
+      a->so.bucket_view = true;
+    } else if ((!strcmp(arg, "--reduce-bucket-size") || !strcmp(arg, "--allgather-bucket-size")) && i + 1 < argc) {
+      int64_t n = 0;
+      const char *c = argv[++i];
+      for (; *c >= '0' && *c <= '9' && n < ((int64_t)1 << 50); c++) n = n * 10 + (*c - '0');
+      if (*c || n < 1 || c == argv[i]) return ms_usage_error(&ms_predict_command, "%s takes a whole number of elements", arg);
+      if (!strcmp(arg, "--reduce-bucket-size")) a->so.reduce_bucket = n;
+      else a->so.allgather_bucket = n;
+    } else if (!strcmp(arg, "--overlap-comm")) {
+      a->so.overlap_comm = true;
     } else if (arg[0] == '-' && arg[1]) {
       return ms_unknown_option(&ms_predict_command, arg, i + 1 == argc);
     } else {
@@ -141,7 +242,14 @@ static int parse_args(int argc, char **argv, predict_args *a) {
   }
   if (a->nruns == 0) return ms_usage_error(&ms_predict_command, "no runs given");
   if (a->html && a->json) return ms_usage_error(&ms_predict_command, "--html and --json: choose one");
-  bool changed = ms_change_any(&a->change);
+  bool changed = ms_change_any(&a->change) || a->nshards > 0;
+  if (a->nunits && !a->nshards) return ms_usage_error(&ms_predict_command, "--units names FSDP2's units: give --shard too");
+  if (a->so.recorded_ranks && !a->nshards)
+    return ms_usage_error(&ms_predict_command, "--recorded-shard says how the run was sharded: give --shard fsdp2:N too");
+  for (int k = 0; a->so.recorded_ranks && k < a->nshards; k++)
+    if (a->shard[k].strategy != MS_SHARD_FSDP2)
+      return ms_usage_error(&ms_predict_command, "from a recorded FSDP2 run (--recorded-shard) only fsdp2:N is predicted, not %s",
+                            ms_shard_name(a->shard[k].strategy));
   if (a->nruns == 1 && !changed && !a->advise)
     return ms_usage_error(&ms_predict_command, "one run ('%.200s') cannot tell how memory grows with the size: give the "
                           "program recorded at two sizes (or three), as small.db=4 large.db=8 (or change the program at "
@@ -260,7 +368,7 @@ static void print_model(const ms_predict_info *in, uint64_t card, bool card_give
 }
 
 static void print_row(const ms_replay_result *r, const char *lead, const char *vs, bool recorded, const char *program) {
-  char a[32], b[32], frag[32], conf[1200], vs_cell[16] = "";
+  char a[32], b[32], frag[32], conf[1200], vs_cell[24] = "";
   int64_t pk = ms_replay_worst_peak(r), at_peak = r->ndevices > 0 ? r->dev[ms_replay_worst_device(r)].allocated_at_peak : 0;
   ms_format_bytes(peak_allocated(r), a, sizeof a);
   ms_format_bytes(peak_reserved(r), b, sizeof b);
@@ -272,28 +380,99 @@ static void print_row(const ms_replay_result *r, const char *lead, const char *v
     printf("%s  %-70s  %s\n", lead, "failed (below)", conf);
     return;
   }
-  char prog[32] = "";
-  if (program) snprintf(prog, sizeof prog, "%-12s", program);
+  char prog[48] = "";
+  if (program) snprintf(prog, sizeof prog, "%-20s", program);
   printf("%s  %14s  %14s%s  %13s  %10lld  %-4s  %s%s%s\n", lead, a, b, vs_cell, frag,
          (long long)ms_replay_sum(r, offsetof(ms_replay_device, device_allocs)), ms_replay_fits(r) ? "yes" : "no", prog, conf,
          recorded && vs ? "  [recorded]" : "");
+}
+
+/* A row's program in the table: "as recorded", "changed", or the strategy and its ranks
+ * ("fsdp2:4", "fsdp2:4, changed"). */
+static void program_label(const ms_change *c, char *out, size_t len) {
+  ms_change rest = *c;
+  rest.strategy = MS_SHARD_NONE;
+  if (c->strategy == MS_SHARD_NONE) snprintf(out, len, "%s", ms_change_any(c) ? "changed" : "as recorded");
+  else snprintf(out, len, "%s:%d%s", ms_shard_name(c->strategy), (int)c->ranks, ms_change_any(&rest) ? ", changed" : "");
+}
+
+/* The smallest N of each strategy that fits the card at the first size (under the first setting). */
+static void print_smallest_n(const ms_sweep *sw, const predict_args *a, int nconf, int nchange) {
+  for (int s = MS_SHARD_FSDP2; s < MS_SHARDS; s++) {
+    int best = 0, tried = 0;
+    for (int h = 0; h < nchange; h++) {
+      const ms_replay_result *r = &sw->results[h * nconf];
+      if (r->change.strategy != s) continue;
+      tried++;
+      if (ms_replay_fits(r) && (!best || r->change.ranks < best)) best = r->change.ranks;
+    }
+    if (!tried) continue;
+    char cap[32];
+    ms_format_bytes((int64_t)a->base.capacity, cap, sizeof cap);
+    char at[40] = "";
+    if (!a->one_run || a->size_given) snprintf(at, sizeof at, " at %lld", (long long)a->at[0]);
+    if (best) printf("the smallest N that fits %s%s: %s:%d\n", cap, at, ms_shard_name(s), best);
+    else printf("no N tried fits %s%s with %s\n", cap, at, ms_shard_name(s));
+  }
+}
+
+/* What sharding acts on: the units, the parameters, the assumptions. */
+static void print_shard(const ms_predict *m, const predict_args *a) {
+  const ms_shard *h = ms_predict_shard(m);
+  if (!h) return;
+  const ms_shard_info *si = ms_shard_info_of(h);
+  char b[32], g[32], st[32];
+  ms_format_bytes(si->param_bytes, b, sizeof b);
+  ms_format_bytes(si->grad_bytes, g, sizeof g);
+  ms_format_bytes(si->state_bytes, st, sizeof st);
+  printf("\nsharding (rank 0's memory; every rank holds as much or less):\n");
+  if (si->recorded_ranks)
+    printf("  recorded: rank 0 of an FSDP2 run at %d ranks (%s); the blocks 1/N of the parameters' resized to each N asked\n",
+           (int)si->recorded_ranks, a->so.recorded_ranks && si->detected_ranks != si->recorded_ranks ? "as --recorded-shard says"
+                                    : "its all-gather outputs over its units' shards say so");
+  printf("  parameters: %lld blocks (%s) in %lld modules, told by tensor events; gradients: %lld blocks (%s); "
+         "optimizer state: %lld blocks (%s, %s)\n", (long long)si->params, b, (long long)si->param_modules,
+         (long long)si->grads, g, (long long)si->state_blocks, st,
+         si->state_from_events ? "tensor events" : "made in a step, outliving it");
+  printf("  FSDP2's units (%d): %s:", si->nunits, si->units_rule);
+  for (int i = 0; i < si->nunits && i < MS_SHARD_UNITS_SHOWN; i++) printf(" %s", si->unit_names[i]);
+  printf("%s\n", si->nunits > MS_SHARD_UNITS_SHOWN ? " ..." : "");
+  static const char *const dt[] = {"?", "?", "bf16/fp16", "?", "fp32"};
+  int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, orig = a->so.orig_bytes ? a->so.orig_bytes : rec;
+  int pb = a->so.param_bytes ? a->so.param_bytes : orig, rb = a->so.reduce_bytes ? a->so.reduce_bytes : pb;
+  printf("  set-up: %s\n", a->so.meta_init ? "the model made on the meta device, sharded, then materialised (--shard-init "
+         "meta): each parameter's allocation is its shard's" : "the model made on the GPU as recorded, then sharded after "
+         "its last parameter's allocation (fully_shard: per unit, the shards made, then the full parameters freed)");
+  printf("  assumed: parameters recorded in %s, sharded on dim 0 with rows of one element (padding within N-1 rows); "
+         "FSDP2's sharded dtype %s, param dtype %s, reduce dtype %s; DDP's buckets %g MiB%s; ZeRO's reduce bucket %lld "
+         "elements%s\n", dt[rec], dt[orig], dt[pb], dt[rb], a->so.bucket_mb, a->so.bucket_view ? " (gradient_as_bucket_view)" : "",
+         (long long)a->so.reduce_bucket, a->so.overlap_comm ? " (two: overlap_comm)" : "");
+  if (si->cast_blocks)
+    printf("  autocast's casts in the recording (%lld blocks made under at::autocast::cached_cast in a unit's forward, of "
+           "weights and activations; without native frames, of a parameter's elements in the param dtype): left out under "
+           "fsdp2, whose compute in the param dtype makes none\n", (long long)si->cast_blocks);
+  printf("  left out: NCCL's own buffers and the communicator's workspace (outside PyTorch's allocator)\n");
 }
 
 static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, int nconf, int nchange, bool own_size) {
   bool sweep = nconf > 1, over = false;
   if (!sweep)
     printf("\n%6s  %14s  %14s  %13s  %10s  %-4s  %s%s\n", "at", "peak allocated", "peak reserved", "fragmentation",
-           "cudaMalloc", "fits", nchange > 1 ? "program     " : "", "PYTORCH_CUDA_ALLOC_CONF");
+           "cudaMalloc", "fits", nchange > 1 || sw->results[0].change.strategy ? "program (ranks)     " : "",
+           "PYTORCH_CUDA_ALLOC_CONF");
   for (int a = 0; a < nat; a++)
     for (int h = 0; h < nchange; h++) {
       const ms_replay_result *rows = &sw->results[(a * nchange + h) * nconf];
       int order[MS_SWEEP_GRID_ROWS];
       ms_replay_rank(rows, nconf, order);
       int64_t rec = ms_replay_worst_peak(&rows[0]);
+      char label[40] = "";
+      if (rows[0].change.strategy) program_label(&rows[0].change, label, sizeof label);
+      else if (ms_change_any(&rows[0].change)) snprintf(label, sizeof label, "changed");
       if (sweep)
-        printf("\nat %lld%s: %d settings, best first\n%6s  %14s  %14s  %8s  %13s  %10s  %-4s  %s\n", (long long)ats[a],
-               ms_change_any(&rows[0].change) ? ", changed" : "", nconf, "rank", "peak allocated", "peak reserved", "vs rec.",
-               "fragmentation", "cudaMalloc", "fits", "PYTORCH_CUDA_ALLOC_CONF");
+        printf("\nat %lld%s%s: %d settings, best first\n%6s  %14s  %14s  %8s  %13s  %10s  %-4s  %s\n", (long long)ats[a],
+               label[0] ? ", " : "", label, nconf, "rank", "peak allocated", "peak reserved", "vs rec.", "fragmentation",
+               "cudaMalloc", "fits", "PYTORCH_CUDA_ALLOC_CONF");
       for (int k = 0; k < nconf; k++) {
         const ms_replay_result *r = &rows[order[k]];
         char lead[64], vs[16] = "-";
@@ -301,7 +480,9 @@ static void print_predictions(const ms_sweep *sw, const int64_t *ats, int nat, i
         else if (own_size) snprintf(lead, sizeof lead, "%6s", "rec."); /* one run given without its size */
         else snprintf(lead, sizeof lead, "%6lld", (long long)ats[a]);
         if (rec > 0 && order[k] != 0) snprintf(vs, sizeof vs, "%+.1f%%", 100.0 * (double)(ms_replay_worst_peak(r) - rec) / (double)rec);
-        print_row(r, lead, sweep ? vs : NULL, order[k] == 0, nchange > 1 ? (ms_change_any(&r->change) ? "changed" : "as recorded") : NULL);
+        char prog[40];
+        program_label(&r->change, prog, sizeof prog);
+        print_row(r, lead, sweep ? vs : NULL, order[k] == 0, nchange > 1 || r->change.strategy ? prog : NULL);
         over |= r->over_capacity;
       }
     }
@@ -413,7 +594,7 @@ static void print_change(const ms_predict *m, const ms_change *c, const ms_predi
 }
 
 static const char *const advice_kinds[MS_ADVICE_KINDS] = {"none", "setting", "checkpoint", "checkpoint+setting", "optimizer",
-                                                          "optimizer+checkpoint"};
+                                                          "optimizer+checkpoint", "shard"};
 
 /* A row of the advice in words: its settings and its change. */
 static void advice_text(const ms_predict *m, const ms_advice_row *r, char *out, size_t len) {
@@ -421,6 +602,9 @@ static void advice_text(const ms_predict *m, const ms_advice_row *r, char *out, 
   ms_replay_describe_config(&r->at.config, conf, sizeof conf);
   ms_change_describe(ms_predict_whatif_for(m, &r->at.change), &r->at.change, change, sizeof change);
   if (r->kind == MS_ADVICE_NONE) snprintf(out, len, "nothing (the recorded settings, %s)", conf);
+  else if (r->kind == MS_ADVICE_SHARD)
+    snprintf(out, len, "%s:%d (the fewest ranks of those --shard gives%s)", ms_shard_name(r->at.change.strategy),
+             (int)r->at.change.ranks, r->fits ? " that fit" : ": none fits");
   else if (!ms_change_any(&r->at.change)) snprintf(out, len, "PYTORCH_CUDA_ALLOC_CONF %s", conf);
   else if (r->kind == MS_ADVICE_CHECKPOINT_SETTING) snprintf(out, len, "%s, with %s", change, conf);
   else snprintf(out, len, "%s", change);
@@ -455,6 +639,10 @@ static void print_advice(const ms_predict *m, const ms_advice *adv) {
   printf("\nsmallest change that fits: %s", text);
   if (adv->searched && best->largest.at) printf("; with it the largest size that fits is %lld", (long long)best->largest.at);
   printf("\n");
+  for (int i = 0; i < adv->n; i++)
+    if (adv->row[i].kind == MS_ADVICE_SHARD && adv->row[i].fits)
+      printf("the smallest N that fits %s: %s:%d\n", cap, ms_shard_name(adv->row[i].at.change.strategy),
+             (int)adv->row[i].at.change.ranks);
 }
 
 /* Every note once: the model's, the sizes far from the recorded ones, then the replays'. */
@@ -536,13 +724,16 @@ static cJSON *json_model(const ms_predict_info *in, uint64_t card, const char *r
   return o;
 }
 
-/* The change a row makes, for its JSON: "change" (in words, "none"), "checkpointed" (the
- * instances' names), "optimizer" (null: the recorded one). */
+/* The change a row makes, for its JSON: "change" (in words, "none"), "strategy" and "ranks"
+ * (--shard's; "none" and 1), "checkpointed" (the instances' names), "optimizer" (null: the
+ * recorded one). */
 static void add_change(cJSON *j, const ms_predict *m, const ms_change *c) {
   char text[2048];
   const ms_whatif *w = ms_predict_whatif_for(m, c);
   ms_change_describe(w, c, text, sizeof text);
   cJSON_AddStringToObject(j, "change", text);
+  cJSON_AddStringToObject(j, "strategy", ms_shard_name(c->strategy));
+  cJSON_AddNumberToObject(j, "ranks", c->strategy ? c->ranks : 1);
   cJSON *list = cJSON_AddArrayToObject(j, "checkpointed");
   const ms_whatif_info *wi = w ? ms_whatif_info_of(w) : NULL;
   if (c->checkpoint > 0 && c->modules > 0 && wi) cJSON_AddStringToObject(j, "checkpoint_module", wi->name);
@@ -602,6 +793,43 @@ static cJSON *json_whatif(const ms_predict *m, const predict_args *a) {
   }
   cJSON *notes = cJSON_AddArrayToObject(o, "notes");
   for (int i = 0; i < wi->nnotes; i++) cJSON_AddItemToArray(notes, cJSON_CreateString(wi->notes[i]));
+  return o;
+}
+
+/* What sharding acts on (null: no --shard). */
+static cJSON *json_shard(const ms_predict *m, const predict_args *a) {
+  const ms_shard *h = ms_predict_shard(m);
+  if (!h) return cJSON_CreateNull();
+  const ms_shard_info *si = ms_shard_info_of(h);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "root", si->root);
+  cJSON_AddStringToObject(o, "units_rule", si->units_rule);
+  cJSON_AddNumberToObject(o, "unit_count", si->nunits);
+  cJSON *list = cJSON_AddArrayToObject(o, "units");
+  for (int i = 0; i < si->nunits && i < MS_SHARD_UNITS_SHOWN; i++) cJSON_AddItemToArray(list, cJSON_CreateString(si->unit_names[i]));
+  cJSON_AddNumberToObject(o, "parameter_blocks", (double)si->params);
+  cJSON_AddNumberToObject(o, "parameter_bytes", (double)si->param_bytes);
+  cJSON_AddNumberToObject(o, "parameter_modules", (double)si->param_modules);
+  cJSON_AddNumberToObject(o, "gradient_blocks", (double)si->grads);
+  cJSON_AddNumberToObject(o, "gradient_bytes", (double)si->grad_bytes);
+  cJSON_AddNumberToObject(o, "state_blocks", (double)si->state_blocks);
+  cJSON_AddNumberToObject(o, "state_bytes", (double)si->state_bytes);
+  cJSON_AddBoolToObject(o, "state_from_events", si->state_from_events);
+  cJSON_AddNumberToObject(o, "autocast_cast_blocks", (double)si->cast_blocks);
+  cJSON_AddNumberToObject(o, "recorded_ranks", si->recorded_ranks);
+  cJSON_AddStringToObject(o, "init", a->so.meta_init ? "meta" : "gpu");
+  cJSON_AddNumberToObject(o, "detected_ranks", si->detected_ranks);
+  int rec = a->so.recorded_bytes ? a->so.recorded_bytes : 4, orig = a->so.orig_bytes ? a->so.orig_bytes : rec;
+  int pb = a->so.param_bytes ? a->so.param_bytes : orig;
+  cJSON_AddNumberToObject(o, "recorded_element_bytes", rec);
+  cJSON_AddNumberToObject(o, "orig_element_bytes", orig);
+  cJSON_AddNumberToObject(o, "param_element_bytes", pb);
+  cJSON_AddNumberToObject(o, "reduce_element_bytes", a->so.reduce_bytes ? a->so.reduce_bytes : pb);
+  cJSON_AddNumberToObject(o, "bucket_mb", a->so.bucket_mb);
+  cJSON_AddBoolToObject(o, "gradient_as_bucket_view", a->so.bucket_view);
+  cJSON_AddNumberToObject(o, "reduce_bucket_size", (double)a->so.reduce_bucket);
+  cJSON_AddBoolToObject(o, "overlap_comm", a->so.overlap_comm);
+  cJSON_AddStringToObject(o, "left_out", "NCCL's own buffers and the communicator's workspace (outside PyTorch's allocator)");
   return o;
 }
 
@@ -709,6 +937,7 @@ static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t c
                           const ms_sweep *pred, int nconf, int nchange, const ms_sweep *fit, const ms_advice *adv) {
   cJSON *o = json_model(ms_predict_info_of(m), card, recorded_line), *list = cJSON_AddArrayToObject(o, "predictions");
   cJSON_AddItemToObject(o, "what_if", json_whatif(m, a));
+  cJSON_AddItemToObject(o, "shard", json_shard(m, a));
   for (int at = 0; pred && at < a->nat; at++)
     for (int h = 0; h < nchange; h++) {
       const ms_replay_result *rows = &pred->results[(at * nchange + h) * nconf];
@@ -759,11 +988,12 @@ static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t c
 
 /* ---- the answer, as a page ---------------------------------------------------------------- */
 
-#define PAGE_MAX (MAX_AT + 1) /* histories drawn: one per size, or the advice's two */
+#define PAGE_MAX 48 /* histories drawn: one per size (with --shard one per size, strategy and N), or the advice's two */
 
 /* The page (--html): the base run's memory over time above each history the answer is about,
  * replayed again in this process to draw it (engine.c's timeline), on the device whose peaks the
- * answer gives. Which histories: each --at size as changed, under the first setting (the recorded
+ * answer gives. Which histories: each --at size as changed (with --shard: as recorded, then rank
+ * 0's under each strategy and N), under the first setting (the recorded
  * ones with --set over them); with --advise, the size as recorded and with the smallest change
  * that fits; with only a card, the largest size that fits under its best setting. 0, or 1. */
 static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer, int nconf, int nchange, const ms_sweep *pred, const ms_sweep *fit, const ms_advice *adv) {
@@ -772,10 +1002,15 @@ static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer,
   const char *why[PAGE_MAX];
   char whys[PAGE_MAX][64];
   int n = 0;
-  for (int k = 0; pred && k < a->nat; k++, n++) {
-    rows[n] = &pred->results[(k * nchange + nchange - 1) * nconf]; /* by row: the first setting, the change */
-    snprintf(whys[n], sizeof whys[n], "--at %lld", (long long)a->at[k]);
-    why[n] = whys[n];
+  for (int k = 0; pred && k < a->nat; k++) {
+    /* by row: the first setting, the change; with --shard each strategy and N, the program on one GPU above them */
+    for (int h = a->nshards ? 0 : nchange - 1; h < nchange && n < PAGE_MAX - 2; h++, n++) {
+      rows[n] = &pred->results[(k * nchange + h) * nconf];
+      char prog[40] = "";
+      if (a->nshards) program_label(&rows[n]->change, prog, sizeof prog);
+      snprintf(whys[n], sizeof whys[n], "--at %lld%s%s", (long long)a->at[k], prog[0] ? ", " : "", prog);
+      why[n] = whys[n];
+    }
   }
   for (int i = 0; adv && i < adv->n; i++) /* the size as recorded, then the smallest change that fits */
     if (adv->row[i].kind == MS_ADVICE_NONE) rows[n] = &adv->row[i].at, why[n++] = "--advise: the size as recorded";
@@ -865,7 +1100,12 @@ static int cmd_predict(int argc, char **argv) {
     goto cleanup;
   }
   bool progress = isatty(2);
-  ms_predict_options po = {a.checkpoint, a.ncheckpoint, a.change.optimizer != MS_OPT_KEEP || a.advise, a.advise, progress};
+  a.so.units = a.units, a.so.nunits = a.nunits;
+  if (a.so.bucket_mb <= 0) a.so.bucket_mb = 25;
+  if (a.so.reduce_bucket <= 0) a.so.reduce_bucket = 500000000;
+  if (a.so.allgather_bucket <= 0) a.so.allgather_bucket = 500000000;
+  ms_predict_options po = {a.checkpoint, a.ncheckpoint, a.change.optimizer != MS_OPT_KEEP || a.advise, a.advise, progress,
+                           a.nshards ? &a.so : NULL};
   m = ms_predict_new(a.runs, a.nruns, &po, err, sizeof err);
   if (!m) {
     fprintf(stderr, "error: %s\n", err);
@@ -902,12 +1142,17 @@ static int cmd_predict(int argc, char **argv) {
   }
   ms_rows_options o = {a.jobs, 0, progress ? "predict: replays" : NULL};
   bool changed = ms_change_any(&a.change);
-  ms_change changes[2] = {{0, 0, MS_OPT_KEEP, 0}, a.change};
+  ms_change changes[1 + MAX_SHARDS] = {{0, 0, MS_OPT_KEEP, 0, MS_SHARD_NONE, 0}, a.change};
   int nchange = changed && !a.sweep ? 2 : 1; /* without the sweep: as recorded beside the change */
   const ms_change *row_changes = nchange == 2 ? changes : &changes[1];
+  for (int i = 0; i < a.nshards; i++) { /* each strategy and N, with the change */
+    changes[1 + i] = a.change;
+    changes[1 + i].strategy = a.shard[i].strategy, changes[1 + i].ranks = a.shard[i].ranks;
+  }
+  if (a.nshards) nchange = a.sweep ? a.nshards : 1 + a.nshards, row_changes = a.sweep ? &changes[1] : changes;
   if (a.advise) {
     o.progress = progress ? "predict: changes tried" : NULL;
-    if (ms_advise(m, a.at[0], &configs[0], &o, &adv, err, sizeof err) != 0) {
+    if (ms_advise_shards(m, a.at[0], &configs[0], a.shard, a.nshards, &o, &adv, err, sizeof err) != 0) {
       fprintf(stderr, "error: predict: %s\n", err);
       rc = 1;
       goto cleanup;
@@ -921,7 +1166,7 @@ static int cmd_predict(int argc, char **argv) {
     }
     have_pred = a.nat > 0;
     o.progress = progress ? "predict: settings searched" : NULL;
-    if (a.card_option && !a.one_run && ms_predict_capacity(m, &a.change, configs, nconf, &o, &fit, err, sizeof err) != 0) {
+    if (a.card_option && !a.one_run && ms_predict_capacity(m, a.nshards ? &changes[1] : &a.change, configs, nconf, &o, &fit, err, sizeof err) != 0) {
       fprintf(stderr, "error: predict: %s\n", err);
       rc = 1;
       goto cleanup;
@@ -951,7 +1196,9 @@ static int cmd_predict(int argc, char **argv) {
   } else {
     print_model(in, card, a.base.capacity != 0, rec, a.size_given);
     print_change(m, &a.change, in, &a);
+    print_shard(m, &a);
     if (have_pred) print_predictions(&pred, a.at, a.nat, nconf, nchange, a.one_run && !a.size_given);
+    if (have_pred && a.nshards && a.card_option) print_smallest_n(&pred, &a, nconf, nchange);
     if (have_fit) print_capacity(&fit, a.base.capacity);
     if (have_adv) print_advice(m, &adv);
     external_note();
@@ -975,7 +1222,8 @@ cleanup:
 const ms_command ms_predict_command = {"predict", cmd_predict,
      "memsnap predict A.db=SIZE B.db=SIZE [C.db=SIZE] [--at N]... [--capacity SIZE | --device CARD]\n"
      "                [--set KEY=VALUE]... [--sweep [--jobs N]] [--checkpoint MODULES]... [--optimizer NAME]\n"
-     "                [--advise] [--json | --html OUT.html]\n"
+     "                [--advise] [--shard STRATEGY:N[,N]...]... [--units PATTERNS] [--param-dtype DTYPE]\n"
+     "                [--reduce-dtype DTYPE] [--recorded-shard fsdp2:N] [--json | --html OUT.html]\n"
      "                            peaks at sizes not run (batch, sequence length) from runs at two or\n"
      "                            three, and the largest size that fits a card; as if modules were\n"
      "                            checkpointed or another optimizer used (one run: at its own size);\n"
@@ -999,6 +1247,19 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  --advise            with one --at N and a card: the smallest changes that make N fit (settings,\n"
      "                      the fewest instances checkpointed of the modules it finds, or of those\n"
      "                      --checkpoint names; lighter optimizers), and the largest size with each\n"
+     "  --shard STRATEGY:N  rank 0's peaks under data parallelism over N ranks: fsdp2, ddp, zero1,\n"
+     "                      zero2, zero3 (a list: fsdp2:2,4,8; repeatable), from the one-GPU run's\n"
+     "                      parameter, gradient, state and module events\n"
+     "  --units PATTERNS    FSDP2's units beside the root (classes, GPT2Block, or module paths; default:\n"
+     "                      each instance of the repeated block)\n"
+     "  --param-dtype D, --reduce-dtype D  FSDP2's MixedPrecisionPolicy: fp32, bf16, fp16\n"
+     "  --recorded-dtype D  the recorded parameters' dtype (fp32)\n"
+     "  --orig-dtype D      FSDP2's sharded parameters' dtype (the model's at fully_shard; default: recorded)\n"
+     "  --shard-init gpu|meta  the model made on the GPU then sharded (gpu, default), or on the meta\n"
+     "                      device, sharded, then materialised (meta: no full parameters at set-up)\n"
+     "  --bucket-mb MB, --bucket-view  DDP's bucket_cap_mb (25), gradient_as_bucket_view\n"
+     "  --reduce-bucket-size N, --allgather-bucket-size N, --overlap-comm  DeepSpeed ZeRO's\n"
+     "  --recorded-shard fsdp2:N  the run was FSDP2's at N: predict --shard fsdp2:M from it\n"
      "  --json              the answer as JSON (docs/predict.md)\n"
      "  --html OUT.html     the answer as a self-contained page: its table above the recorded run's\n"
      "                      memory over time and, one above the other on the same scale, each\n"

@@ -10,7 +10,9 @@
  * parameter), alone and with the fewest checkpointed instances of each set. Each candidate is
  * one row on the sweep's workers (a bisection's replays run in its row), then, with more than one
  * run, a second set of rows searches the largest size that fits with each (predict.c's search). The bisection assumes that checkpointing one more
- * instance never raises the peak, as freeing what a forward saved does not.
+ * instance never raises the peak, as freeing what a forward saved does not. With --shard's
+ * strategies (ms_advise_shards), each strategy is one more candidate, the last kind: its Ns tried
+ * from the fewest ranks up, the first that fits kept.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -31,6 +33,8 @@ typedef struct advise_ctx {
   const candidate *cand;
   const ms_advice_row *rows; /* the second set: the changes the first found */
   int64_t at;
+  const ms_change *shards;   /* --shard's strategies and Ns */
+  int nshards;
 } advise_ctx;
 
 /* The module instances a change may checkpoint (those of the modules its `modules` names). */
@@ -45,6 +49,19 @@ static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   const advise_ctx *x = arg;
   const candidate *k = &x->cand[row];
   ms_change ch = k->change;
+  if (k->kind == MS_ADVICE_SHARD) { /* the fewest ranks given that fit: the Ns from the smallest up */
+    int32_t tried = 0;
+    for (;;) {
+      int32_t next = 0;
+      for (int i = 0; i < x->nshards; i++)
+        if (x->shards[i].strategy == ch.strategy && x->shards[i].ranks > tried && (!next || x->shards[i].ranks < next))
+          next = x->shards[i].ranks;
+      if (!next) return 0;
+      ch.ranks = tried = next;
+      int rc = ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
+      if (rc != 0 || ms_replay_fits(r)) return rc;
+    }
+  }
   if (!k->fewest) return ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
   int ninstances = instances_of(x->m, &ch);
   ch.checkpoint = ninstances;
@@ -76,6 +93,7 @@ static int cmp_row(const void *a, const void *b) {
   if (x->fits != y->fits) return x->fits ? -1 : 1;
   if (x->kind != y->kind) return x->kind - y->kind;
   if (x->at.change.checkpoint != y->at.change.checkpoint) return x->at.change.checkpoint < y->at.change.checkpoint ? -1 : 1;
+  if (x->at.change.ranks != y->at.change.ranks) return x->at.change.ranks < y->at.change.ranks ? -1 : 1;
   if (x->largest.at != y->largest.at) return x->largest.at > y->largest.at ? -1 : 1;
   int64_t px = ms_replay_worst_peak(&x->at), py = ms_replay_worst_peak(&y->at);
   if (px != py) return px < py ? -1 : 1;
@@ -84,6 +102,11 @@ static int cmp_row(const void *a, const void *b) {
 
 int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
               size_t errlen) {
+  return ms_advise_shards(m, at, base, NULL, 0, o, out, err, errlen);
+}
+
+int ms_advise_shards(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_change *shards, int nshards,
+                     const ms_rows_options *o, ms_advice *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   out->at = at;
   out->best = -1;
@@ -103,7 +126,7 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
   }
   int ngrid = ms_replay_grid(p, base, grid, err, errlen);
   if (ngrid < 0) goto cleanup;
-  const ms_change none = {0, 0, MS_OPT_KEEP, 0};
+  const ms_change none = {0, 0, MS_OPT_KEEP, 0, MS_SHARD_NONE, 0};
   for (int i = 0; i < ngrid; i++) cand[n++] = (candidate){i ? MS_ADVICE_SETTING : MS_ADVICE_NONE, grid[i], none, false};
   /* the modules whose instances may be checkpointed: those --checkpoint names (0), or those found
      and tried (1, 2, ...) */
@@ -117,7 +140,7 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
   ms_replay_config expandable = grid[0];
   ms_replay_config_set(&expandable, "expandable_segments", "True", NULL, 0);
   for (int k = 0; k < nsets; k++) {
-    ms_change ch = {0, sets[k], MS_OPT_KEEP, 0};
+    ms_change ch = {0, sets[k], MS_OPT_KEEP, 0, MS_SHARD_NONE, 0};
     cand[n++] = (candidate){MS_ADVICE_CHECKPOINT, grid[0], ch, true};
     cand[n++] = (candidate){MS_ADVICE_CHECKPOINT_SETTING, expandable, ch, true};
   }
@@ -126,7 +149,7 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
     static const int lighter_than[] = {1, 2, 1}; /* the recorded state tensors per parameter each is lighter than */
     for (int i = 0; i < 3; i++) {
       if (in->tensors_per_param < lighter_than[i]) continue;
-      ms_change ch = {0, 0, lighter[i], 0};
+      ms_change ch = {0, 0, lighter[i], 0, MS_SHARD_NONE, 0};
       cand[n++] = (candidate){MS_ADVICE_OPTIMIZER, grid[0], ch, false};
       for (int k = 0; k < nsets; k++) {
         ch.modules = sets[k];
@@ -134,13 +157,19 @@ int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_
       }
     }
   }
+  for (int s = MS_SHARD_FSDP2; s < MS_SHARDS && n < MS_ADVICE_MAX; s++) { /* each strategy given, once */
+    int32_t most = 0;
+    for (int i = 0; i < nshards; i++)
+      if (shards[i].strategy == s && shards[i].ranks > most) most = shards[i].ranks;
+    if (most) cand[n++] = (candidate){MS_ADVICE_SHARD, grid[0], {0, 0, MS_OPT_KEEP, 0, s, most}, false};
+  }
   ms_replay_config *configs = malloc(sizeof *configs * (size_t)n);
   if (!configs) {
     snprintf(err, errlen, "out of memory");
     goto cleanup;
   }
   for (int i = 0; i < n; i++) configs[i] = cand[i].config;
-  advise_ctx x = {m, cand, NULL, at};
+  advise_ctx x = {m, cand, NULL, at, shards, nshards};
   ms_rows_options ro = o ? *o : (ms_rows_options){0};
   if (ms_replay_rows(ms_predict_base(m), p, configs, n, at_row, &x, &ro, &first, err, errlen) != 0) {
     free(configs);

@@ -37,6 +37,7 @@
 struct ms_predict {
   ms_predict_info info;
   ms_whatif *whatif; /* what a change to the program acts on (NULL: none asked) */
+  ms_shard *shard;   /* what sharding acts on (NULL: none asked) */
   ms_candidates found; /* the modules advise may checkpoint, when none is named (find_modules) */
   bool finding;
   ms_change current; /* the change being synthesised */
@@ -137,7 +138,7 @@ static int64_t law_size(void *arg, size_t k) {
 /* The history at m->at, as if the program had changed by m->current (whatif.c makes it). */
 static int synth_each(ms_snapshot *s, void *arg, int (*fn)(const ms_event *e, void *fnarg), void *fnarg) {
   ms_predict *m = arg;
-  return ms_whatif_each(ms_predict_whatif_for(m, &m->current), &m->current, s, law_size, m, &m->dropped, fn, fnarg);
+  return ms_shard_each(m->shard, ms_predict_whatif_for(m, &m->current), &m->current, s, law_size, m, &m->dropped, fn, fnarg);
 }
 
 /* ---- reading and aligning the runs -------------------------------------------------------- */
@@ -311,6 +312,10 @@ ms_predict *ms_predict_new(const ms_predict_input *inputs, int n, const ms_predi
       goto cleanup;
     m->finding = find;
   }
+  if (opt->shard) {
+    if (progress) fprintf(stderr, "\rpredict: finding what sharding acts on%40s", "");
+    if (!(m->shard = ms_shard_new(&m->base, opt->shard, err, errlen))) goto cleanup;
+  }
   ms_replay_plan_set_source(m->plan, synth_each, m);
 
   /* what to know about the runs */
@@ -360,6 +365,7 @@ cleanup:
 void ms_predict_free(ms_predict *m) {
   if (!m) return;
   ms_whatif_free(m->whatif);
+  ms_shard_free(m->shard);
   ms_candidates_free(&m->found);
   ms_replay_plan_free(m->plan);
   if (m->base_open) ms_close(&m->base);
@@ -369,6 +375,7 @@ void ms_predict_free(ms_predict *m) {
 
 const ms_predict_info *ms_predict_info_of(const ms_predict *m) { return &m->info; }
 const ms_whatif *ms_predict_whatif(const ms_predict *m) { return m->whatif; }
+const ms_shard *ms_predict_shard(const ms_predict *m) { return m->shard; }
 const ms_whatif *ms_predict_whatif_for(const ms_predict *m, const ms_change *c) {
   return c && c->modules > 0 && c->modules <= m->found.ntried ? m->found.tried[c->modules - 1] : m->whatif;
 }

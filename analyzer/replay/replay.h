@@ -64,6 +64,8 @@ typedef struct ms_replay_device {
 
 /* A change to the program that a synthesised history is made as (whatif.c; predict.c replays
  * it): some module calls' forwards checkpointed, another optimizer. Flat: rows carry it. */
+enum { MS_SHARD_NONE, MS_SHARD_FSDP2, MS_SHARD_DDP, MS_SHARD_ZERO1, MS_SHARD_ZERO2, MS_SHARD_ZERO3, MS_SHARDS };
+#define MS_SHARD_MAX_RANKS 65536
 enum {
   MS_OPT_KEEP, /* the recorded optimizer */
   MS_OPT_SGD, MS_OPT_SGD_MOMENTUM, MS_OPT_ADAM, MS_OPT_ADAMW, MS_OPT_ADAGRAD, MS_OPT_RMSPROP, MS_OPT_ADAFACTOR,
@@ -77,6 +79,8 @@ typedef struct ms_change {
                              tried of those it found (ms_predict_candidates' tried) */
   int32_t optimizer;      /* MS_OPT_* (MS_OPT_KEEP: as recorded) */
   double optimizer_bytes; /* MS_OPT_BYTES: the state's bytes per parameter */
+  int32_t strategy;       /* MS_SHARD_* (MS_SHARD_NONE: one GPU, as recorded; shard.c) */
+  int32_t ranks;          /* with a strategy: the ranks it shards over (1 to MS_SHARD_MAX_RANKS) */
 } ms_change;
 
 /* What one replay found: flat (no pointers), so that sweep workers can hand it back through
@@ -319,6 +323,10 @@ typedef struct ms_whatif ms_whatif;
 int ms_optimizer_parse(const char *text, int32_t *opt, double *bytes);
 /* The optimizer's name as --optimizer takes it ("8B" for MS_OPT_BYTES) into out[len]. */
 void ms_optimizer_name(int32_t opt, double bytes, char *out, size_t len);
+/* The sharding strategy named `name` (fsdp2, ddp, zero1, zero2, zero3): MS_SHARD_*, or -1. */
+int ms_shard_strategy(const char *name);
+/* The strategy's name ("none" for MS_SHARD_NONE). */
+const char *ms_shard_name(int32_t strategy);
 /* The change in words ("checkpoint 4 of 12 module instances (GPT2Block #1, ...), optimizer sgd";
  * "none") into out[len]; w may be NULL (no names). */
 void ms_change_describe(const ms_whatif *w, const ms_change *c, char *out, size_t len);
@@ -358,6 +366,63 @@ typedef int64_t (*ms_whatif_size_fn)(void *arg, size_t k);
  * or -1 with s->error set, also when out of host memory). */
 int ms_whatif_each(const ms_whatif *w, const ms_change *c, ms_snapshot *s, ms_whatif_size_fn size, void *size_arg,
                    int64_t *dropped, int (*fn)(const ms_event *e, void *fnarg), void *fnarg);
+
+/* A module path's group into out[len]: each part's trailing digits made one '*'
+ * ("GPT2LMHeadModel.transformer.h.3" -> "GPT2LMHeadModel.transformer.h.*"). */
+void ms_whatif_path_group(const char *path, char *out, size_t len);
+
+/* ---- the program sharded over N ranks (shard.c) -------------------------------------------- */
+
+/* What --shard's options say beside the strategy and N (docs/predict.md, "Sharded: --shard"). */
+typedef struct ms_shard_options {
+  const char *const *units; /* the modules sharded as units (--units; NULL: the root and each repeated block) */
+  int nunits;
+  int param_bytes, reduce_bytes; /* element bytes of MixedPrecisionPolicy's param_dtype and reduce_dtype (0: as recorded) */
+  int recorded_bytes;            /* element bytes of the recorded parameters (4: fp32) */
+  int orig_bytes;                /* of FSDP2's sharded parameters, optimizer state and gradients (the model's dtype when
+                                    fully_shard was called; 0: the recorded dtype) */
+  double bucket_mb;              /* DDP's bucket_cap_mb (25) */
+  bool bucket_view;              /* DDP's gradient_as_bucket_view */
+  int64_t reduce_bucket, allgather_bucket; /* DeepSpeed's reduce_bucket_size, allgather_bucket_size (elements) */
+  bool overlap_comm;             /* DeepSpeed's overlap_comm: two reduce buckets */
+  int32_t recorded_ranks;        /* the recording is of rank 0 of an FSDP2 run at this N (0: unsharded) */
+  bool meta_init;                /* the model made on the meta device, sharded, then materialised (--shard-init meta):
+                                    no full parameters at set-up */
+} ms_shard_options;
+
+#define MS_SHARD_UNITS_SHOWN 8
+typedef struct ms_shard_info {
+  char root[256];                 /* the root module's class, as the events' paths begin */
+  int nunits;                     /* FSDP2's units: the root and those chosen */
+  char units_rule[512];           /* how they were chosen, in words */
+  char unit_names[MS_SHARD_UNITS_SHOWN][256]; /* the first ones' paths (neutralised) */
+  int64_t params, param_bytes;    /* the parameters' blocks (tensor events of role 1) */
+  int64_t grads, grad_bytes;      /* gradients' blocks seen (role 2) */
+  int64_t state_blocks, state_bytes, temp_blocks; /* the optimizer's state and its temporaries */
+  int64_t param_modules;          /* modules owning parameters (ZeRO-3's units) */
+  bool state_from_events;         /* state told by tensor events of role 3 (else: made in a step, outliving it) */
+  int64_t module_events, backward_passes, steps;
+  bool looks_sharded;             /* several gradient tensors in one block: FSDP2's flat sharded gradients */
+  int32_t detected_ranks;         /* a sharded recording: the N its all-gather outputs say it ran at (0: not told) */
+  int32_t recorded_ranks;         /* the N it is taken to have run at (--recorded-shard, else detected_ranks) */
+  int64_t cast_blocks;            /* with a param dtype: autocast's casts found (left out under FSDP2) */
+} ms_shard_info;
+
+typedef struct ms_shard ms_shard;
+
+/* Reads s's history (opened) once for what sharding acts on: the parameters (tensor events of role
+ * 1, by their modules' paths), gradients (role 2), the optimizer's state (role 3, else made in a
+ * step and outliving it) and temporaries, the units' module events, backward passes. Returns it,
+ * or NULL with err set (no parameter events: what is missing; a --units pattern that matches no
+ * module; unreadable; out of memory). */
+ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, size_t errlen);
+void ms_shard_free(ms_shard *h);
+const ms_shard_info *ms_shard_info_of(const ms_shard *h);
+/* Calls fn with rank 0's events of s's history sharded as c says (c->strategy, c->ranks), over
+ * what ms_whatif_each makes of it (w, c, size: checkpointing, another optimizer, a size's laws).
+ * Returns what ms_whatif_each returns. */
+int ms_shard_each(const ms_shard *h, const ms_whatif *w, const ms_change *c, ms_snapshot *s, ms_whatif_size_fn size,
+                  void *size_arg, int64_t *dropped, int (*fn)(const ms_event *e, void *fnarg), void *fnarg);
 
 /* ---- the modules advise may checkpoint when none is named (candidates.c) ------------------ */
 
@@ -440,6 +505,7 @@ typedef struct ms_predict_options {
   bool optimizer; /* find the optimizer's state, so that another optimizer may replace it */
   bool find_modules; /* without patterns: find the modules that could be checkpointed (candidates.c) */
   bool progress;  /* what it reads, on stderr */
+  const ms_shard_options *shard; /* read what sharding acts on (shard.c; NULL: none) */
 } ms_predict_options;
 /* Reads the runs inputs[0..n) (one to three, distinct sizes; one: its history as recorded, for a
  * change to the program at its own size), aligns them with the one at the largest size and makes
@@ -453,6 +519,8 @@ const ms_predict_info *ms_predict_info_of(const ms_predict *m);
 const ms_whatif *ms_predict_whatif(const ms_predict *m);
 /* What change c acts on: the reading of the modules its `modules` names (ms_predict_whatif for 0). */
 const ms_whatif *ms_predict_whatif_for(const ms_predict *m, const ms_change *c);
+/* What sharding acts on (NULL when none was asked for). */
+const ms_shard *ms_predict_shard(const ms_predict *m);
 /* The modules found to checkpoint (find_modules; NULL when none was asked for). */
 const ms_candidates *ms_predict_candidates(const ms_predict *m);
 /* The base's snapshot (opened, stacks loaded): what rows replay. */
@@ -500,8 +568,8 @@ int ms_predict_capacity(ms_predict *m, const ms_change *change, const ms_replay_
 
 /* The kinds of change advise.c tries, smallest first. */
 enum { MS_ADVICE_NONE, MS_ADVICE_SETTING, MS_ADVICE_CHECKPOINT, MS_ADVICE_CHECKPOINT_SETTING, MS_ADVICE_OPTIMIZER,
-       MS_ADVICE_OPTIMIZER_CHECKPOINT, MS_ADVICE_KINDS };
-#define MS_ADVICE_MAX 64 /* 20 settings, 3 optimizers, 5 rows for each set of modules (4 at most) */
+       MS_ADVICE_OPTIMIZER_CHECKPOINT, MS_ADVICE_SHARD, MS_ADVICE_KINDS };
+#define MS_ADVICE_MAX 64 /* 20 settings, 3 optimizers, 5 rows for each set of modules (4 at most), 5 strategies */
 
 typedef struct ms_advice_row {
   int kind;                 /* MS_ADVICE_* */
@@ -529,6 +597,10 @@ typedef struct ms_advice {
  * optimizer's reading. 0, or -1 with err set. */
 int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
               size_t errlen);
+/* ms_advise, and, for each strategy of shards[0..nshards) (--shard's, made with m's shard
+ * reading), the smallest of its Ns that fits (MS_ADVICE_SHARD: the most ranks given when none does). */
+int ms_advise_shards(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_change *shards, int nshards,
+                     const ms_rows_options *o, ms_advice *out, char *err, size_t errlen);
 void ms_advice_free(ms_advice *a);
 
 /* ---- suggestions for the analysis (suggest.c) ------------------------------------------- */

@@ -177,7 +177,21 @@ void ms_optimizer_name(int32_t opt, double bytes, char *out, size_t len) {
   else snprintf(out, len, "%s", opt >= 0 && opt < MS_OPTIMIZERS ? optimizers[opt].name : "?");
 }
 
-bool ms_change_any(const ms_change *c) { return c && (c->checkpoint > 0 || c->optimizer != MS_OPT_KEEP); }
+int ms_shard_strategy(const char *name) {
+  static const char *const names[] = {"fsdp2", "ddp", "zero1", "zero2", "zero3"};
+  for (int i = 0; i < 5; i++)
+    if (!strcmp(name, names[i])) return i + 1;
+  return -1;
+}
+
+const char *ms_shard_name(int32_t strategy) {
+  static const char *const names[MS_SHARDS] = {"none", "fsdp2", "ddp", "zero1", "zero2", "zero3"};
+  return strategy >= 0 && strategy < MS_SHARDS ? names[strategy] : "?";
+}
+
+bool ms_change_any(const ms_change *c) {
+  return c && (c->checkpoint > 0 || c->optimizer != MS_OPT_KEEP || c->strategy != MS_SHARD_NONE);
+}
 
 void ms_change_describe(const ms_whatif *w, const ms_change *c, char *out, size_t len) {
   size_t o = 0;
@@ -201,8 +215,10 @@ void ms_change_describe(const ms_whatif *w, const ms_change *c, char *out, size_
   if (c->optimizer != MS_OPT_KEEP && o < len) {
     char name[32];
     ms_optimizer_name(c->optimizer, c->optimizer_bytes, name, sizeof name);
-    snprintf(out + o, len - o, "%soptimizer %s", o ? ", " : "", name);
+    o += (size_t)snprintf(out + o, len - o, "%soptimizer %s", o ? ", " : "", name);
   }
+  if (c->strategy != MS_SHARD_NONE && o < len)
+    snprintf(out + o, len - o, "%s%s:%d (rank 0)", o ? ", " : "", ms_shard_name(c->strategy), (int)c->ranks);
 }
 
 /* x rounded to the nearest integer (x >= 0; no libm in the CLI). */
@@ -904,7 +920,7 @@ static int finish_optimizer(build *b) {
  * ("GPT2LMHeadModel.transformer.h.3" -> "GPT2LMHeadModel.transformer.h.*", "ResNet.layer1.0" ->
  * "ResNet.layer*.*"): paths that differ only there (a ModuleList's blocks, a model's stages) are
  * one module. */
-static void path_group(const char *path, char *out, size_t len) {
+void ms_whatif_path_group(const char *path, char *out, size_t len) {
   size_t o = 0;
   for (const char *p = path; *p;) {
     const char *end = strchr(p, '.');
@@ -947,7 +963,7 @@ static bool nameable(const char *name, size_t max) {
 }
 
 /* The modules whose calls could be checkpointed: with module events, their forward-begins
- * events' paths grouped (path_group), the root left out; else the classes of the Python frames
+ * events' paths grouped (ms_whatif_path_group), the root left out; else the classes of the Python frames
  * CLASS.forward in the stacks of forward allocations (no qualified names: "Outer.Inner"). 0, or -1. */
 static int find_modules(build *b) {
   ms_whatif *w = b->w;
@@ -956,7 +972,7 @@ static int find_modules(build *b) {
     for (size_t id = 1; id < b->nlabel; id++) {
       const char *path = b->label[id], *dot = path ? strchr(path, '.') : NULL;
       if (!b->label_fwd[id] || !dot || !nameable(path, sizeof group - 8)) continue;
-      path_group(path, group, sizeof group);
+      ms_whatif_path_group(path, group, sizeof group);
       if (add_found(w, group, strchr(group, '.') + 1, true) != 0) return -1;
     }
     return 0;

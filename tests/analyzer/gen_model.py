@@ -10,6 +10,16 @@ the replay of the changed program's snapshot, computed independently.
 
   python3 gen_model.py OUT.db --batch B [--steps S] [--layers L] [--checkpoint all|none|I,J,...]
       [--optimizer adamw|sgd|sgd-momentum] [--events] [--gelu-fn] [--capacity BYTES] [--root CLASS]
+      [--params [--autocast] [--keep-grads]]
+
+--params (with --events) also tells the parameters (tensor events of role 1 at the first forward,
+labelled Model.blocks.I.attn, Model.blocks.I.mlp, Model.head) and the gradients (role 2 at each
+step's beginning), records the root's module events (Model), and runs zero_grad(set_to_none=True):
+the gradients are made in every backward and freed after each step, as PyTorch's default does
+(`memsnap predict --shard`'s tests, tests/analyzer/test_predict_shard.sh). --autocast adds what
+torch.autocast does to a block's parameters: a bf16 copy of each made in its forward, saved for its
+backward and freed there; --keep-grads makes the gradients once and keeps them
+(zero_grad(set_to_none=False)).
 
 Stacks: Python frames (Block.forward in model.py, Model.forward, main in train.py; AdamW.step
 and _init_group in torch/optim/adamw.py; Linear.__init__ in torch/nn/modules/linear.py) and
@@ -97,6 +107,9 @@ class Program:
         self.ev(FREE_REQ, addr, size, size, None, stack)
         self.ev(FREE_DONE, addr, size, size, None, stack)
 
+    def module_root(self, what):
+        self.ev(MODULE, 0, what, 0, self.label(self.a.root), 0, None)
+
     def module(self, path, what):
         if self.a.events:
             self.ev(MODULE, 0, what, 0, self.label(self.a.root + "." + path), 0, None)
@@ -138,7 +151,13 @@ def generate(a):
     params.append(p.alloc(1000 * H * 4, param_stack))
     grads, state = {}, []
     loss = None
+    owner = lambda k: p.label(a.root + (".head" if k == len(params) - 1 else ".blocks.%d.%s" % (k // 3, "attn" if k % 3 == 0 else "mlp")))
     for step in range(a.steps):
+        if a.params:
+            p.module_root(0)
+        if a.params and step == 0:
+            for k, addr in enumerate(params):
+                p.ev(TENSOR, addr, p.live[addr], 1, owner(k), 0, 0)
         if loss is not None:
             p.free(loss, p.stack(*head(14)))  # the loop rebinds it
         tok = B * T
@@ -177,8 +196,11 @@ def generate(a):
                     p.free(s[name], p.stack(*blk(24)))
             return s, out
 
+        casts = []
         for i in range(L):
             p.module("blocks.%d" % i, 0)
+            if a.autocast:
+                casts.append([p.alloc(p.live[params[3 * i + j]] // 2, p.stack(op("at::_to_copy"), *blk(21)[1:])) for j in range(3)])
             s, out = forward(i, inp, drop=i in ckpt)
             if i in ckpt:  # checkpointed: it saved nothing
                 s = None
@@ -187,16 +209,20 @@ def generate(a):
             outs.append(out)
             inp = out
         f1 = p.alloc(tok * H * 4, p.stack(*head(12)))
+        if a.params:
+            p.module_root(1)
         logits = p.alloc(tok * 1000 * 4, p.stack(*head(13)))
         loss = p.alloc(4, p.stack(*head(13)))
         # backward
         if a.events:
             p.ev(BACKWARD, 0, 0, 0, None, p.stack(main(7)), None)
+        if a.params:
+            p.module_root(2)
         g_logits = p.alloc(tok * 1000 * 4, bw)
         p.free(logits, bw)
         g = p.alloc(tok * H * 4, bw)
         p.free(g_logits, bw)
-        if step == 0:
+        if step == 0 or (a.params and not a.keep_grads):
             grads[len(params) - 1] = p.alloc(1000 * H * 4, acc)
         p.free(outs[L - 1], bw)  # ln_f's saved input: the last block's output
         p.free(f1, bw)
@@ -208,7 +234,7 @@ def generate(a):
             else:
                 out_again = None
             g2 = p.alloc(tok * H * 16, bw)
-            if step == 0:
+            if step == 0 or (a.params and not a.keep_grads):
                 for j in range(3):
                     grads[3 * i + j] = p.alloc([H * H * 4 + 4096 * i, H * 4 * H * 4, H * 4][j], acc)
             for name in ["m2", "m1", "r1", "scores", "q"]:
@@ -222,13 +248,20 @@ def generate(a):
             p.free(s["mean"], bw)
             if out_again is not None:
                 p.free(out_again, bw)
+            for c in casts[i] if a.autocast else []:
+                p.free(c, bw)
             p.module("blocks.%d" % i, 3)
         p.free(g, bw)
+        if a.params:
+            p.module_root(3)
         if a.events:
             p.ev(BACKWARD, 0, 1, 0, None, p.stack(main(7)), None)
         # the optimizer's step
         if a.events:
             p.ev(STEP, 0, 1, 0, p.label(opt_cls), 0, None)
+        if a.params:
+            for k in range(len(params)):
+                p.ev(TENSOR, grads[k], p.live[grads[k]], 2, owner(k), 0, 0)
         if step == 0:
             n = {"adamw": 2, "sgd": 0, "sgd-momentum": 1}[a.optimizer]
             for k in range(len(params)):
@@ -244,6 +277,9 @@ def generate(a):
                 p.free(t, opt_temp)
         if a.events:
             p.ev(STEP, 0, 2, 0, p.label(opt_cls), 0, None)
+        if a.params and not a.keep_grads:  # zero_grad(set_to_none=True)
+            for k in range(len(params)):
+                p.free(grads.pop(k), p.stack(main(9)))
     p.free(loss, p.stack(*head(14)))
     for addr in list(grads.values()) + state + params:
         p.free(addr, p.stack(main(9)))
@@ -285,6 +321,9 @@ def main():
     ap.add_argument("--gelu-fn", action="store_true")
     ap.add_argument("--capacity", type=int, default=8 << 30)
     ap.add_argument("--root", default="Model", help="the root module's class in the module events' paths (no dot)")
+    ap.add_argument("--params", action="store_true", help="parameter and gradient events, the root's module events, zero_grad")
+    ap.add_argument("--autocast", action="store_true", help="with --params: bf16 copies of each block's parameters, as autocast makes")
+    ap.add_argument("--keep-grads", action="store_true", help="with --params: zero_grad(set_to_none=False), the gradients made once")
     a = ap.parse_args()
     p = generate(a)
     write(p, a.out, a.capacity)
