@@ -27,16 +27,18 @@ DATA = os.path.join(ROOT, "tests", "data", "shard")
 RESULTS = os.path.join(ROOT, "tests", "gpu", "results")
 GiB = float(1 << 30)
 
-# (what, recording, predict's extra arguments, strategy, ranks, native run's name)
+# (what, recording, predict's extra arguments, strategy, ranks, native run's name). shard_train.py's
+# FSDP2 programs make their model on the meta device and fully_shard it there (--shard-init meta:
+# each parameter's allocation is its shard's); its DDP programs make theirs on the GPU.
+META = ["--shard-init", "meta"]
+BF16 = ["--param-dtype", "bf16", "--reduce-dtype", "fp32"]
 CASES = []
 for n in (2, 4, 8):
-    CASES += [("GPT-2 fp32", "gpt2_fp32", [], "fsdp2", n, "native_gpt2_fp32_fsdp2_%d" % n),
-              ("GPT-2 checkpointed", "gpt2_ac", [], "fsdp2", n, "native_gpt2_ac_fsdp2_%d" % n),
-              ("GPT-2 bf16", "gpt2_bf16", ["--param-dtype", "bf16", "--reduce-dtype", "fp32"], "fsdp2", n,
-               "native_gpt2_bf16_fsdp2_%d" % n),
-              ("1B fp32", "1b_fp32", [], "fsdp2", n, "native_1b_fp32_fsdp2_%d" % n),
-              ("1B bf16", "1b_bf16", ["--param-dtype", "bf16", "--reduce-dtype", "fp32"], "fsdp2", n,
-               "native_1b_bf16_fsdp2_%d" % n)]
+    CASES += [("GPT-2 fp32", "gpt2_fp32", META, "fsdp2", n, "native_gpt2_fp32_fsdp2_%d" % n),
+              ("GPT-2 checkpointed", "gpt2_ac", META, "fsdp2", n, "native_gpt2_ac_fsdp2_%d" % n),
+              ("GPT-2 autocast to bf16 MP", "gpt2_bf16", META + BF16, "fsdp2", n, "native_gpt2_bf16_fsdp2_%d" % n),
+              ("1B fp32", "1b_fp32", META, "fsdp2", n, "native_1b_fp32_fsdp2_%d" % n),
+              ("1B autocast to bf16 MP", "1b_bf16", META + BF16, "fsdp2", n, "native_1b_bf16_fsdp2_%d" % n)]
 for n in (4, 8):
     CASES += [("GPT-2 fp32 from FSDP2 at 2", "gpt2_fsdp2_2", ["--recorded-shard", "fsdp2:2"], "fsdp2", n,
                "native_gpt2_fp32_fsdp2_%d" % n),
