@@ -213,6 +213,29 @@ for i, b in enumerate(p):
     s += b
     if s >= cap or i == len(p) - 1: out.append(s); s = 0; cap = 25 << 20
 exit(0 if j['sizes']['0x48'] == [sum(p)] + out and j['sizes']['0x47'] == [sum(p)] else 1)\""
+check "ddp:4: the order of DDP's own blocks: the broadcast's flat buckets and the Reducer's first bucket right after the last parameter's allocation (each flat freed before the bucket), on the parameters' stream; at the root's second forward (before its event) the first bucket freed, then every rebuilt one at once, kept to the end" \
+  "python3 -c \"
+import sqlite3
+db = sqlite3.connect('$dir/p.db')
+lines = [l.split() for l in open('$dir/ddp.txt') if l.startswith(('alloc', 'free'))]
+own = [(i, l) for i, l in enumerate(lines) if l[3] in ('0x47', '0x48')]
+param_ids = [r[0] for r in db.execute('select e.id from events e where e.kind = 1 and exists (select 1 from events t where t.kind = 16 and t.requested_size = 1 and t.address = e.address and t.id > e.id)')]
+root = db.execute('select extra from events where kind = 15 order by id limit 1').fetchone()[0]
+fwds = [r[0] for r in db.execute('select id from events where kind = 15 and size = 0 and extra = ? order by id', (root,))]
+init = [l for i, l in own if l[1] == str(max(param_ids))]
+kinds = [(l[0], l[3], l[4]) for l in init]
+flats = [k for k in kinds if k[1] == '0x47']
+ok = kinds == flats + [('alloc', '0x48', '0')] and flats == [('alloc', '0x47', '0'), ('free', '0x47', '0')]
+first = [i for i, l in own if l[1] == str(max(param_ids))][0]
+ok &= lines[first - 1][0] == 'alloc' and lines[first - 1][1] == str(max(param_ids)) and lines[first - 1][3] == '0'
+rebuild = [(i, l) for i, l in own if l[1] == str(fwds[1])]
+ok &= [l[0] for i, l in rebuild] == ['free'] + ['alloc'] * (len(rebuild) - 1) and rebuild[0][1][4] == '0' and len(rebuild) > 2
+ok &= [int(l[4]) for i, l in rebuild[1:]] == list(range(1, len(rebuild))) and rebuild[-1][0] - rebuild[0][0] == len(rebuild) - 1
+ok &= all(l[2] == lines[first - 1][2] for i, l in own)
+ok &= [l for i, l in own if l[0] == 'free' and l[3] == '0x48'] == [rebuild[0][1]] and len(own) == len(init) + len(rebuild)
+later = [l for l in lines[rebuild[-1][0] + 1:] if l[0] == 'alloc']
+ok &= int(later[0][1]) >= fwds[1]
+exit(0 if ok else 1)\""
 check "ddp:4 with gradient_as_bucket_view: the 57 recorded gradients are the buckets' views (left out)" \
   "json $dir/ddpv.json \"j['allocs'] == json.load(open('$dir/ddp.json'))['allocs'] - 57\""
 check "zero1 >= zero2 >= zero3 in model-state memory (parameters, gradients, optimizer state), at N = 4" \
