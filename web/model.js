@@ -716,7 +716,9 @@ const Model = {
           (p.recorded.devices > 1 ? "; device " + x.device : ""),
         detail: x.why + "; replayed through memsnap's allocator on " + B(x.capacity_bytes) + ": " +
           (x.error ? "failed: " + x.error : (x.fits ? "fits" : "does not fit") + "; peak allocated " + B(x.peak_allocated_bytes) +
-            ", peak reserved " + B(x.peak_reserved_bytes) + (x.over_capacity ? " (what it needs: replayed again without a limit)" : "")),
+            ", peak reserved " + B(x.peak_reserved_bytes) +
+            (x.external_bytes > 0 ? " on the card, with up to " + B(x.external_bytes) + " outside the allocator (the table's peaks are the allocator's own)" : "") +
+            (x.over_capacity ? " (what it needs: replayed again without a limit)" : "")),
         curves: x.curves, allocated: x.peak_allocated_bytes, reserved: x.peak_reserved_bytes, fits: x.fits,
         card: cardDrawn ? x.capacity_bytes : null,
       });

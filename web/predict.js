@@ -20,10 +20,14 @@
 
   // The head: the runs and how well they aligned, as the text report's first lines say it.
   const runs = (a.runs || []).map((r) => r.path + " at " + r.at + (r.base ? " (its history is synthesised)" : "")).join(", ");
-  $("summary").textContent = "prediction from " + (a.runs || []).length + " run" + ((a.runs || []).length === 1 ? "" : "s") + ": " + runs +
-    "; each allocation's request " + (a.fit === "quadratic" ? "a polynomial of degree 2" : "linear") + " in the size; " +
-    (100 * a.aligned_share).toFixed(1) + "% of the runs' bytes aligned; card " + B(a.capacity_bytes) +
-    " per device; recorded settings: " + (a.recorded_pytorch_cuda_alloc_conf || "(defaults)");
+  const card = "card " + B(a.capacity_bytes) + " per device; recorded settings: " + (a.recorded_pytorch_cuda_alloc_conf || "(defaults)");
+  if ((a.runs || []).length === 1) // one run: no law of the size, the run's own history changed (as the text report says)
+    $("summary").textContent = "prediction from one run of the program (" + a.runs[0].path + "): its own history, changed as the " +
+      "table says and replayed; the size stays the recorded one (another size needs the program recorded at two sizes); " + card;
+  else
+    $("summary").textContent = "prediction from " + a.runs.length + " runs: " + runs +
+      "; each allocation's request " + (a.fit === "quadratic" ? "a polynomial of degree 2" : "linear") + " in the size; " +
+      (100 * a.aligned_share).toFixed(1) + "% of the runs' bytes aligned; " + card;
 
   // The answer's tables.
   const tables = Model.predictionTables(a);

@@ -47,6 +47,7 @@ static cJSON *predicted_json(const ms_prediction_timeline *p) {
   cJSON_AddBoolToObject(o, "over_capacity", r->over_capacity);
   cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)d->peak_allocated);
   cJSON_AddNumberToObject(o, "peak_reserved_bytes", (double)d->peak_reserved);
+  cJSON_AddNumberToObject(o, "external_bytes", (double)d->external_peak); /* in both peaks: the card's */
   if (r->failed) cJSON_AddStringToObject(o, "error", r->error);
   else cJSON_AddNullToObject(o, "error");
   cJSON_AddItemToObject(o, "curves", curves_json(&p->timeline->allocated, &p->timeline->reserved));

@@ -130,6 +130,10 @@ before(async () => {
   pages.advise = path.join(dir, "advise.html");
   execFileSync(path.join(build, "memsnap"), ["predict", path.join(dir, HOSTILE_RUN + "4.db") + "=4", path.join(dir, HOSTILE_RUN + "8.db") + "=8",
     "--checkpoint", "blocks.*", "--at", "16", "--capacity", "200M", "--advise", "--html", pages.advise]);
+  // One run's --shard page (issue 51): rank 0 at 2 and 4 ranks of FSDP2, beside the run as recorded.
+  gen("shard.db", "--batch", "4", "--events", "--params", "--steps", "2");
+  pages.shard = path.join(dir, "shard.html");
+  execFileSync(path.join(build, "memsnap"), ["predict", path.join(dir, "shard.db"), "--shard", "fsdp2:2,4", "--html", pages.shard]);
   browser = await chromium.launch({ executablePath: chromiumPath, args: chromiumArgs });
 });
 
@@ -1041,6 +1045,23 @@ test("the page of a prediction: the answer's table, the recorded run above each 
   assert.match(lines[2], /^predicted: allocated [\d.]+ [KMG]iB, reserved [\d.]+ [KMG]iB$/);
   assert.deepStrictEqual(seen.errors, []);
   await shot(page, "prediction");
+  await page.close();
+});
+
+test("the page of one run's --shard prediction: what one run means, a row and a timeline per N, rank 0's", async () => {
+  const { page, seen } = await open("shard", "", { width: 1400, height: 1000 });
+  await page.waitForTimeout(200);
+  assert.deepStrictEqual([seen.console, seen.errors], [[], []]);
+  assert.match(await page.locator("#summary").textContent(), /^prediction from one run of the program \(.*shard\.db\): its own history, changed as the table says and replayed;/);
+  const rows = await page.locator("#prediction-table tbody tr").evaluateAll((trs) => trs.map((tr) => tr.cells[1].textContent));
+  assert.deepStrictEqual(rows, ["as recorded", "fsdp2:2 (rank 0)", "fsdp2:4 (rank 0)"]);
+  const titles = await page.locator("#timelines h3").allTextContents();
+  assert.strictEqual(titles.length, 4, titles.join(" | ")); // the recording, as recorded, then each N
+  assert.match(titles[2], /fsdp2:2/);
+  assert.match(titles[3], /fsdp2:4/);
+  const blue = await pixels(page, "#timelines canvas", [0x1e, 0x88, 0xe5]);
+  assert.ok(blue.every((n) => n > 10000), blue.join());
+  await shot(page, "prediction-shard");
   await page.close();
 });
 

@@ -428,6 +428,10 @@ test("a prediction's timelines: the recorded first, one scale and window for all
   assert.strictEqual(v.timelines[1].detail, "--at 16; replayed through memsnap's allocator on 200.00 MiB: fits; peak allocated 80.00 MiB, peak reserved 100.00 MiB");
   const far = Model.predictionView({ ...prediction, card_bytes: 80 * 1024 * MiB });
   assert.deepStrictEqual([far.cardDrawn, far.top, far.timelines[1].card], [false, 100 * MiB * 1.05, null]);
+  // memory outside the allocator (memsnap run's interposer): the timeline's peaks are the card's, said so beside the table's
+  const ext = Model.predictionView({ ...prediction, predicted: [{ ...prediction.predicted[0], external_bytes: 128 * MiB }] });
+  assert.strictEqual(ext.timelines[1].detail, "--at 16; replayed through memsnap's allocator on 200.00 MiB: fits; peak allocated 80.00 MiB, " +
+    "peak reserved 100.00 MiB on the card, with up to 128.00 MiB outside the allocator (the table's peaks are the allocator's own)");
 });
 
 test("a prediction's tables read as the text report's: settings marked recorded only where they differ", () => {

@@ -115,7 +115,7 @@ def main():
             bad += not r["within"]
             rows.append(r)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        pass
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "estimators": estimators, "native_files": files}, f, indent=1)
@@ -132,12 +132,48 @@ def main():
             r["err_allocated_pct"], g(r["predicted_reserved"]), g(r["native_reserved"]), r["err_reserved_pct"],
             "%+.2f" % r["tracker_err_pct"] if "tracker_err_pct" in r else "-",
             "%s / %s" % (g(ds["zero2"]), g(ds["zero3"])) if ds else "-"))
+    # ZeRO: no native run (DeepSpeed is not installed on the GPU machine): memsnap's peaks beside
+    # DeepSpeed's own formulas for the model states (parameters, gradients, optimizer state only)
+    zero = []
+    for what, rec, key in (("GPT-2 fp32", "gpt2_fp32", "gpt2_fp32"), ("1B fp32", "1b_fp32", "1b_fp32")):
+        params = native.get("native_%s_single" % key, {}).get("parameters")
+        db = os.path.join(work, rec + ".db")
+        os.makedirs(work, exist_ok=True)
+        with lzma.open(os.path.join(DATA, rec + ".db.xz")) as src, open(db, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        p = subprocess.run([a.memsnap, "predict", "--json", db, "--shard", "zero1:2,4,8", "--shard", "zero2:2,4,8",
+                            "--shard", "zero3:2,4,8"], capture_output=True, text=True, timeout=600)
+        os.remove(db)
+        try:
+            preds = [r for r in json.loads(p.stdout)["predictions"] if r.get("strategy", "none") != "none"]
+        except (ValueError, KeyError):
+            print("ZeRO on %s: %s" % (what, (p.stderr or p.stdout)[-200:]))
+            continue
+        for r in preds:
+            f = zero_formulas(params, r["ranks"]) if params else {}
+            zero.append({"what": what, "strategy": r["strategy"], "ranks": r["ranks"], "predicted_allocated": r["peak_allocated_bytes"],
+                         "predicted_reserved": r["peak_reserved_bytes"],
+                         "deepspeed_model_states": f.get(r["strategy"]) if r["strategy"] in ("zero2", "zero3") else None})
+    if zero:
+        print("\nZeRO (no native: DeepSpeed is not installed there): memsnap's peaks, DeepSpeed's model-state formula")
+        print("%-12s %-8s %9s %9s %12s" % ("program", "shard", "pred. A", "pred. R", "DS formula"))
+        for z in zero:
+            print("%-12s %-8s %9s %9s %12s" % (z["what"], "%s:%d" % (z["strategy"], z["ranks"]), g(z["predicted_allocated"]),
+                                               g(z["predicted_reserved"]),
+                                               g(z["deepspeed_model_states"]) if z["deepspeed_model_states"] else "-"))
+    if a.json:
+        with open(a.json) as f:
+            doc = json.load(f)
+        doc["zero"] = zero
+        with open(a.json, "w") as f:
+            json.dump(doc, f, indent=1)
     acc = {k: v for k, v in estimators.items() if k.startswith("accelerate_") and isinstance(v, dict)}
     for k, v in sorted(acc.items()):
         if v.get("step", -1) > 0:
             print("accelerate estimate-memory (%s): model %s, gradients %s, optimizer %s, step %s GiB (one GPU, no activations)"
                   % (k[len("accelerate_"):], g(v["model"]), g(v["gradients"]), g(v["optimizer"]), g(v["step"])))
     print("%d of %d predictions outside allocated 3%% / reserved 6%%" % (bad, sum(1 for r in rows if "error" not in r)))
+    shutil.rmtree(work, ignore_errors=True)
     return bad
 
 
