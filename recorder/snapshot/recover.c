@@ -253,6 +253,7 @@ static int read_log(const mapped *m, log_data *d) {
   d->syms = msi_symbols_new();
   if (!d->syms) return MEMSNAP_ENOMEM;
   size_t recs_cap = 0, labels_cap = 0;
+  uint64_t stack_records = 0; /* read so far */
   while (p + 8 <= end) {
     uint32_t head[2];
     memcpy(head, p, 8);
@@ -269,10 +270,15 @@ static int read_log(const mapped *m, log_data *d) {
         memcpy(v, q, 8);
         uint32_t id = v[0], nn = v[1] & 0xffff, np = v[1] >> 16;
         size_t nw = (size_t)nn + 2 * (size_t)np;
-        if (id == 0 || id > (1u << 26) || nn > MSI_STACK_MAX_NATIVE || np > MSI_STACK_MAX_PYTHON || len != 8 + 8 * nw) {
-          msi_error("the live mapping's log is damaged (a stack record of bad sizes)");
+        /* ids are given in order as stacks are logged (history/stacks.c), a gap only where the
+           log was full for a record: an id far beyond the records read is damage, and would make
+           the snapshot hold millions of empty stacks (work out of proportion to the file) */
+        if (id == 0 || id > (1u << 26) || id > 2 * (uint64_t)stack_records + 4096 || nn > MSI_STACK_MAX_NATIVE ||
+            np > MSI_STACK_MAX_PYTHON || len != 8 + 8 * nw) {
+          msi_error("the live mapping's log is damaged (a stack record of bad sizes or id)");
           return MEMSNAP_EINVAL;
         }
+        stack_records++;
         if (!grow((void **)&d->recs, &recs_cap, id, sizeof *d->recs) ||
             !grow((void **)&d->words, &d->words_cap, d->nwords + nw, sizeof *d->words))
           return MEMSNAP_ENOMEM;
