@@ -253,7 +253,7 @@ static int read_log(const mapped *m, log_data *d) {
   d->syms = msi_symbols_new();
   if (!d->syms) return MEMSNAP_ENOMEM;
   size_t recs_cap = 0, labels_cap = 0;
-  uint64_t stack_records = 0; /* read so far */
+  uint64_t stack_records = 0, label_records = 0; /* read so far */
   while (p + 8 <= end) {
     uint32_t head[2];
     memcpy(head, p, 8);
@@ -295,7 +295,9 @@ static int read_log(const mapped *m, log_data *d) {
         uint32_t id;
         if (len < 5) break;
         memcpy(&id, q, 4);
-        if (id > (1u << 26) || !str_in(q + 4, qe)) break;
+        /* given in order too (a record far beyond those read is damage: left out, as stacks' are) */
+        if (id > (1u << 26) || id > 2 * (uint64_t)label_records + 4096 || !str_in(q + 4, qe)) break;
+        label_records++;
         if (!grow((void **)&d->labels, &labels_cap, id, sizeof *d->labels)) return MEMSNAP_ENOMEM;
         if (id >= d->nlabels) {
           memset(&d->labels[d->nlabels], 0, sizeof *d->labels * (id + 1 - d->nlabels));
