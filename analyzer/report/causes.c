@@ -42,21 +42,25 @@ typedef struct chain_group {
 } chain_group;
 
 /* The site's chains grouped (at most SHOWN_CHAINS groups, in the order found); how many groups. */
-static int group_chains(const ms_holder_row *h, size_t n, chain_group *g) {
-  char keys[SHOWN_CHAINS][512], key[512];
-  int ng = 0;
-  for (size_t i = 0; i < n; i++) {
-    chain_key(h[i].holder, key, sizeof key);
-    int k = 0;
-    while (k < ng && strcmp(keys[k], key) != 0) k++;
-    if (k < ng) {
-      g[k].blocks++;
-    } else if (ng < SHOWN_CHAINS) {
-      snprintf(keys[ng], sizeof keys[ng], "%s", key);
-      g[ng] = (chain_group){&h[i], 1};
-      ng++;
-    }
+/* Counts row h under its chain's key among the ng groups so far (keys[k] group g[k]'s key), or
+ * starts a group for it while there are fewer than SHOWN_CHAINS. */
+static void add_to_group(char keys[][512], chain_group *g, int *ng, const char *chain, const ms_holder_row *h) {
+  char key[512];
+  chain_key(chain, key, sizeof key);
+  int k = 0;
+  while (k < *ng && strcmp(keys[k], key) != 0) k++;
+  if (k < *ng) {
+    g[k].blocks++;
+  } else if (*ng < SHOWN_CHAINS) {
+    snprintf(keys[*ng], 512, "%s", key);
+    g[(*ng)++] = (chain_group){h, 1};
   }
+}
+
+static int group_chains(const ms_holder_row *h, size_t n, chain_group *g) {
+  char keys[SHOWN_CHAINS][512];
+  int ng = 0;
+  for (size_t i = 0; i < n; i++) add_to_group(keys, g, &ng, h[i].holder, &h[i]);
   return ng;
 }
 
@@ -79,7 +83,7 @@ static void kept_by(const char *holder, char *out, size_t len) {
  * that tensor, else any other found (the graph's own output held by a variable); at most
  * SHOWN_CHAINS groups, how many. */
 static int graph_chains(const ms_analysis *a, size_t i, chain_group *g) {
-  char keys[SHOWN_CHAINS][512], key[512], by[512];
+  char keys[SHOWN_CHAINS][512], by[512];
   int ng = 0;
   for (int pass = 0; pass < 2 && ng == 0; pass++)
     for (size_t s = 0; s < a->nsites; s++) {
@@ -90,16 +94,7 @@ static int graph_chains(const ms_analysis *a, size_t i, chain_group *g) {
         bool through = strcmp(h[r].root, "autograd") == 0;
         if (pass == 0 ? !through : strcmp(h[r].root, "none") == 0) continue;
         kept_by(h[r].holder, by, sizeof by);
-        chain_key(by, key, sizeof key);
-        int k = 0;
-        while (k < ng && strcmp(keys[k], key) != 0) k++;
-        if (k < ng) {
-          g[k].blocks++;
-        } else if (ng < SHOWN_CHAINS) {
-          snprintf(keys[ng], sizeof keys[ng], "%s", key);
-          g[ng] = (chain_group){&h[r], 1};
-          ng++;
-        }
+        add_to_group(keys, g, &ng, by, &h[r]);
       }
     }
   return ng;
