@@ -112,6 +112,7 @@ typedef struct msi_options {
   char backend[16];            /* "cuda" or "sim" */
   size_t sim_capacity;         /* bytes per simulated device */
   int sim_devices;             /* number of simulated devices */
+  int sim_top_down;            /* sim: segments from the top of the free memory down, as CUDA places them (1), or first fit from the bottom (0) */
   size_t max_split_size;       /* SIZE_MAX: unlimited */
   size_t max_non_split_rounding; /* slack allowed when an oversize request takes a cached block */
   uint32_t power2_divisions[MSI_POWER2_INTERVALS]; /* 0 or 1: off for that interval */

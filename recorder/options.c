@@ -67,6 +67,8 @@ static const option table[] = {
     {{"sim_capacity", "16G", "memory of each simulated device (bytes; K, M, G, T suffixes)"},
      K_SIZE, FIELD(sim_capacity), .lo = MSI_SMALL_BUFFER},
     {{"sim_devices", "1", "number of simulated devices"}, K_UINT, FIELD(sim_devices), .lo = 1, .hi = MSI_MAX_DEVICES},
+    {{"sim_placement", "bottom", "where the simulated device places a segment: bottom (first fit from the lowest address) or top (the highest free range, at its top end, as CUDA's driver places them on the GPUs measured; the replay's choice)"},
+     K_CHOICE, FIELD(sim_top_down), .choices = {{"bottom", 0}, {"top", 1}}, .runtime = false},
     {{"sim_old_driver", "0", "1: the simulated driver lacks virtual memory management and stream-ordered pools (to try the fallbacks)"},
      K_BOOL, FIELD(sim_old_driver), .runtime = false},
     /* PyTorch's backend key spells them native and cudaMallocAsync */

@@ -766,6 +766,9 @@ static int configure(const ms_replay_plan *p, const ms_replay_config *c, ms_repl
   setenv("MEMSNAP_SIM_DEVICES", v, 1);
   snprintf(v, sizeof v, "%llu", (unsigned long long)(c->capacity ? c->capacity : p->capacity));
   setenv("MEMSNAP_SIM_CAPACITY", v, 1);
+  /* segments placed as CUDA places them: the allocator's choice between free blocks of one
+     size goes by address (a DDP run's 1.5 GiB segment was missed with the sim's bottom-up order) */
+  setenv("MEMSNAP_SIM_PLACEMENT", "top", 1);
   setenv("MEMSNAP_OOM", "null", 1);
   setenv("MEMSNAP_STACKS", "none", 1);
   for (int i = 0; i < c->n; i++)

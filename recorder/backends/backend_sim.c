@@ -4,7 +4,12 @@
  * Each simulated device owns the address range [base, base + capacity) with
  * base = 0x100000000000 * (device + 1): addresses look like device pointers and are never
  * dereferenced (touching one faults). Segments are placed first-fit in that range, so the
- * device runs out of memory exactly when the real one would at that capacity.
+ * device runs out of memory exactly when the real one would at that capacity: from the bottom
+ * (the lowest free range, at its start), or with MEMSNAP_SIM_PLACEMENT=top from the top (the
+ * highest free range, at its end), as CUDA's driver hands out cudaMalloc's memory on the GPUs
+ * measured (each new segment below the last, gaps filled). The order matters to the allocator:
+ * of two free blocks of one size it takes the one at the lower address, so the replay, which
+ * follows a recorded run, places from the top (docs/replay.md).
  *
  * Streams are opaque values. Each has a count of work submitted and of work completed; an
  * event records the submitted count and is complete once the completed count reaches it.
@@ -197,13 +202,20 @@ static int sim_device_info(int dev, size_t *free_bytes, size_t *total, char *nam
   return MSI_BE_OK;
 }
 
-/* First-fit physical memory; caller holds sim_lock. MSI_BE_OK or MSI_BE_OOM. */
+/* First-fit physical memory, from the bottom or from the top (msi_opt.sim_top_down); caller
+ * holds sim_lock. MSI_BE_OK or MSI_BE_OOM. */
 static int take_range(sim_device *d, size_t size, uintptr_t *out) {
   int rc = MSI_BE_OOM;
-  for (int i = 0; i < d->nfree; i++) {
+  bool top = msi_opt.sim_top_down;
+  for (int k = 0; k < d->nfree; k++) {
+    int i = top ? d->nfree - 1 - k : k;
     if (d->free[i].size < size) continue;
-    *out = d->free[i].start;
-    d->free[i].start += size;
+    if (top) {
+      *out = d->free[i].start + d->free[i].size - size;
+    } else {
+      *out = d->free[i].start;
+      d->free[i].start += size;
+    }
     d->free[i].size -= size;
     if (d->free[i].size == 0) {
       memmove(&d->free[i], &d->free[i + 1], sizeof(range) * (size_t)(d->nfree - i - 1));

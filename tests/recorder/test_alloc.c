@@ -113,6 +113,41 @@ static void test_best_fit_and_split(void) {
         s.inactive_split[MEMSNAP_POOL_ALL].current == 0 && s.segment[MEMSNAP_POOL_ALL].current == 1 && check_ok());
 }
 
+/* Where the simulated device puts segments, and why it matters: of two free blocks of one size
+ * the allocator takes the lower address, so a replay that places segments from the bottom while
+ * CUDA placed them from the top picks the other one (docs/replay.md, "Addresses"). */
+static void test_sim_placement(void) {
+  for (int top = 0; top <= 1; top++) {
+    fresh(top ? "MEMSNAP_SIM_CAPACITY=1G;MEMSNAP_SIM_PLACEMENT=top" : "MEMSNAP_SIM_CAPACITY=1G");
+    void *a = alloc(40 * MiB), *b = alloc(40 * MiB); /* one segment each */
+    CHECK(top ? "placement top: the second segment lies below the first, at the top of the device"
+              : "placement bottom: the second segment lies above the first, at the bottom of the device",
+          top ? addr(b) + 40 * MiB == addr(a) && addr(a) + 40 * MiB == 0x100000000000ull + (1ull << 30)
+              : addr(a) + 40 * MiB == addr(b) && addr(a) == 0x100000000000ull);
+    release(a), release(b);
+    void *c = alloc(40 * MiB);
+    CHECK(top ? "placement top: of two cached segments of one size the later one (the lower address) is reused"
+              : "placement bottom: of two cached segments of one size the first one (the lower address) is reused",
+          c == (top ? b : a));
+    release(c);
+    memsnap_empty_cache();
+    void *d = alloc(60 * MiB), *e = alloc(2 * MiB); /* e: a 20 MiB segment */
+    CHECK("placement after empty_cache: the freed ranges are taken again, from the same end",
+          top ? addr(d) + 60 * MiB == 0x100000000000ull + (1ull << 30) && addr(e) + 20 * MiB == addr(d)
+              : addr(d) == 0x100000000000ull && addr(e) == addr(d) + 60 * MiB);
+    release(d), release(e);
+    char v[16] = "";
+    memsnap_get_option("sim_placement", v, sizeof v);
+    CHECK("sim_placement reads back as set", !strcmp(v, top ? "top" : "bottom") && check_ok());
+  }
+  fresh("MEMSNAP_SIM_PLACEMENT=middle"); /* warned about on stderr, as every invalid value */
+  void *p = alloc(MiB);
+  char v[16] = "";
+  memsnap_get_option("sim_placement", v, sizeof v);
+  CHECK("sim_placement=middle: the default (bottom) kept", p && !strcmp(v, "bottom"));
+  release(p);
+}
+
 static void test_max_split_size(void) {
   fresh("MEMSNAP_MAX_SPLIT_SIZE_MB=40");
   void *big = alloc(50 * MiB);
@@ -498,6 +533,7 @@ int main(void) {
   test_rounding();
   test_pools();
   test_best_fit_and_split();
+  test_sim_placement();
   test_max_split_size();
   test_oom_release_retry();
   test_memory_fraction_and_gc();

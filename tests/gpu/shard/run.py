@@ -46,6 +46,9 @@ RECORDINGS = [
     # DDP's own history at 2 ranks (fake group, the hook returning each bucket): where its reserved
     # memory goes beyond the one predicted from gpt2_fp32 (issue 51: -8.7% in run 72), segment by segment
     ("gpt2_fp32_ddp_2", ["--model", "gpt2", "--mode", "ddp", "--world", "2"]),
+    # the 1B model's FSDP2 bf16 history at 8 ranks: where the prediction from its autocast recording
+    # reserves more (+10.2% in run 72), against the history shard.c synthesises (run 73)
+    ("1b_bf16_fsdp2_8", ["--model", "1b", "--mode", "fsdp2", "--world", "8", "--mp", "bf16"]),
 ]
 
 
