@@ -736,8 +736,14 @@ const Model = {
     const predictions = rows.map((r) => [String(r.at), r.changed ? r.change : "as recorded", conf(r),
       r.error ? "failed" : B(r.peak_allocated_bytes), r.error ? r.error : B(r.peak_reserved_bytes), B(r.fragmentation_bytes),
       String(r.device_allocs), r.fits ? "yes" : "no"]);
-    const fits = (answer.largest_that_fits || []).map((r, i) => [String(i + 1), r.at == null ? "none" : String(r.at),
-      r.at == null ? "-" : B(r.peak_allocated_bytes), r.at == null ? "-" : B(r.peak_reserved_bytes), conf(r)]);
+    // with --shard, one group of rows per strategy and N, each ranked from 1 and its program before its setting
+    const program = (r) => r.strategy && r.strategy !== "none" ? r.strategy + ":" + r.ranks : "";
+    let rank = 0;
+    const fits = (answer.largest_that_fits || []).map((r, i, all) => {
+      rank = i > 0 && program(all[i - 1]) === program(r) ? rank + 1 : 1;
+      return [String(rank), r.at == null ? "none" : String(r.at), r.at == null ? "-" : B(r.peak_allocated_bytes),
+        r.at == null ? "-" : B(r.peak_reserved_bytes), (program(r) ? program(r) + ", " : "") + conf(r)];
+    });
     const adv = answer.advice;
     const advice = adv ? adv.changes.map((c) => [String(c.rank), c.fits ? "yes" : "no", B(c.peak_allocated_bytes), B(c.peak_reserved_bytes),
       !adv.searched ? "-" : c.largest_that_fits ? String(c.largest_that_fits.at) : "none", c.description]) : [];

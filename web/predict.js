@@ -48,7 +48,9 @@
   fill("fit-table", tables.fits, [0, 1, 2, 3], []);
   if (tables.fits.length) {
     $("fit-title").textContent = "in " + B(a.fit_capacity_bytes) + " per device, the most first";
-    $("fit-best").textContent = a.best_fit ? "best: " + a.best_fit.at + " with PYTORCH_CUDA_ALLOC_CONF=" + (a.best_fit.pytorch_cuda_alloc_conf || "(unset: the defaults)")
+    const sharded = a.best_fit && a.best_fit.strategy && a.best_fit.strategy !== "none";
+    $("fit-best").textContent = a.best_fit ? "best" + (sharded ? " with " + a.best_fit.strategy + ":" + a.best_fit.ranks : "") + ": " +
+      a.best_fit.at + " with PYTORCH_CUDA_ALLOC_CONF=" + (a.best_fit.pytorch_cuda_alloc_conf || "(unset: the defaults)")
       : "nothing fits: not even size 1 under any setting on this card";
   }
   $("advice-box").hidden = !a.advice;

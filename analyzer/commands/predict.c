@@ -7,9 +7,12 @@
  *
  * With --checkpoint, --optimizer (replay/whatif.c) the history is synthesised as if the program had
  * changed, from one run at its own size or from the laws; --advise (replay/advise.c) tries the
- * changes that make a size fit a card. --html writes the answer as a page (report/page_predict.c):
- * the JSON's answer above the recorded run's memory over time and each predicted history's,
- * replayed once more in this process to draw it.
+ * changes that make a size fit a card. --shard (replay/shard.c) synthesises rank 0's history under
+ * data parallelism at each N given, or at N = 1, 2, 4, ... until one fits the card
+ * (replay/fewest_ranks.c), and the largest size that fits is searched for each strategy and N.
+ * --html writes the answer as a page (report/page_predict.c): the JSON's answer above the
+ * recorded run's memory over time and each predicted history's, replayed once more in this
+ * process to draw it.
  *
  * Its options are memsnap replay's (--set, --capacity, --device, --sweep, --jobs, --json), read
  * the same way; a prediction that cannot be made (runs that do not align, a history that starts
@@ -32,6 +35,7 @@
 
 #define MAX_AT 16 /* --at options */
 #define MAX_SHARDS 16 /* strategies and Ns (--shard) */
+#define MAX_FIT_ROWS 64 /* searches for the largest size that fits: changes (strategies and Ns) times settings */
 
 typedef struct predict_args {
   ms_predict_input runs[MS_PREDICT_MAX_RUNS + 1];
@@ -58,6 +62,11 @@ typedef struct predict_args {
   const char *units[MS_WHATIF_PATTERNS]; /* pieces of --units' lists (owned by lists[]) */
   int nunits;
   ms_shard_options so;
+  /* found while answering (cmd_predict) */
+  ms_fewest found[MS_SHARDS]; /* the searches of the strategies given without N, in the order given */
+  int nfound;
+  int nfit;                  /* the changes the largest size was searched with (fit's groups of rows) */
+  char fit_note[512];        /* those left out past MAX_FIT_ROWS ("": none) */
 } predict_args;
 
 /* A size as the user writes it: a whole number from 1 to MS_PREDICT_MAX_SIZE. 0 or -1. */
@@ -84,37 +93,55 @@ static int dtype_bytes(const char *name) {
   return 0;
 }
 
-/* --shard's value: STRATEGY:N, a list of Ns (fsdp2:2,4,8) or of both (fsdp2:4,ddp:2) into a->shard.
+/* Adds strategy (MS_SHARD_*) at n ranks (0: the fewest that fit, searched) to a->shard, once.
  * 0, or 2 after a usage error (printed). */
+static int add_shard(predict_args *a, int32_t strategy, int64_t n) {
+  for (int k = 0; k < a->nshards; k++)
+    if (a->shard[k].strategy == strategy && a->shard[k].ranks == n) return 0;
+  if (a->nshards == MAX_SHARDS) return ms_usage_error(&ms_predict_command, "at most %d strategies and Ns (--shard)", MAX_SHARDS);
+  a->shard[a->nshards].strategy = strategy, a->shard[a->nshards++].ranks = (int32_t)n;
+  return 0;
+}
+
+/* --shard's value into a->shard: STRATEGY:N, a list of Ns (fsdp2:2,4,8) or of both (fsdp2:4,ddp:2);
+ * a strategy without N or with N `auto` (fsdp2, fsdp2:auto) has its N searched (ranks 0); `all`
+ * is each strategy. 0, or 2 after a usage error (printed). */
 static int parse_shard(const char *text, predict_args *a) {
   char buf[512];
   snprintf(buf, sizeof buf, "%s", text);
-  int32_t strategy = -1;
+  int32_t strategy = -1; /* the strategy the Ns that follow are of (MS_SHARDS: all of them) */
   for (char *save = NULL, *piece = strtok_r(buf, ",", &save); piece; piece = strtok_r(NULL, ",", &save)) {
     char *colon = strchr(piece, ':'), *num = piece;
-    if (colon) {
-      *colon = '\0';
-      if ((strategy = ms_shard_strategy(piece)) < 0)
-        return ms_usage_error(&ms_predict_command, "--shard: '%.64s' is none of fsdp2, ddp, zero1, zero2, zero3 (give "
-                              "STRATEGY:N, as fsdp2:4)", piece);
-      num = colon + 1;
-    } else if (strategy < 0) {
-      return ms_usage_error(&ms_predict_command, "--shard: '%.64s' needs a strategy and a number of ranks, as fsdp2:4", piece);
+    if (colon) *colon = '\0';
+    int32_t named = !strcmp(piece, "all") ? MS_SHARDS : ms_shard_strategy(piece);
+    if (colon && named < 0)
+      return ms_usage_error(&ms_predict_command, "--shard: '%.64s' is none of fsdp2, ddp, zero1, zero2, zero3, all (give "
+                            "STRATEGY:N, as fsdp2:4, or STRATEGY alone: the fewest ranks that fit the card)", piece);
+    if (named >= 0) strategy = named, num = colon ? colon + 1 : NULL;
+    else if (strategy < 0)
+      return ms_usage_error(&ms_predict_command, "--shard: '%.64s' is none of fsdp2, ddp, zero1, zero2, zero3, all (give "
+                            "STRATEGY:N, as fsdp2:4, or STRATEGY alone: the fewest ranks that fit the card)", piece);
+    int64_t n = 0; /* 0: searched */
+    if (num && strcmp(num, "auto")) {
+      const char *c = num;
+      for (; *c >= '0' && *c <= '9' && n <= MS_SHARD_MAX_RANKS; c++) n = n * 10 + (*c - '0');
+      if (*c || c == num || n < 1 || n > MS_SHARD_MAX_RANKS)
+        return ms_usage_error(&ms_predict_command, "--shard: the number of ranks '%.64s' is not a whole number from 1 to "
+                              "%d (nor auto: the fewest that fit the card)", num, MS_SHARD_MAX_RANKS);
     }
-    int64_t n = 0;
-    const char *c = num;
-    for (; *c >= '0' && *c <= '9' && n <= MS_SHARD_MAX_RANKS; c++) n = n * 10 + (*c - '0');
-    if (*c || c == num || n < 1 || n > MS_SHARD_MAX_RANKS)
-      return ms_usage_error(&ms_predict_command, "--shard: the number of ranks '%.64s' is not a whole number from 1 to %d",
-                            num, MS_SHARD_MAX_RANKS);
-    bool seen = false;
-    for (int k = 0; k < a->nshards; k++) seen |= a->shard[k].strategy == strategy && a->shard[k].ranks == n;
-    if (seen) continue;
-    if (a->nshards == MAX_SHARDS) return ms_usage_error(&ms_predict_command, "at most %d strategies and Ns (--shard)", MAX_SHARDS);
-    a->shard[a->nshards].strategy = strategy, a->shard[a->nshards++].ranks = (int32_t)n;
+    int32_t first = strategy == MS_SHARDS ? MS_SHARD_FSDP2 : strategy, last = strategy == MS_SHARDS ? MS_SHARD_ZERO3 : strategy;
+    for (int32_t s = first; s <= last; s++)
+      if (add_shard(a, s, n) != 0) return 2;
   }
-  if (strategy < 0) return ms_usage_error(&ms_predict_command, "--shard: give STRATEGY:N, as fsdp2:4");
+  if (strategy < 0) return ms_usage_error(&ms_predict_command, "--shard: give STRATEGY:N, as fsdp2:4, or STRATEGY alone");
   return 0;
+}
+
+/* Whether --shard searches strategy's N (given without N; MS_SHARDS: any strategy's). */
+static bool searched(const predict_args *a, int32_t strategy) {
+  for (int k = 0; k < a->nshards; k++)
+    if (a->shard[k].ranks == 0 && (strategy == MS_SHARDS || a->shard[k].strategy == strategy)) return true;
+  return false;
 }
 
 static int cmp_size(const void *a, const void *b) {
@@ -246,6 +273,16 @@ static int parse_args(int argc, char **argv, predict_args *a) {
   if (a->nunits && !a->nshards) return ms_usage_error(&ms_predict_command, "--units names FSDP2's units: give --shard too");
   if (a->so.recorded_ranks && !a->nshards)
     return ms_usage_error(&ms_predict_command, "--recorded-shard says how the run was sharded: give --shard fsdp2:N too");
+  for (int k = 0; k < a->nshards; k++)
+    if (a->shard[k].ranks && searched(a, a->shard[k].strategy))
+      return ms_usage_error(&ms_predict_command, "--shard: %s is given with N (%s:%d) and without (its N searched): give "
+                            "one", ms_shard_name(a->shard[k].strategy), ms_shard_name(a->shard[k].strategy),
+                            (int)a->shard[k].ranks);
+  if (searched(a, MS_SHARDS) && !a->card_option)
+    return ms_usage_error(&ms_predict_command, "--shard without N searches the fewest ranks that fit a card: give --capacity "
+                          "SIZE or --device CARD (or N, as fsdp2:4)");
+  if (searched(a, MS_SHARDS) && a->nruns > 1 && a->nat == 0)
+    return ms_usage_error(&ms_predict_command, "--shard without N searches the fewest ranks that fit a size: give --at N");
   for (int k = 0; a->so.recorded_ranks && k < a->nshards; k++)
     if (a->shard[k].strategy != MS_SHARD_FSDP2)
       return ms_usage_error(&ms_predict_command, "from a recorded FSDP2 run (--recorded-shard) only fsdp2:N is predicted, not %s",
@@ -396,23 +433,84 @@ static void program_label(const ms_change *c, char *out, size_t len) {
   else snprintf(out, len, "%s:%d%s", ms_shard_name(c->strategy), (int)c->ranks, ms_change_any(&rest) ? ", changed" : "");
 }
 
-/* The smallest N of each strategy that fits the card at the first size (under the first setting). */
-static void print_smallest_n(const ms_sweep *sw, const predict_args *a, int nconf, int nchange) {
-  for (int s = MS_SHARD_FSDP2; s < MS_SHARDS; s++) {
-    int best = 0, tried = 0;
-    for (int h = 0; h < nchange; h++) {
-      const ms_replay_result *r = &sw->results[h * nconf];
-      if (r->change.strategy != s) continue;
-      tried++;
-      if (ms_replay_fits(r) && (!best || r->change.ranks < best)) best = r->change.ranks;
+/* What --shard with a card found for one strategy: the smallest N that fits, from the Ns given
+ * or searched (fewest_ranks.c), and the Ns tried. */
+typedef struct shard_outcome {
+  int32_t strategy;
+  bool searched;
+  int32_t fewest; /* 0: none fits */
+  int32_t tried[MAX_SHARDS + 11];
+  int ntried;
+  ms_fewest search; /* searched: how it stopped */
+} shard_outcome;
+
+/* The outcome of each strategy --shard names, in MS_SHARD_* order, into out[MS_SHARDS]: from the
+ * predictions at the first size under the first setting (pred: their rows of nchange changes and
+ * nconf settings; a->found for those searched) or from the advice's rows. Returns how many. */
+static int shard_outcomes(const predict_args *a, const ms_sweep *pred, int nconf, int nchange, const ms_advice *adv,
+                          shard_outcome *out) {
+  int n = 0;
+  for (int32_t s = MS_SHARD_FSDP2; s < MS_SHARDS; s++) {
+    shard_outcome *x = &out[n];
+    memset(x, 0, sizeof *x);
+    x->strategy = s;
+    bool named = false;
+    for (int k = 0; k < a->nshards; k++) named |= a->shard[k].strategy == s;
+    if (!named) continue;
+    x->searched = searched(a, s);
+    const ms_advice_row *row = NULL;
+    for (int i = 0; adv && i < adv->n; i++)
+      if (adv->row[i].kind == MS_ADVICE_SHARD && adv->row[i].at.change.strategy == s) row = &adv->row[i];
+    if (adv && !row) continue;
+    if (x->searched) {
+      for (int k = 0; k < a->nfound && !row; k++)
+        if (a->found[k].strategy == s) x->search = a->found[k];
+      if (row) ms_fewest_of_result(&row->at, &x->search);
+      x->fewest = x->search.fewest;
+      for (int32_t r = 1; r <= x->search.ranks && x->ntried < (int)(sizeof x->tried / sizeof x->tried[0]); r *= 2)
+        x->tried[x->ntried++] = r;
+    } else { /* the Ns given, from the fewest up (advice: up to the first that fits) */
+      for (int k = 0; k < a->nshards; k++)
+        if (a->shard[k].strategy == s && (!row || a->shard[k].ranks <= row->at.change.ranks)) {
+          int j = x->ntried++;
+          for (; j > 0 && x->tried[j - 1] > a->shard[k].ranks; j--) x->tried[j] = x->tried[j - 1];
+          x->tried[j] = a->shard[k].ranks;
+        }
+      if (row && row->fits) x->fewest = row->at.change.ranks;
+      for (int h = 0; !row && pred && h < nchange; h++) {
+        const ms_replay_result *r = &pred->results[h * nconf];
+        if (r->change.strategy == s && ms_replay_fits(r) && (!x->fewest || r->change.ranks < x->fewest))
+          x->fewest = r->change.ranks;
+      }
     }
-    if (!tried) continue;
-    char cap[32];
-    ms_format_bytes((int64_t)a->base.capacity, cap, sizeof cap);
-    char at[40] = "";
-    if (!a->one_run || a->size_given) snprintf(at, sizeof at, " at %lld", (long long)a->at[0]);
-    if (best) printf("the smallest N that fits %s%s: %s:%d\n", cap, at, ms_shard_name(s), best);
-    else printf("no N tried fits %s%s with %s\n", cap, at, ms_shard_name(s));
+    n++;
+  }
+  return n;
+}
+
+/* The Ns tried, "1, 2, 4", into out[len]. */
+static void tried_list(const shard_outcome *x, char *out, size_t len) {
+  int used = 0;
+  out[0] = '\0';
+  for (int i = 0; i < x->ntried && used >= 0 && (size_t)used < len; i++)
+    used += snprintf(out + used, len - (size_t)used, "%s%d", i ? ", " : "", (int)x->tried[i]);
+}
+
+/* The smallest N of each strategy that fits the card, or why none does: a line each (at: " at 8",
+ * or "" where the size goes unsaid). */
+static void print_smallest_n(const shard_outcome *x, int n, uint64_t capacity, const char *at) {
+  char cap[32], list[256], why[512];
+  ms_format_bytes((int64_t)capacity, cap, sizeof cap);
+  for (int i = 0; i < n; i++, x++) {
+    tried_list(x, list, sizeof list);
+    if (x->fewest && x->searched)
+      printf("the smallest N that fits %s%s: %s:%d (searched: %s)\n", cap, at, ms_shard_name(x->strategy), (int)x->fewest, list);
+    else if (x->fewest) printf("the smallest N that fits %s%s: %s:%d\n", cap, at, ms_shard_name(x->strategy), (int)x->fewest);
+    else if (!x->searched) printf("no N tried fits %s%s with %s\n", cap, at, ms_shard_name(x->strategy));
+    else {
+      ms_fewest_why(&x->search, why, sizeof why);
+      printf("no N fits %s%s with %s (searched: %s): %s\n", cap, at, ms_shard_name(x->strategy), list, why);
+    }
   }
 }
 
@@ -497,34 +595,48 @@ static void print_best(const ms_replay_config *c) {
   if (fraction) printf(" with torch.cuda.set_per_process_memory_fraction(%s)", fraction);
 }
 
-static void print_capacity(const ms_sweep *sw, uint64_t capacity) {
+/* The largest sizes that fit: sw's rows in ngroups groups (one per change: with --shard, per
+ * strategy and N) of nconf settings each, each group ranked, and its best. */
+static void print_capacity(const ms_sweep *sw, uint64_t capacity, int ngroups, int nconf) {
   char cap[32];
+  bool sharded = false;
+  for (int i = 0; i < sw->nrows; i++) sharded |= sw->results[i].change.strategy != MS_SHARD_NONE;
   ms_format_bytes((int64_t)capacity, cap, sizeof cap);
-  printf("\nlargest size that fits in %s per device (bisection over synthesised histories), the most first\n", cap);
-  printf("%6s  %8s  %14s  %14s  %s\n", "rank", "at", "peak allocated", "peak reserved", "PYTORCH_CUDA_ALLOC_CONF");
+  printf("\nlargest size that fits in %s per device (bisection over synthesised histories), the most first%s\n", cap,
+         ngroups > 1 ? ", for each strategy and N" : "");
+  printf("%6s  %8s  %14s  %14s  %s%s\n", "rank", "at", "peak allocated", "peak reserved", sharded ? "program (ranks)     " : "",
+         "PYTORCH_CUDA_ALLOC_CONF");
   for (int k = 0; k < sw->nrows; k++) {
     const ms_replay_result *r = &sw->results[sw->order[k]];
-    char a[32], b[32], conf[1200], at[24];
+    char a[32], b[32], conf[1200], at[24], prog[48] = "", label[40];
     ms_replay_describe_config(&r->config, conf, sizeof conf);
+    program_label(&r->change, label, sizeof label);
+    if (sharded) snprintf(prog, sizeof prog, "%-20s", label);
+    if (nconf > 1 && k && k % nconf == 0) printf("\n"); /* the next group's settings */
     if (r->failed) {
-      printf("%6d  %-40s  %s\n", k + 1, "failed (below)", conf);
+      printf("%6d  %-40s  %s%s\n", k % nconf + 1, "failed (below)", prog, conf);
       continue;
     }
     ms_format_bytes(peak_allocated(r), a, sizeof a);
     ms_format_bytes(peak_reserved(r), b, sizeof b);
     if (r->at && external_peak(r) > shown_external) shown_external = external_peak(r);
     snprintf(at, sizeof at, "%lld", (long long)r->at);
-    printf("%6d  %8s  %14s  %14s  %s%s\n", k + 1, r->at ? at : "none", r->at ? a : "-", r->at ? b : "-", conf,
-           sw->order[k] == 0 && sw->nrows > 1 ? "  [recorded]" : "");
+    printf("%6d  %8s  %14s  %14s  %s%s%s\n", k % nconf + 1, r->at ? at : "none", r->at ? a : "-", r->at ? b : "-", prog,
+           conf, sw->order[k] % nconf == 0 && nconf > 1 ? "  [recorded]" : "");
   }
-  const ms_replay_result *best = &sw->results[sw->order[0]];
-  if (best->failed || best->at == 0) {
-    printf("\nnothing fits: not even size 1 under any setting on this card\n");
-    return;
+  for (int g = 0; g < ngroups; g++) {
+    const ms_replay_result *best = &sw->results[sw->order[g * nconf]];
+    char label[40], with[64] = "";
+    program_label(&best->change, label, sizeof label);
+    if (sharded) snprintf(with, sizeof with, " with %s", label);
+    if (best->failed || best->at == 0) {
+      printf("%snothing fits%s: not even size 1 under any setting on this card\n", g ? "" : "\n", with);
+      continue;
+    }
+    printf("%sbest%s: %lld with ", g ? "" : "\n", with, (long long)best->at);
+    print_best(&best->config);
+    printf("\n");
   }
-  printf("\nbest: %lld with ", (long long)best->at);
-  print_best(&best->config);
-  printf("\n");
 }
 
 /* The modules --advise found to checkpoint when none was named, as candidates.c ranks them. */
@@ -602,6 +714,9 @@ static void advice_text(const ms_predict *m, const ms_advice_row *r, char *out, 
   ms_replay_describe_config(&r->at.config, conf, sizeof conf);
   ms_change_describe(ms_predict_whatif_for(m, &r->at.change), &r->at.change, change, sizeof change);
   if (r->kind == MS_ADVICE_NONE) snprintf(out, len, "nothing (the recorded settings, %s)", conf);
+  else if (r->kind == MS_ADVICE_SHARD && r->searched)
+    snprintf(out, len, "%s:%d (%s)", ms_shard_name(r->at.change.strategy), (int)r->at.change.ranks,
+             r->fits ? "the fewest ranks that fit, of 1, 2, 4, ... searched" : "the last of 1, 2, 4, ... searched: none fits");
   else if (r->kind == MS_ADVICE_SHARD)
     snprintf(out, len, "%s:%d (the fewest ranks of those --shard gives%s)", ms_shard_name(r->at.change.strategy),
              (int)r->at.change.ranks, r->fits ? " that fit" : ": none fits");
@@ -639,10 +754,6 @@ static void print_advice(const ms_predict *m, const ms_advice *adv) {
   printf("\nsmallest change that fits: %s", text);
   if (adv->searched && best->largest.at) printf("; with it the largest size that fits is %lld", (long long)best->largest.at);
   printf("\n");
-  for (int i = 0; i < adv->n; i++)
-    if (adv->row[i].kind == MS_ADVICE_SHARD && adv->row[i].fits)
-      printf("the smallest N that fits %s: %s:%d\n", cap, ms_shard_name(adv->row[i].at.change.strategy),
-             (int)adv->row[i].at.change.ranks);
 }
 
 /* Every note once: the model's, the sizes far from the recorded ones, then the replays'. */
@@ -840,6 +951,7 @@ static cJSON *json_advice_row(const ms_predict *m, const ms_advice *adv, int i) 
   advice_text(m, r, text, sizeof text);
   cJSON_AddNumberToObject(j, "rank", i + 1);
   cJSON_AddStringToObject(j, "kind", advice_kinds[r->kind]);
+  cJSON_AddBoolToObject(j, "ranks_searched", r->searched);
   cJSON_AddStringToObject(j, "description", text);
   cJSON_AddBoolToObject(j, "fits", r->fits);
   add_setting(j, &r->at.config, r->kind == MS_ADVICE_NONE);
@@ -930,6 +1042,36 @@ static cJSON *json_prediction(const ms_predict *m, const ms_replay_result *r, bo
 
 static void json_note(const char *note, void *arg) { cJSON_AddItemToArray((cJSON *)arg, cJSON_CreateString(note)); }
 
+/* smallest_fitting_ranks: per strategy --shard names, the smallest N that fits the card (null:
+ * none), whether it was searched, the Ns tried, why the search stopped. */
+static cJSON *json_outcomes(const predict_args *a, const ms_sweep *pred, int nconf, int nchange, const ms_advice *adv) {
+  static const char *const stops[] = {"searching", "fits", "peak_not_falling", "limit", "failed"};
+  shard_outcome x[MS_SHARDS];
+  int n = shard_outcomes(a, pred, nconf, nchange, adv, x);
+  cJSON *list = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) {
+    cJSON *j = cJSON_CreateObject(), *tried = cJSON_CreateArray();
+    cJSON_AddItemToArray(list, j);
+    cJSON_AddStringToObject(j, "strategy", ms_shard_name(x[i].strategy));
+    cJSON_AddNumberToObject(j, "at", (double)(adv ? adv->at : a->at[0]));
+    if (x[i].fewest) cJSON_AddNumberToObject(j, "ranks", x[i].fewest);
+    else cJSON_AddNullToObject(j, "ranks");
+    cJSON_AddBoolToObject(j, "searched", x[i].searched);
+    for (int k = 0; k < x[i].ntried; k++) cJSON_AddItemToArray(tried, cJSON_CreateNumber(x[i].tried[k]));
+    cJSON_AddItemToObject(j, "tried", tried);
+    if (x[i].searched) {
+      char why[512];
+      ms_fewest_why(&x[i].search, why, sizeof why);
+      cJSON_AddStringToObject(j, "stopped", stops[x[i].search.stop]);
+      cJSON_AddStringToObject(j, "why", why);
+    } else {
+      cJSON_AddStringToObject(j, "stopped", x[i].fewest ? "fits" : "all_given_tried");
+      cJSON_AddNullToObject(j, "why");
+    }
+  }
+  return list;
+}
+
 /* The answer as JSON (docs/predict.md, "JSON"): the predictions at each size (pred, NULL: none),
  * the largest sizes that fit (fit, NULL: none), the advice (adv, NULL: none). NULL when out of
  * memory. */
@@ -950,7 +1092,7 @@ static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t c
     const ms_replay_result *r = &fit->results[fit->order[k]];
     cJSON *j = cJSON_CreateObject();
     cJSON_AddItemToArray(fits_list, j);
-    add_setting(j, &r->config, fit->order[k] == 0);
+    add_setting(j, &r->config, fit->order[k] % nconf == 0);
     add_change(j, m, &r->change);
     if (r->at && !r->failed) {
       cJSON_AddNumberToObject(j, "at", (double)r->at);
@@ -968,17 +1110,22 @@ static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t c
     if (best->at && !best->failed) {
       cJSON *b = cJSON_AddObjectToObject(o, "best_fit");
       add_setting(b, &best->config, fit->order[0] == 0);
+      cJSON_AddStringToObject(b, "strategy", ms_shard_name(best->change.strategy));
+      cJSON_AddNumberToObject(b, "ranks", best->change.strategy ? best->change.ranks : 1);
       cJSON_AddNumberToObject(b, "at", (double)best->at);
     } else {
       cJSON_AddNullToObject(o, "best_fit");
     }
   }
   if (adv) cJSON_AddItemToObject(o, "advice", json_advice(m, adv));
+  if ((pred || adv) && a->nshards && a->card_option)
+    cJSON_AddItemToObject(o, "smallest_fitting_ranks", json_outcomes(a, pred, nconf, nchange, adv));
   cJSON *notes = cJSON_AddArrayToObject(o, "notes");
   const ms_sweep *sweeps[2] = {pred, fit};
   collect_notes(m, sweeps, 2, json_note, notes);
   if (a->one_run && a->card_option && !a->advise)
     json_note("one run: the prediction is at its own size on the card; the largest size that fits needs runs at two sizes", notes);
+  if (a->fit_note[0]) json_note(a->fit_note, notes);
   if (!o || !notes) { /* cJSON's adders fail quietly: an object without its last key is out of memory */
     cJSON_Delete(o);
     return NULL;
@@ -1145,11 +1292,23 @@ static int cmd_predict(int argc, char **argv) {
   ms_change changes[1 + MAX_SHARDS] = {{0, 0, MS_OPT_KEEP, 0, MS_SHARD_NONE, 0}, a.change};
   int nchange = changed && !a.sweep ? 2 : 1; /* without the sweep: as recorded beside the change */
   const ms_change *row_changes = nchange == 2 ? changes : &changes[1];
-  for (int i = 0; i < a.nshards; i++) { /* each strategy and N, with the change */
-    changes[1 + i] = a.change;
-    changes[1 + i].strategy = a.shard[i].strategy, changes[1 + i].ranks = a.shard[i].ranks;
+  ms_change search[MS_SHARDS]; /* the strategies whose N is searched, with the change */
+  int given = 0;                /* strategies and Ns given: changes[1..given] */
+  if (a.nshards) {
+    for (int i = 0; i < a.nshards; i++) { /* each strategy and N given, with the change */
+      if (!a.shard[i].ranks) continue;
+      changes[1 + given] = a.change;
+      changes[1 + given].strategy = a.shard[i].strategy, changes[1 + given++].ranks = a.shard[i].ranks;
+    }
+    for (int i = 0; i < a.nshards; i++) {
+      bool seen = false;
+      for (int k = 0; k < a.nfound; k++) seen |= search[k].strategy == a.shard[i].strategy;
+      if (a.shard[i].ranks || seen) continue;
+      search[a.nfound] = a.change;
+      search[a.nfound++].strategy = a.shard[i].strategy;
+    }
+    nchange = a.sweep ? given : 1 + given, row_changes = a.sweep ? &changes[1] : changes;
   }
-  if (a.nshards) nchange = a.sweep ? a.nshards : 1 + a.nshards, row_changes = a.sweep ? &changes[1] : changes;
   if (a.advise) {
     o.progress = progress ? "predict: changes tried" : NULL;
     if (ms_advise_shards(m, a.at[0], &configs[0], a.shard, a.nshards, &o, &adv, err, sizeof err) != 0) {
@@ -1159,19 +1318,43 @@ static int cmd_predict(int argc, char **argv) {
     }
     have_adv = true;
   } else {
-    if (a.nat && ms_predict_at(m, a.at, a.nat, configs, nconf, row_changes, nchange, &o, &pred, err, sizeof err) != 0) {
+    if (a.nat && a.nfound) rc = ms_predict_fewest(m, a.at, a.nat, configs, nconf, row_changes, nchange, search, a.nfound, a.found,
+                                                 &o, &pred, &nchange, err, sizeof err);
+    else if (a.nat) rc = ms_predict_at(m, a.at, a.nat, configs, nconf, row_changes, nchange, &o, &pred, err, sizeof err);
+    if (rc != 0) {
       fprintf(stderr, "error: predict: %s\n", err);
       rc = 1;
       goto cleanup;
     }
     have_pred = a.nat > 0;
+    /* the largest size that fits: with the change, or with each strategy and N given, then each N found */
+    ms_change fit_changes[MAX_SHARDS + MS_SHARDS];
+    int wanted = 0, most = MAX_FIT_ROWS / nconf > 0 ? MAX_FIT_ROWS / nconf : 1;
+    if (!a.nshards) fit_changes[wanted++] = a.change;
+    for (int i = 0; i < given; i++) fit_changes[wanted++] = changes[1 + i];
+    for (int i = 0; i < a.nfound; i++) {
+      bool seen = false;
+      for (int k = 0; k < wanted; k++)
+        seen |= fit_changes[k].strategy == a.found[i].strategy && fit_changes[k].ranks == a.found[i].fewest;
+      if (a.found[i].fewest && !seen) fit_changes[wanted] = search[i], fit_changes[wanted++].ranks = a.found[i].fewest;
+    }
+    a.nfit = wanted < most ? wanted : most;
+    if (wanted > most && a.card_option && !a.one_run) {
+      int len = snprintf(a.fit_note, sizeof a.fit_note, "the largest size that fits is searched with the first %d of the %d "
+                         "strategies and Ns (at most %d searches, one per strategy and N and setting, each about 2 "
+                         "log2(size) replays), not with", most, wanted, MAX_FIT_ROWS);
+      for (int k = most; k < wanted && len > 0 && (size_t)len < sizeof a.fit_note; k++)
+        len += snprintf(a.fit_note + len, sizeof a.fit_note - (size_t)len, "%s %s:%d", k > most ? "," : "",
+                        ms_shard_name(fit_changes[k].strategy), (int)fit_changes[k].ranks);
+    }
     o.progress = progress ? "predict: settings searched" : NULL;
-    if (a.card_option && !a.one_run && ms_predict_capacity(m, a.nshards ? &changes[1] : &a.change, configs, nconf, &o, &fit, err, sizeof err) != 0) {
+    have_fit = a.card_option != NULL && !a.one_run && a.nfit > 0;
+    if (have_fit && ms_predict_capacity(m, fit_changes, a.nfit, configs, nconf, &o, &fit, err, sizeof err) != 0) {
+      have_fit = false;
       fprintf(stderr, "error: predict: %s\n", err);
       rc = 1;
       goto cleanup;
     }
-    have_fit = a.card_option != NULL && !a.one_run;
   }
   uint64_t card = a.base.capacity ? a.base.capacity : ms_replay_recorded_capacity(p);
   char rec[1200];
@@ -1198,11 +1381,18 @@ static int cmd_predict(int argc, char **argv) {
     print_change(m, &a.change, in, &a);
     print_shard(m, &a);
     if (have_pred) print_predictions(&pred, a.at, a.nat, nconf, nchange, a.one_run && !a.size_given);
-    if (have_pred && a.nshards && a.card_option) print_smallest_n(&pred, &a, nconf, nchange);
-    if (have_fit) print_capacity(&fit, a.base.capacity);
+    shard_outcome outcomes[MS_SHARDS];
+    int noutcomes = (have_pred || have_adv) && a.nshards && a.card_option
+                        ? shard_outcomes(&a, have_pred ? &pred : NULL, nconf, nchange, have_adv ? &adv : NULL, outcomes) : 0;
+    char at[40] = "";
+    if (!have_adv && (!a.one_run || a.size_given)) snprintf(at, sizeof at, " at %lld", (long long)a.at[0]);
+    if (have_pred) print_smallest_n(outcomes, noutcomes, a.base.capacity, at);
+    if (have_fit) print_capacity(&fit, a.base.capacity, a.nfit, nconf);
     if (have_adv) print_advice(m, &adv);
+    if (have_adv) print_smallest_n(outcomes, noutcomes, a.base.capacity, at);
     external_note();
     collect_notes(m, sweeps, 2, print_note, NULL);
+    if (a.fit_note[0]) print_note(a.fit_note, NULL);
     if (a.one_run && a.card_option && !a.advise)
       print_note("one run: the prediction is at its own size on the card; the largest size that fits needs runs at two sizes", NULL);
   }
@@ -1222,7 +1412,7 @@ cleanup:
 const ms_command ms_predict_command = {"predict", cmd_predict,
      "memsnap predict A.db=SIZE B.db=SIZE [C.db=SIZE] [--at N]... [--capacity SIZE | --device CARD]\n"
      "                [--set KEY=VALUE]... [--sweep [--jobs N]] [--checkpoint MODULES]... [--optimizer NAME]\n"
-     "                [--advise] [--shard STRATEGY:N[,N]...]... [--units PATTERNS] [--param-dtype DTYPE]\n"
+     "                [--advise] [--shard STRATEGY[:N[,N]...]]... [--units PATTERNS] [--param-dtype DTYPE]\n"
      "                [--reduce-dtype DTYPE] [--recorded-shard fsdp2:N] [--json | --html OUT.html]\n"
      "                            peaks at sizes not run (batch, sequence length) from runs at two or\n"
      "                            three, and the largest size that fits a card; as if modules were\n"
@@ -1232,7 +1422,8 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "                      sequence length...); two runs at different sizes (three: laws of degree 2)\n"
      "  --at N              a size to predict peak allocated and reserved memory at (repeatable, 16)\n"
      "  --capacity SIZE     the card's memory (40G, 80GiB, 24000M): the predictions run on it, and the\n"
-     "                      largest size that fits it is searched under each setting\n"
+     "                      largest size that fits it is searched under each setting (with --shard:\n"
+     "                      for each strategy and N given or found; 64 searches at most)\n"
      "  --device CARD       the same with a card's memory by name: H100, H200, A100-80GB, A100-40GB,\n"
      "                      A10G, V100-32GB, V100-16GB, T4, RTX-4090, RTX-3090\n"
      "  --set KEY=VALUE     a setting over the recorded ones, as memsnap replay takes it (repeatable)\n"
@@ -1250,6 +1441,9 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  --shard STRATEGY:N  rank 0's peaks under data parallelism over N ranks: fsdp2, ddp, zero1,\n"
      "                      zero2, zero3 (a list: fsdp2:2,4,8; repeatable), from the one-GPU run's\n"
      "                      parameter, gradient, state and module events\n"
+     "  --shard STRATEGY    with a card: the fewest ranks that fit it, searched (N = 1, 2, 4, ... 1024,\n"
+     "                      stopping when rank 0's peak stops falling); STRATEGY:auto the same; all:\n"
+     "                      each strategy\n"
      "  --units PATTERNS    FSDP2's units beside the root (classes, GPT2Block, or module paths; default:\n"
      "                      each instance of the repeated block)\n"
      "  --param-dtype D, --reduce-dtype D  FSDP2's MixedPrecisionPolicy: fp32, bf16, fp16\n"
@@ -1276,5 +1470,6 @@ const ms_command ms_predict_command = {"predict", cmd_predict,
      "  $ memsnap run -o b8.db -- python train.py --batch 8\n"
      "  $ memsnap predict b4.db=4 b8.db=8 --at 16 --at 24\n"
      "  $ memsnap predict b4.db=4 b8.db=8 --capacity 24G --sweep\n"
-     "  $ memsnap predict b4.db=4 b8.db=8 --checkpoint GPT2Block --at 32 --capacity 24G --advise\n",
+     "  $ memsnap predict b4.db=4 b8.db=8 --checkpoint GPT2Block --at 32 --capacity 24G --advise\n"
+     "  $ memsnap predict b4.db=4 b8.db=8 --at 32 --shard all --device H100\n",
      false};

@@ -12,7 +12,8 @@
  * run, a second set of rows searches the largest size that fits with each (predict.c's search). The bisection assumes that checkpointing one more
  * instance never raises the peak, as freeing what a forward saved does not. With --shard's
  * strategies (ms_advise_shards), each strategy is one more candidate, the last kind: its Ns tried
- * from the fewest ranks up, the first that fits kept.
+ * from the fewest ranks up, the first that fits kept; a strategy given without N has its Ns
+ * searched as fewest_ranks.c searches them (1, 2, 4, ..., stopping when rank 0's peak stops falling).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@ typedef struct candidate {
   int kind;
   ms_replay_config config;
   ms_change change;
-  bool fewest; /* checkpoint: the fewest instances that fit (bisection) */
+  bool fewest; /* checkpoint: the fewest instances that fit (bisection); shard: its N searched (fewest_ranks.c) */
 } candidate;
 
 typedef struct advise_ctx {
@@ -49,6 +50,15 @@ static int at_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   const advise_ctx *x = arg;
   const candidate *k = &x->cand[row];
   ms_change ch = k->change;
+  if (k->kind == MS_ADVICE_SHARD && k->fewest) { /* the fewest ranks that fit, searched */
+    ms_fewest search;
+    ms_fewest_start(&search, ch.strategy);
+    for (;;) {
+      ch.ranks = search.ranks;
+      int rc = ms_predict_replay(x->m, s, p, c, &ch, x->at, r);
+      if (rc != 0 || !ms_fewest_step(&search, r)) return rc;
+    }
+  }
   if (k->kind == MS_ADVICE_SHARD) { /* the fewest ranks given that fit: the Ns from the smallest up */
     int32_t tried = 0;
     for (;;) {
@@ -159,9 +169,13 @@ int ms_advise_shards(ms_predict *m, int64_t at, const ms_replay_config *base, co
   }
   for (int s = MS_SHARD_FSDP2; s < MS_SHARDS && n < MS_ADVICE_MAX; s++) { /* each strategy given, once */
     int32_t most = 0;
-    for (int i = 0; i < nshards; i++)
+    bool search = false;
+    for (int i = 0; i < nshards; i++) {
       if (shards[i].strategy == s && shards[i].ranks > most) most = shards[i].ranks;
-    if (most) cand[n++] = (candidate){MS_ADVICE_SHARD, grid[0], {0, 0, MS_OPT_KEEP, 0, s, most}, false};
+      search |= shards[i].strategy == s && shards[i].ranks == 0;
+    }
+    if (search) cand[n++] = (candidate){MS_ADVICE_SHARD, grid[0], {0, 0, MS_OPT_KEEP, 0, s, 1}, true};
+    else if (most) cand[n++] = (candidate){MS_ADVICE_SHARD, grid[0], {0, 0, MS_OPT_KEEP, 0, s, most}, false};
   }
   ms_replay_config *configs = malloc(sizeof *configs * (size_t)n);
   if (!configs) {
@@ -185,6 +199,7 @@ int ms_advise_shards(ms_predict *m, int64_t at, const ms_replay_config *base, co
     out->row[i].kind = cand[i].kind;
     out->row[i].at = first.results[i];
     out->row[i].fits = ms_replay_fits(&first.results[i]);
+    out->row[i].searched = cand[i].kind == MS_ADVICE_SHARD && cand[i].fewest;
     out->row[i].largest.at = 0;
   }
   out->searched = ms_predict_info_of(m)->nruns > 1;

@@ -547,15 +547,16 @@ int ms_predict_search(ms_predict *m, ms_snapshot *s, ms_replay_plan *p, const ms
 
 typedef struct capacity_rows {
   ms_predict *m;
-  const ms_change *change;
+  const ms_change *changes;
+  int nconf;
 } capacity_rows;
 
-/* A row of the search: the largest size whose history fits the row's card. */
+/* A row of the search: the largest size whose history, changed by its group's change, fits the
+ * row's card. */
 static int capacity_row(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, int row, ms_replay_result *r,
                         void *arg) {
-  (void)row;
   const capacity_rows *cr = arg;
-  return ms_predict_search(cr->m, s, p, c, cr->change, r);
+  return ms_predict_search(cr->m, s, p, c, &cr->changes[row / cr->nconf], r);
 }
 
 static const ms_replay_result *fit_base; /* qsort has no context argument */
@@ -568,13 +569,23 @@ static int cmp_fit(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 
-int ms_predict_capacity(ms_predict *m, const ms_change *change, const ms_replay_config *configs, int nconf,
+int ms_predict_capacity(ms_predict *m, const ms_change *changes, int nchange, const ms_replay_config *configs, int nconf,
                         const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
   static const ms_change none = {0};
-  capacity_rows cr = {m, change ? change : &none};
-  if (ms_replay_rows(&m->base, m->plan, configs, nconf, capacity_row, &cr, o, out, err, errlen) != 0) return -1;
+  if (!changes || nchange < 1) changes = &none, nchange = 1;
+  int nrows = nchange * nconf;
+  ms_replay_config *rows = malloc(sizeof *rows * (size_t)nrows);
+  if (!rows) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (int i = 0; i < nrows; i++) rows[i] = configs[i % nconf];
+  capacity_rows cr = {m, changes, nconf};
+  int rc = ms_replay_rows(&m->base, m->plan, rows, nrows, capacity_row, &cr, o, out, err, errlen);
+  free(rows);
+  if (rc != 0) return -1;
   for (int i = 0; i < out->nrows; i++) out->order[i] = i;
   fit_base = out->results;
-  qsort(out->order, (size_t)out->nrows, sizeof *out->order, cmp_fit);
+  for (int h = 0; h < nchange; h++) qsort(&out->order[h * nconf], (size_t)nconf, sizeof *out->order, cmp_fit);
   return 0;
 }

@@ -229,6 +229,9 @@ int ms_replay_rows(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *ro
  * to free). Rows that fail are in out as failed, with their error. */
 int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *base, int jobs, double time_limit_s,
                     bool progress, ms_sweep *out, char *err, size_t errlen);
+/* An empty sweep of nrows results (zeroed; order 0, 1, ...) that ms_sweep_free frees, for rows
+ * gathered from several runs of the workers (fewest_ranks.c). 0, or -1 with err set (nothing to free). */
+int ms_sweep_alloc(ms_sweep *out, int nrows, char *err, size_t errlen);
 void ms_sweep_free(ms_sweep *sw);
 
 /* ---- predicting another size from runs at two or three (align.c, predict.c) -------------- */
@@ -557,12 +560,55 @@ ms_replay_plan *ms_predict_plan(ms_predict *m);
  * err set (nothing to free). */
 int ms_predict_at(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
                   const ms_change *changes, int nchange, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
-/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history (changed by `change`;
- * NULL: none) fits the card under each of configs[0..nconf) (their capacity), into out's results by config (`at`: that size, 0 when
- * none fits; the figures: its replay), ranked by that size (the largest first), then by peak
- * reserved. 0, or -1 with err set (nothing to free). */
-int ms_predict_capacity(ms_predict *m, const ms_change *change, const ms_replay_config *configs, int nconf,
+/* The largest size, 1 to MS_PREDICT_MAX_SIZE, whose synthesised history (changed by each of
+ * changes[0..nchange); NULL: one group, unchanged) fits the card under each of configs[0..nconf)
+ * (their capacity), into out's results by change, then config (row h * nconf + c; `at`: that
+ * size, 0 when none fits; the figures: its replay). out's order is ranked within each change's
+ * group (order[h * nconf .. h * nconf + nconf) are that group's rows) by that size (the largest
+ * first), then by peak reserved. Each row is one search, about 2 log2(size) replays, on the
+ * sweep's workers. 0, or -1 with err set (nothing to free). */
+int ms_predict_capacity(ms_predict *m, const ms_change *changes, int nchange, const ms_replay_config *configs, int nconf,
                         const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen);
+
+/* ---- the fewest ranks that fit (fewest_ranks.c) -------------------------------------------- */
+
+/* `--shard STRATEGY` without N: N = 1, 2, 4, ... up to MS_FEWEST_MAX, the first that fits the
+ * card kept, stopping early when rank 0's peak reserved stops falling with N (over two doublings). */
+#define MS_FEWEST_MAX 1024
+enum {
+  MS_FEWEST_SEARCHING,
+  MS_FEWEST_FITS,   /* `fewest` fits */
+  MS_FEWEST_FLAT,   /* rank 0's peak reserved at `ranks` no lower than at ranks / 2, nor that than at ranks / 4 */
+  MS_FEWEST_LIMIT,  /* MS_FEWEST_MAX tried, none fits */
+  MS_FEWEST_FAILED  /* the replay at `ranks` failed */
+};
+typedef struct ms_fewest {
+  int32_t strategy; /* MS_SHARD_* searched */
+  int32_t ranks;    /* the N to try next; once stopped, the last tried */
+  int32_t fewest;   /* the smallest N that fits (0: none) */
+  int stop;         /* MS_FEWEST_* */
+  int64_t peak;     /* rank 0's peak reserved at the last N tried (with the memory outside the allocator) */
+  int flat;         /* the doublings since it last fell */
+} ms_fewest;
+/* A search of `strategy` from N = 1. */
+void ms_fewest_start(ms_fewest *s, int32_t strategy);
+/* Takes the replay at s->ranks (under the card): true when the search goes on (s->ranks the next
+ * N to try), false when it stopped (s->stop says why). */
+bool ms_fewest_step(ms_fewest *s, const ms_replay_result *r);
+/* The search as it stopped, from its last replay alone: how advise.c's rows report it. */
+void ms_fewest_of_result(const ms_replay_result *r, ms_fewest *s);
+/* Why a search stopped without an N that fits, in words (the strategy's reason why more ranks do
+ * not help, when its peak stopped falling), into out[len]. */
+void ms_fewest_why(const ms_fewest *s, char *out, size_t len);
+/* ms_predict_at over changes[0..nchange) (NULL or 0: none), and the search of each of
+ * search[0..nsearch) (each a change with its strategy; its ranks are searched): per round, the
+ * next N of every search still going on, at each size and setting; each search decided at
+ * ats[0] under configs[0] (found[i] says how it ended). out's rows are laid out as
+ * ms_predict_at's over the changes, then each search's Ns tried in order; *nrows_change is their
+ * number (nchange plus the Ns tried). 0, or -1 with err set (nothing to free). */
+int ms_predict_fewest(ms_predict *m, const int64_t *ats, int nat, const ms_replay_config *configs, int nconf,
+                     const ms_change *changes, int nchange, const ms_change *search, int nsearch, ms_fewest *found,
+                     const ms_rows_options *o, ms_sweep *out, int *nrows_change, char *err, size_t errlen);
 
 /* ---- what makes a size fit (advise.c) ------------------------------------------------------ */
 
@@ -576,6 +622,7 @@ typedef struct ms_advice_row {
   ms_replay_result at;      /* at the size asked (config and change: the candidate's) */
   ms_replay_result largest; /* the largest size that fits with it (at 0: none; unsearched with one run) */
   bool fits;                /* at the size asked */
+  bool searched;            /* MS_ADVICE_SHARD: its N searched (fewest_ranks.c), not among those given */
 } ms_advice_row;
 
 typedef struct ms_advice {
@@ -598,7 +645,9 @@ typedef struct ms_advice {
 int ms_advise(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_rows_options *o, ms_advice *out, char *err,
               size_t errlen);
 /* ms_advise, and, for each strategy of shards[0..nshards) (--shard's, made with m's shard
- * reading), the smallest of its Ns that fits (MS_ADVICE_SHARD: the most ranks given when none does). */
+ * reading), the smallest of its Ns that fits (MS_ADVICE_SHARD: the most ranks given when none does);
+ * a strategy given with ranks 0 has its N searched as fewest_ranks.c searches (the last N tried when
+ * none fits). */
 int ms_advise_shards(ms_predict *m, int64_t at, const ms_replay_config *base, const ms_change *shards, int nshards,
                      const ms_rows_options *o, ms_advice *out, char *err, size_t errlen);
 void ms_advice_free(ms_advice *a);

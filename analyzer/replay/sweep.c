@@ -180,6 +180,23 @@ int ms_replay_grid(const ms_replay_plan *p, const ms_replay_config *base, ms_rep
   return (int)NGRID + 1;
 }
 
+/* out's order (allocated) and the mapping of nrows results (MAP_SHARED: the workers' results come
+ * back through it), its head's nrows set: the mapping, or NULL with err set (nothing to free). */
+static shared_head *map_rows(ms_sweep *out, int nrows, int flags, char *err, size_t errlen) {
+  out->order = malloc(sizeof *out->order * (size_t)nrows);
+  shared_head *sh = out->order ? mmap(NULL, shared_size(nrows), PROT_READ | PROT_WRITE, flags | MAP_ANONYMOUS, -1, 0)
+                                : MAP_FAILED;
+  if (sh == MAP_FAILED) {
+    snprintf(err, errlen, "cannot map %smemory: %s", flags & MAP_SHARED ? "shared " : "",
+             out->order ? strerror(errno) : "out of memory");
+    free(out->order);
+    out->order = NULL;
+    return NULL;
+  }
+  sh->nrows = nrows;
+  return sh;
+}
+
 int ms_replay_rows(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *rows, int nrows, ms_replay_row_fn fn,
                    void *arg, const ms_rows_options *o, ms_sweep *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
@@ -191,16 +208,9 @@ int ms_replay_rows(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *ro
     snprintf(err, errlen, "nothing to replay");
     return -1;
   }
-  out->order = malloc(sizeof *out->order * (size_t)nrows);
   size_t size = shared_size(nrows);
-  shared_head *sh = out->order ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
-  if (sh == MAP_FAILED) {
-    snprintf(err, errlen, "cannot map shared memory: %s", out->order ? strerror(errno) : "out of memory");
-    free(out->order);
-    out->order = NULL;
-    return -1;
-  }
-  sh->nrows = nrows;
+  shared_head *sh = map_rows(out, nrows, MAP_SHARED, err, errlen);
+  if (!sh) return -1;
   if (jobs <= 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     jobs = n < 1 ? 1 : n > 64 ? 64 : (int)n;
@@ -279,6 +289,22 @@ int ms_replay_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *b
   if (nrows < 0) return -1;
   ms_rows_options o = {jobs, time_limit_s, progress ? "sweep: settings" : NULL};
   return ms_replay_rows(s, p, rows, nrows, NULL, NULL, &o, out, err, errlen);
+}
+
+int ms_sweep_alloc(ms_sweep *out, int nrows, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (nrows < 1) {
+    snprintf(err, errlen, "nothing to replay");
+    return -1;
+  }
+  shared_head *sh = map_rows(out, nrows, MAP_PRIVATE, err, errlen); /* as ms_replay_rows maps, so ms_sweep_free frees either */
+  if (!sh) return -1;
+  for (int i = 0; i < nrows; i++) out->order[i] = i;
+  out->nrows = nrows;
+  out->results = results_of(sh);
+  out->shared = sh;
+  out->shared_size = shared_size(nrows);
+  return 0;
 }
 
 void ms_sweep_free(ms_sweep *sw) {

@@ -13,7 +13,8 @@
 # elements, DDP's buckets (parameters in reverse, the first closed at 1 MiB), ZeRO's stages
 # ordered in model-state memory. Then the predictions (peaks falling with N, combined with
 # --checkpoint and with two runs' laws, JSON's strategy and ranks, the smallest N that fits a
-# card) and the refusals: an unknown strategy, N = 0, a history without parameter events, a
+# card, given or searched (--shard fsdp2, all; DDP's search stopping), the largest size that fits
+# per strategy and N) and the refusals: an unknown strategy, N = 0, a history without parameter events, a
 # --units pattern that names no module, a ring that dropped events. Then real recordings from an
 # H200 against the native FSDP2 runs of the same programs (tests/data/shard).
 set -u
@@ -283,6 +284,78 @@ for s in ('fsdp2', 'zero3'):
 exit(0 if ok else 1)\""
 "$cli" predict "$dir/b1.db" --at 1 --capacity 80M --advise --shard fsdp2:2,4,8 >"$dir/adv.txt" 2>&1
 check "--advise's text: the smallest N that fits the card" "grep -q '^the smallest N that fits 80.00 MiB: fsdp2:[248]\$' $dir/adv.txt"
+
+# The fewest ranks searched (--shard STRATEGY without N, replay/fewest_ranks.c): N = 1, 2, 4, ...,
+# the first that fits the card, against the rows of the same Ns given; on 90 MiB p.db needs
+# sharding (its fsdp2:1 needs 110 MiB).
+"$cli" predict --json "$dir/p.db" --shard fsdp2 --capacity 90M >"$dir/auto.json" 2>"$dir/auto.err"
+check "--shard fsdp2 with a card: exit 0, nothing on stderr" "[ $? -eq 0 ] && [ ! -s $dir/auto.err ]"
+"$cli" predict --json "$dir/p.db" --shard fsdp2:1,2,4,8,16,32,64,128 --capacity 90M >"$dir/given.json" 2>/dev/null
+check "the N searched is the smallest power of two whose --shard fsdp2:N row fits the same card (more than 1), its rows those Ns' rows" \
+  "python3 -c \"
+import json; a, g = json.load(open('$dir/auto.json')), json.load(open('$dir/given.json'))
+s = a['smallest_fitting_ranks'][0]
+fit = sorted(r['ranks'] for r in g['predictions'] if r['strategy'] == 'fsdp2' and r['fits'])
+rows = [r for r in a['predictions'] if r['strategy'] == 'fsdp2']
+same = {r['ranks']: (r['peak_reserved_bytes'], r['fits']) for r in g['predictions'] if r['strategy'] == 'fsdp2'}
+ok = fit and s['strategy'] == 'fsdp2' and s['searched'] and s['ranks'] == fit[0] > 1 and s['stopped'] == 'fits'
+ok = ok and s['tried'] == [1 << k for k in range(len(s['tried']))] and s['tried'][-1] == s['ranks']
+ok = ok and [r['ranks'] for r in rows] == s['tried'] and [r['fits'] for r in rows] == [False] * (len(rows) - 1) + [True]
+ok = ok and all((r['peak_reserved_bytes'], r['fits']) == same[r['ranks']] for r in rows) and a['predictions'][0]['strategy'] == 'none'
+exit(0 if ok else 1)\""
+"$cli" predict "$dir/p.db" --shard fsdp2:auto --capacity 90M >"$dir/auto.txt" 2>&1
+n=$(python3 -c "import json; print(json.load(open('$dir/auto.json'))['smallest_fitting_ranks'][0]['ranks'])")
+tried=$(python3 -c "import json; print(', '.join(str(n) for n in json.load(open('$dir/auto.json'))['smallest_fitting_ranks'][0]['tried']))")
+check "text (fsdp2:auto): a row per N tried, and the line 'the smallest N that fits 90.00 MiB: fsdp2:$n (searched: $tried)'" \
+  "grep -qx 'the smallest N that fits 90.00 MiB: fsdp2:$n (searched: $tried)' $dir/auto.txt && [ \$(grep -cE '  fsdp2:[0-9]+ ' $dir/auto.txt) -eq \$(echo '$tried' | tr ',' '\n' | wc -l) ]"
+"$cli" predict --json "$dir/p.db" --shard all --capacity 90M >"$dir/all.json" 2>/dev/null
+"$cli" predict "$dir/p.db" --shard all --capacity 90M >"$dir/all.txt" 2>&1
+check "--shard all: the five strategies searched, each a line (the smallest N, or why none fits)" \
+  "json $dir/all.json \"[s['strategy'] for s in j['smallest_fitting_ranks']] == ['fsdp2', 'ddp', 'zero1', 'zero2', 'zero3'] and all(s['searched'] for s in j['smallest_fitting_ranks'])\" &&
+   [ \$(grep -cE '^(the smallest N that fits 90.00 MiB: (fsdp2|ddp|zero1|zero2|zero3):[0-9]+ \(searched: |no N fits 90.00 MiB with (fsdp2|ddp|zero1|zero2|zero3) \(searched: )' $dir/all.txt) -eq 5 ]"
+check "ddp: its peak does not fall with N, so the search stops (1, 2, 4) and says DDP keeps a whole replica on each rank" \
+  "json $dir/all.json \"[(s['ranks'], s['tried'], s['stopped']) for s in j['smallest_fitting_ranks'] if s['strategy'] == 'ddp'] == [(None, [1, 2, 4], 'peak_not_falling')]
+    and len(set(r['peak_reserved_bytes'] for r in j['predictions'] if r['strategy'] == 'ddp')) == 1\" &&
+   grep -q '^no N fits 90.00 MiB with ddp (searched: 1, 2, 4): .*DDP keeps a whole replica' $dir/all.txt"
+check "JSON smallest_fitting_ranks: strategy, at, ranks, searched, tried, stopped, why; a strategy given with Ns: searched false, its Ns" \
+  "\"$cli\" predict --json $dir/p.db --shard zero3:2,4 --shard ddp --capacity 90M >$dir/mix.json 2>/dev/null && json $dir/mix.json \"
+    all(sorted(s) == sorted(['strategy', 'at', 'ranks', 'searched', 'tried', 'stopped', 'why']) for s in j['smallest_fitting_ranks'])
+    and [(s['strategy'], s['searched'], s['tried']) for s in j['smallest_fitting_ranks']] == [('ddp', True, [1, 2, 4]), ('zero3', False, [2, 4])]\""
+exit_of() { "$cli" predict "$@" >/dev/null 2>"$dir/x.err"; echo $?; }
+check "--shard fsdp2 without a card: exit 2, a card asked for (so --shard all:auto; two runs without --at; fsdp2 with and without N)" \
+  "[ \$(exit_of $dir/p.db --shard fsdp2) = 2 ] && grep -q 'searches the fewest ranks that fit a card: give --capacity SIZE or --device CARD' $dir/x.err &&
+   [ \$(exit_of $dir/p.db --shard all:auto) = 2 ] && [ \$(exit_of $dir/p4.db=4 $dir/p8.db=8 --shard fsdp2 --capacity 90M) = 2 ] && grep -q 'give --at N' $dir/x.err &&
+   [ \$(exit_of $dir/p.db --shard fsdp2 --shard fsdp2:4 --capacity 90M) = 2 ]"
+"$cli" predict --json "$dir/b1.db" --at 1 --capacity 70M --advise --shard fsdp2 >"$dir/adva.json" 2>/dev/null
+"$cli" predict --json "$dir/b1.db" --capacity 70M --shard fsdp2:1,2,4,8,16,32 >"$dir/advg.json" 2>/dev/null
+check "--advise with --shard fsdp2: its change the smallest power of two whose row fits (searched), as --shard fsdp2:N's rows say" \
+  "python3 -c \"
+import json; a, g = json.load(open('$dir/adva.json')), json.load(open('$dir/advg.json'))
+rows = [c for c in a['advice']['changes'] if c['kind'] == 'shard']
+fit = sorted(r['ranks'] for r in g['predictions'] if r['strategy'] == 'fsdp2' and r['fits'])
+s = a['smallest_fitting_ranks']
+ok = fit and fit[0] > 1 and len(rows) == 1 and rows[0]['ranks_searched'] and rows[0]['fits'] and rows[0]['ranks'] == fit[0]
+exit(0 if ok and s[0]['ranks'] == fit[0] and s[0]['tried'][-1] == fit[0] else 1)\""
+
+# The largest size that fits, per strategy and N given (two runs): a group of rows each.
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --shard fsdp2:2,8 --capacity 120M >"$dir/capn.json" 2>/dev/null
+"$cli" predict "$dir/p4.db=4" "$dir/p8.db=8" --shard fsdp2:2,8 --capacity 120M >"$dir/capn.txt" 2>&1
+check "--capacity with fsdp2:2,8: the largest size searched for each, more fitting with more ranks" \
+  "json $dir/capn.json \"[(r['strategy'], r['ranks']) for r in j['largest_that_fits']] == [('fsdp2', 2), ('fsdp2', 8)]
+    and 0 < j['largest_that_fits'][0]['at'] < j['largest_that_fits'][1]['at'] and (j['best_fit']['strategy'], j['best_fit']['ranks']) == ('fsdp2', 2)\" &&
+   grep -qE '^best with fsdp2:2: [0-9]+ with PYTORCH_CUDA_ALLOC_CONF=' $dir/capn.txt && grep -qE '^best with fsdp2:8: [0-9]+ with PYTORCH_CUDA_ALLOC_CONF=' $dir/capn.txt"
+for k in 0 1; do
+  read -r n at < <(python3 -c "import json; r = json.load(open('$dir/capn.json'))['largest_that_fits'][$k]; print(r['ranks'], r['at'])")
+  "$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --at "$at" --at $((at + 1)) --shard "fsdp2:$n" --capacity 120M >"$dir/capn$k.json" 2>/dev/null
+  check "fsdp2:$n: the largest that fits, $at, fits 120 MiB and $((at + 1)) does not (its --at rows)" \
+    "json $dir/capn$k.json \"[(r['at'], r['fits']) for r in j['predictions'] if r['strategy'] == 'fsdp2'] == [($at, True), ($((at + 1)), False)]\""
+done
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --at 8 --shard fsdp2 --capacity 150M >"$dir/capa.json" 2>/dev/null
+check "--capacity with fsdp2 searched: the largest size searched with the N found" \
+  "json $dir/capa.json \"j['smallest_fitting_ranks'][0]['ranks'] and [(r['strategy'], r['ranks']) for r in j['largest_that_fits']] == [('fsdp2', j['smallest_fitting_ranks'][0]['ranks'])] and j['largest_that_fits'][0]['at'] >= 8\""
+"$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --at 8 --shard fsdp2:2,4,8,16 --capacity 140M --sweep --jobs 2 >"$dir/capl.json" 2>/dev/null
+check "--capacity --sweep with four strategies and Ns: 64 searches at most, the first three (60 rows), a note names the one left out" \
+  "json $dir/capl.json \"len(j['largest_that_fits']) == 60 and [r['ranks'] for r in j['largest_that_fits'][::20]] == [2, 4, 8] and any('not with fsdp2:16' in n for n in j['notes'])\""
 
 "$cli" predict "$dir/p4.db=4" "$dir/p8.db=8" --at 8 --at 16 --shard fsdp2:2,4 --html "$dir/page.html" >"$dir/page.out" 2>&1
 "$cli" predict --json "$dir/p4.db=4" "$dir/p8.db=8" --at 8 --at 16 --shard fsdp2:2,4 >"$dir/page.json" 2>/dev/null

@@ -444,6 +444,12 @@ test("a prediction's tables read as the text report's: settings marked recorded 
   const adv = Model.predictionTables({ advice: { searched: true, changes: [{ rank: 1, fits: true, peak_allocated_bytes: MiB, peak_reserved_bytes: MiB,
     largest_that_fits: { at: 17 }, description: "checkpoint 3 of 6 (<img>.blocks.5)" }] } }).advice;
   assert.deepStrictEqual(adv, [["1", "yes", "1.00 MiB", "1.00 MiB", "17", "checkpoint 3 of 6 (<img>.blocks.5)"]]);
+  // the largest sizes with --shard: a group per strategy and N, each ranked from 1, the program before the setting
+  const row = (strategy, ranks, at) => ({ strategy, ranks, at, peak_allocated_bytes: MiB, peak_reserved_bytes: MiB, pytorch_cuda_alloc_conf: "" });
+  const groups = Model.predictionTables({ largest_that_fits: [row("fsdp2", 2, 5), row("fsdp2", 2, 4), row("fsdp2", 8, 6)] }).fits;
+  assert.deepStrictEqual(groups.map((r) => [r[0], r[1], r[4]]), [["1", "5", "fsdp2:2, (defaults)"], ["2", "4", "fsdp2:2, (defaults)"],
+    ["1", "6", "fsdp2:8, (defaults)"]]);
+  assert.deepStrictEqual(Model.predictionTables({ largest_that_fits: [row("none", 1, 3)] }).fits.map((r) => r[4]), ["(defaults)"]);
 });
 
 test("runStrip: the whole run's bars, the window placed; nothing when the window is the whole run; hostile numbers read as 0", () => {
