@@ -32,13 +32,17 @@ GiB = float(1 << 30)
 # each parameter's allocation is its shard's); its DDP programs make theirs on the GPU.
 META = ["--shard-init", "meta"]
 BF16 = ["--param-dtype", "bf16", "--reduce-dtype", "fp32"]
+BF16MODEL = ["--recorded-dtype", "bf16", "--orig-dtype", "fp32"] + BF16
 CASES = []
 for n in (2, 4, 8):
     CASES += [("GPT-2 fp32", "gpt2_fp32", META, "fsdp2", n, "native_gpt2_fp32_fsdp2_%d" % n),
               ("GPT-2 checkpointed", "gpt2_ac", META, "fsdp2", n, "native_gpt2_ac_fsdp2_%d" % n),
               ("GPT-2 autocast to bf16 MP", "gpt2_bf16", META + BF16, "fsdp2", n, "native_gpt2_bf16_fsdp2_%d" % n),
               ("1B fp32", "1b_fp32", META, "fsdp2", n, "native_1b_fp32_fsdp2_%d" % n),
-              ("1B autocast to bf16 MP", "1b_bf16", META + BF16, "fsdp2", n, "native_1b_bf16_fsdp2_%d" % n)]
+              ("1B autocast to bf16 MP", "1b_bf16", META + BF16, "fsdp2", n, "native_1b_bf16_fsdp2_%d" % n),
+              # the models cast to bf16 on one GPU (run 74): the activations FSDP2's bf16 compute makes
+              ("GPT-2 bf16 model to bf16 MP", "gpt2_bf16model", META + BF16MODEL, "fsdp2", n, "native_gpt2_bf16_fsdp2_%d" % n),
+              ("1B bf16 model to bf16 MP", "1b_bf16model", META + BF16MODEL, "fsdp2", n, "native_1b_bf16_fsdp2_%d" % n)]
 for n in (4, 8):
     CASES += [("GPT-2 fp32 from FSDP2 at 2", "gpt2_fsdp2_2", ["--recorded-shard", "fsdp2:2"], "fsdp2", n,
                "native_gpt2_fp32_fsdp2_%d" % n),

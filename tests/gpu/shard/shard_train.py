@@ -2,7 +2,7 @@
 FSDP2 or DDP through PyTorch's fake process group, so that `memsnap predict --shard` can be
 checked against what the sharded program really allocates.
 
-  python3 shard_train.py --model gpt2|1b --mode single|fsdp2|ddp [--world N] [--mp bf16] [--ac]
+  python3 shard_train.py --model gpt2|1b --mode single|fsdp2|ddp [--world N] [--mp bf16|bf16model] [--ac]
                          [--batch B] [--seq S] [--steps K] [--tracker] [--result FILE.json]
 
 Models (transformers' GPT2LMHeadModel made from a config, no weights downloaded; word embeddings
@@ -13,6 +13,9 @@ not tied, so that FSDP2's units and DDP's buckets need no special case):
 Modes:
   single  the whole model on the GPU (built there), AdamW; --mp bf16 runs forward under
           torch.autocast(bfloat16) (the unsharded counterpart of FSDP2's mixed precision);
+          --mp bf16model: the model cast to bf16 (model.to(bfloat16)), its AdamW on bf16
+          parameters: every activation in bf16, as FSDP2's bf16 compute makes them (the
+          recording `--recorded-dtype bf16 --orig-dtype fp32` predicts FSDP2's from);
           --ac: every block checkpointed (gradient_checkpointing_enable, non-reentrant)
   fsdp2   init_process_group("fake", rank 0, world N, FakeStore): every buffer allocated as on a
           real rank, the collectives skipped. The model made on the meta device, each block
@@ -64,7 +67,7 @@ def main():
     ap.add_argument("--model", default="gpt2")
     ap.add_argument("--mode", default="single", choices=("single", "fsdp2", "ddp"))
     ap.add_argument("--world", type=int, default=1)
-    ap.add_argument("--mp", default="none", choices=("none", "bf16"))
+    ap.add_argument("--mp", default="none", choices=("none", "bf16", "bf16model"))
     ap.add_argument("--ac", action="store_true")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--seq", type=int, default=0)
@@ -73,6 +76,8 @@ def main():
     ap.add_argument("--result", default="")
     ap.add_argument("--backend", default="fake", choices=("fake", "gloo"))
     a = ap.parse_args()
+    if a.mp == "bf16model" and a.mode != "single":
+        sys.exit("--mp bf16model is the one-GPU program's (FSDP2's own is --mp bf16)")
     rank = int(os.environ.get("MEMSNAP_SHARD_RANK", "0"))
     if a.backend == "gloo" and "MEMSNAP_SHARD_RANK" not in os.environ:
         # real ranks over gloo, every one on this GPU (each its own allocator): rank 0 reports
@@ -117,6 +122,8 @@ def main():
     else:
         with torch.device(dev):
             model = GPT2LMHeadModel(cfg)
+        if a.mp == "bf16model":
+            model.to(torch.bfloat16)
         if a.ac:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if a.mode == "ddp":
