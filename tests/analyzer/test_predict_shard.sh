@@ -455,6 +455,19 @@ for r in gpt2_bf16model 1b_bf16model; do
 done
 check "GPT-2 and the 1.1B model recorded in bf16 (--recorded-dtype bf16 --orig-dtype fp32), against FSDP2's bf16 mixed precision at 2, 4, 8: the same bounds" \
   "near $native $dir/gpt2_bf16model.json gpt2_bf16model gpt2_bf16 2 4 8 && near $native $dir/1b_bf16model.json 1b_bf16model 1b_bf16 2 4 8"
+# Another family (run 75): a Llama (RMSNorm, SwiGLU, rotary positions), fp32 and cast to bf16,
+# against its native FSDP2 at 2, 4, 8 (and bf16 mixed precision) and DDP at 2.
+n75=$here/../gpu/results/run75-shard-native.json
+xz -dc "$data/llama_fp32.db.xz" >"$dir/llama_fp32.db"
+xz -dc "$data/llama_bf16model.db.xz" >"$dir/llama_bf16model.db"
+"$cli" predict --json "$dir/llama_fp32.db" --shard fsdp2:2,4,8 --shard ddp:2 --shard-init meta >"$dir/llama_fp32.json" 2>/dev/null
+"$cli" predict --json "$dir/llama_bf16model.db" --shard fsdp2:2,4,8 --shard-init meta --recorded-dtype bf16 --orig-dtype fp32 \
+  --param-dtype bf16 --reduce-dtype fp32 >"$dir/llama_bf16model.json" 2>/dev/null
+check "a Llama (H200), fsdp2:2,4,8 in fp32 and in bf16 mixed precision, ddp:2: the same bounds" \
+  "near $n75 $dir/llama_fp32.json llama_fp32 llama_fp32 2 4 8 && near $n75 $dir/llama_bf16model.json llama_bf16model llama_bf16 2 4 8 &&
+   STRATEGY=ddp near $n75 $dir/llama_fp32.json llama_fp32 llama_fp32 2"
+check "the Llama's units: the root and its 12 decoder layers (model.layers.*), found without --units" \
+  "json $dir/llama_fp32.json \"j['shard']['unit_count'] == 13 and 'model.layers.*' in j['shard']['units_rule']\""
 check "the 1.1B model recorded in bf16: its conversion (221 fp32 parameters made, then freed) said and left out" \
   "json $dir/1b_bf16model.json \"j['shard']['setup_blocks'] == 221 and j['shard']['setup_bytes'] > 4 * 2**30\""
 # DDP at 2 (run 72's native runs through the fake group; tests/gpu/results/run72-shard-native.json)
