@@ -541,6 +541,12 @@ static void print_shard(const ms_predict *m, const predict_args *a) {
   printf("  set-up: %s\n", a->so.meta_init ? "the model made on the meta device, sharded, then materialised (--shard-init "
          "meta): each parameter's allocation is its shard's" : "the model made on the GPU as recorded, then sharded after "
          "its last parameter's allocation (fully_shard: per unit, the shards made, then the full parameters freed)");
+  if (a->so.meta_init && si->setup_blocks && !si->recorded_ranks) {
+    char bytes[32];
+    ms_format_bytes(si->setup_bytes, bytes, sizeof bytes);
+    printf("  left out with it (fsdp2, zero3): the %lld blocks (%s) the recording made and freed before the first forward "
+           "(the model's making on the GPU: a dtype conversion, initialisation's temporaries)\n", (long long)si->setup_blocks, bytes);
+  }
   printf("  assumed: parameters recorded in %s, sharded on dim 0 with rows of one element (padding within N-1 rows); "
          "FSDP2's sharded dtype %s, param dtype %s, reduce dtype %s; DDP's buckets %g MiB%s; ZeRO's reduce bucket %lld "
          "elements%s\n", dt[rec], dt[orig], dt[pb], dt[rb], a->so.bucket_mb, a->so.bucket_view ? " (gradient_as_bucket_view)" : "",
@@ -548,7 +554,10 @@ static void print_shard(const ms_predict *m, const predict_args *a) {
   if (si->cast_blocks)
     printf("  autocast's casts in the recording (%lld blocks made under at::autocast::cached_cast in a unit's forward, of "
            "weights and activations; without native frames, of a parameter's elements in the param dtype): left out under "
-           "fsdp2, whose compute in the param dtype makes none\n", (long long)si->cast_blocks);
+           "fsdp2, whose compute in the param dtype makes none; autocast's activations stay as recorded (some in fp32, "
+           "where FSDP2's compute makes them in the param dtype): the model recorded in the param dtype "
+           "(model.to(torch.bfloat16), then --recorded-dtype bf16 --orig-dtype fp32) answers closer (docs/predict.md)\n",
+           (long long)si->cast_blocks);
   printf("  left out: NCCL's own buffers and the communicator's workspace (outside PyTorch's allocator)\n");
 }
 
@@ -927,6 +936,8 @@ static cJSON *json_shard(const ms_predict *m, const predict_args *a) {
   cJSON_AddNumberToObject(o, "state_bytes", (double)si->state_bytes);
   cJSON_AddBoolToObject(o, "state_from_events", si->state_from_events);
   cJSON_AddNumberToObject(o, "autocast_cast_blocks", (double)si->cast_blocks);
+  cJSON_AddNumberToObject(o, "setup_blocks", (double)si->setup_blocks);
+  cJSON_AddNumberToObject(o, "setup_bytes", (double)si->setup_bytes);
   cJSON_AddNumberToObject(o, "recorded_ranks", si->recorded_ranks);
   cJSON_AddStringToObject(o, "init", a->so.meta_init ? "meta" : "gpu");
   cJSON_AddNumberToObject(o, "detected_ranks", si->detected_ranks);

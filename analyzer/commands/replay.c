@@ -65,6 +65,16 @@ static void print_oom(const ms_snapshot *s, const ms_replay_device *d) {
   }
 }
 
+/* The note on memory outside the allocator into out (memsnap predict says it its own way); false
+ * when the replay held none. */
+static bool external_note(const ms_replay_result *r, char *out, size_t len) {
+  if (!r->external_blocks) return false;
+  snprintf(out, len, "%lld blocks of external memory (outside the allocator: memsnap run's interposer) were held beside "
+           "the replayed allocator as the program held them: the card held them too (the peaks count them)",
+           (long long)r->external_blocks);
+  return true;
+}
+
 static void print_text(const ms_snapshot *s, const ms_replay_result *r, const ms_replay_config *recorded) {
   char conf[1200], rec[1200], cap[32];
   ms_replay_describe_config(&r->config, conf, sizeof conf);
@@ -100,7 +110,9 @@ static void print_text(const ms_snapshot *s, const ms_replay_result *r, const ms
            "%lld unknown frees, %lld allocations at a live address, %lld bad events\n",
            (long long)r->empty_caches, (long long)r->deferred_frees, (long long)r->unknown_frees,
            (long long)r->duplicate_allocs, (long long)r->bad_events);
-  if (r->nnotes) printf("\nnotes:\n");
+  char ext[400];
+  if (r->nnotes || external_note(r, ext, sizeof ext)) printf("\nnotes:\n");
+  if (external_note(r, ext, sizeof ext)) printf("  - %s\n", ext);
   for (int i = 0; i < r->nnotes; i++) printf("  - %s\n", r->notes[i]);
 }
 
@@ -176,6 +188,8 @@ static cJSON *json_result(const ms_snapshot *s, const ms_replay_result *r) {
   cJSON_AddNumberToObject(o, "duplicate_allocs", (double)r->duplicate_allocs);
   cJSON_AddNumberToObject(o, "skipped_events", (double)r->bad_events);
   cJSON *notes = cJSON_AddArrayToObject(o, "notes");
+  char ext[400];
+  if (external_note(r, ext, sizeof ext)) cJSON_AddItemToArray(notes, cJSON_CreateString(ext));
   for (int i = 0; i < r->nnotes; i++) cJSON_AddItemToArray(notes, cJSON_CreateString(r->notes[i]));
   if (r->failed) cJSON_AddStringToObject(o, "error", r->error);
   else cJSON_AddNullToObject(o, "error");
@@ -257,6 +271,8 @@ static int run_sweep(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *
       if (fraction) printf(" with torch.cuda.set_per_process_memory_fraction(%s)", fraction);
       printf("\n");
     }
+    char ext[400];
+    if (external_note(rec, ext, sizeof ext)) printf("note: %s\n", ext);
     for (int i = 0; i < rec->nnotes; i++) printf("note: %s\n", rec->notes[i]);
   }
   for (int i = 0; i < nrows; i++)

@@ -1001,11 +1001,6 @@ int ms_replay_run(ms_snapshot *s, ms_replay_plan *p, const ms_replay_config *c, 
   if (p->inconsistent)
     ms_replay_note(r, "the events do not add up to the snapshot's segments and blocks, and no block or segment was held "
          "before them: the trace is inconsistent, and the recorded figures are those of its events");
-  if (r->external_blocks)
-    ms_replay_note(r, "%lld blocks of external memory (outside the allocator: memsnap run's interposer) were held beside "
-         "the replayed allocator as the program held them: the card held them too (replay's peaks count them; "
-         "predict's show the allocator's own and them apart)",
-         (long long)r->external_blocks);
   if (p->private_pools)
     ms_replay_note(r, "the snapshot holds private pools (CUDA graphs, MemPool); the history does not say which allocations "
          "went to them, so all are replayed in the default pools");

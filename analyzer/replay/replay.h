@@ -409,6 +409,8 @@ typedef struct ms_shard_info {
   int32_t detected_ranks;         /* a sharded recording: the N its all-gather outputs say it ran at (0: not told) */
   int32_t recorded_ranks;         /* the N it is taken to have run at (--recorded-shard, else detected_ranks) */
   int64_t cast_blocks;            /* with a param dtype: autocast's casts found (left out under FSDP2) */
+  int64_t setup_blocks, setup_bytes; /* blocks made and freed before the first module event: the model's making
+                                        (left out under --shard-init meta, FSDP2 and ZeRO-3) */
 } ms_shard_info;
 
 typedef struct ms_shard ms_shard;

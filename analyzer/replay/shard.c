@@ -78,7 +78,7 @@ enum { T_SHARD = 0x41, T_UNSHARD, T_AG, T_RS, T_RO, T_FG, T_CI, T_BUCKET, T_IPG,
 #define BROADCAST_BUCKET ((int64_t)250 << 20) /* DDP's _sync_module_states broadcast_bucket_size */
 #define COUNTER_BYTES 64       /* a state block this small is a step count */
 
-enum { F_PARAM = 1, F_GRAD = 2, F_STATE = 4, F_TEMP = 8, F_IN_STEP = 16, F_ROLE_STATE = 32, F_CAST = 64 };
+enum { F_PARAM = 1, F_GRAD = 2, F_STATE = 4, F_TEMP = 8, F_IN_STEP = 16, F_ROLE_STATE = 32, F_CAST = 64, F_SETUP = 128 };
 enum { A_INIT, A_FWD, A_FWD_END, A_BWD, A_BWD_END, A_PASS_END, A_ROOT_FWD }; /* actions */
 
 typedef struct action {
@@ -231,9 +231,9 @@ static int pass_event(const ms_event *e, void *arg) {
       break;
     }
     case MS_FREE_REQUESTED:
-      if (e->address && ms_live_take(&b->live, e->address, &slot) && b->step_open && (b->flags[slot.aux] & F_IN_STEP) &&
-          b->a_id[slot.aux] >= b->step_begin)
-        b->flags[slot.aux] |= F_TEMP;
+      if (!e->address || !ms_live_take(&b->live, e->address, &slot)) break;
+      if (b->step_open && (b->flags[slot.aux] & F_IN_STEP) && b->a_id[slot.aux] >= b->step_begin) b->flags[slot.aux] |= F_TEMP;
+      if (!b->nmods) b->flags[slot.aux] |= F_SETUP; /* made and freed before the first module event */
       break;
     case MS_TENSOR: {
       long k = live_k(b, e->address);
@@ -676,6 +676,10 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     int32_t unit = -1;
     if (f & F_PARAM) f = F_PARAM;
     else if (f & F_CAST) f = F_CAST;
+    else if (f & F_SETUP) {
+      f = F_SETUP;
+      in->setup_blocks++, in->setup_bytes = sat_add(in->setup_bytes, clamp(b.req[k]));
+    }
     else if (f & F_GRAD) {
       f = F_GRAD;
       const char *path = label_of(&b, b.label[k]);
@@ -1093,6 +1097,10 @@ static int shard_event(const ms_event *e, void *arg) {
         put_block(st, e->address, B_DROP, req);
         return st->host_oom;
       }
+      if (flags == F_SETUP && st->h->o.meta_init && (st->strategy == MS_SHARD_FSDP2 || st->strategy == MS_SHARD_ZERO3)) {
+        put_block(st, e->address, B_DROP, req); /* the model's making on the GPU: a model made on the meta device makes none */
+        return st->host_oom;
+      }
       if (flags == F_PARAM) {
         size_t index = 0;
         for (size_t i = 0; i < st->h->nparams; i++) /* its index: parameters are few, once each */
@@ -1194,7 +1202,7 @@ static int rescale_event(const ms_event *e, void *arg) {
     }
     if (!scale && recorded && ms_live_take((ms_live_map *)&h->flagged, (uint64_t)e->id, &f)) {
       ms_live_put((ms_live_map *)&h->flagged, f);
-      scale = (f.aux & 0xFF) != 0;
+      scale = (f.aux & 0xFF) != 0 && (f.aux & 0xFF) != F_SETUP; /* the set-up's blocks are as recorded */
     }
     if (!scale) return st->fn(e, st->fnarg);
     ms_event c = *e;

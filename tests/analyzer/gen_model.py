@@ -10,7 +10,7 @@ the replay of the changed program's snapshot, computed independently.
 
   python3 gen_model.py OUT.db --batch B [--steps S] [--layers L] [--checkpoint all|none|I,J,...]
       [--optimizer adamw|sgd|sgd-momentum] [--events] [--gelu-fn] [--capacity BYTES] [--root CLASS]
-      [--params [--autocast] [--keep-grads]]
+      [--params [--autocast] [--keep-grads]] [--convert]
 
 --params (with --events) also tells the parameters (tensor events of role 1 at the first forward,
 labelled Model.blocks.I.attn, Model.blocks.I.mlp, Model.head) and the gradients (role 2 at each
@@ -19,7 +19,8 @@ the gradients are made in every backward and freed after each step, as PyTorch's
 (`memsnap predict --shard`'s tests, tests/analyzer/test_predict_shard.sh). --autocast adds what
 torch.autocast does to a block's parameters: a bf16 copy of each made in its forward, saved for its
 backward and freed there; --keep-grads makes the gradients once and keeps them
-(zero_grad(set_to_none=False)).
+(zero_grad(set_to_none=False)). --convert makes the model in twice its parameters' bytes and converts it
+before the first forward (each parameter copied, the original freed), as model.to(torch.bfloat16) does.
 
 Stacks: Python frames (Block.forward in model.py, Model.forward, main in train.py; AdamW.step
 and _init_group in torch/optim/adamw.py; Linear.__init__ in torch/nn/modules/linear.py) and
@@ -145,10 +146,19 @@ def generate(a):
     param_stack = p.stack(op("at::native::empty_cuda"), py("Linear.__init__", TORCH + "/nn/modules/linear.py", 98), main(3))
 
     # parameters: two matrices and a vector per block, the head's
-    params = []
+    sizes = []
     for i in range(L):
-        params += [p.alloc(H * H * 4 + 4096 * i, param_stack), p.alloc(H * 4 * H * 4, param_stack), p.alloc(H * 4, param_stack)]
-    params.append(p.alloc(1000 * H * 4, param_stack))
+        sizes += [H * H * 4 + 4096 * i, H * 4 * H * 4, H * 4]
+    sizes.append(1000 * H * 4)
+    if a.convert:  # the model made in twice the bytes, then converted parameter by parameter
+        to_copy = p.stack(op("at::_to_copy"), py("Module._apply", TORCH + "/nn/modules/module.py", 942), main(4))
+        originals = [p.alloc(2 * n, param_stack) for n in sizes]
+        params = []
+        for n, orig in zip(sizes, originals):
+            params.append(p.alloc(n, to_copy))
+            p.free(orig, to_copy)
+    else:
+        params = [p.alloc(n, param_stack) for n in sizes]
     grads, state = {}, []
     loss = None
     owner = lambda k: p.label(a.root + (".head" if k == len(params) - 1 else ".blocks.%d.%s" % (k // 3, "attn" if k % 3 == 0 else "mlp")))
@@ -323,6 +333,8 @@ def main():
     ap.add_argument("--root", default="Model", help="the root module's class in the module events' paths (no dot)")
     ap.add_argument("--params", action="store_true", help="parameter and gradient events, the root's module events, zero_grad")
     ap.add_argument("--autocast", action="store_true", help="with --params: bf16 copies of each block's parameters, as autocast makes")
+    ap.add_argument("--convert", action="store_true", help="the parameters made in twice their bytes first, then each "
+                    "converted (a copy made, the original freed), as model.to(torch.bfloat16) after a model made in fp32")
     ap.add_argument("--keep-grads", action="store_true", help="with --params: zero_grad(set_to_none=False), the gradients made once")
     a = ap.parse_args()
     p = generate(a)

@@ -135,6 +135,18 @@ made = [l for l in lines if l[0] == 'alloc' and l[3] == '0' and int(l[4]) in ful
 shards = [l for l in lines if l[0] == 'alloc' and l[3] == '0x41']
 f4 = [l.split() for l in open('$dir/f4.txt') if l.startswith('alloc') and l.split()[3] == '0x41']
 exit(0 if not made and sorted(int(l[5]) for l in shards) == sorted(int(l[5]) for l in f4) and len(shards) == 19 else 1)\""
+# A model made in twice its bytes and converted before the first forward (model.to(bfloat16) after
+# a model made in fp32): under meta init its making is not the sharded program's, so the history
+# is the unconverted program's, event for event; made on the GPU (the default) it stays.
+gen "$dir/pc.db" --batch 4 --events --params --steps 3 --convert
+seq() { "$dump" "$@" | awk '$1 == "alloc" || $1 == "free" {print $1, $3, $4, $6}'; }
+check "--shard-init meta: a model converted before the first forward (19 originals made and freed) gives the unconverted one's history, event for event" \
+  "[ \"\$(seq $dir/pc.db fsdp2:4 --meta)\" = \"\$(seq $dir/p.db fsdp2:4 --meta)\" ] && [ \$(seq $dir/pc.db fsdp2:4 | wc -l) = \$((\$(seq $dir/p.db fsdp2:4 | wc -l) + 38)) ]"
+"$cli" predict "$dir/pc.db" --shard fsdp2:4 --shard-init meta >"$dir/pc.txt" 2>&1
+"$cli" predict --json "$dir/pc.db" --shard fsdp2:4 --shard-init meta >"$dir/pc.json" 2>/dev/null
+check "--shard-init meta: the set-up's blocks said (text) and counted (JSON setup_blocks, setup_bytes: twice the parameters')" \
+  "grep -q 'left out with it (fsdp2, zero3): the 19 blocks' $dir/pc.txt &&
+   json $dir/pc.json \"j['shard']['setup_blocks'] == 19 and j['shard']['setup_bytes'] == 2 * j['shard']['parameter_bytes']\""
 check "fsdp2:3: the unsharded parameters are padded to a multiple of 3 elements, 37 a step (19 in forward, 18 in backward: the root's stay)" \
   "json $dir/f3.json \"sorted(set(j['sizes']['0x42'])) == sorted(set(j['padded'])) and all(s % 12 == 0 for s in j['sizes']['0x42']) and j['kinds']['0x42'] == 3 * 37\""
 check "fsdp2:2: 13 all-gather outputs a step (7 units in forward, 6 blocks in backward), each N x the unit's padded shards, on the all-gather stream" \
@@ -507,6 +519,30 @@ check "GPT-2 from its FSDP2 run at 2 (N detected): fsdp2:4,8 the same" "near $na
 check "GPT-2 under autocast, --param-dtype bf16 --reduce-dtype fp32 (autocast's casts left out): the same" \
   "near $native $dir/gpt2_bf16.json gpt2_bf16 gpt2_bf16 2 4 8"
 check "the 1.1B model under autocast, the same, at 4" "near $native $dir/1b_bf16.json 1b_bf16 1b_bf16 4"
+# The models cast to bf16 on one GPU (run 74: model.to(bfloat16), made in fp32 first): every
+# activation as FSDP2's bf16 compute makes it, and the conversion left out with --shard-init meta.
+for r in gpt2_bf16model 1b_bf16model; do
+  xz -dc "$data/$r.db.xz" >"$dir/$r.db"
+  "$cli" predict --json "$dir/$r.db" --shard fsdp2:2,4,8 --shard-init meta --recorded-dtype bf16 --orig-dtype fp32 \
+    --param-dtype bf16 --reduce-dtype fp32 >"$dir/$r.json" 2>/dev/null
+done
+check "GPT-2 and the 1.1B model recorded in bf16 (--recorded-dtype bf16 --orig-dtype fp32), against FSDP2's bf16 mixed precision at 2, 4, 8: the same bounds" \
+  "near $native $dir/gpt2_bf16model.json gpt2_bf16model gpt2_bf16 2 4 8 && near $native $dir/1b_bf16model.json 1b_bf16model 1b_bf16 2 4 8"
+# Another family (run 75): a Llama (RMSNorm, SwiGLU, rotary positions), fp32 and cast to bf16,
+# against its native FSDP2 at 2, 4, 8 (and bf16 mixed precision) and DDP at 2.
+n75=$here/../gpu/results/run75-shard-native.json
+xz -dc "$data/llama_fp32.db.xz" >"$dir/llama_fp32.db"
+xz -dc "$data/llama_bf16model.db.xz" >"$dir/llama_bf16model.db"
+"$cli" predict --json "$dir/llama_fp32.db" --shard fsdp2:2,4,8 --shard ddp:2 --shard-init meta >"$dir/llama_fp32.json" 2>/dev/null
+"$cli" predict --json "$dir/llama_bf16model.db" --shard fsdp2:2,4,8 --shard-init meta --recorded-dtype bf16 --orig-dtype fp32 \
+  --param-dtype bf16 --reduce-dtype fp32 >"$dir/llama_bf16model.json" 2>/dev/null
+check "a Llama (H200), fsdp2:2,4,8 in fp32 and in bf16 mixed precision, ddp:2: the same bounds" \
+  "near $n75 $dir/llama_fp32.json llama_fp32 llama_fp32 2 4 8 && near $n75 $dir/llama_bf16model.json llama_bf16model llama_bf16 2 4 8 &&
+   STRATEGY=ddp near $n75 $dir/llama_fp32.json llama_fp32 llama_fp32 2"
+check "the Llama's units: the root and its 12 decoder layers (model.layers.*), found without --units" \
+  "json $dir/llama_fp32.json \"j['shard']['unit_count'] == 13 and 'model.layers.*' in j['shard']['units_rule']\""
+check "the 1.1B model recorded in bf16: its conversion (221 fp32 parameters made, then freed) said and left out" \
+  "json $dir/1b_bf16model.json \"j['shard']['setup_blocks'] == 221 and j['shard']['setup_bytes'] > 4 * 2**30\""
 # DDP at 2 (run 72's native runs through the fake group; tests/gpu/results/run72-shard-native.json)
 for r in gpt2_fp32 1b_fp32; do "$cli" predict --json "$dir/$r.db" --shard ddp:2 >"$dir/$r-ddp.json" 2>/dev/null; done
 check "GPT-2 fp32 and the 1.1B model, ddp:2 from their one-GPU runs: within 3% allocated, 6% reserved of native DDP" \
@@ -519,7 +555,7 @@ xz -dc "$data/gpt2_fp32_ddp_2.db.xz" >"$dir/ddp_rec.db"
 "$cli" replay --json "$dir/ddp_rec.db" >"$dir/ddp_rec.json" 2>/dev/null
 check "GPT-2 DDP's recording (H200) replayed: peak reserved as recorded (17.81 GiB), to the byte" \
   "json $dir/ddp_rec.json \"j['devices'][0]['peak_reserved_bytes'] == j['devices'][0]['recorded']['peak_reserved_bytes'] > 17 * 2**30\""
-echo "  (outside the bounds in reserved memory, allocated within 0.01%:)"
+echo "  (from autocast's recording, outside the bounds in reserved memory, allocated within 0.01%:)"
 near "$native" "$dir/1b_bf16.json" 1b_bf16 1b_bf16 2 8
 
 # refusals

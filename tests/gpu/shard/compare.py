@@ -7,8 +7,8 @@ estimate_training_usage, asked on the GPU machine). No GPU needed: the predictio
 
   python3 tests/gpu/shard/compare.py [--memsnap build/memsnap] [--native FILE.json ...] [--json OUT]
 
---native: run.py's shard_native.json files (default: tests/gpu/results/run71-shard-native.json and
-run72's when present; a later file's runs replace an earlier's). Exit status: the number of
+--native: run.py's shard_native.json files (default: tests/gpu/results/run71-shard-native.json,
+run72's and run75's when present; a later file's runs replace an earlier's). Exit status: the number of
 predictions outside the issue's bounds (allocated 3%, reserved 6%) among those checked.
 """
 import argparse
@@ -32,13 +32,20 @@ GiB = float(1 << 30)
 # each parameter's allocation is its shard's); its DDP programs make theirs on the GPU.
 META = ["--shard-init", "meta"]
 BF16 = ["--param-dtype", "bf16", "--reduce-dtype", "fp32"]
+BF16MODEL = ["--recorded-dtype", "bf16", "--orig-dtype", "fp32"] + BF16
 CASES = []
 for n in (2, 4, 8):
     CASES += [("GPT-2 fp32", "gpt2_fp32", META, "fsdp2", n, "native_gpt2_fp32_fsdp2_%d" % n),
               ("GPT-2 checkpointed", "gpt2_ac", META, "fsdp2", n, "native_gpt2_ac_fsdp2_%d" % n),
               ("GPT-2 autocast to bf16 MP", "gpt2_bf16", META + BF16, "fsdp2", n, "native_gpt2_bf16_fsdp2_%d" % n),
               ("1B fp32", "1b_fp32", META, "fsdp2", n, "native_1b_fp32_fsdp2_%d" % n),
-              ("1B autocast to bf16 MP", "1b_bf16", META + BF16, "fsdp2", n, "native_1b_bf16_fsdp2_%d" % n)]
+              ("1B autocast to bf16 MP", "1b_bf16", META + BF16, "fsdp2", n, "native_1b_bf16_fsdp2_%d" % n),
+              # the models cast to bf16 on one GPU (run 74): the activations FSDP2's bf16 compute makes
+              ("GPT-2 bf16 model to bf16 MP", "gpt2_bf16model", META + BF16MODEL, "fsdp2", n, "native_gpt2_bf16_fsdp2_%d" % n),
+              ("1B bf16 model to bf16 MP", "1b_bf16model", META + BF16MODEL, "fsdp2", n, "native_1b_bf16_fsdp2_%d" % n),
+              # another family (run 75): a Llama, fp32 and cast to bf16
+              ("Llama fp32", "llama_fp32", META, "fsdp2", n, "native_llama_fp32_fsdp2_%d" % n),
+              ("Llama bf16 model to bf16 MP", "llama_bf16model", META + BF16MODEL, "fsdp2", n, "native_llama_bf16_fsdp2_%d" % n)]
 for n in (4, 8):
     CASES += [("GPT-2 fp32 from FSDP2 at 2", "gpt2_fsdp2_2", ["--recorded-shard", "fsdp2:2"], "fsdp2", n,
                "native_gpt2_fp32_fsdp2_%d" % n),
@@ -48,7 +55,8 @@ for n in (4, 8):
                "native_1b_bf16_fsdp2_%d" % n)]
 CASES += [("GPT-2 fp32", "gpt2_fp32", [], "ddp", 2, "native_gpt2_fp32_ddp_2"),
           ("GPT-2 fp32 (gloo ranks)", "gpt2_fp32", [], "ddp", 2, "native_gpt2_fp32_ddp_2_gloo"),
-          ("1B fp32", "1b_fp32", [], "ddp", 2, "native_1b_fp32_ddp_2")]
+          ("1B fp32", "1b_fp32", [], "ddp", 2, "native_1b_fp32_ddp_2"),
+          ("Llama fp32", "llama_fp32", [], "ddp", 2, "native_llama_fp32_ddp_2")]
 
 
 def zero_formulas(params, n):
@@ -64,13 +72,15 @@ def main():
     ap.add_argument("--native", action="append", default=[])
     ap.add_argument("--json", default="")
     a = ap.parse_args()
-    files = a.native or [os.path.join(RESULTS, f) for f in ("run71-shard-native.json", "run72-shard-native.json")
+    files = a.native or [os.path.join(RESULTS, f) for f in ("run71-shard-native.json", "run72-shard-native.json", "run75-shard-native.json")
                          if os.path.exists(os.path.join(RESULTS, f))]
     native = {}
+    estimators = {}
     for f in files:
         with open(f) as h:
-            native.update(json.load(h))
-    estimators = native.get("estimators", {})
+            runs = json.load(h)
+        estimators.update({k: v for k, v in runs.pop("estimators", {}).items() if v is not None or k not in estimators})
+        native.update(runs)
     work = tempfile.mkdtemp(prefix="shard-compare-")
     rows, bad = [], 0
     try:
@@ -108,8 +118,7 @@ def main():
             if nat.get("tracker_peak"):
                 r["tracker_peak"] = nat["tracker_peak"]
                 r["tracker_err_pct"] = round(100.0 * (nat["tracker_peak"] - nat["peak_allocated"]) / nat["peak_allocated"], 3)
-            params = (native.get("native_%s_single" % ("gpt2_fp32" if rec.startswith("gpt2") else "1b_fp32"), {})
-                      .get("parameters"))
+            params = native.get("native_%s_fp32_single" % rec.split("_")[0], {}).get("parameters")
             if params:
                 r["deepspeed"] = zero_formulas(params, n)
             bad += not r["within"]

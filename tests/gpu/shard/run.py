@@ -49,13 +49,22 @@ RECORDINGS = [
     # the 1B model's FSDP2 bf16 history at 8 ranks: where the prediction from its autocast recording
     # reserves more (+10.2% in run 72), against the history shard.c synthesises (run 73)
     ("1b_bf16_fsdp2_8", ["--model", "1b", "--mode", "fsdp2", "--world", "8", "--mp", "bf16"]),
+    # the models cast to bf16 on one GPU: every activation as FSDP2's bf16 compute makes it, where
+    # autocast's recording keeps its fp32 ones (the 1.1B model: -8.4% and +10.2% reserved at 2 and
+    # 8 from autocast's recording in run 72), predicted with --recorded-dtype bf16 --orig-dtype fp32 (run 74)
+    ("gpt2_bf16model", ["--model", "gpt2", "--mode", "single", "--mp", "bf16model"]),
+    ("1b_bf16model", ["--model", "1b", "--mode", "single", "--mp", "bf16model"]),
+    # another family (run 75): a Llama (RMSNorm, SwiGLU, rotary), in fp32 and cast to bf16
+    ("llama_fp32", ["--model", "llama", "--mode", "single"]),
+    ("llama_bf16model", ["--model", "llama", "--mode", "single", "--mp", "bf16model"]),
 ]
 
 
 def natives():
     jobs = []
     for model, extra, tracker in (("gpt2", [], True), ("1b", [], True), ("gpt2", ["--mp", "bf16"], False),
-                                  ("gpt2", ["--ac"], False), ("1b", ["--mp", "bf16"], False)):
+                                  ("gpt2", ["--ac"], False), ("1b", ["--mp", "bf16"], False),
+                                  ("llama", [], True), ("llama", ["--mp", "bf16"], False)):
         tag = model + ("_bf16" if "--mp" in extra else "_ac" if "--ac" in extra else "_fp32")
         for n in (2, 4, 8):
             jobs.append(("native_%s_fsdp2_%d" % (tag, n), ["--model", model, "--mode", "fsdp2", "--world", str(n)] + extra +

@@ -2,17 +2,22 @@
 FSDP2 or DDP through PyTorch's fake process group, so that `memsnap predict --shard` can be
 checked against what the sharded program really allocates.
 
-  python3 shard_train.py --model gpt2|1b --mode single|fsdp2|ddp [--world N] [--mp bf16] [--ac]
+  python3 shard_train.py --model gpt2|1b --mode single|fsdp2|ddp [--world N] [--mp bf16|bf16model] [--ac]
                          [--batch B] [--seq S] [--steps K] [--tracker] [--result FILE.json]
 
-Models (transformers' GPT2LMHeadModel made from a config, no weights downloaded; word embeddings
-not tied, so that FSDP2's units and DDP's buckets need no special case):
+Models (transformers' GPT2LMHeadModel or LlamaForCausalLM made from a config, no weights downloaded;
+word embeddings not tied, so that FSDP2's units and DDP's buckets need no special case):
   gpt2  12 layers, 768 wide, seq 1024, batch 8 (the issue's GPT-2)
   1b    18 layers, 2048 wide, 16 heads, seq 512, batch 2: 1.11 billion parameters, whose
         parameters, gradients and AdamW state (17.8 GB in fp32) dominate its memory
+  llama 12 Llama layers, 1024 wide, 16 heads, SwiGLU 2816, vocab 32000, seq 1024, batch 4 (220M
+        parameters): another family (RMSNorm, rotary positions, no biases)
 Modes:
   single  the whole model on the GPU (built there), AdamW; --mp bf16 runs forward under
           torch.autocast(bfloat16) (the unsharded counterpart of FSDP2's mixed precision);
+          --mp bf16model: the model cast to bf16 (model.to(bfloat16)), its AdamW on bf16
+          parameters: every activation in bf16, as FSDP2's bf16 compute makes them (the
+          recording `--recorded-dtype bf16 --orig-dtype fp32` predicts FSDP2's from);
           --ac: every block checkpointed (gradient_checkpointing_enable, non-reentrant)
   fsdp2   init_process_group("fake", rank 0, world N, FakeStore): every buffer allocated as on a
           real rank, the collectives skipped. The model made on the meta device, each block
@@ -39,12 +44,29 @@ import torch
 
 
 def config(name):
-    from transformers import GPT2Config
+    from transformers import GPT2Config, LlamaConfig
+    if name == "llama":  # another family: RMSNorm, SwiGLU, rotary positions, no biases
+        return LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12, num_attention_heads=16,
+                           num_key_value_heads=16, vocab_size=32000, max_position_embeddings=2048,
+                           tie_word_embeddings=False), 4, 1024
     if name == "gpt2":
         return GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, tie_word_embeddings=False), 8, 1024
     if name == "1b":
         return GPT2Config(n_layer=18, n_embd=2048, n_head=16, n_positions=1024, tie_word_embeddings=False), 2, 512
     raise SystemExit("unknown model %r" % name)
+
+
+def model_class(name):
+    if name == "llama":
+        from transformers import LlamaForCausalLM
+        return LlamaForCausalLM
+    from transformers import GPT2LMHeadModel
+    return GPT2LMHeadModel
+
+
+def blocks(model):
+    """The repeated blocks FSDP2's transformer auto-wrap would wrap."""
+    return model.model.layers if hasattr(model, "model") else model.transformer.h
 
 
 def init_in_place(model):
@@ -61,10 +83,10 @@ def init_in_place(model):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="gpt2")
+    ap.add_argument("--model", default="gpt2", choices=("gpt2", "1b", "llama"))
     ap.add_argument("--mode", default="single", choices=("single", "fsdp2", "ddp"))
     ap.add_argument("--world", type=int, default=1)
-    ap.add_argument("--mp", default="none", choices=("none", "bf16"))
+    ap.add_argument("--mp", default="none", choices=("none", "bf16", "bf16model"))
     ap.add_argument("--ac", action="store_true")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--seq", type=int, default=0)
@@ -73,6 +95,8 @@ def main():
     ap.add_argument("--result", default="")
     ap.add_argument("--backend", default="fake", choices=("fake", "gloo"))
     a = ap.parse_args()
+    if a.mp == "bf16model" and a.mode != "single":
+        sys.exit("--mp bf16model is the one-GPU program's (FSDP2's own is --mp bf16)")
     rank = int(os.environ.get("MEMSNAP_SHARD_RANK", "0"))
     if a.backend == "gloo" and "MEMSNAP_SHARD_RANK" not in os.environ:
         # real ranks over gloo, every one on this GPU (each its own allocator): rank 0 reports
@@ -86,7 +110,7 @@ def main():
             env = dict(os.environ, MEMSNAP_SHARD_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
             procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env))
         sys.exit(max(p.wait() for p in procs))
-    from transformers import GPT2LMHeadModel
+    Model = model_class(a.model)
     cfg, batch, seq = config(a.model)
     batch, seq = a.batch or batch, a.seq or seq
     dev = torch.device("cuda", 0)
@@ -103,20 +127,22 @@ def main():
     if a.mode == "fsdp2":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         with torch.device("meta"):
-            model = GPT2LMHeadModel(cfg)
+            model = Model(cfg)
         if a.ac:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         kw = {}
         if a.mp == "bf16":
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        for block in model.transformer.h:
+        for block in blocks(model):
             fully_shard(block, **kw)
         fully_shard(model, **kw)
         model.to_empty(device=dev)
         init_in_place(model)
     else:
         with torch.device(dev):
-            model = GPT2LMHeadModel(cfg)
+            model = Model(cfg)
+        if a.mp == "bf16model":
+            model.to(torch.bfloat16)
         if a.ac:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if a.mode == "ddp":

@@ -1,11 +1,15 @@
-"""ddp_gap.py: where `memsnap predict --shard ddp:N` and a native DDP run part (issue 51: GPT-2 fp32
-at 2 ranks, reserved 16.152 GiB predicted against 17.688 native, allocated equal to the byte).
+"""shard_gap.py: where `memsnap predict --shard STRATEGY:N` and a native sharded run part (issue 51:
+GPT-2 DDP at 2 ranks, reserved 16.152 GiB predicted against 17.688 native, allocated equal to the
+byte, found by it in run 73 to be the replay's segment placement, docs/replay.md "Addresses"; the
+1.1B model from its autocast recording at fsdp2:8).
 
-  python3 tests/gpu/shard/ddp_gap.py UNSHARDED.db NATIVE_DDP.db [--ranks 2] [--build build]
+  python3 tests/gpu/shard/shard_gap.py UNSHARDED.db NATIVE.db [--shard ddp:2] [--build build]
+                                       [--args '--param-dtype 2 --reduce-dtype 4 --meta']
 
 UNSHARDED.db: the one-GPU recording the prediction starts from (tests/data/shard/gpt2_fp32.db.xz,
-unpacked); NATIVE_DDP.db: the same program as rank 0 of DDP recorded under `memsnap run`
-(run.py's gpt2_fp32_ddp_2). No GPU: it reads the two snapshots and the history shard.c
+unpacked); NATIVE.db: the same program as rank 0 of the sharded run, recorded under `memsnap run`
+(run.py's gpt2_fp32_ddp_2, 1b_bf16_fsdp2_8). --args: build/tests/shard_events's options (bytes
+per element for dtypes). No GPU: it reads the two snapshots and the history shard.c
 synthesises (build/tests/shard_events, `make build/tests/shard_events`), and prints
   - the allocations by size that one history has and the other has not (count per size), and
   - the first place where the two histories' allocations of 1 MiB or more stop matching in order
@@ -27,8 +31,8 @@ def native(db):
             con.execute("select size, stream from events where kind = 1 order by id")]
 
 
-def synthesised(build, db, ranks):
-    out = subprocess.run([build + "/tests/shard_events", db, "ddp:%d" % ranks], capture_output=True, text=True)
+def synthesised(build, db, shard, args):
+    out = subprocess.run([build + "/tests/shard_events", db, shard] + args.split(), capture_output=True, text=True)
     if out.returncode:
         sys.exit("error: shard_events: " + out.stderr.strip())
     rows = []
@@ -57,10 +61,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("unsharded")
     ap.add_argument("native")
-    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--shard", default="ddp:2")
+    ap.add_argument("--args", default="")
     ap.add_argument("--build", default="build")
     a = ap.parse_args()
-    syn, nat = synthesised(a.build, a.unsharded, a.ranks), native(a.native)
+    syn, nat = synthesised(a.build, a.unsharded, a.shard, a.args), native(a.native)
     cs, cn = collections.Counter(s for s, _ in syn), collections.Counter(s for s, _ in nat)
     print("allocations: synthesised %d, native %d" % (len(syn), len(nat)))
     print("%14s %12s %8s" % ("size", "synthesised", "native"))
