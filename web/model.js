@@ -700,10 +700,10 @@ const Model = {
     const card = p.card_bytes || (cards.length ? Math.max(...cards) : 0);
     const cardDrawn = card > 0 && card <= 2 * most;
     const top = Math.max(most, cardDrawn ? card : 0) * 1.05;
-    const B = Model.formatBytes, rec = p.recorded;
+    const B = Model.formatBytes, rec = p.recorded, sized = Model.sized(p.answer || {});
     const timelines = [{
       kind: "recorded",
-      title: "recorded: " + rec.path + " at size " + rec.at + (rec.devices > 1 ? ", device " + rec.device + " of " + rec.devices : ""),
+      title: "recorded: " + rec.path + (sized ? " at size " + rec.at : "") + (rec.devices > 1 ? ", device " + rec.device + " of " + rec.devices : ""),
       detail: "the run whose history is synthesised, as memsnap analyze draws it: peak allocated " + B(rec.peak_allocated_bytes) +
         (rec.peak_reserved_bytes > 0 ? ", peak reserved " + B(rec.peak_reserved_bytes) : "; no reserved memory recorded (no segment events)") +
         ", " + rec.events + " events",
@@ -712,7 +712,7 @@ const Model = {
     for (const x of p.predicted)
       timelines.push({
         kind: "predicted",
-        title: "predicted at size " + x.at + ": " + (x.changed ? x.change : "the program as recorded") + "; settings " + x.setting +
+        title: (sized ? "predicted at size " + x.at : "predicted at its own size") + ": " + (x.changed ? x.change : "the program as recorded") + "; settings " + x.setting +
           (p.recorded.devices > 1 ? "; device " + x.device : ""),
         detail: x.why + "; replayed through memsnap's allocator on " + B(x.capacity_bytes) + ": " +
           (x.error ? "failed: " + x.error : (x.fits ? "fits" : "does not fit") + "; peak allocated " + B(x.peak_allocated_bytes) +
@@ -728,12 +728,54 @@ const Model = {
   // The answer's tables as rows of cells (text): the predictions (at, program, settings, peaks,
   // fragmentation, device allocations, fits), the largest sizes that fit per setting, and the
   // advice (rank, fits, peaks, the largest size with it, the change), each as the text report has it.
+  // What sharding acts on (`memsnap predict --shard`), as the text report's head says it, then the
+  // fewest ranks that fit the card per strategy: lines of text ([] without --shard).
+  // Whether the answer's sizes are sizes: not for one run given without its size, whose size reads 1
+  // (its own, unknown): the text report says "rec." and leaves "at N" out, as these do.
+  sized(answer) {
+    const runs = answer.runs || [];
+    return !(runs.length === 1 && runs[0].size_given === false);
+  },
+
+  shardLines(answer) {
+    const h = answer.shard, B = Model.formatBytes, out = [];
+    if (!h) return out;
+    const dt = (n) => (n === 2 ? "bf16/fp16" : n === 4 ? "fp32" : n + "-byte");
+    out.push("parameters: " + h.parameter_blocks + " blocks (" + B(h.parameter_bytes) + ") in " + h.parameter_modules +
+      " modules; gradients: " + h.gradient_blocks + " blocks (" + B(h.gradient_bytes) + "); optimizer state: " + h.state_blocks +
+      " blocks (" + B(h.state_bytes) + (h.state_from_events ? ", tensor events" : ", made in a step, outliving it") + ")");
+    out.push("FSDP2's units (" + h.unit_count + "): " + h.units_rule + ": " + (h.units || []).join(" ") +
+      (h.unit_count > (h.units || []).length ? " ..." : ""));
+    if (h.recorded_ranks) out.push("recorded: rank 0 of FSDP2 at " + h.recorded_ranks + " ranks" +
+      (h.detected_ranks === h.recorded_ranks ? " (its all-gather outputs over its units' shards say so)" : ""));
+    out.push("set-up: " + (h.init === "meta" ? "the model made on the meta device, sharded, then materialised: each parameter's " +
+      "allocation is its shard's" : "the model made on the GPU as recorded, then sharded after its last parameter's allocation"));
+    if (h.init === "meta" && h.setup_blocks && !h.recorded_ranks)
+      out.push("left out with it (fsdp2, zero3): the " + h.setup_blocks + " blocks (" + B(h.setup_bytes) + ") the recording made " +
+        "and freed before the first forward (the model's making on the GPU: a dtype conversion, initialisation's temporaries)");
+    out.push("dtypes: parameters recorded in " + dt(h.recorded_element_bytes) + "; FSDP2's sharded " + dt(h.orig_element_bytes) +
+      ", param " + dt(h.param_element_bytes) + ", reduce " + dt(h.reduce_element_bytes) + "; DDP's buckets " + h.bucket_mb + " MiB" +
+      (h.gradient_as_bucket_view ? " (gradient_as_bucket_view)" : "") + "; ZeRO's reduce bucket " + h.reduce_bucket_size + " elements" +
+      (h.overlap_comm ? " (two: overlap_comm)" : ""));
+    if (h.autocast_cast_blocks)
+      out.push("autocast's casts in the recording (" + h.autocast_cast_blocks + " blocks): left out under fsdp2; autocast's " +
+        "activations stay as recorded: the model recorded in the param dtype answers closer");
+    out.push("left out: " + h.left_out);
+    const card = B(answer.capacity_bytes), sized = Model.sized(answer);
+    for (const f of answer.smallest_fitting_ranks || []) {
+      const searched = f.searched ? " (searched: " + f.tried.join(", ") + ")" : "", at = sized ? " at " + f.at : "";
+      out.push(f.ranks != null ? "the smallest N that fits " + card + at + ": " + f.strategy + ":" + f.ranks + searched
+        : "no N fits " + card + at + " with " + f.strategy + searched + (f.why ? ": " + f.why : ""));
+    }
+    return out;
+  },
+
   predictionTables(answer) {
     const B = Model.formatBytes, setting = (r) => (r.pytorch_cuda_alloc_conf || "(defaults)") +
       (r.memory_fraction != null && r.memory_fraction !== 1 ? " (memory fraction " + r.memory_fraction + ")" : "");
     const rows = answer.predictions || [], swept = new Set(rows.map(setting)).size > 1 || (answer.largest_that_fits || []).length > 1;
     const conf = (r) => setting(r) + (swept && r.recorded_settings ? "  [recorded]" : ""); // marked where settings differ
-    const predictions = rows.map((r) => [String(r.at), r.changed ? r.change : "as recorded", conf(r),
+    const sized = Model.sized(answer), predictions = rows.map((r) => [sized ? String(r.at) : "rec.", r.changed ? r.change : "as recorded", conf(r),
       r.error ? "failed" : B(r.peak_allocated_bytes), r.error ? r.error : B(r.peak_reserved_bytes), B(r.fragmentation_bytes),
       String(r.device_allocs), r.fits ? "yes" : "no"]);
     // with --shard, one group of rows per strategy and N, each ranked from 1 and its program before its setting

@@ -44,6 +44,9 @@
   };
   fill("prediction-table", tables.predictions, [0, 3, 4, 5, 6], [1]);
   $("prediction-table").hidden = !tables.predictions.length;
+  const shard = Model.shardLines(a);
+  $("shard-box").hidden = !shard.length;
+  for (const line of shard) add($("shard-lines"), "li", line);
   $("fit-box").hidden = !tables.fits.length;
   fill("fit-table", tables.fits, [0, 1, 2, 3], []);
   if (tables.fits.length) {

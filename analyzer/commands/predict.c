@@ -807,7 +807,9 @@ static void add_setting(cJSON *o, const ms_replay_config *c, bool recorded) {
   cJSON_AddBoolToObject(o, "recorded_settings", recorded);
 }
 
-static cJSON *json_model(const ms_predict_info *in, uint64_t card, const char *recorded) { /* recorded: the conf line */
+/* recorded: the conf line; size_given: false for one run given without its size (it then reads
+ * "at 1": its own size, unknown) */
+static cJSON *json_model(const ms_predict_info *in, uint64_t card, const char *recorded, bool size_given) {
   cJSON *o = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(o, "runs");
   for (int r = 0; r < in->nruns; r++) {
     const ms_predict_run *run = &in->run[r];
@@ -816,6 +818,7 @@ static cJSON *json_model(const ms_predict_info *in, uint64_t card, const char *r
     cJSON_AddStringToObject(j, "path", run->shown);
     cJSON_AddNumberToObject(j, "at", (double)run->at);
     cJSON_AddBoolToObject(j, "base", r == in->base);
+    cJSON_AddBoolToObject(j, "size_given", in->nruns > 1 || size_given);
     cJSON_AddNumberToObject(j, "events", (double)run->events);
     cJSON_AddNumberToObject(j, "allocations", (double)run->allocations);
     cJSON_AddNumberToObject(j, "frees", (double)run->frees);
@@ -1088,7 +1091,7 @@ static cJSON *json_outcomes(const predict_args *a, const ms_sweep *pred, int nco
  * memory. */
 static cJSON *answer_json(const ms_predict *m, const predict_args *a, uint64_t card, const char *recorded_line,
                           const ms_sweep *pred, int nconf, int nchange, const ms_sweep *fit, const ms_advice *adv) {
-  cJSON *o = json_model(ms_predict_info_of(m), card, recorded_line), *list = cJSON_AddArrayToObject(o, "predictions");
+  cJSON *o = json_model(ms_predict_info_of(m), card, recorded_line, a->size_given), *list = cJSON_AddArrayToObject(o, "predictions");
   cJSON_AddItemToObject(o, "what_if", json_whatif(m, a));
   cJSON_AddItemToObject(o, "shard", json_shard(m, a));
   for (int at = 0; pred && at < a->nat; at++)
@@ -1166,7 +1169,8 @@ static int write_page(ms_predict *m, const predict_args *a, const cJSON *answer,
       rows[n] = &pred->results[(k * nchange + h) * nconf];
       char prog[40] = "";
       if (a->nshards) program_label(&rows[n]->change, prog, sizeof prog);
-      snprintf(whys[n], sizeof whys[n], "--at %lld%s%s", (long long)a->at[k], prog[0] ? ", " : "", prog);
+      if (a->one_run && !a->size_given) snprintf(whys[n], sizeof whys[n], "its own size%s%s", prog[0] ? ", " : "", prog);
+      else snprintf(whys[n], sizeof whys[n], "--at %lld%s%s", (long long)a->at[k], prog[0] ? ", " : "", prog);
       why[n] = whys[n];
     }
   }

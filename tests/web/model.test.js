@@ -493,3 +493,47 @@ test("what holds a leak: holder chains, reference cycles and the collector's run
     [{ t: 5, label: "gc 2: 1.00 MiB" }]);
   assert.deepStrictEqual(Model.gcMarkers({}), []);
 });
+
+test("a sharded prediction's head: what sharding acts on, the set-up left out, and the fewest ranks per strategy", () => {
+  const shard = { root: "M", units_rule: "the root and each instance of the repeated block: blocks.* (2)", unit_count: 3,
+    units: ["M", "M.blocks.0", "M.blocks.1"], parameter_blocks: 7, parameter_bytes: 7 * MiB, parameter_modules: 3, gradient_blocks: 14,
+    gradient_bytes: 14 * MiB, state_blocks: 14, state_bytes: 14 * MiB, state_from_events: true, autocast_cast_blocks: 0,
+    setup_blocks: 7, setup_bytes: 14 * MiB, recorded_ranks: 0, init: "meta", detected_ranks: 0, recorded_element_bytes: 2,
+    orig_element_bytes: 4, param_element_bytes: 2, reduce_element_bytes: 4, bucket_mb: 25, gradient_as_bucket_view: false,
+    reduce_bucket_size: 500000000, overlap_comm: false, left_out: "NCCL's own buffers" };
+  const answer = { capacity_bytes: 80 * 1024 * MiB, shard, smallest_fitting_ranks: [
+    { strategy: "fsdp2", at: 8, ranks: 4, searched: true, tried: [1, 2, 4], stopped: "fits", why: "fsdp2:4 fits" },
+    { strategy: "ddp", at: 8, ranks: null, searched: true, tried: [1, 2, 4], stopped: "peak_not_falling", why: "DDP keeps a whole replica" }] };
+  const lines = Model.shardLines(answer);
+  assert.ok(lines[0].startsWith("parameters: 7 blocks (7.00 MiB) in 3 modules"), lines[0]);
+  assert.ok(lines.some((l) => l.includes("FSDP2's units (3)") && l.includes("M.blocks.1")));
+  assert.ok(lines.some((l) => l.startsWith("left out with it (fsdp2, zero3): the 7 blocks (14.00 MiB)")));
+  assert.ok(lines.some((l) => l.startsWith("dtypes: parameters recorded in bf16/fp16; FSDP2's sharded fp32, param bf16/fp16, reduce fp32")));
+  assert.ok(lines.includes("the smallest N that fits 80.00 GiB at 8: fsdp2:4 (searched: 1, 2, 4)"), lines.join("\n"));
+  assert.ok(lines.includes("no N fits 80.00 GiB at 8 with ddp (searched: 1, 2, 4): DDP keeps a whole replica"));
+  assert.ok(!lines.some((l) => l.startsWith("autocast")));
+  // made on the GPU: the set-up is the recording's, nothing left out with it
+  assert.ok(!Model.shardLines({ ...answer, shard: { ...shard, init: "gpu" } }).some((l) => l.startsWith("left out with it")));
+  assert.deepStrictEqual(Model.shardLines({ predictions: [] }), []);
+});
+
+test("one run given without its size: the tables, the fewest ranks and the timelines say its own size, not size 1", () => {
+  const answer = { runs: [{ path: "r.db", at: 1, base: true, size_given: false }], capacity_bytes: 1 << 30,
+    predictions: [{ at: 1, changed: false, peak_allocated_bytes: 1, peak_reserved_bytes: 2, fragmentation_bytes: 1, device_allocs: 1, fits: true }],
+    smallest_fitting_ranks: [{ strategy: "fsdp2", at: 1, ranks: 2, searched: false, tried: [2], why: "" }],
+    shard: { parameter_blocks: 1, parameter_bytes: 1, parameter_modules: 1, gradient_blocks: 1, gradient_bytes: 1, state_blocks: 0,
+      state_bytes: 0, units: [], unit_count: 1, units_rule: "r", init: "gpu", recorded_element_bytes: 4, orig_element_bytes: 4,
+      param_element_bytes: 4, reduce_element_bytes: 4, bucket_mb: 25, reduce_bucket_size: 1, left_out: "x" } };
+  assert.strictEqual(Model.predictionTables(answer).predictions[0][0], "rec.");
+  assert.ok(Model.shardLines(answer).includes("the smallest N that fits 1.00 GiB: fsdp2:2"), Model.shardLines(answer).join("\n"));
+  const curve = { t: [0, 1], lo: [0, 1], hi: [0, 1] };
+  const p = { answer, recorded: { path: "r.db", at: 1, devices: 1, first_ns: 0, last_ns: 1, curves: { allocated: curve, reserved: curve } },
+    predicted: [{ at: 1, changed: false, setting: "(defaults)", why: "its own size", curves: { allocated: curve, reserved: curve }, capacity_bytes: 0 }] };
+  const v = Model.predictionView(p);
+  assert.strictEqual(v.timelines[0].title, "recorded: r.db");
+  assert.ok(v.timelines[1].title.startsWith("predicted at its own size: "), v.timelines[1].title);
+  // given with its size (r.db=8), or two runs: sizes
+  const sizedAnswer = { ...answer, runs: [{ ...answer.runs[0], at: 8, size_given: true }] };
+  assert.strictEqual(Model.predictionTables({ ...sizedAnswer, predictions: [{ ...answer.predictions[0], at: 8 }] }).predictions[0][0], "8");
+  assert.ok(Model.predictionView({ ...p, answer: sizedAnswer }).timelines[0].title.endsWith(" at size 1"));
+});
