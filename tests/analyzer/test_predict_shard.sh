@@ -555,6 +555,11 @@ xz -dc "$data/gpt2_fp32_ddp_2.db.xz" >"$dir/ddp_rec.db"
 "$cli" replay --json "$dir/ddp_rec.db" >"$dir/ddp_rec.json" 2>/dev/null
 check "GPT-2 DDP's recording (H200) replayed: peak reserved as recorded (17.81 GiB), to the byte" \
   "json $dir/ddp_rec.json \"j['devices'][0]['peak_reserved_bytes'] == j['devices'][0]['recorded']['peak_reserved_bytes'] > 17 * 2**30\""
+# FSDP2's own history at 8 ranks (run 77: the 1.1B model in fp32, three streams' pools): replayed as recorded
+xz -dc "$data/1b_fp32_fsdp2_8.db.xz" >"$dir/fsdp8_rec.db"
+"$cli" replay --json "$dir/fsdp8_rec.db" >"$dir/fsdp8_rec.json" 2>/dev/null
+check "the 1.1B model's FSDP2 recording at 8 (H200) replayed: peaks allocated and reserved as recorded, to the byte" \
+  "json $dir/fsdp8_rec.json \"all(d['peak_reserved_bytes'] == d['recorded']['peak_reserved_bytes'] > 9 * 2**30 and d['peak_allocated_bytes'] == d['recorded']['peak_allocated_bytes'] for d in j['devices'][:1])\""
 echo "  (from autocast's recording, outside the bounds in reserved memory, allocated within 0.01%:)"
 near "$native" "$dir/1b_bf16.json" 1b_bf16 1b_bf16 2 8
 

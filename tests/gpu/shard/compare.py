@@ -46,6 +46,10 @@ for n in (2, 4, 8):
               # another family (run 75): a Llama, fp32 and cast to bf16
               ("Llama fp32", "llama_fp32", META, "fsdp2", n, "native_llama_fp32_fsdp2_%d" % n),
               ("Llama bf16 model to bf16 MP", "llama_bf16model", META + BF16MODEL, "fsdp2", n, "native_llama_bf16_fsdp2_%d" % n)]
+for n in (16, 32):  # beyond 8 (run 76)
+    CASES += [("GPT-2 fp32", "gpt2_fp32", META, "fsdp2", n, "native_gpt2_fp32_fsdp2_%d" % n),
+              ("1B fp32", "1b_fp32", META, "fsdp2", n, "native_1b_fp32_fsdp2_%d" % n),
+              ("Llama fp32", "llama_fp32", META, "fsdp2", n, "native_llama_fp32_fsdp2_%d" % n)]
 for n in (4, 8):
     CASES += [("GPT-2 fp32 from FSDP2 at 2", "gpt2_fsdp2_2", ["--recorded-shard", "fsdp2:2"], "fsdp2", n,
                "native_gpt2_fp32_fsdp2_%d" % n),
@@ -72,7 +76,8 @@ def main():
     ap.add_argument("--native", action="append", default=[])
     ap.add_argument("--json", default="")
     a = ap.parse_args()
-    files = a.native or [os.path.join(RESULTS, f) for f in ("run71-shard-native.json", "run72-shard-native.json", "run75-shard-native.json")
+    files = a.native or [os.path.join(RESULTS, f) for f in ("run71-shard-native.json", "run72-shard-native.json", "run75-shard-native.json",
+                                                                "run76-shard-native.json")
                          if os.path.exists(os.path.join(RESULTS, f))]
     native = {}
     estimators = {}
