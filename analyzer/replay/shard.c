@@ -479,24 +479,45 @@ static int cmp_action(const void *x, const void *y) {
 
 /* The actions at the module events of `label_unit`'s modules (and at each backward pass's end,
  * and after the last parameter's allocation), in order. 0, or -1 (out of memory). */
+/* Whether the history allocated between events lo and hi (exclusive). */
+static bool allocated_between(const bld *b, int64_t lo, int64_t hi) {
+  size_t a = 0, z = b->nalloc; /* the first allocation after lo: a_id is in event order */
+  while (a < z) {
+    size_t mid = a + (z - a) / 2;
+    if (b->a_id[mid] <= lo) a = mid + 1;
+    else z = mid;
+  }
+  return a < b->nalloc && b->a_id[a] < hi;
+}
+
 static int make_actions(bld *b, const int32_t *label_unit, action **out, size_t *nout) {
   ms_shard *h = b->h;
   size_t n = 0, cap = 2 * b->nmods + b->npass_end + 2;
   action *v = malloc(sizeof *v * cap);
   if (!v) return -1;
-  v[n] = (action){2 * h->last_param_id + 1, -1, (int32_t)n, A_INIT}, n++;
+  v[n] = (action){2 * h->last_param_id + 1, -1, 2 * (int32_t)n, A_INIT}, n++;
+  size_t bwd = SIZE_MAX; /* the last action, when it is a unit's backward-begins */
   for (size_t i = 0; i < b->nmods; i++) {
     const modev *m = &b->mods[i];
     bool in = m->label > 0 && (size_t)m->label < b->nlabel;
     /* the root's forward: a backward pass whose end the history lacks ended before it */
     if (in && m->what == MEMSNAP_MODULE_FORWARD && b->labels[m->label] && !strcmp(b->labels[m->label], h->info.root))
-      v[n] = (action){2 * m->id, -1, (int32_t)n, A_ROOT_FWD}, n++;
+      v[n] = (action){2 * m->id, -1, 2 * (int32_t)n, A_ROOT_FWD}, n++, bwd = SIZE_MAX;
     int32_t u = in ? label_unit[m->label] : -1;
     if (u < 0 || m->what > MEMSNAP_MODULE_BACKWARD_END) continue;
     static const uint8_t type[4] = {A_FWD, A_FWD_END, A_BWD, A_BWD_END};
-    v[n] = (action){2 * m->id, u, (int32_t)n, type[m->what]}, n++;
+    v[n] = (action){2 * m->id, u, 2 * (int32_t)n, type[m->what]};
+    if (type[m->what] == A_BWD_END && bwd != SIZE_MAX && v[bwd].unit != u && !allocated_between(b, v[bwd].pos / 2, m->id)) {
+      /* One gradient ends a unit's backward and begins the one before it (its input, the other's
+         output): the recording tells the begins first, FSDP2 does the post-backward first (its
+         RegisterPostBackwardFunction on the ending unit's inputs runs before the multi-grad hook on
+         the other's outputs): the one ending reshards and reduces before the next unshards. */
+      v[n].pos = v[bwd].pos, v[n].seq = v[bwd].seq - 1;
+    }
+    bwd = type[m->what] == A_BWD ? n : SIZE_MAX;
+    n++;
   }
-  for (size_t i = 0; i < b->npass_end; i++) v[n] = (action){2 * b->pass_end[i] + 1, -1, (int32_t)n, A_PASS_END}, n++;
+  for (size_t i = 0; i < b->npass_end; i++) v[n] = (action){2 * b->pass_end[i] + 1, -1, 2 * (int32_t)n, A_PASS_END}, n++;
   qsort(v, n, sizeof *v, cmp_action);
   *out = v, *nout = n;
   return 0;

@@ -515,6 +515,22 @@ check "GPT-2 fp32 (H200), fsdp2:2,4,8 from its one-GPU run: within 3% allocated,
   "near $native $dir/gpt2_fp32.json gpt2_fp32 gpt2_fp32 2 4 8"
 check "GPT-2 checkpointed: the same" "near $native $dir/gpt2_ac.json gpt2_ac gpt2_ac 2 4 8"
 check "the 1.1B model fp32: the same" "near $native $dir/1b_fp32.json 1b_fp32 1b_fp32 2 4 8"
+# The recording tells a block's backward-begins before the next block's backward-ends (one gradient
+# does both); FSDP2 runs the post-backward first: a unit reshards before the one before it
+# unshards. GPT-2: at most the root's 5 and one block's 12 unsharded parameters alive (29 with two
+# blocks'); the 1.1B model, whose peak falls in a backward, then within 0.1% at 8 (it was +1.95%).
+check "backward: a unit reshards before the one before it unshards (at most the root's and one block's unsharded parameters alive: 17)" \
+  "[ \$(\"$dump\" $dir/gpt2_fp32.db fsdp2:2 --meta | python3 -c \"
+import sys
+live, most = set(), 0
+for l in sys.stdin:
+    f = l.split()
+    if f and f[0] in ('alloc', 'free') and f[3] == '0x42':
+        (live.add if f[0] == 'alloc' else live.discard)(f[4])
+        most = max(most, len(live))
+print(most)\") = 17 ]"
+check "the 1.1B model fp32 at 8: within 0.1% allocated and reserved of native" \
+  "json $dir/1b_fp32.json \"[abs(r['peak_reserved_bytes'] / $(python3 -c "import json; print(json.load(open('$native'))['native_1b_fp32_fsdp2_8']['peak_reserved'])") - 1) < 0.001 and abs(r['peak_allocated_bytes'] / $(python3 -c "import json; print(json.load(open('$native'))['native_1b_fp32_fsdp2_8']['peak_allocated'])") - 1) < 0.001 for r in j['predictions'] if r['ranks'] == 8] == [True]\""
 check "GPT-2 from its FSDP2 run at 2 (N detected): fsdp2:4,8 the same" "near $native $dir/gpt2_fsdp2_2.json gpt2_fsdp2_2 gpt2_fp32 4 8"
 check "GPT-2 under autocast, --param-dtype bf16 --reduce-dtype fp32 (autocast's casts left out): the same" \
   "near $native $dir/gpt2_bf16.json gpt2_bf16 gpt2_bf16 2 4 8"
