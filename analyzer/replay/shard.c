@@ -84,7 +84,7 @@ enum { A_INIT, A_FWD, A_FWD_END, A_BWD, A_BWD_END, A_PASS_END, A_ROOT_FWD }; /* 
 typedef struct action {
   int64_t pos; /* 2 * event id: before it; + 1: after it */
   int32_t unit;
-  int32_t seq; /* the order made, for actions at one position */
+  int64_t seq; /* the order made, for actions at one position */
   uint8_t type;
 } action;
 
@@ -478,7 +478,10 @@ static int cmp_action(const void *x, const void *y) {
 }
 
 /* The actions at the module events of `label_unit`'s modules (and at each backward pass's end,
- * and after the last parameter's allocation), in order. 0, or -1 (out of memory). */
+ * and after the last parameter's allocation), in order; with post_first (FSDP2's units), a unit's
+ * backward-ends told right after another's backward-begins comes first. Event ids beyond
+ * INT64_MAX / 4 (a hostile file's) are left out: positions are twice an id. 0, or -1 (out of
+ * memory). */
 /* Whether the history allocated between events lo and hi (exclusive). */
 static bool allocated_between(const bld *b, int64_t lo, int64_t hi) {
   size_t a = 0, z = b->nalloc; /* the first allocation after lo: a_id is in event order */
@@ -490,24 +493,25 @@ static bool allocated_between(const bld *b, int64_t lo, int64_t hi) {
   return a < b->nalloc && b->a_id[a] < hi;
 }
 
-static int make_actions(bld *b, const int32_t *label_unit, action **out, size_t *nout) {
+static int make_actions(bld *b, const int32_t *label_unit, bool post_first, action **out, size_t *nout) {
   ms_shard *h = b->h;
   size_t n = 0, cap = 2 * b->nmods + b->npass_end + 2;
   action *v = malloc(sizeof *v * cap);
   if (!v) return -1;
-  v[n] = (action){2 * h->last_param_id + 1, -1, 2 * (int32_t)n, A_INIT}, n++;
+  if (h->last_param_id <= INT64_MAX / 4) v[n] = (action){2 * h->last_param_id + 1, -1, 2 * (int64_t)n, A_INIT}, n++;
   size_t bwd = SIZE_MAX; /* the last action, when it is a unit's backward-begins */
   for (size_t i = 0; i < b->nmods; i++) {
     const modev *m = &b->mods[i];
+    if (m->id > INT64_MAX / 4) continue;
     bool in = m->label > 0 && (size_t)m->label < b->nlabel;
     /* the root's forward: a backward pass whose end the history lacks ended before it */
     if (in && m->what == MEMSNAP_MODULE_FORWARD && b->labels[m->label] && !strcmp(b->labels[m->label], h->info.root))
-      v[n] = (action){2 * m->id, -1, 2 * (int32_t)n, A_ROOT_FWD}, n++, bwd = SIZE_MAX;
+      v[n] = (action){2 * m->id, -1, 2 * (int64_t)n, A_ROOT_FWD}, n++, bwd = SIZE_MAX;
     int32_t u = in ? label_unit[m->label] : -1;
     if (u < 0 || m->what > MEMSNAP_MODULE_BACKWARD_END) continue;
     static const uint8_t type[4] = {A_FWD, A_FWD_END, A_BWD, A_BWD_END};
-    v[n] = (action){2 * m->id, u, 2 * (int32_t)n, type[m->what]};
-    if (type[m->what] == A_BWD_END && bwd != SIZE_MAX && v[bwd].unit != u && !allocated_between(b, v[bwd].pos / 2, m->id)) {
+    v[n] = (action){2 * m->id, u, 2 * (int64_t)n, type[m->what]};
+    if (post_first && type[m->what] == A_BWD_END && bwd != SIZE_MAX && v[bwd].unit != u && !allocated_between(b, v[bwd].pos / 2, m->id)) {
       /* One gradient ends a unit's backward and begins the one before it (its input, the other's
          output): the recording tells the begins first, FSDP2 does the post-backward first (its
          RegisterPostBackwardFunction on the ending unit's inputs runs before the multi-grad hook on
@@ -517,7 +521,8 @@ static int make_actions(bld *b, const int32_t *label_unit, action **out, size_t 
     bwd = type[m->what] == A_BWD ? n : SIZE_MAX;
     n++;
   }
-  for (size_t i = 0; i < b->npass_end; i++) v[n] = (action){2 * b->pass_end[i] + 1, -1, 2 * (int32_t)n, A_PASS_END}, n++;
+  for (size_t i = 0; i < b->npass_end; i++)
+    if (b->pass_end[i] <= INT64_MAX / 4) v[n] = (action){2 * b->pass_end[i] + 1, -1, 2 * (int64_t)n, A_PASS_END}, n++;
   qsort(v, n, sizeof *v, cmp_action);
   *out = v, *nout = n;
   return 0;
@@ -697,10 +702,6 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     int32_t unit = -1;
     if (f & F_PARAM) f = F_PARAM;
     else if (f & F_CAST) f = F_CAST;
-    else if (f & F_SETUP) {
-      f = F_SETUP;
-      in->setup_blocks++, in->setup_bytes = sat_add(in->setup_bytes, clamp(b.req[k]));
-    }
     else if (f & F_GRAD) {
       f = F_GRAD;
       const char *path = label_of(&b, b.label[k]);
@@ -715,6 +716,9 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     } else if ((f & F_TEMP) && !(f & F_ROLE_STATE)) {
       f = F_TEMP;
       in->temp_blocks++;
+    } else if (f & F_SETUP) { /* no other role: the model's making */
+      f = F_SETUP;
+      in->setup_blocks++, in->setup_bytes = sat_add(in->setup_bytes, clamp(b.req[k]));
     } else {
       continue;
     }
@@ -723,10 +727,10 @@ ms_shard *ms_shard_new(ms_snapshot *s, const ms_shard_options *o, char *err, siz
     if (f == F_GRAD && !h->rs_stream) h->rs_stream = b.stream[k];
   }
   for (size_t i = 0; i < h->nparams; i++) h->params[i].address = 0;
-  if (make_actions(&b, label_unit, &h->act, &h->nact) != 0) goto oom;
+  if (make_actions(&b, label_unit, true, &h->act, &h->nact) != 0) goto oom;
   /* ZeRO-3's units: the modules owning parameters, by label */
   for (size_t id = 0; id < b.nlabel; id++) label_unit[id] = label_owner[id];
-  if (make_actions(&b, label_unit, &h->act3, &h->nact3) != 0) goto oom;
+  if (make_actions(&b, label_unit, false, &h->act3, &h->nact3) != 0) goto oom; /* ZeRO-3: as recorded (not measured) */
   goto done;
 oom:
   snprintf(err, errlen, "out of memory reading '%s' for sharding", s->shown_path);
