@@ -296,8 +296,22 @@ old = r.execute("select count(*) from blocks b where b.role is not null and not 
 assert old > 50, old
 PY
 }
-for i in $(seq 1 "$kills"); do
-  kind=$(echo events state dump | cut -d' ' -f$((i % 3 + 1)))
+# Whether a state kill lands in an update is timing (a 1 ms stall in each): with 10 kills (three
+# of them state kills) none did in 2 of 5 runs on a loaded 2-core machine, and `make stress` saw 2
+# of its 33 state kills land in one. So when none of the
+# planned kills did, more state kills follow, up to 60, until one does; each is checked as the
+# others, and the check below still asks for one.
+extra=0
+i=0
+while :; do
+  i=$((i + 1))
+  if [ "$i" -le "$kills" ]; then
+    kind=$(echo events state dump | cut -d' ' -f$((i % 3 + 1)))
+  elif [ "$kills" -ge 10 ] && [ "$torn" -eq 0 ] && [ "$extra" -lt 60 ]; then
+    kind=state extra=$((extra + 1))
+  else
+    break
+  fi
   sig=KILL
   [ "$kind" = events ] && sig=$(echo KILL SEGV BUS ABRT TERM | cut -d' ' -f$((RANDOM % 5 + 1)))
   delay=$(printf '0.%03d' $((RANDOM % 400)))
@@ -362,9 +376,9 @@ PY
   fi
   rm -f "$work/k$i.db" "$work/d$i.db" "$work/prog$i"
 done
-check "random kills: $good of $kills recovered snapshots open, analyze, hold every completed event, the program's state, or its dump (seed $seed)" \
-  test "$good" -eq "$kills"
-echo "random kills: $torn of $kills killed in the middle of a state's update (the older state used)"
+check "random kills: $good of $((kills + extra)) recovered snapshots open, analyze, hold every completed event, the program's state, or its dump (seed $seed)" \
+  test "$good" -eq $((kills + extra))
+echo "random kills: $torn of $((kills + extra)) killed in the middle of a state's update (the older state used; $extra state kills added)"
 [ "$kills" -ge 10 ] && check "random kills: some ($torn) killed in the middle of a state's update" test "$torn" -gt 0
 check "random kills: no live mapping left behind" bash -c "! ls -la '$work/live' | grep 'memsnap-'"
 
