@@ -48,10 +48,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--meta")) o.meta_init = true;
     else if (!strcmp(argv[i], "--recorded-dtype") && i + 1 < argc) o.recorded_bytes = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--orig-dtype") && i + 1 < argc) o.orig_bytes = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--recorded") && i + 1 < argc) o.recorded_ranks = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--meta")) o.meta_init = true;
-    else if (!strcmp(argv[i], "--recorded-dtype") && i + 1 < argc) o.recorded_bytes = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--orig-dtype") && i + 1 < argc) o.orig_bytes = atoi(argv[++i]);
   }
   o.units = nunits ? units : NULL, o.nunits = nunits;
   char name[32];
